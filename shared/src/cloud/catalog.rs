@@ -1,0 +1,226 @@
+//! From EC2 facts about an instance type to the packer's [`InstanceType`]:
+//! well-known label requirements and allocatable capacity with EKS's math.
+//!
+//! The facts come from DescribeInstanceTypes (or a shipped catalog); the
+//! numbers follow what Karpenter's AWS provider computes, so a node we plan
+//! holds exactly what the kubelet will let it hold:
+//! - memory capacity = MiB − 64 MiB on arm64 − ceil(7.5 % VM overhead)
+//! - kube-reserved memory = 11 MiB × maxPods + 255 MiB; eviction threshold 100 MiB
+//! - kube-reserved CPU = 6 % of the first core, 1 % of the second, 0.5 % of
+//!   cores 3–4, 0.25 % of every core above 4
+//! - maxPods = ENIs × (IPv4 per ENI − 1) + 2 unless the kubelet config says otherwise
+
+use serde::{Deserialize, Serialize};
+
+use super::instance_type::{InstanceType, Offering};
+use crate::resources::{MIB, Resources};
+use crate::scheduling::labels;
+use crate::scheduling::requirements::{Requirement, Requirements};
+
+/// What EC2 tells us about one instance type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceTypeInfo {
+    pub name: String,
+    pub vcpu: u32,
+    pub memory_mib: u64,
+    /// `amd64` or `arm64`.
+    pub arch: String,
+    #[serde(default)]
+    pub hypervisor: Option<String>,
+    #[serde(default)]
+    pub bare_metal: bool,
+    #[serde(default)]
+    pub gpu_count: u32,
+    #[serde(default)]
+    pub gpu_name: Option<String>,
+    /// `NVIDIA`, `AMD`, or `AWS` (Neuron); decides the extended resource name.
+    #[serde(default)]
+    pub gpu_manufacturer: Option<String>,
+    #[serde(default)]
+    pub local_nvme_gb: u64,
+    #[serde(default)]
+    pub max_enis: u32,
+    #[serde(default)]
+    pub ipv4_per_eni: u32,
+    #[serde(default)]
+    pub network_bandwidth_mbps: Option<u64>,
+}
+
+/// The kubelet settings of a NodePool / NodeClass that change allocatable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_per_core: Option<u32>,
+}
+
+/// The EKS default when the ENI limit is unknown.
+pub const DEFAULT_MAX_PODS: i64 = 110;
+/// Share of memory the hypervisor keeps (Karpenter's VM_MEMORY_OVERHEAD_PERCENT).
+pub const VM_MEMORY_OVERHEAD: f64 = 0.075;
+
+impl InstanceTypeInfo {
+    /// `m5.large` → (`m`, `m5`, 5, `large`).
+    pub fn name_parts(&self) -> (String, String, Option<u32>, String) {
+        let (family, size) = self.name.split_once('.').unwrap_or((&self.name, ""));
+        let category: String = family.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+        let generation = family[category.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok();
+        (category, family.to_owned(), generation, size.to_owned())
+    }
+
+    /// ENI-limited max pods, overridden by the kubelet config.
+    pub fn max_pods(&self, kubelet: &KubeletConfig) -> i64 {
+        let mut max = match (self.max_enis, self.ipv4_per_eni) {
+            (e, i) if e > 0 && i > 1 => i64::from(e) * (i64::from(i) - 1) + 2,
+            _ => DEFAULT_MAX_PODS,
+        };
+        if let Some(m) = kubelet.max_pods {
+            max = i64::from(m);
+        }
+        if let Some(ppc) = kubelet.pods_per_core.filter(|p| *p > 0) {
+            max = max.min(i64::from(ppc) * i64::from(self.vcpu));
+        }
+        max
+    }
+
+    pub fn capacity(&self, kubelet: &KubeletConfig) -> Resources {
+        let mib = self.memory_mib as i64;
+        let arm_reserve = if self.arch == "arm64" { 64 } else { 0 };
+        let vm_overhead = (mib as f64 * VM_MEMORY_OVERHEAD).ceil() as i64;
+        let mut r = Resources::new(
+            i64::from(self.vcpu) * 1000,
+            (mib - arm_reserve - vm_overhead).max(0) * MIB,
+            self.max_pods(kubelet),
+        );
+        if self.gpu_count > 0 {
+            let name = match self.gpu_manufacturer.as_deref() {
+                Some("AMD") => "amd.com/gpu",
+                Some("AWS") => "aws.amazon.com/neuron",
+                _ => "nvidia.com/gpu",
+            };
+            r.set_extended(name, i64::from(self.gpu_count));
+        }
+        r
+    }
+
+    pub fn overhead(&self, kubelet: &KubeletConfig) -> Resources {
+        let memory = (11 * self.max_pods(kubelet) + 255 + 100) * MIB;
+        Resources::new(kube_reserved_cpu_millis(self.vcpu), memory, 0)
+    }
+
+    /// The requirements every node of this type satisfies (before offerings).
+    pub fn requirements(&self) -> Requirements {
+        let (category, family, generation, size) = self.name_parts();
+        let mut r = Requirements::new();
+        r.add(labels::ARCH, Requirement::single(&self.arch));
+        r.add(labels::OS, Requirement::single("linux"));
+        r.add(labels::INSTANCE_CATEGORY, Requirement::single(category));
+        r.add(labels::INSTANCE_FAMILY, Requirement::single(family));
+        if let Some(g) = generation {
+            r.add(labels::INSTANCE_GENERATION, Requirement::single(g.to_string()));
+        }
+        if !size.is_empty() {
+            r.add(labels::INSTANCE_SIZE, Requirement::single(size));
+        }
+        r.add(labels::INSTANCE_CPU, Requirement::single(self.vcpu.to_string()));
+        r.add(labels::INSTANCE_MEMORY, Requirement::single(self.memory_mib.to_string()));
+        // Absent values are DoesNotExist so that `Exists`/`In` pods skip these types.
+        let optional = |v: Option<String>| v.map_or_else(Requirement::does_not_exist, Requirement::single);
+        r.add(labels::INSTANCE_HYPERVISOR, optional(self.hypervisor.clone().filter(|h| !h.is_empty())));
+        r.add(labels::INSTANCE_GPU_COUNT, Requirement::single(self.gpu_count.to_string()));
+        r.add(labels::INSTANCE_GPU_NAME, optional(self.gpu_name.clone().map(|n| n.to_lowercase())));
+        r.add(
+            labels::INSTANCE_LOCAL_NVME,
+            optional((self.local_nvme_gb > 0).then(|| self.local_nvme_gb.to_string())),
+        );
+        r.add(labels::INSTANCE_NETWORK_BANDWIDTH, optional(self.network_bandwidth_mbps.map(|b| b.to_string())));
+        r
+    }
+
+    /// The packer's view of this type with the given offerings.
+    pub fn to_instance_type(&self, offerings: Vec<Offering>, kubelet: &KubeletConfig) -> InstanceType {
+        InstanceType::new(&self.name, self.requirements(), offerings, self.capacity(kubelet), self.overhead(kubelet))
+    }
+}
+
+/// Kube-reserved CPU in millicores for a number of vCPUs.
+pub fn kube_reserved_cpu_millis(vcpu: u32) -> i64 {
+    // (first core, share in 1/10000 of a core) bands.
+    let mut reserved_hundredths_of_milli = 0i64; // in 1/100 millicore
+    for core in 1..=i64::from(vcpu) {
+        reserved_hundredths_of_milli += match core {
+            1 => 6000,   // 6 % of 1000m = 60m
+            2 => 1000,   // 1 % = 10m
+            3 | 4 => 500, // 0.5 % = 5m
+            _ => 250,    // 0.25 % = 2.5m
+        };
+    }
+    (reserved_hundredths_of_milli + 99) / 100
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, vcpu: u32, mib: u64, arch: &str, enis: u32, ips: u32) -> InstanceTypeInfo {
+        InstanceTypeInfo {
+            name: name.into(),
+            vcpu,
+            memory_mib: mib,
+            arch: arch.into(),
+            hypervisor: Some("nitro".into()),
+            bare_metal: false,
+            gpu_count: 0,
+            gpu_name: None,
+            gpu_manufacturer: None,
+            local_nvme_gb: 0,
+            max_enis: enis,
+            ipv4_per_eni: ips,
+            network_bandwidth_mbps: None,
+        }
+    }
+
+    #[test]
+    fn kube_reserved_cpu_bands() {
+        assert_eq!(kube_reserved_cpu_millis(1), 60);
+        assert_eq!(kube_reserved_cpu_millis(2), 70);
+        assert_eq!(kube_reserved_cpu_millis(4), 80);
+        assert_eq!(kube_reserved_cpu_millis(8), 90);
+        assert_eq!(kube_reserved_cpu_millis(96), 310);
+    }
+
+    #[test]
+    fn m5_large_allocatable() {
+        // m5.large: 2 vCPU, 8 GiB, 3 ENIs × 10 IPv4 → 29 pods.
+        let it = info("m5.large", 2, 8192, "amd64", 3, 10);
+        let kc = KubeletConfig::default();
+        assert_eq!(it.max_pods(&kc), 29);
+        let t = it.to_instance_type(vec![Offering::new("us-east-1a", "on-demand", 0.096)], &kc);
+        assert_eq!(t.capacity.memory_bytes, (8192 - 615) * MIB);
+        assert_eq!(t.allocatable().cpu_millis, 1930);
+        assert_eq!(t.allocatable().memory_bytes, (8192 - 615 - (11 * 29 + 255) - 100) * MIB);
+        assert_eq!(t.allocatable().pods, 29);
+        assert!(t.requirements.get(labels::INSTANCE_FAMILY).is_some_and(|r| r.has("m5")));
+        assert!(t.requirements.get(labels::INSTANCE_GENERATION).is_some_and(|r| r.has("5")));
+        assert!(t.requirements.get(labels::ZONE).is_some_and(|r| r.has("us-east-1a")));
+    }
+
+    #[test]
+    fn arm64_reserve_and_kubelet_overrides() {
+        let it = info("r6gd.xlarge", 4, 32768, "arm64", 4, 15);
+        let kc = KubeletConfig::default();
+        assert_eq!(it.capacity(&kc).memory_bytes, (32768 - 64 - 2458) * MIB);
+        assert_eq!(it.max_pods(&kc), 58);
+        assert_eq!(it.max_pods(&KubeletConfig { max_pods: Some(20), pods_per_core: None }), 20);
+        assert_eq!(it.max_pods(&KubeletConfig { max_pods: None, pods_per_core: Some(4) }), 16);
+        assert_eq!(info("x.big", 2, 1024, "amd64", 0, 0).max_pods(&kc), DEFAULT_MAX_PODS);
+        assert_eq!(it.name_parts(), ("r".into(), "r6gd".into(), Some(6), "xlarge".into()));
+    }
+}

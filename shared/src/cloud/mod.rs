@@ -1,0 +1,8 @@
+//! The cloud model the decisions need: instance types, offerings, and how
+//! allocatable capacity follows from EC2's facts. Pure data and arithmetic.
+
+pub mod catalog;
+pub mod instance_type;
+
+pub use catalog::{InstanceTypeInfo, KubeletConfig};
+pub use instance_type::{InstanceType, Offering};

@@ -1,0 +1,14 @@
+//! # nodewright
+//!
+//! The library behind nodewright's functions and CLI: the scheduling core
+//! (requirements algebra, pod constraints, topology, the packing solver),
+//! the cloud model (instance types, offerings, allocatable math) and the
+//! configuration model. See `ARCHITECTURE.md` at the repository root for the
+//! map and its invariants; the most important one is that everything in this
+//! crate's decision modules is pure: no I/O, time taken as an argument.
+
+pub mod cloud;
+pub mod config;
+pub mod resources;
+pub mod scheduling;
+pub mod workload;

@@ -1,0 +1,14 @@
+//! The scheduling core: which pods go where, and on what new instances.
+//! Pure: takes snapshots, returns plans, does no I/O.
+
+pub mod labels;
+pub mod pod;
+pub mod requirements;
+pub mod selector;
+pub mod taints;
+pub mod topology;
+pub mod solver;
+
+pub use pod::{PodRef, SchedPod};
+pub use requirements::{Operator, Requirement, Requirements};
+

@@ -1,0 +1,522 @@
+//! The scheduling view of a pod: effective requests and every constraint
+//! that decides where it may run, read once from the Kubernetes object.
+//!
+//! Preferences (preferred node affinity, preferred pod (anti-)affinity,
+//! ScheduleAnyway spreads, PreferNoSchedule taints) start out as hard
+//! constraints; [`Relaxation`] drops them one at a time in Karpenter's order
+//! when the pod cannot be placed, and [`SchedPod::constraints`] gives the
+//! constraints that hold at a given relaxation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, NodeSelectorTerm, Pod, PodAffinityTerm};
+
+use super::labels;
+use super::requirements::{RequirementError, Requirements};
+use super::selector::LabelSelector;
+use super::taints::Toleration;
+use crate::resources::{QuantityError, Resources};
+
+/// `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A pod that cannot be read into a scheduling view.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    #[error("pod {pod}: {field}: {source}")]
+    Quantity { pod: String, field: String, source: QuantityError },
+    #[error("pod {pod}: {field}: {source}")]
+    Requirement { pod: String, field: String, source: RequirementError },
+    #[error("pod {pod}: {field}: {reason}")]
+    Invalid { pod: String, field: String, reason: String },
+}
+
+/// A topology spread constraint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Spread {
+    pub key: String,
+    pub max_skew: u32,
+    /// `DoNotSchedule` (true) or `ScheduleAnyway` (false, a preference).
+    pub hard: bool,
+    pub selector: LabelSelector,
+    pub min_domains: Option<u32>,
+}
+
+/// A pod affinity or anti-affinity term.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AffinityTerm {
+    pub anti: bool,
+    pub key: String,
+    pub selector: LabelSelector,
+    /// Namespaces whose pods count; the pod's own when the term names none.
+    pub namespaces: Vec<String>,
+    /// `None` for required terms, the weight for preferred ones.
+    pub weight: Option<i32>,
+}
+
+/// A host port a container binds on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    pub port: i32,
+    pub protocol: Protocol,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+/// Everything the packer needs to know about one pod.
+#[derive(Debug, Clone)]
+pub struct SchedPod {
+    pub pod: PodRef,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// Creation time in milliseconds since the epoch (0 if unknown).
+    pub created_millis: i64,
+    /// Effective requests (max of init containers vs sum of containers, plus
+    /// overhead), with `pods = 1`.
+    pub requests: Resources,
+    pub node_selector: Requirements,
+    /// Required node affinity: any one of these terms (OR). Empty = none.
+    pub required_terms: Vec<Requirements>,
+    /// Preferred node affinity terms with their weights.
+    pub preferred_terms: Vec<(i32, Requirements)>,
+    pub tolerations: Vec<Toleration>,
+    pub spreads: Vec<Spread>,
+    pub affinity: Vec<AffinityTerm>,
+    pub host_ports: Vec<HostPort>,
+    /// Owned by a DaemonSet.
+    pub daemon: bool,
+}
+
+/// How far a pod's preferences have been relaxed. Each step drops one more
+/// preference, in Karpenter's order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Relaxation {
+    /// Index of the required node affinity term in use.
+    pub term: u8,
+    pub dropped_pod_affinity: u8,
+    pub dropped_pod_anti_affinity: u8,
+    pub dropped_node_preferences: u8,
+    pub dropped_soft_spreads: bool,
+    pub tolerate_prefer_no_schedule: bool,
+}
+
+/// The constraints of a pod at one relaxation: all of them are hard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Constraints {
+    /// nodeSelector ∩ one required term ∩ the kept preferred node terms.
+    pub node: Requirements,
+    pub spreads: Vec<Spread>,
+    pub affinity: Vec<AffinityTerm>,
+    pub tolerations: Vec<Toleration>,
+    pub ignore_prefer_no_schedule: bool,
+}
+
+impl SchedPod {
+    /// Reads a pod. Malformed quantities, operators or selectors are errors
+    /// that name the pod and the field.
+    pub fn from_pod(p: &Pod) -> Result<SchedPod, PodError> {
+        let namespace = p.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let pod_name = format!("{namespace}/{name}");
+        let spec = p.spec.clone().unwrap_or_default();
+        let req_err = |field: &str| {
+            let pod = pod_name.clone();
+            let field = field.to_owned();
+            move |source| PodError::Requirement { pod: pod.clone(), field: field.clone(), source }
+        };
+        let invalid = |field: &str, reason: String| PodError::Invalid { pod: pod_name.clone(), field: field.to_owned(), reason };
+
+        let requests = effective_requests(&spec.containers, spec.init_containers.as_deref().unwrap_or(&[]), spec.overhead.as_ref())
+            .map_err(|(field, source)| PodError::Quantity { pod: pod_name.clone(), field, source })?;
+
+        let node_selector = Requirements::from_labels(spec.node_selector.iter().flatten());
+        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let mut required_terms = Vec::new();
+        if let Some(sel) = node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()) {
+            for (i, term) in sel.node_selector_terms.iter().enumerate() {
+                required_terms.push(
+                    term_requirements(term)
+                        .map_err(req_err(&format!("spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]")))?,
+                );
+            }
+        }
+        let mut preferred_terms = Vec::new();
+        for (i, p) in node_affinity
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let reqs = term_requirements(&p.preference)
+                .map_err(req_err(&format!("spec.affinity.nodeAffinity.preferred[{i}]")))?;
+            preferred_terms.push((p.weight, reqs));
+        }
+
+        let tolerations = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(Toleration::from_k8s)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|r| invalid("spec.tolerations", r))?;
+
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let mut spreads = Vec::new();
+        for (i, c) in spec.topology_spread_constraints.iter().flatten().enumerate() {
+            let field = format!("spec.topologySpreadConstraints[{i}]");
+            let hard = match c.when_unsatisfiable.as_str() {
+                "DoNotSchedule" => true,
+                "ScheduleAnyway" => false,
+                other => return Err(invalid(&field, format!("unknown whenUnsatisfiable {other:?}"))),
+            };
+            if c.max_skew < 1 {
+                return Err(invalid(&field, format!("maxSkew must be at least 1, got {}", c.max_skew)));
+            }
+            let mut selector_src = c.label_selector.clone().unwrap_or_default();
+            // matchLabelKeys: the pod's own values of these keys join the selector.
+            for k in c.match_label_keys.iter().flatten() {
+                if let Some(v) = labels.get(k) {
+                    selector_src.match_labels.get_or_insert_with(BTreeMap::new).insert(k.clone(), v.clone());
+                }
+            }
+            let selector = if c.label_selector.is_none() && c.match_label_keys.is_none() {
+                // No selector selects nothing: the constraint cannot be skewed by anyone.
+                LabelSelector::from_labels(&BTreeMap::from([(String::from("\u{0}none"), String::new())]))
+            } else {
+                LabelSelector::from_k8s(&selector_src).map_err(req_err(&field))?
+            };
+            spreads.push(Spread {
+                key: labels::normalize(&c.topology_key).to_owned(),
+                max_skew: c.max_skew as u32,
+                hard,
+                selector,
+                min_domains: c.min_domains.filter(|m| *m > 0).map(|m| m as u32),
+            });
+        }
+
+        let mut affinity = Vec::new();
+        let aff = spec.affinity.as_ref();
+        let mut push_terms = |anti: bool, required: Option<&Vec<PodAffinityTerm>>, preferred: Vec<(i32, &PodAffinityTerm)>, field: &str| -> Result<(), PodError> {
+            let all = required.into_iter().flatten().map(|t| (None, t)).chain(preferred.into_iter().map(|(w, t)| (Some(w), t)));
+            for (i, (weight, t)) in all.enumerate() {
+                let f = format!("{field}[{i}]");
+                let selector = match &t.label_selector {
+                    Some(s) => LabelSelector::from_k8s(s).map_err(req_err(&f))?,
+                    None => continue, // a term without a selector matches no pods
+                };
+                let mut namespaces = t.namespaces.clone().unwrap_or_default();
+                if namespaces.is_empty() {
+                    namespaces.push(namespace.clone());
+                }
+                namespaces.sort();
+                affinity.push(AffinityTerm { anti, key: labels::normalize(&t.topology_key).to_owned(), selector, namespaces, weight });
+            }
+            Ok(())
+        };
+        if let Some(pa) = aff.and_then(|a| a.pod_affinity.as_ref()) {
+            let pref = pa.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|w| (w.weight, &w.pod_affinity_term)).collect();
+            push_terms(false, pa.required_during_scheduling_ignored_during_execution.as_ref(), pref, "spec.affinity.podAffinity")?;
+        }
+        if let Some(pa) = aff.and_then(|a| a.pod_anti_affinity.as_ref()) {
+            let pref = pa.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|w| (w.weight, &w.pod_affinity_term)).collect();
+            push_terms(true, pa.required_during_scheduling_ignored_during_execution.as_ref(), pref, "spec.affinity.podAntiAffinity")?;
+        }
+
+        let mut host_ports = Vec::new();
+        for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+            for port in c.ports.iter().flatten() {
+                if let Some(hp) = port.host_port.filter(|p| *p > 0) {
+                    let protocol = match port.protocol.as_deref() {
+                        None | Some("TCP") => Protocol::Tcp,
+                        Some("UDP") => Protocol::Udp,
+                        Some("SCTP") => Protocol::Sctp,
+                        Some(other) => return Err(invalid("spec.containers[].ports[].protocol", format!("unknown protocol {other:?}"))),
+                    };
+                    host_ports.push(HostPort { port: hp, protocol });
+                }
+            }
+        }
+        host_ports.sort();
+        host_ports.dedup();
+
+        let daemon = p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+        Ok(SchedPod {
+            pod: PodRef { namespace, name },
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            labels,
+            created_millis: p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0),
+            requests,
+            node_selector,
+            required_terms,
+            preferred_terms,
+            tolerations,
+            spreads,
+            affinity,
+            host_ports,
+            daemon,
+        })
+    }
+
+    /// The constraints that hold at relaxation `r`.
+    pub fn constraints(&self, r: &Relaxation) -> Constraints {
+        let mut node = self.node_selector.clone();
+        if let Some(term) = self.required_terms.get(usize::from(r.term)) {
+            node.add_all(term);
+        }
+        for (_, reqs) in by_weight(&self.preferred_terms, |(w, _)| *w).into_iter().skip(usize::from(r.dropped_node_preferences)) {
+            node.add_all(reqs);
+        }
+        let spreads = self.spreads.iter().filter(|s| s.hard || !r.dropped_soft_spreads).cloned().collect();
+        let mut affinity: Vec<AffinityTerm> = self.affinity.iter().filter(|t| t.weight.is_none()).cloned().collect();
+        let pref = |anti: bool| self.affinity.iter().filter(move |t| t.anti == anti && t.weight.is_some()).collect::<Vec<_>>();
+        let kept = |terms: Vec<&AffinityTerm>, dropped: u8| {
+            by_weight(&terms, |t| t.weight.unwrap_or(0)).into_iter().skip(usize::from(dropped)).map(|t| (*t).clone()).collect::<Vec<_>>()
+        };
+        affinity.extend(kept(pref(false), r.dropped_pod_affinity));
+        affinity.extend(kept(pref(true), r.dropped_pod_anti_affinity));
+        Constraints {
+            node,
+            spreads,
+            affinity,
+            tolerations: self.tolerations.clone(),
+            ignore_prefer_no_schedule: r.tolerate_prefer_no_schedule,
+        }
+    }
+
+    /// The next relaxation, or `None` when nothing is left to relax:
+    /// further required terms, then the heaviest preferred pod affinity,
+    /// pod anti-affinity, node affinity, then ScheduleAnyway spreads, then
+    /// PreferNoSchedule taints.
+    pub fn relax(&self, r: &Relaxation) -> Option<Relaxation> {
+        let mut n = *r;
+        let count = |anti: bool| self.affinity.iter().filter(|t| t.anti == anti && t.weight.is_some()).count();
+        if usize::from(r.term) + 1 < self.required_terms.len() {
+            n.term += 1;
+        } else if usize::from(r.dropped_pod_affinity) < count(false) {
+            n.dropped_pod_affinity += 1;
+        } else if usize::from(r.dropped_pod_anti_affinity) < count(true) {
+            n.dropped_pod_anti_affinity += 1;
+        } else if usize::from(r.dropped_node_preferences) < self.preferred_terms.len() {
+            n.dropped_node_preferences += 1;
+        } else if !r.dropped_soft_spreads && self.spreads.iter().any(|s| !s.hard) {
+            n.dropped_soft_spreads = true;
+        } else if !r.tolerate_prefer_no_schedule {
+            n.tolerate_prefer_no_schedule = true;
+        } else {
+            return None;
+        }
+        Some(n)
+    }
+}
+
+/// Items sorted heaviest first, keeping the written order among equals.
+fn by_weight<T>(items: &[T], weight: impl Fn(&T) -> i32) -> Vec<&T> {
+    let mut v: Vec<&T> = items.iter().collect();
+    v.sort_by_key(|t| std::cmp::Reverse(weight(t)));
+    v
+}
+
+fn term_requirements(term: &NodeSelectorTerm) -> Result<Requirements, RequirementError> {
+    Requirements::from_node_selector(term.match_expressions.as_deref().unwrap_or(&[]))
+}
+
+type QuantityFieldError = (String, QuantityError);
+
+fn container_requests(c: &Container, field: &str) -> Result<Resources, QuantityFieldError> {
+    let mut r = Resources::default();
+    if let Some(res) = &c.resources {
+        // A limit without a request is the request (Kubernetes defaulting).
+        for (name, q) in res.limits.iter().flatten() {
+            r.set(name, &q.0).map_err(|e| (format!("{field}.resources.limits.{name}"), e))?;
+        }
+        for (name, q) in res.requests.iter().flatten() {
+            r.set(name, &q.0).map_err(|e| (format!("{field}.resources.requests.{name}"), e))?;
+        }
+    }
+    Ok(r)
+}
+
+/// max(sum of containers + sidecars, each init container + the sidecars
+/// started before it) + pod overhead, with `pods = 1`.
+fn effective_requests(
+    containers: &[Container],
+    init: &[Container],
+    overhead: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Result<Resources, QuantityFieldError> {
+    let mut sum = Resources::default();
+    for (i, c) in containers.iter().enumerate() {
+        sum.add(&container_requests(c, &format!("spec.containers[{i}]"))?);
+    }
+    let mut sidecars = Resources::default();
+    let mut init_max = Resources::default();
+    for (i, c) in init.iter().enumerate() {
+        let r = container_requests(c, &format!("spec.initContainers[{i}]"))?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&r);
+            init_max.max_each(&sidecars);
+        } else {
+            let mut with_sidecars = r;
+            with_sidecars.add(&sidecars);
+            init_max.max_each(&with_sidecars);
+        }
+    }
+    sum.add(&sidecars);
+    sum.max_each(&init_max);
+    if let Some(o) = overhead {
+        sum.add(&Resources::from_list(o).map_err(|e| ("spec.overhead".to_owned(), e))?);
+    }
+    sum.pods = 1;
+    Ok(sum)
+}
+
+/// True when a pod needs new capacity, exactly as Karpenter decides: the
+/// scheduler marked it Unschedulable, it has no node and no nomination, and
+/// it is not a DaemonSet's or a static (mirror) pod.
+pub fn is_provisionable(p: &Pod) -> bool {
+    let unschedulable = p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    });
+    let no_node = p.spec.as_ref().is_none_or(|s| s.node_name.as_deref().unwrap_or("").is_empty());
+    let not_nominated = p.status.as_ref().is_none_or(|s| s.nominated_node_name.as_deref().unwrap_or("").is_empty());
+    let owned_by_daemon_or_node =
+        p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    unschedulable && no_node && not_nominated && !owned_by_daemon_or_node
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::MIB;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).expect("pod json")
+    }
+
+    #[test]
+    fn effective_requests_take_init_max_and_overhead() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}},
+                    {"name": "b", "resources": {"limits": {"cpu": "250m", "memory": "128Mi"}}}
+                ],
+                "initContainers": [
+                    {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}
+                ],
+                "overhead": {"cpu": "100m"}
+            }
+        }));
+        let sp = SchedPod::from_pod(&p).expect("valid");
+        assert_eq!(sp.requests.cpu_millis, 2100);
+        assert_eq!(sp.requests.memory_bytes, 384 * MIB);
+        assert_eq!(sp.requests.pods, 1);
+        assert_eq!(sp.pod.to_string(), "ns/a");
+    }
+
+    #[test]
+    fn sidecars_add_to_the_sum() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "a"},
+            "spec": {
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+                "initContainers": [
+                    {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
+                    {"name": "migrate", "resources": {"requests": {"cpu": "1"}}}
+                ]
+            }
+        }));
+        assert_eq!(SchedPod::from_pod(&p).expect("valid").requests.cpu_millis, 1200);
+    }
+
+    #[test]
+    fn malformed_pods_are_errors_naming_the_field() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}
+        }));
+        let e = SchedPod::from_pod(&p).expect_err("bad quantity");
+        assert!(e.to_string().contains("ns/bad: spec.containers[0].resources.requests.cpu: malformed quantity \"lots\""), "{e}");
+
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "bad"},
+            "spec": {"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Near", "values": ["x"]}]}]}}}}
+        }));
+        let e = SchedPod::from_pod(&p).expect_err("bad operator");
+        assert!(e.to_string().contains("unknown operator \"Near\""), "{e}");
+    }
+
+    #[test]
+    fn relaxation_order() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"app": "x"}},
+            "spec": {
+                "containers": [],
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
+                            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}
+                        ]},
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 1, "preference": {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}}
+                        ]
+                    },
+                    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}},
+                        {"weight": 50, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "x"}}}}
+                    ]}
+                },
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "x"}}}
+                ]
+            }
+        }));
+        let sp = SchedPod::from_pod(&p).expect("valid");
+        let mut r = Relaxation::default();
+        let c = sp.constraints(&r);
+        assert!(c.node.allows(labels::ZONE, Some("a")) && c.node.allows(labels::ARCH, Some("arm64")) && !c.node.allows(labels::ARCH, Some("amd64")));
+        assert_eq!((c.affinity.len(), c.spreads.len()), (2, 1));
+        let mut steps = Vec::new();
+        while let Some(n) = sp.relax(&r) {
+            r = n;
+            let c = sp.constraints(&r);
+            steps.push((c.node.allows(labels::ZONE, Some("b")), c.affinity.iter().map(|t| t.key.clone()).collect::<Vec<_>>(), c.node.allows(labels::ARCH, Some("amd64")), c.spreads.len(), c.ignore_prefer_no_schedule));
+        }
+        assert_eq!(steps, vec![
+            (true, vec![labels::ZONE.to_owned(), labels::HOSTNAME.to_owned()], false, 1, false), // second OR term
+            (true, vec![labels::HOSTNAME.to_owned()], false, 1, false), // heaviest anti-affinity (weight 50) dropped
+            (true, vec![], false, 1, false),
+            (true, vec![], true, 1, false), // preferred node affinity dropped
+            (true, vec![], true, 0, false), // ScheduleAnyway spreads dropped
+            (true, vec![], true, 0, true),  // PreferNoSchedule tolerated
+        ]);
+    }
+
+    #[test]
+    fn provisionable_pods() {
+        let unsched = serde_json::json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
+        assert!(is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unsched}))));
+        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [], "nodeName": "n"}, "status": unsched}))));
+        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": {"nominatedNodeName": "n", "conditions": unsched["conditions"]}}))));
+        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": unsched}))));
+        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}}))));
+    }
+}
