@@ -12,3 +12,8 @@ pub mod config;
 pub mod resources;
 pub mod scheduling;
 pub mod workload;
+
+/// The Kubernetes API types this crate speaks, re-exported for its users.
+pub mod k8s {
+    pub use k8s_openapi::api::core::v1::Pod;
+}

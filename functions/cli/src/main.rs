@@ -1,1 +1,26 @@
-fn main() {}
+//! `nodewright`: the operator CLI. Thin: parses arguments and hands off to
+//! one module per command.
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "nodewright", version, about = "Groupless node autoscaling for Amazon EKS, run as AWS Lambda functions")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure the system on reproducible workloads.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Bench(cmd) => bench::run(cmd),
+    }
+}

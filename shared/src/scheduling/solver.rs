@@ -1,1 +1,990 @@
-//! placeholder
+//! The packing solver: pending pods → placements on existing nodes, new
+//! claims (a NodePool and the instance types that may serve it, cheapest
+//! first) and the pods that cannot be placed, each with a reason.
+//!
+//! ## How it works
+//! Pods are taken largest first (CPU, then memory, then age). Each pod tries,
+//! in order: existing nodes; claims already planned in this solve; a new
+//! claim from each NodePool by weight. A claim keeps every instance type that
+//! still fits all of its pods and every requirement; adding a pod narrows the
+//! requirements (a spread may pin the zone) and the type set. Limits are
+//! reserved per claim as the per-resource maximum over its remaining types,
+//! so whatever type CreateFleet picks, a NodePool's limits hold. A pod that
+//! fails everywhere has one preference relaxed (Karpenter's order) and tries
+//! again; pods that still fail are retried after the rest are placed (their
+//! affinity peers may have appeared), then reported with a reason.
+//!
+//! ## Why it is fast
+//! Pods with identical constraints, labels and requests share a *class*.
+//! Compatibility of a class's node requirements with each instance type is a
+//! bitset computed once. Per class, a cursor skips the prefix of claims
+//! that refused it for good (capacity only shrinks, requirements only narrow,
+//! host-level topology counts only grow), so pods that need their own node
+//! (hostname anti-affinity) do not rescan every earlier claim.
+//!
+//! ## Why it is cheap
+//! Two claim orders are solved and the cheaper plan kept: first-fit (fill
+//! the oldest claim first, so big claims pack tightly) and Karpenter's own
+//! order (fewest pods first, which fills the slack of small claims that
+//! hostname anti-affinity forces). Hence a plan is never costlier than
+//! Karpenter's greedy on the same input. Each claim is then right-sized:
+//! its launch options are the cheapest types that hold its pods.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use fixedbitset::FixedBitSet;
+use rustc_hash::FxHashMap;
+
+use super::labels;
+use super::pod::{Constraints, HostPort, Relaxation, SchedPod};
+use super::requirements::{Requirements, Undefined};
+use super::taints::{Effect, Taint, first_untolerated};
+use super::topology::{Candidate, HostId, PodTopology, Topology};
+use crate::cloud::InstanceType;
+use crate::config::NodePool;
+use crate::resources::{self, Resources};
+
+/// The most instance types one claim offers CreateFleet.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
+/// A NodePool with the instance types its NodeClass can launch.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    pub pool: NodePool,
+    pub instance_types: Vec<InstanceType>,
+    /// Capacity already launched by this pool (nodes and in-flight claims), for limits.
+    pub in_use: Resources,
+    pub nodes_in_use: i64,
+}
+
+impl PoolInput {
+    pub fn new(pool: NodePool, instance_types: Vec<InstanceType>) -> Self {
+        PoolInput { pool, instance_types, in_use: Resources::default(), nodes_in_use: 0 }
+    }
+}
+
+/// A node that exists or is being launched (an in-flight claim is a node
+/// whose labels come from its requirements).
+#[derive(Debug, Clone, Default)]
+pub struct ExistingNode {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    /// Requests of the pods already on it (DaemonSet pods included).
+    pub requested: Resources,
+    /// Its pods, for topology counts.
+    pub pods: Vec<SchedPod>,
+    /// Cordoned or being deleted: counts for topology, takes no pods.
+    pub unschedulable: bool,
+}
+
+/// Which planned claim a pod tries first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOrder {
+    /// The oldest claim first: packs big claims tightly.
+    FirstFit,
+    /// The claim with the fewest pods first (Karpenter's order).
+    FewestPods,
+    /// Solve with both and keep the better plan.
+    Best,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SolveOptions {
+    pub max_instance_types: usize,
+    pub order: ClaimOrder,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        SolveOptions { max_instance_types: MAX_INSTANCE_TYPES, order: ClaimOrder::Best }
+    }
+}
+
+/// What the solver decided.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Pods placed on existing nodes: (pod index, node name).
+    pub bindings: Vec<(usize, String)>,
+    pub claims: Vec<NewClaim>,
+    /// Pods that fit nowhere: (pod index, reason).
+    pub unschedulable: Vec<(usize, String)>,
+}
+
+/// One instance type a claim may launch as, at its cheapest allowed offering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchOption {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price: f64,
+}
+
+/// A node to launch.
+#[derive(Debug, Clone)]
+pub struct NewClaim {
+    pub pool: String,
+    /// NodePool template ∩ every pod's requirements ∩ topology decisions.
+    pub requirements: Requirements,
+    /// Cheapest first, at most `max_instance_types`.
+    pub options: Vec<LaunchOption>,
+    /// Pod indices.
+    pub pods: Vec<usize>,
+    /// Sum of the pods' requests (DaemonSet overhead not included).
+    pub requests: Resources,
+}
+
+impl NewClaim {
+    /// The price of the cheapest option, what the fleet will most likely pay.
+    pub fn price(&self) -> f64 {
+        self.options.first().map_or(0.0, |o| o.price)
+    }
+}
+
+impl Plan {
+    /// Sum of the new claims' cheapest prices, USD per hour.
+    pub fn cost_per_hour(&self) -> f64 {
+        self.claims.iter().map(NewClaim::price).sum()
+    }
+
+    pub fn scheduled(&self) -> usize {
+        self.bindings.len() + self.claims.iter().map(|c| c.pods.len()).sum::<usize>()
+    }
+}
+
+/// Solves: which pods go on which existing nodes and which new claims.
+/// Deterministic for the same input.
+pub fn solve(
+    pods: &[SchedPod],
+    nodes: &[ExistingNode],
+    pools: &[PoolInput],
+    daemonsets: &[SchedPod],
+    options: &SolveOptions,
+) -> Plan {
+    match options.order {
+        ClaimOrder::FirstFit | ClaimOrder::FewestPods => {
+            Solver::new(pods, nodes, pools, daemonsets, options, options.order).run()
+        }
+        ClaimOrder::Best => {
+            let a = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit).run();
+            let b = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FewestPods).run();
+            let better_b = (b.scheduled(), -b.cost_per_hour(), -(b.claims.len() as i64))
+                > (a.scheduled(), -a.cost_per_hour(), -(a.claims.len() as i64));
+            if better_b { b } else { a }
+        }
+    }
+}
+
+/// The shared view of pods with identical constraints, labels and requests.
+#[derive(Debug)]
+struct Class {
+    constraints: Constraints,
+    requests: Resources,
+    ports: Vec<HostPort>,
+    topo: PodTopology,
+    /// Refusals by hosts are final (all topology is host-level).
+    host_level: bool,
+    /// Interned node requirements, the key of the compatibility bitsets.
+    req_id: u32,
+    /// Per pool: tolerates its taints.
+    tolerates: Vec<bool>,
+    /// Claims (and nodes) before these indices refused this class for good.
+    claim_cursor: usize,
+    node_cursor: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ClassKey {
+    constraints: Constraints,
+    requests: Resources,
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    ports: Vec<HostPort>,
+}
+
+#[derive(Debug)]
+struct PoolState<'a> {
+    input: &'a PoolInput,
+    /// Allocatable minus the DaemonSet pods that would run there, per type.
+    room: Vec<Resources>,
+    /// Types that the template allows, with an available offering and room.
+    base: FixedBitSet,
+    /// Σ over this solve's claims of the per-resource max capacity of their types.
+    reserved: Resources,
+    claims: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Claim {
+    pool: usize,
+    host: HostId,
+    reqs: Requirements,
+    types: FixedBitSet,
+    used: Resources,
+    max_room: Resources,
+    max_capacity: Resources,
+    pods: Vec<usize>,
+    ports: Vec<HostPort>,
+}
+
+#[derive(Debug)]
+struct NodeState {
+    used: Resources,
+    ports: Vec<HostPort>,
+}
+
+/// A refusal; `permanent` ones let the class cursor move past the host.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    permanent: bool,
+}
+
+const FINAL: Refused = Refused { permanent: true };
+
+struct Solver<'a> {
+    pods: &'a [SchedPod],
+    nodes: &'a [ExistingNode],
+    options: &'a SolveOptions,
+    order: ClaimOrder,
+    pools: Vec<PoolState<'a>>,
+    /// Pools by weight (high first), then name.
+    pool_order: Vec<usize>,
+    node_state: Vec<NodeState>,
+    claims: Vec<Claim>,
+    /// (pods, claim index) for the fewest-pods order.
+    by_pods: BTreeSet<(usize, usize)>,
+    topology: Topology,
+    classes: Vec<Class>,
+    class_index: FxHashMap<ClassKey, usize>,
+    req_index: FxHashMap<Requirements, u32>,
+    compat: FxHashMap<(usize, u32), FixedBitSet>,
+    any_prefer_no_schedule: bool,
+    bindings: Vec<(usize, String)>,
+}
+
+impl<'a> Solver<'a> {
+    fn new(
+        pods: &'a [SchedPod],
+        nodes: &'a [ExistingNode],
+        pools: &'a [PoolInput],
+        daemonsets: &'a [SchedPod],
+        options: &'a SolveOptions,
+        order: ClaimOrder,
+    ) -> Self {
+        let pool_states: Vec<PoolState<'a>> = pools.iter().map(|p| PoolState::new(p, daemonsets)).collect();
+        let mut pool_order: Vec<usize> = (0..pools.len()).collect();
+        pool_order.sort_by(|a, b| pools[*b].pool.weight.cmp(&pools[*a].pool.weight).then_with(|| pools[*a].pool.name.cmp(&pools[*b].pool.name)));
+
+        let mut topology = Topology::new(domain_universe(pools, nodes));
+        for p in pods {
+            topology.register(&p.spreads, &p.affinity, &p.pod.namespace);
+        }
+        for n in nodes {
+            for p in &n.pods {
+                // Only anti-affinity of running pods constrains newcomers.
+                let anti: Vec<_> = p.affinity.iter().filter(|t| t.anti && t.weight.is_none()).cloned().collect();
+                topology.register(&[], &anti, &p.pod.namespace);
+            }
+        }
+        let any_prefer_no_schedule = pools.iter().any(|p| p.pool.taints.iter().any(|t| t.effect == Effect::PreferNoSchedule))
+            || nodes.iter().any(|n| n.taints.iter().any(|t| t.effect == Effect::PreferNoSchedule));
+        let mut solver = Solver {
+            pods,
+            nodes,
+            options,
+            order,
+            pools: pool_states,
+            pool_order,
+            node_state: nodes.iter().map(|n| NodeState { used: n.requested.clone(), ports: Vec::new() }).collect(),
+            claims: Vec::new(),
+            by_pods: BTreeSet::new(),
+            topology,
+            classes: Vec::new(),
+            class_index: FxHashMap::default(),
+            req_index: FxHashMap::default(),
+            compat: FxHashMap::default(),
+            any_prefer_no_schedule,
+            bindings: Vec::new(),
+        };
+        // Pods already running count towards topology.
+        for (i, n) in nodes.iter().enumerate() {
+            for p in &n.pods {
+                let anti: Vec<_> = p.affinity.iter().filter(|t| t.anti && t.weight.is_none()).cloned().collect();
+                let c = Constraints {
+                    node: Requirements::new(),
+                    spreads: Vec::new(),
+                    affinity: anti,
+                    tolerations: Vec::new(),
+                    ignore_prefer_no_schedule: false,
+                };
+                let pt = solver.topology.pod_topology(&c, &p.pod.namespace, &p.labels);
+                solver.topology.record(&pt, Candidate::Node { host: i as HostId, labels: &n.labels });
+                solver.node_state[i].ports.extend(p.host_ports.iter().copied());
+            }
+        }
+        solver
+    }
+
+    fn run(mut self) -> Plan {
+        let mut failed = Vec::new();
+        match self.order {
+            ClaimOrder::FirstFit => self.place_balanced(&mut failed),
+            _ => {
+                for i in self.pod_order() {
+                    if !self.schedule(i) {
+                        failed.push(i);
+                    }
+                }
+            }
+        }
+        // Pods whose affinity peers were placed later get another chance.
+        while !failed.is_empty() {
+            let before = failed.len();
+            failed.retain(|&i| !self.schedule(i));
+            if failed.len() == before {
+                break;
+            }
+        }
+        let unschedulable = failed.iter().map(|&i| (i, self.diagnose(i))).collect();
+        let claims = std::mem::take(&mut self.claims);
+        let claims = claims.into_iter().map(|c| self.finish(c)).collect();
+        Plan { bindings: self.bindings, claims, unschedulable }
+    }
+
+    /// Karpenter's pod order: CPU, then memory, descending; then age.
+    fn pod_order(&self) -> Vec<usize> {
+        let pods = self.pods;
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&pods[a], &pods[b]);
+            pb.requests
+                .cpu_millis
+                .cmp(&pa.requests.cpu_millis)
+                .then_with(|| pb.requests.memory_bytes.cmp(&pa.requests.memory_bytes))
+                .then_with(|| pa.created_millis.cmp(&pb.created_millis))
+                .then_with(|| pa.pod.cmp(&pb.pod))
+        });
+        order
+    }
+
+    /// First-fit's pod order. Pods are split into CPU-heavy and
+    /// memory-heavy ones (against the catalog's typical memory per core),
+    /// each queue largest first by dominant share; the next pod comes from
+    /// the queue that evens out the newest claim's use of CPU and memory.
+    /// Sorting by CPU alone fills claims with pods of one shape, which run
+    /// out of one resource while half of the other stays idle.
+    fn place_balanced(&mut self, failed: &mut Vec<usize>) {
+        let per_core = self.typical_memory_per_core();
+        let shares = |p: &SchedPod| (p.requests.cpu_millis as f64 / 1000.0, p.requests.memory_bytes as f64 / per_core);
+        let mut queues: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+        for i in self.pod_order() {
+            let (c, m) = shares(&self.pods[i]);
+            queues[usize::from(m > c)].push(i);
+        }
+        let pods = self.pods;
+        for q in &mut queues {
+            // Stable: equal shares keep Karpenter's order.
+            q.sort_by(|&a, &b| {
+                let (ca, ma) = shares(&pods[a]);
+                let (cb, mb) = shares(&pods[b]);
+                cb.max(mb).total_cmp(&ca.max(ma))
+            });
+            q.reverse(); // pop from the back
+        }
+        loop {
+            let pick = match (queues[0].last(), queues[1].last()) {
+                (None, None) => break,
+                (Some(_), None) => 0,
+                (None, Some(_)) => 1,
+                (Some(_), Some(_)) => match self.claims.last() {
+                    Some(c) if c.max_room.cpu_millis > 0 && c.max_room.memory_bytes > 0 => {
+                        let cpu_use = c.used.cpu_millis as f64 / c.max_room.cpu_millis as f64;
+                        let mem_use = c.used.memory_bytes as f64 / c.max_room.memory_bytes as f64;
+                        usize::from(mem_use < cpu_use)
+                    }
+                    _ => 0,
+                },
+            };
+            if let Some(i) = queues[pick].pop() {
+                if !self.schedule(i) {
+                    failed.push(i);
+                }
+            }
+        }
+    }
+
+    /// Median allocatable memory per core over all pools' types (bytes).
+    fn typical_memory_per_core(&self) -> f64 {
+        let mut ratios: Vec<f64> = self
+            .pools
+            .iter()
+            .flat_map(|p| p.input.instance_types.iter())
+            .filter(|t| t.allocatable().cpu_millis > 0)
+            .map(|t| t.allocatable().memory_bytes as f64 / (t.allocatable().cpu_millis as f64 / 1000.0))
+            .collect();
+        if ratios.is_empty() {
+            return (4u64 << 30) as f64;
+        }
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
+    }
+
+    /// Places one pod, relaxing its preferences as long as it does not fit.
+    fn schedule(&mut self, i: usize) -> bool {
+        let pod = &self.pods[i];
+        let mut r = Relaxation::default();
+        loop {
+            let k = self.class_for(i, &r);
+            if self.place(i, k) {
+                return true;
+            }
+            match pod.relax(&r) {
+                Some(n) if n.tolerate_prefer_no_schedule && !r.tolerate_prefer_no_schedule && !self.any_prefer_no_schedule => {
+                    return false;
+                }
+                Some(n) => r = n,
+                None => return false,
+            }
+        }
+    }
+
+    fn class_for(&mut self, i: usize, r: &Relaxation) -> usize {
+        let pod = &self.pods[i];
+        let key = ClassKey {
+            constraints: pod.constraints(r),
+            requests: pod.requests.clone(),
+            namespace: pod.pod.namespace.clone(),
+            labels: pod.labels.clone(),
+            ports: pod.host_ports.clone(),
+        };
+        if let Some(k) = self.class_index.get(&key) {
+            return *k;
+        }
+        let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
+        let host_level = self.topology.host_level_only(&topo);
+        let next_req = self.req_index.len() as u32;
+        let req_id = *self.req_index.entry(key.constraints.node.clone()).or_insert(next_req);
+        let tolerates = self
+            .pools
+            .iter()
+            .map(|p| {
+                first_untolerated(&p.input.pool.taints, &key.constraints.tolerations, key.constraints.ignore_prefer_no_schedule)
+                    .is_none()
+            })
+            .collect();
+        let k = self.classes.len();
+        self.classes.push(Class {
+            constraints: key.constraints.clone(),
+            requests: key.requests.clone(),
+            ports: key.ports.clone(),
+            topo,
+            host_level,
+            req_id,
+            tolerates,
+            claim_cursor: 0,
+            node_cursor: 0,
+        });
+        self.class_index.insert(key, k);
+        k
+    }
+
+    fn place(&mut self, i: usize, k: usize) -> bool {
+        // Existing nodes first.
+        let mut advancing = true;
+        for n in self.classes[k].node_cursor..self.nodes.len() {
+            match self.try_node(i, k, n) {
+                Ok(()) => return true,
+                Err(r) if r.permanent && advancing => self.classes[k].node_cursor = n + 1,
+                Err(_) => advancing = false,
+            }
+        }
+        // Then claims planned in this solve.
+        match self.order {
+            ClaimOrder::FewestPods => {
+                let mut after: Option<(usize, usize)> = None;
+                loop {
+                    let next = match after {
+                        None => self.by_pods.iter().next(),
+                        Some(a) => self.by_pods.range((Bound::Excluded(a), Bound::Unbounded)).next(),
+                    };
+                    let Some(&entry) = next else { break };
+                    if self.try_claim(i, k, entry.1).is_ok() {
+                        return true;
+                    }
+                    after = Some(entry);
+                }
+            }
+            _ => {
+                let mut advancing = true;
+                let mut ci = self.classes[k].claim_cursor;
+                while ci < self.claims.len() {
+                    match self.try_claim(i, k, ci) {
+                        Ok(()) => return true,
+                        Err(r) if r.permanent && advancing => self.classes[k].claim_cursor = ci + 1,
+                        Err(_) => advancing = false,
+                    }
+                    ci += 1;
+                }
+            }
+        }
+        // Then a new claim, NodePools by weight.
+        for oi in 0..self.pool_order.len() {
+            let p = self.pool_order[oi];
+            if self.new_claim(i, k, p) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn try_node(&mut self, i: usize, k: usize, n: usize) -> Result<(), Refused> {
+        let node = &self.nodes[n];
+        let cls = &self.classes[k];
+        let state = &self.node_state[n];
+        if node.unschedulable || !state.used.fits_with(&cls.requests, &node.allocatable) {
+            return Err(FINAL);
+        }
+        if first_untolerated(&node.taints, &cls.constraints.tolerations, cls.constraints.ignore_prefer_no_schedule).is_some() {
+            return Err(FINAL);
+        }
+        let labels_ok = cls.constraints.node.iter().all(|(key, r)| match node.labels.get(key) {
+            Some(v) => r.has(v),
+            None => r.allows_absence(),
+        });
+        if !labels_ok || ports_conflict(&state.ports, &cls.ports) {
+            return Err(FINAL);
+        }
+        let cand = Candidate::Node { host: n as HostId, labels: &node.labels };
+        if !cls.topo.is_empty() {
+            self.topology
+                .admit(&cls.topo, &cls.constraints.node, cand)
+                .map_err(|r| Refused { permanent: r.permanent })?;
+        }
+        let state = &mut self.node_state[n];
+        state.used.add(&cls.requests);
+        state.ports.extend(cls.ports.iter().copied());
+        if !cls.topo.is_empty() {
+            self.topology.record(&cls.topo, cand);
+        }
+        self.bindings.push((i, node.name.clone()));
+        Ok(())
+    }
+
+    fn compat(&mut self, pool: usize, k: usize) -> &FixedBitSet {
+        let req_id = self.classes[k].req_id;
+        let node = &self.classes[k].constraints.node;
+        let ps = &self.pools[pool];
+        self.compat.entry((pool, req_id)).or_insert_with(|| {
+            let combined = ps.input.pool.requirements.intersection(node);
+            let mut set = FixedBitSet::with_capacity(ps.input.instance_types.len());
+            for t in ps.base.ones() {
+                let it = &ps.input.instance_types[t];
+                if it.requirements.intersects(&combined) && it.has_offering(&combined) {
+                    set.insert(t);
+                }
+            }
+            set
+        })
+    }
+
+    fn try_claim(&mut self, i: usize, k: usize, ci: usize) -> Result<(), Refused> {
+        {
+            let c = &self.claims[ci];
+            let cls = &self.classes[k];
+            if !c.used.fits_with(&cls.requests, &c.max_room) || !cls.tolerates[c.pool] {
+                return Err(FINAL);
+            }
+            if !cls.constraints.node.is_empty() && c.reqs.compatible(&cls.constraints.node, Undefined::WellKnownOnly).is_err() {
+                return Err(FINAL);
+            }
+            if ports_conflict(&c.ports, &cls.ports) {
+                return Err(FINAL);
+            }
+        }
+        let pool = self.claims[ci].pool;
+        let compat = self.compat(pool, k).clone();
+        let cls = &self.classes[k];
+        let c = &self.claims[ci];
+        let extra = if cls.topo.is_empty() {
+            Requirements::new()
+        } else {
+            self.topology
+                .admit(&cls.topo, &cls.constraints.node, Candidate::Claim { host: c.host, requirements: &c.reqs })
+                .map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
+        };
+        let new_reqs = if cls.constraints.node.is_empty() && extra.is_empty() {
+            None
+        } else {
+            let mut r = c.reqs.intersection(&cls.constraints.node);
+            r.add_all(&extra);
+            Some(r)
+        };
+        let offerings_changed = new_reqs.as_ref().is_some_and(|r| {
+            r.get(labels::ZONE) != c.reqs.get(labels::ZONE) || r.get(labels::CAPACITY_TYPE) != c.reqs.get(labels::CAPACITY_TYPE)
+        });
+        let ps = &self.pools[pool];
+        let mut need = c.used.clone();
+        need.add(&cls.requests);
+        let mut types = c.types.clone();
+        types.intersect_with(&compat);
+        let reqs = new_reqs.as_ref().unwrap_or(&c.reqs);
+        let mut max_room = Resources::default();
+        let mut max_capacity = Resources::default();
+        let mut kept = FixedBitSet::with_capacity(types.len());
+        for t in types.ones() {
+            let it = &ps.input.instance_types[t];
+            if need.fits_in(&ps.room[t]) && (!offerings_changed || it.has_offering(reqs)) {
+                kept.insert(t);
+                max_room.max_each(&ps.room[t]);
+                max_capacity.max_each(&it.capacity);
+            }
+        }
+        if kept.is_clear() || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
+            // Only a topology decision (a pinned zone) can make this transient.
+            return Err(Refused { permanent: extra.is_empty() || cls.host_level });
+        }
+        let requests = cls.requests.clone();
+        let ports = cls.ports.clone();
+        let host = c.host;
+        let old_pods = c.pods.len();
+        let old_capacity = c.max_capacity.clone();
+        let ps = &mut self.pools[pool];
+        ps.reserved = ps.reserved.saturating_sub(&old_capacity);
+        ps.reserved.add(&max_capacity);
+        let c = &mut self.claims[ci];
+        if let Some(r) = new_reqs {
+            c.reqs = r;
+        }
+        c.types = kept;
+        c.used = need;
+        c.max_room = max_room;
+        c.max_capacity = max_capacity;
+        c.pods.push(i);
+        c.ports.extend(ports);
+        let _ = requests;
+        if self.order == ClaimOrder::FewestPods {
+            self.by_pods.remove(&(old_pods, ci));
+            self.by_pods.insert((old_pods + 1, ci));
+        }
+        let cls = &self.classes[k];
+        if !cls.topo.is_empty() {
+            let c = &self.claims[ci];
+            self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
+        }
+        Ok(())
+    }
+
+    /// Opens a claim from pool `p` for pod `i`; keeps it if the pod fits.
+    fn new_claim(&mut self, i: usize, k: usize, p: usize) -> bool {
+        if !self.classes[k].tolerates[p] {
+            return false;
+        }
+        let ps = &self.pools[p];
+        if ps.input.pool.requirements.compatible(&self.classes[k].constraints.node, Undefined::WellKnownOnly).is_err() {
+            return false;
+        }
+        let types = match self.claim_types(p, k) {
+            Some(t) => t,
+            None => return false,
+        };
+        let ps = &self.pools[p];
+        let mut max_room = Resources::default();
+        let mut max_capacity = Resources::default();
+        for t in types.ones() {
+            max_room.max_each(&ps.room[t]);
+            max_capacity.max_each(&ps.input.instance_types[t].capacity);
+        }
+        let ci = self.claims.len();
+        self.claims.push(Claim {
+            pool: p,
+            host: (self.nodes.len() + ci) as HostId,
+            reqs: ps.input.pool.requirements.clone(),
+            types,
+            used: Resources::default(),
+            max_room,
+            max_capacity: max_capacity.clone(),
+            pods: Vec::new(),
+            ports: Vec::new(),
+        });
+        let ps = &mut self.pools[p];
+        ps.reserved.add(&max_capacity);
+        ps.claims += 1;
+        if self.order == ClaimOrder::FewestPods {
+            self.by_pods.insert((0, ci));
+        }
+        if self.try_claim(i, k, ci).is_ok() {
+            return true;
+        }
+        // Undo the tentative claim.
+        let c = self.claims.pop();
+        if self.order == ClaimOrder::FewestPods {
+            self.by_pods.remove(&(0, ci));
+        }
+        let ps = &mut self.pools[p];
+        if let Some(c) = c {
+            ps.reserved = ps.reserved.saturating_sub(&c.max_capacity);
+        }
+        ps.claims -= 1;
+        false
+    }
+
+    /// The types a new claim from pool `p` may start with for class `k`:
+    /// compatible, with an offering, and within the pool's remaining limits.
+    fn claim_types(&mut self, p: usize, k: usize) -> Option<FixedBitSet> {
+        let mut types = self.compat(p, k).clone();
+        let ps = &self.pools[p];
+        let limits = &ps.input.pool.limits;
+        if !limits.is_empty() {
+            let mut used = ps.input.in_use.clone();
+            used.add(&ps.reserved);
+            let nodes = ps.input.nodes_in_use + ps.claims;
+            let within: Vec<usize> = types
+                .ones()
+                .filter(|&t| limits.exceeded_by(&used, nodes, &ps.input.instance_types[t].capacity).is_none())
+                .collect();
+            types.clear();
+            for t in within {
+                types.insert(t);
+            }
+        }
+        (!types.is_clear()).then_some(types)
+    }
+
+    /// Turns a claim into its launch request: types cheapest first, at most
+    /// `max_instance_types`, keeping `minValues` satisfied.
+    fn finish(&self, c: Claim) -> NewClaim {
+        let ps = &self.pools[c.pool];
+        let mut options: Vec<(LaunchOption, usize)> = c
+            .types
+            .ones()
+            .filter_map(|t| {
+                let it = &ps.input.instance_types[t];
+                it.cheapest_offering(&c.reqs).map(|o| {
+                    (
+                        LaunchOption {
+                            instance_type: it.name.clone(),
+                            zone: o.zone.clone(),
+                            capacity_type: o.capacity_type.clone(),
+                            price: o.price,
+                        },
+                        t,
+                    )
+                })
+            })
+            .collect();
+        options.sort_by(|a, b| a.0.price.total_cmp(&b.0.price).then_with(|| a.0.instance_type.cmp(&b.0.instance_type)));
+        let options = truncate_keeping_min_values(options, self.options.max_instance_types, &c.reqs, &ps.input.instance_types);
+        NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
+    }
+
+    /// Why a pod fits nowhere, in words a Karpenter user recognises.
+    fn diagnose(&mut self, i: usize) -> String {
+        let pod = &self.pods[i];
+        // Judge the most relaxed form of the pod.
+        let mut r = Relaxation::default();
+        while let Some(n) = pod.relax(&r) {
+            r = n;
+        }
+        let k = self.class_for(i, &r);
+        if self.pools.is_empty() {
+            return "no NodePool exists".to_owned();
+        }
+        let mut reasons = Vec::new();
+        for oi in 0..self.pool_order.len() {
+            let p = self.pool_order[oi];
+            let compat = self.compat(p, k).clone();
+            let limited = self.claim_types(p, k).is_none();
+            reasons.push(self.pool_reason(p, k, &compat, limited));
+        }
+        reasons.join("; ")
+    }
+
+    /// Why class `k` cannot get a new claim from pool `p`.
+    fn pool_reason(&self, p: usize, k: usize, compat: &FixedBitSet, limited: bool) -> String {
+        let ps = &self.pools[p];
+        let name = &ps.input.pool.name;
+        let cls = &self.classes[k];
+        if let Some(t) = first_untolerated(&ps.input.pool.taints, &cls.constraints.tolerations, true) {
+            return format!("did not tolerate taint {t} of NodePool {name}");
+        }
+        if let Err(e) = ps.input.pool.requirements.compatible(&cls.constraints.node, Undefined::WellKnownOnly) {
+            return format!("incompatible with NodePool {name}: {e}");
+        }
+        let combined = ps.input.pool.requirements.intersection(&cls.constraints.node);
+        let wanted = cls.constraints.node.summary_or(&combined);
+        if compat.is_clear() {
+            let any_type = ps.input.instance_types.iter().any(|t| t.requirements.intersects(&combined));
+            return if any_type {
+                format!("no available offering satisfies {wanted} in NodePool {name}")
+            } else {
+                format!("no instance type satisfies {wanted} in NodePool {name}")
+            };
+        }
+        let requests = &cls.requests;
+        let fitting: Vec<usize> = compat.ones().filter(|&t| requests.fits_in(&ps.room[t])).collect();
+        if fitting.is_empty() {
+            let largest = compat.ones().map(|t| &ps.room[t]).max_by_key(|r| (r.cpu_millis, r.memory_bytes));
+            let over = largest.map(|l| requests.exceeding(l).join(", ")).unwrap_or_default();
+            return format!(
+                "no instance type in NodePool {name} has room for requests {requests} (too much {over}, DaemonSet overhead included)"
+            );
+        }
+        if limited {
+            let mut used = ps.input.in_use.clone();
+            used.add(&ps.reserved);
+            let smallest = fitting
+                .iter()
+                .map(|&t| &ps.input.instance_types[t].capacity)
+                .min_by_key(|c| (c.cpu_millis, c.memory_bytes));
+            let nodes = ps.input.nodes_in_use + ps.claims;
+            if let Some((res, limit)) = smallest.and_then(|cap| ps.input.pool.limits.exceeded_by(&used, nodes, cap)) {
+                let shown = match res {
+                    resources::CPU => resources::format_cpu(limit),
+                    resources::MEMORY => resources::format_bytes(limit),
+                    _ => limit.to_string(),
+                };
+                return format!("NodePool {name} limit {res} {shown} reached");
+            }
+        }
+        if !cls.topo.is_empty() {
+            let host = (self.nodes.len() + self.claims.len()) as HostId;
+            let cand = Candidate::Claim { host, requirements: &ps.input.pool.requirements };
+            if let Err(t) = self.topology.admit(&cls.topo, &cls.constraints.node, cand) {
+                return format!("would violate {} in NodePool {name}", t.constraint);
+            }
+        }
+        format!("no instance type in NodePool {name} satisfies all of the pod's constraints together")
+    }
+}
+
+impl Requirements {
+    /// The pod's own summary when it has requirements, else the combined one.
+    fn summary_or(&self, combined: &Requirements) -> String {
+        let mut own = self.clone();
+        own.remove(labels::NODEPOOL);
+        if own.is_empty() { combined.summary() } else { own.summary() }
+    }
+}
+
+impl<'a> PoolState<'a> {
+    fn new(input: &'a PoolInput, daemonsets: &[SchedPod]) -> Self {
+        let pool = &input.pool;
+        let daemons: Vec<(Requirements, &Resources)> = daemonsets
+            .iter()
+            .filter_map(|d| {
+                let c = d.constraints(&Relaxation::default());
+                let tolerated = first_untolerated(&pool.taints, &c.tolerations, true).is_none();
+                let compatible = pool.requirements.compatible(&c.node, Undefined::WellKnownOnly).is_ok();
+                (tolerated && compatible).then_some((c.node, &d.requests))
+            })
+            .collect();
+        let mut base = FixedBitSet::with_capacity(input.instance_types.len());
+        let mut room = Vec::with_capacity(input.instance_types.len());
+        for (t, it) in input.instance_types.iter().enumerate() {
+            let mut overhead = Resources::default();
+            for (node, req) in &daemons {
+                if it.requirements.intersects(node) {
+                    overhead.add(req);
+                }
+            }
+            let mut r = it.allocatable().saturating_sub(&overhead);
+            if !overhead.fits_in(it.allocatable()) {
+                r = Resources::default();
+            }
+            if r.pods > 0 && it.requirements.intersects(&pool.requirements) && it.has_offering(&pool.requirements) {
+                base.insert(t);
+            }
+            room.push(r);
+        }
+        PoolState { input, room, base, reserved: Resources::default(), claims: 0 }
+    }
+}
+
+/// Zones and capacity types from every pool's offerings, plus the labels of
+/// existing nodes, for every key a topology constraint may use.
+fn domain_universe(pools: &[PoolInput], nodes: &[ExistingNode]) -> FxHashMap<String, Vec<String>> {
+    let mut u: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in pools {
+        for it in &p.instance_types {
+            for o in &it.offerings {
+                if o.available && p.pool.requirements.allows(labels::ZONE, Some(&o.zone)) && p.pool.requirements.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)) {
+                    u.entry(labels::ZONE.to_owned()).or_default().insert(o.zone.clone());
+                    u.entry(labels::CAPACITY_TYPE.to_owned()).or_default().insert(o.capacity_type.clone());
+                }
+            }
+            for (k, r) in it.requirements.iter() {
+                if let Some(v) = r.single_value() {
+                    if k != labels::ZONE && k != labels::CAPACITY_TYPE {
+                        u.entry(k.to_owned()).or_default().insert(v.to_owned());
+                    }
+                }
+            }
+        }
+        for (k, r) in p.pool.requirements.iter() {
+            if let Some(v) = r.single_value() {
+                u.entry(k.to_owned()).or_default().insert(v.to_owned());
+            }
+        }
+    }
+    for n in nodes {
+        for (k, v) in &n.labels {
+            u.entry(k.clone()).or_default().insert(v.clone());
+        }
+    }
+    u.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect()
+}
+
+fn ports_conflict(used: &[HostPort], wanted: &[HostPort]) -> bool {
+    wanted.iter().any(|w| used.contains(w))
+}
+
+/// True when every `minValues` of the requirements is met by the types kept.
+fn min_values_hold(reqs: &Requirements, types: &FixedBitSet, catalog: &[InstanceType]) -> bool {
+    reqs.iter().all(|(key, r)| match r.min_values {
+        None => true,
+        Some(min) => {
+            let distinct: BTreeSet<&str> = types
+                .ones()
+                .filter_map(|t| catalog[t].requirements.get(key).and_then(|r| r.single_value()))
+                .collect();
+            distinct.len() >= min as usize
+        }
+    })
+}
+
+/// The first `max` options, extended with the cheapest options that add a
+/// missing value while some `minValues` is unmet.
+fn truncate_keeping_min_values(
+    options: Vec<(LaunchOption, usize)>,
+    max: usize,
+    reqs: &Requirements,
+    catalog: &[InstanceType],
+) -> Vec<LaunchOption> {
+    let min_keys: Vec<(&str, usize)> = reqs.iter().filter_map(|(k, r)| r.min_values.map(|m| (k, m as usize))).collect();
+    if options.len() <= max || min_keys.is_empty() {
+        return options.into_iter().take(max).map(|(o, _)| o).collect();
+    }
+    let value = |t: usize, key: &str| catalog[t].requirements.get(key).and_then(|r| r.single_value()).map(str::to_owned);
+    let mut kept: Vec<(LaunchOption, usize)> = Vec::new();
+    let mut rest = Vec::new();
+    for (i, o) in options.into_iter().enumerate() {
+        if i < max { kept.push(o) } else { rest.push(o) }
+    }
+    for (key, min) in min_keys {
+        let mut seen: BTreeSet<String> = kept.iter().filter_map(|(_, t)| value(*t, key)).collect();
+        let mut remaining = Vec::new();
+        for o in rest {
+            match value(o.1, key) {
+                Some(v) if seen.len() < min && !seen.contains(&v) => {
+                    seen.insert(v);
+                    kept.push(o);
+                }
+                _ => remaining.push(o),
+            }
+        }
+        rest = remaining;
+    }
+    kept.into_iter().map(|(o, _)| o).collect()
+}

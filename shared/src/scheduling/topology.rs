@@ -1,1 +1,423 @@
-//! placeholder
+//! Topology: spread constraints and pod (anti-)affinity, counted per domain.
+//!
+//! Every distinct constraint (kind, topology key, selector, namespaces) is a
+//! *group* that counts, per domain, the pods its selector matches. A domain
+//! is a value of the topology key (a zone, a capacity type) or, for
+//! `kubernetes.io/hostname`, one node or planned claim (a *host*).
+//!
+//! Checking a pod against a candidate host yields either a rejection or the
+//! extra requirements the pod adds there — a spread pins an undecided claim
+//! to the zone with the fewest matching pods, an affinity to a zone that has
+//! its peers. Anti-affinity is symmetric: a pod may not land where a pod
+//! whose anti-affinity selects it already is ("inverse" groups).
+//!
+//! As in Karpenter, the minimum count for hostname spreads is 0 (a new node
+//! can always be made), and a pod whose domain is still undecided when it is
+//! recorded is not counted for spreads (anti-affinity owners are counted in
+//! every domain they might land in, to stay safe).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use super::labels;
+use super::pod::{AffinityTerm, Constraints, Spread};
+use super::requirements::{Requirement, Requirements};
+use super::selector::LabelSelector;
+
+pub type GroupId = u32;
+/// A node or a planned claim, numbered densely.
+pub type HostId = u32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Spread { max_skew: u32, min_domains: Option<u32> },
+    Affinity,
+    AntiAffinity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupKey {
+    pub kind: Kind,
+    pub key: String,
+    pub selector: LabelSelector,
+    /// Namespaces whose pods count (sorted).
+    pub namespaces: Vec<String>,
+}
+
+impl GroupKey {
+    pub fn spread(s: &Spread, namespace: &str) -> Self {
+        GroupKey {
+            kind: Kind::Spread { max_skew: s.max_skew, min_domains: s.min_domains },
+            key: s.key.clone(),
+            selector: s.selector.clone(),
+            namespaces: vec![namespace.to_owned()],
+        }
+    }
+
+    pub fn affinity(t: &AffinityTerm) -> Self {
+        GroupKey {
+            kind: if t.anti { Kind::AntiAffinity } else { Kind::Affinity },
+            key: t.key.clone(),
+            selector: t.selector.clone(),
+            namespaces: t.namespaces.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.kind {
+            Kind::Spread { max_skew, .. } => format!("topology spread on {} (maxSkew {max_skew})", self.key),
+            Kind::Affinity => format!("pod affinity on {}", self.key),
+            Kind::AntiAffinity => format!("pod anti-affinity on {}", self.key),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    by_value: FxHashMap<String, u32>,
+    by_host: Vec<u32>,
+    total: u32,
+}
+
+impl Counts {
+    fn value(&self, v: &str) -> u32 {
+        self.by_value.get(v).copied().unwrap_or(0)
+    }
+    fn host(&self, h: HostId) -> u32 {
+        self.by_host.get(h as usize).copied().unwrap_or(0)
+    }
+    fn add_host(&mut self, h: HostId) {
+        let i = h as usize;
+        if self.by_host.len() <= i {
+            self.by_host.resize(i + 1, 0);
+        }
+        self.by_host[i] += 1;
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    key: GroupKey,
+    hostname: bool,
+    /// Pods the selector matches.
+    matched: Counts,
+    /// Pods that carry this (anti-affinity) constraint.
+    owners: Counts,
+}
+
+/// The groups one pod (at one relaxation) takes part in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodTopology {
+    /// Constraints the pod carries, with whether its own labels match the selector.
+    owned: Vec<(GroupId, bool)>,
+    /// Groups whose selector matches the pod (it counts there).
+    matched: Vec<GroupId>,
+    /// Anti-affinity groups whose selector matches the pod: their owners repel it.
+    inverse: Vec<GroupId>,
+}
+
+impl PodTopology {
+    pub fn is_empty(&self) -> bool {
+        self.owned.is_empty() && self.matched.is_empty() && self.inverse.is_empty()
+    }
+}
+
+/// Where a pod might go: an existing node (labels decided) or a claim (requirements).
+#[derive(Debug, Clone, Copy)]
+pub enum Candidate<'a> {
+    Node { host: HostId, labels: &'a BTreeMap<String, String> },
+    Claim { host: HostId, requirements: &'a Requirements },
+}
+
+impl Candidate<'_> {
+    fn host(&self) -> HostId {
+        match self {
+            Candidate::Node { host, .. } | Candidate::Claim { host, .. } => *host,
+        }
+    }
+}
+
+/// Why the topology refuses a pod on a candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyReject {
+    pub constraint: String,
+    /// True when the refusal can never turn into an admission for the same
+    /// candidate (host-level counts only grow).
+    pub permanent: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Topology {
+    groups: Vec<Group>,
+    index: FxHashMap<GroupKey, GroupId>,
+    /// Topology key → every value a new or existing node can have.
+    universe: FxHashMap<String, Vec<String>>,
+    matched_cache: FxHashMap<(String, BTreeMap<String, String>), (Vec<GroupId>, Vec<GroupId>)>,
+}
+
+impl Topology {
+    /// `universe`: for each topology key, the values nodes can take (zones
+    /// and capacity types from the offerings, labels of existing nodes).
+    pub fn new(universe: FxHashMap<String, Vec<String>>) -> Self {
+        Topology { universe, ..Default::default() }
+    }
+
+    /// Registers every constraint a pod may ever carry (before relaxation).
+    /// All groups must be registered before [`Topology::pod_topology`] is asked.
+    pub fn register(&mut self, spreads: &[Spread], affinity: &[AffinityTerm], namespace: &str) {
+        for s in spreads {
+            self.group_id(GroupKey::spread(s, namespace));
+        }
+        for t in affinity {
+            self.group_id(GroupKey::affinity(t));
+        }
+    }
+
+    fn group_id(&mut self, key: GroupKey) -> GroupId {
+        if let Some(id) = self.index.get(&key) {
+            return *id;
+        }
+        let id = self.groups.len() as GroupId;
+        self.groups.push(Group {
+            hostname: key.key == labels::HOSTNAME,
+            key: key.clone(),
+            matched: Counts::default(),
+            owners: Counts::default(),
+        });
+        self.index.insert(key, id);
+        self.matched_cache.clear();
+        id
+    }
+
+    pub fn has_groups(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// The groups a pod with these constraints and labels takes part in.
+    pub fn pod_topology(&mut self, c: &Constraints, namespace: &str, labels: &BTreeMap<String, String>) -> PodTopology {
+        if self.groups.is_empty() {
+            return PodTopology::default();
+        }
+        let mut owned = Vec::with_capacity(c.spreads.len() + c.affinity.len());
+        for s in &c.spreads {
+            let key = GroupKey::spread(s, namespace);
+            let self_match = key.selector.matches(labels);
+            owned.push((self.group_id(key), self_match));
+        }
+        for t in &c.affinity {
+            let key = GroupKey::affinity(t);
+            let self_match = key.selector.matches(labels) && key.namespaces.iter().any(|n| n == namespace);
+            owned.push((self.group_id(key), self_match));
+        }
+        let (matched, inverse) = self.matching(namespace, labels);
+        PodTopology { owned, matched, inverse }
+    }
+
+    fn matching(&mut self, namespace: &str, pod_labels: &BTreeMap<String, String>) -> (Vec<GroupId>, Vec<GroupId>) {
+        let cache_key = (namespace.to_owned(), pod_labels.clone());
+        if let Some(hit) = self.matched_cache.get(&cache_key) {
+            return hit.clone();
+        }
+        let mut matched = Vec::new();
+        let mut inverse = Vec::new();
+        for (id, g) in self.groups.iter().enumerate() {
+            if g.key.namespaces.iter().any(|n| n == namespace) && g.key.selector.matches(pod_labels) {
+                matched.push(id as GroupId);
+                if g.key.kind == Kind::AntiAffinity {
+                    inverse.push(id as GroupId);
+                }
+            }
+        }
+        self.matched_cache.insert(cache_key, (matched.clone(), inverse.clone()));
+        (matched, inverse)
+    }
+
+    /// The domain values of `key` the candidate may still take, given the pod's
+    /// node requirements and what earlier constraints of this pod narrowed.
+    fn options<'s>(&'s self, key: &str, cand: Candidate<'s>, pod_node: &Requirements, extra: &Requirements) -> Vec<&'s str> {
+        match cand {
+            Candidate::Node { labels, .. } => labels
+                .get(key)
+                .map(String::as_str)
+                .filter(|v| extra.allows(key, Some(v)))
+                .into_iter()
+                .collect(),
+            Candidate::Claim { requirements, .. } => self
+                .universe
+                .get(key)
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .filter(|v| {
+                    requirements.allows(key, Some(v)) && pod_node.allows(key, Some(v)) && extra.allows(key, Some(v))
+                })
+                .collect(),
+        }
+    }
+
+    /// Checks a pod against a candidate. On success returns the requirements
+    /// the pod adds there (empty when it adds none).
+    pub fn admit(
+        &self,
+        pt: &PodTopology,
+        pod_node: &Requirements,
+        cand: Candidate<'_>,
+    ) -> Result<Requirements, TopologyReject> {
+        let mut extra = Requirements::new();
+        let host = cand.host();
+        for &(gid, self_match) in &pt.owned {
+            let g = &self.groups[gid as usize];
+            if !g.hostname && !self.universe.contains_key(&g.key.key) {
+                continue; // a key no node can have: ignored, as Karpenter does
+            }
+            let reject = |permanent: bool| TopologyReject { constraint: g.key.describe(), permanent };
+            match (g.key.kind, g.hostname) {
+                (Kind::Spread { max_skew, .. }, true) => {
+                    if g.matched.host(host) + 1 > max_skew {
+                        return Err(reject(true));
+                    }
+                }
+                (Kind::Spread { max_skew, min_domains }, false) => {
+                    let eligible: Vec<&str> = self
+                        .universe
+                        .get(&g.key.key)
+                        .into_iter()
+                        .flatten()
+                        .map(String::as_str)
+                        .filter(|v| pod_node.allows(&g.key.key, Some(v)))
+                        .collect();
+                    let min = if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
+                        0
+                    } else {
+                        eligible.iter().map(|v| g.matched.value(v)).min().unwrap_or(0)
+                    };
+                    let best = self
+                        .options(&g.key.key, cand, pod_node, &extra)
+                        .into_iter()
+                        .filter(|v| g.matched.value(v) + 1 <= min + max_skew)
+                        .min_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| a.cmp(b)));
+                    match best {
+                        Some(v) => extra.add(&g.key.key, Requirement::single(v)),
+                        None => return Err(reject(false)),
+                    }
+                }
+                (Kind::Affinity, true) => {
+                    let ok = g.matched.host(host) > 0 || (g.matched.total == 0 && self_match);
+                    if !ok {
+                        return Err(reject(false));
+                    }
+                }
+                (Kind::Affinity, false) => {
+                    let options = self.options(&g.key.key, cand, pod_node, &extra);
+                    let with_peers = options
+                        .iter()
+                        .filter(|v| g.matched.value(v) > 0)
+                        .max_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| b.cmp(a)));
+                    let chosen = match with_peers {
+                        Some(v) => Some(*v),
+                        None if g.matched.total == 0 && self_match => options.first().copied(),
+                        None => None,
+                    };
+                    match chosen {
+                        Some(v) => extra.add(&g.key.key, Requirement::single(v)),
+                        None => return Err(reject(false)),
+                    }
+                }
+                (Kind::AntiAffinity, true) => {
+                    if g.matched.host(host) > 0 {
+                        return Err(reject(true));
+                    }
+                }
+                (Kind::AntiAffinity, false) => {
+                    let options = self.options(&g.key.key, cand, pod_node, &extra);
+                    narrow(&mut extra, &g.key.key, options, |v| g.matched.value(v) == 0).map_err(|()| reject(false))?;
+                }
+            }
+        }
+        for &gid in &pt.inverse {
+            let g = &self.groups[gid as usize];
+            if g.owners.total == 0 {
+                continue;
+            }
+            let reject = |permanent: bool| TopologyReject { constraint: format!("{} of another pod", g.key.describe()), permanent };
+            if g.hostname {
+                if g.owners.host(host) > 0 {
+                    return Err(reject(true));
+                }
+            } else {
+                let options = self.options(&g.key.key, cand, pod_node, &extra);
+                narrow(&mut extra, &g.key.key, options, |v| g.owners.value(v) == 0).map_err(|()| reject(false))?;
+            }
+        }
+        Ok(extra)
+    }
+
+    /// Counts a placed pod. `cand` carries the final requirements of the claim
+    /// (or the node's labels).
+    pub fn record(&mut self, pt: &PodTopology, cand: Candidate<'_>) {
+        let host = cand.host();
+        let domains = |key: &str, universe: &FxHashMap<String, Vec<String>>| -> Vec<String> {
+            match cand {
+                Candidate::Node { labels, .. } => labels.get(key).cloned().into_iter().collect(),
+                Candidate::Claim { requirements, .. } => universe
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .filter(|v| requirements.allows(key, Some(v)))
+                    .cloned()
+                    .collect(),
+            }
+        };
+        for &gid in &pt.matched {
+            let g = &self.groups[gid as usize];
+            let (hostname, anti) = (g.hostname, g.key.kind == Kind::AntiAffinity);
+            let values = if hostname { Vec::new() } else { domains(&g.key.key, &self.universe) };
+            let g = &mut self.groups[gid as usize];
+            g.matched.total += 1;
+            if hostname {
+                g.matched.add_host(host);
+            } else if values.len() == 1 || anti {
+                for v in values {
+                    *g.matched.by_value.entry(v).or_insert(0) += 1;
+                }
+            }
+        }
+        for &(gid, _) in &pt.owned {
+            if self.groups[gid as usize].key.kind != Kind::AntiAffinity {
+                continue;
+            }
+            let g = &self.groups[gid as usize];
+            let values = if g.hostname { Vec::new() } else { domains(&g.key.key, &self.universe) };
+            let g = &mut self.groups[gid as usize];
+            g.owners.total += 1;
+            if g.hostname {
+                g.owners.add_host(host);
+            } else {
+                for v in values {
+                    *g.owners.by_value.entry(v).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+
+    /// True when every constraint of the pod is host-level, so a refusal on
+    /// one host stays a refusal (used to skip hosts for similar pods).
+    pub fn host_level_only(&self, pt: &PodTopology) -> bool {
+        pt.owned.iter().all(|(g, _)| self.groups[*g as usize].hostname)
+            && pt.inverse.iter().all(|g| self.groups[*g as usize].hostname)
+    }
+}
+
+/// Keeps the options that pass `keep`; adds `key In [kept]` when that narrows.
+fn narrow(extra: &mut Requirements, key: &str, options: Vec<&str>, keep: impl Fn(&str) -> bool) -> Result<(), ()> {
+    let total = options.len();
+    let kept: Vec<&str> = options.into_iter().filter(|v| keep(v)).collect();
+    if kept.is_empty() {
+        return Err(());
+    }
+    if kept.len() < total {
+        extra.add(key, Requirement::any_of(kept));
+    }
+    Ok(())
+}

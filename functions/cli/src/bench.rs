@@ -1,0 +1,217 @@
+//! `nodewright bench scheduling`: Karpenter's scheduling benchmark (W1),
+//! solved by the same solver the provisioner runs, with the figures
+//! Karpenter reports plus the plan's cost and, for the generic mix, its LP
+//! lower bound.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use nodewright::config::NodePool;
+use nodewright::resources::Resources;
+use nodewright::scheduling::solver::{ClaimOrder, Plan, PoolInput, SolveOptions, solve};
+use nodewright::scheduling::SchedPod;
+use nodewright::workload::lower_bound::{Candidate, lp_lower_bound};
+use nodewright::workload::w1::{self, Mix};
+use serde_json::json;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Solve Karpenter's scheduling benchmark workload (W1) and report speed and cost.
+    Scheduling(SchedulingArgs),
+}
+
+#[derive(Args)]
+pub struct SchedulingArgs {
+    /// Number of pending pods.
+    #[arg(long, default_value_t = 1000)]
+    pods: usize,
+    /// karpenter (Karpenter's diverse mix), generic, or preferences.
+    #[arg(long, default_value = "karpenter")]
+    mix: Mix,
+    /// Number of synthetic instance types.
+    #[arg(long, default_value_t = 400)]
+    instance_types: usize,
+    /// Seed of the pod generator.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Solve this many times and report the median time.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Which claim a pod tries first: best (both orders, cheaper plan kept),
+    /// first-fit, or fewest-pods (Karpenter's order).
+    #[arg(long, value_enum, default_value_t = Order::Best)]
+    order: Order,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Write pods.json, instance-types.json and plan.json to this folder.
+    #[arg(long)]
+    dump: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Order {
+    Best,
+    FirstFit,
+    FewestPods,
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Scheduling(args) => scheduling(&args),
+    }
+}
+
+fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
+    let k8s_pods = w1::pods(args.pods, args.mix, args.seed);
+    let types = w1::instance_types(args.instance_types);
+    let pools = vec![PoolInput::new(NodePool::open("default"), types)];
+    let options = SolveOptions {
+        order: match args.order {
+            Order::Best => ClaimOrder::Best,
+            Order::FirstFit => ClaimOrder::FirstFit,
+            Order::FewestPods => ClaimOrder::FewestPods,
+        },
+        ..SolveOptions::default()
+    };
+
+    let mut times = Vec::with_capacity(args.runs);
+    let mut result: Option<(Vec<SchedPod>, Plan)> = None;
+    for _ in 0..args.runs {
+        // Timed like Karpenter's Solve: from Kubernetes pods to a plan.
+        let start = Instant::now();
+        let pods = k8s_pods.iter().map(SchedPod::from_pod).collect::<Result<Vec<_>, _>>()?;
+        let plan = solve(&pods, &[], &pools, &[], &options);
+        times.push(start.elapsed().as_secs_f64());
+        result = Some((pods, plan));
+    }
+    let (pods, plan) = result.context("no run")?;
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+
+    let lower_bound = (args.mix == Mix::Generic).then(|| {
+        let mut total = Resources::default();
+        for p in &pods {
+            total.add(&p.requests);
+        }
+        let candidates: Vec<Candidate> = pools[0]
+            .instance_types
+            .iter()
+            .filter_map(|t| {
+                let price = t.offerings.iter().filter(|o| o.available).map(|o| o.price).min_by(f64::total_cmp)?;
+                Some(Candidate { price, allocatable: t.allocatable().clone() })
+            })
+            .collect();
+        lp_lower_bound(&total, &candidates)
+    });
+    let lower_bound = lower_bound.flatten();
+    let cost = plan.cost_per_hour();
+    let report = json!({
+        "workload": "W1",
+        "mix": format!("{:?}", args.mix).to_lowercase(),
+        "instance_types": args.instance_types,
+        "seed": args.seed,
+        "runs": args.runs,
+        "pods": pods.len(),
+        "scheduled": plan.scheduled(),
+        "unschedulable": plan.unschedulable.len(),
+        "nodes": plan.claims.len(),
+        "seconds": seconds,
+        "seconds_min": times[0],
+        "pods_per_second": pods.len() as f64 / seconds,
+        "cost_per_hour": cost,
+        "lower_bound_cost_per_hour": lower_bound,
+        "cost_over_lower_bound": lower_bound.map(|b| cost / b),
+        "peak_rss_mb": peak_rss_mb(),
+    });
+    if let Some(dir) = &args.dump {
+        dump(dir, &k8s_pods, &pools[0], &pods, &plan)?;
+    }
+    if args.json {
+        println!("{report}");
+    } else {
+        print_text(&report);
+        for (i, reason) in plan.unschedulable.iter().take(5) {
+            println!("  unschedulable {}: {reason}", pods[*i].pod);
+        }
+    }
+    Ok(())
+}
+
+fn print_text(r: &serde_json::Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+    println!("W1 {} mix, {} instance types, seed {}", r["mix"].as_str().unwrap_or(""), r["instance_types"], r["seed"]);
+    println!("pods              {}", r["pods"]);
+    println!("pods scheduled    {}", r["scheduled"]);
+    println!("nodes             {}", r["nodes"]);
+    println!("seconds           {:.3} (median of {})", f("seconds"), r["runs"]);
+    println!("pods per second   {:.0}", f("pods_per_second"));
+    println!("fleet $/hour      {:.2}", f("cost_per_hour"));
+    if let Some(b) = r["lower_bound_cost_per_hour"].as_f64() {
+        println!("LP lower bound    {b:.2} $/hour (plan = {:.4} × bound)", f("cost_over_lower_bound"));
+    }
+    if let Some(m) = r["peak_rss_mb"].as_f64() {
+        println!("peak RSS          {m:.0} MB");
+    }
+}
+
+/// Peak resident set size of this process (Linux), in MB.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1000.0)
+}
+
+fn dump(
+    dir: &std::path::Path,
+    k8s_pods: &[nodewright::k8s::Pod],
+    pool: &PoolInput,
+    pods: &[SchedPod],
+    plan: &Plan,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, value: serde_json::Value| -> anyhow::Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_vec_pretty(&value)?).with_context(|| format!("writing {}", path.display()))
+    };
+    write("pods.json", json!({"apiVersion": "v1", "kind": "List", "items": k8s_pods}))?;
+    let res = |r: &Resources| json!({"cpu": nodewright::resources::format_cpu(r.cpu_millis), "memory": nodewright::resources::format_bytes(r.memory_bytes), "pods": r.pods.to_string()});
+    let types: Vec<_> = pool
+        .instance_types
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "capacity": res(&t.capacity),
+                "allocatable": res(t.allocatable()),
+                "offerings": t.offerings.iter().map(|o| json!({"zone": o.zone, "capacity_type": o.capacity_type, "price": o.price})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    write("instance-types.json", json!(types))?;
+    let claims: Vec<_> = plan
+        .claims
+        .iter()
+        .map(|c| {
+            let chosen = c.options.first();
+            json!({
+                "nodepool": c.pool,
+                "instance_type": chosen.map(|o| &o.instance_type),
+                "zone": chosen.map(|o| &o.zone),
+                "capacity_type": chosen.map(|o| &o.capacity_type),
+                "price": chosen.map(|o| o.price),
+                "instance_type_options": c.options.iter().map(|o| &o.instance_type).collect::<Vec<_>>(),
+                "requirements": c.requirements.to_string(),
+                "pods": c.pods.iter().map(|i| pods[*i].pod.name.clone()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let unschedulable: Vec<_> =
+        plan.unschedulable.iter().map(|(i, r)| json!({"pod": pods[*i].pod.name, "reason": r})).collect();
+    write("plan.json", json!({"cost_per_hour": plan.cost_per_hour(), "claims": claims, "unschedulable": unschedulable}))?;
+    Ok(())
+}
