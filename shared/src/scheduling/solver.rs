@@ -31,16 +31,15 @@
 //! its launch options are the cheapest types that hold its pods.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
 
 use fixedbitset::FixedBitSet;
 use rustc_hash::FxHashMap;
 
 use super::labels;
 use super::pod::{Constraints, HostPort, Relaxation, SchedPod};
-use super::requirements::{Requirements, Undefined};
+use super::requirements::{Requirement, Requirements, Undefined};
 use super::taints::{Effect, Taint, first_untolerated};
-use super::topology::{Candidate, HostId, PodTopology, Topology};
+use super::topology::{Candidate, HostId, PodTopology, Topology, TopologyReject};
 use crate::cloud::InstanceType;
 use crate::config::NodePool;
 use crate::resources::{self, Resources};
@@ -186,6 +185,8 @@ struct Class {
     topo: PodTopology,
     /// Refusals by hosts are final (all topology is host-level).
     host_level: bool,
+    /// The topology keys its admission depends on, if no hostname group is involved.
+    domain_keys: Option<Vec<String>>,
     /// Interned node requirements, the key of the compatibility bitsets.
     req_id: u32,
     /// Per pool: tolerates its taints.
@@ -193,6 +194,10 @@ struct Class {
     /// Claims (and nodes) before these indices refused this class for good.
     claim_cursor: usize,
     node_cursor: usize,
+    /// Other claims that refused this class for good.
+    refused: FixedBitSet,
+    /// Per pool: index into `Solver::compat_sets`, computed on first use.
+    compat: Vec<Option<u32>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -214,6 +219,70 @@ struct PoolState<'a> {
     /// Σ over this solve's claims of the per-resource max capacity of their types.
     reserved: Resources,
     claims: i64,
+    offerings: OfferingMasks,
+}
+
+/// Each type's available offerings as a bit mask over the pool's (zone,
+/// capacity type) pairs, so "does this type still have an offering in the
+/// zones left" is one AND instead of string comparisons.
+#[derive(Debug)]
+struct OfferingMasks {
+    /// The pairs, at most 128; `None` when there are more (then checks fall back to strings).
+    pairs: Option<Vec<(String, String)>>,
+    masks: Vec<u128>,
+    /// Per type, per offering: its pair's bit index (unavailable offerings: none).
+    offering_bits: Vec<Vec<Option<u8>>>,
+}
+
+impl OfferingMasks {
+    fn new(types: &[InstanceType]) -> Self {
+        let pairs: BTreeSet<(String, String)> = types
+            .iter()
+            .flat_map(|t| t.offerings.iter().filter(|o| o.available).map(|o| (o.zone.clone(), o.capacity_type.clone())))
+            .collect();
+        if pairs.len() > 128 {
+            return OfferingMasks { pairs: None, masks: Vec::new(), offering_bits: Vec::new() };
+        }
+        let pairs: Vec<(String, String)> = pairs.into_iter().collect();
+        let offering_bits: Vec<Vec<Option<u8>>> = types
+            .iter()
+            .map(|t| {
+                t.offerings
+                    .iter()
+                    .map(|o| {
+                        o.available
+                            .then(|| pairs.iter().position(|(z, c)| *z == o.zone && *c == o.capacity_type))
+                            .flatten()
+                            .map(|i| i as u8)
+                    })
+                    .collect()
+            })
+            .collect();
+        let masks = offering_bits.iter().map(|bits| bits.iter().flatten().fold(0u128, |m, i| m | (1 << i))).collect();
+        OfferingMasks { pairs: Some(pairs), masks, offering_bits }
+    }
+
+    /// True when offering `oi` of type `t` is available and allowed.
+    fn offering_allowed(&self, t: usize, oi: usize, allowed: u128, o: &crate::cloud::Offering, reqs: &Requirements) -> bool {
+        match self.pairs {
+            Some(_) => self.offering_bits[t][oi].is_some_and(|b| allowed & (1 << b) != 0),
+            None => o.allowed_by(reqs),
+        }
+    }
+
+    /// The pairs the requirements allow.
+    fn allowed(&self, reqs: &Requirements) -> u128 {
+        self.pairs.iter().flatten().enumerate().fold(0u128, |m, (i, (z, c))| {
+            if reqs.allows(labels::ZONE, Some(z)) && reqs.allows(labels::CAPACITY_TYPE, Some(c)) { m | (1 << i) } else { m }
+        })
+    }
+
+    fn offered(&self, t: usize, allowed: &u128, it: &InstanceType, reqs: &Requirements) -> bool {
+        match self.pairs {
+            Some(_) => self.masks[t] & allowed != 0,
+            None => it.has_offering(reqs),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -253,15 +322,21 @@ struct Solver<'a> {
     pool_order: Vec<usize>,
     node_state: Vec<NodeState>,
     claims: Vec<Claim>,
-    /// (pods, claim index) for the fewest-pods order.
-    by_pods: BTreeSet<(usize, usize)>,
+    /// For the fewest-pods order: claim indices by pod count, each bucket by age.
+    by_pods: Vec<Vec<u32>>,
     topology: Topology,
     classes: Vec<Class>,
     class_index: FxHashMap<ClassKey, usize>,
     req_index: FxHashMap<Requirements, u32>,
-    compat: FxHashMap<(usize, u32), FixedBitSet>,
+    /// (pool, interned node requirements) → index into `compat_sets`.
+    compat_index: FxHashMap<(usize, u32), u32>,
+    /// Per pool and node requirements: the instance types that satisfy them.
+    compat_sets: Vec<FixedBitSet>,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
+    /// Topology answers within one `place` call (topology does not change
+    /// until the pod is placed), by the claim's requirements on the keys.
+    admit_memo: Vec<(Vec<Option<Requirement>>, Result<Requirements, TopologyReject>)>,
 }
 
 impl<'a> Solver<'a> {
@@ -299,14 +374,16 @@ impl<'a> Solver<'a> {
             pool_order,
             node_state: nodes.iter().map(|n| NodeState { used: n.requested.clone(), ports: Vec::new() }).collect(),
             claims: Vec::new(),
-            by_pods: BTreeSet::new(),
+            by_pods: Vec::new(),
             topology,
             classes: Vec::new(),
             class_index: FxHashMap::default(),
             req_index: FxHashMap::default(),
-            compat: FxHashMap::default(),
+            compat_index: FxHashMap::default(),
+            compat_sets: Vec::new(),
             any_prefer_no_schedule,
             bindings: Vec::new(),
+            admit_memo: Vec::new(),
         };
         // Pods already running count towards topology.
         for (i, n) in nodes.iter().enumerate() {
@@ -464,6 +541,7 @@ impl<'a> Solver<'a> {
         }
         let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
         let host_level = self.topology.host_level_only(&topo);
+        let domain_keys = if topo.is_empty() { None } else { self.topology.domain_keys(&topo) };
         let next_req = self.req_index.len() as u32;
         let req_id = *self.req_index.entry(key.constraints.node.clone()).or_insert(next_req);
         let tolerates = self
@@ -481,16 +559,20 @@ impl<'a> Solver<'a> {
             ports: key.ports.clone(),
             topo,
             host_level,
+            domain_keys,
             req_id,
             tolerates,
             claim_cursor: 0,
             node_cursor: 0,
+            refused: FixedBitSet::new(),
+            compat: vec![None; self.pools.len()],
         });
         self.class_index.insert(key, k);
         k
     }
 
     fn place(&mut self, i: usize, k: usize) -> bool {
+        self.admit_memo.clear();
         // Existing nodes first.
         let mut advancing = true;
         for n in self.classes[k].node_cursor..self.nodes.len() {
@@ -501,32 +583,44 @@ impl<'a> Solver<'a> {
             }
         }
         // Then claims planned in this solve.
-        match self.order {
-            ClaimOrder::FewestPods => {
-                let mut after: Option<(usize, usize)> = None;
-                loop {
-                    let next = match after {
-                        None => self.by_pods.iter().next(),
-                        Some(a) => self.by_pods.range((Bound::Excluded(a), Bound::Unbounded)).next(),
-                    };
-                    let Some(&entry) = next else { break };
-                    if self.try_claim(i, k, entry.1).is_ok() {
-                        return true;
+        if self.order == ClaimOrder::FewestPods {
+            // Claims by pod count, then age; a bucket per count.
+            let mut count = 0;
+            while count < self.by_pods.len() {
+                let mut pos = 0;
+                while pos < self.by_pods[count].len() {
+                    let ci = self.by_pods[count][pos] as usize;
+                    if !self.classes[k].refused.contains(ci) {
+                        match self.try_claim(i, k, ci) {
+                            Ok(()) => return true,
+                            Err(r) if r.permanent => self.refuse(k, ci),
+                            Err(_) => {}
+                        }
                     }
-                    after = Some(entry);
+                    pos += 1;
                 }
+                count += 1;
             }
-            _ => {
-                let mut advancing = true;
-                let mut ci = self.classes[k].claim_cursor;
-                while ci < self.claims.len() {
+        } else {
+            let mut advancing = true;
+            let mut ci = self.classes[k].claim_cursor;
+            while ci < self.claims.len() {
+                if !self.classes[k].refused.contains(ci) {
                     match self.try_claim(i, k, ci) {
                         Ok(()) => return true,
-                        Err(r) if r.permanent && advancing => self.classes[k].claim_cursor = ci + 1,
+                        Err(r) if r.permanent => {
+                            if advancing {
+                                self.classes[k].claim_cursor = ci + 1;
+                            } else {
+                                self.refuse(k, ci);
+                            }
+                        }
                         Err(_) => advancing = false,
                     }
-                    ci += 1;
+                } else if advancing {
+                    self.classes[k].claim_cursor = ci + 1;
                 }
+                ci += 1;
             }
         }
         // Then a new claim, NodePools by weight.
@@ -537,6 +631,15 @@ impl<'a> Solver<'a> {
             }
         }
         false
+    }
+
+    /// Remembers that claim `ci` refuses class `k` for good.
+    fn refuse(&mut self, k: usize, ci: usize) {
+        let refused = &mut self.classes[k].refused;
+        if refused.len() <= ci {
+            refused.grow(self.claims.len().max(ci + 1));
+        }
+        refused.insert(ci);
     }
 
     fn try_node(&mut self, i: usize, k: usize, n: usize) -> Result<(), Refused> {
@@ -572,21 +675,38 @@ impl<'a> Solver<'a> {
         Ok(())
     }
 
-    fn compat(&mut self, pool: usize, k: usize) -> &FixedBitSet {
+    /// The index in `compat_sets` of the types of `pool` that class `k`'s node requirements allow.
+    fn compat_id(&mut self, pool: usize, k: usize) -> usize {
+        if let Some(id) = self.classes[k].compat[pool] {
+            return id as usize;
+        }
         let req_id = self.classes[k].req_id;
-        let node = &self.classes[k].constraints.node;
-        let ps = &self.pools[pool];
-        self.compat.entry((pool, req_id)).or_insert_with(|| {
-            let combined = ps.input.pool.requirements.intersection(node);
-            let mut set = FixedBitSet::with_capacity(ps.input.instance_types.len());
-            for t in ps.base.ones() {
-                let it = &ps.input.instance_types[t];
-                if it.requirements.intersects(&combined) && it.has_offering(&combined) {
-                    set.insert(t);
+        let id = match self.compat_index.get(&(pool, req_id)) {
+            Some(id) => *id,
+            None => {
+                let node = &self.classes[k].constraints.node;
+                let ps = &self.pools[pool];
+                let combined = ps.input.pool.requirements.intersection(node);
+                let mut set = FixedBitSet::with_capacity(ps.input.instance_types.len());
+                for t in ps.base.ones() {
+                    let it = &ps.input.instance_types[t];
+                    if it.requirements.intersects(&combined) && it.has_offering(&combined) {
+                        set.insert(t);
+                    }
                 }
+                let id = self.compat_sets.len() as u32;
+                self.compat_sets.push(set);
+                self.compat_index.insert((pool, req_id), id);
+                id
             }
-            set
-        })
+        };
+        self.classes[k].compat[pool] = Some(id);
+        id as usize
+    }
+
+    fn compat(&mut self, pool: usize, k: usize) -> &FixedBitSet {
+        let id = self.compat_id(pool, k);
+        &self.compat_sets[id]
     }
 
     fn try_claim(&mut self, i: usize, k: usize, ci: usize) -> Result<(), Refused> {
@@ -604,15 +724,30 @@ impl<'a> Solver<'a> {
             }
         }
         let pool = self.claims[ci].pool;
-        let compat = self.compat(pool, k).clone();
+        let compat_id = self.compat_id(pool, k);
+        let compat = &self.compat_sets[compat_id];
         let cls = &self.classes[k];
         let c = &self.claims[ci];
         let extra = if cls.topo.is_empty() {
             Requirements::new()
         } else {
-            self.topology
-                .admit(&cls.topo, &cls.constraints.node, Candidate::Claim { host: c.host, requirements: &c.reqs })
-                .map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
+            let cand = Candidate::Claim { host: c.host, requirements: &c.reqs };
+            let answer = match &cls.domain_keys {
+                Some(keys) => {
+                    let memo = &mut self.admit_memo;
+                    let hit = memo.iter().find(|(sig, _)| sig.iter().zip(keys).all(|(r, k)| r.as_ref() == c.reqs.get(k)));
+                    match hit {
+                        Some((_, answer)) => answer.clone(),
+                        None => {
+                            let answer = self.topology.admit(&cls.topo, &cls.constraints.node, cand);
+                            memo.push((keys.iter().map(|k| c.reqs.get(k).cloned()).collect(), answer.clone()));
+                            answer
+                        }
+                    }
+                }
+                None => self.topology.admit(&cls.topo, &cls.constraints.node, cand),
+            };
+            answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
         };
         let new_reqs = if cls.constraints.node.is_empty() && extra.is_empty() {
             None
@@ -628,23 +763,35 @@ impl<'a> Solver<'a> {
         let mut need = c.used.clone();
         need.add(&cls.requests);
         let mut types = c.types.clone();
-        types.intersect_with(&compat);
+        types.intersect_with(compat);
         let reqs = new_reqs.as_ref().unwrap_or(&c.reqs);
-        let mut max_room = Resources::default();
-        let mut max_capacity = Resources::default();
+        let offered = offerings_changed.then(|| ps.offerings.allowed(reqs));
         let mut kept = FixedBitSet::with_capacity(types.len());
         for t in types.ones() {
             let it = &ps.input.instance_types[t];
-            if need.fits_in(&ps.room[t]) && (!offerings_changed || it.has_offering(reqs)) {
+            if need.fits_in(&ps.room[t]) && offered.as_ref().is_none_or(|m| ps.offerings.offered(t, m, it, reqs)) {
                 kept.insert(t);
-                max_room.max_each(&ps.room[t]);
-                max_capacity.max_each(&it.capacity);
             }
         }
         if kept.is_clear() || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
             // Only a topology decision (a pinned zone) can make this transient.
             return Err(Refused { permanent: extra.is_empty() || cls.host_level });
         }
+        // kept ⊆ c.types: the maxima change only if a removed type attained one.
+        let removed_attains = c.types.difference(&kept).any(|t| {
+            attains(&ps.room[t], &c.max_room) || attains(&ps.input.instance_types[t].capacity, &c.max_capacity)
+        });
+        let (max_room, max_capacity) = if removed_attains {
+            let mut room = Resources::default();
+            let mut capacity = Resources::default();
+            for t in kept.ones() {
+                room.max_each(&ps.room[t]);
+                capacity.max_each(&ps.input.instance_types[t].capacity);
+            }
+            (room, capacity)
+        } else {
+            (c.max_room.clone(), c.max_capacity.clone())
+        };
         let requests = cls.requests.clone();
         let ports = cls.ports.clone();
         let host = c.host;
@@ -665,8 +812,7 @@ impl<'a> Solver<'a> {
         c.ports.extend(ports);
         let _ = requests;
         if self.order == ClaimOrder::FewestPods {
-            self.by_pods.remove(&(old_pods, ci));
-            self.by_pods.insert((old_pods + 1, ci));
+            self.move_bucket(ci, old_pods, old_pods + 1);
         }
         let cls = &self.classes[k];
         if !cls.topo.is_empty() {
@@ -674,6 +820,24 @@ impl<'a> Solver<'a> {
             self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
         }
         Ok(())
+    }
+
+    /// Moves claim `ci` between pod-count buckets (`usize::MAX` = none).
+    fn move_bucket(&mut self, ci: usize, from: usize, to: usize) {
+        let ci = ci as u32;
+        if let Some(b) = self.by_pods.get_mut(from) {
+            if let Ok(pos) = b.binary_search(&ci) {
+                b.remove(pos);
+            }
+        }
+        if to != usize::MAX {
+            if self.by_pods.len() <= to {
+                self.by_pods.resize_with(to + 1, Vec::new);
+            }
+            let b = &mut self.by_pods[to];
+            let pos = b.binary_search(&ci).unwrap_or_else(|p| p);
+            b.insert(pos, ci);
+        }
     }
 
     /// Opens a claim from pool `p` for pod `i`; keeps it if the pod fits.
@@ -712,7 +876,7 @@ impl<'a> Solver<'a> {
         ps.reserved.add(&max_capacity);
         ps.claims += 1;
         if self.order == ClaimOrder::FewestPods {
-            self.by_pods.insert((0, ci));
+            self.move_bucket(ci, usize::MAX, 0);
         }
         if self.try_claim(i, k, ci).is_ok() {
             return true;
@@ -720,7 +884,7 @@ impl<'a> Solver<'a> {
         // Undo the tentative claim.
         let c = self.claims.pop();
         if self.order == ClaimOrder::FewestPods {
-            self.by_pods.remove(&(0, ci));
+            self.move_bucket(ci, 0, usize::MAX);
         }
         let ps = &mut self.pools[p];
         if let Some(c) = c {
@@ -756,26 +920,36 @@ impl<'a> Solver<'a> {
     /// `max_instance_types`, keeping `minValues` satisfied.
     fn finish(&self, c: Claim) -> NewClaim {
         let ps = &self.pools[c.pool];
-        let mut options: Vec<(LaunchOption, usize)> = c
+        let allowed = ps.offerings.allowed(&c.reqs);
+        // (price, type, offering) of each type's cheapest allowed offering.
+        let mut cheapest: Vec<(f64, usize, usize)> = c
             .types
             .ones()
             .filter_map(|t| {
                 let it = &ps.input.instance_types[t];
-                it.cheapest_offering(&c.reqs).map(|o| {
-                    (
-                        LaunchOption {
-                            instance_type: it.name.clone(),
-                            zone: o.zone.clone(),
-                            capacity_type: o.capacity_type.clone(),
-                            price: o.price,
-                        },
-                        t,
-                    )
-                })
+                it.offerings
+                    .iter()
+                    .enumerate()
+                    .filter(|(oi, o)| ps.offerings.offering_allowed(t, *oi, allowed, o, &c.reqs))
+                    .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
+                    .map(|(oi, o)| (o.price, t, oi))
             })
             .collect();
-        options.sort_by(|a, b| a.0.price.total_cmp(&b.0.price).then_with(|| a.0.instance_type.cmp(&b.0.instance_type)));
-        let options = truncate_keeping_min_values(options, self.options.max_instance_types, &c.reqs, &ps.input.instance_types);
+        let types = &ps.input.instance_types;
+        cheapest.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| types[a.1].name.cmp(&types[b.1].name)));
+        let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
+        let options = kept
+            .into_iter()
+            .map(|(price, t, oi)| {
+                let o = &types[t].offerings[oi];
+                LaunchOption {
+                    instance_type: types[t].name.clone(),
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type.clone(),
+                    price,
+                }
+            })
+            .collect();
         NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
     }
 
@@ -852,7 +1026,7 @@ impl<'a> Solver<'a> {
             let host = (self.nodes.len() + self.claims.len()) as HostId;
             let cand = Candidate::Claim { host, requirements: &ps.input.pool.requirements };
             if let Err(t) = self.topology.admit(&cls.topo, &cls.constraints.node, cand) {
-                return format!("would violate {} in NodePool {name}", t.constraint);
+                return format!("would violate {} in NodePool {name}", self.topology.describe(&t));
             }
         }
         format!("no instance type in NodePool {name} satisfies all of the pod's constraints together")
@@ -898,7 +1072,7 @@ impl<'a> PoolState<'a> {
             }
             room.push(r);
         }
-        PoolState { input, room, base, reserved: Resources::default(), claims: 0 }
+        PoolState { input, room, base, reserved: Resources::default(), claims: 0, offerings: OfferingMasks::new(&input.instance_types) }
     }
 }
 
@@ -936,6 +1110,16 @@ fn domain_universe(pools: &[PoolInput], nodes: &[ExistingNode]) -> FxHashMap<Str
     u.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect()
 }
 
+/// True when `r` equals `max` in some resource (removing it may lower the maximum).
+fn attains(r: &Resources, max: &Resources) -> bool {
+    let at = |v: i64, m: i64| m > 0 && v == m;
+    at(r.cpu_millis, max.cpu_millis)
+        || at(r.memory_bytes, max.memory_bytes)
+        || at(r.pods, max.pods)
+        || at(r.ephemeral_bytes, max.ephemeral_bytes)
+        || r.extended.iter().any(|(n, v)| at(*v, max.extended(n)))
+}
+
 fn ports_conflict(used: &[HostPort], wanted: &[HostPort]) -> bool {
     wanted.iter().any(|w| used.contains(w))
 }
@@ -955,25 +1139,23 @@ fn min_values_hold(reqs: &Requirements, types: &FixedBitSet, catalog: &[Instance
 }
 
 /// The first `max` options, extended with the cheapest options that add a
-/// missing value while some `minValues` is unmet.
+/// missing value while some `minValues` is unmet. Options are
+/// (price, type index, offering index), cheapest first.
 fn truncate_keeping_min_values(
-    options: Vec<(LaunchOption, usize)>,
+    options: Vec<(f64, usize, usize)>,
     max: usize,
     reqs: &Requirements,
     catalog: &[InstanceType],
-) -> Vec<LaunchOption> {
+) -> Vec<(f64, usize, usize)> {
     let min_keys: Vec<(&str, usize)> = reqs.iter().filter_map(|(k, r)| r.min_values.map(|m| (k, m as usize))).collect();
     if options.len() <= max || min_keys.is_empty() {
-        return options.into_iter().take(max).map(|(o, _)| o).collect();
+        return options.into_iter().take(max).collect();
     }
     let value = |t: usize, key: &str| catalog[t].requirements.get(key).and_then(|r| r.single_value()).map(str::to_owned);
-    let mut kept: Vec<(LaunchOption, usize)> = Vec::new();
-    let mut rest = Vec::new();
-    for (i, o) in options.into_iter().enumerate() {
-        if i < max { kept.push(o) } else { rest.push(o) }
-    }
+    let mut kept = options;
+    let mut rest = kept.split_off(max);
     for (key, min) in min_keys {
-        let mut seen: BTreeSet<String> = kept.iter().filter_map(|(_, t)| value(*t, key)).collect();
+        let mut seen: BTreeSet<String> = kept.iter().filter_map(|o| value(o.1, key)).collect();
         let mut remaining = Vec::new();
         for o in rest {
             match value(o.1, key) {
@@ -986,5 +1168,5 @@ fn truncate_keeping_min_values(
         }
         rest = remaining;
     }
-    kept.into_iter().map(|(o, _)| o).collect()
+    kept
 }

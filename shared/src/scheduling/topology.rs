@@ -100,6 +100,8 @@ impl Counts {
 struct Group {
     key: GroupKey,
     hostname: bool,
+    /// Every value of the key a node can have (empty for hostname and unknown keys).
+    domains: Vec<String>,
     /// Pods the selector matches.
     matched: Counts,
     /// Pods that carry this (anti-affinity) constraint.
@@ -141,7 +143,9 @@ impl Candidate<'_> {
 /// Why the topology refuses a pod on a candidate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyReject {
-    pub constraint: String,
+    pub group: GroupId,
+    /// The pod is repelled by another pod's anti-affinity (not its own constraint).
+    pub inverse: bool,
     /// True when the refusal can never turn into an admission for the same
     /// candidate (host-level counts only grow).
     pub permanent: bool,
@@ -179,8 +183,11 @@ impl Topology {
             return *id;
         }
         let id = self.groups.len() as GroupId;
+        let hostname = key.key == labels::HOSTNAME;
+        let domains = if hostname { Vec::new() } else { self.universe.get(&key.key).cloned().unwrap_or_default() };
         self.groups.push(Group {
-            hostname: key.key == labels::HOSTNAME,
+            domains,
+            hostname,
             key: key.clone(),
             matched: Counts::default(),
             owners: Counts::default(),
@@ -233,27 +240,23 @@ impl Topology {
         (matched, inverse)
     }
 
-    /// The domain values of `key` the candidate may still take, given the pod's
-    /// node requirements and what earlier constraints of this pod narrowed.
-    fn options<'s>(&'s self, key: &str, cand: Candidate<'s>, pod_node: &Requirements, extra: &Requirements) -> Vec<&'s str> {
-        match cand {
-            Candidate::Node { labels, .. } => labels
-                .get(key)
-                .map(String::as_str)
-                .filter(|v| extra.allows(key, Some(v)))
-                .into_iter()
-                .collect(),
-            Candidate::Claim { requirements, .. } => self
-                .universe
-                .get(key)
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-                .filter(|v| {
-                    requirements.allows(key, Some(v)) && pod_node.allows(key, Some(v)) && extra.allows(key, Some(v))
-                })
-                .collect(),
-        }
+    /// The domain values of group `g`'s key that the candidate may still
+    /// take, given the pod's node requirements and what earlier constraints
+    /// of this pod narrowed.
+    fn options<'g, 'x>(
+        g: &'g Group,
+        cand: Candidate<'x>,
+        pod_node: &'x Requirements,
+        extra: &'x Requirements,
+    ) -> impl Iterator<Item = &'g str> + use<'g, 'x> {
+        let key = g.key.key.as_str();
+        g.domains.iter().map(String::as_str).filter(move |v| {
+            let here = match cand {
+                Candidate::Node { labels, .. } => labels.get(key).is_some_and(|l| l == v),
+                Candidate::Claim { requirements, .. } => requirements.allows(key, Some(v)),
+            };
+            here && pod_node.allows(key, Some(v)) && extra.allows(key, Some(v))
+        })
     }
 
     /// Checks a pod against a candidate. On success returns the requirements
@@ -268,10 +271,10 @@ impl Topology {
         let host = cand.host();
         for &(gid, self_match) in &pt.owned {
             let g = &self.groups[gid as usize];
-            if !g.hostname && !self.universe.contains_key(&g.key.key) {
+            if !g.hostname && g.domains.is_empty() {
                 continue; // a key no node can have: ignored, as Karpenter does
             }
-            let reject = |permanent: bool| TopologyReject { constraint: g.key.describe(), permanent };
+            let reject = |permanent: bool| TopologyReject { group: gid, inverse: false, permanent };
             match (g.key.kind, g.hostname) {
                 (Kind::Spread { max_skew, .. }, true) => {
                     if g.matched.host(host) + 1 > max_skew {
@@ -279,22 +282,16 @@ impl Topology {
                     }
                 }
                 (Kind::Spread { max_skew, min_domains }, false) => {
-                    let eligible: Vec<&str> = self
-                        .universe
-                        .get(&g.key.key)
-                        .into_iter()
-                        .flatten()
-                        .map(String::as_str)
-                        .filter(|v| pod_node.allows(&g.key.key, Some(v)))
-                        .collect();
-                    let min = if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
-                        0
-                    } else {
-                        eligible.iter().map(|v| g.matched.value(v)).min().unwrap_or(0)
-                    };
-                    let best = self
-                        .options(&g.key.key, cand, pod_node, &extra)
-                        .into_iter()
+                    let mut eligible = 0u32;
+                    let mut min = u32::MAX;
+                    for v in g.domains.iter().filter(|v| pod_node.allows(&g.key.key, Some(v))) {
+                        eligible += 1;
+                        min = min.min(g.matched.value(v));
+                    }
+                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) {
+                        min = 0;
+                    }
+                    let best = Self::options(g, cand, pod_node, &extra)
                         .filter(|v| g.matched.value(v) + 1 <= min + max_skew)
                         .min_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| a.cmp(b)));
                     match best {
@@ -309,14 +306,12 @@ impl Topology {
                     }
                 }
                 (Kind::Affinity, false) => {
-                    let options = self.options(&g.key.key, cand, pod_node, &extra);
-                    let with_peers = options
-                        .iter()
+                    let with_peers = Self::options(g, cand, pod_node, &extra)
                         .filter(|v| g.matched.value(v) > 0)
                         .max_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| b.cmp(a)));
                     let chosen = match with_peers {
-                        Some(v) => Some(*v),
-                        None if g.matched.total == 0 && self_match => options.first().copied(),
+                        Some(v) => Some(v),
+                        None if g.matched.total == 0 && self_match => Self::options(g, cand, pod_node, &extra).next(),
                         None => None,
                     };
                     match chosen {
@@ -330,7 +325,7 @@ impl Topology {
                     }
                 }
                 (Kind::AntiAffinity, false) => {
-                    let options = self.options(&g.key.key, cand, pod_node, &extra);
+                    let options: Vec<&str> = Self::options(g, cand, pod_node, &extra).collect();
                     narrow(&mut extra, &g.key.key, options, |v| g.matched.value(v) == 0).map_err(|()| reject(false))?;
                 }
             }
@@ -340,13 +335,13 @@ impl Topology {
             if g.owners.total == 0 {
                 continue;
             }
-            let reject = |permanent: bool| TopologyReject { constraint: format!("{} of another pod", g.key.describe()), permanent };
+            let reject = |permanent: bool| TopologyReject { group: gid, inverse: true, permanent };
             if g.hostname {
                 if g.owners.host(host) > 0 {
                     return Err(reject(true));
                 }
             } else {
-                let options = self.options(&g.key.key, cand, pod_node, &extra);
+                let options: Vec<&str> = Self::options(g, cand, pod_node, &extra).collect();
                 narrow(&mut extra, &g.key.key, options, |v| g.owners.value(v) == 0).map_err(|()| reject(false))?;
             }
         }
@@ -399,6 +394,30 @@ impl Topology {
                 }
             }
         }
+    }
+
+    /// Words for a refusal: which constraint, and whose.
+    pub fn describe(&self, r: &TopologyReject) -> String {
+        let what = self.groups[r.group as usize].key.describe();
+        if r.inverse { format!("{what} of another pod") } else { what }
+    }
+
+    /// The topology keys a pod's admission depends on, when none is
+    /// hostname: then two claims with the same requirements on these keys
+    /// get the same answer (`None` when a host-level group is involved).
+    pub fn domain_keys(&self, pt: &PodTopology) -> Option<Vec<String>> {
+        let groups = pt.owned.iter().map(|(g, _)| *g).chain(pt.inverse.iter().copied());
+        let mut keys = Vec::new();
+        for g in groups {
+            let g = &self.groups[g as usize];
+            if g.hostname {
+                return None;
+            }
+            keys.push(g.key.key.clone());
+        }
+        keys.sort();
+        keys.dedup();
+        Some(keys)
     }
 
     /// True when every constraint of the pod is host-level, so a refusal on
