@@ -185,8 +185,8 @@ struct Class {
     topo: PodTopology,
     /// Refusals by hosts are final (all topology is host-level).
     host_level: bool,
-    /// The topology keys its admission depends on, if no hostname group is involved.
-    domain_keys: Option<Vec<String>>,
+    /// Its admission depends only on the claim's topology signature (no hostname group).
+    domain_only: bool,
     /// Interned node requirements, the key of the compatibility bitsets.
     req_id: u32,
     /// Per pool: tolerates its taints.
@@ -296,6 +296,8 @@ struct Claim {
     max_capacity: Resources,
     pods: Vec<usize>,
     ports: Vec<HostPort>,
+    /// Interned requirements on the topology keys (see `Solver::signature`).
+    signature: u32,
 }
 
 #[derive(Debug)]
@@ -336,7 +338,10 @@ struct Solver<'a> {
     bindings: Vec<(usize, String)>,
     /// Topology answers within one `place` call (topology does not change
     /// until the pod is placed), by the claim's requirements on the keys.
-    admit_memo: Vec<(Vec<Option<Requirement>>, Result<Requirements, TopologyReject>)>,
+    admit_memo: Vec<(u32, Result<Requirements, TopologyReject>)>,
+    /// Every non-hostname topology key; a claim's requirements on them, interned, are its signature.
+    topo_keys: Vec<String>,
+    signatures: FxHashMap<Vec<Option<Requirement>>, u32>,
 }
 
 impl<'a> Solver<'a> {
@@ -384,7 +389,10 @@ impl<'a> Solver<'a> {
             any_prefer_no_schedule,
             bindings: Vec::new(),
             admit_memo: Vec::new(),
+            topo_keys: Vec::new(),
+            signatures: FxHashMap::default(),
         };
+        solver.topo_keys = solver.topology.domain_keys_all();
         // Pods already running count towards topology.
         for (i, n) in nodes.iter().enumerate() {
             for p in &n.pods {
@@ -541,7 +549,7 @@ impl<'a> Solver<'a> {
         }
         let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
         let host_level = self.topology.host_level_only(&topo);
-        let domain_keys = if topo.is_empty() { None } else { self.topology.domain_keys(&topo) };
+        let domain_only = !topo.is_empty() && self.topology.domain_keys(&topo).is_some();
         let next_req = self.req_index.len() as u32;
         let req_id = *self.req_index.entry(key.constraints.node.clone()).or_insert(next_req);
         let tolerates = self
@@ -559,7 +567,7 @@ impl<'a> Solver<'a> {
             ports: key.ports.clone(),
             topo,
             host_level,
-            domain_keys,
+            domain_only,
             req_id,
             tolerates,
             claim_cursor: 0,
@@ -732,20 +740,17 @@ impl<'a> Solver<'a> {
             Requirements::new()
         } else {
             let cand = Candidate::Claim { host: c.host, requirements: &c.reqs };
-            let answer = match &cls.domain_keys {
-                Some(keys) => {
-                    let memo = &mut self.admit_memo;
-                    let hit = memo.iter().find(|(sig, _)| sig.iter().zip(keys).all(|(r, k)| r.as_ref() == c.reqs.get(k)));
-                    match hit {
-                        Some((_, answer)) => answer.clone(),
-                        None => {
-                            let answer = self.topology.admit(&cls.topo, &cls.constraints.node, cand);
-                            memo.push((keys.iter().map(|k| c.reqs.get(k).cloned()).collect(), answer.clone()));
-                            answer
-                        }
+            let answer = if cls.domain_only {
+                match self.admit_memo.iter().find(|(sig, _)| *sig == c.signature) {
+                    Some((_, answer)) => answer.clone(),
+                    None => {
+                        let answer = self.topology.admit(&cls.topo, &cls.constraints.node, cand);
+                        self.admit_memo.push((c.signature, answer.clone()));
+                        answer
                     }
                 }
-                None => self.topology.admit(&cls.topo, &cls.constraints.node, cand),
+            } else {
+                self.topology.admit(&cls.topo, &cls.constraints.node, cand)
             };
             answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
         };
@@ -800,10 +805,13 @@ impl<'a> Solver<'a> {
         let ps = &mut self.pools[pool];
         ps.reserved = ps.reserved.saturating_sub(&old_capacity);
         ps.reserved.add(&max_capacity);
-        let c = &mut self.claims[ci];
         if let Some(r) = new_reqs {
+            let signature = self.signature(&r);
+            let c = &mut self.claims[ci];
             c.reqs = r;
+            c.signature = signature;
         }
+        let c = &mut self.claims[ci];
         c.types = kept;
         c.used = need;
         c.max_room = max_room;
@@ -820,6 +828,14 @@ impl<'a> Solver<'a> {
             self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
         }
         Ok(())
+    }
+
+    /// The interned requirements on every topology key: claims with the same
+    /// signature get the same answer from domain-level topology.
+    fn signature(&mut self, reqs: &Requirements) -> u32 {
+        let sig: Vec<Option<Requirement>> = self.topo_keys.iter().map(|k| reqs.get(k).cloned()).collect();
+        let next = self.signatures.len() as u32;
+        *self.signatures.entry(sig).or_insert(next)
     }
 
     /// Moves claim `ci` between pod-count buckets (`usize::MAX` = none).
@@ -861,7 +877,10 @@ impl<'a> Solver<'a> {
             max_capacity.max_each(&ps.input.instance_types[t].capacity);
         }
         let ci = self.claims.len();
+        let signature = self.signature(&self.pools[p].input.pool.requirements.clone());
+        let ps = &self.pools[p];
         self.claims.push(Claim {
+            signature,
             pool: p,
             host: (self.nodes.len() + ci) as HostId,
             reqs: ps.input.pool.requirements.clone(),

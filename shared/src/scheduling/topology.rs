@@ -402,6 +402,14 @@ impl Topology {
         if r.inverse { format!("{what} of another pod") } else { what }
     }
 
+    /// Every non-hostname key some group counts on.
+    pub fn domain_keys_all(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.groups.iter().filter(|g| !g.hostname).map(|g| g.key.key.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     /// The topology keys a pod's admission depends on, when none is
     /// hostname: then two claims with the same requirements on these keys
     /// get the same answer (`None` when a host-level group is involved).
