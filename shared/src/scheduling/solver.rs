@@ -31,6 +31,7 @@
 //! its launch options are the cheapest types that hold its pods.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use fixedbitset::FixedBitSet;
 use rustc_hash::FxHashMap;
@@ -115,9 +116,11 @@ pub struct Plan {
 /// One instance type a claim may launch as, at its cheapest allowed offering.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchOption {
-    pub instance_type: String,
-    pub zone: String,
-    pub capacity_type: String,
+    /// Shared with every other option naming the same type (a plan can hold
+    /// thousands of claims × 60 options).
+    pub instance_type: Arc<str>,
+    pub zone: Arc<str>,
+    pub capacity_type: Arc<str>,
     pub price: f64,
 }
 
@@ -220,7 +223,33 @@ struct PoolState<'a> {
     reserved: Resources,
     claims: i64,
     offerings: OfferingMasks,
+    names: SharedNames,
 }
+
+/// Instance type, zone and capacity type names as shared strings.
+#[derive(Debug)]
+struct SharedNames {
+    types: Vec<Arc<str>>,
+    /// Per type, per offering: (zone, capacity type).
+    offerings: Vec<Vec<(Arc<str>, Arc<str>)>>,
+}
+
+impl SharedNames {
+    fn new(types: &[InstanceType]) -> Self {
+        let mut interned: FxHashMap<String, Arc<str>> = FxHashMap::default();
+        let mut intern = |s: &str| -> Arc<str> { interned.entry(s.to_owned()).or_insert_with(|| Arc::from(s)).clone() };
+        let offerings = types
+            .iter()
+            .map(|t| t.offerings.iter().map(|o| (intern(&o.zone), intern(&o.capacity_type))).collect())
+            .collect();
+        SharedNames { types: types.iter().map(|t| Arc::from(t.name.as_str())).collect(), offerings }
+    }
+
+    fn offering(&self, t: usize, oi: usize) -> (Arc<str>, Arc<str>) {
+        self.offerings[t][oi].clone()
+    }
+}
+
 
 /// Each type's available offerings as a bit mask over the pool's (zone,
 /// capacity type) pairs, so "does this type still have an offering in the
@@ -960,13 +989,8 @@ impl<'a> Solver<'a> {
         let options = kept
             .into_iter()
             .map(|(price, t, oi)| {
-                let o = &types[t].offerings[oi];
-                LaunchOption {
-                    instance_type: types[t].name.clone(),
-                    zone: o.zone.clone(),
-                    capacity_type: o.capacity_type.clone(),
-                    price,
-                }
+                let (zone, capacity_type) = ps.names.offering(t, oi);
+                LaunchOption { instance_type: ps.names.types[t].clone(), zone, capacity_type, price }
             })
             .collect();
         NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
@@ -1091,7 +1115,15 @@ impl<'a> PoolState<'a> {
             }
             room.push(r);
         }
-        PoolState { input, room, base, reserved: Resources::default(), claims: 0, offerings: OfferingMasks::new(&input.instance_types) }
+        PoolState {
+            input,
+            room,
+            base,
+            reserved: Resources::default(),
+            claims: 0,
+            offerings: OfferingMasks::new(&input.instance_types),
+            names: SharedNames::new(&input.instance_types),
+        }
     }
 }
 
