@@ -201,6 +201,8 @@ struct Class {
     refused: FixedBitSet,
     /// Per pool: index into `Solver::compat_sets`, computed on first use.
     compat: Vec<Option<u32>>,
+    /// Per pool: the price of the cheapest node that holds one such pod alone.
+    alone: Vec<Option<f64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -327,6 +329,9 @@ struct Claim {
     ports: Vec<HostPort>,
     /// Interned requirements on the topology keys (see `Solver::signature`).
     signature: u32,
+    /// The cheapest type's price under the claim's requirements, and that type.
+    price: f64,
+    cheapest: usize,
 }
 
 #[derive(Debug)]
@@ -603,6 +608,7 @@ impl<'a> Solver<'a> {
             node_cursor: 0,
             refused: FixedBitSet::new(),
             compat: vec![None; self.pools.len()],
+            alone: vec![None; self.pools.len()],
         });
         self.class_index.insert(key, k);
         k
@@ -762,6 +768,14 @@ impl<'a> Solver<'a> {
         }
         let pool = self.claims[ci].pool;
         let compat_id = self.compat_id(pool, k);
+        if self.classes[k].alone[pool].is_none() {
+            let cls = &self.classes[k];
+            let ps = &self.pools[pool];
+            let reqs = ps.input.pool.requirements.intersection(&cls.constraints.node);
+            let fits: FixedBitSet = self.compat_sets[compat_id].ones().filter(|&t| cls.requests.fits_in(&ps.room[t])).collect();
+            let alone = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
+            self.classes[k].alone[pool] = Some(alone);
+        }
         let compat = &self.compat_sets[compat_id];
         let cls = &self.classes[k];
         let c = &self.claims[ci];
@@ -826,6 +840,19 @@ impl<'a> Solver<'a> {
         } else {
             (c.max_room.clone(), c.max_capacity.clone())
         };
+        // Joining must not cost more than a node of its own would: the
+        // claim's price may rise by at most the pod's standalone price.
+        let (price, cheapest) = if kept.contains(c.cheapest) && !offerings_changed {
+            (c.price, c.cheapest)
+        } else {
+            ps.cheapest_in(&kept, reqs).unwrap_or((f64::INFINITY, usize::MAX))
+        };
+        if !c.pods.is_empty() {
+            let alone = cls.alone[pool].unwrap_or(f64::INFINITY);
+            if price - c.price > alone + 1e-9 {
+                return Err(Refused { permanent: false });
+            }
+        }
         let requests = cls.requests.clone();
         let ports = cls.ports.clone();
         let host = c.host;
@@ -842,6 +869,8 @@ impl<'a> Solver<'a> {
         }
         let c = &mut self.claims[ci];
         c.types = kept;
+        c.price = price;
+        c.cheapest = cheapest;
         c.used = need;
         c.max_room = max_room;
         c.max_capacity = max_capacity;
@@ -910,6 +939,8 @@ impl<'a> Solver<'a> {
         let ps = &self.pools[p];
         self.claims.push(Claim {
             signature,
+            price: 0.0,
+            cheapest: usize::MAX,
             pool: p,
             host: (self.nodes.len() + ci) as HostId,
             reqs: ps.input.pool.requirements.clone(),
@@ -1086,6 +1117,21 @@ impl Requirements {
 }
 
 impl<'a> PoolState<'a> {
+    /// The cheapest (price, type) among `types` under the requirements.
+    fn cheapest_in(&self, types: &FixedBitSet, reqs: &Requirements) -> Option<(f64, usize)> {
+        let allowed = self.offerings.allowed(reqs);
+        let mut best: Option<(f64, usize)> = None;
+        for t in types.ones() {
+            let it = &self.input.instance_types[t];
+            for (oi, o) in it.offerings.iter().enumerate() {
+                if self.offerings.offering_allowed(t, oi, allowed, o, reqs) && best.is_none_or(|(p, _)| o.price < p) {
+                    best = Some((o.price, t));
+                }
+            }
+        }
+        best
+    }
+
     fn new(input: &'a PoolInput, daemonsets: &[SchedPod]) -> Self {
         let pool = &input.pool;
         let daemons: Vec<(Requirements, &Resources)> = daemonsets

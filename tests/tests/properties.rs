@@ -1,0 +1,150 @@
+//! Property tests: the requirement algebra behaves as set algebra, and
+//! every plan respects every hard constraint, places no pod twice, is
+//! deterministic, and never costs more than one node per pod.
+
+use nodewright::scheduling::requirements::{Operator, Requirement};
+use nodewright::scheduling::solver::{ClaimOrder, PoolInput, SolveOptions, solve};
+use nodewright::scheduling::SchedPod;
+use nodewright_tests::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+const VALUES: [&str; 6] = ["1", "2", "3", "7", "a", "b"];
+
+fn requirement() -> impl Strategy<Value = Requirement> {
+    let ops = prop_oneof![
+        Just(Operator::In),
+        Just(Operator::NotIn),
+        Just(Operator::Exists),
+        Just(Operator::DoesNotExist),
+        Just(Operator::Gt),
+        Just(Operator::Lt),
+        Just(Operator::Gte),
+        Just(Operator::Lte),
+    ];
+    (ops, proptest::sample::subsequence(VALUES.to_vec(), 1..4), 0i64..8).prop_map(|(op, vals, n)| {
+        let values: Vec<String> = match op {
+            Operator::In | Operator::NotIn => vals.iter().map(|s| s.to_string()).collect(),
+            Operator::Exists | Operator::DoesNotExist => vec![],
+            _ => vec![n.to_string()],
+        };
+        Requirement::new("k", op, &values).expect("well-formed")
+    })
+}
+
+proptest! {
+    #[test]
+    fn intersection_is_set_intersection(a in requirement(), b in requirement()) {
+        let i = a.intersection(&b);
+        for v in VALUES.iter().chain(["0", "5", "100", "zz"].iter()) {
+            prop_assert_eq!(i.has(v), a.has(v) && b.has(v), "value {}", v);
+        }
+        prop_assert_eq!(a.compatible(&b), b.compatible(&a));
+        prop_assert_eq!(&i, &b.intersection(&a));
+        if VALUES.iter().any(|v| a.has(v) && b.has(v)) {
+            prop_assert!(a.intersects(&b));
+        }
+        // Intersection is idempotent and narrows.
+        prop_assert_eq!(&i.intersection(&i), &i);
+    }
+}
+
+/// A random pending pod: size, optional architecture, zone, anti-affinity
+/// group and zone spread.
+fn pending_pod(index: usize) -> impl Strategy<Value = SchedPod> {
+    (
+        prop::sample::select(vec!["100m", "250m", "500m", "1", "1500m", "3"]),
+        prop::sample::select(vec!["128Mi", "512Mi", "1Gi", "2Gi", "6Gi"]),
+        prop::option::of(prop::sample::select(vec!["amd64", "arm64"])),
+        prop::option::of(prop::sample::select(ZONES.to_vec())),
+        prop::option::of(0u8..2),
+        any::<bool>(),
+    )
+        .prop_map(move |(cpu, mem, arch, zone, anti, spread)| {
+            let mut selector = serde_json::Map::new();
+            if let Some(a) = arch {
+                selector.insert("kubernetes.io/arch".into(), json!(a));
+            }
+            if let Some(z) = zone {
+                selector.insert("topology.kubernetes.io/zone".into(), json!(z));
+            }
+            let mut spec = json!({"nodeSelector": selector});
+            let labels = match anti {
+                Some(g) => json!({"group": format!("g{g}")}),
+                None => json!({"group": "free"}),
+            };
+            if let Some(g) = anti {
+                spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": format!("g{g}")}}}]}});
+            }
+            if spread {
+                spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"group": "free"}}}]);
+            }
+            pod_with_labels(&format!("p{index:03}"), cpu, mem, labels, spec)
+        })
+}
+
+fn pods(max: usize) -> impl Strategy<Value = Vec<SchedPod>> {
+    (1..max).prop_flat_map(|n| (0..n).map(pending_pod).collect::<Vec<_>>())
+}
+
+/// The cost of giving every scheduled pod its own cheapest node.
+fn one_node_per_pod(pods: &[SchedPod], placed: &[usize], pool: &PoolInput) -> f64 {
+    placed
+        .iter()
+        .map(|&i| {
+            let p = &pods[i];
+            let mut reqs = pool.pool.requirements.intersection(&p.node_selector);
+            if let Some(t) = p.required_terms.first() {
+                reqs.add_all(t);
+            }
+            pool.instance_types
+                .iter()
+                .filter(|t| t.requirements.intersects(&reqs) && p.requests.fits_in(t.allocatable()))
+                .filter_map(|t| t.cheapest_offering(&reqs).map(|o| o.price))
+                .min_by(f64::total_cmp)
+                .unwrap_or(f64::INFINITY)
+        })
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_respect_every_constraint(pods in pods(40), cpu_limit in prop::option::of(4u32..40)) {
+        let spec = match cpu_limit {
+            Some(l) => json!({"limits": {"cpu": l.to_string()}}),
+            None => json!({}),
+        };
+        let pools = vec![PoolInput::new(nodepool("default", spec), catalog())];
+        for order in [ClaimOrder::FirstFit, ClaimOrder::FewestPods, ClaimOrder::Best] {
+            let options = SolveOptions { order, ..SolveOptions::default() };
+            let plan = solve(&pods, &[], &pools, &[], &options);
+            check_plan(&pods, &pools, &plan);
+            if cpu_limit.is_none() {
+                prop_assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+            }
+            // Deterministic.
+            let again = solve(&pods, &[], &pools, &[], &options);
+            prop_assert_eq!(plan.claims.len(), again.claims.len());
+            for (a, b) in plan.claims.iter().zip(&again.claims) {
+                prop_assert_eq!(&a.pods, &b.pods);
+                prop_assert_eq!(&a.options, &b.options);
+            }
+            let placed: Vec<usize> = plan.claims.iter().flat_map(|c| c.pods.iter().copied()).collect();
+            let trivial = one_node_per_pod(&pods, &placed, &pools[0]);
+            prop_assert!(plan.cost_per_hour() <= trivial + 1e-9, "{:?}: plan {} > one node per pod {}", order, plan.cost_per_hour(), trivial);
+        }
+    }
+
+    #[test]
+    fn best_is_never_costlier_than_karpenters_order(pods in pods(60)) {
+        let pools = vec![PoolInput::new(nodepool("default", json!({})), catalog())];
+        let best = solve(&pods, &[], &pools, &[], &SolveOptions::default());
+        let karpenter = solve(&pods, &[], &pools, &[], &SolveOptions { order: ClaimOrder::FewestPods, ..SolveOptions::default() });
+        prop_assert!(best.scheduled() >= karpenter.scheduled());
+        prop_assert!(best.cost_per_hour() <= karpenter.cost_per_hour() + 1e-9);
+    }
+}
