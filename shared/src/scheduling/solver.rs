@@ -226,6 +226,10 @@ struct PoolState<'a> {
     claims: i64,
     offerings: OfferingMasks,
     names: SharedNames,
+    /// Types by `floor_price`, cheapest first.
+    by_price: Vec<usize>,
+    /// Per type: its cheapest available offering's price (any zone or capacity type).
+    floor_price: Vec<f64>,
 }
 
 /// Instance type, zone and capacity type names as shared strings.
@@ -1118,10 +1122,18 @@ impl Requirements {
 
 impl<'a> PoolState<'a> {
     /// The cheapest (price, type) among `types` under the requirements.
+    /// Types are visited by their cheapest price over all offerings, so the
+    /// scan stops as soon as no later type can beat the best found.
     fn cheapest_in(&self, types: &FixedBitSet, reqs: &Requirements) -> Option<(f64, usize)> {
         let allowed = self.offerings.allowed(reqs);
         let mut best: Option<(f64, usize)> = None;
-        for t in types.ones() {
+        for &t in &self.by_price {
+            if best.is_some_and(|(p, _)| self.floor_price[t] >= p) {
+                break;
+            }
+            if !types.contains(t) {
+                continue;
+            }
             let it = &self.input.instance_types[t];
             for (oi, o) in it.offerings.iter().enumerate() {
                 if self.offerings.offering_allowed(t, oi, allowed, o, reqs) && best.is_none_or(|(p, _)| o.price < p) {
@@ -1161,6 +1173,13 @@ impl<'a> PoolState<'a> {
             }
             room.push(r);
         }
+        let floor_price: Vec<f64> = input
+            .instance_types
+            .iter()
+            .map(|t| t.offerings.iter().filter(|o| o.available).map(|o| o.price).min_by(f64::total_cmp).unwrap_or(f64::INFINITY))
+            .collect();
+        let mut by_price: Vec<usize> = (0..input.instance_types.len()).collect();
+        by_price.sort_by(|a, b| floor_price[*a].total_cmp(&floor_price[*b]).then_with(|| a.cmp(b)));
         PoolState {
             input,
             room,
@@ -1169,6 +1188,8 @@ impl<'a> PoolState<'a> {
             claims: 0,
             offerings: OfferingMasks::new(&input.instance_types),
             names: SharedNames::new(&input.instance_types),
+            by_price,
+            floor_price,
         }
     }
 }
