@@ -857,7 +857,6 @@ impl<'a> Solver<'a> {
                 return Err(Refused { permanent: false });
             }
         }
-        let requests = cls.requests.clone();
         let ports = cls.ports.clone();
         let host = c.host;
         let old_pods = c.pods.len();
@@ -880,7 +879,6 @@ impl<'a> Solver<'a> {
         c.max_capacity = max_capacity;
         c.pods.push(i);
         c.ports.extend(ports);
-        let _ = requests;
         if self.order == ClaimOrder::FewestPods {
             self.move_bucket(ci, old_pods, old_pods + 1);
         }
