@@ -104,7 +104,8 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
         seen[i] = true;
     }
     assert!(seen.iter().all(|s| *s), "every pod is placed or reported");
-    let mut limit_use: BTreeMap<String, Resources> = BTreeMap::new();
+    let mut limit_use: BTreeMap<&str, Resources> = BTreeMap::new();
+    let mut node_count: BTreeMap<&str, i64> = BTreeMap::new();
     for c in &plan.claims {
         assert!(!c.options.is_empty(), "a claim has launch options");
         assert!(c.options.len() <= nodewright::scheduling::solver::MAX_INSTANCE_TYPES);
@@ -160,16 +161,12 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
                 assert!(count as u32 <= s.max_skew, "{} hostname spread: {count} > {}", p.pod, s.max_skew);
             }
         }
-        limit_use.entry(c.pool.clone()).or_default().add(&max_capacity);
-        *limit_use.entry(format!("{}#nodes", c.pool)).or_default() = {
-            let mut r = limit_use.get(&format!("{}#nodes", c.pool)).cloned().unwrap_or_default();
-            r.pods += 1;
-            r
-        };
+        limit_use.entry(c.pool.as_str()).or_default().add(&max_capacity);
+        *node_count.entry(c.pool.as_str()).or_default() += 1;
     }
     for p in pools {
-        let used = limit_use.get(&p.pool.name).cloned().unwrap_or_default();
-        let nodes = limit_use.get(&format!("{}#nodes", p.pool.name)).map(|r| r.pods).unwrap_or(0);
+        let used = limit_use.get(p.pool.name.as_str()).cloned().unwrap_or_default();
+        let nodes = node_count.get(p.pool.name.as_str()).copied().unwrap_or(0);
         for (res, limit) in &p.pool.limits.resources {
             let v = if res == "nodes" { nodes } else { used.get(res) };
             assert!(v <= *limit, "pool {} limit {res}: {v} > {limit}", p.pool.name);

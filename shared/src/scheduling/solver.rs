@@ -587,7 +587,7 @@ impl<'a> Solver<'a> {
         }
         let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
         let host_level = self.topology.host_level_only(&topo);
-        let domain_only = !topo.is_empty() && self.topology.domain_keys(&topo).is_some();
+        let domain_only = !topo.is_empty() && self.topology.domain_only(&topo);
         let next_req = self.req_index.len() as u32;
         let req_id = *self.req_index.entry(key.constraints.node.clone()).or_insert(next_req);
         let tolerates = self

@@ -410,22 +410,10 @@ impl Topology {
         keys
     }
 
-    /// The topology keys a pod's admission depends on, when none is
-    /// hostname: then two claims with the same requirements on these keys
-    /// get the same answer (`None` when a host-level group is involved).
-    pub fn domain_keys(&self, pt: &PodTopology) -> Option<Vec<String>> {
-        let groups = pt.owned.iter().map(|(g, _)| *g).chain(pt.inverse.iter().copied());
-        let mut keys = Vec::new();
-        for g in groups {
-            let g = &self.groups[g as usize];
-            if g.hostname {
-                return None;
-            }
-            keys.push(g.key.key.clone());
-        }
-        keys.sort();
-        keys.dedup();
-        Some(keys)
+    /// True when no constraint of the pod is host-level: then two claims with
+    /// the same requirements on the topology keys get the same answer.
+    pub fn domain_only(&self, pt: &PodTopology) -> bool {
+        pt.owned.iter().map(|(g, _)| *g).chain(pt.inverse.iter().copied()).all(|g| !self.groups[g as usize].hostname)
     }
 
     /// True when every constraint of the pod is host-level, so a refusal on
