@@ -9,8 +9,13 @@
 
 pub mod cloud;
 pub mod config;
+pub mod handlers;
+pub mod interruption;
+pub mod ports;
+pub mod provisioning;
 pub mod resources;
 pub mod scheduling;
+pub mod sim;
 pub mod workload;
 
 /// The Kubernetes API types this crate speaks, re-exported for its users.

@@ -1,0 +1,38 @@
+//! Handlers: the code each Lambda function runs, generic over the ports so
+//! the simulator runs exactly the same code on in-memory adapters. They read
+//! snapshots through the ports, call the pure decisions, and carry the
+//! results out. Every handler is idempotent and safe to run concurrently
+//! with itself: what must not happen twice is guarded by a conditional
+//! write in the Store.
+
+pub mod config;
+pub mod provisioner;
+pub mod state_change;
+
+use crate::ports::{CloudError, ClusterError, StoreError};
+
+/// A handler's failure, classified for the function edge.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HandlerError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    #[error("cluster: {0}")]
+    Cluster(#[from] ClusterError),
+    /// The input can never be handled (a malformed event): log and drop it.
+    #[error("invalid input: {0}")]
+    Invalid(String),
+}
+
+impl HandlerError {
+    /// Worth retrying (the same input may succeed later).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            HandlerError::Store(e) => matches!(e, StoreError::Transient(_) | StoreError::Conflict(_)),
+            HandlerError::Cloud(e) => e.is_retryable(),
+            HandlerError::Cluster(e) => e.is_retryable(),
+            HandlerError::Invalid(_) => false,
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! The provisioner: pending pods → batches → claims → launched instances →
+//! registered nodes with their pods bound.
+//!
+//! One invocation holds the `provisioner` lease and calls [`Provisioner::tick`]
+//! about every second until its deadline; the simulator calls the same
+//! `tick` on its clock. Everything that must survive the invocation is in
+//! the Store: the batch window, parked pods, claims, limit usage and
+//! unavailable offerings.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use futures_util::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{debug, info, warn};
+
+use super::HandlerError;
+use super::config::{self, LoadedConfig};
+use crate::config::{Limits, NodePool};
+use crate::ports::{
+    BindOutcome, Cloud, CloudCatalog, CloudError, Cluster, ClusterEvent, Clock, Lease, LaunchRequest, OfferingKey,
+    PodKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
+};
+use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked};
+use crate::provisioning::claim::{Claim, ClaimInstance, UNREGISTERED_TAINT_KEY, reservation_of};
+use crate::provisioning::lifecycle::{self, LifecycleAction};
+use crate::provisioning::plan::{self, Snapshot};
+use crate::scheduling::pod::is_provisionable;
+
+/// The lease that makes one provisioner invocation the active one.
+pub const LEASE: &str = "provisioner";
+
+#[derive(Debug, Clone)]
+pub struct ProvisionerSettings {
+    pub window: BatchWindow,
+    /// How long an offering that ran out of capacity is avoided (Karpenter: 3 min).
+    pub unavailable_for: SignedDuration,
+    /// A parked pod is looked at again after this long even if nothing changed.
+    pub parked_retry: SignedDuration,
+    /// Launches in flight at once.
+    pub launch_concurrency: usize,
+    /// How often instances are compared with claims.
+    pub gc_interval: SignedDuration,
+    /// How often pending pods are polled when nothing else is due.
+    pub poll: SignedDuration,
+    /// A claim whose launch failed transiently this many times is dropped.
+    pub max_launch_attempts: u32,
+}
+
+impl Default for ProvisionerSettings {
+    fn default() -> Self {
+        ProvisionerSettings {
+            window: BatchWindow::default(),
+            unavailable_for: SignedDuration::from_mins(3),
+            parked_retry: SignedDuration::from_mins(5),
+            launch_concurrency: 16,
+            gc_interval: SignedDuration::from_secs(60),
+            poll: SignedDuration::from_secs(1),
+            max_launch_attempts: 5,
+        }
+    }
+}
+
+/// What one tick did, for tests and the simulator.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TickReport {
+    /// When the next tick is due.
+    pub wake_at: Option<Timestamp>,
+    pub launched: Vec<String>,
+    pub bound: usize,
+    pub solved: bool,
+}
+
+/// The provisioner of one invocation.
+#[derive(Debug)]
+pub struct Provisioner<P: PortSet> {
+    ports: P,
+    settings: ProvisionerSettings,
+    /// Lease holder id (the invocation's request id).
+    holder: String,
+    last_gc: Option<Timestamp>,
+    ticks: u64,
+}
+
+/// How a launch attempt ended.
+enum LaunchEnd {
+    Launched(Claim),
+    /// Out of capacity everywhere it asked; the claim was dropped.
+    NoCapacity(Vec<PodKey>),
+    /// Dropped for good (invalid request, too many attempts, lost to another writer).
+    Dropped(Vec<PodKey>, String),
+    /// Left for the next tick.
+    Retry,
+}
+
+impl<P: PortSet> Provisioner<P> {
+    pub fn new(ports: P, settings: ProvisionerSettings, holder: impl Into<String>) -> Self {
+        Provisioner { ports, settings, holder: holder.into(), last_gc: None, ticks: 0 }
+    }
+
+    pub fn ports(&self) -> &P {
+        &self.ports
+    }
+
+    /// Takes (or renews) the lease until `until`. False: another invocation is active.
+    pub async fn acquire_lease(&self, until: Timestamp) -> Result<bool, HandlerError> {
+        let lease = Lease { name: LEASE.to_owned(), holder: self.holder.clone(), expires_at: until };
+        Ok(self.ports.store().acquire_lease(&lease, self.ports.clock().now()).await?)
+    }
+
+    pub async fn release_lease(&self) -> Result<(), HandlerError> {
+        Ok(self.ports.store().release_lease(LEASE, &self.holder).await?)
+    }
+
+    /// Runs ticks until `deadline`, sleeping with `sleep` between them. This
+    /// is the Lambda's loop; it holds the lease for the whole invocation.
+    pub async fn run_until<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    where
+        F: Fn(SignedDuration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        if !self.acquire_lease(deadline).await? {
+            info!(holder = %self.holder, "another provisioner invocation holds the lease; exiting");
+            return Ok(0);
+        }
+        let mut ticks = 0;
+        loop {
+            let report = match self.tick().await {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    warn!(error = %e, "provisioner tick failed; retrying next tick");
+                    TickReport::default()
+                }
+                Err(e) => return Err(e),
+            };
+            ticks += 1;
+            let now = self.ports.clock().now();
+            let wake = report.wake_at.unwrap_or(now + self.settings.poll).min(now + self.settings.poll);
+            if wake >= deadline {
+                break;
+            }
+            sleep(wake.duration_since(now).max(SignedDuration::from_millis(50))).await;
+        }
+        self.release_lease().await?;
+        Ok(ticks)
+    }
+
+    /// One pass: lifecycle of existing claims, garbage collection when due,
+    /// then the batch window and, when it closes, a solve and launches.
+    pub async fn tick(&mut self) -> Result<TickReport, HandlerError> {
+        self.ticks += 1;
+        let mut report = TickReport::default();
+        let now = self.ports.clock().now();
+        let store = self.ports.store();
+        let cluster = self.ports.cluster();
+
+        let config = config::load(store).await?;
+        let claims = store.claims().await?;
+        let pending = cluster.pending_pods().await?;
+        let nodes = cluster.nodes().await?;
+
+        // Claims first: launches to finish, nodes that registered, timeouts.
+        for action in lifecycle::registration(&claims, &nodes, &pending, now) {
+            self.carry_out(action, &config, &mut report).await?;
+        }
+        if self.last_gc.is_none_or(|t| now.duration_since(t) >= self.settings.gc_interval) {
+            self.last_gc = Some(now);
+            let claims = store.claims().await?;
+            let instances = self.ports.cloud().instances().await?;
+            for action in lifecycle::collect_garbage(&claims, &instances, now) {
+                self.carry_out(action, &config, &mut report).await?;
+            }
+        }
+
+        // Then the batch window over the pods nobody is taking care of.
+        let claims = store.claims().await?;
+        let nominated: HashSet<&str> =
+            claims.iter().filter(|c| c.node_name.is_none()).flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
+        let stored = store.batch().await?;
+        let state = stored.clone().unwrap_or_default();
+        let parked_now = |uid: &str| {
+            state.parked.get(uid).is_some_and(|p| p.config_fingerprint == config.fingerprint && p.retry_at > now)
+        };
+        let waiting_pods: Vec<&Pod> = pending
+            .iter()
+            .filter(|p| is_provisionable(p))
+            .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| !nominated.contains(u) && !parked_now(u)))
+            .collect();
+        let waiting: BTreeSet<String> = waiting_pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+
+        match batcher::step(state.window.as_ref(), &waiting, now, self.settings.window) {
+            BatchStep::Idle => {
+                if forget_gone_parked(&state, &pending).is_some() {
+                    let mut next = state.clone();
+                    next.parked.retain(|uid, _| pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+                    next.version += 1;
+                    self.write_batch(stored.as_ref(), &next).await?;
+                }
+            }
+            BatchStep::Wait { window, changed, wake_at } => {
+                report.wake_at = Some(wake_at);
+                if changed {
+                    let mut next = state.clone();
+                    next.window = Some(window);
+                    next.version += 1;
+                    if !self.write_batch(stored.as_ref(), &next).await? {
+                        return Ok(report);
+                    }
+                }
+            }
+            BatchStep::Close { pods, waited } => {
+                let mut next = state.clone();
+                next.window = None;
+                next.version += 1;
+                // Claim the close first: of two racing invocations only one solves.
+                if !self.write_batch(stored.as_ref(), &next).await? {
+                    return Ok(report);
+                }
+                if pods > 0 {
+                    info!(pods, duration = %format_duration(waited), "batched {pods} pod(s) in {}", format_duration(waited));
+                    let owned: Vec<Pod> = waiting_pods.into_iter().cloned().collect();
+                    let parked = self.provision(&config, owned, &mut report).await?;
+                    self.park(&next, parked, &pending, &config, now).await?;
+                }
+                report.solved = true;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Solves for `pods`, creates and launches claims; re-plans the pods of
+    /// claims that found no capacity (a few rounds). Returns the pods that fit nowhere.
+    async fn provision(
+        &self,
+        config: &LoadedConfig,
+        mut pods: Vec<Pod>,
+        report: &mut TickReport,
+    ) -> Result<Vec<(PodKey, String)>, HandlerError> {
+        let store = self.ports.store();
+        let cluster = self.ports.cluster();
+        let catalog: Arc<CloudCatalog> = self.ports.cloud().catalog().await?;
+        let scheduled = cluster.scheduled_pods().await?;
+        let daemon_sets = cluster.daemon_sets().await?;
+        let mut unplaceable = Vec::new();
+        const ROUNDS: usize = 3;
+        for round in 0..ROUNDS {
+            if pods.is_empty() {
+                break;
+            }
+            let now = self.ports.clock().now();
+            let claims = store.claims().await?;
+            let nodes = cluster.nodes().await?;
+            let all_pending = cluster.pending_pods().await?;
+            let wanted: HashSet<&str> = pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+            // Pods that went away (bound by kube-scheduler, deleted) since the window opened.
+            pods = all_pending.iter().filter(|p| p.metadata.uid.as_deref().is_some_and(|u| wanted.contains(u))).cloned().collect();
+            let nominated_uids: HashSet<&str> = claims.iter().flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
+            let nominated: Vec<Pod> = all_pending
+                .iter()
+                .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| nominated_uids.contains(u)))
+                .cloned()
+                .collect();
+            let unavailable = store.unavailable_offerings(now).await?;
+            let usage = store.pool_usage().await?;
+            if round == 0 {
+                info!(pods = pods.len(), "found provisionable pod(s): {}", pod_list(&pods));
+            }
+            let decision = plan::decide(&Snapshot {
+                now,
+                pending: &pods,
+                scheduled: &scheduled,
+                nominated: &nominated,
+                nodes: &nodes,
+                daemon_sets: &daemon_sets,
+                claims: &claims,
+                pools: &config.pools,
+                catalog: &catalog,
+                unavailable: &unavailable,
+                usage: &usage,
+                seed: seed_of(now, self.ticks, round),
+            });
+            if !decision.fit_existing.is_empty() {
+                debug!(pods = decision.fit_existing.len(), "pod(s) fit on existing or in-flight nodes");
+            }
+            unplaceable.extend(decision.unschedulable);
+            if decision.new_claims.is_empty() {
+                break;
+            }
+            let pod_count: usize = decision.new_claims.iter().map(|c| c.pods.len()).sum();
+            info!(nodeclaims = decision.new_claims.len(), pods = pod_count, "computed new nodeclaim(s) to fit pod(s)");
+            let limits_of = |pool: &str| -> Limits {
+                config.pools.iter().find(|p| p.name == pool).map(|p| p.limits.clone()).unwrap_or_default()
+            };
+            let catalog = &catalog;
+            let ends: Vec<LaunchEnd> = stream::iter(decision.new_claims.into_iter().map(|claim| {
+                let limits = limits_of(&claim.pool);
+                let pool = config.pools.iter().find(|p| p.name == claim.pool);
+                async move { self.create_and_launch(claim, &limits, pool, catalog).await }
+            }))
+            .buffer_unordered(self.settings.launch_concurrency.max(1))
+            .collect()
+            .await;
+            let mut replan: HashSet<String> = HashSet::new();
+            for end in ends {
+                match end {
+                    LaunchEnd::Launched(c) => report.launched.push(c.id),
+                    LaunchEnd::NoCapacity(keys) => replan.extend(keys.into_iter().map(|k| k.uid)),
+                    LaunchEnd::Dropped(keys, reason) => {
+                        unplaceable.extend(keys.into_iter().map(|k| (k, reason.clone())));
+                    }
+                    LaunchEnd::Retry => {}
+                }
+            }
+            pods.retain(|p| p.metadata.uid.as_deref().is_some_and(|u| replan.contains(u)));
+        }
+        Ok(unplaceable)
+    }
+
+    /// Writes the claim (reserving against its pool's limits), then launches it.
+    async fn create_and_launch(
+        &self,
+        claim: Claim,
+        limits: &Limits,
+        pool: Option<&NodePool>,
+        catalog: &CloudCatalog,
+    ) -> LaunchEnd {
+        match self.ports.store().create_claim(&claim, limits).await {
+            Ok(()) => {}
+            Err(StoreError::LimitExceeded { pool, resource }) => {
+                let reason = format!("NodePool {pool} limit {resource} reached");
+                warn!(nodeclaim = %claim.id, %reason, "not launching nodeclaim");
+                return LaunchEnd::Dropped(claim.pods, reason);
+            }
+            Err(e) => {
+                warn!(nodeclaim = %claim.id, error = %e, "could not record nodeclaim; its pods will be planned again");
+                return LaunchEnd::Retry;
+            }
+        }
+        self.launch(claim, limits, pool, catalog).await
+    }
+
+    /// Launches a recorded claim. Idempotent: the client token is the claim's.
+    async fn launch(&self, claim: Claim, limits: &Limits, pool: Option<&NodePool>, catalog: &CloudCatalog) -> LaunchEnd {
+        let store = self.ports.store();
+        let now = self.ports.clock().now();
+        let request = LaunchRequest {
+            claim_id: claim.id.clone(),
+            client_token: claim.client_token(),
+            pool: claim.pool.clone(),
+            node_class: claim.node_class.clone(),
+            options: claim.options.clone(),
+            labels: claim.labels.clone(),
+            taints: claim.taints.clone(),
+            kubelet: claim.kubelet.clone(),
+        };
+        match self.ports.cloud().launch(&request).await {
+            Ok(launched) => {
+                self.mark_unavailable(&launched.unavailable, now).await;
+                let instance = launched.instance;
+                let mut next = claim.next();
+                next.launch_attempts += 1;
+                if let Some(info) = catalog.instance_types.iter().find(|i| i.name == instance.instance_type) {
+                    let kubelet = pool.map(|p| p.kubelet.clone()).unwrap_or_default();
+                    next.reservation = reservation_of(&info.capacity(&kubelet));
+                }
+                next.instance = Some(ClaimInstance::from(&instance));
+                if let Err(e) = store.update_claim(&claim, &next, limits).await {
+                    // The instance exists and carries the claim's tag; the next
+                    // tick re-launches with the same token and records it.
+                    warn!(nodeclaim = %claim.id, error = %e, "launched but could not record the instance yet");
+                    return LaunchEnd::Retry;
+                }
+                info!(
+                    nodeclaim = %claim.id,
+                    instance_type = %instance.instance_type,
+                    zone = %instance.zone,
+                    capacity_type = %instance.capacity_type,
+                    provider_id = %instance.provider_id,
+                    "launched nodeclaim"
+                );
+                LaunchEnd::Launched(next)
+            }
+            Err(CloudError::InsufficientCapacity { offerings, message }) => {
+                warn!(nodeclaim = %claim.id, offerings = offerings.len(), %message, "insufficient capacity; planning again on other offerings");
+                self.mark_unavailable(&offerings, now).await;
+                self.drop_claim(&claim).await;
+                LaunchEnd::NoCapacity(claim.pods)
+            }
+            Err(e @ CloudError::Invalid(_)) => {
+                warn!(nodeclaim = %claim.id, error = %e, "launch failed; dropping nodeclaim");
+                self.drop_claim(&claim).await;
+                LaunchEnd::Dropped(claim.pods, format!("launch failed: {e}"))
+            }
+            Err(e) => {
+                let mut next = claim.next();
+                next.launch_attempts += 1;
+                if next.launch_attempts >= self.settings.max_launch_attempts {
+                    warn!(nodeclaim = %claim.id, error = %e, attempts = next.launch_attempts, "launch keeps failing; dropping nodeclaim");
+                    self.drop_claim(&claim).await;
+                    return LaunchEnd::Dropped(claim.pods, format!("launch failed: {e}"));
+                }
+                warn!(nodeclaim = %claim.id, error = %e, "launch failed; retrying next tick");
+                if let Err(e) = store.update_claim(&claim, &next, limits).await {
+                    debug!(nodeclaim = %claim.id, error = %e, "could not count the launch attempt");
+                }
+                LaunchEnd::Retry
+            }
+        }
+    }
+
+    async fn mark_unavailable(&self, offerings: &[OfferingKey], now: Timestamp) {
+        for o in offerings {
+            if let Err(e) = self.ports.store().mark_unavailable(o, now + self.settings.unavailable_for).await {
+                warn!(offering = %o, error = %e, "could not mark offering unavailable");
+            }
+        }
+    }
+
+    async fn drop_claim(&self, claim: &Claim) {
+        if let Err(e) = self.ports.store().delete_claim(claim).await {
+            warn!(nodeclaim = %claim.id, error = %e, "could not delete nodeclaim");
+        }
+    }
+
+    async fn carry_out(
+        &self,
+        action: LifecycleAction,
+        config: &LoadedConfig,
+        report: &mut TickReport,
+    ) -> Result<(), HandlerError> {
+        let store = self.ports.store();
+        let cluster = self.ports.cluster();
+        match action {
+            LifecycleAction::Launch { claim } => {
+                let limits = config.pools.iter().find(|p| p.name == claim.pool).map(|p| p.limits.clone()).unwrap_or_default();
+                let pool = config.pools.iter().find(|p| p.name == claim.pool);
+                let catalog = self.ports.cloud().catalog().await?;
+                info!(nodeclaim = %claim.id, "resuming launch of recorded nodeclaim");
+                if let LaunchEnd::Launched(c) = self.launch(claim, &limits, pool, &catalog).await {
+                    report.launched.push(c.id);
+                }
+            }
+            LifecycleAction::Register { claim, node, lift_taint, bind } => {
+                // Lift our taint before binding: the kubelet would evict pods
+                // that do not tolerate a NoExecute taint.
+                if lift_taint {
+                    cluster.remove_taint(&node, UNREGISTERED_TAINT_KEY).await?;
+                }
+                let mut bound = 0;
+                for pod in &bind {
+                    match cluster.bind(pod, &node).await {
+                        Ok(BindOutcome::Bound) => bound += 1,
+                        Ok(BindOutcome::AlreadyBound | BindOutcome::Gone) => {}
+                        Err(e) => warn!(pod = %pod, node = %node, error = %e, "could not bind pod"),
+                    }
+                }
+                let mut next = claim.next();
+                next.node_name = Some(node.clone());
+                next.registered_at = Some(self.ports.clock().now());
+                // The nomination ends here: a pod still pending is anyone's again.
+                next.pods.clear();
+                let limits = config.pools.iter().find(|p| p.name == claim.pool).map(|p| p.limits.clone()).unwrap_or_default();
+                match store.update_claim(&claim, &next, &limits).await {
+                    Ok(()) | Err(StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                info!(nodeclaim = %claim.id, node = %node, "registered nodeclaim");
+                if bound > 0 {
+                    info!(node = %node, pods = bound, "bound {bound} pod(s) to node {node}");
+                    report.bound += bound;
+                }
+            }
+            LifecycleAction::RegistrationTimedOut { claim } => {
+                warn!(nodeclaim = %claim.id, timeout = %format_duration(lifecycle::REGISTRATION_TIMEOUT), "node did not register in time; terminating instance");
+                if let Some(id) = claim.instance_id() {
+                    self.ports.cloud().terminate(&[id.to_owned()]).await?;
+                }
+                self.drop_claim(&claim).await;
+            }
+            LifecycleAction::InstanceGone { claim } => {
+                info!(nodeclaim = %claim.id, "instance is gone; releasing nodeclaim");
+                if let Some(node) = &claim.node_name {
+                    cluster.delete_node(node).await?;
+                }
+                self.drop_claim(&claim).await;
+            }
+            LifecycleAction::Orphan { instance } => {
+                warn!(instance = %instance.id, "terminating instance tagged as ours with no nodeclaim");
+                self.ports.cloud().terminate(&[instance.id.clone()]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records pods that fit nowhere; logs and publishes an Event for each
+    /// new reason only.
+    async fn park(
+        &self,
+        state: &Batch,
+        unplaceable: Vec<(PodKey, String)>,
+        pending: &[Pod],
+        config: &LoadedConfig,
+        now: Timestamp,
+    ) -> Result<(), HandlerError> {
+        let mut next = state.clone();
+        next.parked.retain(|uid, _| pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+        let mut reported = 0;
+        for (pod, reason) in unplaceable {
+            let known = next.parked.get(&pod.uid).is_some_and(|p| p.reason == reason);
+            if !known {
+                reported += 1;
+                warn!(pod = %pod, %reason, "could not schedule pod");
+                let event = ClusterEvent {
+                    kind: "Pod".to_owned(),
+                    namespace: Some(pod.namespace.clone()),
+                    name: pod.name.clone(),
+                    type_: "Warning".to_owned(),
+                    reason: "FailedScheduling".to_owned(),
+                    message: format!("Failed to schedule pod, {reason}"),
+                };
+                if let Err(e) = self.ports.cluster().record_event(&event).await {
+                    debug!(pod = %pod, error = %e, "could not publish event");
+                }
+            }
+            next.parked.insert(
+                pod.uid.clone(),
+                Parked {
+                    pod: pod.to_string(),
+                    reason,
+                    config_fingerprint: config.fingerprint,
+                    retry_at: now + self.settings.parked_retry,
+                },
+            );
+        }
+        if next != *state {
+            next.version += 1;
+            self.write_batch(Some(state), &next).await?;
+        }
+        debug!(reported, "parked unschedulable pods");
+        Ok(())
+    }
+
+    /// Conditional write of the batch state; false when another writer won.
+    async fn write_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<bool, HandlerError> {
+        match self.ports.store().put_batch(previous, next).await {
+            Ok(()) => Ok(true),
+            Err(StoreError::Conflict(_)) => {
+                debug!("batch state changed under us; leaving this tick to the other writer");
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn forget_gone_parked(state: &Batch, pending: &[Pod]) -> Option<()> {
+    let gone = state.parked.keys().any(|uid| !pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+    gone.then_some(())
+}
+
+fn seed_of(now: Timestamp, tick: u64, round: usize) -> u64 {
+    (now.as_nanosecond() as u64) ^ tick.rotate_left(17) ^ (round as u64).rotate_left(40)
+}
+
+/// `namespace/name` of up to five pods, then a count.
+fn pod_list(pods: &[Pod]) -> String {
+    let names: Vec<String> = pods.iter().take(5).map(|p| PodKey::of(p).to_string()).collect();
+    if pods.len() > 5 { format!("{} and {} other(s)", names.join(", "), pods.len() - 5) } else { names.join(", ") }
+}
+
+/// `1.0555s`, `15m0s`: how Go prints durations, which Karpenter users read.
+pub fn format_duration(d: SignedDuration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        let s = format!("{secs:.4}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        format!("{s}s")
+    } else {
+        let total = d.as_secs();
+        let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
+        if h > 0 { format!("{h}h{m}m{s}s") } else { format!("{m}m{s}s") }
+    }
+}

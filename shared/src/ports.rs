@@ -1,0 +1,426 @@
+//! The narrow traits the handlers need from the outside world.
+//!
+//! Each trait lists only the calls the handlers make. Every one has a real
+//! implementation (EC2/DynamoDB in `aws/`, the Kubernetes API in `kube/`) and
+//! an in-memory one in [`crate::sim`], held to the same semantics: the
+//! scenario tests run against both.
+//!
+//! The traits use `impl Future + Send` so handlers stay generic (static
+//! dispatch, no boxing) and their futures can run on a multi-threaded runtime.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde::{Deserialize, Serialize};
+
+pub use jiff::{SignedDuration, Timestamp};
+
+use crate::cloud::{InstanceTypeInfo, KubeletConfig};
+use crate::config::Limits;
+use crate::provisioning::batcher::Batch;
+use crate::provisioning::claim::Claim;
+use crate::scheduling::taints::Taint;
+
+// ---------------------------------------------------------------- clock
+
+/// Where handlers read the time. Decisions take `now` as an argument; only
+/// handlers call this.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// The machine's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+// ---------------------------------------------------------------- cloud
+
+/// One purchasable (capacity type, instance type, zone): the unit that runs
+/// out of capacity and is marked unavailable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OfferingKey {
+    pub capacity_type: String,
+    pub instance_type: String,
+    pub zone: String,
+}
+
+impl std::fmt::Display for OfferingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.capacity_type, self.instance_type, self.zone)
+    }
+}
+
+/// An offering with its price, as the cloud reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PricedOffering {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    /// USD per hour.
+    pub price: f64,
+}
+
+/// What the region sells: instance types and their priced offerings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CloudCatalog {
+    pub region: String,
+    pub instance_types: Vec<InstanceTypeInfo>,
+    pub offerings: Vec<PricedOffering>,
+}
+
+/// One launch: a claim's options, cheapest first. The cloud buys exactly one
+/// instance among them (spot when any spot option is present, as Karpenter
+/// does) and tags it with the claim id; `client_token` makes a retry of the
+/// same claim return the same instance instead of a second one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    pub claim_id: String,
+    pub client_token: String,
+    pub pool: String,
+    pub node_class: Option<String>,
+    pub options: Vec<PricedOffering>,
+    /// Labels the node registers with (pool template labels, nodepool, capacity type …).
+    pub labels: BTreeMap<String, String>,
+    /// Taints the node registers with (template taints, startup taints, and ours).
+    pub taints: Vec<Taint>,
+    pub kubelet: KubeletConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    ShuttingDown,
+    Terminated,
+}
+
+impl InstanceState {
+    /// EC2's name for the state (`shutting-down`, …).
+    pub fn parse(s: &str) -> Option<InstanceState> {
+        Some(match s {
+            "pending" => InstanceState::Pending,
+            "running" => InstanceState::Running,
+            "stopping" => InstanceState::Stopping,
+            "stopped" => InstanceState::Stopped,
+            "shutting-down" => InstanceState::ShuttingDown,
+            "terminated" => InstanceState::Terminated,
+            _ => return None,
+        })
+    }
+
+    /// Stopping, stopped, shutting down or terminated: the node is going away.
+    pub fn is_gone_or_going(self) -> bool {
+        !matches!(self, InstanceState::Pending | InstanceState::Running)
+    }
+}
+
+/// An instance we launched (it carries our cluster tag).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub state: InstanceState,
+    pub launched_at: Timestamp,
+    /// The `karpenter.sh/nodeclaim` tag.
+    pub claim_id: Option<String>,
+    /// The `karpenter.sh/nodepool` tag.
+    pub pool: Option<String>,
+    /// What the Node's `spec.providerID` will say: `aws:///<zone>/<id>`.
+    pub provider_id: String,
+    pub price: f64,
+}
+
+/// A successful launch, and the options the cloud found out of capacity on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launched {
+    pub instance: Instance,
+    pub unavailable: Vec<OfferingKey>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CloudError {
+    /// Every option failed for lack of capacity; each is worth avoiding for a while.
+    #[error("insufficient capacity for all {} option(s): {message}", offerings.len())]
+    InsufficientCapacity { offerings: Vec<OfferingKey>, message: String },
+    /// Throttling, a 5xx, a timeout: worth retrying later.
+    #[error("transient cloud error: {0}")]
+    Transient(String),
+    /// Bad input or configuration (a selector matching nothing, an unknown type):
+    /// retrying the same request cannot help.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl CloudError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CloudError::Transient(_))
+    }
+}
+
+/// EC2 as the handlers see it.
+pub trait Cloud: Send + Sync {
+    /// Instance types, zones and prices of the region (cached by the adapter).
+    fn catalog(&self) -> impl Future<Output = Result<Arc<CloudCatalog>, CloudError>> + Send;
+    /// Buys one instance for a claim. Idempotent per `client_token`.
+    fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Launched, CloudError>> + Send;
+    /// Terminates instances; unknown or already terminated ids are not an error.
+    fn terminate(&self, instance_ids: &[String]) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Our instances (cluster tag) that are not terminated.
+    fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
+}
+
+// ---------------------------------------------------------------- cluster
+
+/// `namespace/name` of a pod, with its uid so a re-created pod of the same
+/// name is not mistaken for the old one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodKey {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+}
+
+impl PodKey {
+    pub fn of(pod: &Pod) -> PodKey {
+        PodKey {
+            namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindOutcome {
+    Bound,
+    /// The pod already has a node (kube-scheduler was first) or is being deleted.
+    AlreadyBound,
+    /// The pod no longer exists.
+    Gone,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictOutcome {
+    Evicted,
+    /// 404/409: nothing left to evict.
+    Gone,
+    /// 429 (or the multi-PDB 500): a PodDisruptionBudget forbids it now.
+    Blocked(String),
+}
+
+/// A Kubernetes Event a user sees in `kubectl describe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEvent {
+    /// `Pod` or `Node`.
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// `Normal` or `Warning`.
+    pub type_: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    #[error("transient Kubernetes API error: {0}")]
+    Transient(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ClusterError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ClusterError::Transient(_) | ClusterError::Conflict(_))
+    }
+}
+
+/// The Kubernetes API as the handlers see it.
+pub trait Cluster: Send + Sync {
+    /// Pods with no node yet (`spec.nodeName=`, phase Pending).
+    fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
+    /// Pods bound to a node that have not finished.
+    fn scheduled_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
+    fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
+    fn daemon_sets(&self) -> impl Future<Output = Result<Vec<DaemonSet>, ClusterError>> + Send;
+    fn pod_disruption_budgets(
+        &self,
+    ) -> impl Future<Output = Result<Vec<PodDisruptionBudget>, ClusterError>> + Send;
+    /// Binds a pending pod to a node (the Binding subresource).
+    fn bind(&self, pod: &PodKey, node: &str) -> impl Future<Output = Result<BindOutcome, ClusterError>> + Send;
+    /// Adds a taint unless the node already has one with that key and effect.
+    fn add_taint(&self, node: &str, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Removes every taint with that key; a node without it is left alone.
+    fn remove_taint(&self, node: &str, key: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    fn cordon(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Evicts through the Eviction API, so PodDisruptionBudgets are honoured.
+    fn evict(&self, pod: &PodKey) -> impl Future<Output = Result<EvictOutcome, ClusterError>> + Send;
+    fn delete_pod(&self, pod: &PodKey, grace_seconds: Option<i64>)
+    -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Deletes a Node; returns false when it did not exist.
+    fn delete_node(&self, node: &str) -> impl Future<Output = Result<bool, ClusterError>> + Send;
+    fn record_event(&self, event: &ClusterEvent) -> impl Future<Output = Result<(), ClusterError>> + Send;
+}
+
+// ---------------------------------------------------------------- store
+
+/// Which configuration item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigKind {
+    NodePool,
+    NodeClass,
+    Settings,
+}
+
+/// A configuration item as stored: the validated v1 spec as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigItem {
+    pub kind: ConfigKind,
+    pub name: String,
+    pub spec: serde_json::Value,
+    /// Starts at 1; a write must name the version it replaces.
+    pub version: u64,
+    pub updated_at: Timestamp,
+}
+
+/// A lease that makes one invocation of a function the active one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub name: String,
+    pub holder: String,
+    pub expires_at: Timestamp,
+}
+
+/// Resource name (`cpu` in millicores, `memory` in bytes, `nodes`, …) → amount.
+pub type Usage = BTreeMap<String, i64>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional write lost: the item changed (or exists, or is gone).
+    #[error("conditional write failed: {0}")]
+    Conflict(String),
+    /// Reserving a claim would take its NodePool past a limit.
+    #[error("nodepool {pool}: limit {resource} would be exceeded")]
+    LimitExceeded { pool: String, resource: String },
+    #[error("transient store error: {0}")]
+    Transient(String),
+    /// An item that cannot be read back (corrupt or from an incompatible version).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// DynamoDB as the handlers see it: the only state that outlives an invocation.
+pub trait Store: Send + Sync {
+    fn config_items(&self) -> impl Future<Output = Result<Vec<ConfigItem>, StoreError>> + Send;
+    /// Writes `item` if the stored version is `item.version - 1` (absent for version 1).
+    fn put_config_item(&self, item: &ConfigItem) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn delete_config_item(&self, kind: ConfigKind, name: &str)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    fn claims(&self) -> impl Future<Output = Result<Vec<Claim>, StoreError>> + Send;
+    /// Writes a new claim and adds its reservation to its pool's usage in one
+    /// atomic step; refuses if the claim exists or a limit would be exceeded.
+    fn create_claim(&self, claim: &Claim, limits: &Limits)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Replaces `previous` (same id, same version) by `next` (version + 1),
+    /// moving the pool's usage by the change in reservation; a grown
+    /// reservation is checked against `limits`.
+    fn update_claim(
+        &self,
+        previous: &Claim,
+        next: &Claim,
+        limits: &Limits,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes a claim and releases its reservation atomically; deleting a
+    /// claim that is already gone is not an error.
+    fn delete_claim(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Reserved usage per pool (sum of its claims' reservations).
+    fn pool_usage(&self) -> impl Future<Output = Result<BTreeMap<String, Usage>, StoreError>> + Send;
+
+    fn batch(&self) -> impl Future<Output = Result<Option<Batch>, StoreError>> + Send;
+    /// Writes `next` if the stored batch is `previous` (by version; `None` = absent).
+    fn put_batch(&self, previous: Option<&Batch>, next: &Batch)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes the batch if it is still `batch` (by version).
+    fn delete_batch(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Takes or renews the lease when it is free, expired, or already ours.
+    fn acquire_lease(&self, lease: &Lease, now: Timestamp)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn release_lease(&self, name: &str, holder: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Offerings still marked unavailable at `now`.
+    fn unavailable_offerings(&self, now: Timestamp)
+    -> impl Future<Output = Result<Vec<OfferingKey>, StoreError>> + Send;
+}
+
+/// The adapters a handler works with, bundled.
+#[derive(Debug, Clone)]
+pub struct Ports<C, K, S, T> {
+    pub cloud: C,
+    pub cluster: K,
+    pub store: S,
+    pub clock: T,
+}
+
+/// Every adapter set a handler can run on.
+pub trait PortSet: Send + Sync {
+    type Cloud: Cloud;
+    type Cluster: Cluster;
+    type Store: Store;
+    type Clock: Clock;
+    fn cloud(&self) -> &Self::Cloud;
+    fn cluster(&self) -> &Self::Cluster;
+    fn store(&self) -> &Self::Store;
+    fn clock(&self) -> &Self::Clock;
+}
+
+impl<C: Cloud, K: Cluster, S: Store, T: Clock> PortSet for Ports<C, K, S, T> {
+    type Cloud = C;
+    type Cluster = K;
+    type Store = S;
+    type Clock = T;
+    fn cloud(&self) -> &C {
+        &self.cloud
+    }
+    fn cluster(&self) -> &K {
+        &self.cluster
+    }
+    fn store(&self) -> &S {
+        &self.store
+    }
+    fn clock(&self) -> &T {
+        &self.clock
+    }
+}

@@ -1,0 +1,9 @@
+//! Provisioning decisions, pure: the batch window, the claims to create for
+//! pending pods, and what each claim needs next in its life.
+
+pub mod batcher;
+pub mod claim;
+pub mod lifecycle;
+pub mod plan;
+
+pub use claim::{Claim, Phase};

@@ -1,0 +1,299 @@
+//! The provisioning decision: from a snapshot of the cluster, our claims,
+//! the configuration and the catalog to the claims to create. Pure.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use rand::{RngExt, SeedableRng};
+
+use super::claim::{self, Claim, UNREGISTERED_TAINT_KEY, reservation_of, usage_of};
+use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
+use crate::config::NodePool;
+use crate::ports::{CloudCatalog, OfferingKey, PodKey, PricedOffering, Timestamp, Usage};
+use crate::resources::{self, Resources};
+use crate::scheduling::labels;
+use crate::scheduling::taints::{Effect, Taint};
+use crate::scheduling::{ExistingNode, PoolInput, SchedPod, SolveOptions, solve};
+
+/// Everything the decision looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    pub now: Timestamp,
+    /// Provisionable pods that no claim has nominated yet.
+    pub pending: &'a [Pod],
+    /// Pods with a node.
+    pub scheduled: &'a [Pod],
+    /// Pending pods nominated to claims that have no node yet, by uid.
+    pub nominated: &'a [Pod],
+    pub nodes: &'a [Node],
+    pub daemon_sets: &'a [DaemonSet],
+    pub claims: &'a [Claim],
+    pub pools: &'a [NodePool],
+    pub catalog: &'a CloudCatalog,
+    pub unavailable: &'a [OfferingKey],
+    pub usage: &'a BTreeMap<String, Usage>,
+    /// Seeds claim ids (the only randomness).
+    pub seed: u64,
+}
+
+/// What to do.
+#[derive(Debug, Clone, Default)]
+pub struct Decision {
+    pub new_claims: Vec<Claim>,
+    /// Pods that will fit on a node or an in-flight claim that already exists.
+    pub fit_existing: Vec<PodKey>,
+    /// Pods that fit nowhere, with the reason.
+    pub unschedulable: Vec<(PodKey, String)>,
+}
+
+/// Instance types of a pool: the catalog's types with their offerings minus
+/// the unavailable ones, and the pool's kubelet settings applied.
+pub fn instance_types(pool: &NodePool, catalog: &CloudCatalog, unavailable: &[OfferingKey]) -> Vec<InstanceType> {
+    let unavailable: HashSet<(&str, &str, &str)> = unavailable
+        .iter()
+        .map(|k| (k.capacity_type.as_str(), k.instance_type.as_str(), k.zone.as_str()))
+        .collect();
+    let mut offerings: HashMap<&str, Vec<Offering>> = HashMap::new();
+    for o in &catalog.offerings {
+        let mut offering = Offering::new(&o.zone, &o.capacity_type, o.price);
+        offering.available = !unavailable.contains(&(o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str()));
+        offerings.entry(o.instance_type.as_str()).or_default().push(offering);
+    }
+    catalog
+        .instance_types
+        .iter()
+        .filter_map(|info| {
+            let offers = offerings.remove(info.name.as_str())?;
+            let it = info.to_instance_type(offers, &pool.kubelet);
+            // A type the pool's requirements rule out never helps; drop it early.
+            pool.requirements.intersects(&it.requirements).then_some(it)
+        })
+        .collect()
+}
+
+/// A DaemonSet's pod template as a pod that lands on every matching node.
+pub fn daemon_pods(daemon_sets: &[DaemonSet]) -> Vec<SchedPod> {
+    daemon_sets
+        .iter()
+        .filter_map(|ds| {
+            let template = ds.spec.as_ref()?.template.clone();
+            let mut meta = template.metadata.unwrap_or_default();
+            meta.namespace = ds.metadata.namespace.clone();
+            meta.name = ds.metadata.name.clone();
+            let pod = Pod { metadata: meta, spec: template.spec, status: None };
+            SchedPod::from_pod(&pod).ok()
+        })
+        .collect()
+}
+
+fn node_of_pod(p: &Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+}
+
+fn provider_id(n: &Node) -> Option<&str> {
+    n.spec.as_ref()?.provider_id.as_deref()
+}
+
+/// Nodes and in-flight claims as the solver's existing nodes.
+fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
+    let mut pods_by_node: HashMap<&str, Vec<SchedPod>> = HashMap::new();
+    for p in s.scheduled {
+        if let (Some(node), Ok(sp)) = (node_of_pod(p), SchedPod::from_pod(p)) {
+            pods_by_node.entry(node).or_default().push(sp);
+        }
+    }
+    let nominated: HashMap<&str, &Pod> = s.nominated.iter().filter_map(|p| Some((p.metadata.uid.as_deref()?, p))).collect();
+    let claim_pods = |c: &Claim| -> Vec<SchedPod> {
+        c.pods.iter().filter_map(|k| nominated.get(k.uid.as_str())).filter_map(|p| SchedPod::from_pod(p).ok()).collect()
+    };
+    let claim_by_provider: HashMap<&str, &Claim> =
+        s.claims.iter().filter_map(|c| Some((c.instance.as_ref()?.provider_id.as_str(), c))).collect();
+
+    let mut out = Vec::new();
+    let mut claims_with_nodes = HashSet::new();
+    for n in s.nodes {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let deleting = n.metadata.deletion_timestamp.is_some();
+        let allocatable = n
+            .status
+            .as_ref()
+            .and_then(|st| st.allocatable.as_ref())
+            .and_then(|a| Resources::from_list(a).ok())
+            .unwrap_or_default();
+        let mut taints: Vec<Taint> = n
+            .spec
+            .as_ref()
+            .and_then(|sp| sp.taints.as_ref())
+            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).collect())
+            .unwrap_or_default();
+        let mut pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
+        if let Some(c) = provider_id(n).and_then(|id| claim_by_provider.get(id)) {
+            // Our node: the unregistered taint is ours to lift; its nominated pods are coming.
+            claims_with_nodes.insert(c.id.as_str());
+            taints.retain(|t| t.key != UNREGISTERED_TAINT_KEY);
+            pods.extend(claim_pods(c));
+        }
+        let requested = sum_requests(&pods);
+        let unschedulable = deleting || n.spec.as_ref().and_then(|sp| sp.unschedulable).unwrap_or(false);
+        out.push(ExistingNode {
+            name,
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            taints,
+            allocatable,
+            requested,
+            pods,
+            unschedulable,
+        });
+    }
+    for c in s.claims {
+        if claims_with_nodes.contains(c.id.as_str()) {
+            continue;
+        }
+        let Some((info, zone, capacity_type)) = claim_shape(c, s.catalog) else { continue };
+        let pool = s.pools.iter().find(|p| p.name == c.pool);
+        let kubelet = pool.map(|p| p.kubelet.clone()).unwrap_or_default();
+        let allocatable = info.capacity(&kubelet).saturating_sub(&info.overhead(&kubelet));
+        let mut node_labels = info.requirements().single_valued_labels();
+        node_labels.extend(c.labels.clone());
+        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), info.name.clone());
+        node_labels.insert(labels::ZONE.to_owned(), zone);
+        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type);
+        node_labels.insert(labels::HOSTNAME.to_owned(), c.id.clone());
+        let pods = claim_pods(c);
+        let requested = sum_requests(&pods);
+        let taints = c.taints.iter().filter(|t| t.key != UNREGISTERED_TAINT_KEY).cloned().collect();
+        out.push(ExistingNode { name: c.id.clone(), labels: node_labels, taints, allocatable, requested, pods, unschedulable: false });
+    }
+    out
+}
+
+/// The instance type, zone and capacity type an in-flight claim will have:
+/// the launched instance's, or its cheapest option's before launch.
+fn claim_shape<'c>(c: &Claim, catalog: &'c CloudCatalog) -> Option<(&'c InstanceTypeInfo, String, String)> {
+    let (name, zone, ct) = match &c.instance {
+        Some(i) => (i.instance_type.as_str(), i.zone.clone(), i.capacity_type.clone()),
+        None => {
+            let o = c.options.first()?;
+            (o.instance_type.as_str(), o.zone.clone(), o.capacity_type.clone())
+        }
+    };
+    Some((catalog.instance_types.iter().find(|i| i.name == name)?, zone, ct))
+}
+
+fn resources_of(u: &Usage) -> Resources {
+    let mut r = Resources::default();
+    for (k, v) in u {
+        match k.as_str() {
+            resources::CPU => r.cpu_millis = *v,
+            resources::MEMORY => r.memory_bytes = *v,
+            resources::PODS => r.pods = *v,
+            resources::EPHEMERAL_STORAGE => r.ephemeral_bytes = *v,
+            claim::NODES => {}
+            other => r.extended.push((other.to_owned(), *v)),
+        }
+    }
+    r.extended.sort();
+    r
+}
+
+/// Decides which claims to create for the pending pods.
+pub fn decide(s: &Snapshot<'_>) -> Decision {
+    let mut decision = Decision::default();
+    let mut pods = Vec::with_capacity(s.pending.len());
+    let mut keys = Vec::with_capacity(s.pending.len());
+    for p in s.pending {
+        match SchedPod::from_pod(p) {
+            Ok(sp) => {
+                pods.push(sp);
+                keys.push(PodKey::of(p));
+            }
+            Err(e) => decision.unschedulable.push((PodKey::of(p), e.to_string())),
+        }
+    }
+    if pods.is_empty() {
+        return decision;
+    }
+    let nodes = existing_nodes(s);
+    let mut pools: Vec<PoolInput> = s
+        .pools
+        .iter()
+        .map(|pool| {
+            let mut input = PoolInput::new(pool.clone(), instance_types(pool, s.catalog, s.unavailable));
+            if let Some(u) = s.usage.get(&pool.name) {
+                input.in_use = resources_of(u);
+                input.nodes_in_use = u.get(claim::NODES).copied().unwrap_or(0);
+            }
+            input
+        })
+        .collect();
+    pools.sort_by(|a, b| b.pool.weight.cmp(&a.pool.weight).then_with(|| a.pool.name.cmp(&b.pool.name)));
+    let daemons = daemon_pods(s.daemon_sets);
+    let plan = solve(&pods, &nodes, &pools, &daemons, &SolveOptions::default());
+
+    decision.fit_existing = plan.bindings.iter().map(|(i, _)| keys[*i].clone()).collect();
+    decision.unschedulable.extend(plan.unschedulable.iter().map(|(i, reason)| (keys[*i].clone(), reason.clone())));
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.seed);
+    for planned in &plan.claims {
+        let Some(input) = pools.iter().find(|p| p.pool.name == planned.pool) else { continue };
+        let pool = &input.pool;
+        let capacity_of: HashMap<&str, &Resources> =
+            input.instance_types.iter().map(|it| (it.name.as_str(), &it.capacity)).collect();
+        let largest = planned
+            .options
+            .iter()
+            .filter_map(|o| capacity_of.get(&*o.instance_type))
+            .fold(Resources::default(), |mut acc, c| {
+                acc.max_each(c);
+                acc
+            });
+        let mut node_labels = pool.labels.clone();
+        node_labels.insert(labels::NODEPOOL.to_owned(), pool.name.clone());
+        let mut taints = pool.taints.clone();
+        taints.extend(pool.startup_taints.iter().cloned());
+        taints.push(Taint::new(UNREGISTERED_TAINT_KEY, "", Effect::NoExecute));
+        decision.new_claims.push(Claim {
+            id: format!("{}-{}", pool.name, random_suffix(&mut rng)),
+            pool: pool.name.clone(),
+            node_class: pool.node_class.clone(),
+            version: 1,
+            created_at: s.now,
+            options: planned
+                .options
+                .iter()
+                .map(|o| PricedOffering {
+                    instance_type: o.instance_type.to_string(),
+                    zone: o.zone.to_string(),
+                    capacity_type: o.capacity_type.to_string(),
+                    price: o.price,
+                })
+                .collect(),
+            labels: node_labels,
+            taints,
+            kubelet: pool.kubelet.clone(),
+            pods: planned.pods.iter().map(|i| keys[*i].clone()).collect(),
+            requests: usage_of(&planned.requests),
+            reservation: reservation_of(&largest),
+            launch_attempts: 0,
+            instance: None,
+            running_at: None,
+            node_name: None,
+            registered_at: None,
+        });
+    }
+    decision
+}
+
+fn sum_requests(pods: &[SchedPod]) -> Resources {
+    let mut sum = Resources::default();
+    for p in pods {
+        sum.add(&p.requests);
+    }
+    sum
+}
+
+/// Five lowercase alphanumerics, like Kubernetes' generateName suffixes.
+fn random_suffix(rng: &mut impl rand::Rng) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+}
