@@ -2,6 +2,7 @@
 //! one module per command.
 
 mod bench;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 
@@ -17,10 +18,13 @@ enum Command {
     /// Measure the system on reproducible workloads.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Run the system on the embedded simulator (no AWS): a scenario file, or the first walkthrough.
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Simulate(args) => simulate::run(args),
     }
 }

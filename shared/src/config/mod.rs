@@ -1,16 +1,26 @@
-//! Configuration: NodePools (and, with later work, NodeClasses and settings)
-//! in the schema Karpenter users already write, validated into the forms the
-//! decisions use. Every rejection names the item, the field and the reason.
+//! Configuration: NodePools and NodeClasses in the schema Karpenter users
+//! already write (v1, and the older forms converted), validated into the
+//! forms the decisions use. Every rejection names the item, the field and
+//! the reason.
 
+pub mod convert;
+pub mod cron;
+pub mod disruption;
+pub mod document;
+pub mod nodeclass;
 pub mod nodepool;
 
+pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec};
+pub use document::{ConfigDocument, ConfigSet, Document, parse_documents, parse_stream};
+pub use nodeclass::{AmiFamily, EC2NodeClassSpec, KubeletSpec, NodeClass, NodeIdentity};
 pub use nodepool::{Limits, NodePool, NodePoolSpec};
 
 /// An invalid configuration item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{item}: {field}: {reason}")]
 pub struct ConfigError {
-    /// `nodepool/<name>`, `nodeclass/<name>`, `settings`.
+    /// `nodepool/<name>`, `nodeclass/<name>`, `provisioner/<name>`,
+    /// `awsnodetemplate/<name>`, `document[<index>]`, `settings`.
     pub item: String,
     /// The path of the offending field, e.g. `spec.limits.cpu`.
     pub field: String,

@@ -3,9 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use jiff::SignedDuration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use super::disruption::{Disruption, DisruptionSpec, parse_duration, parse_duration_or_never};
+use super::nodeclass::KubeletSpec;
 use crate::cloud::KubeletConfig;
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
@@ -19,7 +22,7 @@ pub struct NodePoolSpec {
     #[serde(default)]
     pub template: NodeClaimTemplate,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disruption: Option<serde_json::Value>,
+    pub disruption: Option<DisruptionSpec>,
     /// Resource name → quantity (`cpu: "1000"`, `memory: 1000Gi`, `nodes: "50"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, serde_json::Value>,
@@ -28,7 +31,7 @@ pub struct NodePoolSpec {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeClaimTemplate {
     #[serde(default)]
     pub metadata: TemplateMetadata,
@@ -37,7 +40,7 @@ pub struct NodeClaimTemplate {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TemplateMetadata {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -46,7 +49,7 @@ pub struct TemplateMetadata {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeClaimTemplateSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requirements: Vec<RequirementSpec>,
@@ -56,16 +59,21 @@ pub struct NodeClaimTemplateSpec {
     pub startup_taints: Vec<TaintSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_ref: Option<NodeClassRef>,
+    /// A duration or `Never`; `720h` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expire_after: Option<String>,
+    /// How long a draining node may wait for pods before it is terminated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period: Option<String>,
+    /// Not part of Karpenter v1 (which moved kubelet settings to the
+    /// EC2NodeClass); kept so v1beta1 NodePools convert without loss. It
+    /// overrides the NodeClass's settings field by field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubelet: Option<KubeletConfig>,
+    pub kubelet: Option<KubeletSpec>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequirementSpec {
     pub key: String,
     pub operator: String,
@@ -84,6 +92,7 @@ pub struct TaintSpec {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeClassRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
@@ -104,9 +113,24 @@ pub struct NodePool {
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub limits: Limits,
+    /// What the allocatable math uses: `launch_kubelet`'s maxPods and podsPerCore.
     pub kubelet: KubeletConfig,
+    /// The kubelet settings nodes launch with: the template's, and once
+    /// [`ConfigSet`](super::ConfigSet) resolved the NodeClass, the class's
+    /// filling what the template leaves unset.
+    pub launch_kubelet: KubeletSpec,
     pub node_class: Option<String>,
+    pub disruption: Disruption,
+    /// `None` is `Never`.
+    pub expire_after: Option<SignedDuration>,
+    pub termination_grace_period: Option<SignedDuration>,
 }
+
+/// Karpenter v1's default `expireAfter`.
+pub const DEFAULT_EXPIRE_AFTER: SignedDuration = SignedDuration::from_hours(720);
+/// The NodeClass kind and group a v1 `nodeClassRef` may name.
+pub const NODE_CLASS_GROUP: &str = "karpenter.k8s.aws";
+pub const NODE_CLASS_KIND: &str = "EC2NodeClass";
 
 /// Upper bounds on what a NodePool may launch, in [`Resources`] units; `nodes` counts nodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -190,6 +214,29 @@ impl NodePool {
         if !(0..=100).contains(&weight) {
             return Err(err("spec.weight".into(), format!("must be between 0 and 100, got {weight}")));
         }
+        let launch_kubelet = t.spec.kubelet.clone().unwrap_or_default();
+        launch_kubelet.validate("spec.template.spec.kubelet").map_err(|(f, r)| err(f, r))?;
+        if let Some(r) = &t.spec.node_class_ref {
+            let field = "spec.template.spec.nodeClassRef";
+            if r.name.is_empty() {
+                return Err(err(format!("{field}.name"), "must not be empty".into()));
+            }
+            if let Some(g) = r.group.as_deref().filter(|g| *g != NODE_CLASS_GROUP) {
+                return Err(err(format!("{field}.group"), format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})")));
+            }
+            if let Some(k) = r.kind.as_deref().filter(|k| *k != NODE_CLASS_KIND) {
+                return Err(err(format!("{field}.kind"), format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})")));
+            }
+        }
+        let disruption = Disruption::from_spec(spec.disruption.as_ref(), "spec.disruption").map_err(|(f, r)| err(f, r))?;
+        let expire_after = match t.spec.expire_after.as_deref() {
+            None => Some(DEFAULT_EXPIRE_AFTER),
+            Some(s) => parse_duration_or_never(s).map_err(|r| err("spec.template.spec.expireAfter".into(), r))?,
+        };
+        let termination_grace_period = match t.spec.termination_grace_period.as_deref() {
+            None => None,
+            Some(s) => Some(parse_duration(s).map_err(|r| err("spec.template.spec.terminationGracePeriod".into(), r))?),
+        };
         Ok(NodePool {
             name: name.to_owned(),
             weight,
@@ -198,8 +245,12 @@ impl NodePool {
             taints,
             startup_taints,
             limits,
-            kubelet: t.spec.kubelet.clone().unwrap_or_default(),
+            kubelet: launch_kubelet.to_kubelet_config(),
+            launch_kubelet,
             node_class: t.spec.node_class_ref.as_ref().map(|r| r.name.clone()),
+            disruption,
+            expire_after,
+            termination_grace_period,
         })
     }
 
@@ -216,7 +267,11 @@ impl NodePool {
             startup_taints: Vec::new(),
             limits: Limits::default(),
             kubelet: KubeletConfig::default(),
+            launch_kubelet: KubeletSpec::default(),
             node_class: None,
+            disruption: Disruption::default(),
+            expire_after: Some(DEFAULT_EXPIRE_AFTER),
+            termination_grace_period: None,
         }
     }
 }
@@ -232,14 +287,10 @@ fn requirement_from_spec(r: &RequirementSpec) -> Result<Requirement, Requirement
         Some(v) if (1..=50).contains(&v) => Some(v as u32),
         Some(v) => return Err(RequirementError::MinValuesOutOfRange { key: r.key.clone(), value: v }),
     };
-    if let (Some(m), Operator::In) = (min_values, op) {
-        if (m as usize) > r.values.len() {
-            return Err(RequirementError::MinValuesAboveValues {
-                key: r.key.clone(),
-                min_values: m,
-                available: r.values.len(),
-            });
-        }
+    if let (Some(m), Operator::In) = (min_values, op)
+        && (m as usize) > r.values.len()
+    {
+        return Err(RequirementError::MinValuesAboveValues { key: r.key.clone(), min_values: m, available: r.values.len() });
     }
     Ok(req.with_min_values(min_values))
 }
@@ -316,6 +367,69 @@ mod tests {
             assert!(e.reason.contains(reason), "{json}: {}", e.reason);
             assert_eq!(e.item, "nodepool/p");
         }
+    }
+
+    #[test]
+    fn disruption_and_lifetimes() {
+        let open = NodePool::open("o");
+        assert_eq!(open.disruption, Disruption::default());
+        assert_eq!(open.expire_after, Some(DEFAULT_EXPIRE_AFTER));
+        let defaults = NodePool::from_spec("p", &spec(serde_json::json!({}))).expect("valid");
+        assert_eq!(defaults.disruption, open.disruption);
+        assert_eq!(defaults.expire_after, Some(SignedDuration::from_hours(720)));
+        assert_eq!(defaults.termination_grace_period, None);
+        let p = NodePool::from_spec(
+            "p",
+            &spec(serde_json::json!({
+                "template": {"spec": {"expireAfter": "Never", "terminationGracePeriod": "1h30m", "kubelet": {"maxPods": 20, "clusterDNS": ["10.0.0.10"]}}},
+                "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5m", "budgets": [{"nodes": "3"}]}
+            })),
+        )
+        .expect("valid");
+        assert_eq!(p.expire_after, None);
+        assert_eq!(p.termination_grace_period, Some(SignedDuration::from_mins(90)));
+        assert_eq!(p.disruption.consolidate_after, Some(SignedDuration::from_mins(5)));
+        assert_eq!(p.disruption.budgets[0].nodes, super::super::disruption::BudgetNodes::Count(3));
+        assert_eq!(p.kubelet, KubeletConfig { max_pods: Some(20), pods_per_core: None });
+        assert_eq!(p.launch_kubelet.cluster_dns, vec!["10.0.0.10".to_string()]);
+    }
+
+    #[test]
+    fn invalid_disruption_and_template_fields() {
+        let cases = [
+            (serde_json::json!({"disruption": {"consolidateAfter": "soon"}}), "spec.disruption.consolidateAfter", "expected a duration"),
+            (serde_json::json!({"disruption": {"budgets": [{"nodes": "10%", "schedule": "@weekly"}]}}), "spec.disruption.budgets[0].duration", "required"),
+            (serde_json::json!({"template": {"spec": {"expireAfter": "1y"}}}), "spec.template.spec.expireAfter", "expected a duration"),
+            (serde_json::json!({"template": {"spec": {"terminationGracePeriod": "Never"}}}), "spec.template.spec.terminationGracePeriod", "expected a duration"),
+            (serde_json::json!({"template": {"spec": {"kubelet": {"podsPerCore": -2}}}}), "spec.template.spec.kubelet.podsPerCore", "between 0"),
+            (serde_json::json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.sh", "name": "x"}}}}), "spec.template.spec.nodeClassRef.group", "unsupported group"),
+            (serde_json::json!({"template": {"spec": {"nodeClassRef": {"name": ""}}}}), "spec.template.spec.nodeClassRef.name", "empty"),
+        ];
+        for (json, field, reason) in cases {
+            let e = NodePool::from_spec("p", &spec(json.clone())).expect_err(&json.to_string());
+            assert_eq!(e.field, field, "{json}");
+            assert!(e.reason.contains(reason), "{json}: {}", e.reason);
+        }
+        // Typos in the template are refused when read, not ignored.
+        for json in [
+            serde_json::json!({"template": {"spec": {"requirement": []}}}),
+            serde_json::json!({"template": {"metadata": {"label": {}}}}),
+            serde_json::json!({"disruption": {"expireAfter": "720h"}}),
+        ] {
+            assert!(serde_json::from_value::<NodePoolSpec>(json.clone()).is_err(), "{json}");
+        }
+    }
+
+    #[test]
+    fn specs_round_trip_through_json() {
+        let s = spec(serde_json::json!({
+            "template": {"spec": {"expireAfter": "720h", "kubelet": {"maxPods": 20},
+                                  "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s", "budgets": [{"nodes": "10%"}, {"nodes": 2}]},
+            "limits": {"cpu": 1000}
+        }));
+        let json = serde_json::to_value(&s).expect("serializes");
+        assert_eq!(spec(json), s);
     }
 
     #[test]

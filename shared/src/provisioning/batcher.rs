@@ -153,7 +153,8 @@ mod tests {
         let arrivals: Vec<i64> = (0..60).map(|i| i * 500).collect();
         let closed = drive(&arrivals, 100, 30_000);
         assert_eq!(closed[0], (10_000, 21));
-        assert_eq!(closed[1].0, 20_100);
+        // The next window opens with the pod at 10.5 s and closes 10 s later.
+        assert_eq!(closed[1].0, 20_500);
     }
 
     #[test]

@@ -1,1 +1,21 @@
-//! In-memory adapters (filled next).
+//! The embedded simulator: in-memory `Cloud`, `Cluster` and `Store`, a
+//! simulated clock, fault decorators, and the loop that drives the same
+//! handler code the Lambda functions run. A product feature (the
+//! `nodewright simulate` command), held to the same scenario tests as the
+//! real adapters.
+
+pub mod catalog;
+pub mod clock;
+pub mod cloud;
+pub mod cluster;
+pub mod faults;
+pub mod scenario;
+pub mod simulation;
+pub mod store;
+
+pub use clock::SimClock;
+pub use cloud::SimCloud;
+pub use cluster::SimCluster;
+pub use faults::{FaultyCloud, FaultyStore};
+pub use store::MemStore;
+pub use simulation::{SimSettings, Simulation};

@@ -1,0 +1,241 @@
+//! `nodewright simulate [SCENARIO.yaml] [--json]`: the whole system on the
+//! embedded simulator — the same handler code the Lambda functions run, on
+//! in-memory EC2, cluster and DynamoDB, on a simulated clock.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use nodewright::ports::{Clock, Cloud, Instance};
+use nodewright::resources::Resources;
+use nodewright::scheduling::labels;
+use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
+use serde_json::json;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// A scenario file; without one, the first source walkthrough runs.
+    scenario: Option<PathBuf>,
+    /// Print the final state as JSON instead of logs and tables.
+    #[arg(long)]
+    json: bool,
+    /// Also print debug logs.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+/// Log timestamps from the simulated clock.
+struct SimTime(SimClock);
+
+impl FormatTime for SimTime {
+    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+        write!(w, "{:.3}", self.0.now())
+    }
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let text = match &args.scenario {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        None => scenario::WALKTHROUGH_1.to_owned(),
+    };
+    let scenario = scenario::parse(&text)?;
+    let clock = SimClock::default();
+    let level = if args.json {
+        tracing::Level::ERROR
+    } else if args.verbose {
+        tracing::Level::DEBUG
+    } else {
+        tracing::Level::INFO
+    };
+    tracing_subscriber::fmt()
+        .with_timer(SimTime(clock.clone()))
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let sim_cloud = SimCloud::new(catalog::catalog(&scenario.region)?, clock.clone());
+        let mut sim = Simulation::new(clock.clone(), sim_cloud.clone(), Some(sim_cloud), MemStore::new(), SimSettings::default());
+        let started = std::time::Instant::now();
+        let start = sim.now();
+        scenario::load(&mut sim, &scenario).await?;
+        scenario::run(&mut sim, &scenario).await?;
+        let failures = scenario::check(&sim, &scenario.expect).await;
+        let instances = sim.cloud.instances().await?;
+        let report = Report {
+            name: &scenario.name,
+            nodes: sim.cluster.all_nodes(),
+            pods: sim.cluster.all_pods(),
+            instances,
+            simulated: sim.now().duration_since(start).as_secs_f64(),
+            wall: started.elapsed().as_secs_f64(),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report.json(&failures))?);
+        } else {
+            report.print(&failures);
+        }
+        if !failures.is_empty() {
+            anyhow::bail!("{} expectation(s) of scenario {} failed", failures.len(), scenario.name);
+        }
+        Ok(())
+    })
+}
+
+struct Report<'a> {
+    name: &'a str,
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+    instances: Vec<Instance>,
+    simulated: f64,
+    wall: f64,
+}
+
+fn label<'n>(n: &'n Node, key: &str) -> &'n str {
+    n.metadata.labels.as_ref().and_then(|l| l.get(key)).map_or("", String::as_str)
+}
+
+fn pod_node(p: &Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+}
+
+fn pod_name(p: &Pod) -> String {
+    format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""))
+}
+
+impl Report<'_> {
+    fn price(&self, n: &Node) -> f64 {
+        let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+        self.instances.iter().find(|i| i.provider_id == pid).map_or(0.0, |i| i.price)
+    }
+
+    fn pods_on<'p>(&'p self, n: &Node) -> Vec<&'p Pod> {
+        let name = n.metadata.name.as_deref().unwrap_or_default();
+        self.pods.iter().filter(|p| pod_node(p) == Some(name)).collect()
+    }
+
+    fn print(&self, failures: &[String]) {
+        println!();
+        println!(
+            "{:<45} {:<7} {:<16} {:<7} {:<13} {:<12}",
+            "NAME", "STATUS", "INSTANCE-TYPE", "ARCH", "CAPACITY-TYPE", "ZONE"
+        );
+        for n in &self.nodes {
+            println!(
+                "{:<45} {:<7} {:<16} {:<7} {:<13} {:<12}",
+                n.metadata.name.as_deref().unwrap_or(""),
+                "Ready",
+                label(n, labels::INSTANCE_TYPE),
+                label(n, labels::ARCH),
+                label(n, labels::CAPACITY_TYPE),
+                label(n, labels::ZONE),
+            );
+        }
+        println!();
+        let pending = self.pods.iter().filter(|p| pod_node(p).is_none()).count();
+        let mut total_cpu = (0i64, 0i64);
+        let mut cost = 0.0;
+        for n in &self.nodes {
+            let alloc = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| Resources::from_list(a).ok())
+                .unwrap_or_default();
+            let pods = self.pods_on(n);
+            let mut used = Resources::default();
+            for p in &pods {
+                if let Ok(sp) = nodewright::scheduling::SchedPod::from_pod(p) {
+                    used.add(&sp.requests);
+                }
+            }
+            total_cpu.0 += used.cpu_millis;
+            total_cpu.1 += alloc.cpu_millis;
+            let share = if alloc.cpu_millis > 0 { used.cpu_millis as f64 / alloc.cpu_millis as f64 } else { 0.0 };
+            let bar: String = (0..20).map(|i| if (i as f64) < share * 20.0 { '█' } else { '░' }).collect();
+            let price = self.price(n);
+            cost += price;
+            println!(
+                "{:<45} cpu {bar} {:>3.0}% ({} pods) {}/${price:.4} {}",
+                n.metadata.name.as_deref().unwrap_or(""),
+                share * 100.0,
+                pods.len(),
+                label(n, labels::INSTANCE_TYPE),
+                label(n, labels::CAPACITY_TYPE),
+            );
+        }
+        println!(
+            "{} node(s) ({}/{} cpu) {} pod(s) ({} pending) ${cost:.4}/hour ${:.2}/month",
+            self.nodes.len(),
+            nodewright::resources::format_cpu(total_cpu.0),
+            nodewright::resources::format_cpu(total_cpu.1),
+            self.pods.len(),
+            pending,
+            cost * 730.0
+        );
+        println!("scenario {}: {:.0}s simulated in {:.2}s", self.name, self.simulated, self.wall);
+        if failures.is_empty() {
+            println!("expectations: all met");
+        } else {
+            for f in failures {
+                println!("expectation FAILED: {f}");
+            }
+        }
+    }
+
+    fn json(&self, failures: &[String]) -> serde_json::Value {
+        let nodes: Vec<serde_json::Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "name": n.metadata.name,
+                    "instance_type": label(n, labels::INSTANCE_TYPE),
+                    "zone": label(n, labels::ZONE),
+                    "capacity_type": label(n, labels::CAPACITY_TYPE),
+                    "arch": label(n, labels::ARCH),
+                    "price": self.price(n),
+                    "labels": n.metadata.labels.clone().unwrap_or_default(),
+                    "pods": self.pods_on(n).iter().map(|p| pod_name(p)).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let pods: Vec<serde_json::Value> = self
+            .pods
+            .iter()
+            .map(|p| {
+                let error = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+                    .and_then(|c| c.message.clone());
+                let mut v = json!({"name": pod_name(p), "node": pod_node(p)});
+                if pod_node(p).is_none() {
+                    v["error"] = json!(error);
+                }
+                v
+            })
+            .collect();
+        let cost: f64 = self.nodes.iter().map(|n| self.price(n)).sum();
+        let mut summary = BTreeMap::new();
+        summary.insert("nodes", json!(self.nodes.len()));
+        summary.insert("pods", json!(self.pods.len()));
+        summary.insert("cost_per_hour", json!(cost));
+        json!({
+            "scenario": self.name,
+            "simulated_seconds": self.simulated,
+            "summary": summary,
+            "nodes": nodes,
+            "pods": pods,
+            "expectations": {"passed": failures.is_empty(), "failures": failures},
+        })
+    }
+}

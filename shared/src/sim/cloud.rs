@@ -1,0 +1,263 @@
+//! EC2 in memory: launches that honour the client token, capacity that can
+//! run out on demand, instances that start, boot and stop on the simulated
+//! clock, and the state-change events EC2 would publish.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::clock::SimClock;
+use crate::ports::{
+    Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering,
+    SignedDuration, Timestamp,
+};
+use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
+
+/// How long things take in the simulated EC2.
+#[derive(Debug, Clone, Copy)]
+pub struct Delays {
+    /// pending → running.
+    pub start: SignedDuration,
+    /// shutting-down → terminated.
+    pub shutdown: SignedDuration,
+}
+
+impl Default for Delays {
+    fn default() -> Self {
+        Delays {
+            start: SignedDuration::from_secs(5),
+            shutdown: SignedDuration::from_secs(10),
+        }
+    }
+}
+
+/// One simulated instance and the request that launched it.
+#[derive(Debug, Clone)]
+pub struct SimInstance {
+    pub instance: Instance,
+    pub request: LaunchRequest,
+    /// When the next state transition is due.
+    pub next_transition: Option<Timestamp>,
+}
+
+#[derive(Debug)]
+struct State {
+    catalog: Arc<CloudCatalog>,
+    delays: Delays,
+    instances: BTreeMap<String, SimInstance>,
+    tokens: HashMap<String, String>,
+    no_capacity: BTreeSet<OfferingKey>,
+    /// State-change notifications not yet delivered: (due, instance, state).
+    notifications: Vec<(Timestamp, String, InstanceState)>,
+    launches: usize,
+    next_id: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimCloud {
+    state: Arc<Mutex<State>>,
+    clock: SimClock,
+}
+
+impl SimCloud {
+    pub fn new(catalog: CloudCatalog, clock: SimClock) -> Self {
+        SimCloud {
+            state: Arc::new(Mutex::new(State {
+                catalog: Arc::new(catalog),
+                delays: Delays::default(),
+                instances: BTreeMap::new(),
+                tokens: HashMap::new(),
+                no_capacity: BTreeSet::new(),
+                notifications: Vec::new(),
+                launches: 0,
+                next_id: 1,
+            })),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_delays(&self, delays: Delays) {
+        self.lock().delays = delays;
+    }
+
+    /// From now on, launches of this offering fail for lack of capacity.
+    pub fn remove_capacity(&self, offering: OfferingKey) {
+        self.lock().no_capacity.insert(offering);
+    }
+
+    pub fn restore_capacity(&self, offering: &OfferingKey) {
+        self.lock().no_capacity.remove(offering);
+    }
+
+    /// Successful CreateFleet calls that made a new instance.
+    pub fn launches(&self) -> usize {
+        self.lock().launches
+    }
+
+    /// Every instance ever launched, terminated ones included.
+    pub fn all_instances(&self) -> Vec<SimInstance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    /// Moves instances through their states; queues the notifications.
+    pub fn advance(&self, now: Timestamp) {
+        let mut s = self.lock();
+        let mut queued = Vec::new();
+        for i in s.instances.values_mut() {
+            let Some(due) = i.next_transition.filter(|t| *t <= now) else { continue };
+            let next = match i.instance.state {
+                InstanceState::Pending => Some((InstanceState::Running, None)),
+                InstanceState::ShuttingDown => Some((InstanceState::Terminated, None)),
+                _ => None,
+            };
+            i.next_transition = None;
+            if let Some((state, after)) = next {
+                i.instance.state = state;
+                i.next_transition = after;
+                queued.push((due, i.instance.id.clone(), state));
+            }
+        }
+        s.notifications.extend(queued);
+    }
+
+    /// The earliest pending state transition.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        let s = self.lock();
+        s.instances.values().filter_map(|i| i.next_transition).chain(s.notifications.iter().map(|n| n.0)).min()
+    }
+
+    /// State-change notifications due by `now`, oldest first.
+    pub fn take_notifications(&self, now: Timestamp) -> Vec<(Timestamp, String, InstanceState)> {
+        let mut s = self.lock();
+        let (due, later): (Vec<_>, Vec<_>) = s.notifications.drain(..).partition(|(t, _, _)| *t <= now);
+        s.notifications = later;
+        due
+    }
+
+    /// An instance stops or is terminated from outside (spot reclaim, a user).
+    pub fn external_state_change(&self, instance_id: &str, state: InstanceState) {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        let shutdown = s.delays.shutdown;
+        if let Some(i) = s.instances.get_mut(instance_id) {
+            i.instance.state = state;
+            i.next_transition = (state == InstanceState::ShuttingDown).then_some(now + shutdown);
+            s.notifications.push((now, instance_id.to_owned(), state));
+        }
+    }
+
+    /// EC2's EventBridge event for a state change.
+    pub fn state_change_event(&self, instance_id: &str, state: InstanceState, at: Timestamp) -> serde_json::Value {
+        let region = self.lock().catalog.region.clone();
+        let state = serde_json::to_value(state).unwrap_or_default();
+        serde_json::json!({
+            "version": "0",
+            "id": format!("sim-{instance_id}-{}", at.as_millisecond()),
+            "detail-type": "EC2 Instance State-change Notification",
+            "source": "aws.ec2",
+            "account": "000000000000",
+            "time": at.to_string(),
+            "region": region,
+            "resources": [format!("arn:aws:ec2:{region}:000000000000:instance/{instance_id}")],
+            "detail": {"instance-id": instance_id, "state": state}
+        })
+    }
+}
+
+impl Cloud for SimCloud {
+    async fn catalog(&self) -> Result<Arc<CloudCatalog>, CloudError> {
+        Ok(self.lock().catalog.clone())
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        if let Some(id) = s.tokens.get(&request.client_token)
+            && let Some(i) = s.instances.get(id)
+        {
+            return Ok(Launched { instance: i.instance.clone(), unavailable: vec![] });
+        }
+        if request.options.is_empty() {
+            return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", request.claim_id)));
+        }
+        // Spot when any option is spot (as Karpenter asks CreateFleet), then
+        // cheapest first: price-capacity-optimized and lowest-price agree here.
+        let spot = request.options.iter().any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
+        let mut options: Vec<&PricedOffering> =
+            request.options.iter().filter(|o| (o.capacity_type == CAPACITY_TYPE_SPOT) == spot).collect();
+        options.sort_by(|a, b| a.price.total_cmp(&b.price));
+        let mut unavailable = Vec::new();
+        let mut chosen = None;
+        for o in options {
+            let key = OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() };
+            let sold = s.catalog.offerings.iter().any(|c| {
+                c.instance_type == o.instance_type && c.zone == o.zone && c.capacity_type == o.capacity_type
+            });
+            if !sold {
+                return Err(CloudError::Invalid(format!(
+                    "InvalidParameterValue: {} is not offered as {} in {}",
+                    o.instance_type, o.capacity_type, o.zone
+                )));
+            }
+            if s.no_capacity.contains(&key) {
+                unavailable.push(key);
+                continue;
+            }
+            chosen = Some(o.clone());
+            break;
+        }
+        let Some(o) = chosen else {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: unavailable,
+                message: "InsufficientInstanceCapacity: we currently do not have sufficient capacity".to_owned(),
+            });
+        };
+        let n = s.next_id;
+        s.next_id += 1;
+        s.launches += 1;
+        let id = format!("i-{:017x}", 0x0a1b_0000_0000_0000u64 + n);
+        let instance = Instance {
+            id: id.clone(),
+            instance_type: o.instance_type.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.clone(),
+            state: InstanceState::Pending,
+            launched_at: now,
+            claim_id: Some(request.claim_id.clone()),
+            pool: Some(request.pool.clone()),
+            provider_id: format!("aws:///{}/{}", o.zone, id),
+            price: o.price,
+        };
+        let start = s.delays.start;
+        s.instances.insert(
+            id.clone(),
+            SimInstance { instance: instance.clone(), request: request.clone(), next_transition: Some(now + start) },
+        );
+        s.tokens.insert(request.client_token.clone(), id);
+        s.notifications.push((now, instance.id.clone(), InstanceState::Pending));
+        Ok(Launched { instance, unavailable })
+    }
+
+    async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError> {
+        for id in instance_ids {
+            let state = self.lock().instances.get(id).map(|i| i.instance.state);
+            if state.is_some_and(|s| !s.is_gone_or_going()) {
+                self.external_state_change(id, InstanceState::ShuttingDown);
+            }
+        }
+        Ok(())
+    }
+
+    async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
+        Ok(self
+            .lock()
+            .instances
+            .values()
+            .filter(|i| i.instance.state != InstanceState::Terminated)
+            .map(|i| i.instance.clone())
+            .collect())
+    }
+}

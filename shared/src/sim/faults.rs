@@ -1,0 +1,184 @@
+//! Fault injection over any adapter, for tests and scenarios: the moto
+//! emulator and the in-memory cloud never run out of capacity or fail on
+//! their own, so the failure paths are exercised through these decorators.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::config::Limits;
+use crate::ports::{
+    Cloud, CloudCatalog, CloudError, ConfigItem, ConfigKind, Instance, LaunchRequest, Launched, Lease, OfferingKey,
+    Store, StoreError, Timestamp, Usage,
+};
+use crate::provisioning::batcher::Batch;
+use crate::provisioning::claim::Claim;
+
+#[derive(Debug, Default)]
+struct CloudFaults {
+    no_capacity: BTreeSet<OfferingKey>,
+    fail_launches: usize,
+    launch_calls: usize,
+}
+
+/// A `Cloud` whose launches can run out of capacity per offering, or fail
+/// transiently a number of times (as a crash after the claim write would).
+#[derive(Debug, Clone)]
+pub struct FaultyCloud<C> {
+    inner: C,
+    faults: Arc<Mutex<CloudFaults>>,
+}
+
+impl<C: Cloud> FaultyCloud<C> {
+    pub fn new(inner: C) -> Self {
+        FaultyCloud { inner, faults: Arc::default() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CloudFaults> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    /// Launches of this offering fail with insufficient capacity.
+    pub fn remove_capacity(&self, offering: OfferingKey) {
+        self.lock().no_capacity.insert(offering);
+    }
+
+    /// The next `n` launches fail with a transient error before reaching the cloud.
+    pub fn fail_next_launches(&self, n: usize) {
+        self.lock().fail_launches = n;
+    }
+
+    /// Launch calls seen, failed ones included.
+    pub fn launch_calls(&self) -> usize {
+        self.lock().launch_calls
+    }
+}
+
+impl<C: Cloud> Cloud for FaultyCloud<C> {
+    async fn catalog(&self) -> Result<Arc<CloudCatalog>, CloudError> {
+        self.inner.catalog().await
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        let mut request = request.clone();
+        let mut unavailable = Vec::new();
+        {
+            let mut f = self.lock();
+            f.launch_calls += 1;
+            if f.fail_launches > 0 {
+                f.fail_launches -= 1;
+                return Err(CloudError::Transient("injected: connection reset before CreateFleet answered".to_owned()));
+            }
+            request.options.retain(|o| {
+                let key = OfferingKey {
+                    capacity_type: o.capacity_type.clone(),
+                    instance_type: o.instance_type.clone(),
+                    zone: o.zone.clone(),
+                };
+                let out = f.no_capacity.contains(&key);
+                if out {
+                    unavailable.push(key);
+                }
+                !out
+            });
+        }
+        if request.options.is_empty() {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: unavailable,
+                message: "injected: InsufficientInstanceCapacity".to_owned(),
+            });
+        }
+        let mut launched = self.inner.launch(&request).await?;
+        launched.unavailable.extend(unavailable);
+        Ok(launched)
+    }
+
+    async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError> {
+        self.inner.terminate(instance_ids).await
+    }
+
+    async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
+        self.inner.instances().await
+    }
+}
+
+/// A `Store` whose claim updates can be made to fail, as a crash right
+/// after a launch (before its instance is recorded) would.
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    inner: S,
+    fail_updates: Arc<Mutex<usize>>,
+}
+
+impl<S: Store> FaultyStore<S> {
+    pub fn new(inner: S) -> Self {
+        FaultyStore { inner, fail_updates: Arc::default() }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The next `n` claim updates fail with a transient error.
+    pub fn fail_next_claim_updates(&self, n: usize) {
+        *self.fail_updates.lock().unwrap_or_else(|e| e.into_inner()) = n;
+    }
+}
+
+impl<S: Store> Store for FaultyStore<S> {
+    async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
+        self.inner.config_items().await
+    }
+    async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
+        self.inner.put_config_item(item).await
+    }
+    async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
+        self.inner.delete_config_item(kind, name).await
+    }
+    async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
+        self.inner.claims().await
+    }
+    async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        self.inner.create_claim(claim, limits).await
+    }
+    async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        {
+            let mut n = self.fail_updates.lock().unwrap_or_else(|e| e.into_inner());
+            if *n > 0 {
+                *n -= 1;
+                return Err(StoreError::Transient("injected: the function stopped before the write".to_owned()));
+            }
+        }
+        self.inner.update_claim(previous, next, limits).await
+    }
+    async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.inner.delete_claim(claim).await
+    }
+    async fn pool_usage(&self) -> Result<std::collections::BTreeMap<String, Usage>, StoreError> {
+        self.inner.pool_usage().await
+    }
+    async fn batch(&self) -> Result<Option<Batch>, StoreError> {
+        self.inner.batch().await
+    }
+    async fn put_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<(), StoreError> {
+        self.inner.put_batch(previous, next).await
+    }
+    async fn delete_batch(&self, batch: &Batch) -> Result<(), StoreError> {
+        self.inner.delete_batch(batch).await
+    }
+    async fn acquire_lease(&self, lease: &Lease, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.acquire_lease(lease, now).await
+    }
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        self.inner.release_lease(name, holder).await
+    }
+    async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+        self.inner.mark_unavailable(offering, until).await
+    }
+    async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
+        self.inner.unavailable_offerings(now).await
+    }
+}

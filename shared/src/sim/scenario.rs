@@ -1,0 +1,371 @@
+//! Scenario files: Karpenter-style objects (NodePools, NodeClasses, or the
+//! older Provisioner forms), workloads (Deployments, DaemonSets, PDBs,
+//! Pods), timed actions and expectations — so every scenario is also a test.
+//!
+//! ```yaml
+//! name: walkthrough-1
+//! region: ap-south-1
+//! objects: [ {apiVersion: karpenter.sh/v1alpha5, kind: Provisioner, ...}, {kind: Deployment, ...} ]
+//! actions:
+//!   - at: 0s
+//!     scale: {deployment: inflate, replicas: 3}
+//! run: 3m
+//! expect:
+//!   nodes: 1
+//!   pods: {bound: 3, pending: 0}
+//!   nodesWith: [{labels: {node.kubernetes.io/instance-type: r6gd.xlarge}, count: 1, pods: 3}]
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::cloud::SimCloud;
+use super::simulation::Simulation;
+use crate::config::{self, ConfigError};
+use crate::ports::{Clock, Cloud, ConfigItem, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
+use crate::resources;
+
+/// The built-in scenario: the first source walkthrough.
+pub const WALKTHROUGH_1: &str = include_str!("scenarios/walkthrough-1.yaml");
+
+/// Every scenario shipped with the simulator: (file name, text).
+pub const BUILT_IN: [(&str, &str); 1] = [("walkthrough-1.yaml", WALKTHROUGH_1)];
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Karpenter configuration and workload objects, in any order.
+    pub objects: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub actions: Vec<Action>,
+    /// How long to simulate, e.g. `5m`.
+    pub run: String,
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+fn default_region() -> String {
+    "us-east-1".to_owned()
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Action {
+    /// Simulated time from the start, e.g. `90s`.
+    pub at: String,
+    #[serde(flatten)]
+    pub what: ActionKind,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ActionKind {
+    /// Set a Deployment's replicas.
+    Scale { deployment: String, replicas: i32, #[serde(default = "default_namespace")] namespace: String },
+    /// Add or replace objects (configuration or workloads).
+    Apply(Vec<serde_json::Value>),
+    /// Launches of these offerings fail for lack of capacity from now on.
+    RemoveCapacity(Vec<OfferingSpec>),
+    /// Nodes of these instance types never register.
+    NeverRegister(Vec<String>),
+}
+
+fn default_namespace() -> String {
+    "default".to_owned()
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OfferingSpec {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Expect {
+    /// Nodes at the end.
+    pub nodes: Option<usize>,
+    pub pods: Option<PodCounts>,
+    #[serde(default)]
+    pub nodes_with: Vec<NodesWith>,
+    /// Instances launched over the whole run.
+    pub launches: Option<usize>,
+    /// Kubernetes Events by reason → how many were published.
+    #[serde(default)]
+    pub events: BTreeMap<String, usize>,
+    /// Pool → resource → the most its reservations may ever reach (`cpu: 1000`).
+    #[serde(default)]
+    pub peak_usage_at_most: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodCounts {
+    pub bound: Option<usize>,
+    pub pending: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodesWith {
+    pub labels: BTreeMap<String, String>,
+    pub count: usize,
+    /// Non-DaemonSet pods on each such node.
+    pub pods: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("scenario: {0}")]
+    Parse(String),
+    #[error("scenario: {0}")]
+    Config(#[from] ConfigError),
+    #[error("scenario action at {at}: {reason}")]
+    Action { at: String, reason: String },
+}
+
+pub fn parse(yaml: &str) -> Result<Scenario, ScenarioError> {
+    serde_norway::from_str(yaml).map_err(|e| ScenarioError::Parse(e.to_string()))
+}
+
+/// Go-style durations: `90s`, `5m`, `1h30m`, `1.5s`.
+pub fn parse_duration(s: &str) -> Result<SignedDuration, ScenarioError> {
+    let bad = || ScenarioError::Parse(format!("{s:?} is not a duration like 30s, 5m or 1h30m"));
+    let mut total = 0.0f64;
+    let mut num = String::new();
+    let mut chars = s.trim().chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            0.001
+        } else {
+            match c {
+                'h' => 3600.0,
+                'm' => 60.0,
+                's' => 1.0,
+                _ => return Err(bad()),
+            }
+        };
+        total += num.parse::<f64>().map_err(|_| bad())? * unit;
+        num.clear();
+        any = true;
+    }
+    if !num.is_empty() || !any {
+        return Err(bad());
+    }
+    Ok(SignedDuration::from_secs_f64(total))
+}
+
+/// Configuration objects → the Store's items; workload objects → left over.
+pub fn split_objects(
+    objects: &[serde_json::Value],
+    now: Timestamp,
+) -> Result<(Vec<ConfigItem>, Vec<serde_json::Value>), ScenarioError> {
+    let mut items = Vec::new();
+    let mut workloads = Vec::new();
+    for o in objects {
+        let api = o.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
+        if api.starts_with("karpenter.") {
+            // JSON is YAML: the configuration parser takes the object as written.
+            for doc in config::parse_documents(&o.to_string())? {
+                items.push(config_item(doc, now));
+            }
+        } else {
+            workloads.push(o.clone());
+        }
+    }
+    Ok((items, workloads))
+}
+
+fn config_item(doc: config::document::ConfigDocument, now: Timestamp) -> ConfigItem {
+    use config::document::ConfigDocument;
+    let (kind, name, spec) = match doc {
+        ConfigDocument::NodePool { name, spec, .. } => (ConfigKind::NodePool, name, serde_json::to_value(spec)),
+        ConfigDocument::NodeClass { name, spec } => (ConfigKind::NodeClass, name, serde_json::to_value(spec)),
+    };
+    ConfigItem { kind, name, spec: spec.unwrap_or_default(), version: 1, updated_at: now }
+}
+
+/// Writes configuration items, replacing what is stored under the same name.
+pub async fn put_config<S: Store>(store: &S, items: Vec<ConfigItem>) -> Result<(), ScenarioError> {
+    let stored = store.config_items().await.map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    for mut item in items {
+        item.version = stored.iter().find(|s| s.kind == item.kind && s.name == item.name).map_or(1, |s| s.version + 1);
+        store.put_config_item(&item).await.map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Loads a scenario into a simulation: configuration into the store, workloads into the cluster.
+pub async fn load<C: Cloud + Clone, S: Store + Clone>(
+    sim: &mut Simulation<C, S>,
+    scenario: &Scenario,
+) -> Result<(), ScenarioError> {
+    let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
+    put_config(&sim.store, items).await?;
+    for w in workloads {
+        sim.cluster.apply(&w).map_err(ScenarioError::Parse)?;
+    }
+    Ok(())
+}
+
+/// Runs a loaded scenario's actions and then until its end.
+pub async fn run<C: Cloud + Clone, S: Store + Clone>(
+    sim: &mut Simulation<C, S>,
+    scenario: &Scenario,
+) -> Result<(), ScenarioError> {
+    let start = sim.now();
+    let mut actions: Vec<(SignedDuration, &Action)> =
+        scenario.actions.iter().map(|a| Ok((parse_duration(&a.at)?, a))).collect::<Result<_, ScenarioError>>()?;
+    actions.sort_by_key(|(t, _)| *t);
+    for (at, action) in actions {
+        sim.run_until(start + at).await;
+        apply_action(sim, action).await?;
+    }
+    sim.run_until(start + parse_duration(&scenario.run)?).await;
+    Ok(())
+}
+
+async fn apply_action<C: Cloud + Clone, S: Store + Clone>(
+    sim: &mut Simulation<C, S>,
+    action: &Action,
+) -> Result<(), ScenarioError> {
+    let err = |reason: String| ScenarioError::Action { at: action.at.clone(), reason };
+    match &action.what {
+        ActionKind::Scale { deployment, replicas, namespace } => sim.cluster.scale(namespace, deployment, *replicas).map_err(err),
+        ActionKind::Apply(objects) => {
+            let (items, workloads) = split_objects(objects, sim.now())?;
+            put_config(&sim.store, items).await?;
+            for w in workloads {
+                sim.cluster.apply(&w).map_err(err)?;
+            }
+            Ok(())
+        }
+        ActionKind::RemoveCapacity(offerings) => {
+            let sim_cloud: &SimCloud = sim.sim_cloud.as_ref().ok_or_else(|| err("removeCapacity needs the in-memory cloud".to_owned()))?;
+            for o in offerings {
+                sim_cloud.remove_capacity(OfferingKey {
+                    capacity_type: o.capacity_type.clone(),
+                    instance_type: o.instance_type.clone(),
+                    zone: o.zone.clone(),
+                });
+            }
+            Ok(())
+        }
+        ActionKind::NeverRegister(types) => {
+            sim.never_register.extend(types.iter().cloned());
+            Ok(())
+        }
+    }
+}
+
+/// Checks the expectations; returns every failed one.
+pub async fn check<C: Cloud + Clone, S: Store + Clone>(sim: &Simulation<C, S>, expect: &Expect) -> Vec<String> {
+    let mut failures = Vec::new();
+    let nodes = sim.cluster.all_nodes();
+    let pods = sim.cluster.all_pods();
+    let is_daemon = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+    };
+    let bound = pods.iter().filter(|p| !is_daemon(p) && node_of(p).is_some()).count();
+    let pending = pods.iter().filter(|p| node_of(p).is_none()).count();
+    if let Some(n) = expect.nodes
+        && nodes.len() != n
+    {
+        failures.push(format!("expected {n} node(s), found {}", nodes.len()));
+    }
+    if let Some(pc) = &expect.pods {
+        if let Some(b) = pc.bound
+            && b != bound
+        {
+            failures.push(format!("expected {b} bound pod(s), found {bound}"));
+        }
+        if let Some(p) = pc.pending
+            && p != pending
+        {
+            failures.push(format!("expected {p} pending pod(s), found {pending}"));
+        }
+    }
+    for nw in &expect.nodes_with {
+        let matching: Vec<_> = nodes
+            .iter()
+            .filter(|n| {
+                let labels = n.metadata.labels.clone().unwrap_or_default();
+                nw.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .collect();
+        if matching.len() != nw.count {
+            failures.push(format!("expected {} node(s) with {:?}, found {}", nw.count, nw.labels, matching.len()));
+        }
+        if let Some(want) = nw.pods {
+            for n in matching {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                let on = pods.iter().filter(|p| !is_daemon(p) && node_of(p) == Some(name)).count();
+                if on != want {
+                    failures.push(format!("expected {want} pod(s) on node {name}, found {on}"));
+                }
+            }
+        }
+    }
+    if let Some(l) = expect.launches {
+        let launched = match &sim.sim_cloud {
+            Some(c) => c.launches(),
+            None => sim.cloud.instances().await.map(|v| v.len()).unwrap_or(0),
+        };
+        if launched != l {
+            failures.push(format!("expected {l} launch(es), found {launched}"));
+        }
+    }
+    let events = sim.cluster.events();
+    for (reason, want) in &expect.events {
+        let got = events.iter().filter(|(_, e)| &e.reason == reason).count();
+        if got != *want {
+            failures.push(format!("expected {want} {reason} event(s), found {got}"));
+        }
+    }
+    for (pool, limits) in &expect.peak_usage_at_most {
+        for (resource, value) in limits {
+            let text = match value {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let mut r = resources::Resources::default();
+            let limit = if resource == "nodes" {
+                text.parse::<i64>().ok()
+            } else {
+                r.set(resource, &text).ok().map(|()| r.get(resource))
+            };
+            let Some(limit) = limit else {
+                failures.push(format!("peakUsageAtMost.{pool}.{resource}: {text:?} is not a quantity"));
+                continue;
+            };
+            let peak = sim.peak_usage.get(pool).and_then(|u| u.get(resource)).copied().unwrap_or(0);
+            if peak > limit {
+                failures.push(format!("pool {pool} reserved {peak} of {resource}, above {limit}"));
+            }
+        }
+    }
+    failures
+}
+
+fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+}
+
+/// Seconds since the start, for reports.
+pub fn elapsed(start: Timestamp, clock: &impl Clock) -> f64 {
+    clock.now().duration_since(start).as_secs_f64()
+}

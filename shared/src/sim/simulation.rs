@@ -1,0 +1,273 @@
+//! The simulation loop: a simulated clock and event bus that invoke the
+//! handlers exactly as AWS would — the provisioner once a minute (each
+//! invocation ticking until its deadline), the state-change function for
+//! every EC2 state-change notification — while in-memory controllers play
+//! the cluster (Deployments, DaemonSets, kube-scheduler) and nodes register
+//! after a boot delay.
+//!
+//! Generic over the cloud and the store, so the same scenarios run on the
+//! in-memory adapters and on the real AWS adapters against an emulator.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use tracing::{info, warn};
+
+use super::clock::SimClock;
+use super::cloud::SimCloud;
+use super::cluster::SimCluster;
+use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
+use crate::handlers::state_change::{self, StateChangeOutcome};
+use crate::ports::{Clock, Cloud, Cluster, InstanceState, Ports, SignedDuration, Store, Timestamp, Usage};
+use crate::provisioning::claim::CLAIM_LABEL;
+use crate::scheduling::labels;
+
+#[derive(Debug, Clone)]
+pub struct SimSettings {
+    /// Launch → the Node registers.
+    pub boot: SignedDuration,
+    /// Lambda timeout of the provisioner (it is invoked every minute).
+    pub invocation: SignedDuration,
+    /// The provisioner stops this long before its deadline.
+    pub margin: SignedDuration,
+    /// EventBridge's delivery delay for state-change events.
+    pub event_delay: SignedDuration,
+    /// Deliver every state-change event twice.
+    pub duplicate_events: bool,
+    /// Deliver each due batch of state-change events newest first.
+    pub reorder_events: bool,
+    pub provisioner: ProvisionerSettings,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        SimSettings {
+            boot: SignedDuration::from_secs(40),
+            invocation: SignedDuration::from_secs(60),
+            margin: SignedDuration::from_secs(3),
+            event_delay: SignedDuration::from_millis(500),
+            duplicate_events: false,
+            reorder_events: false,
+            provisioner: ProvisionerSettings::default(),
+        }
+    }
+}
+
+pub type SimPorts<C, S> = Ports<C, SimCluster, S, SimClock>;
+
+/// The whole system on a simulated clock.
+#[derive(Debug)]
+pub struct Simulation<C: Cloud + Clone, S: Store + Clone> {
+    pub clock: SimClock,
+    pub cluster: SimCluster,
+    /// The in-memory EC2 underneath `cloud`, when there is one: it moves
+    /// instances through their states and publishes their notifications.
+    pub sim_cloud: Option<SimCloud>,
+    pub cloud: C,
+    pub store: S,
+    pub settings: SimSettings,
+    provisioner: Provisioner<SimPorts<C, S>>,
+    invocation_deadline: Option<Timestamp>,
+    next_invocation: Timestamp,
+    next_tick: Timestamp,
+    registered: HashSet<String>,
+    /// Instance types whose nodes never register (a broken AMI, say).
+    pub never_register: BTreeSet<String>,
+    /// Every state-change outcome, for tests.
+    pub state_changes: Vec<StateChangeOutcome>,
+    /// The highest usage each pool reached, resource by resource.
+    pub peak_usage: BTreeMap<String, Usage>,
+}
+
+impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
+    pub fn new(clock: SimClock, cloud: C, sim_cloud: Option<SimCloud>, store: S, settings: SimSettings) -> Self {
+        let cluster = SimCluster::new(clock.clone());
+        let ports = Ports { cloud: cloud.clone(), cluster: cluster.clone(), store: store.clone(), clock: clock.clone() };
+        let provisioner = Provisioner::new(ports, settings.provisioner.clone(), "sim-invocation-0");
+        let now = clock.now();
+        Simulation {
+            clock,
+            cluster,
+            sim_cloud,
+            cloud,
+            store,
+            settings,
+            provisioner,
+            invocation_deadline: None,
+            next_invocation: now,
+            next_tick: now,
+            registered: HashSet::new(),
+            never_register: BTreeSet::new(),
+            state_changes: Vec::new(),
+            peak_usage: BTreeMap::new(),
+        }
+    }
+
+    pub fn ports(&self) -> SimPorts<C, S> {
+        Ports { cloud: self.cloud.clone(), cluster: self.cluster.clone(), store: self.store.clone(), clock: self.clock.clone() }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Runs everything due up to `end`, then leaves the clock at `end`.
+    pub async fn run_until(&mut self, end: Timestamp) {
+        loop {
+            let now = self.clock.now();
+            let next_due = self.step(now).await;
+            let next = next_due.max(now + SignedDuration::from_millis(1));
+            if next > end {
+                break;
+            }
+            self.clock.set(next);
+        }
+        if self.clock.now() < end {
+            self.clock.set(end);
+            self.step(end).await;
+        }
+    }
+
+    pub async fn run_for(&mut self, d: SignedDuration) {
+        let end = self.clock.now() + d;
+        self.run_until(end).await;
+    }
+
+    /// Does everything due at `now`; returns when something is next due.
+    async fn step(&mut self, now: Timestamp) -> Timestamp {
+        let mut next = now + SignedDuration::from_secs(1);
+        if let Some(sim) = &self.sim_cloud {
+            sim.advance(now);
+            let mut due = sim.take_notifications(now - self.settings.event_delay);
+            if self.settings.reorder_events {
+                due.reverse();
+            }
+            for (at, id, state) in due {
+                let event = sim.state_change_event(&id, state, at);
+                let times = if self.settings.duplicate_events { 2 } else { 1 };
+                for _ in 0..times {
+                    match state_change::handle(&self.ports(), &event).await {
+                        Ok(outcome) => self.state_changes.push(outcome),
+                        Err(e) => warn!(error = %e, "state-change handler failed"),
+                    }
+                }
+            }
+            if let Some(t) = sim.next_due() {
+                next = next.min(t + self.settings.event_delay);
+            }
+        }
+        if let Some(t) = self.register_nodes(now).await {
+            next = next.min(t);
+        }
+        self.cluster.reconcile();
+
+        // The provisioner: a new invocation every minute; ticks inside it.
+        if self.invocation_deadline.is_none_or(|d| now >= d - self.settings.margin) {
+            if let Some(_ended) = self.invocation_deadline.take() {
+                let _ = self.provisioner.release_lease().await;
+            }
+            if now >= self.next_invocation {
+                let deadline = self.next_invocation + self.settings.invocation;
+                let holder = format!("sim-invocation-{}", self.next_invocation.as_second());
+                self.provisioner = Provisioner::new(self.ports(), self.settings.provisioner.clone(), holder);
+                match self.provisioner.acquire_lease(deadline).await {
+                    Ok(true) => {
+                        self.invocation_deadline = Some(deadline);
+                        self.next_tick = now;
+                    }
+                    Ok(false) => info!("provisioner lease held elsewhere; this invocation exits"),
+                    Err(e) => warn!(error = %e, "provisioner could not take its lease"),
+                }
+                self.next_invocation += SignedDuration::from_mins(1);
+            }
+        }
+        if self.invocation_deadline.is_some() && now >= self.next_tick {
+            match self.provisioner.tick().await {
+                Ok(report) => {
+                    let poll = now + self.settings.provisioner.poll;
+                    self.next_tick = report.wake_at.map_or(poll, |w| w.min(poll));
+                }
+                Err(e) => {
+                    warn!(error = %e, "provisioner tick failed");
+                    self.next_tick = now + self.settings.provisioner.poll;
+                }
+            }
+            // Pods just bound or nominated change what the scheduler sees.
+            self.cluster.reconcile();
+        }
+        self.record_usage().await;
+        let mut candidates = vec![next, self.next_invocation];
+        if let Some(d) = self.invocation_deadline {
+            candidates.push(self.next_tick);
+            candidates.push(d - self.settings.margin);
+        }
+        candidates.into_iter().filter(|t| *t > now).min().unwrap_or(next)
+    }
+
+    /// Registers a Node for every running instance whose boot time passed.
+    async fn register_nodes(&mut self, now: Timestamp) -> Option<Timestamp> {
+        let instances = self.cloud.instances().await.ok()?;
+        let claims = self.store.claims().await.ok()?;
+        let catalog = self.cloud.catalog().await.ok()?;
+        let mut next: Option<Timestamp> = None;
+        for i in instances {
+            if self.registered.contains(&i.id) || i.state.is_gone_or_going() || self.never_register.contains(&i.instance_type) {
+                continue;
+            }
+            let due = i.launched_at + self.settings.boot;
+            if due > now {
+                next = Some(next.map_or(due, |n: Timestamp| n.min(due)));
+                continue;
+            }
+            // An instance booted without a claim (an orphan) joins no cluster here.
+            let Some(claim) = claims.iter().find(|c| Some(c.id.as_str()) == i.claim_id.as_deref()) else { continue };
+            let Some(info) = catalog.instance_types.iter().find(|t| t.name == i.instance_type) else { continue };
+            self.registered.insert(i.id.clone());
+            let name = node_name(&i.id, &catalog.region);
+            let mut node_labels = info.requirements().single_valued_labels();
+            node_labels.extend(claim.labels.clone());
+            for (k, v) in [
+                (labels::INSTANCE_TYPE, i.instance_type.as_str()),
+                (labels::ZONE, i.zone.as_str()),
+                (labels::REGION, catalog.region.as_str()),
+                (labels::CAPACITY_TYPE, i.capacity_type.as_str()),
+                (labels::HOSTNAME, name.as_str()),
+                (CLAIM_LABEL, claim.id.as_str()),
+            ] {
+                node_labels.insert(k.to_owned(), v.to_owned());
+            }
+            let capacity = info.capacity(&claim.kubelet);
+            let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));
+            let node = SimCluster::ready_node(&name, node_labels, claim.taints.clone(), &i.provider_id, &capacity, &allocatable, now);
+            self.cluster.add_node(node);
+        }
+        next
+    }
+
+    async fn record_usage(&mut self) {
+        let Ok(usage) = self.store.pool_usage().await else { return };
+        for (pool, u) in usage {
+            let peak = self.peak_usage.entry(pool).or_default();
+            for (k, v) in u {
+                let e = peak.entry(k).or_insert(v);
+                *e = (*e).max(v);
+            }
+        }
+    }
+
+    /// Instances still alive (not terminated), from the cloud.
+    pub async fn live_instances(&self) -> usize {
+        self.cloud.instances().await.map(|v| v.iter().filter(|i| i.state != InstanceState::Terminated).count()).unwrap_or(0)
+    }
+
+    /// Pending pods right now.
+    pub async fn pending(&self) -> usize {
+        self.cluster.pending_pods().await.map(|p| p.len()).unwrap_or(0)
+    }
+}
+
+/// EC2's private DNS name for an instance, which EKS nodes are named after.
+pub fn node_name(instance_id: &str, region: &str) -> String {
+    let h = instance_id.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let region_part = if region == "us-east-1" { "ec2".to_owned() } else { format!("{region}.compute") };
+    format!("ip-192-168-{}-{}.{region_part}.internal", (h >> 8) % 256, h % 254 + 1)
+}

@@ -1,0 +1,175 @@
+//! The Store in memory, with DynamoDB's conditional-write semantics: every
+//! operation is atomic under one lock, and conditions are checked exactly as
+//! the DynamoDB adapter's condition expressions check them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::config::Limits;
+use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
+use crate::provisioning::batcher::Batch;
+use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
+
+#[derive(Debug, Default)]
+struct State {
+    config: BTreeMap<(ConfigKind, String), ConfigItem>,
+    claims: BTreeMap<String, Claim>,
+    usage: BTreeMap<String, Usage>,
+    batch: Option<Batch>,
+    leases: BTreeMap<String, Lease>,
+    unavailable: BTreeMap<OfferingKey, Timestamp>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MemStore {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        MemStore::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Store for MemStore {
+    async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
+        Ok(self.lock().config.values().cloned().collect())
+    }
+
+    async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let key = (item.kind, item.name.clone());
+        let stored = s.config.get(&key).map(|i| i.version);
+        let expected = item.version.checked_sub(1).filter(|v| *v > 0);
+        if stored != expected {
+            return Err(StoreError::Conflict(format!(
+                "{:?}/{}: stored version {stored:?}, expected {expected:?}",
+                item.kind, item.name
+            )));
+        }
+        s.config.insert(key, item.clone());
+        Ok(())
+    }
+
+    async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
+        self.lock().config.remove(&(kind, name.to_owned()));
+        Ok(())
+    }
+
+    async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
+        Ok(self.lock().claims.values().cloned().collect())
+    }
+
+    async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.claims.contains_key(&claim.id) {
+            return Err(StoreError::Conflict(format!("claim {} exists", claim.id)));
+        }
+        let used = s.usage.get(&claim.pool).cloned().unwrap_or_default();
+        if let Some(resource) = exceeded_limit(limits, &used, &claim.reservation) {
+            return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource });
+        }
+        add_usage(s.usage.entry(claim.pool.clone()).or_default(), &claim.reservation);
+        s.claims.insert(claim.id.clone(), claim.clone());
+        Ok(())
+    }
+
+    async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        match s.claims.get(&previous.id) {
+            Some(c) if c.version == previous.version => {}
+            Some(c) => {
+                return Err(StoreError::Conflict(format!(
+                    "claim {}: version {} is not {}",
+                    previous.id, c.version, previous.version
+                )));
+            }
+            None => return Err(StoreError::Conflict(format!("claim {} is gone", previous.id))),
+        }
+        let mut delta = next.reservation.clone();
+        sub_usage(&mut delta, &previous.reservation);
+        let used = s.usage.get(&previous.pool).cloned().unwrap_or_default();
+        if let Some(resource) = exceeded_limit(limits, &used, &delta) {
+            return Err(StoreError::LimitExceeded { pool: previous.pool.clone(), resource });
+        }
+        let usage = s.usage.entry(previous.pool.clone()).or_default();
+        add_usage(usage, &delta);
+        usage.retain(|_, v| *v != 0);
+        s.claims.insert(next.id.clone(), next.clone());
+        Ok(())
+    }
+
+    async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let Some(stored) = s.claims.remove(&claim.id) else { return Ok(()) };
+        if let Some(usage) = s.usage.get_mut(&stored.pool) {
+            sub_usage(usage, &stored.reservation);
+        }
+        Ok(())
+    }
+
+    async fn pool_usage(&self) -> Result<BTreeMap<String, Usage>, StoreError> {
+        Ok(self.lock().usage.clone())
+    }
+
+    async fn batch(&self) -> Result<Option<Batch>, StoreError> {
+        Ok(self.lock().batch.clone())
+    }
+
+    async fn put_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let stored = s.batch.as_ref().map(|b| b.version);
+        if stored != previous.map(|b| b.version) {
+            return Err(StoreError::Conflict(format!("batch: stored version {stored:?}")));
+        }
+        s.batch = Some(next.clone());
+        Ok(())
+    }
+
+    async fn delete_batch(&self, batch: &Batch) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.batch.as_ref().is_some_and(|b| b.version == batch.version) {
+            s.batch = None;
+        }
+        Ok(())
+    }
+
+    async fn acquire_lease(&self, lease: &Lease, now: Timestamp) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let free = match s.leases.get(&lease.name) {
+            None => true,
+            Some(l) => l.expires_at <= now || l.holder == lease.holder,
+        };
+        if free {
+            s.leases.insert(lease.name.clone(), lease.clone());
+        }
+        Ok(free)
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.leases.get(name).is_some_and(|l| l.holder == holder) {
+            s.leases.remove(name);
+        }
+        Ok(())
+    }
+
+    async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let entry = s.unavailable.entry(offering.clone()).or_insert(until);
+        *entry = (*entry).max(until);
+        Ok(())
+    }
+
+    async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
+        let mut s = self.lock();
+        // Expiry is checked in code, as with DynamoDB's lazy TTL deletion.
+        s.unavailable.retain(|_, until| *until > now);
+        Ok(s.unavailable.keys().cloned().collect())
+    }
+}
