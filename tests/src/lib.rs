@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod sim;
+
 use k8s_openapi::api::core::v1::Pod;
 use nodewright::cloud::{InstanceType, Offering};
 use nodewright::config::{NodePool, NodePoolSpec};

@@ -178,9 +178,11 @@ impl<P: PortSet> Provisioner<P> {
             claims.iter().filter(|c| c.node_name.is_none()).flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
         let stored = store.batch().await?;
         let state = stored.clone().unwrap_or_default();
-        let parked_now = |uid: &str| {
-            state.parked.get(uid).is_some_and(|p| p.config_fingerprint == config.fingerprint && p.retry_at > now)
-        };
+        // Parked pods are looked at again when the configuration or any
+        // pool's reserved usage changes (room may have appeared), or after a while.
+        let fingerprint = fingerprint(config.fingerprint, &store.pool_usage().await?);
+        let parked_now =
+            |uid: &str| state.parked.get(uid).is_some_and(|p| p.config_fingerprint == fingerprint && p.retry_at > now);
         let waiting_pods: Vec<&Pod> = pending
             .iter()
             .filter(|p| is_provisionable(p))
@@ -220,7 +222,8 @@ impl<P: PortSet> Provisioner<P> {
                     info!(pods, duration = %format_duration(waited), "batched {pods} pod(s) in {}", format_duration(waited));
                     let owned: Vec<Pod> = waiting_pods.into_iter().cloned().collect();
                     let parked = self.provision(&config, owned, &mut report).await?;
-                    self.park(&next, parked, &pending, &config, now).await?;
+                    let fingerprint = self::fingerprint(config.fingerprint, &store.pool_usage().await?);
+                    self.park(&next, parked, &pending, fingerprint, now).await?;
                 }
                 report.solved = true;
             }
@@ -499,7 +502,7 @@ impl<P: PortSet> Provisioner<P> {
         state: &Batch,
         unplaceable: Vec<(PodKey, String)>,
         pending: &[Pod],
-        config: &LoadedConfig,
+        fingerprint: u64,
         now: Timestamp,
     ) -> Result<(), HandlerError> {
         let mut next = state.clone();
@@ -527,7 +530,7 @@ impl<P: PortSet> Provisioner<P> {
                 Parked {
                     pod: pod.to_string(),
                     reason,
-                    config_fingerprint: config.fingerprint,
+                    config_fingerprint: fingerprint,
                     retry_at: now + self.settings.parked_retry,
                 },
             );
@@ -556,6 +559,15 @@ impl<P: PortSet> Provisioner<P> {
 fn forget_gone_parked(state: &Batch, pending: &[Pod]) -> Option<()> {
     let gone = state.parked.keys().any(|uid| !pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
     gone.then_some(())
+}
+
+/// The configuration's fingerprint combined with every pool's usage.
+fn fingerprint(config: u64, usage: &std::collections::BTreeMap<String, crate::ports::Usage>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    config.hash(&mut h);
+    usage.hash(&mut h);
+    h.finish()
 }
 
 fn seed_of(now: Timestamp, tick: u64, round: usize) -> u64 {

@@ -199,6 +199,11 @@ struct Class {
     node_cursor: usize,
     /// Other claims that refused this class for good.
     refused: FixedBitSet,
+    /// Claims that refused this class for now, with their pod count then.
+    /// Without topology a refusal depends only on the claim, and claims only
+    /// grow: while the count is unchanged, the answer is the same. Keeps
+    /// thousands of identical pods from re-trying hundreds of full claims.
+    refused_at: FxHashMap<u32, u32>,
     /// Per pool: index into `Solver::compat_sets`, computed on first use.
     compat: Vec<Option<u32>>,
     /// Per pool: the price of the cheapest node that holds one such pod alone.
@@ -609,6 +614,7 @@ impl<'a> Solver<'a> {
             req_id,
             tolerates,
             claim_cursor: 0,
+            refused_at: FxHashMap::default(),
             node_cursor: 0,
             refused: FixedBitSet::new(),
             compat: vec![None; self.pools.len()],
@@ -637,11 +643,11 @@ impl<'a> Solver<'a> {
                 let mut pos = 0;
                 while pos < self.by_pods[count].len() {
                     let ci = self.by_pods[count][pos] as usize;
-                    if !self.classes[k].refused.contains(ci) {
+                    if !self.classes[k].refused.contains(ci) && !self.refused_for_now(k, ci) {
                         match self.try_claim(i, k, ci) {
                             Ok(()) => return true,
                             Err(r) if r.permanent => self.refuse(k, ci),
-                            Err(_) => {}
+                            Err(_) => self.refuse_for_now(k, ci),
                         }
                     }
                     pos += 1;
@@ -652,7 +658,9 @@ impl<'a> Solver<'a> {
             let mut advancing = true;
             let mut ci = self.classes[k].claim_cursor;
             while ci < self.claims.len() {
-                if !self.classes[k].refused.contains(ci) {
+                if self.refused_for_now(k, ci) {
+                    advancing = false;
+                } else if !self.classes[k].refused.contains(ci) {
                     match self.try_claim(i, k, ci) {
                         Ok(()) => return true,
                         Err(r) if r.permanent => {
@@ -662,7 +670,10 @@ impl<'a> Solver<'a> {
                                 self.refuse(k, ci);
                             }
                         }
-                        Err(_) => advancing = false,
+                        Err(_) => {
+                            advancing = false;
+                            self.refuse_for_now(k, ci);
+                        }
                     }
                 } else if advancing {
                     self.classes[k].claim_cursor = ci + 1;
@@ -678,6 +689,18 @@ impl<'a> Solver<'a> {
             }
         }
         false
+    }
+
+    fn refused_for_now(&self, k: usize, ci: usize) -> bool {
+        let cls = &self.classes[k];
+        cls.topo.is_empty() && cls.refused_at.get(&(ci as u32)) == Some(&(self.claims[ci].pods.len() as u32))
+    }
+
+    fn refuse_for_now(&mut self, k: usize, ci: usize) {
+        if self.classes[k].topo.is_empty() {
+            let pods = self.claims[ci].pods.len() as u32;
+            self.classes[k].refused_at.insert(ci as u32, pods);
+        }
     }
 
     /// Remembers that claim `ci` refuses class `k` for good.
@@ -857,6 +880,11 @@ impl<'a> Solver<'a> {
                 return Err(Refused { permanent: false });
             }
         }
+        let max_capacity = if ps.input.pool.limits.is_empty() {
+            max_capacity
+        } else {
+            ps.launch_capacity(&kept, reqs, self.options.max_instance_types)
+        };
         let ports = cls.ports.clone();
         let host = c.host;
         let old_pods = c.pods.len();
@@ -936,6 +964,9 @@ impl<'a> Solver<'a> {
             max_room.max_each(&ps.room[t]);
             max_capacity.max_each(&ps.input.instance_types[t].capacity);
         }
+        if !ps.input.pool.limits.is_empty() {
+            max_capacity = ps.launch_capacity(&types, &ps.input.pool.requirements, self.options.max_instance_types);
+        }
         let ci = self.claims.len();
         let signature = self.signature(&self.pools[p].input.pool.requirements.clone());
         let ps = &self.pools[p];
@@ -1001,23 +1032,8 @@ impl<'a> Solver<'a> {
     /// `max_instance_types`, keeping `minValues` satisfied.
     fn finish(&self, c: Claim) -> NewClaim {
         let ps = &self.pools[c.pool];
-        let allowed = ps.offerings.allowed(&c.reqs);
-        // (price, type, offering) of each type's cheapest allowed offering.
-        let mut cheapest: Vec<(f64, usize, usize)> = c
-            .types
-            .ones()
-            .filter_map(|t| {
-                let it = &ps.input.instance_types[t];
-                it.offerings
-                    .iter()
-                    .enumerate()
-                    .filter(|(oi, o)| ps.offerings.offering_allowed(t, *oi, allowed, o, &c.reqs))
-                    .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
-                    .map(|(oi, o)| (o.price, t, oi))
-            })
-            .collect();
+        let cheapest = ps.priced_types(&c.types, &c.reqs);
         let types = &ps.input.instance_types;
-        cheapest.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| types[a.1].name.cmp(&types[b.1].name)));
         let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
         let options = kept
             .into_iter()
@@ -1119,6 +1135,40 @@ impl Requirements {
 }
 
 impl<'a> PoolState<'a> {
+    /// (price, type, offering) of each type's cheapest allowed offering,
+    /// cheapest first (ties by name): the order launch options take.
+    fn priced_types(&self, types: &FixedBitSet, reqs: &Requirements) -> Vec<(f64, usize, usize)> {
+        let allowed = self.offerings.allowed(reqs);
+        let mut priced: Vec<(f64, usize, usize)> = types
+            .ones()
+            .filter_map(|t| {
+                let it = &self.input.instance_types[t];
+                it.offerings
+                    .iter()
+                    .enumerate()
+                    .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, allowed, o, reqs))
+                    .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
+                    .map(|(oi, o)| (o.price, t, oi))
+            })
+            .collect();
+        let types = &self.input.instance_types;
+        priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| types[a.1].name.cmp(&types[b.1].name)));
+        priced
+    }
+
+    /// What a claim of a pool with limits reserves: the per-resource maximum
+    /// capacity over the types its launch would offer (the `max_types`
+    /// cheapest), which is every type CreateFleet could pick. Reserving the
+    /// largest of *all* remaining types instead would let a 1,000-CPU limit
+    /// admit three claims for 1-CPU pods.
+    fn launch_capacity(&self, types: &FixedBitSet, reqs: &Requirements, max_types: usize) -> Resources {
+        let mut capacity = Resources::default();
+        for (_, t, _) in self.priced_types(types, reqs).into_iter().take(max_types) {
+            capacity.max_each(&self.input.instance_types[t].capacity);
+        }
+        capacity
+    }
+
     /// The cheapest (price, type) among `types` under the requirements.
     /// Types are visited by their cheapest price over all offerings, so the
     /// scan stops as soon as no later type can beat the best found.

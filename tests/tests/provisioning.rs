@@ -1,0 +1,312 @@
+//! Provisioning end to end on the in-memory adapters: the same handler code
+//! the Lambda functions run, driven by the simulator's clock and event bus.
+
+use std::collections::BTreeSet;
+
+use nodewright::handlers::provisioner::{Provisioner, ProvisionerSettings};
+use nodewright::ports::{Clock, Cloud, Cluster, InstanceState, OfferingKey, Ports, SignedDuration, Store};
+use nodewright::provisioning::batcher::BatchWindow;
+use nodewright::scheduling::labels;
+use nodewright::sim::scenario::{self, WALKTHROUGH_1};
+use nodewright::sim::{SimSettings, catalog};
+use nodewright_tests::sim::{in_memory, run, scenario_file};
+
+fn label<'a>(n: &'a k8s_openapi::api::core::v1::Node, key: &str) -> &'a str {
+    n.metadata.labels.as_ref().and_then(|l| l.get(key)).map_or("", String::as_str)
+}
+
+#[tokio::test]
+async fn walkthrough_one_gives_one_on_demand_arm64_r6gd_xlarge_in_ap_south_1a() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario parses");
+    let (sim, failures) = run(&s, SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let nodes = sim.cluster.all_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(label(&nodes[0], labels::INSTANCE_TYPE), "r6gd.xlarge");
+    assert_eq!(label(&nodes[0], labels::CAPACITY_TYPE), "on-demand");
+    assert_eq!(label(&nodes[0], labels::ZONE), "ap-south-1a");
+    assert_eq!(label(&nodes[0], labels::NODEPOOL), "default");
+    // Our registration taint is gone once the pods are bound.
+    let taints = nodes[0].spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    assert!(taints.iter().all(|t| t.key != "karpenter.sh/unregistered"), "{taints:?}");
+}
+
+#[tokio::test]
+async fn architectures_land_on_their_own_nodes() {
+    let (_, failures) = run(&scenario_file("arch.yaml"), SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[tokio::test]
+async fn an_impossible_pod_is_reported_once_and_never_launched_for() {
+    let (sim, failures) = run(&scenario_file("impossible.yaml"), SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let events = sim.cluster.events();
+    let (_, e) = events.iter().find(|(_, e)| e.reason == "FailedScheduling").expect("an event");
+    assert_eq!(e.name, "never");
+    assert!(e.message.contains("m5.hyperlarge"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn daemonset_overhead_is_honoured() {
+    let (sim, failures) = run(&scenario_file("daemonset-overhead.yaml"), SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    // Every node holds its DaemonSet pod and its pods within allocatable.
+    let pods = sim.cluster.all_pods();
+    for n in sim.cluster.all_nodes() {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let alloc = nodewright::resources::Resources::from_list(
+            n.status.as_ref().and_then(|s| s.allocatable.as_ref()).expect("allocatable"),
+        )
+        .expect("quantities");
+        let mut used = nodewright::resources::Resources::default();
+        let mut daemon = 0;
+        for p in pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())) {
+            used.add(&nodewright::scheduling::SchedPod::from_pod(p).expect("pod").requests);
+            daemon += usize::from(p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet"));
+        }
+        assert_eq!(daemon, 1, "node {name} lacks its DaemonSet pod");
+        assert!(used.cpu_millis <= alloc.cpu_millis, "node {name}: {used:?} > {alloc:?}");
+    }
+}
+
+#[tokio::test]
+async fn limits_hold_for_two_thousand_pods() {
+    let (sim, failures) = run(&scenario_file("limits.yaml"), SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let instances = sim.cloud.instances().await.expect("instances");
+    let cat = catalog::catalog("us-east-1").expect("catalog");
+    let cpus: u32 = instances
+        .iter()
+        .map(|i| cat.instance_types.iter().find(|t| t.name == i.instance_type).map_or(0, |t| t.vcpu))
+        .sum();
+    assert!(cpus <= 1000, "launched {cpus} vCPUs past the 1000 limit");
+    assert!(cpus >= 900, "only {cpus} vCPUs launched: the limit should be nearly used");
+    // Pods that did not fit are parked with the limit as the reason, once each.
+    let pending = sim.pending().await;
+    assert!(pending > 0);
+    let failed = sim.cluster.events().iter().filter(|(_, e)| e.reason == "FailedScheduling").count();
+    assert_eq!(failed, pending, "each pod that cannot fit is reported exactly once");
+}
+
+/// Two provisioner invocations at once (a lease lost to a stall, say) share
+/// one store: the atomic limit accounting still keeps the pool under its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_with_two_provisioners_at_once() {
+    let s = scenario_file("limits.yaml");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    sim.cluster.reconcile(); // the Deployment's pods exist and are marked Unschedulable
+    let settings = ProvisionerSettings {
+        window: BatchWindow { idle: SignedDuration::ZERO, max: SignedDuration::ZERO },
+        ..Default::default()
+    };
+    let mut tasks = Vec::new();
+    for holder in ["a", "b"] {
+        let ports = sim.ports();
+        let settings = settings.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut p = Provisioner::new(ports, settings, holder);
+            for _ in 0..20 {
+                p.tick().await.expect("tick");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let usage = sim.store.pool_usage().await.expect("usage");
+    let cpu = usage.get("default").and_then(|u| u.get("cpu")).copied().unwrap_or(0);
+    assert!(cpu <= 1_000_000, "reserved {cpu} millicores past the limit");
+    let claims = sim.store.claims().await.expect("claims");
+    let pods: usize = claims.iter().map(|c| c.pods.len()).sum();
+    let unique: BTreeSet<_> = claims.iter().flat_map(|c| c.pods.iter().map(|p| p.uid.clone())).collect();
+    assert_eq!(pods, unique.len(), "no pod is nominated to two claims");
+    assert!(cpu >= 900_000, "only {cpu} millicores reserved");
+}
+
+#[tokio::test]
+async fn the_cheapest_offering_wins_and_spot_when_allowed() {
+    let mut s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    // Drop the Deployment's pins except arm64: the pool allows spot and on-demand.
+    s.objects[1]["spec"]["template"]["spec"]["nodeSelector"] = serde_json::json!({"kubernetes.io/arch": "arm64"});
+    s.expect = Default::default();
+    let (sim, _) = run(&s, SimSettings::default()).await;
+    let instances = sim.cloud.instances().await.expect("instances");
+    assert_eq!(instances.len(), 1);
+    let i = &instances[0];
+    assert_eq!(i.capacity_type, "spot");
+    // Nothing arm64 that holds three 1-CPU pods and DaemonSet-free overhead is cheaper.
+    let cat = catalog::catalog("ap-south-1").expect("catalog");
+    let cheaper = cat.offerings.iter().filter(|o| o.price < i.price).any(|o| {
+        cat.instance_types.iter().any(|t| {
+            t.name == o.instance_type
+                && t.arch == "arm64"
+                && t.capacity(&Default::default()).saturating_sub(&t.overhead(&Default::default())).cpu_millis >= 3000
+                && t.max_pods(&Default::default()) >= 3
+        })
+    });
+    assert!(!cheaper, "{i:?} is not the cheapest offering that fits");
+}
+
+#[tokio::test]
+async fn insufficient_capacity_falls_back_to_the_next_offering() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    let gone = OfferingKey { capacity_type: "on-demand".into(), instance_type: "r6gd.xlarge".into(), zone: "ap-south-1a".into() };
+    sim.cloud.remove_capacity(gone.clone());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    // The only offering the pods accept is out: the pods wait, the offering is
+    // marked unavailable for 3 minutes, and nothing is launched.
+    assert_eq!(sim.cloud.inner().launches(), 0);
+    let unavailable = sim.store.unavailable_offerings(sim.now()).await.expect("store");
+    assert!(unavailable.contains(&gone), "{unavailable:?}");
+
+    // With a choice of zones, the launch moves to another zone.
+    let mut s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    s.objects[1]["spec"]["template"]["spec"]["nodeSelector"]
+        .as_object_mut()
+        .expect("nodeSelector")
+        .remove("topology.kubernetes.io/zone");
+    s.expect.nodes_with.clear();
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    sim.cloud.remove_capacity(gone.clone());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let node = &sim.cluster.all_nodes()[0];
+    assert_eq!(label(node, labels::INSTANCE_TYPE), "r6gd.xlarge");
+    assert_ne!(label(node, labels::ZONE), "ap-south-1a");
+}
+
+#[tokio::test]
+async fn a_node_that_never_registers_is_replaced_after_fifteen_minutes() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    sim.never_register.insert("r6gd.xlarge".into());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    sim.cluster.scale("default", "inflate", 3).expect("scale");
+    sim.run_for(SignedDuration::from_mins(14)).await;
+    assert_eq!(sim.cloud.inner().launches(), 1);
+    sim.run_for(SignedDuration::from_mins(2)).await;
+    let all = sim.cloud.inner().all_instances();
+    assert_eq!(all.len(), 2, "the timed-out instance is replaced");
+    assert!(all[0].instance.state.is_gone_or_going(), "the first instance is terminated: {:?}", all[0].instance.state);
+    assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "one live claim");
+    // Once the type registers again, the pods get their node.
+    sim.never_register.clear();
+    sim.run_for(SignedDuration::from_mins(2)).await;
+    assert_eq!(sim.pending().await, 0);
+}
+
+#[tokio::test]
+async fn pods_half_a_second_apart_share_one_batch_and_a_trickle_closes_at_ten_seconds() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    // Five pods 0.5 s apart: one claim for all.
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    for n in 1..=5 {
+        sim.cluster.scale("default", "inflate", n).expect("scale");
+        sim.run_for(SignedDuration::from_millis(500)).await;
+    }
+    sim.run_for(SignedDuration::from_secs(5)).await;
+    let claims = sim.store.claims().await.expect("claims");
+    assert_eq!(claims.len(), 1, "{claims:#?}");
+    assert_eq!(claims[0].pods.len(), 5);
+
+    // A pod every 0.5 s for 30 s: the first window closes 10 s after it opened.
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    let start = sim.now();
+    for n in 1..=60 {
+        sim.cluster.scale("default", "inflate", n).expect("scale");
+        sim.run_for(SignedDuration::from_millis(500)).await;
+    }
+    let mut created: Vec<_> = sim.store.claims().await.expect("claims").iter().map(|c| c.created_at).collect();
+    created.sort();
+    let first = created.first().expect("a claim").duration_since(start).as_secs_f64();
+    assert!((10.0..=12.0).contains(&first), "first batch closed at {first}s");
+    assert!(created.len() >= 2, "a steady trickle is batched every 10 s: {created:?}");
+}
+
+#[tokio::test]
+async fn duplicate_and_reordered_state_change_events_change_nothing_twice() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let settings = SimSettings { duplicate_events: true, reorder_events: true, ..Default::default() };
+    let mut sim = in_memory(&s.region, settings);
+    scenario::load(&mut sim, &s).await.expect("loads");
+    sim.cluster.scale("default", "inflate", 3).expect("scale");
+    sim.run_for(SignedDuration::from_mins(2)).await;
+    let first = sim.cloud.inner().all_instances()[0].instance.id.clone();
+    let node = sim.cluster.all_nodes()[0].metadata.name.clone().expect("node");
+    // Someone terminates the instance from the console.
+    sim.cloud.inner().external_state_change(&first, InstanceState::ShuttingDown);
+    sim.run_for(SignedDuration::from_mins(3)).await;
+    let released = sim
+        .state_changes
+        .iter()
+        .filter(|o| matches!(o, nodewright::handlers::state_change::StateChangeOutcome::Released { .. }))
+        .count();
+    assert_eq!(released, 1, "the claim is released once: {:?}", sim.state_changes);
+    let nodes = sim.cluster.all_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_ne!(nodes[0].metadata.name.as_deref(), Some(node.as_str()), "the old node is deleted, a new one replaces it");
+    assert_eq!(sim.pending().await, 0, "the pods rescheduled on the replacement");
+    assert_eq!(sim.cloud.inner().launches(), 2);
+}
+
+#[tokio::test]
+async fn a_crash_between_claim_write_and_launch_launches_once() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    sim.cloud.fail_next_launches(1);
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(sim.cloud.launch_calls(), 2, "the recorded claim's launch is resumed");
+    assert_eq!(sim.cloud.inner().launches(), 1);
+}
+
+#[tokio::test]
+async fn a_crash_after_launch_before_recording_adopts_the_instance() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    sim.store.fail_next_claim_updates(1);
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(sim.cloud.inner().launches(), 1, "the same client token returns the same instance");
+    assert_eq!(sim.cloud.inner().all_instances().len(), 1);
+}
+
+#[tokio::test]
+async fn an_orphan_instance_is_terminated() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    // An instance tagged as ours whose claim never made it to the store.
+    let request = nodewright::ports::LaunchRequest {
+        claim_id: "default-ghost".into(),
+        client_token: "ghost".into(),
+        pool: "default".into(),
+        node_class: None,
+        options: vec![nodewright::ports::PricedOffering {
+            instance_type: "m6g.large".into(),
+            zone: "ap-south-1b".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.1,
+        }],
+        labels: Default::default(),
+        taints: vec![],
+        kubelet: Default::default(),
+    };
+    let ghost = sim.cloud.inner().launch(&request).await.expect("launch").instance;
+    sim.run_for(SignedDuration::from_mins(4)).await;
+    let state = sim.cloud.inner().all_instances().into_iter().find(|i| i.instance.id == ghost.id).expect("known");
+    assert!(state.instance.state.is_gone_or_going(), "orphan left running: {:?}", state.instance.state);
+    assert_eq!(sim.cluster.all_nodes().len(), 0, "an orphan joins no cluster");
+}
