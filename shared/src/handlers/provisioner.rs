@@ -21,7 +21,7 @@ use crate::ports::{
     BindOutcome, Cloud, CloudCatalog, CloudError, Cluster, ClusterEvent, Clock, Lease, LaunchRequest, OfferingKey,
     PodKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
 };
-use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked};
+use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked, Solving};
 use crate::provisioning::claim::{Claim, ClaimInstance, UNREGISTERED_TAINT_KEY, reservation_of};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
@@ -29,6 +29,8 @@ use crate::scheduling::pod::is_provisionable;
 
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
+/// How long a solve may hold the batch before another invocation may take over.
+const SOLVE_CLAIM: SignedDuration = SignedDuration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct ProvisionerSettings {
@@ -178,6 +180,11 @@ impl<P: PortSet> Provisioner<P> {
             claims.iter().filter(|c| c.node_name.is_none()).flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
         let stored = store.batch().await?;
         let state = stored.clone().unwrap_or_default();
+        if state.solving.as_ref().is_some_and(|s| s.holder != self.holder && s.until > now) {
+            debug!("another invocation is solving; batching waits for it");
+            report.wake_at = Some(now + self.settings.poll);
+            return Ok(report);
+        }
         // Parked pods are looked at again when the configuration or any
         // pool's reserved usage changes (room may have appeared), or after a while.
         let fingerprint = fingerprint(config.fingerprint, &store.pool_usage().await?);
@@ -192,9 +199,10 @@ impl<P: PortSet> Provisioner<P> {
 
         match batcher::step(state.window.as_ref(), &waiting, now, self.settings.window) {
             BatchStep::Idle => {
-                if forget_gone_parked(&state, &pending).is_some() {
+                let pending_uids = uids(&pending);
+                if state.parked.keys().any(|uid| !pending_uids.contains(uid.as_str())) {
                     let mut next = state.clone();
-                    next.parked.retain(|uid, _| pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+                    next.parked.retain(|uid, _| pending_uids.contains(uid.as_str()));
                     next.version += 1;
                     self.write_batch(stored.as_ref(), &next).await?;
                 }
@@ -214,6 +222,9 @@ impl<P: PortSet> Provisioner<P> {
                 let mut next = state.clone();
                 next.window = None;
                 next.version += 1;
+                if pods > 0 {
+                    next.solving = Some(Solving { holder: self.holder.clone(), until: now + SOLVE_CLAIM });
+                }
                 // Claim the close first: of two racing invocations only one solves.
                 if !self.write_batch(stored.as_ref(), &next).await? {
                     return Ok(report);
@@ -221,9 +232,14 @@ impl<P: PortSet> Provisioner<P> {
                 if pods > 0 {
                     info!(pods, duration = %format_duration(waited), "batched {pods} pod(s) in {}", format_duration(waited));
                     let owned: Vec<Pod> = waiting_pods.into_iter().cloned().collect();
-                    let parked = self.provision(&config, owned, &mut report).await?;
-                    let fingerprint = self::fingerprint(config.fingerprint, &store.pool_usage().await?);
+                    let outcome = self.provision(&config, owned, &mut report).await;
+                    let parked = outcome.as_ref().map(Vec::clone).unwrap_or_default();
+                    // Parked against the usage the solve saw: the launches just
+                    // made shrink reservations to the real types, and that room
+                    // is worth a second look next tick.
+                    // Park what fit nowhere and hand the solve back, even after a failure.
                     self.park(&next, parked, &pending, fingerprint, now).await?;
+                    outcome?;
                 }
                 report.solved = true;
             }
@@ -367,6 +383,8 @@ impl<P: PortSet> Provisioner<P> {
                     next.reservation = reservation_of(&info.capacity(&kubelet));
                 }
                 next.instance = Some(ClaimInstance::from(&instance));
+                // The options served their purpose; the record keeps what was bought.
+                next.options.clear();
                 if let Err(e) = store.update_claim(&claim, &next, limits).await {
                     // The instance exists and carries the claim's tag; the next
                     // tick re-launches with the same token and records it.
@@ -506,7 +524,9 @@ impl<P: PortSet> Provisioner<P> {
         now: Timestamp,
     ) -> Result<(), HandlerError> {
         let mut next = state.clone();
-        next.parked.retain(|uid, _| pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+        next.solving = None;
+        let pending_uids = uids(pending);
+        next.parked.retain(|uid, _| pending_uids.contains(uid.as_str()));
         let mut reported = 0;
         for (pod, reason) in unplaceable {
             let known = next.parked.get(&pod.uid).is_some_and(|p| p.reason == reason);
@@ -556,9 +576,8 @@ impl<P: PortSet> Provisioner<P> {
     }
 }
 
-fn forget_gone_parked(state: &Batch, pending: &[Pod]) -> Option<()> {
-    let gone = state.parked.keys().any(|uid| !pending.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
-    gone.then_some(())
+fn uids(pods: &[Pod]) -> HashSet<&str> {
+    pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect()
 }
 
 /// The configuration's fingerprint combined with every pool's usage.

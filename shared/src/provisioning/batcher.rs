@@ -34,6 +34,11 @@ pub struct Batch {
     /// Pod uid → why it could not be placed.
     #[serde(default)]
     pub parked: BTreeMap<String, Parked>,
+    /// The invocation solving a closed window right now: no other one
+    /// batches until it is done (or its claim on the solve expires), so two
+    /// concurrent invocations never plan the same pods twice.
+    #[serde(default)]
+    pub solving: Option<Solving>,
     /// Bumped by every write; conditional writes compare it.
     pub version: u64,
 }
@@ -47,6 +52,12 @@ pub struct Parked {
     pub reason: String,
     pub config_fingerprint: u64,
     pub retry_at: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Solving {
+    pub holder: String,
+    pub until: Timestamp,
 }
 
 /// An open batch window.

@@ -14,6 +14,9 @@ pub const REGISTRATION_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
 /// An instance tagged as ours with no claim is left alone this long, in case
 /// its claim write is not visible yet.
 pub const ORPHAN_GRACE: SignedDuration = SignedDuration::from_mins(2);
+/// A claim recorded but not launched is launched again after this long: its
+/// own invocation normally records the launch well within it.
+pub const RESUME_LAUNCH_AFTER: SignedDuration = SignedDuration::from_secs(30);
 /// A claim whose instance the cloud no longer lists is kept this long after
 /// launch (DescribeInstances is eventually consistent).
 pub const MISSING_INSTANCE_GRACE: SignedDuration = SignedDuration::from_mins(1);
@@ -43,7 +46,11 @@ pub fn registration(claims: &[Claim], nodes: &[Node], pending: &[Pod], now: Time
     let mut actions = Vec::new();
     for c in claims {
         match c.phase() {
-            Phase::Pending => actions.push(LifecycleAction::Launch { claim: c.clone() }),
+            Phase::Pending => {
+                if now.duration_since(c.created_at) >= RESUME_LAUNCH_AFTER {
+                    actions.push(LifecycleAction::Launch { claim: c.clone() });
+                }
+            }
             Phase::Launched => {
                 let Some(instance) = &c.instance else { continue };
                 if let Some(node) = nodes_by_provider.get(instance.provider_id.as_str()) {

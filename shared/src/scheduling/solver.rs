@@ -208,6 +208,8 @@ struct Class {
     compat: Vec<Option<u32>>,
     /// Per pool: the price of the cheapest node that holds one such pod alone.
     alone: Vec<Option<f64>>,
+    /// Per pool: the pool generation at which its limits left no type for this class.
+    limited_at: Vec<Option<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -229,6 +231,9 @@ struct PoolState<'a> {
     /// Σ over this solve's claims of the per-resource max capacity of their types.
     reserved: Resources,
     claims: i64,
+    /// Bumped whenever `reserved` or `claims` change: a limit refusal holds
+    /// until it moves.
+    generation: u64,
     offerings: OfferingMasks,
     names: SharedNames,
     /// Types by `floor_price`, cheapest first.
@@ -619,6 +624,7 @@ impl<'a> Solver<'a> {
             refused: FixedBitSet::new(),
             compat: vec![None; self.pools.len()],
             alone: vec![None; self.pools.len()],
+            limited_at: vec![None; self.pools.len()],
         });
         self.class_index.insert(key, k);
         k
@@ -892,6 +898,7 @@ impl<'a> Solver<'a> {
         let ps = &mut self.pools[pool];
         ps.reserved = ps.reserved.saturating_sub(&old_capacity);
         ps.reserved.add(&max_capacity);
+        ps.generation += 1;
         if let Some(r) = new_reqs {
             let signature = self.signature(&r);
             let c = &mut self.claims[ci];
@@ -953,9 +960,16 @@ impl<'a> Solver<'a> {
         if ps.input.pool.requirements.compatible(&self.classes[k].constraints.node, Undefined::WellKnownOnly).is_err() {
             return false;
         }
+        let generation = self.pools[p].generation;
+        if self.classes[k].limited_at[p] == Some(generation) {
+            return false;
+        }
         let types = match self.claim_types(p, k) {
             Some(t) => t,
-            None => return false,
+            None => {
+                self.classes[k].limited_at[p] = Some(generation);
+                return false;
+            }
         };
         let ps = &self.pools[p];
         let mut max_room = Resources::default();
@@ -987,6 +1001,7 @@ impl<'a> Solver<'a> {
         let ps = &mut self.pools[p];
         ps.reserved.add(&max_capacity);
         ps.claims += 1;
+        ps.generation += 1;
         if self.order == ClaimOrder::FewestPods {
             self.move_bucket(ci, usize::MAX, 0);
         }
@@ -1003,6 +1018,7 @@ impl<'a> Solver<'a> {
             ps.reserved = ps.reserved.saturating_sub(&c.max_capacity);
         }
         ps.claims -= 1;
+        ps.generation += 1;
         false
     }
 
@@ -1234,6 +1250,7 @@ impl<'a> PoolState<'a> {
             base,
             reserved: Resources::default(),
             claims: 0,
+            generation: 0,
             offerings: OfferingMasks::new(&input.instance_types),
             names: SharedNames::new(&input.instance_types),
             by_price,
