@@ -86,7 +86,7 @@ pub struct Provisioner<P: PortSet> {
 
 /// How a launch attempt ended.
 enum LaunchEnd {
-    Launched(Claim),
+    Launched(Box<Claim>),
     /// Out of capacity everywhere it asked; the claim was dropped.
     NoCapacity(Vec<PodKey>),
     /// Dropped for good (invalid request, too many attempts, lost to another writer).
@@ -233,7 +233,7 @@ impl<P: PortSet> Provisioner<P> {
                     info!(pods, duration = %format_duration(waited), "batched {pods} pod(s) in {}", format_duration(waited));
                     let owned: Vec<Pod> = waiting_pods.into_iter().cloned().collect();
                     let outcome = self.provision(&config, owned, &mut report).await;
-                    let parked = outcome.as_ref().map(Vec::clone).unwrap_or_default();
+                    let parked = outcome.clone().unwrap_or_default();
                     // Parked against the usage the solve saw: the launches just
                     // made shrink reservations to the real types, and that room
                     // is worth a second look next tick.
@@ -399,7 +399,7 @@ impl<P: PortSet> Provisioner<P> {
                     provider_id = %instance.provider_id,
                     "launched nodeclaim"
                 );
-                LaunchEnd::Launched(next)
+                LaunchEnd::Launched(Box::new(next))
             }
             Err(CloudError::InsufficientCapacity { offerings, message }) => {
                 warn!(nodeclaim = %claim.id, offerings = offerings.len(), %message, "insufficient capacity; planning again on other offerings");
@@ -507,7 +507,7 @@ impl<P: PortSet> Provisioner<P> {
             }
             LifecycleAction::Orphan { instance } => {
                 warn!(instance = %instance.id, "terminating instance tagged as ours with no nodeclaim");
-                self.ports.cloud().terminate(&[instance.id.clone()]).await?;
+                self.ports.cloud().terminate(std::slice::from_ref(&instance.id)).await?;
             }
         }
         Ok(())

@@ -50,10 +50,10 @@ pub async fn handle<P: PortSet>(ports: &P, event: &serde_json::Value) -> Result<
         InstanceState::Pending | InstanceState::Running => Ok(StateChangeOutcome::Ignored),
         gone => {
             let node = claim.node_name.clone();
-            if let Some(name) = &node {
-                if ports.cluster().delete_node(name).await? {
-                    info!(node = %name, nodeclaim = %claim.id, state = ?gone, "deleted node");
-                }
+            if let Some(name) = &node
+                && ports.cluster().delete_node(name).await?
+            {
+                info!(node = %name, nodeclaim = %claim.id, state = ?gone, "deleted node");
             }
             match ports.store().delete_claim(&claim).await {
                 Ok(()) => {}

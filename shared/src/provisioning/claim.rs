@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn limits_compare_only_what_grows() {
         let mut limits = Limits::default();
-        limits.resources.insert("cpu".into(), 1000_000);
+        limits.resources.insert("cpu".into(), 1_000_000);
         limits.resources.insert(NODES.into(), 2);
         let used: Usage = [("cpu".to_owned(), 999_000), (NODES.to_owned(), 1)].into();
         let one_cpu: Usage = [("cpu".to_owned(), 1000), (NODES.to_owned(), 1)].into();

@@ -475,7 +475,7 @@ impl SimCluster {
                     (None, None) => 0,
                 };
                 let pod_healthy = pod.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running");
-                if !pod_healthy || healthy - 1 >= desired {
+                if !pod_healthy || healthy > desired {
                     Ok(())
                 } else {
                     Err(format!(
