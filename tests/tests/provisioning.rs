@@ -32,6 +32,15 @@ async fn walkthrough_one_gives_one_on_demand_arm64_r6gd_xlarge_in_ap_south_1a() 
 }
 
 #[tokio::test]
+async fn every_built_in_scenario_meets_its_expectations() {
+    for (name, text) in scenario::BUILT_IN {
+        let s = scenario::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (_, failures) = run(&s, SimSettings::default()).await;
+        assert!(failures.is_empty(), "{name}: {failures:#?}");
+    }
+}
+
+#[tokio::test]
 async fn architectures_land_on_their_own_nodes() {
     let (_, failures) = run(&scenario_file("arch.yaml"), SimSettings::default()).await;
     assert!(failures.is_empty(), "{failures:#?}");
@@ -334,4 +343,20 @@ async fn an_orphan_instance_is_terminated() {
     let state = sim.cloud.inner().all_instances().into_iter().find(|i| i.instance.id == ghost.id).expect("known");
     assert!(state.instance.state.is_gone_or_going(), "orphan left running: {:?}", state.instance.state);
     assert_eq!(sim.cluster.all_nodes().len(), 0, "an orphan joins no cluster");
+}
+
+#[tokio::test]
+async fn the_state_change_fixtures_parse_and_unknown_instances_are_ignored() {
+    use nodewright::handlers::state_change::{StateChangeOutcome, handle};
+    let sim = in_memory("ap-south-1", SimSettings::default());
+    let dir = format!("{}/../functions/state-change/events", env!("CARGO_MANIFEST_DIR"));
+    for name in ["running", "shutting-down", "stopped", "terminated"] {
+        let text = std::fs::read_to_string(format!("{dir}/{name}.json")).expect("fixture");
+        let event: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(handle(&sim.ports(), &event).await.expect(name), StateChangeOutcome::Ignored, "{name}");
+    }
+    let text = std::fs::read_to_string(format!("{dir}/malformed.json")).expect("fixture");
+    let err = handle(&sim.ports(), &serde_json::from_str(&text).expect("json")).await.expect_err("malformed");
+    assert!(!err.is_retryable(), "a malformed event is dropped, not retried: {err}");
+    assert!(err.to_string().contains("instance-id"), "{err}");
 }

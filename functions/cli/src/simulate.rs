@@ -18,8 +18,12 @@ use tracing_subscriber::fmt::time::FormatTime;
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// A scenario file; without one, the first source walkthrough runs.
+    /// A scenario file or the name of a built-in one (see --list); without
+    /// one, the first source walkthrough runs.
     scenario: Option<PathBuf>,
+    /// List the built-in scenarios.
+    #[arg(long)]
+    list: bool,
     /// Print the final state as JSON instead of logs and tables.
     #[arg(long)]
     json: bool,
@@ -38,9 +42,20 @@ impl FormatTime for SimTime {
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if args.list {
+        for (name, text) in scenario::BUILT_IN {
+            let description = scenario::parse(text).map(|s| s.description).unwrap_or_default();
+            println!("{name:<16} {description}");
+        }
+        return Ok(());
+    }
+    let built_in = |name: &str| scenario::BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, t)| (*t).to_owned());
     let text = match &args.scenario {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
         None => scenario::WALKTHROUGH_1.to_owned(),
+        Some(path) if !path.exists() && built_in(&path.to_string_lossy()).is_some() => {
+            built_in(&path.to_string_lossy()).unwrap_or_default()
+        }
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
     };
     let scenario = scenario::parse(&text)?;
     let clock = SimClock::default();

@@ -29,8 +29,9 @@ use crate::resources;
 /// The built-in scenario: the first source walkthrough.
 pub const WALKTHROUGH_1: &str = include_str!("scenarios/walkthrough-1.yaml");
 
-/// Every scenario shipped with the simulator: (file name, text).
-pub const BUILT_IN: [(&str, &str); 1] = [("walkthrough-1.yaml", WALKTHROUGH_1)];
+/// Every scenario shipped with the simulator: (name, text).
+pub const BUILT_IN: [(&str, &str); 2] =
+    [("walkthrough-1", WALKTHROUGH_1), ("walkthrough-3", include_str!("scenarios/walkthrough-3.yaml"))];
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
