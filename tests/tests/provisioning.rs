@@ -360,3 +360,52 @@ async fn the_state_change_fixtures_parse_and_unknown_instances_are_ignored() {
     assert!(!err.is_retryable(), "a malformed event is dropped, not retried: {err}");
     assert!(err.to_string().contains("instance-id"), "{err}");
 }
+
+#[tokio::test]
+async fn a_vanished_instance_releases_its_claim_without_any_event() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let settings = SimSettings { drop_events: true, ..Default::default() };
+    let mut sim = in_memory(&s.region, settings);
+    scenario::load(&mut sim, &s).await.expect("loads");
+    sim.cluster.scale("default", "inflate", 3).expect("scale");
+    sim.run_for(SignedDuration::from_mins(2)).await;
+    let first = sim.cloud.inner().all_instances()[0].instance.id.clone();
+    sim.cloud.inner().external_state_change(&first, InstanceState::ShuttingDown);
+    sim.run_for(SignedDuration::from_mins(4)).await;
+    assert!(sim.state_changes.is_empty(), "no event was delivered");
+    assert_eq!(sim.cloud.inner().launches(), 2, "garbage collection released the claim and the pods were re-planned");
+    let claims = sim.store.claims().await.expect("claims");
+    assert_eq!(claims.len(), 1);
+    assert_ne!(claims[0].instance_id(), Some(first.as_str()));
+    assert_eq!(sim.cluster.all_nodes().len(), 1, "the old node was deleted");
+    assert_eq!(sim.pending().await, 0);
+}
+
+/// The Lambda's loop: it holds the lease for the whole invocation, so a
+/// second invocation started meanwhile exits at once.
+#[tokio::test]
+async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let sim = in_memory(&s.region, SimSettings::default());
+    scenario::put_config(&sim.store, scenario::split_objects(&s.objects, sim.now()).expect("objects").0)
+        .await
+        .expect("config");
+    let deadline = sim.now() + SignedDuration::from_secs(57);
+    let clock = sim.clock.clone();
+    let first = Provisioner::new(sim.ports(), ProvisionerSettings::default(), "invocation-1");
+    assert!(first.acquire_lease(deadline).await.expect("lease"));
+    let mut second = Provisioner::new(sim.ports(), ProvisionerSettings::default(), "invocation-2");
+    let ticks = second.run_until(deadline, |_| async {}).await.expect("runs");
+    assert_eq!(ticks, 0, "the second invocation must not work while the first holds the lease");
+    first.release_lease().await.expect("release");
+    let ticks = second
+        .run_until(deadline, |d| {
+            clock.advance(d);
+            async {}
+        })
+        .await
+        .expect("runs");
+    assert!((50..=60).contains(&ticks), "about one tick a second until the deadline: {ticks}");
+    // The lease was released at the end: the next invocation takes it.
+    assert!(first.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"));
+}

@@ -35,6 +35,9 @@ pub struct SimSettings {
     pub duplicate_events: bool,
     /// Deliver each due batch of state-change events newest first.
     pub reorder_events: bool,
+    /// Lose every state-change event (a broken rule or queue): the
+    /// provisioner's garbage collection must notice on its own.
+    pub drop_events: bool,
     pub provisioner: ProvisionerSettings,
 }
 
@@ -47,6 +50,7 @@ impl Default for SimSettings {
             event_delay: SignedDuration::from_millis(500),
             duplicate_events: false,
             reorder_events: false,
+            drop_events: false,
             provisioner: ProvisionerSettings::default(),
         }
     }
@@ -140,6 +144,9 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
             let mut due = sim.take_notifications(now - self.settings.event_delay);
             if self.settings.reorder_events {
                 due.reverse();
+            }
+            if self.settings.drop_events {
+                due.clear();
             }
             for (at, id, state) in due {
                 let event = sim.state_change_event(&id, state, at);
