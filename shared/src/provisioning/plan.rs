@@ -113,38 +113,16 @@ fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
     let mut out = Vec::new();
     let mut claims_with_nodes = HashSet::new();
     for n in s.nodes {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        let deleting = n.metadata.deletion_timestamp.is_some();
-        let allocatable = n
-            .status
-            .as_ref()
-            .and_then(|st| st.allocatable.as_ref())
-            .and_then(|a| Resources::from_list(a).ok())
-            .unwrap_or_default();
-        let mut taints: Vec<Taint> = n
-            .spec
-            .as_ref()
-            .and_then(|sp| sp.taints.as_ref())
-            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).collect())
-            .unwrap_or_default();
-        let mut pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
+        let pods = pods_by_node.remove(n.metadata.name.as_deref().unwrap_or_default()).unwrap_or_default();
+        let mut node = existing_node(n, pods);
         if let Some(c) = provider_id(n).and_then(|id| claim_by_provider.get(id)) {
             // Our node: the unregistered taint is ours to lift; its nominated pods are coming.
             claims_with_nodes.insert(c.id.as_str());
-            taints.retain(|t| t.key != UNREGISTERED_TAINT_KEY);
-            pods.extend(claim_pods(c));
+            node.taints.retain(|t| t.key != UNREGISTERED_TAINT_KEY);
+            node.pods.extend(claim_pods(c));
+            node.requested = sum_requests(&node.pods);
         }
-        let requested = sum_requests(&pods);
-        let unschedulable = deleting || n.spec.as_ref().and_then(|sp| sp.unschedulable).unwrap_or(false);
-        out.push(ExistingNode {
-            name,
-            labels: n.metadata.labels.clone().unwrap_or_default(),
-            taints,
-            allocatable,
-            requested,
-            pods,
-            unschedulable,
-        });
+        out.push(node);
     }
     for c in s.claims {
         if claims_with_nodes.contains(c.id.as_str()) {
@@ -166,6 +144,32 @@ fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         out.push(ExistingNode { name: c.id.clone(), labels: node_labels, taints, allocatable, requested, pods, unschedulable: false });
     }
     out
+}
+
+/// A Kubernetes Node and the pods on it as the solver sees them. Cordoned
+/// and deleting nodes take no new pods but count for topology. A node that
+/// is not Ready yet still counts as room: it is usually one of ours booting.
+pub fn existing_node(n: &Node, pods: Vec<SchedPod>) -> ExistingNode {
+    ExistingNode {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        taints: n
+            .spec
+            .as_ref()
+            .and_then(|sp| sp.taints.as_ref())
+            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).collect())
+            .unwrap_or_default(),
+        allocatable: n
+            .status
+            .as_ref()
+            .and_then(|st| st.allocatable.as_ref())
+            .and_then(|a| Resources::from_list(a).ok())
+            .unwrap_or_default(),
+        requested: sum_requests(&pods),
+        pods,
+        unschedulable: n.metadata.deletion_timestamp.is_some()
+            || n.spec.as_ref().and_then(|sp| sp.unschedulable).unwrap_or(false),
+    }
 }
 
 /// The instance type, zone and capacity type an in-flight claim will have:

@@ -21,6 +21,7 @@ use crate::ports::{
 use crate::resources::Resources;
 use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::Taint;
+use crate::provisioning::plan::existing_node;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
 #[derive(Debug, Default)]
@@ -354,38 +355,15 @@ impl SimCluster {
             .nodes
             .values()
             .map(|n| {
-                let name = n.metadata.name.clone().unwrap_or_default();
-                let pods = by_node.remove(name.as_str()).unwrap_or_default();
-                let mut requested = Resources::default();
-                for p in &pods {
-                    requested.add(&p.requests);
-                }
+                let mut node = existing_node(n, by_node.remove(n.metadata.name.as_deref().unwrap_or_default()).unwrap_or_default());
+                // kube-scheduler places nothing on a node that is not Ready.
                 let ready = n
                     .status
                     .as_ref()
                     .and_then(|st| st.conditions.as_ref())
                     .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                ExistingNode {
-                    name,
-                    labels: n.metadata.labels.clone().unwrap_or_default(),
-                    taints: n
-                        .spec
-                        .as_ref()
-                        .and_then(|sp| sp.taints.as_ref())
-                        .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).collect())
-                        .unwrap_or_default(),
-                    allocatable: n
-                        .status
-                        .as_ref()
-                        .and_then(|st| st.allocatable.as_ref())
-                        .and_then(|a| Resources::from_list(a).ok())
-                        .unwrap_or_default(),
-                    requested,
-                    pods,
-                    unschedulable: !ready
-                        || n.metadata.deletion_timestamp.is_some()
-                        || n.spec.as_ref().and_then(|sp| sp.unschedulable).unwrap_or(false),
-                }
+                node.unschedulable |= !ready;
+                node
             })
             .collect();
         let mut keys = Vec::new();
