@@ -409,3 +409,23 @@ async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
     // The lease was released at the end: the next invocation takes it.
     assert!(first.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"));
 }
+
+#[tokio::test]
+async fn a_pod_that_fits_on_an_in_flight_claim_joins_it_instead_of_launching() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    sim.cluster.scale("default", "inflate", 2).expect("scale");
+    sim.run_for(SignedDuration::from_secs(15)).await;
+    assert_eq!(sim.cloud.inner().launches(), 1);
+    assert!(sim.cluster.all_nodes().is_empty(), "the node is still booting");
+    // r6gd.xlarge holds three 1-CPU pods: the third rides on the booting node.
+    sim.cluster.scale("default", "inflate", 3).expect("scale");
+    sim.run_for(SignedDuration::from_secs(5)).await;
+    let claims = sim.store.claims().await.expect("claims");
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].pods.len(), 3, "the third pod is nominated to the booting node");
+    sim.run_for(SignedDuration::from_secs(60)).await;
+    assert_eq!(sim.cloud.inner().launches(), 1);
+    assert_eq!(sim.pending().await, 0);
+}

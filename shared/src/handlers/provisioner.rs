@@ -300,6 +300,7 @@ impl<P: PortSet> Provisioner<P> {
             });
             if !decision.fit_existing.is_empty() {
                 debug!(pods = decision.fit_existing.len(), "pod(s) fit on existing or in-flight nodes");
+                self.nominate(&claims, &decision.fit_existing, config).await;
             }
             unplaceable.extend(decision.unschedulable);
             if decision.new_claims.is_empty() {
@@ -425,6 +426,25 @@ impl<P: PortSet> Provisioner<P> {
                     debug!(nodeclaim = %claim.id, error = %e, "could not count the launch attempt");
                 }
                 LaunchEnd::Retry
+            }
+        }
+    }
+
+    /// Pods that fit on a claim still in flight join its nominated pods, so
+    /// they are bound when its node registers and nobody plans their room twice.
+    async fn nominate(&self, claims: &[Claim], fits: &[(PodKey, String)], config: &LoadedConfig) {
+        let mut by_claim: std::collections::BTreeMap<&str, Vec<PodKey>> = std::collections::BTreeMap::new();
+        for (pod, node) in fits {
+            by_claim.entry(node.as_str()).or_default().push(pod.clone());
+        }
+        for (id, pods) in by_claim {
+            let Some(claim) = claims.iter().find(|c| c.id == id && c.node_name.is_none()) else { continue };
+            let mut next = claim.next();
+            next.pods.extend(pods);
+            let limits = config.pools.iter().find(|p| p.name == claim.pool).map(|p| p.limits.clone()).unwrap_or_default();
+            match self.ports.store().update_claim(claim, &next, &limits).await {
+                Ok(()) => info!(nodeclaim = %id, pods = next.pods.len() - claim.pods.len(), "nominated pod(s) to in-flight nodeclaim"),
+                Err(e) => debug!(nodeclaim = %id, error = %e, "could not nominate pods; they will be planned again"),
             }
         }
     }

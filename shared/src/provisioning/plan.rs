@@ -41,8 +41,9 @@ pub struct Snapshot<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct Decision {
     pub new_claims: Vec<Claim>,
-    /// Pods that will fit on a node or an in-flight claim that already exists.
-    pub fit_existing: Vec<PodKey>,
+    /// Pods that will fit on a node, or on an in-flight claim (named by its
+    /// id), that already exists.
+    pub fit_existing: Vec<(PodKey, String)>,
     /// Pods that fit nowhere, with the reason.
     pub unschedulable: Vec<(PodKey, String)>,
 }
@@ -235,7 +236,7 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     let daemons = daemon_pods(s.daemon_sets);
     let plan = solve(&pods, &nodes, &pools, &daemons, &SolveOptions::default());
 
-    decision.fit_existing = plan.bindings.iter().map(|(i, _)| keys[*i].clone()).collect();
+    decision.fit_existing = plan.bindings.iter().map(|(i, node)| (keys[*i].clone(), node.clone())).collect();
     decision.unschedulable.extend(plan.unschedulable.iter().map(|(i, reason)| (keys[*i].clone(), reason.clone())));
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.seed);
     for planned in &plan.claims {
