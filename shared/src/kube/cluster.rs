@@ -11,14 +11,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use ::kube::core::{ObjectList, Status};
 use ::kube::{Client, Resource};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, Taint as K8sTaint};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    DeleteOptions, MicroTime, ObjectMeta, Preconditions as K8sPreconditions, Time,
+};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -89,12 +91,24 @@ impl KubeCluster {
     }
 
     /// The underlying client (tests use it to play the other controllers).
+    /// Its requests carry the token last fetched by an adapter call (a
+    /// static token from the start); call [`KubeCluster::authorize`] first
+    /// when using it directly with a token source that expires.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
     pub fn settings(&self) -> &ClientSettings {
         &self.settings
+    }
+
+    /// Fetches a fresh token (if this cluster has a token source) for the
+    /// requests that follow.
+    pub async fn authorize(&self) -> Result<(), ClusterError> {
+        match &self.auth {
+            Some(auth) => auth.refresh().await,
+            None => Ok(()),
+        }
     }
 
     /// Runs one API operation under the retry policy, with a fresh token before each attempt.
@@ -390,16 +404,29 @@ impl Cluster for KubeCluster {
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let what = format!("create pods/eviction {pod}");
-        let params = EvictParams {
-            delete_options: uid_preconditions(pod)
-                .map(|p| DeleteParams { preconditions: Some(p), ..Default::default() }),
-            post_options: PostParams::default(),
+        // Not `Api::evict`: kube 5 sends its delete options under the key
+        // `delete_options`, which the API server ignores, so the uid
+        // precondition would be lost. k8s-openapi's Eviction says `deleteOptions`.
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(pod.name.clone()),
+                namespace: Some(pod.namespace.clone()),
+                ..Default::default()
+            },
+            delete_options: uid_preconditions(pod).map(|p| DeleteOptions {
+                preconditions: Some(K8sPreconditions { uid: p.uid, resource_version: None }),
+                ..Default::default()
+            }),
         };
+        let pp = PostParams::default();
         let outcome = self
             .call(&what, || async {
-                match api.evict(&pod.name, &params).await {
+                match api.create_subresource::<_, Status>("eviction", &pod.name, &pp, &eviction).await {
                     Ok(_) => Ok(EvictOutcome::Evicted),
                     Err(e) => match status_code(&e) {
+                        // 409: the uid precondition failed (another pod has the
+                        // name now). The API checks budgets first, so a stale
+                        // pod whose budget is exhausted is reported Blocked.
                         Some(404 | 409) => Ok(EvictOutcome::Gone),
                         // A PodDisruptionBudget's answer, not throttling: never retried.
                         Some(429) => Ok(EvictOutcome::Blocked(message(&e))),
@@ -502,7 +529,8 @@ impl Cluster for KubeCluster {
         };
         let object = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", truncate(&event.name, 200))),
+                // As client-go names them: the object's name and a unique-enough suffix.
+                name: Some(format!("{}.{:x}", truncate(&event.name, 200), now.as_nanosecond())),
                 namespace: Some(namespace.clone()),
                 ..Default::default()
             },

@@ -259,7 +259,11 @@ impl KubeCluster {
         let ca_pem = std::fs::read(ca_file)
             .map_err(|e| ClusterError::Other(format!("reading CA file {}: {e}", ca_file.display())))?;
         let endpoint = Endpoint { url: url.to_owned(), ca_pem, tls_server_name: None };
-        Self::with_token_source(&endpoint, Arc::new(StaticToken::new(token)), settings)
+        let auth = Auth { source: Arc::new(StaticToken::new(token)), header: SharedHeader::default() };
+        // Set now, so requests made directly on `client()` carry it too.
+        auth.header.set(token)?;
+        let client = client_with_auth(&endpoint, &auth, &settings)?;
+        Ok(KubeCluster::new(client, Some(auth), settings))
     }
 
     /// A cluster from a kubeconfig: `path`, or else `KUBECONFIG` / `~/.kube/config`;
