@@ -124,7 +124,8 @@ fn start_own_server() -> KubeEnv {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // Stop the servers when this process exits, however it exits.
+    // Stop the servers when this process exits, however it exits. The
+    // watchdog outlives us on purpose: it is never waited for.
     let watchdog = format!(
         "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{script}' stop '{dir}' >/dev/null 2>&1; rm -rf '{dir}'",
         pid = std::process::id(),
@@ -145,6 +146,7 @@ fn start_own_server() -> KubeEnv {
                 .stderr(Stdio::null())
                 .spawn()
         })
+        .map(drop)
         .expect("starting the watchdog that stops the kube-apiserver");
     KubeEnv::from_file(&dir.join("env"))
 }
