@@ -11,6 +11,8 @@ pub mod cloud;
 pub mod config;
 pub mod handlers;
 pub mod interruption;
+#[cfg(feature = "kube")]
+pub mod kube;
 pub mod ports;
 pub mod provisioning;
 pub mod resources;

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod fault_proxy;
+pub mod kube_harness;
 pub mod sim;
 
 use k8s_openapi::api::core::v1::Pod;
