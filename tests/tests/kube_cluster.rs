@@ -233,6 +233,15 @@ async fn pending_pods_are_listed_across_pages() {
         );
     }
 
+    // An expired continue token (410) restarts the listing; nothing is lost or doubled.
+    let (proxy, cluster) = through_proxy_with(env, ClientSettings { page_size: 200, ..ClientSettings::default() }).await;
+    proxy.inject(Method::GET, "continue=", 1, Fault::Status(410, "The provided continue parameter is too old".into()));
+    let pending = cluster.pending_pods().await.expect("pending pods after a 410");
+    let mine = in_ns(&pending, &ns);
+    assert_eq!(mine.len(), N);
+    let firsts = proxy.seen(&Method::GET, "/api/v1/pods?").iter().filter(|s| !s.path_and_query.contains("continue=")).count();
+    assert_eq!(firsts, 2, "listed from the start again");
+
     // Bound pods leave the pending list and join the scheduled one.
     let function = env.function(ClientSettings::default());
     let node = unique("pending-node");
