@@ -89,6 +89,52 @@ fn taints_of(n: &Node) -> Vec<(String, String)> {
 
 // ------------------------------------------------------------ permissions
 
+/// The shipped role, rule by rule: exactly what the adapter uses (and the
+/// volume reads reserved for zone requirements), nothing else.
+#[test]
+fn the_rbac_file_grants_exactly_the_adapters_needs() {
+    let text = std::fs::read_to_string(nodewright_tests::kube_harness::repo_root().join("infra/rbac/clusterrole.yaml"))
+        .expect("RBAC file");
+    let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").expect("a ClusterRole");
+    let mut grants = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for g in rule["apiGroups"].as_array().expect("apiGroups") {
+            for r in rule["resources"].as_array().expect("resources") {
+                for v in rule["verbs"].as_array().expect("verbs") {
+                    let s = |x: &serde_json::Value| x.as_str().expect("string").to_owned();
+                    grants.insert(format!("{}/{} {}", s(g), s(r), s(v)));
+                }
+            }
+        }
+        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+    }
+    let expected: std::collections::BTreeSet<String> = [
+        "/pods get", "/pods list", "/pods delete",
+        "/pods/binding create", "/pods/eviction create",
+        "/nodes get", "/nodes list", "/nodes patch", "/nodes delete",
+        "apps/daemonsets list", "policy/poddisruptionbudgets list",
+        "events.k8s.io/events create", "events.k8s.io/events patch",
+        "/persistentvolumeclaims list", "/persistentvolumes list", "storage.k8s.io/storageclasses list",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(grants, expected);
+    assert!(!text.contains('*'), "no wildcards");
+    let binding = docs.iter().find(|d| d["kind"] == "ClusterRoleBinding").expect("a binding");
+    assert_eq!(binding["roleRef"]["name"], "nodewright");
+    let subjects: Vec<String> = binding["subjects"]
+        .as_array()
+        .expect("subjects")
+        .iter()
+        .map(|s| format!("{} {}", s["kind"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(subjects, ["User nodewright", "Group nodewright"]);
+}
+
 #[tokio::test]
 async fn the_function_identity_has_least_privilege() {
     let (env, _admin, function, ns) = setup("rbac").await;
@@ -128,6 +174,12 @@ async fn the_function_identity_has_least_privilege() {
     pvs.list(&ListParams::default()).await.expect("list PVs");
     let scs: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
     scs.list(&ListParams::default()).await.expect("list storage classes");
+
+    // A token the server does not know: Forbidden ("unauthorized"), not retried.
+    let stranger = KubeCluster::with_static_token(&env.url, &env.ca_file, "not-a-token", ClientSettings::default())
+        .expect("client");
+    let e = stranger.nodes().await.expect_err("unknown token");
+    assert!(matches!(&e, ClusterError::Forbidden(m) if m.contains("unauthorized")), "{e}");
 
     // The kubeconfig mode reaches the same server as the same identity.
     let from_file = KubeCluster::from_kubeconfig(Some(&env.function_kubeconfig), None, ClientSettings::default())
@@ -181,6 +233,15 @@ async fn pending_pods_are_listed_across_pages() {
         );
     }
 
+    // An expired continue token (410) restarts the listing; nothing is lost or doubled.
+    let (proxy, cluster) = through_proxy_with(env, ClientSettings { page_size: 200, ..ClientSettings::default() }).await;
+    proxy.inject(Method::GET, "continue=", 1, Fault::Status(410, "The provided continue parameter is too old".into()));
+    let pending = cluster.pending_pods().await.expect("pending pods after a 410");
+    let mine = in_ns(&pending, &ns);
+    assert_eq!(mine.len(), N);
+    let firsts = proxy.seen(&Method::GET, "/api/v1/pods?").iter().filter(|s| !s.path_and_query.contains("continue=")).count();
+    assert_eq!(firsts, 2, "listed from the start again");
+
     // Bound pods leave the pending list and join the scheduled one.
     let function = env.function(ClientSettings::default());
     let node = unique("pending-node");
@@ -200,10 +261,12 @@ async fn pending_pods_are_listed_across_pages() {
     assert!(in_ns(&function.scheduled_pods().await.expect("scheduled"), &ns).is_empty());
     assert_eq!(in_ns(&function.pending_pods().await.expect("pending"), &ns).len(), N - 1);
 
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
-        .delete(&ns, &DeleteParams::default())
+    // No namespace controller runs here, so deleting the namespace would
+    // leave its pods: delete them, so other tests' pending lists stay small.
+    Api::<Pod>::namespaced(admin.clone(), &ns)
+        .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
         .await
-        .expect("delete namespace");
+        .expect("delete pods");
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
@@ -24,7 +25,8 @@ use aws_sigv4::sign::v4;
 use base64::Engine as _;
 use tokio::sync::Mutex;
 
-use super::connect::{Endpoint, TokenSource, pem_certificates};
+use super::cluster::KubeCluster;
+use super::connect::{ClientSettings, Endpoint, TokenSource, pem_certificates};
 use crate::ports::{Clock, ClusterError, SignedDuration, Timestamp};
 
 /// The prefix EKS recognises.
@@ -246,13 +248,23 @@ impl EksClusterInfo {
     pub fn endpoint(&self) -> Endpoint {
         Endpoint { url: self.endpoint.clone(), ca_pem: self.ca_pem.clone(), tls_server_name: None }
     }
+
+    /// The adapter for this cluster, authenticated with `tokens` (EKS mode).
+    /// Must run inside a Tokio runtime.
+    pub fn connect<C: Clock + 'static>(
+        &self,
+        tokens: EksTokenSource<C>,
+        settings: ClientSettings,
+    ) -> Result<KubeCluster, ClusterError> {
+        KubeCluster::with_token_source(&self.endpoint(), Arc::new(tokens), settings)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex as StdMutex};
+    use std::sync::Mutex as StdMutex;
 
     fn creds(expiry: Option<SystemTime>) -> Credentials {
         Credentials::new(
@@ -429,8 +441,8 @@ mod tests {
         let ep = info.endpoint();
         assert_eq!(ep.url, info.endpoint);
         // The client accepts it (parses the CA into its trust store).
-        let source = Arc::new(super::super::StaticToken::new("t"));
-        super::super::KubeCluster::with_token_source(&ep, source, Default::default()).expect("client");
+        let tokens = EksTokenSource::new("prod", "eu-west-1", creds(None), crate::ports::SystemClock);
+        info.connect(tokens, ClientSettings::default()).expect("client");
     }
 
     #[test]
