@@ -2,6 +2,8 @@
 //! one module per command.
 
 mod bench;
+#[cfg(feature = "aws")]
+mod catalog;
 
 use clap::{Parser, Subcommand};
 
@@ -17,10 +19,15 @@ enum Command {
     /// Measure the system on reproducible workloads.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The instance types a NodePool allows, with allocatable capacity and prices per zone.
+    #[cfg(feature = "aws")]
+    Catalog(catalog::CatalogArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(cmd) => bench::run(cmd),
+        #[cfg(feature = "aws")]
+        Command::Catalog(args) => catalog::run(args),
     }
 }
