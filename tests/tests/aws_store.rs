@@ -205,7 +205,8 @@ async fn leases_go_to_one_holder_until_they_expire() {
 
     // Two contenders at once: exactly one wins.
     let s2 = dynamo_store(REGION).await;
-    let (x, y) = tokio::join!(s2.acquire_lease(&lease("x", 60), at(0)), s2.acquire_lease(&lease("y", 60), at(0)));
+    let (lx, ly) = (lease("x", 60), lease("y", 60));
+    let (x, y) = tokio::join!(s2.acquire_lease(&lx, at(0)), s2.acquire_lease(&ly, at(0)));
     assert_eq!(u8::from(x.expect("x")) + u8::from(y.expect("y")), 1);
 }
 

@@ -178,10 +178,14 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
     );
     let mut header = format!("{:<22} {:>5} {:>9} {:>10} {:>10} {:>5} {:<6}", "TYPE", "VCPU", "MEMORY", "ALLOC CPU", "ALLOC MEM", "PODS", "ARCH");
     for z in &zones {
-        header.push_str(&format!("  {z:>19}"));
+        header.push_str(&format!("  {z:>21}"));
     }
     println!("{header}");
-    let price = |p: Option<f64>| p.map_or_else(|| "-".to_owned(), |p| format!("{p:.4}"));
+    let price = |p: Option<f64>| match p {
+        None => "-".to_owned(),
+        Some(p) if p < 0.01 => format!("{p:.5}"),
+        Some(p) => format!("{p:.4}"),
+    };
     for r in &rows {
         let mut line = format!(
             "{:<22} {:>5} {:>9} {:>10} {:>10} {:>5} {:<6}",
@@ -198,7 +202,7 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
                 Some((s, d)) => format!("{}/{}", price(*s), price(*d)),
                 None => "-".to_owned(),
             };
-            line.push_str(&format!("  {cell:>19}"));
+            line.push_str(&format!("  {cell:>21}"));
         }
         println!("{line}");
     }
