@@ -115,7 +115,9 @@ async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
 async fn static_price_fallback_in_us_east_1_and_seeded_prices() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let real = Ec2Cloud::new(&f.config, f.settings()).expect("adapter");
+    let t0 = Instant::now();
     let catalog = real.catalog().await.expect("catalog");
+    eprintln!("catalog us-east-1 (Pricing API failing → static table): cold {:?}", t0.elapsed());
     let price = |c: &nodewright::ports::CloudCatalog, ty: &str, ct: &str| {
         c.offerings.iter().find(|o| o.instance_type == ty && o.capacity_type == ct).map(|o| o.price)
     };
@@ -125,7 +127,9 @@ async fn static_price_fallback_in_us_east_1_and_seeded_prices() {
     assert!(price(&catalog, "m5.large", "spot").is_some_and(|p| p > 0.0 && p < 0.01));
 
     let seeded = cloud(&f).await;
+    let t0 = Instant::now();
     let catalog = seeded.catalog().await.expect("catalog");
+    eprintln!("catalog us-east-1 (seeded prices): cold {:?}", t0.elapsed());
     assert_eq!(price(&catalog, "m5.large", "spot"), Some(0.096 * 0.35));
     assert_eq!(price(&catalog, "m5.xlarge", "on-demand"), Some(0.192));
     assert!(price(&catalog, "m5.2xlarge", "on-demand").is_none(), "no price, no offering");
@@ -196,8 +200,8 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
         .expect("DescribeLaunchTemplateVersions");
     let data = version.launch_template_versions()[0].launch_template_data().expect("data");
     // (moto's fleets do not copy a template's security groups to the instance: check the template.)
-    assert_eq!(data.security_group_ids(), [f.security_group.clone()]);
-    let manifest: serde_json::Value = reqwest_free_manifest(&f).await;
+    assert_eq!(data.security_group_ids(), std::slice::from_ref(&f.security_group));
+    let manifest: serde_json::Value = seeded_parameters(&f).await;
     assert_eq!(data.image_id(), manifest["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id"].as_str());
     let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().expect("user data")).expect("base64");
     let user_data = String::from_utf8(user_data).expect("utf8");
@@ -232,7 +236,7 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
 }
 
 /// The seeded SSM parameters of the fixture's region, from the launcher's manifest endpoint.
-async fn reqwest_free_manifest(f: &Ec2Fixture) -> serde_json::Value {
+async fn seeded_parameters(f: &Ec2Fixture) -> serde_json::Value {
     let endpoint = nodewright_tests::aws::moto().endpoint.clone();
     let region = f.region.clone();
     tokio::task::spawn_blocking(move || {
@@ -284,7 +288,7 @@ async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_eac
     let found = f.instances_of_claim(&req.claim_id).await;
     assert_eq!(found[0].instance_lifecycle().map(|l| l.as_str()), Some("spot"));
     assert_eq!(found[0].image_id().map(str::to_owned), {
-        let m = reqwest_free_manifest(&f).await;
+        let m = seeded_parameters(&f).await;
         m["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id"].as_str().map(str::to_owned)
     });
     assert_eq!(f.launch_templates().await.len(), 2, "arm64 and amd64 need different AMIs");

@@ -51,10 +51,10 @@ fn pool_from_file(path: &PathBuf) -> anyhow::Result<NodePool> {
     let doc: serde_json::Value = serde_norway::from_str(&text).with_context(|| format!("{}: not YAML or JSON", path.display()))?;
     let (name, spec) = match doc.get("spec") {
         Some(spec) if doc.get("kind").is_some() || doc.get("metadata").is_some() => {
-            if let Some(kind) = doc.get("kind").and_then(|k| k.as_str()) {
-                if kind != "NodePool" {
-                    bail!("{}: kind {kind:?} is not a NodePool", path.display());
-                }
+            if let Some(kind) = doc.get("kind").and_then(|k| k.as_str())
+                && kind != "NodePool"
+            {
+                bail!("{}: kind {kind:?} is not a NodePool", path.display());
             }
             let name = doc.pointer("/metadata/name").and_then(|n| n.as_str()).unwrap_or("default").to_owned();
             (name, spec.clone())

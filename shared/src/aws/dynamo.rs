@@ -179,11 +179,11 @@ fn usage_update(table: &str, pool: &str, delta: &Usage, limits: &Limits) -> Resu
         names.insert(format!("#r{i}"), format!("{RESOURCE_PREFIX}{resource}"));
         values.insert(format!(":v{i}"), n(amount));
         adds.push(format!("#r{i} :v{i}"));
-        if **amount > 0 {
-            if let Some(limit) = limits.resources.get(*resource) {
-                values.insert(format!(":m{i}"), n(limit - **amount));
-                conditions.push(format!("(attribute_not_exists(#r{i}) OR #r{i} <= :m{i})"));
-            }
+        if **amount > 0
+            && let Some(limit) = limits.resources.get(*resource)
+        {
+            values.insert(format!(":m{i}"), n(limit - **amount));
+            conditions.push(format!("(attribute_not_exists(#r{i}) OR #r{i} <= :m{i})"));
         }
     }
     let mut update = Update::builder()

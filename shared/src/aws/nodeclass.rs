@@ -154,9 +154,44 @@ impl NodeClassSettings {
     }
 }
 
+/// The NodeClasses among stored configuration items (`nodeclass#<name>`),
+/// for [`crate::aws::Ec2CloudSettings::node_classes`]; items that do not
+/// parse are returned as errors naming the item, and left out.
+pub fn node_classes_from_items(
+    items: &[crate::ports::ConfigItem],
+) -> (BTreeMap<String, NodeClassSettings>, Vec<String>) {
+    let mut classes = BTreeMap::new();
+    let mut errors = Vec::new();
+    for item in items.iter().filter(|i| i.kind == crate::ports::ConfigKind::NodeClass) {
+        match serde_json::from_value::<NodeClassSettings>(item.spec.clone()) {
+            Ok(c) => {
+                classes.insert(item.name.clone(), c);
+            }
+            Err(e) => errors.push(format!("nodeclass/{}: spec: {e}", item.name)),
+        }
+    }
+    (classes, errors)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_classes_from_stored_items() {
+        use crate::ports::{ConfigItem, ConfigKind, Timestamp};
+        let item = |kind, name: &str, spec| ConfigItem { kind, name: name.into(), spec, version: 1, updated_at: Timestamp::UNIX_EPOCH };
+        let items = [
+            item(ConfigKind::NodeClass, "default", serde_json::json!({"amiFamily": "AL2", "subnetSelectorTerms": [{"id": "subnet-1"}]})),
+            item(ConfigKind::NodeClass, "broken", serde_json::json!({"subnetSelectorTerms": "not a list"})),
+            item(ConfigKind::NodePool, "default", serde_json::json!({})),
+        ];
+        let (classes, errors) = node_classes_from_items(&items);
+        assert_eq!(classes.keys().collect::<Vec<_>>(), ["default"]);
+        assert_eq!(classes["default"].family(), Ok((AmiFamily::Al2, None)));
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("nodeclass/broken: spec:"));
+    }
 
     #[test]
     fn reads_an_ec2nodeclass_spec() {

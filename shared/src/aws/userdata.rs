@@ -199,7 +199,7 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
             taints.insert(k.to_owned(), toml::Value::Array(v));
         }
     }
-    Ok(toml::to_string(&root).map_err(|e| format!("Bottlerocket settings: {e}"))?)
+    toml::to_string(&root).map_err(|e| format!("Bottlerocket settings: {e}"))
 }
 
 fn sub_table<'t>(t: &'t mut toml::Table, key: &str) -> Result<&'t mut toml::Table, String> {

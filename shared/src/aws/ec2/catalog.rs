@@ -149,25 +149,25 @@ pub fn assemble(region: &str, types: &[TypeFacts], on_demand: &OnDemandPrices, s
     for t in types {
         let before = catalog.offerings.len();
         for zone in &t.zones {
-            if t.on_demand {
-                if let Some(price) = on_demand.get(&t.info.name) {
-                    catalog.offerings.push(PricedOffering {
-                        instance_type: t.info.name.clone(),
-                        zone: zone.clone(),
-                        capacity_type: labels::CAPACITY_TYPE_ON_DEMAND.to_owned(),
-                        price: *price,
-                    });
-                }
+            if t.on_demand
+                && let Some(price) = on_demand.get(&t.info.name)
+            {
+                catalog.offerings.push(PricedOffering {
+                    instance_type: t.info.name.clone(),
+                    zone: zone.clone(),
+                    capacity_type: labels::CAPACITY_TYPE_ON_DEMAND.to_owned(),
+                    price: *price,
+                });
             }
-            if t.spot {
-                if let Some(price) = spot.get(&(t.info.name.clone(), zone.clone())) {
-                    catalog.offerings.push(PricedOffering {
-                        instance_type: t.info.name.clone(),
-                        zone: zone.clone(),
-                        capacity_type: labels::CAPACITY_TYPE_SPOT.to_owned(),
-                        price: *price,
-                    });
-                }
+            if t.spot
+                && let Some(price) = spot.get(&(t.info.name.clone(), zone.clone()))
+            {
+                catalog.offerings.push(PricedOffering {
+                    instance_type: t.info.name.clone(),
+                    zone: zone.clone(),
+                    capacity_type: labels::CAPACITY_TYPE_SPOT.to_owned(),
+                    price: *price,
+                });
             }
         }
         if catalog.offerings.len() > before {

@@ -362,10 +362,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
     }
 
     pub(super) async fn network(&self, cache: &mut LaunchCache, class_name: &str, class: &NodeClassSettings) -> Result<Arc<Network>, CloudError> {
-        if let Some((at, n)) = cache.networks.get(class_name) {
-            if at.elapsed() < self.settings.refresh.network {
-                return Ok(n.clone());
-            }
+        if let Some((at, n)) = cache.networks.get(class_name)
+            && at.elapsed() < self.settings.refresh.network
+        {
+            return Ok(n.clone());
         }
         let subnets = self.subnets(class_name, &class.subnet_selector_terms).await?;
         let security_groups = self.security_groups(class_name, &class.security_group_selector_terms).await?;
@@ -440,10 +440,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
         if let Some(c) = &self.settings.cluster {
             return Ok(c.clone());
         }
-        if let Some((at, c)) = &cache.cluster {
-            if at.elapsed() < self.settings.refresh.images {
-                return Ok(c.clone());
-            }
+        if let Some((at, c)) = &cache.cluster
+            && at.elapsed() < self.settings.refresh.images
+        {
+            return Ok(c.clone());
         }
         self.count();
         let name = &self.settings.cluster_name;
@@ -480,10 +480,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
     }
 
     async fn ami(&self, cache: &mut LaunchCache, key: &AmiKey, class: &NodeClassSettings) -> Result<String, CloudError> {
-        if let Some((at, id)) = cache.amis.get(key) {
-            if at.elapsed() < self.settings.refresh.images {
-                return Ok(id.clone());
-            }
+        if let Some((at, id)) = cache.amis.get(key)
+            && at.elapsed() < self.settings.refresh.images
+        {
+            return Ok(id.clone());
         }
         let terms = &class.ami_selector_terms;
         if terms.iter().any(|t| t.name.is_some() || !t.tags.is_empty()) {
