@@ -7,6 +7,8 @@
 //! map and its invariants; the most important one is that everything in this
 //! crate's decision modules is pure: no I/O, time taken as an argument.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod cloud;
 pub mod config;
 pub mod handlers;

@@ -2,6 +2,8 @@
 //! instance types and NodePools, and a checker that verifies every hard
 //! constraint of a plan independently of the solver.
 
+pub mod aws;
+
 use std::collections::BTreeMap;
 
 pub mod fault_proxy;

@@ -3,6 +3,8 @@
 
 mod bench;
 mod simulate;
+#[cfg(feature = "aws")]
+mod catalog;
 
 use clap::{Parser, Subcommand};
 
@@ -20,11 +22,16 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Run the system on the embedded simulator (no AWS): a scenario file, or the first walkthrough.
     Simulate(simulate::SimulateArgs),
+    /// The instance types a NodePool allows, with allocatable capacity and prices per zone.
+    #[cfg(feature = "aws")]
+    Catalog(catalog::CatalogArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Simulate(args) => simulate::run(args),
+        #[cfg(feature = "aws")]
+        Command::Catalog(args) => catalog::run(args),
     }
 }

@@ -133,8 +133,10 @@ impl Store for MemStore {
 
     async fn delete_batch(&self, batch: &Batch) -> Result<(), StoreError> {
         let mut s = self.lock();
-        if s.batch.as_ref().is_some_and(|b| b.version == batch.version) {
-            s.batch = None;
+        match &s.batch {
+            Some(b) if b.version == batch.version => s.batch = None,
+            Some(b) => return Err(StoreError::Conflict(format!("batch: stored version {}", b.version))),
+            None => {}
         }
         Ok(())
     }

@@ -1,0 +1,729 @@
+//! [`DynamoStore`]: the handlers' [`Store`] over two DynamoDB tables.
+//!
+//! Both tables have a single string partition key `pk` and no sort key.
+//! Every item keeps the whole record as a JSON string in `body`, next to
+//! the attributes conditions and expiry need (`version`, `holder`,
+//! `until_ms`, `expires_at`, …); readers trust `body` only.
+//!
+//! | table  | `pk`                           | other attributes |
+//! |--------|--------------------------------|------------------|
+//! | config | `nodepool#<name>`, `nodeclass#<name>`, `settings#<name>` | `kind`, `name`, `version`, `updated_at`, `body` (the [`ConfigItem`]) |
+//! | state  | `claim#<id>`                   | `kind`, `pool`, `version`, `body` (the [`Claim`]) |
+//! | state  | `usage#<pool>`                 | `kind`, `pool`, `r:<resource>` numbers (sum of the pool's claims' reservations) |
+//! | state  | `batch#provisioner`            | `kind`, `version`, `body` (the [`Batch`]) |
+//! | state  | `lease#<name>`                 | `kind`, `holder`, `expires_ms`, `expires_at`, `body` (the [`Lease`]) |
+//! | state  | `unavailable#<ct>:<type>:<zone>` | `kind`, `until_ms`, `expires_at`, `body` (the [`OfferingKey`]) |
+//!
+//! `expires_at` (epoch seconds) is the table's TTL attribute, so DynamoDB
+//! deletes expired leases and unavailable marks eventually; since TTL
+//! deletion is lazy (and emulators never do it), expiry is always checked
+//! in code against `expires_ms`/`until_ms` too.
+//!
+//! **Limit accounting** is exact under concurrency: creating a claim is one
+//! transaction that puts the claim (if absent) and `ADD`s its reservation to
+//! `usage#<pool>` under the condition `attribute_not_exists(r) OR r <=
+//! limit − reservation` for every limited resource the claim uses. Updates
+//! move usage by the change in reservation in the same way; deletes
+//! subtract the stored reservation. When the usage condition fails, the
+//! transaction's cancellation reasons say which item failed and the old
+//! usage item (returned with the failure) says which resource.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, Delete, KeySchemaElement, KeyType, Put,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification, TransactWriteItem, Update,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::debug;
+
+use super::ApiError;
+use crate::config::Limits;
+use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
+use crate::provisioning::batcher::Batch;
+use crate::provisioning::claim::Claim;
+
+/// The names of the two tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoTables {
+    pub config: String,
+    pub state: String,
+}
+
+impl DynamoTables {
+    /// `<prefix>-config` and `<prefix>-state`.
+    pub fn with_prefix(prefix: &str) -> DynamoTables {
+        DynamoTables { config: format!("{prefix}-config"), state: format!("{prefix}-state") }
+    }
+}
+
+/// DynamoDB as the handlers' [`Store`].
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: aws_sdk_dynamodb::Client,
+    tables: DynamoTables,
+    /// Items per Scan page (`None`: DynamoDB's 1 MB pages).
+    page_size: Option<i32>,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+const PK: &str = "pk";
+const BODY: &str = "body";
+const VERSION: &str = "version";
+const TTL_ATTRIBUTE: &str = "expires_at";
+const BATCH_KEY: &str = "batch#provisioner";
+/// Prefix of the resource attributes of a `usage#<pool>` item.
+const RESOURCE_PREFIX: &str = "r:";
+/// Transactions that lose to a concurrent one are retried this often.
+const TRANSACTION_ATTEMPTS: u32 = 8;
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl std::fmt::Display) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn kind_name(kind: ConfigKind) -> &'static str {
+    match kind {
+        ConfigKind::NodePool => "nodepool",
+        ConfigKind::NodeClass => "nodeclass",
+        ConfigKind::Settings => "settings",
+    }
+}
+
+fn config_key(kind: ConfigKind, name: &str) -> String {
+    format!("{}#{name}", kind_name(kind))
+}
+
+fn claim_key(id: &str) -> String {
+    format!("claim#{id}")
+}
+
+fn usage_key(pool: &str) -> String {
+    format!("usage#{pool}")
+}
+
+fn lease_key(name: &str) -> String {
+    format!("lease#{name}")
+}
+
+fn unavailable_key(o: &OfferingKey) -> String {
+    format!("unavailable#{o}")
+}
+
+/// Epoch seconds, rounded up (DynamoDB TTL granularity).
+fn ttl_seconds(t: Timestamp) -> i64 {
+    (t.as_millisecond() + 999).div_euclid(1000)
+}
+
+fn body_of<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
+    let key = item.get(PK).and_then(|v| v.as_s().ok()).map_or("?", String::as_str);
+    let body = item
+        .get(BODY)
+        .and_then(|v| v.as_s().ok())
+        .ok_or_else(|| StoreError::Invalid(format!("item {key}: no body attribute")))?;
+    serde_json::from_str(body).map_err(|e| StoreError::Invalid(format!("item {key}: unreadable body: {e}")))
+}
+
+fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Invalid(format!("cannot serialise: {e}")))
+}
+
+fn number(item: &Item, attr: &str) -> Option<i64> {
+    item.get(attr).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+}
+
+fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Invalid(format!("building a DynamoDB request: {e}"))
+}
+
+/// `used + extra > limit` for the first limited resource that grows.
+fn first_exceeded(limits: &Limits, used: &Usage, extra: &Usage) -> Option<String> {
+    crate::provisioning::claim::exceeded_limit(limits, used, extra)
+}
+
+fn usage_from_item(item: &Item) -> Usage {
+    item.iter()
+        .filter_map(|(k, v)| {
+            let r = k.strip_prefix(RESOURCE_PREFIX)?;
+            let amount: i64 = v.as_n().ok()?.parse().ok()?;
+            (amount != 0).then(|| (r.to_owned(), amount))
+        })
+        .collect()
+}
+
+/// An update of `usage#<pool>` adding `delta`, conditional on every grown
+/// limited resource staying within its limit. `None` when there is nothing to add.
+fn usage_update(table: &str, pool: &str, delta: &Usage, limits: &Limits) -> Result<Option<Update>, StoreError> {
+    let delta: Vec<(&String, &i64)> = delta.iter().filter(|(_, v)| **v != 0).collect();
+    if delta.is_empty() {
+        return Ok(None);
+    }
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut values: HashMap<String, AttributeValue> = HashMap::new();
+    names.insert("#kind".into(), "kind".into());
+    names.insert("#pool".into(), "pool".into());
+    values.insert(":kind".into(), s("usage"));
+    values.insert(":pool".into(), s(pool));
+    let mut adds = Vec::new();
+    let mut conditions = Vec::new();
+    for (i, (resource, amount)) in delta.iter().enumerate() {
+        names.insert(format!("#r{i}"), format!("{RESOURCE_PREFIX}{resource}"));
+        values.insert(format!(":v{i}"), n(amount));
+        adds.push(format!("#r{i} :v{i}"));
+        if **amount > 0
+            && let Some(limit) = limits.resources.get(*resource)
+        {
+            values.insert(format!(":m{i}"), n(limit - **amount));
+            conditions.push(format!("(attribute_not_exists(#r{i}) OR #r{i} <= :m{i})"));
+        }
+    }
+    let mut update = Update::builder()
+        .table_name(table)
+        .key(PK, s(usage_key(pool)))
+        .update_expression(format!("SET #kind = :kind, #pool = :pool ADD {}", adds.join(", ")))
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if !conditions.is_empty() {
+        update = update.condition_expression(conditions.join(" AND "));
+    }
+    update.build().map(Some).map_err(build_err)
+}
+
+/// What cancelled a transaction, per item.
+#[derive(Debug)]
+enum TxOutcome {
+    Done,
+    /// Item `index` failed its condition; the old item if DynamoDB returned it.
+    ConditionFailed { index: usize, old: Option<Item> },
+    /// Lost to a concurrent transaction or throttled: try again.
+    Retry(String),
+}
+
+fn claim_item(claim: &Claim) -> Result<Item, StoreError> {
+    Ok([
+        (PK.to_owned(), s(claim_key(&claim.id))),
+        ("kind".to_owned(), s("claim")),
+        ("pool".to_owned(), s(&claim.pool)),
+        (VERSION.to_owned(), n(claim.version)),
+        (BODY.to_owned(), s(json(claim)?)),
+    ]
+    .into())
+}
+
+fn delta_of(previous: &Usage, next: &Usage) -> Usage {
+    let mut d = next.clone();
+    crate::provisioning::claim::sub_usage(&mut d, previous);
+    d
+}
+
+fn negated(u: &Usage) -> Usage {
+    u.iter().map(|(k, v)| (k.clone(), -v)).collect()
+}
+
+impl DynamoStore {
+    pub fn new(config: &aws_config::SdkConfig, tables: DynamoTables) -> DynamoStore {
+        DynamoStore { client: aws_sdk_dynamodb::Client::new(config), tables, page_size: None }
+    }
+
+    /// Smaller Scan pages (tests use it to exercise pagination).
+    pub fn with_page_size(mut self, items: i32) -> DynamoStore {
+        self.page_size = Some(items.max(1));
+        self
+    }
+
+    pub fn tables(&self) -> &DynamoTables {
+        &self.tables
+    }
+
+    /// Creates the two tables (on-demand billing, TTL on `expires_at` for
+    /// the state table) unless they exist. For tests and first set-up; the
+    /// deploy module creates them in production.
+    pub async fn ensure_tables(&self) -> Result<(), StoreError> {
+        for (table, ttl) in [(&self.tables.config, false), (&self.tables.state, true)] {
+            let created = self
+                .client
+                .create_table()
+                .table_name(table)
+                .billing_mode(BillingMode::PayPerRequest)
+                .attribute_definitions(
+                    AttributeDefinition::builder().attribute_name(PK).attribute_type(ScalarAttributeType::S).build().map_err(build_err)?,
+                )
+                .key_schema(KeySchemaElement::builder().attribute_name(PK).key_type(KeyType::Hash).build().map_err(build_err)?)
+                .send()
+                .await;
+            match created {
+                Ok(_) => debug!(table, "created table"),
+                Err(e) => {
+                    let e = ApiError::from_sdk("CreateTable", e);
+                    if !e.is("ResourceInUseException") {
+                        return Err(e.into());
+                    }
+                }
+            }
+            self.wait_active(table).await?;
+            if ttl {
+                let spec = TimeToLiveSpecification::builder().enabled(true).attribute_name(TTL_ATTRIBUTE).build().map_err(build_err)?;
+                if let Err(e) = self.client.update_time_to_live().table_name(table).time_to_live_specification(spec).send().await {
+                    let e = ApiError::from_sdk("UpdateTimeToLive", e);
+                    // Already enabled is fine.
+                    if !e.message.contains("already enabled") && !e.is("ValidationException") {
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_active(&self, table: &str) -> Result<(), StoreError> {
+        for _ in 0..120 {
+            let out = self
+                .client
+                .describe_table()
+                .table_name(table)
+                .send()
+                .await
+                .map_err(|e| StoreError::from(ApiError::from_sdk("DescribeTable", e)))?;
+            if out.table().and_then(|t| t.table_status()).is_some_and(|s| s.as_str() == "ACTIVE") {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(StoreError::Transient(format!("table {table} did not become active")))
+    }
+
+    /// Every item of `table` whose key starts with `prefix` (all pages, consistent).
+    async fn scan(&self, table: &str, prefix: Option<&str>) -> Result<Vec<Item>, StoreError> {
+        let mut req = self.client.scan().table_name(table).consistent_read(true).set_limit(self.page_size);
+        if let Some(p) = prefix {
+            req = req
+                .filter_expression("begins_with(#pk, :prefix)")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_values(":prefix", s(p));
+        }
+        let mut pages = req.into_paginator().send();
+        let mut items = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| StoreError::from(ApiError::from_sdk("Scan", e)))?;
+            items.extend(page.items().iter().cloned());
+        }
+        Ok(items)
+    }
+
+    async fn get(&self, table: &str, key: &str) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key(PK, s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::from(ApiError::from_sdk("GetItem", e)))?;
+        Ok(out.item().cloned())
+    }
+
+    /// A conditional put; `Ok(false)` when the condition failed.
+    async fn put_if(&self, table: &str, item: Item, condition: &str, names: &[(&str, &str)], values: Vec<(&str, AttributeValue)>) -> Result<bool, StoreError> {
+        let mut req = self.client.put_item().table_name(table).set_item(Some(item)).condition_expression(condition);
+        for (k, v) in names {
+            req = req.expression_attribute_names(*k, *v);
+        }
+        for (k, v) in values {
+            req = req.expression_attribute_values(k, v);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.as_service_error(), Some(PutItemError::ConditionalCheckFailedException(_))) => Ok(false),
+            Err(e) => Err(ApiError::from_sdk("PutItem", e).into()),
+        }
+    }
+
+    /// A conditional delete; `Ok(Err(old item))` when the condition failed.
+    async fn delete_if(
+        &self,
+        table: &str,
+        key: &str,
+        condition: Option<&str>,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<Result<(), Option<Item>>, StoreError> {
+        let mut req = self
+            .client
+            .delete_item()
+            .table_name(table)
+            .key(PK, s(key))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if let Some(c) = condition {
+            req = req.condition_expression(c);
+        }
+        for (k, v) in names {
+            req = req.expression_attribute_names(*k, *v);
+        }
+        for (k, v) in values {
+            req = req.expression_attribute_values(k, v);
+        }
+        match req.send().await {
+            Ok(_) => Ok(Ok(())),
+            Err(e) => match e.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(c)) => Ok(Err(c.item().cloned())),
+                _ => Err(ApiError::from_sdk("DeleteItem", e).into()),
+            },
+        }
+    }
+
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<TxOutcome, StoreError> {
+        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(TxOutcome::Done),
+            Err(e) => {
+                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
+                    let reasons = c.cancellation_reasons();
+                    if let Some((index, r)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
+                        return Ok(TxOutcome::ConditionFailed { index, old: r.item().cloned() });
+                    }
+                    let codes: Vec<&str> = reasons.iter().filter_map(|r| r.code()).filter(|c| *c != "None").collect();
+                    return Ok(TxOutcome::Retry(format!("transaction cancelled: {}", codes.join(", "))));
+                }
+                let e = ApiError::from_sdk("TransactWriteItems", e);
+                if e.is("TransactionConflictException") || e.is("TransactionInProgressException") {
+                    return Ok(TxOutcome::Retry(e.to_string()));
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn backoff(attempt: u32) {
+        // 10 ms, 20 ms, … capped at 640 ms, with a little spread per attempt.
+        let ms = 10u64 << attempt.min(6);
+        let spread = u64::from(std::process::id() % 7 + attempt * 3);
+        tokio::time::sleep(Duration::from_millis(ms + spread)).await;
+    }
+
+    /// Which limited resource `usage#<pool>` (as `old`, or as read now) cannot take `extra`.
+    async fn exceeded_resource(&self, pool: &str, old: Option<Item>, limits: &Limits, extra: &Usage) -> Result<Option<String>, StoreError> {
+        let item = match old {
+            Some(i) => Some(i),
+            None => self.get(&self.tables.state, &usage_key(pool)).await?,
+        };
+        let used = item.as_ref().map(usage_from_item).unwrap_or_default();
+        Ok(first_exceeded(limits, &used, extra))
+    }
+}
+
+impl Store for DynamoStore {
+    async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
+        let items = self.scan(&self.tables.config, None).await?;
+        items.iter().map(body_of).collect()
+    }
+
+    async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
+        let key = config_key(item.kind, &item.name);
+        let record: Item = [
+            (PK.to_owned(), s(&key)),
+            ("kind".to_owned(), s(kind_name(item.kind))),
+            ("name".to_owned(), s(&item.name)),
+            (VERSION.to_owned(), n(item.version)),
+            ("updated_at".to_owned(), s(item.updated_at.to_string())),
+            (BODY.to_owned(), s(json(item)?)),
+        ]
+        .into();
+        let ok = if item.version <= 1 {
+            self.put_if(&self.tables.config, record, "attribute_not_exists(#pk)", &[("#pk", PK)], vec![]).await?
+        } else {
+            self.put_if(&self.tables.config, record, "#v = :prev", &[("#v", VERSION)], vec![(":prev", n(item.version - 1))]).await?
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict(format!(
+                "{key}: the stored version is not {} (someone else changed it)",
+                item.version.saturating_sub(1)
+            )))
+        }
+    }
+
+    async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
+        self.delete_if(&self.tables.config, &config_key(kind, name), None, &[], vec![]).await?.ok();
+        Ok(())
+    }
+
+    async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
+        let items = self.scan(&self.tables.state, Some("claim#")).await?;
+        let mut claims: Vec<Claim> = items.iter().map(body_of).collect::<Result<_, _>>()?;
+        claims.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(claims)
+    }
+
+    async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        let reservation: Usage = claim.reservation.iter().filter(|(_, v)| **v != 0).map(|(k, v)| (k.clone(), *v)).collect();
+        if let Some(resource) = first_exceeded(limits, &Usage::new(), &reservation) {
+            return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource });
+        }
+        let put = Put::builder()
+            .table_name(&self.tables.state)
+            .set_item(Some(claim_item(claim)?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .build()
+            .map_err(build_err)?;
+        let update = usage_update(&self.tables.state, &claim.pool, &reservation, limits)?;
+        let mut last = String::new();
+        for attempt in 0..TRANSACTION_ATTEMPTS {
+            let mut items = vec![TransactWriteItem::builder().put(put.clone()).build()];
+            if let Some(u) = &update {
+                items.push(TransactWriteItem::builder().update(u.clone()).build());
+            }
+            match self.transact(items).await? {
+                TxOutcome::Done => return Ok(()),
+                TxOutcome::ConditionFailed { index: 0, .. } => {
+                    return Err(StoreError::Conflict(format!("nodeclaim {} already exists", claim.id)));
+                }
+                TxOutcome::ConditionFailed { old, .. } => {
+                    match self.exceeded_resource(&claim.pool, old, limits, &reservation).await? {
+                        Some(resource) => return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource }),
+                        // The usage changed between the failure and our read: try again.
+                        None => last = "usage changed concurrently".into(),
+                    }
+                }
+                TxOutcome::Retry(why) => last = why,
+            }
+            Self::backoff(attempt).await;
+        }
+        Err(StoreError::Transient(format!("creating nodeclaim {}: {last}", claim.id)))
+    }
+
+    async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        if previous.id != next.id || previous.pool != next.pool || next.version != previous.version + 1 {
+            return Err(StoreError::Invalid(format!(
+                "update of nodeclaim {} must keep id and pool and bump the version by one ({} → {})",
+                previous.id, previous.version, next.version
+            )));
+        }
+        let delta = delta_of(&previous.reservation, &next.reservation);
+        let condition_put = |item: Item| {
+            Put::builder()
+                .table_name(&self.tables.state)
+                .set_item(Some(item))
+                .condition_expression("#v = :prev")
+                .expression_attribute_names("#v", VERSION)
+                .expression_attribute_values(":prev", n(previous.version))
+                .build()
+                .map_err(build_err)
+        };
+        let conflict = || StoreError::Conflict(format!("nodeclaim {} is no longer at version {}", previous.id, previous.version));
+        let Some(update) = usage_update(&self.tables.state, &next.pool, &delta, limits)? else {
+            let ok = self
+                .put_if(
+                    &self.tables.state,
+                    claim_item(next)?,
+                    "#v = :prev",
+                    &[("#v", VERSION)],
+                    vec![(":prev", n(previous.version))],
+                )
+                .await?;
+            return if ok { Ok(()) } else { Err(conflict()) };
+        };
+        if let Some(resource) = first_exceeded(limits, &Usage::new(), &delta.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect()) {
+            // Growing by more than the whole limit can never fit.
+            return Err(StoreError::LimitExceeded { pool: next.pool.clone(), resource });
+        }
+        let put = condition_put(claim_item(next)?)?;
+        let mut last = String::new();
+        for attempt in 0..TRANSACTION_ATTEMPTS {
+            let items =
+                vec![TransactWriteItem::builder().put(put.clone()).build(), TransactWriteItem::builder().update(update.clone()).build()];
+            match self.transact(items).await? {
+                TxOutcome::Done => return Ok(()),
+                TxOutcome::ConditionFailed { index: 0, .. } => return Err(conflict()),
+                TxOutcome::ConditionFailed { old, .. } => match self.exceeded_resource(&next.pool, old, limits, &delta).await? {
+                    Some(resource) => return Err(StoreError::LimitExceeded { pool: next.pool.clone(), resource }),
+                    None => last = "usage changed concurrently".into(),
+                },
+                TxOutcome::Retry(why) => last = why,
+            }
+            Self::backoff(attempt).await;
+        }
+        Err(StoreError::Transient(format!("updating nodeclaim {}: {last}", next.id)))
+    }
+
+    async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
+        let key = claim_key(&claim.id);
+        let mut last = String::new();
+        for attempt in 0..TRANSACTION_ATTEMPTS {
+            // Release what is stored, not what the caller holds: a newer
+            // version may reserve something else.
+            let Some(item) = self.get(&self.tables.state, &key).await? else {
+                return Ok(());
+            };
+            let stored: Claim = body_of(&item)?;
+            let delete = Delete::builder()
+                .table_name(&self.tables.state)
+                .key(PK, s(&key))
+                .condition_expression("#v = :v")
+                .expression_attribute_names("#v", VERSION)
+                .expression_attribute_values(":v", n(stored.version))
+                .build()
+                .map_err(build_err)?;
+            let mut items = vec![TransactWriteItem::builder().delete(delete).build()];
+            if let Some(u) = usage_update(&self.tables.state, &stored.pool, &negated(&stored.reservation), &Limits::default())? {
+                items.push(TransactWriteItem::builder().update(u).build());
+            }
+            match self.transact(items).await? {
+                TxOutcome::Done => return Ok(()),
+                TxOutcome::ConditionFailed { .. } => last = "the claim changed while deleting".into(),
+                TxOutcome::Retry(why) => last = why,
+            }
+            Self::backoff(attempt).await;
+        }
+        Err(StoreError::Transient(format!("deleting nodeclaim {}: {last}", claim.id)))
+    }
+
+    async fn pool_usage(&self) -> Result<BTreeMap<String, Usage>, StoreError> {
+        let items = self.scan(&self.tables.state, Some("usage#")).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let pool = item.get("pool").and_then(|v| v.as_s().ok())?.clone();
+                let usage = usage_from_item(item);
+                (!usage.is_empty()).then_some((pool, usage))
+            })
+            .collect())
+    }
+
+    async fn batch(&self) -> Result<Option<Batch>, StoreError> {
+        self.get(&self.tables.state, BATCH_KEY).await?.as_ref().map(body_of).transpose()
+    }
+
+    async fn put_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<(), StoreError> {
+        let item: Item = [
+            (PK.to_owned(), s(BATCH_KEY)),
+            ("kind".to_owned(), s("batch")),
+            (VERSION.to_owned(), n(next.version)),
+            (BODY.to_owned(), s(json(next)?)),
+        ]
+        .into();
+        let ok = match previous {
+            None => self.put_if(&self.tables.state, item, "attribute_not_exists(#pk)", &[("#pk", PK)], vec![]).await?,
+            Some(p) => self.put_if(&self.tables.state, item, "#v = :prev", &[("#v", VERSION)], vec![(":prev", n(p.version))]).await?,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict(match previous {
+                None => "the batch already exists".to_owned(),
+                Some(p) => format!("the batch is no longer at version {}", p.version),
+            }))
+        }
+    }
+
+    async fn delete_batch(&self, batch: &Batch) -> Result<(), StoreError> {
+        let outcome = self
+            .delete_if(&self.tables.state, BATCH_KEY, Some("#v = :v"), &[("#v", VERSION)], vec![(":v", n(batch.version))])
+            .await?;
+        match outcome {
+            Ok(()) | Err(None) => Ok(()),
+            Err(Some(_)) => Err(StoreError::Conflict(format!("the batch is no longer at version {}", batch.version))),
+        }
+    }
+
+    async fn acquire_lease(&self, lease: &Lease, now: Timestamp) -> Result<bool, StoreError> {
+        let item: Item = [
+            (PK.to_owned(), s(lease_key(&lease.name))),
+            ("kind".to_owned(), s("lease")),
+            ("holder".to_owned(), s(&lease.holder)),
+            ("expires_ms".to_owned(), n(lease.expires_at.as_millisecond())),
+            (TTL_ATTRIBUTE.to_owned(), n(ttl_seconds(lease.expires_at))),
+            (BODY.to_owned(), s(json(lease)?)),
+        ]
+        .into();
+        self.put_if(
+            &self.tables.state,
+            item,
+            "attribute_not_exists(#pk) OR #holder = :holder OR #exp <= :now",
+            &[("#pk", PK), ("#holder", "holder"), ("#exp", "expires_ms")],
+            vec![(":holder", s(&lease.holder)), (":now", n(now.as_millisecond()))],
+        )
+        .await
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        // Not ours (or gone): nothing to release.
+        let _ = self
+            .delete_if(&self.tables.state, &lease_key(name), Some("#holder = :holder"), &[("#holder", "holder")], vec![(":holder", s(holder))])
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+        let item: Item = [
+            (PK.to_owned(), s(unavailable_key(offering))),
+            ("kind".to_owned(), s("unavailable")),
+            ("until_ms".to_owned(), n(until.as_millisecond())),
+            (TTL_ATTRIBUTE.to_owned(), n(ttl_seconds(until))),
+            (BODY.to_owned(), s(json(offering)?)),
+        ]
+        .into();
+        // Keep the later of two marks.
+        self.put_if(
+            &self.tables.state,
+            item,
+            "attribute_not_exists(#pk) OR #until < :until",
+            &[("#pk", PK), ("#until", "until_ms")],
+            vec![(":until", n(until.as_millisecond()))],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
+        let items = self.scan(&self.tables.state, Some("unavailable#")).await?;
+        let now_ms = now.as_millisecond();
+        let mut out: Vec<OfferingKey> = items
+            .iter()
+            .filter(|i| number(i, "until_ms").is_some_and(|u| u > now_ms))
+            .map(body_of)
+            .collect::<Result<_, _>>()?;
+        out.sort();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_update_conditions_only_limited_growth() {
+        let mut limits = Limits::default();
+        limits.resources.insert("cpu".into(), 20_000);
+        let delta: Usage = [("cpu".to_owned(), 1000), ("memory".to_owned(), 5), ("nodes".to_owned(), 1)].into();
+        let u = usage_update("t", "default", &delta, &limits).expect("builds").expect("non-empty");
+        assert_eq!(u.condition_expression(), Some("(attribute_not_exists(#r0) OR #r0 <= :m0)"));
+        assert_eq!(u.expression_attribute_values().and_then(|v| v.get(":m0")), Some(&n(19_000)));
+        assert_eq!(u.expression_attribute_names().and_then(|v| v.get("#r1")).map(String::as_str), Some("r:memory"));
+        let shrink: Usage = [("cpu".to_owned(), -1000)].into();
+        let u = usage_update("t", "default", &shrink, &limits).expect("builds").expect("non-empty");
+        assert_eq!(u.condition_expression(), None, "shrinking is always allowed");
+        assert!(usage_update("t", "default", &Usage::new(), &limits).expect("builds").is_none());
+    }
+
+    #[test]
+    fn keys_and_ttl() {
+        let o = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+        assert_eq!(unavailable_key(&o), "unavailable#spot:m5.large:us-east-1a");
+        assert_eq!(config_key(ConfigKind::NodePool, "default"), "nodepool#default");
+        let t = Timestamp::from_millisecond(1_500).expect("valid");
+        assert_eq!(ttl_seconds(t), 2);
+    }
+}

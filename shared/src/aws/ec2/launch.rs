@@ -1,0 +1,899 @@
+//! The launch path: NodeClass → subnets, security groups, AMIs, launch
+//! templates → one CreateFleet → [`Launched`] or a classified error.
+//!
+//! Launch templates are named by a hash of their whole content
+//! (`nodewright/<hash>`), so the same content is created once and reused
+//! by every later launch, and a change (new AMI, new labels) gets a new name
+//! instead of mutating a template in use. The user data carries the node's
+//! max pods, which differs per instance type, so the options of one launch
+//! are grouped by (architecture, accelerator, max pods): one template and
+//! one `LaunchTemplateConfigs` entry per group.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_sdk_ec2::types::{
+    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest, VolumeType,
+};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+use tracing::{debug, info, warn};
+
+use super::super::nodeclass::{ANY_TAG_VALUE, AmiFamily, NodeClassSettings, SelectorTerm};
+use super::super::userdata::{self, Bootstrap};
+use super::super::ApiError;
+use super::super::prices::PriceSource;
+use super::{Ec2Cloud, LIVE_STATES, catalog_price, tags, to_instance};
+use crate::cloud::InstanceTypeInfo;
+use crate::ports::{CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering, Timestamp};
+use crate::scheduling::labels;
+
+/// Fleet error codes that mean "no capacity for this offering now".
+pub const INSUFFICIENT_CAPACITY_CODES: &[&str] = &[
+    "InsufficientInstanceCapacity",
+    "MaxSpotInstanceCountExceeded",
+    "VcpuLimitExceeded",
+    "UnfulfillableCapacity",
+    "Unsupported",
+    "InsufficientFreeAddressesInSubnet",
+    "ReservationCapacityExceeded",
+];
+
+/// The cluster facts the user data needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    pub endpoint: String,
+    /// Base64 of the CA bundle, as EKS returns it.
+    pub ca_base64: String,
+    pub service_cidr: String,
+    /// Kubernetes `major.minor`.
+    pub version: String,
+}
+
+/// Subnets and security groups of one NodeClass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Network {
+    /// Zone → the subnet with the most free addresses there.
+    pub subnets: BTreeMap<String, String>,
+    pub security_groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Accelerator {
+    None,
+    Nvidia,
+    Neuron,
+}
+
+impl Accelerator {
+    fn of(info: &InstanceTypeInfo) -> Accelerator {
+        if info.gpu_count == 0 {
+            return Accelerator::None;
+        }
+        match info.gpu_manufacturer.as_deref() {
+            Some("NVIDIA") => Accelerator::Nvidia,
+            Some("AWS") => Accelerator::Neuron,
+            _ => Accelerator::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct AmiKey {
+    class: String,
+    family: AmiFamily,
+    version: Option<String>,
+    k8s: String,
+    arch: String,
+    accelerator: Accelerator,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct LaunchCache {
+    cluster: Option<(Instant, ClusterInfo)>,
+    networks: HashMap<String, (Instant, Arc<Network>)>,
+    amis: HashMap<AmiKey, (Instant, String)>,
+    templates: HashSet<String>,
+}
+
+/// Everything a launch template holds; its hash is the template's name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct TemplateSpec {
+    cluster: String,
+    node_class: String,
+    image_id: String,
+    user_data: String,
+    security_groups: Vec<String>,
+    instance_profile: Option<String>,
+    /// (device, GiB)
+    volumes: Vec<(String, i32)>,
+    tags: BTreeMap<String, String>,
+}
+
+impl TemplateSpec {
+    fn name(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let digest = sha2::Sha256::digest(&json);
+        let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+        format!("nodewright/{hex}")
+    }
+}
+
+/// One group of options sharing a launch template.
+#[derive(Debug)]
+struct Group<'r> {
+    arch: String,
+    accelerator: Accelerator,
+    max_pods: i64,
+    options: Vec<&'r PricedOffering>,
+    template: Option<String>,
+}
+
+/// CreateFleet's ClientToken is at most 64 ASCII characters.
+pub fn fleet_client_token(token: &str) -> String {
+    if token.len() <= 64 && token.is_ascii() {
+        return token.to_owned();
+    }
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    let hex: String = digest.iter().take(24).map(|b| format!("{b:02x}")).collect();
+    format!("nodewright-{hex}")
+}
+
+/// The SSM parameter that names the AMI of a family, version, arch and accelerator.
+pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &str, acc: Accelerator) -> String {
+    let ec2_arch = if arch == "arm64" { "arm64" } else { "x86_64" };
+    match family {
+        AmiFamily::Al2023 => {
+            let variant = match acc {
+                Accelerator::None => "standard",
+                Accelerator::Nvidia => "nvidia",
+                Accelerator::Neuron => "neuron",
+            };
+            let base = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ec2_arch}/{variant}");
+            match pinned {
+                None => format!("{base}/recommended/image_id"),
+                Some(v) => format!("{base}/amazon-eks-node-al2023-{ec2_arch}-{variant}-{k8s}-{v}/image_id"),
+            }
+        }
+        AmiFamily::Al2 => {
+            let (suffix, name) = match (ec2_arch, acc) {
+                ("arm64", _) => ("amazon-linux-2-arm64", "arm64-node"),
+                (_, Accelerator::None) => ("amazon-linux-2", "node"),
+                _ => ("amazon-linux-2-gpu", "gpu-node"),
+            };
+            let base = format!("/aws/service/eks/optimized-ami/{k8s}/{suffix}");
+            match pinned {
+                None => format!("{base}/recommended/image_id"),
+                Some(v) => format!("{base}/amazon-eks-{name}-{k8s}-{v}/image_id"),
+            }
+        }
+        AmiFamily::Bottlerocket => {
+            let flavour = if acc == Accelerator::Nvidia { format!("aws-k8s-{k8s}-nvidia") } else { format!("aws-k8s-{k8s}") };
+            let version = pinned.map_or_else(|| "latest".to_owned(), |v| v.trim_start_matches('v').to_owned());
+            format!("/aws/service/bottlerocket/{flavour}/{ec2_arch}/{version}/image_id")
+        }
+    }
+}
+
+fn selector_filters(term: &SelectorTerm, id_filter: &str) -> Vec<Filter> {
+    let mut f = Vec::new();
+    if let Some(id) = &term.id {
+        f.push(Filter::builder().name(id_filter).values(id).build());
+    }
+    if let Some(name) = &term.name {
+        f.push(Filter::builder().name("group-name").values(name).build());
+    }
+    for (k, v) in &term.tags {
+        if v == ANY_TAG_VALUE {
+            f.push(Filter::builder().name("tag-key").values(k).build());
+        } else {
+            f.push(Filter::builder().name(format!("tag:{k}")).values(v).build());
+        }
+    }
+    f
+}
+
+fn terms_text(terms: &[SelectorTerm]) -> String {
+    terms.iter().map(ToString::to_string).collect::<Vec<_>>().join(" or ")
+}
+
+fn tag(k: &str, v: &str) -> Tag {
+    Tag::builder().key(k).value(v).build()
+}
+
+impl<P: PriceSource> Ec2Cloud<P> {
+    pub(super) async fn launch_claim(&self, req: &LaunchRequest) -> Result<Launched, CloudError> {
+        let started = Instant::now();
+        if req.options.is_empty() {
+            return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", req.claim_id)));
+        }
+        let (class_name, class) = self.node_class(req.node_class.as_deref())?;
+        if let Some(instance) = self.adopt(req).await? {
+            info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
+            return Ok(Launched { instance, unavailable: Vec::new() });
+        }
+        let catalog = self.refresh_catalog().await?;
+        let capacity_type = if req.options.iter().any(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT) {
+            labels::CAPACITY_TYPE_SPOT
+        } else {
+            labels::CAPACITY_TYPE_ON_DEMAND
+        };
+        let infos: HashMap<&str, &InstanceTypeInfo> = catalog.instance_types.iter().map(|i| (i.name.as_str(), i)).collect();
+        let offered: HashSet<(&str, &str, &str)> = catalog
+            .offerings
+            .iter()
+            .map(|o| (o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str()))
+            .collect();
+        let mut rejected = Vec::new();
+        let mut chosen: Vec<(&PricedOffering, &InstanceTypeInfo)> = Vec::new();
+        for o in req.options.iter().filter(|o| o.capacity_type == capacity_type) {
+            let Some(info) = infos.get(o.instance_type.as_str()) else {
+                rejected.push(format!("{} is not an instance type offered in {}", o.instance_type, self.region));
+                continue;
+            };
+            if !offered.contains(&(capacity_type, o.instance_type.as_str(), o.zone.as_str())) {
+                rejected.push(format!("{} is not offered as {capacity_type} in zone {}", o.instance_type, o.zone));
+                continue;
+            }
+            chosen.push((o, info));
+        }
+        let invalid = |what: &str, rejected: &[String]| {
+            CloudError::Invalid(format!("nodeclaim {}: {what}: {}", req.claim_id, rejected.join("; ")))
+        };
+        if chosen.is_empty() {
+            return Err(invalid("no launch option can be bought", &rejected));
+        }
+
+        // Network, cluster, AMIs and templates: under the launch cache's lock,
+        // so concurrent launches share one lookup.
+        let (network, groups) = {
+            let mut cache = self.launch.lock().await;
+            let network = self.network(&mut cache, class_name, class).await?;
+            chosen.retain(|(o, _)| {
+                let ok = network.subnets.contains_key(&o.zone);
+                if !ok {
+                    rejected.push(format!("nodeclass {class_name} has no subnet in zone {}", o.zone));
+                }
+                ok
+            });
+            if chosen.is_empty() {
+                return Err(invalid("no launch option has a subnet", &rejected));
+            }
+            let cluster = self.cluster(&mut cache).await?;
+            let (family, pinned) = class.family().map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+            let k8s = self.settings.kubernetes_version.clone().unwrap_or_else(|| cluster.version.clone());
+
+            let mut groups: Vec<Group<'_>> = Vec::new();
+            for (o, info) in &chosen {
+                let arch = info.arch.clone();
+                let acc = Accelerator::of(info);
+                let max_pods = info.max_pods(&req.kubelet);
+                match groups.iter_mut().find(|g| g.arch == arch && g.accelerator == acc && g.max_pods == max_pods) {
+                    Some(g) => g.options.push(o),
+                    None => groups.push(Group { arch, accelerator: acc, max_pods, options: vec![o], template: None }),
+                }
+            }
+
+            let mut node_labels = req.labels.clone();
+            node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+            let mut specs: Vec<(String, TemplateSpec)> = Vec::new();
+            for g in &mut groups {
+                let key = AmiKey {
+                    class: class_name.to_owned(),
+                    family,
+                    version: pinned.clone(),
+                    k8s: k8s.clone(),
+                    arch: g.arch.clone(),
+                    accelerator: g.accelerator,
+                };
+                let image_id = match self.ami(&mut cache, &key, class).await {
+                    Ok(id) => id,
+                    Err(CloudError::Invalid(why)) => {
+                        let types: Vec<&str> = g.options.iter().map(|o| o.instance_type.as_str()).collect();
+                        rejected.push(format!("{} ({}): {why}", types.join(", "), g.arch));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let user_data = userdata::render(
+                    family,
+                    &Bootstrap {
+                        cluster_name: &self.settings.cluster_name,
+                        endpoint: &cluster.endpoint,
+                        ca_base64: &cluster.ca_base64,
+                        service_cidr: &cluster.service_cidr,
+                        cluster_dns: class.kubelet.as_ref().map_or(&[][..], |k| k.cluster_dns.as_slice()),
+                        max_pods: g.max_pods,
+                        labels: &node_labels,
+                        taints: &req.taints,
+                        user_data: class.user_data.as_deref(),
+                    },
+                )
+                .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+                let spec = self.template_spec(class_name, class, family, &req.pool, image_id, user_data, &network);
+                let name = spec.name();
+                g.template = Some(name.clone());
+                specs.push((name, spec));
+            }
+            groups.retain(|g| g.template.is_some());
+            if groups.is_empty() {
+                return Err(invalid("no AMI for any launch option", &rejected));
+            }
+            self.ensure_templates(&mut cache, specs).await?;
+            (network, groups)
+        };
+        if !rejected.is_empty() {
+            warn!(nodeclaim = %req.claim_id, skipped = %rejected.join("; "), "launching without some options");
+        }
+        let result = self.create_fleet(req, capacity_type, &groups, &network).await;
+        debug!(nodeclaim = %req.claim_id, elapsed_ms = started.elapsed().as_millis() as u64, "launch finished");
+        result
+    }
+
+    /// A live instance already tagged with this claim (an earlier attempt's).
+    async fn adopt(&self, req: &LaunchRequest) -> Result<Option<Instance>, CloudError> {
+        let found = self
+            .describe_ours(
+                vec![Filter::builder().name(format!("tag:{}", tags::NODECLAIM)).values(&req.claim_id).build()],
+                &LIVE_STATES[..4],
+            )
+            .await?;
+        let catalog = self.cached_catalog().await;
+        let price = |ct: &str, ty: &str, zone: &str| {
+            req.options
+                .iter()
+                .find(|o| o.capacity_type == ct && o.instance_type == ty && o.zone == zone)
+                .map(|o| o.price)
+                .or_else(|| catalog_price(catalog.as_deref(), ct, ty, zone))
+        };
+        let mut instances: Vec<Instance> = found.iter().filter_map(|i| to_instance(i, price)).collect();
+        instances.sort_by(|a, b| a.launched_at.cmp(&b.launched_at).then_with(|| a.id.cmp(&b.id)));
+        if instances.len() > 1 {
+            warn!(nodeclaim = %req.claim_id, instances = instances.len(), "more than one instance carries this nodeclaim; adopting the oldest");
+        }
+        Ok(instances.into_iter().next())
+    }
+
+    pub(super) async fn network(&self, cache: &mut LaunchCache, class_name: &str, class: &NodeClassSettings) -> Result<Arc<Network>, CloudError> {
+        if let Some((at, n)) = cache.networks.get(class_name)
+            && at.elapsed() < self.settings.refresh.network
+        {
+            return Ok(n.clone());
+        }
+        let subnets = self.subnets(class_name, &class.subnet_selector_terms).await?;
+        let security_groups = self.security_groups(class_name, &class.security_group_selector_terms).await?;
+        let network = Arc::new(Network { subnets, security_groups });
+        cache.networks.insert(class_name.to_owned(), (Instant::now(), network.clone()));
+        Ok(network)
+    }
+
+    async fn subnets(&self, class_name: &str, terms: &[SelectorTerm]) -> Result<BTreeMap<String, String>, CloudError> {
+        if terms.is_empty() {
+            return Err(CloudError::Invalid(format!("nodeclass {class_name}: subnetSelectorTerms is empty")));
+        }
+        // zone → (free addresses, subnet id)
+        let mut best: BTreeMap<String, (i32, String)> = BTreeMap::new();
+        for term in terms {
+            let mut pages = self
+                .ec2
+                .describe_subnets()
+                .set_filters(Some(selector_filters(term, "subnet-id")))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                self.count();
+                let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
+                for s in page.subnets() {
+                    let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else { continue };
+                    let free = s.available_ip_address_count().unwrap_or(0);
+                    let better = best.get(zone).is_none_or(|(f, cur)| free > *f || (free == *f && id < cur.as_str()));
+                    if better {
+                        best.insert(zone.to_owned(), (free, id.to_owned()));
+                    }
+                }
+            }
+        }
+        if best.is_empty() {
+            return Err(CloudError::Invalid(format!(
+                "nodeclass {class_name}: subnetSelectorTerms {} match no subnet",
+                terms_text(terms)
+            )));
+        }
+        Ok(best.into_iter().map(|(zone, (_, id))| (zone, id)).collect())
+    }
+
+    async fn security_groups(&self, class_name: &str, terms: &[SelectorTerm]) -> Result<Vec<String>, CloudError> {
+        if terms.is_empty() {
+            return Err(CloudError::Invalid(format!("nodeclass {class_name}: securityGroupSelectorTerms is empty")));
+        }
+        let mut ids = BTreeSet::new();
+        for term in terms {
+            let mut pages = self
+                .ec2
+                .describe_security_groups()
+                .set_filters(Some(selector_filters(term, "group-id")))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                self.count();
+                let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSecurityGroups", e)))?;
+                ids.extend(page.security_groups().iter().filter_map(|g| g.group_id().map(str::to_owned)));
+            }
+        }
+        if ids.is_empty() {
+            return Err(CloudError::Invalid(format!(
+                "nodeclass {class_name}: securityGroupSelectorTerms {} match no security group",
+                terms_text(terms)
+            )));
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    async fn cluster(&self, cache: &mut LaunchCache) -> Result<ClusterInfo, CloudError> {
+        if let Some(c) = &self.settings.cluster {
+            return Ok(c.clone());
+        }
+        if let Some((at, c)) = &cache.cluster
+            && at.elapsed() < self.settings.refresh.images
+        {
+            return Ok(c.clone());
+        }
+        self.count();
+        let name = &self.settings.cluster_name;
+        let out = match self.eks.describe_cluster().name(name).send().await {
+            Ok(out) => out,
+            Err(e) => {
+                let e = ApiError::from_sdk("DescribeCluster", e);
+                if e.is("ResourceNotFoundException") {
+                    return Err(CloudError::Invalid(format!("EKS cluster {name:?} does not exist in {}", self.region)));
+                }
+                return Err(e.into());
+            }
+        };
+        let c = out.cluster().ok_or_else(|| CloudError::Invalid(format!("DescribeCluster {name}: no cluster in the reply")))?;
+        let endpoint = c.endpoint().filter(|e| !e.is_empty()).ok_or_else(|| {
+            CloudError::Transient(format!("EKS cluster {name} has no endpoint yet (status {:?})", c.status()))
+        })?;
+        let net = c.kubernetes_network_config();
+        let service_cidr = net
+            .and_then(|n| n.service_ipv4_cidr().or(n.service_ipv6_cidr()))
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                warn!(cluster = %name, "the cluster reports no service CIDR; assuming 10.100.0.0/16");
+                "10.100.0.0/16".to_owned()
+            });
+        let info = ClusterInfo {
+            endpoint: endpoint.to_owned(),
+            ca_base64: c.certificate_authority().and_then(|a| a.data()).unwrap_or_default().to_owned(),
+            service_cidr,
+            version: c.version().unwrap_or_default().to_owned(),
+        };
+        cache.cluster = Some((Instant::now(), info.clone()));
+        Ok(info)
+    }
+
+    async fn ami(&self, cache: &mut LaunchCache, key: &AmiKey, class: &NodeClassSettings) -> Result<String, CloudError> {
+        if let Some((at, id)) = cache.amis.get(key)
+            && at.elapsed() < self.settings.refresh.images
+        {
+            return Ok(id.clone());
+        }
+        let terms = &class.ami_selector_terms;
+        if terms.iter().any(|t| t.name.is_some() || !t.tags.is_empty()) {
+            return Err(CloudError::Invalid(
+                "amiSelectorTerms by name or tags are not supported yet; use alias, id or ssmParameter".into(),
+            ));
+        }
+        let explicit: Vec<&str> = terms.iter().filter_map(|t| t.id.as_deref()).collect();
+        let ssm_terms: Vec<&str> = terms.iter().filter_map(|t| t.ssm_parameter.as_deref()).collect();
+        let id = if explicit.is_empty() && ssm_terms.is_empty() {
+            let path = ami_parameter(key.family, key.version.as_deref(), &key.k8s, &key.arch, key.accelerator);
+            self.ssm_value(&path).await.map_err(|e| match e {
+                CloudError::Invalid(why) => CloudError::Invalid(format!(
+                    "no {} AMI for Kubernetes {} on {}: {why}",
+                    key.family.name(),
+                    key.k8s,
+                    key.arch
+                )),
+                other => other,
+            })?
+        } else {
+            let mut candidates: Vec<String> = explicit.iter().map(|s| (*s).to_owned()).collect();
+            for p in ssm_terms {
+                candidates.push(self.ssm_value(p).await?);
+            }
+            self.count();
+            let images = self
+                .ec2
+                .describe_images()
+                .set_image_ids(Some(candidates.clone()))
+                .send()
+                .await
+                .map_err(|e| CloudError::from(ApiError::from_sdk("DescribeImages", e)))?;
+            let want = if key.arch == "arm64" { "arm64" } else { "x86_64" };
+            images
+                .images()
+                .iter()
+                .find(|i| i.architecture().map(|a| a.as_str()) == Some(want))
+                .and_then(|i| i.image_id())
+                .map(str::to_owned)
+                .ok_or_else(|| CloudError::Invalid(format!("amiSelectorTerms {candidates:?} have no {want} image")))?
+        };
+        cache.amis.insert(key.clone(), (Instant::now(), id.clone()));
+        Ok(id)
+    }
+
+    async fn ssm_value(&self, name: &str) -> Result<String, CloudError> {
+        self.count();
+        match self.ssm.get_parameter().name(name).send().await {
+            Ok(out) => out
+                .parameter()
+                .and_then(|p| p.value())
+                .map(str::to_owned)
+                .ok_or_else(|| CloudError::Invalid(format!("SSM parameter {name} has no value"))),
+            Err(e) => {
+                let e = ApiError::from_sdk("GetParameter", e);
+                if e.is("ParameterNotFound") {
+                    Err(CloudError::Invalid(format!("SSM parameter {name} does not exist")))
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn template_spec(
+        &self,
+        class_name: &str,
+        class: &NodeClassSettings,
+        family: AmiFamily,
+        pool: &str,
+        image_id: String,
+        user_data: String,
+        network: &Network,
+    ) -> TemplateSpec {
+        let size = class.root_volume_gib.unwrap_or(20);
+        let volumes = match family {
+            AmiFamily::Bottlerocket => vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)],
+            _ => vec![("/dev/xvda".to_owned(), size)],
+        };
+        let mut t = class.tags.clone();
+        t.insert(tags::cluster(&self.settings.cluster_name), tags::OWNED.to_owned());
+        t.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
+        t.insert(tags::NODECLASS.to_owned(), class_name.to_owned());
+        t.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.settings.cluster_name.clone());
+        TemplateSpec {
+            cluster: self.settings.cluster_name.clone(),
+            node_class: class_name.to_owned(),
+            image_id,
+            user_data,
+            security_groups: network.security_groups.clone(),
+            instance_profile: class.instance_profile_name().map(str::to_owned),
+            volumes,
+            tags: t,
+        }
+    }
+
+    /// Creates the templates not known to exist; reuses the rest.
+    async fn ensure_templates(&self, cache: &mut LaunchCache, specs: Vec<(String, TemplateSpec)>) -> Result<(), CloudError> {
+        let missing: BTreeSet<&String> = specs.iter().map(|(n, _)| n).filter(|n| !cache.templates.contains(*n)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.count();
+        let existing = self
+            .ec2
+            .describe_launch_templates()
+            .filters(Filter::builder().name("launch-template-name").set_values(Some(missing.iter().map(|s| (*s).clone()).collect())).build())
+            .send()
+            .await
+            .map_err(|e| CloudError::from(ApiError::from_sdk("DescribeLaunchTemplates", e)))?;
+        for t in existing.launch_templates() {
+            if let Some(n) = t.launch_template_name() {
+                cache.templates.insert(n.to_owned());
+            }
+        }
+        for (name, spec) in &specs {
+            if cache.templates.contains(name) {
+                continue;
+            }
+            self.create_template(name, spec).await?;
+            cache.templates.insert(name.clone());
+        }
+        Ok(())
+    }
+
+    async fn create_template(&self, name: &str, spec: &TemplateSpec) -> Result<(), CloudError> {
+        let mut data = RequestLaunchTemplateData::builder()
+            .image_id(&spec.image_id)
+            .user_data(base64::engine::general_purpose::STANDARD.encode(&spec.user_data))
+            .set_security_group_ids(Some(spec.security_groups.clone()))
+            .metadata_options(
+                LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::Enabled)
+                    .http_tokens(LaunchTemplateHttpTokensState::Required)
+                    .http_put_response_hop_limit(1)
+                    .build(),
+            );
+        for (device, gib) in &spec.volumes {
+            data = data.block_device_mappings(
+                LaunchTemplateBlockDeviceMappingRequest::builder()
+                    .device_name(device)
+                    .ebs(
+                        LaunchTemplateEbsBlockDeviceRequest::builder()
+                            .volume_size(*gib)
+                            .volume_type(VolumeType::Gp3)
+                            .encrypted(true)
+                            .delete_on_termination(true)
+                            .build(),
+                    )
+                    .build(),
+            );
+        }
+        if let Some(profile) = &spec.instance_profile {
+            data = data.iam_instance_profile(LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(profile).build());
+        }
+        let tag_spec = TagSpecification::builder()
+            .resource_type(ResourceType::LaunchTemplate)
+            .set_tags(Some(spec.tags.iter().map(|(k, v)| tag(k, v)).collect()))
+            .build();
+        self.count();
+        match self
+            .ec2
+            .create_launch_template()
+            .launch_template_name(name)
+            .launch_template_data(data.build())
+            .tag_specifications(tag_spec)
+            .send()
+            .await
+        {
+            Ok(_) => {
+                info!(launch_template = %name, image = %spec.image_id, "created launch template");
+                Ok(())
+            }
+            Err(e) => {
+                let e = ApiError::from_sdk("CreateLaunchTemplate", e);
+                if e.is("InvalidLaunchTemplateName.AlreadyExistsException") {
+                    Ok(())
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
+    async fn create_fleet(
+        &self,
+        req: &LaunchRequest,
+        capacity_type: &str,
+        groups: &[Group<'_>],
+        network: &Network,
+    ) -> Result<Launched, CloudError> {
+        let spot = capacity_type == labels::CAPACITY_TYPE_SPOT;
+        let configs: Vec<FleetLaunchTemplateConfigRequest> = groups
+            .iter()
+            .filter_map(|g| {
+                let name = g.template.as_deref()?;
+                let overrides = g
+                    .options
+                    .iter()
+                    .filter_map(|o| {
+                        let subnet = network.subnets.get(&o.zone)?;
+                        Some(
+                            FleetLaunchTemplateOverridesRequest::builder()
+                                .instance_type(aws_sdk_ec2::types::InstanceType::from(o.instance_type.as_str()))
+                                .subnet_id(subnet)
+                                .build(),
+                        )
+                    })
+                    .collect();
+                Some(
+                    FleetLaunchTemplateConfigRequest::builder()
+                        .launch_template_specification(
+                            FleetLaunchTemplateSpecificationRequest::builder().launch_template_name(name).version("$Latest").build(),
+                        )
+                        .set_overrides(Some(overrides))
+                        .build(),
+                )
+            })
+            .collect();
+        let mut resource_tags = self.node_class(req.node_class.as_deref()).map(|(_, c)| c.tags.clone()).unwrap_or_default();
+        resource_tags.insert(tags::cluster(&self.settings.cluster_name), tags::OWNED.to_owned());
+        resource_tags.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.settings.cluster_name.clone());
+        resource_tags.insert(tags::NODEPOOL.to_owned(), req.pool.clone());
+        resource_tags.insert(tags::NODECLAIM.to_owned(), req.claim_id.clone());
+        if let Some(class) = &req.node_class {
+            resource_tags.insert(tags::NODECLASS.to_owned(), class.clone());
+        }
+        resource_tags.insert(tags::NAME.to_owned(), req.claim_id.clone());
+        let tag_specs = [ResourceType::Instance, ResourceType::Volume, ResourceType::Fleet].map(|rt| {
+            TagSpecification::builder()
+                .resource_type(rt)
+                .set_tags(Some(resource_tags.iter().map(|(k, v)| tag(k, v)).collect()))
+                .build()
+        });
+        let mut call = self
+            .ec2
+            .create_fleet()
+            .r#type(FleetType::Instant)
+            .client_token(fleet_client_token(&req.client_token))
+            .target_capacity_specification(
+                TargetCapacitySpecificationRequest::builder()
+                    .total_target_capacity(1)
+                    .default_target_capacity_type(if spot { DefaultTargetCapacityType::Spot } else { DefaultTargetCapacityType::OnDemand })
+                    .build(),
+            )
+            .set_launch_template_configs(Some(configs))
+            .set_tag_specifications(Some(tag_specs.to_vec()));
+        call = if spot {
+            call.spot_options(SpotOptionsRequest::builder().allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized).build())
+        } else {
+            call.on_demand_options(OnDemandOptionsRequest::builder().allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice).build())
+        };
+        let all_keys = || -> Vec<OfferingKey> {
+            groups
+                .iter()
+                .flat_map(|g| g.options.iter())
+                .map(|o| OfferingKey { capacity_type: capacity_type.to_owned(), instance_type: o.instance_type.clone(), zone: o.zone.clone() })
+                .collect()
+        };
+        self.count();
+        let out = match call.send().await {
+            Ok(out) => out,
+            Err(e) => {
+                let e = ApiError::from_sdk("CreateFleet", e);
+                if e.code.as_deref().is_some_and(|c| INSUFFICIENT_CAPACITY_CODES.contains(&c)) {
+                    return Err(CloudError::InsufficientCapacity { offerings: all_keys(), message: e.to_string() });
+                }
+                return Err(e.into());
+            }
+        };
+        let zone_of_subnet: HashMap<&str, &str> = network.subnets.iter().map(|(z, s)| (s.as_str(), z.as_str())).collect();
+        let zone_of = |ov: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>| -> Option<String> {
+            let ov = ov?;
+            ov.availability_zone()
+                .map(str::to_owned)
+                .or_else(|| ov.subnet_id().and_then(|s| zone_of_subnet.get(s)).map(|z| (*z).to_owned()))
+        };
+
+        let mut unavailable = Vec::new();
+        let mut ice_messages = Vec::new();
+        let mut other_errors = Vec::new();
+        for err in out.errors() {
+            let code = err.error_code().unwrap_or("Unknown");
+            let message = err.error_message().unwrap_or_default();
+            let ov = err.launch_template_and_overrides().and_then(|l| l.overrides());
+            if INSUFFICIENT_CAPACITY_CODES.contains(&code) {
+                ice_messages.push(format!("{code}: {message}"));
+                if let (Some(ty), Some(zone)) = (ov.and_then(|o| o.instance_type()), zone_of(ov)) {
+                    let ct = match err.lifecycle() {
+                        Some(InstanceLifecycle::Spot) => labels::CAPACITY_TYPE_SPOT,
+                        Some(InstanceLifecycle::OnDemand) => labels::CAPACITY_TYPE_ON_DEMAND,
+                        _ => capacity_type,
+                    };
+                    let key = OfferingKey { capacity_type: ct.to_owned(), instance_type: ty.as_str().to_owned(), zone };
+                    if !unavailable.contains(&key) {
+                        unavailable.push(key);
+                    }
+                }
+            } else {
+                other_errors.push((code.to_owned(), message.to_owned()));
+            }
+        }
+
+        let launched = out.instances().iter().find_map(|i| {
+            let id = i.instance_ids().first()?;
+            let ov = i.launch_template_and_overrides().and_then(|l| l.overrides());
+            let ty = i.instance_type().map(|t| t.as_str().to_owned()).or_else(|| ov.and_then(|o| o.instance_type()).map(|t| t.as_str().to_owned()))?;
+            let ct = match i.lifecycle() {
+                Some(InstanceLifecycle::Spot) => labels::CAPACITY_TYPE_SPOT,
+                Some(InstanceLifecycle::OnDemand) => labels::CAPACITY_TYPE_ON_DEMAND,
+                _ => capacity_type,
+            };
+            Some((id.clone(), ty, zone_of(ov), ct))
+        });
+        if let Some((id, instance_type, zone, ct)) = launched {
+            let zone = zone.or_else(|| {
+                groups.iter().flat_map(|g| g.options.iter()).find(|o| o.instance_type == instance_type).map(|o| o.zone.clone())
+            });
+            let zone = zone.unwrap_or_default();
+            let price = req
+                .options
+                .iter()
+                .find(|o| o.capacity_type == ct && o.instance_type == instance_type && o.zone == zone)
+                .map_or(0.0, |o| o.price);
+            let instance = Instance {
+                provider_id: format!("aws:///{zone}/{id}"),
+                id,
+                instance_type,
+                zone,
+                capacity_type: ct.to_owned(),
+                state: InstanceState::Pending,
+                launched_at: Timestamp::now(),
+                claim_id: Some(req.claim_id.clone()),
+                pool: Some(req.pool.clone()),
+                price,
+            };
+            return Ok(Launched { instance, unavailable });
+        }
+        if !ice_messages.is_empty() || other_errors.is_empty() {
+            let message = if ice_messages.is_empty() {
+                "UnfulfillableCapacity: CreateFleet launched no instance and reported no error".to_owned()
+            } else {
+                ice_messages.join("; ")
+            };
+            let offerings = if unavailable.is_empty() { all_keys() } else { unavailable };
+            return Err(CloudError::InsufficientCapacity { offerings, message });
+        }
+        let text = other_errors.iter().map(|(c, m)| format!("{c}: {m}")).collect::<Vec<_>>().join("; ");
+        let transient = other_errors.iter().any(|(c, _)| super::super::TRANSIENT_CODES.contains(&c.as_str()));
+        if transient {
+            Err(CloudError::Transient(format!("CreateFleet: {text}")))
+        } else {
+            Err(CloudError::Invalid(format!("CreateFleet: {text}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ami_parameters_per_family() {
+        assert_eq!(
+            ami_parameter(AmiFamily::Al2023, None, "1.32", "arm64", Accelerator::None),
+            "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id"
+        );
+        assert_eq!(
+            ami_parameter(AmiFamily::Al2023, None, "1.32", "amd64", Accelerator::Nvidia),
+            "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+        );
+        assert_eq!(
+            ami_parameter(AmiFamily::Al2, None, "1.29", "amd64", Accelerator::Nvidia),
+            "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-gpu/recommended/image_id"
+        );
+        assert_eq!(
+            ami_parameter(AmiFamily::Al2, Some("v20240807"), "1.29", "arm64", Accelerator::None),
+            "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240807/image_id"
+        );
+        assert_eq!(
+            ami_parameter(AmiFamily::Bottlerocket, None, "1.34", "amd64", Accelerator::Nvidia),
+            "/aws/service/bottlerocket/aws-k8s-1.34-nvidia/x86_64/latest/image_id"
+        );
+        assert_eq!(
+            ami_parameter(AmiFamily::Bottlerocket, Some("v1.20.3"), "1.30", "arm64", Accelerator::None),
+            "/aws/service/bottlerocket/aws-k8s-1.30/arm64/1.20.3/image_id"
+        );
+    }
+
+    #[test]
+    fn client_tokens_fit_fleet_limits() {
+        assert_eq!(fleet_client_token("nodewright-default-abcde"), "nodewright-default-abcde");
+        let long = format!("nodewright-{}-abcde", "p".repeat(63));
+        let t = fleet_client_token(&long);
+        assert!(t.len() <= 64);
+        assert_eq!(t, fleet_client_token(&long), "stable");
+        assert_ne!(t, fleet_client_token(&format!("{long}x")));
+    }
+
+    #[test]
+    fn selector_terms_become_filters() {
+        let term = SelectorTerm {
+            id: None,
+            name: Some("nodes".into()),
+            tags: [("a".to_owned(), "*".to_owned()), ("b".to_owned(), "x".to_owned())].into(),
+        };
+        let f = selector_filters(&term, "group-id");
+        let names: Vec<&str> = f.iter().filter_map(|f| f.name()).collect();
+        assert_eq!(names, ["group-name", "tag-key", "tag:b"]);
+    }
+}

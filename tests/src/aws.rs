@@ -1,0 +1,293 @@
+//! The AWS emulator for the adapter tests: finds the moto server the test
+//! runner started, or starts one, and builds per-test fixtures (a VPC with
+//! tagged subnets and a security group, an EKS cluster, DynamoDB tables)
+//! with unique names, so tests run in parallel against one server without
+//! resetting it.
+//!
+//! Where the server comes from, in order:
+//! 1. `AWS_ENDPOINT_URL` in the environment (`tests/run` exports the
+//!    `env` file `tests/harness/aws/moto.sh start DIR` writes);
+//! 2. `NODEWRIGHT_MOTO_DIR`: the `DIR` of a running `moto.sh start DIR`;
+//! 3. otherwise `moto.sh start` into a temporary directory, once per test
+//!    process, with a watchdog shell that stops it when the process exits.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_ec2::config::Credentials;
+use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use nodewright::aws::nodeclass::{NodeClassSettings, SelectorTerm};
+use nodewright::aws::{ClientOptions, DynamoStore, DynamoTables, Ec2CloudSettings};
+
+/// A running emulator.
+#[derive(Debug, Clone)]
+pub struct Moto {
+    pub endpoint: String,
+    /// Set when this process started the server.
+    pub dir: Option<PathBuf>,
+}
+
+static MOTO: OnceLock<Result<Moto, String>> = OnceLock::new();
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect())
+}
+
+fn reachable(endpoint: &str) -> bool {
+    let hostport = endpoint.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/');
+    use std::net::ToSocketAddrs;
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|addr| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok())
+}
+
+fn start() -> Result<Moto, String> {
+    if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
+        if !reachable(&endpoint) {
+            return Err(format!("AWS_ENDPOINT_URL={endpoint} is set but nothing answers there"));
+        }
+        return Ok(Moto { endpoint, dir: None });
+    }
+    if let Ok(dir) = std::env::var("NODEWRIGHT_MOTO_DIR") {
+        let env = read_env_file(&Path::new(&dir).join("env"))?;
+        let endpoint = env.get("AWS_ENDPOINT_URL").cloned().ok_or("no AWS_ENDPOINT_URL in the env file")?;
+        return Ok(Moto { endpoint, dir: None });
+    }
+    let script = repo_root().join("tests/harness/aws/moto.sh");
+    let dir = std::env::temp_dir().join(format!("nodewright-moto-{}", std::process::id()));
+    let status = std::process::Command::new(&script)
+        .arg("start")
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !status.success() {
+        return Err(format!("{} start {} failed ({status})", script.display(), dir.display()));
+    }
+    // Stop the server when this test process is gone.
+    let watchdog = "while kill -0 \"$0\" 2>/dev/null; do sleep 1; done; exec \"$1\" stop \"$2\" >/dev/null 2>&1";
+    let _ = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(watchdog)
+        .arg(std::process::id().to_string())
+        .arg(&script)
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let env = read_env_file(&dir.join("env"))?;
+    let endpoint = env.get("AWS_ENDPOINT_URL").cloned().ok_or("no AWS_ENDPOINT_URL in the env file")?;
+    Ok(Moto { endpoint, dir: Some(dir) })
+}
+
+/// The emulator, found or started once per test process. Panics with the
+/// reason when there is none (the AWS tests cannot run without it).
+pub fn moto() -> &'static Moto {
+    match MOTO.get_or_init(start) {
+        Ok(m) => m,
+        Err(e) => panic!("the AWS emulator is not available: {e} (run ./tests/run, or tests/harness/aws/moto.sh start DIR and export DIR/env)"),
+    }
+}
+
+/// A name no other test (or earlier run against the same server) uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{prefix}-{}-{}-{:x}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed), nanos % 0x10000)
+}
+
+/// SDK configuration pointing at the emulator, with the adapter's retry
+/// and timeout settings and fake credentials.
+pub async fn sdk_config(region: &str) -> SdkConfig {
+    let m = moto();
+    let options = ClientOptions::default();
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(&m.endpoint)
+        .region(Region::new(region.to_owned()))
+        .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
+        .retry_config(options.retry_config())
+        .timeout_config(options.timeout_config())
+        .load()
+        .await
+}
+
+/// A VPC with subnets in three zones (two in the first, the bigger one
+/// must win), a security group, all tagged `karpenter.sh/discovery=<tag>`,
+/// and an EKS cluster.
+#[derive(Debug, Clone)]
+pub struct Ec2Fixture {
+    pub region: String,
+    pub config: SdkConfig,
+    pub cluster: String,
+    pub discovery: String,
+    pub zones: Vec<String>,
+    /// Zone → the subnet that should be chosen there.
+    pub best_subnet: BTreeMap<String, String>,
+    /// The smaller subnet of the first zone (must not be chosen).
+    pub small_subnet: String,
+    pub security_group: String,
+}
+
+fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
+    TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(pairs.iter().map(|(k, v)| Tag::builder().key(*k).value(*v).build()).collect()))
+        .build()
+}
+
+static NEXT_CIDR: AtomicU64 = AtomicU64::new(0);
+
+impl Ec2Fixture {
+    /// Builds the fixture; `k8s` is the cluster's Kubernetes version.
+    pub async fn new(region: &str, k8s: &str) -> Ec2Fixture {
+        let config = sdk_config(region).await;
+        let ec2 = aws_sdk_ec2::Client::new(&config);
+        let discovery = unique("disc");
+        let cluster = unique("cluster");
+        let disc = [("karpenter.sh/discovery", discovery.as_str())];
+        let octet = 16 + NEXT_CIDR.fetch_add(1, Ordering::Relaxed) % 200;
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block(format!("10.{octet}.0.0/16"))
+            .send()
+            .await
+            .expect("CreateVpc")
+            .vpc()
+            .and_then(|v| v.vpc_id())
+            .expect("vpc id")
+            .to_owned();
+        let zones: Vec<String> = ec2
+            .describe_availability_zones()
+            .send()
+            .await
+            .expect("DescribeAvailabilityZones")
+            .availability_zones()
+            .iter()
+            .filter_map(|z| z.zone_name().map(str::to_owned))
+            .take(3)
+            .collect();
+        assert_eq!(zones.len(), 3, "the region has three zones");
+        let mut best_subnet = BTreeMap::new();
+        let mut small_subnet = String::new();
+        for (i, (zone, cidr)) in [
+            (&zones[0], format!("10.{octet}.0.0/24")),
+            (&zones[0], format!("10.{octet}.16.0/20")),
+            (&zones[1], format!("10.{octet}.1.0/24")),
+            (&zones[2], format!("10.{octet}.2.0/24")),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .availability_zone(zone)
+                .cidr_block(cidr)
+                .tag_specifications(tags(ResourceType::Subnet, &disc))
+                .send()
+                .await
+                .expect("CreateSubnet")
+                .subnet()
+                .and_then(|s| s.subnet_id())
+                .expect("subnet id")
+                .to_owned();
+            if i == 0 {
+                small_subnet = id;
+            } else {
+                best_subnet.insert(zone.clone(), id);
+            }
+        }
+        let security_group = ec2
+            .create_security_group()
+            .group_name(unique("nodes"))
+            .description("nodewright test nodes")
+            .vpc_id(&vpc)
+            .tag_specifications(tags(ResourceType::SecurityGroup, &disc))
+            .send()
+            .await
+            .expect("CreateSecurityGroup")
+            .group_id()
+            .expect("group id")
+            .to_owned();
+        let eks = aws_sdk_eks::Client::new(&config);
+        eks.create_cluster()
+            .name(&cluster)
+            .version(k8s)
+            .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+            .resources_vpc_config(
+                aws_sdk_eks::types::VpcConfigRequest::builder().set_subnet_ids(Some(best_subnet.values().cloned().collect())).build(),
+            )
+            .send()
+            .await
+            .expect("CreateCluster");
+        Ec2Fixture { region: region.to_owned(), config, cluster, discovery, zones, best_subnet, small_subnet, security_group }
+    }
+
+    /// A NodeClass selecting this fixture's subnets and security group.
+    pub fn node_class(&self) -> NodeClassSettings {
+        let term = SelectorTerm { tags: [("karpenter.sh/discovery".to_owned(), self.discovery.clone())].into(), ..Default::default() };
+        NodeClassSettings {
+            subnet_selector_terms: vec![term.clone()],
+            security_group_selector_terms: vec![term],
+            tags: [("team".to_owned(), "adapters".to_owned())].into(),
+            ..Default::default()
+        }
+    }
+
+    /// Adapter settings: the cluster and a `default` NodeClass.
+    pub fn settings(&self) -> Ec2CloudSettings {
+        Ec2CloudSettings::new(&self.cluster).with_node_class("default", self.node_class())
+    }
+
+    pub fn ec2(&self) -> aws_sdk_ec2::Client {
+        aws_sdk_ec2::Client::new(&self.config)
+    }
+
+    /// Every instance (any state) tagged with this claim id.
+    pub async fn instances_of_claim(&self, claim: &str) -> Vec<aws_sdk_ec2::types::Instance> {
+        let out = self
+            .ec2()
+            .describe_instances()
+            .filters(Filter::builder().name("tag:karpenter.sh/nodeclaim").values(claim).build())
+            .send()
+            .await
+            .expect("DescribeInstances");
+        out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+    }
+
+    /// Launch templates carrying this fixture's cluster tag.
+    pub async fn launch_templates(&self) -> Vec<aws_sdk_ec2::types::LaunchTemplate> {
+        let out = self
+            .ec2()
+            .describe_launch_templates()
+            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build())
+            .send()
+            .await
+            .expect("DescribeLaunchTemplates");
+        out.launch_templates().to_vec()
+    }
+}
+
+/// A store over two fresh tables.
+pub async fn dynamo_store(region: &str) -> DynamoStore {
+    let config = sdk_config(region).await;
+    let store = DynamoStore::new(&config, DynamoTables::with_prefix(&unique("nw")));
+    store.ensure_tables().await.expect("tables created");
+    store
+}

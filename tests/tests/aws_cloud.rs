@@ -1,0 +1,508 @@
+//! `Ec2Cloud` against the moto emulator: the catalog from moto's real
+//! instance-type data, subnet / security-group / AMI resolution, launch
+//! templates, CreateFleet's request and tags, idempotent retries,
+//! termination, listing by tag, price fallback, injected insufficient
+//! capacity, and bad input.
+//!
+//! Each test builds its own VPC, cluster and tags (`Ec2Fixture`), so tests
+//! run in parallel against one server.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use base64::Engine as _;
+use nodewright::aws::ec2::{ClusterInfo, tags};
+use nodewright::aws::nodeclass::{AmiTerm, NodeClassSettings, SelectorTerm};
+use nodewright::aws::prices::{PriceOrigin, SeededPrices};
+use nodewright::aws::{Ec2Cloud, Ec2CloudSettings};
+use nodewright::cloud::KubeletConfig;
+use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering};
+use nodewright::resources::MIB;
+use nodewright::scheduling::taints::{Effect, Taint};
+use nodewright::sim::FaultyCloud;
+use nodewright_tests::aws::{Ec2Fixture, unique};
+
+fn offering(ty: &str, zone: &str, ct: &str, price: f64) -> PricedOffering {
+    PricedOffering { instance_type: ty.into(), zone: zone.into(), capacity_type: ct.into(), price }
+}
+
+fn request(pool: &str, options: Vec<PricedOffering>) -> LaunchRequest {
+    let claim_id = unique(pool);
+    LaunchRequest {
+        client_token: format!("nodewright-{claim_id}"),
+        claim_id,
+        pool: pool.into(),
+        node_class: None,
+        options,
+        labels: [("karpenter.sh/nodepool".to_owned(), pool.to_owned()), ("team".to_owned(), "a".to_owned())].into(),
+        taints: vec![Taint::new("karpenter.sh/unregistered", "", Effect::NoExecute)],
+        kubelet: KubeletConfig::default(),
+    }
+}
+
+/// Prices for a few types, so tests do not depend on the Pricing API.
+fn seeded(zones: &[String]) -> SeededPrices {
+    let mut p = SeededPrices::default();
+    for (ty, od) in [("m5.large", 0.096), ("m5.xlarge", 0.192), ("c5.large", 0.085), ("m6g.large", 0.077), ("r6gd.xlarge", 0.2304)] {
+        p.on_demand.insert(ty.to_owned(), od);
+        for z in zones {
+            p.spot.insert((ty.to_owned(), z.clone()), od * 0.35);
+        }
+    }
+    p
+}
+
+async fn cloud(f: &Ec2Fixture) -> Ec2Cloud<SeededPrices> {
+    Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
+    // ap-south-1: the walkthrough's region. Prices: the Pricing API fails in
+    // moto (HTTP 500), so on-demand prices come from the shipped table.
+    let f = Ec2Fixture::new("ap-south-1", "1.32").await;
+    let cloud = Ec2Cloud::new(&f.config, f.settings()).expect("adapter");
+    let t0 = Instant::now();
+    let catalog = cloud.catalog().await.expect("catalog");
+    let cold = t0.elapsed();
+    let calls = cloud.api_calls();
+    let t1 = Instant::now();
+    let again = cloud.catalog().await.expect("warm catalog");
+    let warm = t1.elapsed();
+    eprintln!(
+        "catalog ap-south-1: {} types, {} offerings; cold {:?} ({} EC2 calls), warm {:?}",
+        catalog.instance_types.len(),
+        catalog.offerings.len(),
+        cold,
+        calls,
+        warm
+    );
+    assert_eq!(cloud.api_calls(), calls, "a warm catalog makes no API call");
+    assert!(std::sync::Arc::ptr_eq(&catalog, &again));
+    assert!(warm.as_millis() < 50, "warm catalog took {warm:?}");
+    assert!(cold.as_secs() < 30, "cold catalog took {cold:?} (the Pricing API fallback must be bounded)");
+    assert!(matches!(cloud.price_origin().await, Some(PriceOrigin::StaticTable { .. })));
+
+    assert_eq!(catalog.region, "ap-south-1");
+    assert!(catalog.instance_types.len() > 500, "ap-south-1 offers hundreds of types, got {}", catalog.instance_types.len());
+    assert!(catalog.instance_types.iter().all(|i| i.arch == "amd64" || i.arch == "arm64"));
+    let r6gd = catalog.instance_types.iter().find(|i| i.name == "r6gd.xlarge").expect("r6gd.xlarge in ap-south-1");
+    assert_eq!((r6gd.vcpu, r6gd.memory_mib, r6gd.arch.as_str()), (4, 32768, "arm64"));
+    assert_eq!(r6gd.local_nvme_gb, 237);
+    let od_1a = catalog
+        .offerings
+        .iter()
+        .find(|o| o.instance_type == "r6gd.xlarge" && o.zone == "ap-south-1a" && o.capacity_type == "on-demand")
+        .expect("r6gd.xlarge on-demand in ap-south-1a");
+    assert!((od_1a.price - 0.2304).abs() < 1e-9, "static (us-east-1) price, got {}", od_1a.price);
+    assert!(catalog.offerings.iter().any(|o| o.instance_type == "r6gd.xlarge" && o.zone == "ap-south-1a" && o.capacity_type == "spot"));
+
+    // Allocatable with the shipped EKS math.
+    let m5 = catalog.instance_types.iter().find(|i| i.name == "m5.large").expect("m5.large");
+    assert_eq!((m5.vcpu, m5.memory_mib, m5.max_enis, m5.ipv4_per_eni), (2, 8192, 3, 10));
+    let it = m5.to_instance_type(vec![], &KubeletConfig::default());
+    assert_eq!(it.allocatable().cpu_millis, 1930);
+    assert_eq!(it.allocatable().memory_bytes, (8192 - 615 - (11 * 29 + 255) - 100) * MIB);
+    assert_eq!(it.allocatable().pods, 29);
+    let p4d = catalog.instance_types.iter().find(|i| i.name == "p4d.24xlarge");
+    if let Some(p4d) = p4d {
+        assert_eq!(p4d.gpu_count, 8);
+        assert_eq!(p4d.max_pods(&KubeletConfig::default()), 737, "default network card's ENIs");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_price_fallback_in_us_east_1_and_seeded_prices() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let real = Ec2Cloud::new(&f.config, f.settings()).expect("adapter");
+    let t0 = Instant::now();
+    let catalog = real.catalog().await.expect("catalog");
+    eprintln!("catalog us-east-1 (Pricing API failing → static table): cold {:?}", t0.elapsed());
+    let price = |c: &nodewright::ports::CloudCatalog, ty: &str, ct: &str| {
+        c.offerings.iter().find(|o| o.instance_type == ty && o.capacity_type == ct).map(|o| o.price)
+    };
+    assert_eq!(price(&catalog, "m5.large", "on-demand"), Some(0.096));
+    assert!(matches!(real.price_origin().await, Some(PriceOrigin::StaticTable { table_region, .. }) if table_region == "us-east-1"));
+    // Spot prices are what EC2 says (moto fakes them).
+    assert!(price(&catalog, "m5.large", "spot").is_some_and(|p| p > 0.0 && p < 0.01));
+
+    let seeded = cloud(&f).await;
+    let t0 = Instant::now();
+    let catalog = seeded.catalog().await.expect("catalog");
+    eprintln!("catalog us-east-1 (seeded prices): cold {:?}", t0.elapsed());
+    assert_eq!(price(&catalog, "m5.large", "spot"), Some(0.096 * 0.35));
+    assert_eq!(price(&catalog, "m5.xlarge", "on-demand"), Some(0.192));
+    assert!(price(&catalog, "m5.2xlarge", "on-demand").is_none(), "no price, no offering");
+    assert!(matches!(seeded.price_origin().await, Some(PriceOrigin::Seeded)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let cloud = cloud(&f).await;
+    let (za, zb) = (f.zones[0].clone(), f.zones[1].clone());
+    let req = request("default", vec![offering("m5.large", &za, "on-demand", 0.096), offering("m5.large", &zb, "on-demand", 0.096)]);
+
+    let t0 = Instant::now();
+    let launched = cloud.launch(&req).await.expect("launch");
+    let cold = t0.elapsed();
+    let i = &launched.instance;
+    assert!(launched.unavailable.is_empty());
+    assert_eq!((i.instance_type.as_str(), i.zone.as_str(), i.capacity_type.as_str()), ("m5.large", za.as_str(), "on-demand"));
+    assert_eq!(i.provider_id, format!("aws:///{za}/{}", i.id));
+    assert_eq!(i.claim_id.as_deref(), Some(req.claim_id.as_str()));
+    assert_eq!(i.price, 0.096);
+
+    // The instance as EC2 sees it: the zone's biggest subnet, our tags.
+    let found = f.instances_of_claim(&req.claim_id).await;
+    assert_eq!(found.len(), 1);
+    let ec2i = &found[0];
+    assert_eq!(ec2i.subnet_id(), f.best_subnet.get(&za).map(String::as_str), "the subnet with most free IPs");
+    assert_ne!(ec2i.subnet_id(), Some(f.small_subnet.as_str()));
+    let tag_map: BTreeMap<&str, &str> = ec2i.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+    let cluster_tag = tags::cluster(&f.cluster);
+    assert_eq!(tag_map.get(cluster_tag.as_str()), Some(&"owned"));
+    assert_eq!(tag_map.get("karpenter.sh/nodepool"), Some(&"default"));
+    assert_eq!(tag_map.get("karpenter.sh/nodeclaim"), Some(&req.claim_id.as_str()));
+    assert_eq!(tag_map.get("Name"), Some(&req.claim_id.as_str()));
+    assert_eq!(tag_map.get("team"), Some(&"adapters"), "NodeClass tags");
+
+    // The fleet: instant, one on-demand unit, tagged.
+    let fleets = f.ec2().describe_fleets().send().await.expect("DescribeFleets");
+    let fleet = fleets
+        .fleets()
+        .iter()
+        .find(|fl| fl.tags().iter().any(|t| t.key() == Some("karpenter.sh/nodeclaim") && t.value() == Some(req.claim_id.as_str())))
+        .expect("a fleet tagged with the claim");
+    assert_eq!(fleet.r#type().map(|t| t.as_str()), Some("instant"));
+    let target = fleet.target_capacity_specification().expect("target capacity");
+    assert_eq!(target.total_target_capacity(), Some(1));
+    assert_eq!(target.default_target_capacity_type().map(|t| t.as_str()), Some("on-demand"));
+    let configs = fleet.launch_template_configs();
+    assert_eq!(configs.len(), 1);
+    let overrides = configs[0].overrides();
+    assert_eq!(overrides.len(), 2);
+    assert_eq!(overrides[0].subnet_id(), f.best_subnet.get(&za).map(String::as_str));
+    assert_eq!(overrides[1].subnet_id(), f.best_subnet.get(&zb).map(String::as_str));
+
+    // The launch template: named by content hash, user data is an AL2023 NodeConfig.
+    let templates = f.launch_templates().await;
+    assert_eq!(templates.len(), 1);
+    let name = templates[0].launch_template_name().expect("name").to_owned();
+    assert!(name.starts_with("nodewright/"), "{name}");
+    let version = f
+        .ec2()
+        .describe_launch_template_versions()
+        .launch_template_name(&name)
+        .versions("$Latest")
+        .send()
+        .await
+        .expect("DescribeLaunchTemplateVersions");
+    let data = version.launch_template_versions()[0].launch_template_data().expect("data");
+    // (moto's fleets do not copy a template's security groups to the instance: check the template.)
+    assert_eq!(data.security_group_ids(), std::slice::from_ref(&f.security_group));
+    let manifest: serde_json::Value = seeded_parameters(&f).await;
+    assert_eq!(data.image_id(), manifest["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id"].as_str());
+    let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().expect("user data")).expect("base64");
+    let user_data = String::from_utf8(user_data).expect("utf8");
+    assert!(user_data.contains("application/node.eks.aws"), "{user_data}");
+    assert!(user_data.contains("maxPods: 29"), "{user_data}");
+    assert!(user_data.contains("--node-labels=karpenter.sh/capacity-type=on-demand,karpenter.sh/nodepool=default,team=a"), "{user_data}");
+    assert!(user_data.contains("key: karpenter.sh/unregistered"), "{user_data}");
+    assert!(user_data.contains(&format!("name: {}", f.cluster)), "{user_data}");
+    assert_eq!(
+        data.metadata_options().and_then(|m| m.http_tokens()).map(|t| t.as_str()),
+        Some("required")
+    );
+
+    // A second claim of the same pool: same template, no new one.
+    let calls_before = cloud.api_calls();
+    let req2 = request("default", vec![offering("m5.large", &zb, "on-demand", 0.096)]);
+    let t1 = Instant::now();
+    let second = cloud.launch(&req2).await.expect("second launch");
+    let warm = t1.elapsed();
+    assert_eq!(second.instance.zone, zb);
+    assert_eq!(f.launch_templates().await.len(), 1, "the template is reused");
+    let warm_calls = cloud.api_calls() - calls_before;
+    assert_eq!(warm_calls, 2, "warm launch = DescribeInstances (adopt check) + CreateFleet");
+    eprintln!("launch latency: cold {cold:?}, warm {warm:?} ({warm_calls} API calls)");
+
+    // Listing: both, running, with prices.
+    let mut ours = cloud.instances().await.expect("instances");
+    ours.sort_by(|a, b| a.zone.cmp(&b.zone));
+    assert_eq!(ours.len(), 2);
+    assert!(ours.iter().all(|i| i.state == InstanceState::Running && i.pool.as_deref() == Some("default")));
+    assert!(ours.iter().all(|i| (i.price - 0.096).abs() < 1e-9));
+}
+
+/// The seeded SSM parameters of the fixture's region, from the launcher's manifest endpoint.
+async fn seeded_parameters(f: &Ec2Fixture) -> serde_json::Value {
+    let endpoint = nodewright_tests::aws::moto().endpoint.clone();
+    let region = f.region.clone();
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let mut s = std::net::TcpStream::connect(&hostport).expect("connect");
+        write!(s, "GET /nodewright/manifest?region={region} HTTP/1.0\r\nHost: {hostport}\r\n\r\n").expect("write");
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("read");
+        let json = body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&json).expect("manifest json");
+        v["parameters"].clone()
+    })
+    .await
+    .expect("manifest")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_launch_adopts_the_first_instance() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let cloud = cloud(&f).await;
+    let req = request("retry", vec![offering("c5.large", &f.zones[1], "on-demand", 0.085)]);
+    let first = cloud.launch(&req).await.expect("first launch");
+    // A second invocation (fresh caches) retries the same claim.
+    let other = Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter");
+    let second = other.launch(&req).await.expect("retried launch");
+    assert_eq!(first.instance.id, second.instance.id);
+    assert_eq!(second.instance.zone, f.zones[1]);
+    assert_eq!(second.instance.price, 0.085);
+    assert_eq!(f.instances_of_claim(&req.claim_id).await.len(), 1, "no second instance");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_each() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let cloud = cloud(&f).await;
+    let z = &f.zones[0];
+    let req = request(
+        "spot",
+        vec![
+            offering("m6g.large", z, "spot", 0.077 * 0.35),
+            offering("m5.large", z, "spot", 0.096 * 0.35),
+            offering("m5.large", z, "on-demand", 0.096),
+        ],
+    );
+    let launched = cloud.launch(&req).await.expect("launch");
+    assert_eq!(launched.instance.capacity_type, "spot");
+    assert_eq!(launched.instance.instance_type, "m6g.large", "cheapest first");
+    let found = f.instances_of_claim(&req.claim_id).await;
+    assert_eq!(found[0].instance_lifecycle().map(|l| l.as_str()), Some("spot"));
+    assert_eq!(found[0].image_id().map(str::to_owned), {
+        let m = seeded_parameters(&f).await;
+        m["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id"].as_str().map(str::to_owned)
+    });
+    assert_eq!(f.launch_templates().await.len(), 2, "arm64 and amd64 need different AMIs");
+    let fleets = f.ec2().describe_fleets().send().await.expect("DescribeFleets");
+    let fleet = fleets
+        .fleets()
+        .iter()
+        .find(|fl| fl.tags().iter().any(|t| t.value() == Some(req.claim_id.as_str())))
+        .expect("fleet");
+    assert_eq!(fleet.target_capacity_specification().and_then(|t| t.default_target_capacity_type()).map(|t| t.as_str()), Some("spot"));
+    let overrides: usize = fleet.launch_template_configs().iter().map(|c| c.overrides().len()).sum();
+    assert_eq!(overrides, 2, "on-demand options are not sent with a spot fleet");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn al2_and_bottlerocket_user_data() {
+    let f = Ec2Fixture::new("us-east-1", "1.31").await;
+    for (family, needle) in [("AL2", "/etc/eks/bootstrap.sh"), ("Bottlerocket", "[settings.kubernetes]")] {
+        let class = NodeClassSettings { ami_family: Some(family.into()), ..f.node_class() };
+        let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(family, class);
+        let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
+        let mut req = request(&family.to_lowercase(), vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)]);
+        req.node_class = Some(family.into());
+        let launched = cloud.launch(&req).await.expect("launch");
+        let found = f.instances_of_claim(&req.claim_id).await;
+        assert_eq!(found[0].instance_id(), Some(launched.instance.id.as_str()));
+        let attr = f
+            .ec2()
+            .describe_instance_attribute()
+            .instance_id(&launched.instance.id)
+            .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+            .send()
+            .await
+            .expect("user data attribute");
+        let text = attr
+            .user_data()
+            .and_then(|u| u.value())
+            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+            .and_then(|b| String::from_utf8(b).ok());
+        if let Some(text) = text {
+            assert!(text.contains(needle), "{family}: {text}");
+        }
+        // Whatever moto copies to the instance, the template must carry it.
+        let templates = f.launch_templates().await;
+        let mut found_needle = false;
+        for t in &templates {
+            let v = f
+                .ec2()
+                .describe_launch_template_versions()
+                .launch_template_name(t.launch_template_name().unwrap_or_default())
+                .versions("$Latest")
+                .send()
+                .await
+                .expect("versions");
+            for ver in v.launch_template_versions() {
+                let ud = ver.launch_template_data().and_then(|d| d.user_data()).unwrap_or_default();
+                let ud = base64::engine::general_purpose::STANDARD.decode(ud).unwrap_or_default();
+                found_needle |= String::from_utf8_lossy(&ud).contains(needle);
+            }
+        }
+        assert!(found_needle, "{family}: no template with {needle}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_and_list_only_our_instances() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let ours = cloud(&f).await;
+    // A second cluster sharing the subnets: its instances are not ours.
+    let mut other_settings = Ec2CloudSettings::new(unique("other-cluster")).with_node_class("default", f.node_class());
+    other_settings.cluster = Some(ClusterInfo {
+        endpoint: "https://other.example".into(),
+        ca_base64: "Q0E=".into(),
+        service_cidr: "172.20.0.0/16".into(),
+        version: "1.32".into(),
+    });
+    let other = Ec2Cloud::with_prices(&f.config, other_settings, seeded(&f.zones)).expect("adapter");
+    let mine = ours.launch(&request("gc", vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)])).await.expect("launch");
+    let mine2 = ours.launch(&request("gc", vec![offering("m5.large", &f.zones[1], "on-demand", 0.096)])).await.expect("launch");
+    let theirs = other.launch(&request("gc", vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)])).await.expect("their launch");
+    let listed: Vec<String> = ours.instances().await.expect("instances").into_iter().map(|i| i.id).collect();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.contains(&mine.instance.id) && listed.contains(&mine2.instance.id));
+
+    // Terminate one of ours, an unknown id and (if any) theirs: only ours goes.
+    let ids = vec![mine.instance.id.clone(), "i-0123456789abcdef0".to_owned(), theirs.instance.id.clone()];
+    ours.terminate(&ids).await.expect("terminate");
+    ours.terminate(&ids).await.expect("terminating again is fine");
+    let listed = ours.instances().await.expect("instances");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, mine2.instance.id);
+    let still = other.instances().await.expect("their instances");
+    assert!(still.iter().any(|i| i.id == theirs.instance.id && i.state == InstanceState::Running), "not ours: left alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insufficient_capacity_through_the_faulty_decorator() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let cloud = FaultyCloud::new(cloud(&f).await);
+    let (za, zb) = (f.zones[0].clone(), f.zones[1].clone());
+    let key_a = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: za.clone() };
+    let key_b = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: zb.clone() };
+    cloud.remove_capacity(key_a.clone());
+    let req = request("ice", vec![offering("m5.large", &za, "spot", 0.03), offering("m5.large", &zb, "spot", 0.031)]);
+    let launched = cloud.launch(&req).await.expect("falls through to zone b");
+    assert_eq!(launched.instance.zone, zb);
+    assert_eq!(launched.unavailable, vec![key_a.clone()]);
+
+    cloud.remove_capacity(key_b.clone());
+    let req2 = request("ice", vec![offering("m5.large", &za, "spot", 0.03), offering("m5.large", &zb, "spot", 0.031)]);
+    match cloud.launch(&req2).await {
+        Err(CloudError::InsufficientCapacity { offerings, .. }) => assert_eq!(offerings, vec![key_a, key_b]),
+        other => panic!("expected insufficient capacity, got {other:?}"),
+    }
+    assert!(f.instances_of_claim(&req2.claim_id).await.is_empty(), "nothing launched");
+    assert_eq!(cloud.launch_calls(), 2);
+}
+
+async fn assert_invalid_and_nothing_launched(f: &Ec2Fixture, settings: Ec2CloudSettings, req: LaunchRequest, expect: &[&str]) {
+    let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
+    match cloud.launch(&req).await {
+        Err(CloudError::Invalid(msg)) => {
+            for e in expect {
+                assert!(msg.contains(e), "{msg:?} should mention {e:?}");
+            }
+        }
+        other => panic!("expected an Invalid error, got {other:?}"),
+    }
+    assert!(f.instances_of_claim(&req.claim_id).await.is_empty(), "no instance launched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_clear_error_and_launches_nothing() {
+    let f = Ec2Fixture::new("us-east-1", "1.33").await;
+    let z = f.zones[0].clone();
+    let ok = || request("bad", vec![offering("m5.large", &z, "on-demand", 0.096)]);
+
+    // Subnet selector matching nothing.
+    let class = NodeClassSettings {
+        subnet_selector_terms: vec![SelectorTerm { tags: [("karpenter.sh/discovery".to_owned(), "nobody".to_owned())].into(), ..Default::default() }],
+        ..f.node_class()
+    };
+    assert_invalid_and_nothing_launched(
+        &f,
+        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        ok(),
+        &["subnetSelectorTerms", "karpenter.sh/discovery", "nobody", "match no subnet"],
+    )
+    .await;
+
+    // Security group id that does not exist.
+    let class = NodeClassSettings {
+        security_group_selector_terms: vec![SelectorTerm { id: Some("sg-00000000000000000".into()), ..Default::default() }],
+        ..f.node_class()
+    };
+    assert_invalid_and_nothing_launched(
+        &f,
+        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        ok(),
+        &["securityGroupSelectorTerms", "sg-00000000000000000"],
+    )
+    .await;
+
+    // AL2 has no AMI for Kubernetes 1.33 (as on AWS): the parameter does not exist.
+    let class = NodeClassSettings { ami_family: Some("AL2".into()), ..f.node_class() };
+    assert_invalid_and_nothing_launched(
+        &f,
+        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        ok(),
+        &["/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id", "does not exist"],
+    )
+    .await;
+
+    // A custom SSM parameter that does not exist.
+    let class = NodeClassSettings {
+        ami_selector_terms: vec![AmiTerm { ssm_parameter: Some("/nodewright/test/missing".into()), ..Default::default() }],
+        ..f.node_class()
+    };
+    assert_invalid_and_nothing_launched(
+        &f,
+        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        ok(),
+        &["/nodewright/test/missing"],
+    )
+    .await;
+
+    // Types the region does not offer (unknown, and a real type in a zone that does not exist).
+    assert_invalid_and_nothing_launched(
+        &f,
+        f.settings(),
+        request("bad", vec![offering("x9.huge", &z, "on-demand", 0.1), offering("m5.large", "us-east-1z", "on-demand", 0.096)]),
+        &["x9.huge is not an instance type offered in us-east-1", "m5.large is not offered as on-demand in zone us-east-1z"],
+    )
+    .await;
+
+    // An undefined NodeClass; an unsupported family.
+    let mut req = ok();
+    req.node_class = Some("missing".into());
+    assert_invalid_and_nothing_launched(&f, f.settings(), req, &["nodeclass \"missing\" is not defined"]).await;
+    let class = NodeClassSettings { ami_family: Some("Windows2022".into()), ..f.node_class() };
+    assert_invalid_and_nothing_launched(
+        &f,
+        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        ok(),
+        &["Windows2022"],
+    )
+    .await;
+
+    // A cluster that does not exist.
+    assert_invalid_and_nothing_launched(
+        &f,
+        Ec2CloudSettings::new("no-such-cluster").with_node_class("default", f.node_class()),
+        ok(),
+        &["no-such-cluster", "does not exist"],
+    )
+    .await;
+}
