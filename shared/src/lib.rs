@@ -18,6 +18,8 @@ pub mod kube;
 pub mod ports;
 pub mod provisioning;
 pub mod resources;
+#[cfg(feature = "lambda")]
+pub mod runtime;
 pub mod scheduling;
 pub mod sim;
 pub mod workload;

@@ -406,6 +406,27 @@ pub trait PortSet: Send + Sync {
     fn clock(&self) -> &Self::Clock;
 }
 
+/// A borrowed port set is one too: a Lambda keeps its adapters for the
+/// container's life and lends them to each invocation.
+impl<P: PortSet> PortSet for &P {
+    type Cloud = P::Cloud;
+    type Cluster = P::Cluster;
+    type Store = P::Store;
+    type Clock = P::Clock;
+    fn cloud(&self) -> &Self::Cloud {
+        (**self).cloud()
+    }
+    fn cluster(&self) -> &Self::Cluster {
+        (**self).cluster()
+    }
+    fn store(&self) -> &Self::Store {
+        (**self).store()
+    }
+    fn clock(&self) -> &Self::Clock {
+        (**self).clock()
+    }
+}
+
 impl<C: Cloud, K: Cluster, S: Store, T: Clock> PortSet for Ports<C, K, S, T> {
     type Cloud = C;
     type Cluster = K;

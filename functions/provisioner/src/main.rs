@@ -1,0 +1,12 @@
+//! The provisioner function (EventBridge schedule, every minute): adapters
+//! from the environment, then one `nodewright::runtime::provisioner` per invocation.
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use nodewright::runtime;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    runtime::init_tracing();
+    let ports = runtime::connect(&runtime::FunctionEnv::from_env()?, "provisioner").await?;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| runtime::provisioner(&ports, event))).await
+}

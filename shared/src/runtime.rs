@@ -1,0 +1,137 @@
+//! Wiring for the Lambda functions: the real adapters from the environment,
+//! logging, and one function per handler that the thin binaries call.
+//!
+//! Environment:
+//! - `NODEWRIGHT_CLUSTER_NAME` (required): the EKS cluster.
+//! - `NODEWRIGHT_TABLE_PREFIX` (default `nodewright`): tables `<prefix>-config`
+//!   and `<prefix>-state`.
+//! - `KUBECONFIG` (optional): reach the cluster through a kubeconfig instead
+//!   of EKS authentication — for `cargo lambda watch` on a laptop.
+//! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
+
+use std::path::PathBuf;
+
+use lambda_runtime::LambdaEvent;
+use tracing::{error, info, warn};
+
+use crate::aws::dynamo::{DynamoStore, DynamoTables};
+use crate::aws::ec2::{Ec2Cloud, Ec2CloudSettings};
+use crate::aws::nodeclass::node_classes_from_items;
+use crate::aws::{ClientOptions, sdk_config};
+use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
+use crate::handlers::state_change;
+use crate::kube::{ClientSettings, EksClusterInfo, EksTokenSource, KubeCluster};
+use crate::ports::{Ports, SignedDuration, Store, SystemClock, Timestamp};
+
+/// The adapters a deployed function runs on.
+pub type LivePorts = Ports<Ec2Cloud, KubeCluster, DynamoStore, SystemClock>;
+
+/// The provisioner stops this long before its Lambda deadline.
+pub const DEADLINE_MARGIN: SignedDuration = SignedDuration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct FunctionEnv {
+    pub cluster_name: String,
+    pub tables: DynamoTables,
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl FunctionEnv {
+    pub fn from_env() -> Result<FunctionEnv, String> {
+        let cluster_name = std::env::var("NODEWRIGHT_CLUSTER_NAME")
+            .map_err(|_| "NODEWRIGHT_CLUSTER_NAME is not set: name the EKS cluster to manage".to_owned())?;
+        let prefix = std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
+        let kubeconfig = std::env::var_os("KUBECONFIG").map(PathBuf::from);
+        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig })
+    }
+}
+
+/// JSON logs inside Lambda (one object per line, for CloudWatch), text
+/// elsewhere; `RUST_LOG` overrides the level. kube's own 5xx logging is
+/// quieted: our retry layer reports what matters.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    if std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some() {
+        builder.json().without_time().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Builds the real adapters. Must run inside a Tokio runtime.
+pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, String> {
+    let sdk = sdk_config(&ClientOptions::default()).await;
+    let region = sdk.region().map(|r| r.to_string()).ok_or("no AWS region: set AWS_REGION")?;
+    let store = DynamoStore::new(&sdk, env.tables.clone());
+    // NodeClasses are read once per cold start; a changed NodeClass reaches
+    // new containers (Lambda recycles them within hours, or on redeploy).
+    let items = store.config_items().await.map_err(|e| format!("reading the configuration table: {e}"))?;
+    let (classes, errors) = node_classes_from_items(&items);
+    for e in errors {
+        warn!(error = %e, "ignoring invalid NodeClass item");
+    }
+    let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
+    for (name, class) in classes {
+        settings = settings.with_node_class(name, class);
+    }
+    let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
+    let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
+    let cluster = match &env.kubeconfig {
+        Some(path) => KubeCluster::from_kubeconfig(Some(path), None, client_settings).await.map_err(|e| e.to_string())?,
+        None => {
+            let eks = aws_sdk_eks::Client::new(&sdk);
+            let described = eks
+                .describe_cluster()
+                .name(&env.cluster_name)
+                .send()
+                .await
+                .map_err(|e| format!("eks:DescribeCluster {}: {}", env.cluster_name, aws_sdk_eks::error::DisplayErrorContext(e)))?;
+            let c = described.cluster().ok_or_else(|| format!("EKS cluster {} not found", env.cluster_name))?;
+            let info = EksClusterInfo::from_describe(
+                &env.cluster_name,
+                c.endpoint(),
+                c.certificate_authority().and_then(|ca| ca.data()),
+                c.version(),
+            )
+            .map_err(|e| e.to_string())?;
+            let credentials = sdk.credentials_provider().ok_or("no AWS credentials provider")?;
+            let tokens = EksTokenSource::new(&env.cluster_name, region.clone(), credentials, SystemClock);
+            info.connect(tokens, client_settings).map_err(|e| e.to_string())?
+        }
+    };
+    info!(cluster = %env.cluster_name, %region, function, "adapters ready");
+    Ok(Ports { cloud, cluster, store, clock: SystemClock })
+}
+
+/// The Lambda deadline of an invocation.
+fn deadline_of<T>(event: &LambdaEvent<T>) -> Timestamp {
+    Timestamp::from_millisecond(event.context.deadline as i64).unwrap_or_else(|_| Timestamp::now() + SignedDuration::from_secs(60))
+}
+
+/// The provisioner function: one scheduled invocation, ticking until its
+/// deadline minus a margin, holding the provisioner lease.
+pub async fn provisioner(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let until = deadline_of(&event) - DEADLINE_MARGIN;
+    let mut p = Provisioner::new(ports, ProvisionerSettings::default(), event.context.request_id.clone());
+    let ticks = p
+        .run_until(until, |d| tokio::time::sleep(d.unsigned_abs()))
+        .await
+        .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    Ok(serde_json::json!({ "ticks": ticks }))
+}
+
+/// The state-change function: one EventBridge event. A malformed event is
+/// logged and dropped (returning an error would only make EventBridge retry
+/// it); a failure worth retrying is returned as an error.
+pub async fn state_change(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
+    match state_change::handle(ports, &event.payload).await {
+        Ok(outcome) => Ok(serde_json::json!({ "outcome": format!("{outcome:?}") })),
+        Err(e) if e.is_retryable() => Err(lambda_runtime::Error::from(e.to_string())),
+        Err(e) => {
+            error!(error = %e, "dropping an event that can never be handled");
+            Ok(serde_json::json!({ "dropped": e.to_string() }))
+        }
+    }
+}
