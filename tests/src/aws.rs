@@ -115,10 +115,13 @@ pub fn unique(prefix: &str) -> String {
 /// SDK configuration pointing at the emulator, with the adapter's retry
 /// and timeout settings and fake credentials.
 pub async fn sdk_config(region: &str) -> SdkConfig {
-    let m = moto();
-    let options = ClientOptions::default();
+    sdk_config_at(&moto().endpoint, region, &ClientOptions::default()).await
+}
+
+/// SDK configuration for any endpoint, with the given retry and timeout settings.
+pub async fn sdk_config_at(endpoint: &str, region: &str, options: &ClientOptions) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(&m.endpoint)
+        .endpoint_url(endpoint)
         .region(Region::new(region.to_owned()))
         .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
         .retry_config(options.retry_config())

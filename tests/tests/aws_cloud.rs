@@ -8,15 +8,15 @@
 //! run in parallel against one server.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use nodewright::aws::ec2::{ClusterInfo, tags};
 use nodewright::aws::nodeclass::{AmiTerm, NodeClassSettings, SelectorTerm};
-use nodewright::aws::prices::{PriceOrigin, SeededPrices};
-use nodewright::aws::{Ec2Cloud, Ec2CloudSettings};
+use nodewright::aws::prices::{PriceOrigin, PriceSource, SeededPrices};
+use nodewright::aws::{AwsPrices, ClientOptions, Ec2Cloud, Ec2CloudSettings};
 use nodewright::cloud::KubeletConfig;
-use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering};
+use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering, StoreError};
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright::sim::FaultyCloud;
@@ -109,6 +109,51 @@ async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
         assert_eq!(p4d.gpu_count, 8);
         assert_eq!(p4d.max_pods(&KubeletConfig::default()), 737, "default network card's ENIs");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pricing_api_failure_is_detected_and_bounded() {
+    // moto answers pricing:GetProducts with HTTP 500 and an HTML body.
+    let config = nodewright_tests::aws::sdk_config("us-east-1").await;
+    let prices = AwsPrices::new(&config, "us-east-1");
+    let t0 = Instant::now();
+    let od = prices.on_demand("us-east-1").await.expect("falls back, does not fail");
+    let took = t0.elapsed();
+    eprintln!("Pricing API failure → static table in {took:?}");
+    match &od.origin {
+        PriceOrigin::StaticTable { table_region, reason } => {
+            assert_eq!(table_region, "us-east-1");
+            assert!(reason.contains("GetProducts") && reason.contains("500"), "{reason}");
+        }
+        other => panic!("expected the static table, got {other:?}"),
+    }
+    assert_eq!(od.prices.get("m5.large"), Some(&0.096));
+    assert!(took.as_secs() < 10, "bounded retries, took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_endpoint_is_transient_within_the_deadline() {
+    let options = ClientOptions {
+        max_attempts: 3,
+        attempt_timeout: Duration::from_secs(2),
+        operation_timeout: Duration::from_secs(5),
+        ..ClientOptions::default()
+    };
+    // Nothing listens on the discard port of the loopback address.
+    let config = nodewright_tests::aws::sdk_config_at("http://127.0.0.1:9", "us-east-1", &options).await;
+    let cloud = Ec2Cloud::with_prices(&config, Ec2CloudSettings::new("c"), SeededPrices::default()).expect("adapter");
+    let t0 = Instant::now();
+    match cloud.catalog().await {
+        Err(e @ CloudError::Transient(_)) => assert!(e.is_retryable()),
+        other => panic!("expected a transient error, got {other:?}"),
+    }
+    match cloud.instances().await {
+        Err(CloudError::Transient(_)) => {}
+        other => panic!("expected a transient error, got {other:?}"),
+    }
+    let store = nodewright::aws::DynamoStore::new(&config, nodewright::aws::DynamoTables::with_prefix("unreachable"));
+    assert!(matches!(nodewright::ports::Store::claims(&store).await, Err(StoreError::Transient(_))));
+    assert!(t0.elapsed().as_secs() < 20, "bounded: {:?}", t0.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

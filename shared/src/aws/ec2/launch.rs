@@ -219,6 +219,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
             info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
             return Ok(Launched { instance, unavailable: Vec::new() });
         }
+        // Configuration errors first: they need no catalog.
+        let (family, pinned) = class.family().map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+        let network = {
+            let mut cache = self.launch.lock().await;
+            self.network(&mut cache, class_name, class).await?
+        };
         let catalog = self.refresh_catalog().await?;
         let capacity_type = if req.options.iter().any(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT) {
             labels::CAPACITY_TYPE_SPOT
@@ -251,11 +257,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
             return Err(invalid("no launch option can be bought", &rejected));
         }
 
-        // Network, cluster, AMIs and templates: under the launch cache's lock,
-        // so concurrent launches share one lookup.
+        // Cluster, AMIs and templates: under the launch cache's lock, so
+        // concurrent launches share one lookup.
         let (network, groups) = {
             let mut cache = self.launch.lock().await;
-            let network = self.network(&mut cache, class_name, class).await?;
             chosen.retain(|(o, _)| {
                 let ok = network.subnets.contains_key(&o.zone);
                 if !ok {
@@ -267,7 +272,6 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 return Err(invalid("no launch option has a subnet", &rejected));
             }
             let cluster = self.cluster(&mut cache).await?;
-            let (family, pinned) = class.family().map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
             let k8s = self.settings.kubernetes_version.clone().unwrap_or_else(|| cluster.version.clone());
 
             let mut groups: Vec<Group<'_>> = Vec::new();
