@@ -163,7 +163,8 @@ impl Ec2Fixture {
         let ec2 = aws_sdk_ec2::Client::new(&config);
         let discovery = unique("disc");
         let cluster = unique("cluster");
-        let disc = [("karpenter.sh/discovery", discovery.as_str())];
+        let member_key = format!("nodewright.test/{discovery}");
+        let disc = [("karpenter.sh/discovery", discovery.as_str()), (member_key.as_str(), "member")];
         let octet = 16 + NEXT_CIDR.fetch_add(1, Ordering::Relaxed) % 200;
         let vpc = ec2
             .create_vpc()
@@ -240,6 +241,11 @@ impl Ec2Fixture {
             .await
             .expect("CreateCluster");
         Ec2Fixture { region: region.to_owned(), config, cluster, discovery, zones, best_subnet, small_subnet, security_group }
+    }
+
+    /// A tag key only this fixture's subnets and security group carry (value `member`).
+    pub fn member_key(&self) -> String {
+        format!("nodewright.test/{}", self.discovery)
     }
 
     /// A NodeClass selecting this fixture's subnets and security group.

@@ -300,6 +300,37 @@ async fn seeded_parameters(f: &Ec2Fixture) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_terms_by_any_value_and_by_id() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let za = f.zones[0].clone();
+    // `*` matches any value of the key; the zone's biggest subnet wins.
+    let any = SelectorTerm { tags: [(f.member_key(), "*".to_owned())].into(), ..Default::default() };
+    let by_id = SelectorTerm { id: Some(f.security_group.clone()), ..Default::default() };
+    let class = NodeClassSettings {
+        subnet_selector_terms: vec![any],
+        security_group_selector_terms: vec![by_id],
+        ..Default::default()
+    };
+    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class("default", class), seeded(&f.zones))
+        .expect("adapter");
+    let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096)]);
+    cloud.launch(&req).await.expect("launch");
+    assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), f.best_subnet.get(&za).map(String::as_str));
+
+    // An id term selects exactly that subnet, even the smaller one.
+    let class = NodeClassSettings {
+        subnet_selector_terms: vec![SelectorTerm { id: Some(f.small_subnet.clone()), ..Default::default() }],
+        ..f.node_class()
+    };
+    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class("default", class), seeded(&f.zones))
+        .expect("adapter");
+    let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096), offering("m5.large", &f.zones[1], "on-demand", 0.096)]);
+    let launched = cloud.launch(&req).await.expect("launch");
+    assert_eq!(launched.instance.zone, za, "only the first zone has a selected subnet");
+    assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), Some(f.small_subnet.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_launch_adopts_the_first_instance() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = cloud(&f).await;
@@ -346,6 +377,11 @@ async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_eac
     assert_eq!(fleet.target_capacity_specification().and_then(|t| t.default_target_capacity_type()).map(|t| t.as_str()), Some("spot"));
     let overrides: usize = fleet.launch_template_configs().iter().map(|c| c.overrides().len()).sum();
     assert_eq!(overrides, 2, "on-demand options are not sent with a spot fleet");
+
+    // A spot option that cannot be bought does not force spot: on-demand it is.
+    let req = request("spot", vec![offering("m5.large", "us-east-1z", "spot", 0.03), offering("m5.large", z, "on-demand", 0.096)]);
+    let launched = cloud.launch(&req).await.expect("launch");
+    assert_eq!(launched.instance.capacity_type, "on-demand");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
