@@ -568,7 +568,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
         user_data: String,
         network: &Network,
     ) -> TemplateSpec {
-        let size = class.root_volume_gib.unwrap_or(20);
+        // Karpenter's defaults (blockDeviceMappings are not read yet).
+        let size = 20;
         let volumes = match family {
             AmiFamily::Bottlerocket => vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)],
             _ => vec![("/dev/xvda".to_owned(), size)],
