@@ -115,10 +115,13 @@ pub fn unique(prefix: &str) -> String {
 /// SDK configuration pointing at the emulator, with the adapter's retry
 /// and timeout settings and fake credentials.
 pub async fn sdk_config(region: &str) -> SdkConfig {
-    let m = moto();
-    let options = ClientOptions::default();
+    sdk_config_at(&moto().endpoint, region, &ClientOptions::default()).await
+}
+
+/// SDK configuration for any endpoint, with the given retry and timeout settings.
+pub async fn sdk_config_at(endpoint: &str, region: &str, options: &ClientOptions) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(&m.endpoint)
+        .endpoint_url(endpoint)
         .region(Region::new(region.to_owned()))
         .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
         .retry_config(options.retry_config())
@@ -160,7 +163,8 @@ impl Ec2Fixture {
         let ec2 = aws_sdk_ec2::Client::new(&config);
         let discovery = unique("disc");
         let cluster = unique("cluster");
-        let disc = [("karpenter.sh/discovery", discovery.as_str())];
+        let member_key = format!("nodewright.test/{discovery}");
+        let disc = [("karpenter.sh/discovery", discovery.as_str()), (member_key.as_str(), "member")];
         let octet = 16 + NEXT_CIDR.fetch_add(1, Ordering::Relaxed) % 200;
         let vpc = ec2
             .create_vpc()
@@ -237,6 +241,11 @@ impl Ec2Fixture {
             .await
             .expect("CreateCluster");
         Ec2Fixture { region: region.to_owned(), config, cluster, discovery, zones, best_subnet, small_subnet, security_group }
+    }
+
+    /// A tag key only this fixture's subnets and security group carry (value `member`).
+    pub fn member_key(&self) -> String {
+        format!("nodewright.test/{}", self.discovery)
     }
 
     /// A NodeClass selecting this fixture's subnets and security group.

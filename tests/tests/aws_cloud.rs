@@ -8,15 +8,15 @@
 //! run in parallel against one server.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use nodewright::aws::ec2::{ClusterInfo, tags};
 use nodewright::aws::nodeclass::{AmiTerm, NodeClassSettings, SelectorTerm};
-use nodewright::aws::prices::{PriceOrigin, SeededPrices};
-use nodewright::aws::{Ec2Cloud, Ec2CloudSettings};
+use nodewright::aws::prices::{PriceOrigin, PriceSource, SeededPrices};
+use nodewright::aws::{AwsPrices, ClientOptions, Ec2Cloud, Ec2CloudSettings};
 use nodewright::cloud::KubeletConfig;
-use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering};
+use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering, StoreError};
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright::sim::FaultyCloud;
@@ -109,6 +109,51 @@ async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
         assert_eq!(p4d.gpu_count, 8);
         assert_eq!(p4d.max_pods(&KubeletConfig::default()), 737, "default network card's ENIs");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pricing_api_failure_is_detected_and_bounded() {
+    // moto answers pricing:GetProducts with HTTP 500 and an HTML body.
+    let config = nodewright_tests::aws::sdk_config("us-east-1").await;
+    let prices = AwsPrices::new(&config, "us-east-1");
+    let t0 = Instant::now();
+    let od = prices.on_demand("us-east-1").await.expect("falls back, does not fail");
+    let took = t0.elapsed();
+    eprintln!("Pricing API failure → static table in {took:?}");
+    match &od.origin {
+        PriceOrigin::StaticTable { table_region, reason } => {
+            assert_eq!(table_region, "us-east-1");
+            assert!(reason.contains("GetProducts") && reason.contains("500"), "{reason}");
+        }
+        other => panic!("expected the static table, got {other:?}"),
+    }
+    assert_eq!(od.prices.get("m5.large"), Some(&0.096));
+    assert!(took.as_secs() < 10, "bounded retries, took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_endpoint_is_transient_within_the_deadline() {
+    let options = ClientOptions {
+        max_attempts: 3,
+        attempt_timeout: Duration::from_secs(2),
+        operation_timeout: Duration::from_secs(5),
+        ..ClientOptions::default()
+    };
+    // Nothing listens on the discard port of the loopback address.
+    let config = nodewright_tests::aws::sdk_config_at("http://127.0.0.1:9", "us-east-1", &options).await;
+    let cloud = Ec2Cloud::with_prices(&config, Ec2CloudSettings::new("c"), SeededPrices::default()).expect("adapter");
+    let t0 = Instant::now();
+    match cloud.catalog().await {
+        Err(e @ CloudError::Transient(_)) => assert!(e.is_retryable()),
+        other => panic!("expected a transient error, got {other:?}"),
+    }
+    match cloud.instances().await {
+        Err(CloudError::Transient(_)) => {}
+        other => panic!("expected a transient error, got {other:?}"),
+    }
+    let store = nodewright::aws::DynamoStore::new(&config, nodewright::aws::DynamoTables::with_prefix("unreachable"));
+    assert!(matches!(nodewright::ports::Store::claims(&store).await, Err(StoreError::Transient(_))));
+    assert!(t0.elapsed().as_secs() < 20, "bounded: {:?}", t0.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,6 +300,37 @@ async fn seeded_parameters(f: &Ec2Fixture) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_terms_by_any_value_and_by_id() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let za = f.zones[0].clone();
+    // `*` matches any value of the key; the zone's biggest subnet wins.
+    let any = SelectorTerm { tags: [(f.member_key(), "*".to_owned())].into(), ..Default::default() };
+    let by_id = SelectorTerm { id: Some(f.security_group.clone()), ..Default::default() };
+    let class = NodeClassSettings {
+        subnet_selector_terms: vec![any],
+        security_group_selector_terms: vec![by_id],
+        ..Default::default()
+    };
+    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class("default", class), seeded(&f.zones))
+        .expect("adapter");
+    let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096)]);
+    cloud.launch(&req).await.expect("launch");
+    assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), f.best_subnet.get(&za).map(String::as_str));
+
+    // An id term selects exactly that subnet, even the smaller one.
+    let class = NodeClassSettings {
+        subnet_selector_terms: vec![SelectorTerm { id: Some(f.small_subnet.clone()), ..Default::default() }],
+        ..f.node_class()
+    };
+    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class("default", class), seeded(&f.zones))
+        .expect("adapter");
+    let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096), offering("m5.large", &f.zones[1], "on-demand", 0.096)]);
+    let launched = cloud.launch(&req).await.expect("launch");
+    assert_eq!(launched.instance.zone, za, "only the first zone has a selected subnet");
+    assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), Some(f.small_subnet.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_launch_adopts_the_first_instance() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = cloud(&f).await;
@@ -301,6 +377,11 @@ async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_eac
     assert_eq!(fleet.target_capacity_specification().and_then(|t| t.default_target_capacity_type()).map(|t| t.as_str()), Some("spot"));
     let overrides: usize = fleet.launch_template_configs().iter().map(|c| c.overrides().len()).sum();
     assert_eq!(overrides, 2, "on-demand options are not sent with a spot fleet");
+
+    // A spot option that cannot be bought does not force spot: on-demand it is.
+    let req = request("spot", vec![offering("m5.large", "us-east-1z", "spot", 0.03), offering("m5.large", z, "on-demand", 0.096)]);
+    let launched = cloud.launch(&req).await.expect("launch");
+    assert_eq!(launched.instance.capacity_type, "on-demand");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

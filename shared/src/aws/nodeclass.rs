@@ -7,6 +7,11 @@
 //! this struct. When the validated `config::nodeclass` model lands, the
 //! adapter can take that instead: only [`NodeClassSettings`] and
 //! [`crate::aws::ec2::Ec2CloudSettings::node_classes`] need to change.
+//!
+//! Not read yet (the launch uses Karpenter's defaults): `blockDeviceMappings`
+//! (root volume 20 GiB gp3, encrypted; Bottlerocket 4 GiB + 20 GiB),
+//! `metadataOptions` (IMDSv2 required, hop limit 1), `associatePublicIPAddress`,
+//! `detailedMonitoring`, `instanceStorePolicy`, and AMI terms by name, owner or tags.
 
 use std::collections::BTreeMap;
 
@@ -41,9 +46,6 @@ pub struct NodeClassSettings {
     pub user_data: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<NodeClassKubelet>,
-    /// Root volume size in GiB (default 20; Bottlerocket's data volume).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root_volume_gib: Option<i32>,
 }
 
 /// The kubelet settings of a NodeClass that reach the user data.

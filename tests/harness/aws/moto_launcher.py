@@ -297,9 +297,20 @@ def make_app() -> Any:
     def json_response(body: Any, status: int = 200) -> Response:
         return Response(json.dumps(body), status=status, mimetype="application/json")
 
+    # moto's DynamoDB is not safe under concurrent requests: TransactWriteItems
+    # checks conditions and applies writes without a lock, and rolls a failed
+    # transaction back by restoring a deep copy of the table taken before it
+    # started (erasing writes other threads made meanwhile). DynamoDB itself
+    # serialises conflicting writes, so serialise DynamoDB requests here.
+    dynamodb_lock = threading.Lock()
+
     def app(environ: dict[str, Any], start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
         if not path.startswith("/nodewright/"):
+            if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
+                with dynamodb_lock:
+                    # Materialise the body inside the lock.
+                    return list(moto_app(environ, start_response))
             return moto_app(environ, start_response)
         req = Request(environ)
         if path == "/nodewright/health" and req.method == "GET":

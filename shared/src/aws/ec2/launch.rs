@@ -219,55 +219,59 @@ impl<P: PriceSource> Ec2Cloud<P> {
             info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
             return Ok(Launched { instance, unavailable: Vec::new() });
         }
-        let catalog = self.refresh_catalog().await?;
-        let capacity_type = if req.options.iter().any(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT) {
-            labels::CAPACITY_TYPE_SPOT
-        } else {
-            labels::CAPACITY_TYPE_ON_DEMAND
+        // Configuration errors first: they need no catalog.
+        let (family, pinned) = class.family().map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+        let network = {
+            let mut cache = self.launch.lock().await;
+            self.network(&mut cache, class_name, class).await?
         };
+        let catalog = self.refresh_catalog().await?;
         let infos: HashMap<&str, &InstanceTypeInfo> = catalog.instance_types.iter().map(|i| (i.name.as_str(), i)).collect();
         let offered: HashSet<(&str, &str, &str)> = catalog
             .offerings
             .iter()
             .map(|o| (o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str()))
             .collect();
+        // Every option must be a type of the region, offered in its zone as
+        // its capacity type, in a zone the NodeClass has a subnet in.
         let mut rejected = Vec::new();
-        let mut chosen: Vec<(&PricedOffering, &InstanceTypeInfo)> = Vec::new();
-        for o in req.options.iter().filter(|o| o.capacity_type == capacity_type) {
+        let mut valid: Vec<(&PricedOffering, &InstanceTypeInfo)> = Vec::new();
+        for o in &req.options {
             let Some(info) = infos.get(o.instance_type.as_str()) else {
                 rejected.push(format!("{} is not an instance type offered in {}", o.instance_type, self.region));
                 continue;
             };
-            if !offered.contains(&(capacity_type, o.instance_type.as_str(), o.zone.as_str())) {
-                rejected.push(format!("{} is not offered as {capacity_type} in zone {}", o.instance_type, o.zone));
+            if !offered.contains(&(o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str())) {
+                rejected.push(format!("{} is not offered as {} in zone {}", o.instance_type, o.capacity_type, o.zone));
                 continue;
             }
-            chosen.push((o, info));
+            if !network.subnets.contains_key(&o.zone) {
+                rejected.push(format!("nodeclass {class_name} has no subnet in zone {}", o.zone));
+                continue;
+            }
+            valid.push((o, info));
         }
-        let invalid = |what: &str, rejected: &[String]| {
-            CloudError::Invalid(format!("nodeclaim {}: {what}: {}", req.claim_id, rejected.join("; ")))
+        if valid.is_empty() {
+            return Err(CloudError::Invalid(format!(
+                "nodeclaim {}: no launch option can be bought: {}",
+                req.claim_id,
+                rejected.join("; ")
+            )));
+        }
+        // Spot when any (valid) spot option is present, as Karpenter does.
+        let capacity_type = if valid.iter().any(|(o, _)| o.capacity_type == labels::CAPACITY_TYPE_SPOT) {
+            labels::CAPACITY_TYPE_SPOT
+        } else {
+            labels::CAPACITY_TYPE_ON_DEMAND
         };
-        if chosen.is_empty() {
-            return Err(invalid("no launch option can be bought", &rejected));
-        }
+        let chosen: Vec<(&PricedOffering, &InstanceTypeInfo)> =
+            valid.into_iter().filter(|(o, _)| o.capacity_type == capacity_type).collect();
 
-        // Network, cluster, AMIs and templates: under the launch cache's lock,
-        // so concurrent launches share one lookup.
+        // Cluster, AMIs and templates: under the launch cache's lock, so
+        // concurrent launches share one lookup.
         let (network, groups) = {
             let mut cache = self.launch.lock().await;
-            let network = self.network(&mut cache, class_name, class).await?;
-            chosen.retain(|(o, _)| {
-                let ok = network.subnets.contains_key(&o.zone);
-                if !ok {
-                    rejected.push(format!("nodeclass {class_name} has no subnet in zone {}", o.zone));
-                }
-                ok
-            });
-            if chosen.is_empty() {
-                return Err(invalid("no launch option has a subnet", &rejected));
-            }
             let cluster = self.cluster(&mut cache).await?;
-            let (family, pinned) = class.family().map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
             let k8s = self.settings.kubernetes_version.clone().unwrap_or_else(|| cluster.version.clone());
 
             let mut groups: Vec<Group<'_>> = Vec::new();
@@ -324,7 +328,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
             }
             groups.retain(|g| g.template.is_some());
             if groups.is_empty() {
-                return Err(invalid("no AMI for any launch option", &rejected));
+                return Err(CloudError::Invalid(format!(
+                    "nodeclaim {}: no AMI for any launch option: {}",
+                    req.claim_id,
+                    rejected.join("; ")
+                )));
             }
             self.ensure_templates(&mut cache, specs).await?;
             (network, groups)
@@ -560,7 +568,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
         user_data: String,
         network: &Network,
     ) -> TemplateSpec {
-        let size = class.root_volume_gib.unwrap_or(20);
+        // Karpenter's defaults (blockDeviceMappings are not read yet).
+        let size = 20;
         let volumes = match family {
             AmiFamily::Bottlerocket => vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)],
             _ => vec![("/dev/xvda".to_owned(), size)],
@@ -756,96 +765,205 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 return Err(e.into());
             }
         };
-        let zone_of_subnet: HashMap<&str, &str> = network.subnets.iter().map(|(z, s)| (s.as_str(), z.as_str())).collect();
-        let zone_of = |ov: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>| -> Option<String> {
-            let ov = ov?;
-            ov.availability_zone()
-                .map(str::to_owned)
-                .or_else(|| ov.subnet_id().and_then(|s| zone_of_subnet.get(s)).map(|z| (*z).to_owned()))
-        };
+        fleet_outcome(&out, req, capacity_type, &all_keys(), &network.subnets)
+    }
+}
 
-        let mut unavailable = Vec::new();
-        let mut ice_messages = Vec::new();
-        let mut other_errors = Vec::new();
-        for err in out.errors() {
-            let code = err.error_code().unwrap_or("Unknown");
-            let message = err.error_message().unwrap_or_default();
-            let ov = err.launch_template_and_overrides().and_then(|l| l.overrides());
-            if INSUFFICIENT_CAPACITY_CODES.contains(&code) {
-                ice_messages.push(format!("{code}: {message}"));
-                if let (Some(ty), Some(zone)) = (ov.and_then(|o| o.instance_type()), zone_of(ov)) {
-                    let ct = match err.lifecycle() {
-                        Some(InstanceLifecycle::Spot) => labels::CAPACITY_TYPE_SPOT,
-                        Some(InstanceLifecycle::OnDemand) => labels::CAPACITY_TYPE_ON_DEMAND,
-                        _ => capacity_type,
-                    };
-                    let key = OfferingKey { capacity_type: ct.to_owned(), instance_type: ty.as_str().to_owned(), zone };
-                    if !unavailable.contains(&key) {
-                        unavailable.push(key);
-                    }
+/// What a CreateFleet reply means: the launched instance with the offerings
+/// that ran out on the way, or why nothing launched. `all_keys` are the
+/// offerings the fleet was asked for; `subnets` maps zone → subnet id.
+pub(crate) fn fleet_outcome(
+    out: &aws_sdk_ec2::operation::create_fleet::CreateFleetOutput,
+    req: &LaunchRequest,
+    capacity_type: &str,
+    all_keys: &[OfferingKey],
+    subnets: &BTreeMap<String, String>,
+) -> Result<Launched, CloudError> {
+    let zone_of_subnet: HashMap<&str, &str> = subnets.iter().map(|(z, s)| (s.as_str(), z.as_str())).collect();
+    let zone_of = |ov: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>| -> Option<String> {
+        let ov = ov?;
+        ov.availability_zone()
+            .map(str::to_owned)
+            .or_else(|| ov.subnet_id().and_then(|s| zone_of_subnet.get(s)).map(|z| (*z).to_owned()))
+    };
+    let lifecycle = |l: Option<&InstanceLifecycle>| match l {
+        Some(InstanceLifecycle::Spot) => labels::CAPACITY_TYPE_SPOT,
+        Some(InstanceLifecycle::OnDemand) => labels::CAPACITY_TYPE_ON_DEMAND,
+        _ => capacity_type,
+    };
+
+    let mut unavailable = Vec::new();
+    let mut ice_messages = Vec::new();
+    let mut other_errors = Vec::new();
+    for err in out.errors() {
+        let code = err.error_code().unwrap_or("Unknown");
+        let message = err.error_message().unwrap_or_default();
+        let ov = err.launch_template_and_overrides().and_then(|l| l.overrides());
+        if INSUFFICIENT_CAPACITY_CODES.contains(&code) {
+            ice_messages.push(format!("{code}: {message}"));
+            if let (Some(ty), Some(zone)) = (ov.and_then(|o| o.instance_type()), zone_of(ov)) {
+                let key = OfferingKey {
+                    capacity_type: lifecycle(err.lifecycle()).to_owned(),
+                    instance_type: ty.as_str().to_owned(),
+                    zone,
+                };
+                if !unavailable.contains(&key) {
+                    unavailable.push(key);
                 }
-            } else {
-                other_errors.push((code.to_owned(), message.to_owned()));
             }
-        }
-
-        let launched = out.instances().iter().find_map(|i| {
-            let id = i.instance_ids().first()?;
-            let ov = i.launch_template_and_overrides().and_then(|l| l.overrides());
-            let ty = i.instance_type().map(|t| t.as_str().to_owned()).or_else(|| ov.and_then(|o| o.instance_type()).map(|t| t.as_str().to_owned()))?;
-            let ct = match i.lifecycle() {
-                Some(InstanceLifecycle::Spot) => labels::CAPACITY_TYPE_SPOT,
-                Some(InstanceLifecycle::OnDemand) => labels::CAPACITY_TYPE_ON_DEMAND,
-                _ => capacity_type,
-            };
-            Some((id.clone(), ty, zone_of(ov), ct))
-        });
-        if let Some((id, instance_type, zone, ct)) = launched {
-            let zone = zone.or_else(|| {
-                groups.iter().flat_map(|g| g.options.iter()).find(|o| o.instance_type == instance_type).map(|o| o.zone.clone())
-            });
-            let zone = zone.unwrap_or_default();
-            let price = req
-                .options
-                .iter()
-                .find(|o| o.capacity_type == ct && o.instance_type == instance_type && o.zone == zone)
-                .map_or(0.0, |o| o.price);
-            let instance = Instance {
-                provider_id: format!("aws:///{zone}/{id}"),
-                id,
-                instance_type,
-                zone,
-                capacity_type: ct.to_owned(),
-                state: InstanceState::Pending,
-                launched_at: Timestamp::now(),
-                claim_id: Some(req.claim_id.clone()),
-                pool: Some(req.pool.clone()),
-                price,
-            };
-            return Ok(Launched { instance, unavailable });
-        }
-        if !ice_messages.is_empty() || other_errors.is_empty() {
-            let message = if ice_messages.is_empty() {
-                "UnfulfillableCapacity: CreateFleet launched no instance and reported no error".to_owned()
-            } else {
-                ice_messages.join("; ")
-            };
-            let offerings = if unavailable.is_empty() { all_keys() } else { unavailable };
-            return Err(CloudError::InsufficientCapacity { offerings, message });
-        }
-        let text = other_errors.iter().map(|(c, m)| format!("{c}: {m}")).collect::<Vec<_>>().join("; ");
-        let transient = other_errors.iter().any(|(c, _)| super::super::TRANSIENT_CODES.contains(&c.as_str()));
-        if transient {
-            Err(CloudError::Transient(format!("CreateFleet: {text}")))
         } else {
-            Err(CloudError::Invalid(format!("CreateFleet: {text}")))
+            other_errors.push((code.to_owned(), message.to_owned()));
         }
+    }
+
+    let launched = out.instances().iter().find_map(|i| {
+        let id = i.instance_ids().first()?;
+        let ov = i.launch_template_and_overrides().and_then(|l| l.overrides());
+        let ty = i
+            .instance_type()
+            .or_else(|| ov.and_then(|o| o.instance_type()))
+            .map(|t| t.as_str().to_owned())?;
+        Some((id.clone(), ty, zone_of(ov), lifecycle(i.lifecycle())))
+    });
+    if let Some((id, instance_type, zone, ct)) = launched {
+        let zone = zone
+            .or_else(|| all_keys.iter().find(|k| k.instance_type == instance_type).map(|k| k.zone.clone()))
+            .unwrap_or_default();
+        let price = req
+            .options
+            .iter()
+            .find(|o| o.capacity_type == ct && o.instance_type == instance_type && o.zone == zone)
+            .map_or(0.0, |o| o.price);
+        let instance = Instance {
+            provider_id: format!("aws:///{zone}/{id}"),
+            id,
+            instance_type,
+            zone,
+            capacity_type: ct.to_owned(),
+            state: InstanceState::Pending,
+            launched_at: Timestamp::now(),
+            claim_id: Some(req.claim_id.clone()),
+            pool: Some(req.pool.clone()),
+            price,
+        };
+        return Ok(Launched { instance, unavailable });
+    }
+    if !ice_messages.is_empty() || other_errors.is_empty() {
+        let message = if ice_messages.is_empty() {
+            "UnfulfillableCapacity: CreateFleet launched no instance and reported no error".to_owned()
+        } else {
+            ice_messages.join("; ")
+        };
+        let offerings = if unavailable.is_empty() { all_keys.to_vec() } else { unavailable };
+        return Err(CloudError::InsufficientCapacity { offerings, message });
+    }
+    let text = other_errors.iter().map(|(c, m)| format!("{c}: {m}")).collect::<Vec<_>>().join("; ");
+    if other_errors.iter().any(|(c, _)| super::super::TRANSIENT_CODES.contains(&c.as_str())) {
+        Err(CloudError::Transient(format!("CreateFleet: {text}")))
+    } else {
+        Err(CloudError::Invalid(format!("CreateFleet: {text}")))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+    use aws_sdk_ec2::types::{
+        CreateFleetError, CreateFleetInstance, FleetLaunchTemplateOverrides, InstanceType as Ec2Type,
+        LaunchTemplateAndOverridesResponse,
+    };
+
+    fn overrides(ty: &str, subnet: &str) -> LaunchTemplateAndOverridesResponse {
+        LaunchTemplateAndOverridesResponse::builder()
+            .overrides(FleetLaunchTemplateOverrides::builder().instance_type(Ec2Type::from(ty)).subnet_id(subnet).build())
+            .build()
+    }
+
+    fn fleet_error(code: &str, ty: &str, subnet: &str) -> CreateFleetError {
+        CreateFleetError::builder()
+            .error_code(code)
+            .error_message(format!("{code} for {ty}"))
+            .lifecycle(InstanceLifecycle::Spot)
+            .launch_template_and_overrides(overrides(ty, subnet))
+            .build()
+    }
+
+    fn key(ty: &str, zone: &str) -> OfferingKey {
+        OfferingKey { capacity_type: "spot".into(), instance_type: ty.into(), zone: zone.into() }
+    }
+
+    fn fixture() -> (LaunchRequest, Vec<OfferingKey>, BTreeMap<String, String>) {
+        let req = LaunchRequest {
+            claim_id: "default-abcde".into(),
+            client_token: "nodewright-default-abcde".into(),
+            pool: "default".into(),
+            node_class: None,
+            options: vec![
+                PricedOffering { instance_type: "m5.large".into(), zone: "za".into(), capacity_type: "spot".into(), price: 0.03 },
+                PricedOffering { instance_type: "m5.large".into(), zone: "zb".into(), capacity_type: "spot".into(), price: 0.031 },
+                PricedOffering { instance_type: "c5.large".into(), zone: "za".into(), capacity_type: "spot".into(), price: 0.032 },
+            ],
+            labels: BTreeMap::new(),
+            taints: vec![],
+            kubelet: Default::default(),
+        };
+        let keys = vec![key("m5.large", "za"), key("m5.large", "zb"), key("c5.large", "za")];
+        let subnets = [("za".to_owned(), "subnet-a".to_owned()), ("zb".to_owned(), "subnet-b".to_owned())].into();
+        (req, keys, subnets)
+    }
+
+    #[test]
+    fn a_launch_reports_the_offerings_that_ran_out_on_the_way() {
+        let (req, keys, subnets) = fixture();
+        let out = CreateFleetOutput::builder()
+            .errors(fleet_error("InsufficientInstanceCapacity", "m5.large", "subnet-a"))
+            .errors(fleet_error("InsufficientInstanceCapacity", "m5.large", "subnet-a"))
+            .instances(
+                CreateFleetInstance::builder()
+                    .instance_ids("i-0abc")
+                    .instance_type(Ec2Type::from("m5.large"))
+                    .lifecycle(InstanceLifecycle::Spot)
+                    .launch_template_and_overrides(overrides("m5.large", "subnet-b"))
+                    .build(),
+            )
+            .build();
+        let l = fleet_outcome(&out, &req, "spot", &keys, &subnets).expect("launched");
+        assert_eq!(l.instance.id, "i-0abc");
+        assert_eq!((l.instance.zone.as_str(), l.instance.capacity_type.as_str(), l.instance.price), ("zb", "spot", 0.031));
+        assert_eq!(l.instance.provider_id, "aws:///zb/i-0abc");
+        assert_eq!(l.unavailable, vec![key("m5.large", "za")], "deduplicated");
+    }
+
+    #[test]
+    fn nothing_launched_is_insufficient_capacity_or_an_error() {
+        let (req, keys, subnets) = fixture();
+        // Every capacity error names its offering.
+        let out = CreateFleetOutput::builder()
+            .errors(fleet_error("InsufficientInstanceCapacity", "m5.large", "subnet-a"))
+            .errors(fleet_error("MaxSpotInstanceCountExceeded", "c5.large", "subnet-a"))
+            .build();
+        match fleet_outcome(&out, &req, "spot", &keys, &subnets) {
+            Err(CloudError::InsufficientCapacity { offerings, message }) => {
+                assert_eq!(offerings, vec![key("m5.large", "za"), key("c5.large", "za")]);
+                assert!(message.contains("MaxSpotInstanceCountExceeded"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // An empty reply is UnfulfillableCapacity for everything asked.
+        match fleet_outcome(&CreateFleetOutput::builder().build(), &req, "spot", &keys, &subnets) {
+            Err(CloudError::InsufficientCapacity { offerings, message }) => {
+                assert_eq!(offerings, keys);
+                assert!(message.starts_with("UnfulfillableCapacity"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Other errors: retryable or not by their code.
+        let out = CreateFleetOutput::builder().errors(fleet_error("InvalidLaunchTemplateName.NotFoundException", "m5.large", "subnet-a")).build();
+        assert!(matches!(fleet_outcome(&out, &req, "spot", &keys, &subnets), Err(CloudError::Invalid(m)) if m.contains("InvalidLaunchTemplateName")));
+        let out = CreateFleetOutput::builder().errors(fleet_error("RequestLimitExceeded", "m5.large", "subnet-a")).build();
+        assert!(matches!(fleet_outcome(&out, &req, "spot", &keys, &subnets), Err(CloudError::Transient(_))));
+    }
 
     #[test]
     fn ami_parameters_per_family() {

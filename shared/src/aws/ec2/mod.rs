@@ -381,6 +381,7 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
         Ok(())
     }
 
+    /// Prices come from the cached catalog (0 when this process has not loaded it yet).
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         let catalog = self.cached_catalog().await;
         let found = self.describe_ours(Vec::new(), LIVE_STATES).await?;
