@@ -184,6 +184,23 @@ pub trait Cloud: Send + Sync {
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
 }
 
+/// A shared cloud is a cloud: adapters that hold caches (and so are not
+/// `Clone`) can be shared between a simulation and its handlers.
+impl<C: Cloud> Cloud for Arc<C> {
+    fn catalog(&self) -> impl Future<Output = Result<Arc<CloudCatalog>, CloudError>> + Send {
+        (**self).catalog()
+    }
+    fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Launched, CloudError>> + Send {
+        (**self).launch(request)
+    }
+    fn terminate(&self, instance_ids: &[String]) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).terminate(instance_ids)
+    }
+    fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
+        (**self).instances()
+    }
+}
+
 // ---------------------------------------------------------------- cluster
 
 /// `namespace/name` of a pod, with its uid so a re-created pod of the same
