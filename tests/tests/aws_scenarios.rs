@@ -1,0 +1,80 @@
+//! The provisioning scenarios on the real AWS adapters: `Ec2Cloud` and
+//! `DynamoStore` against the moto emulator, with the in-memory cluster.
+//! The same scenario files and expectations as on the in-memory adapters.
+
+use std::sync::Arc;
+
+use nodewright::aws::Ec2Cloud;
+use nodewright::aws::prices::SeededPrices;
+use nodewright::ports::{OfferingKey, Store, Timestamp};
+use nodewright::sim::scenario::{self, WALKTHROUGH_1};
+use nodewright::sim::{FaultyCloud, SimClock, SimSettings, Simulation};
+use nodewright_tests::aws::{Ec2Fixture, dynamo_store};
+
+const REGION: &str = "ap-south-1";
+
+/// Prices for the walkthrough's types, so the run does not depend on the Pricing API.
+fn seeded(zones: &[String]) -> SeededPrices {
+    let mut p = SeededPrices::default();
+    for (ty, od) in [("r6gd.xlarge", 0.2304), ("r6g.xlarge", 0.2016), ("m6g.large", 0.077)] {
+        p.on_demand.insert(ty.to_owned(), od);
+        for z in zones {
+            p.spot.insert((ty.to_owned(), z.clone()), od * 0.35);
+        }
+    }
+    p
+}
+
+/// A simulation whose cloud and store are the real adapters. The clock
+/// starts at the real time: moto stamps launches with it.
+async fn on_aws() -> (Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::aws::DynamoStore>, Ec2Fixture) {
+    let f = Ec2Fixture::new(REGION, "1.32").await;
+    let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter");
+    let store = dynamo_store(REGION).await;
+    let sim = Simulation::new(
+        SimClock::starting_at(Timestamp::now()),
+        FaultyCloud::new(Arc::new(cloud)),
+        None,
+        store,
+        SimSettings::default(),
+    );
+    (sim, f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walkthrough_one_on_ec2_and_dynamodb() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
+    let (mut sim, f) = on_aws().await;
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    // The instance exists in EC2, tagged with its claim, and the claim is in DynamoDB.
+    let claims = sim.store.claims().await.expect("claims");
+    assert_eq!(claims.len(), 1);
+    let tagged = f.instances_of_claim(&claims[0].id).await;
+    assert_eq!(tagged.len(), 1, "exactly one instance carries the claim's tag");
+    assert_eq!(tagged[0].instance_type().map(|t| t.as_str()), Some("r6gd.xlarge"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insufficient_capacity_moves_the_launch_to_another_zone_on_ec2() {
+    let mut s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
+    s.objects[1]["spec"]["template"]["spec"]["nodeSelector"]
+        .as_object_mut()
+        .expect("nodeSelector")
+        .remove("topology.kubernetes.io/zone");
+    s.expect.nodes_with.clear();
+    let (mut sim, _f) = on_aws().await;
+    let gone = OfferingKey { capacity_type: "on-demand".into(), instance_type: "r6gd.xlarge".into(), zone: "ap-south-1a".into() };
+    sim.cloud.remove_capacity(gone.clone());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let unavailable = sim.store.unavailable_offerings(sim.now()).await.expect("store");
+    assert!(unavailable.contains(&gone), "{unavailable:?}");
+    let nodes = sim.cluster.all_nodes();
+    let zone = nodes[0].metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone")).cloned();
+    assert_ne!(zone.as_deref(), Some("ap-south-1a"));
+}
