@@ -15,6 +15,17 @@ pub struct LoadedConfig {
     pub fingerprint: u64,
 }
 
+impl LoadedConfig {
+    pub fn pool(&self, name: &str) -> Option<&NodePool> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
+    /// A pool's limits; none for a pool that no longer exists.
+    pub fn limits(&self, pool: &str) -> crate::config::Limits {
+        self.pool(pool).map(|p| p.limits.clone()).unwrap_or_default()
+    }
+}
+
 /// Loads and validates the NodePools. An item that fails validation is
 /// logged with its field and reason and left out: one bad item must not stop
 /// the others (the CLI refuses to write invalid items in the first place).

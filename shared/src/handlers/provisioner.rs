@@ -86,7 +86,8 @@ pub struct Provisioner<P: PortSet> {
 
 /// How a launch attempt ended.
 enum LaunchEnd {
-    Launched(Box<Claim>),
+    /// The claim's id.
+    Launched(String),
     /// Out of capacity everywhere it asked; the claim was dropped.
     NoCapacity(Vec<PodKey>),
     /// Dropped for good (invalid request, too many attempts, lost to another writer).
@@ -157,25 +158,34 @@ impl<P: PortSet> Provisioner<P> {
         let cluster = self.ports.cluster();
 
         let config = config::load(store).await?;
-        let claims = store.claims().await?;
+        let mut claims = store.claims().await?;
         let pending = cluster.pending_pods().await?;
         let nodes = cluster.nodes().await?;
 
         // Claims first: launches to finish, nodes that registered, timeouts.
-        for action in lifecycle::registration(&claims, &nodes, &pending, now) {
+        // The claims are read again only when an action changed them.
+        let actions = lifecycle::registration(&claims, &nodes, &pending, now);
+        let mut changed = !actions.is_empty();
+        for action in actions {
             self.carry_out(action, &config, &mut report).await?;
         }
         if self.last_gc.is_none_or(|t| now.duration_since(t) >= self.settings.gc_interval) {
             self.last_gc = Some(now);
-            let claims = store.claims().await?;
+            if std::mem::take(&mut changed) {
+                claims = store.claims().await?;
+            }
             let instances = self.ports.cloud().instances().await?;
-            for action in lifecycle::collect_garbage(&claims, &instances, now) {
+            let actions = lifecycle::collect_garbage(&claims, &instances, now);
+            changed = !actions.is_empty();
+            for action in actions {
                 self.carry_out(action, &config, &mut report).await?;
             }
         }
+        if changed {
+            claims = store.claims().await?;
+        }
 
         // Then the batch window over the pods nobody is taking care of.
-        let claims = store.claims().await?;
         let nominated: HashSet<&str> =
             claims.iter().filter(|c| c.node_name.is_none()).flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
         let stored = store.batch().await?;
@@ -308,13 +318,10 @@ impl<P: PortSet> Provisioner<P> {
             }
             let pod_count: usize = decision.new_claims.iter().map(|c| c.pods.len()).sum();
             info!(nodeclaims = decision.new_claims.len(), pods = pod_count, "computed new nodeclaim(s) to fit pod(s)");
-            let limits_of = |pool: &str| -> Limits {
-                config.pools.iter().find(|p| p.name == pool).map(|p| p.limits.clone()).unwrap_or_default()
-            };
             let catalog = &catalog;
             let ends: Vec<LaunchEnd> = stream::iter(decision.new_claims.into_iter().map(|claim| {
-                let limits = limits_of(&claim.pool);
-                let pool = config.pools.iter().find(|p| p.name == claim.pool);
+                let limits = config.limits(&claim.pool);
+                let pool = config.pool(&claim.pool);
                 async move { self.create_and_launch(claim, &limits, pool, catalog).await }
             }))
             .buffer_unordered(self.settings.launch_concurrency.max(1))
@@ -323,7 +330,7 @@ impl<P: PortSet> Provisioner<P> {
             let mut replan: HashSet<String> = HashSet::new();
             for end in ends {
                 match end {
-                    LaunchEnd::Launched(c) => report.launched.push(c.id),
+                    LaunchEnd::Launched(id) => report.launched.push(id),
                     LaunchEnd::NoCapacity(keys) => replan.extend(keys.into_iter().map(|k| k.uid)),
                     LaunchEnd::Dropped(keys, reason) => {
                         unplaceable.extend(keys.into_iter().map(|k| (k, reason.clone())));
@@ -400,7 +407,7 @@ impl<P: PortSet> Provisioner<P> {
                     provider_id = %instance.provider_id,
                     "launched nodeclaim"
                 );
-                LaunchEnd::Launched(Box::new(next))
+                LaunchEnd::Launched(next.id)
             }
             Err(CloudError::InsufficientCapacity { offerings, message }) => {
                 warn!(nodeclaim = %claim.id, offerings = offerings.len(), %message, "insufficient capacity; planning again on other offerings");
@@ -441,7 +448,7 @@ impl<P: PortSet> Provisioner<P> {
             let Some(claim) = claims.iter().find(|c| c.id == id && c.node_name.is_none()) else { continue };
             let mut next = claim.next();
             next.pods.extend(pods);
-            let limits = config.pools.iter().find(|p| p.name == claim.pool).map(|p| p.limits.clone()).unwrap_or_default();
+            let limits = config.limits(&claim.pool);
             match self.ports.store().update_claim(claim, &next, &limits).await {
                 Ok(()) => info!(nodeclaim = %id, pods = next.pods.len() - claim.pods.len(), "nominated pod(s) to in-flight nodeclaim"),
                 Err(e) => debug!(nodeclaim = %id, error = %e, "could not nominate pods; they will be planned again"),
@@ -473,12 +480,12 @@ impl<P: PortSet> Provisioner<P> {
         let cluster = self.ports.cluster();
         match action {
             LifecycleAction::Launch { claim } => {
-                let limits = config.pools.iter().find(|p| p.name == claim.pool).map(|p| p.limits.clone()).unwrap_or_default();
-                let pool = config.pools.iter().find(|p| p.name == claim.pool);
+                let limits = config.limits(&claim.pool);
+                let pool = config.pool(&claim.pool);
                 let catalog = self.ports.cloud().catalog().await?;
                 info!(nodeclaim = %claim.id, "resuming launch of recorded nodeclaim");
-                if let LaunchEnd::Launched(c) = self.launch(claim, &limits, pool, &catalog).await {
-                    report.launched.push(c.id);
+                if let LaunchEnd::Launched(id) = self.launch(claim, &limits, pool, &catalog).await {
+                    report.launched.push(id);
                 }
             }
             LifecycleAction::Register { claim, node, lift_taint, bind } => {
@@ -500,7 +507,7 @@ impl<P: PortSet> Provisioner<P> {
                 next.registered_at = Some(self.ports.clock().now());
                 // The nomination ends here: a pod still pending is anyone's again.
                 next.pods.clear();
-                let limits = config.pools.iter().find(|p| p.name == claim.pool).map(|p| p.limits.clone()).unwrap_or_default();
+                let limits = config.limits(&claim.pool);
                 match store.update_claim(&claim, &next, &limits).await {
                     Ok(()) | Err(StoreError::Conflict(_)) => {}
                     Err(e) => return Err(e.into()),

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::cloud::SimCloud;
 use super::simulation::Simulation;
 use crate::config::{self, ConfigError};
-use crate::ports::{Clock, Cloud, ConfigItem, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
+use crate::ports::{Cloud, ConfigItem, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
 use crate::resources;
 
 /// The built-in scenario: the first source walkthrough.
@@ -364,9 +364,4 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone>(sim: &Simulation<C, S>, e
 
 fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
     p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
-}
-
-/// Seconds since the start, for reports.
-pub fn elapsed(start: Timestamp, clock: &impl Clock) -> f64 {
-    clock.now().duration_since(start).as_secs_f64()
 }
