@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 pub mod fault_proxy;
 pub mod kube_harness;
+pub mod kube_world;
 pub mod sim;
 
 use k8s_openapi::api::core::v1::Pod;

@@ -1,8 +1,7 @@
 //! A Kubernetes cluster in memory: pods, Deployments (replicas → pods),
-//! DaemonSets, PodDisruptionBudgets, nodes, and a small kube-scheduler that
-//! places pending pods on nodes with room using the same requirement
-//! matching as the solver — so pods evicted or orphaned by a deleted node
-//! come back pending and reschedule as they would in a cluster.
+//! DaemonSets, PodDisruptionBudgets and nodes, with the controllers of
+//! [`controllers`] applied to them — so pods evicted or orphaned by a
+//! deleted node come back pending and reschedule as they would in a cluster.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,18 +10,18 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus, Taint as K8sTaint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::clock::SimClock;
+use super::driver::ClusterDriver;
+use super::controllers::{self, ClusterView, ControllerAction, is_finished, name_suffix, node_of};
 use crate::ports::{
     BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp,
 };
 use crate::resources::Resources;
 use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::Taint;
-use crate::provisioning::plan::existing_node;
-use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
 #[derive(Debug, Default)]
 struct State {
@@ -36,6 +35,17 @@ struct State {
     /// Something changed that the scheduler should look at.
     dirty: bool,
     evictions_blocked: usize,
+}
+
+impl State {
+    fn view(&self) -> ClusterView<'_> {
+        ClusterView {
+            pods: self.pods.values().collect(),
+            nodes: self.nodes.values().collect(),
+            deployments: self.deployments.values().collect(),
+            daemon_sets: self.daemon_sets.values().collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -60,27 +70,6 @@ fn set_condition(pod: &mut Pod, type_: &str, status: &str, reason: Option<&str>,
         last_transition_time: Some(Time(now)),
         ..Default::default()
     });
-}
-
-fn node_of(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
-}
-
-fn is_finished(p: &Pod) -> bool {
-    matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-}
-
-/// Five characters derived from `seed`, like the suffixes Kubernetes' generateName adds.
-fn name_suffix(seed: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut h = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
-            h /= ALPHABET.len() as u64;
-            c
-        })
-        .collect()
 }
 
 /// A resource vector as a Kubernetes resource list.
@@ -216,193 +205,55 @@ impl SimCluster {
         self.lock().evictions_blocked
     }
 
-    /// One round of the controllers: Deployments to their replica counts,
-    /// DaemonSet pods on every node, orphaned pods collected, then the scheduler.
+    /// One round of the controllers (see [`controllers`]): workloads,
+    /// garbage collection and the kubelet, then the scheduler when
+    /// anything changed since it last ran.
     pub fn reconcile(&self) {
         let now = self.clock.now();
         let mut s = self.lock();
-        self.reconcile_deployments(&mut s, now);
-        Self::collect_orphans(&mut s);
-        self.reconcile_daemon_sets(&mut s, now);
+        let actions = controllers::reconcile_workloads(&s.view());
+        Self::apply_actions(&mut s, actions, now);
         if s.dirty {
             s.dirty = false;
-            Self::schedule(&mut s, now);
+            let actions = controllers::schedule(&s.view());
+            Self::apply_actions(&mut s, actions, now);
         }
     }
 
-    fn reconcile_deployments(&self, s: &mut State, now: Timestamp) {
-        let deployments: Vec<Deployment> = s.deployments.values().cloned().collect();
-        for d in deployments {
-            let ns = d.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
-            let name = d.metadata.name.clone().unwrap_or_default();
-            let Some(spec) = d.spec.as_ref() else { continue };
-            let want = spec.replicas.unwrap_or(1).max(0) as usize;
-            let owner = format!("{name}-5d8f7c9b6");
-            let mut mine: Vec<(String, String)> = s
-                .pods
-                .iter()
-                .filter(|(_, p)| p.metadata.owner_references.iter().flatten().any(|o| o.name == owner))
-                .map(|(k, _)| k.clone())
-                .collect();
-            if mine.len() > want {
-                // Like the ReplicaSet controller: unscheduled pods go first, then the newest.
-                mine.sort_by_key(|k| {
-                    let p = &s.pods[k];
-                    (node_of(p).is_some(), std::cmp::Reverse(p.metadata.creation_timestamp.clone()))
-                });
-                for k in mine.iter().take(mine.len() - want) {
-                    s.pods.remove(k);
+    fn apply_actions(s: &mut State, actions: Vec<ControllerAction>, now: Timestamp) {
+        for action in actions {
+            match action {
+                ControllerAction::CreatePod(mut pod) => {
+                    let uid = Self::uid(s);
+                    if pod.metadata.name.is_none() {
+                        let prefix = pod.metadata.generate_name.clone().unwrap_or_default();
+                        pod.metadata.name = Some(format!("{prefix}{}", name_suffix(&uid)));
+                    }
+                    pod.metadata.uid = Some(uid);
+                    pod.metadata.creation_timestamp = Some(Time(now));
+                    s.pods.insert(key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()), pod);
+                    s.dirty = true;
                 }
-                s.dirty = true;
-            }
-            for _ in mine.len()..want {
-                let uid = Self::uid(s);
-                let suffix = name_suffix(&uid);
-                let template = spec.template.clone();
-                let mut meta = template.metadata.unwrap_or_default();
-                meta.name = Some(format!("{owner}-{suffix}"));
-                meta.namespace = Some(ns.clone());
-                meta.uid = Some(uid);
-                meta.creation_timestamp = Some(Time(now));
-                meta.owner_references = Some(vec![OwnerReference {
-                    api_version: "apps/v1".to_owned(),
-                    kind: "ReplicaSet".to_owned(),
-                    name: owner.clone(),
-                    uid: format!("rs-{name}"),
-                    controller: Some(true),
-                    ..Default::default()
-                }]);
-                let pod = Pod {
-                    metadata: meta,
-                    spec: template.spec,
-                    status: Some(PodStatus { phase: Some("Pending".to_owned()), ..Default::default() }),
-                };
-                s.pods.insert(key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()), pod);
-                s.dirty = true;
-            }
-        }
-    }
-
-    /// Pod garbage collection: pods bound to a node that no longer exists.
-    fn collect_orphans(s: &mut State) {
-        let before = s.pods.len();
-        let nodes = &s.nodes;
-        s.pods.retain(|_, p| node_of(p).is_none_or(|n| nodes.contains_key(n)));
-        if s.pods.len() != before {
-            s.dirty = true;
-        }
-    }
-
-    fn reconcile_daemon_sets(&self, s: &mut State, now: Timestamp) {
-        let daemon_sets: Vec<DaemonSet> = s.daemon_sets.values().cloned().collect();
-        let nodes: Vec<Node> = s.nodes.values().cloned().collect();
-        for ds in daemon_sets {
-            let ns = ds.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
-            let name = ds.metadata.name.clone().unwrap_or_default();
-            let Some(spec) = ds.spec.as_ref() else { continue };
-            for node in &nodes {
-                let node_name = node.metadata.name.clone().unwrap_or_default();
-                let pod_name = format!("{name}-{}", name_suffix(&node_name));
-                if s.pods.contains_key(&(ns.clone(), pod_name.clone())) {
-                    continue;
+                ControllerAction::RemovePod(pod) => {
+                    s.pods.remove(&(pod.namespace, pod.name));
+                    s.dirty = true;
                 }
-                let template = spec.template.clone();
-                let mut meta = template.metadata.unwrap_or_default();
-                meta.name = Some(pod_name);
-                meta.namespace = Some(ns.clone());
-                meta.uid = Some(Self::uid(s));
-                meta.creation_timestamp = Some(Time(now));
-                meta.owner_references = Some(vec![OwnerReference {
-                    api_version: "apps/v1".to_owned(),
-                    kind: "DaemonSet".to_owned(),
-                    name: name.clone(),
-                    uid: format!("ds-{name}"),
-                    controller: Some(true),
-                    ..Default::default()
-                }]);
-                let mut pod = Pod { metadata: meta, spec: template.spec, status: None };
-                // Only on nodes the pod's selector and tolerations allow.
-                let Ok(sp) = SchedPod::from_pod(&pod) else { continue };
-                let labels = node.metadata.labels.clone().unwrap_or_default();
-                if !sp.node_selector.keys().all(|k| sp.node_selector.allows(k, labels.get(k).map(String::as_str))) {
-                    continue;
-                }
-                pod.spec.get_or_insert_with(Default::default).node_name = Some(node_name.clone());
-                pod.status = Some(PodStatus { phase: Some("Running".to_owned()), ..Default::default() });
-                s.pods.insert(key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()), pod);
-            }
-        }
-    }
-
-    /// kube-scheduler: place what fits on existing nodes; mark the rest Unschedulable.
-    fn schedule(s: &mut State, now: Timestamp) {
-        let pending: Vec<(String, String)> = s
-            .pods
-            .iter()
-            .filter(|(_, p)| node_of(p).is_none() && p.metadata.deletion_timestamp.is_none() && !is_finished(p))
-            .map(|(k, _)| k.clone())
-            .collect();
-        if pending.is_empty() {
-            return;
-        }
-        let mut by_node: BTreeMap<&str, Vec<SchedPod>> = BTreeMap::new();
-        for p in s.pods.values() {
-            if let (Some(n), Ok(sp)) = (node_of(p), SchedPod::from_pod(p)) {
-                by_node.entry(n).or_default().push(sp);
-            }
-        }
-        let nodes: Vec<ExistingNode> = s
-            .nodes
-            .values()
-            .map(|n| {
-                let mut node = existing_node(n, by_node.remove(n.metadata.name.as_deref().unwrap_or_default()).unwrap_or_default());
-                // kube-scheduler places nothing on a node that is not Ready.
-                let ready = n
-                    .status
-                    .as_ref()
-                    .and_then(|st| st.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                node.unschedulable |= !ready;
-                node
-            })
-            .collect();
-        let mut keys = Vec::new();
-        let mut pods = Vec::new();
-        for k in &pending {
-            match SchedPod::from_pod(&s.pods[k]) {
-                Ok(sp) => {
-                    pods.push(sp);
-                    keys.push(k.clone());
-                }
-                Err(e) => {
-                    if let Some(p) = s.pods.get_mut(k) {
-                        set_condition(p, "PodScheduled", "False", Some("Unschedulable"), Some(e.to_string()), now);
+                ControllerAction::Place { pod, node } => {
+                    if let Some(p) = s.pods.get_mut(&(pod.namespace, pod.name)) {
+                        p.spec.get_or_insert_with(Default::default).node_name = Some(node);
+                        p.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
+                        set_condition(p, "PodScheduled", "True", None, None, now);
                     }
                 }
-            }
-        }
-        let plan = solve(&pods, &nodes, &[], &[], &SolveOptions::default());
-        let mut placed = vec![false; keys.len()];
-        for (i, node) in &plan.bindings {
-            placed[*i] = true;
-            if let Some(p) = s.pods.get_mut(&keys[*i]) {
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-                p.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
-                set_condition(p, "PodScheduled", "True", None, None, now);
-            }
-        }
-        let total = s.nodes.len();
-        for (i, k) in keys.iter().enumerate() {
-            if placed[i] {
-                continue;
-            }
-            if let Some(p) = s.pods.get_mut(k) {
-                let already = p.status.as_ref().and_then(|st| st.conditions.as_ref()).is_some_and(|cs| {
-                    cs.iter().any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-                });
-                if !already {
-                    let msg = format!("0/{total} nodes are available");
-                    set_condition(p, "PodScheduled", "False", Some("Unschedulable"), Some(msg), now);
+                ControllerAction::Start(pod) => {
+                    if let Some(p) = s.pods.get_mut(&(pod.namespace, pod.name)) {
+                        p.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
+                    }
+                }
+                ControllerAction::Unschedulable { pod, message } => {
+                    if let Some(p) = s.pods.get_mut(&(pod.namespace, pod.name)) {
+                        set_condition(p, "PodScheduled", "False", Some("Unschedulable"), Some(message), now);
+                    }
                 }
             }
         }
@@ -575,5 +426,43 @@ impl Cluster for SimCluster {
         let now = self.clock.now();
         self.lock().events.push((now, event.clone()));
         Ok(())
+    }
+}
+
+impl ClusterDriver for SimCluster {
+    type Port = SimCluster;
+
+    fn port(&self) -> SimCluster {
+        self.clone()
+    }
+
+    async fn apply(&self, object: &serde_json::Value) -> Result<(), String> {
+        SimCluster::apply(self, object)
+    }
+
+    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
+        SimCluster::scale(self, namespace, name, replicas)
+    }
+
+    async fn register_node(&self, node: Node) -> Result<(), String> {
+        self.add_node(node);
+        Ok(())
+    }
+
+    async fn reconcile(&self) -> Result<(), String> {
+        SimCluster::reconcile(self);
+        Ok(())
+    }
+
+    async fn all_pods(&self) -> Vec<Pod> {
+        SimCluster::all_pods(self)
+    }
+
+    async fn all_nodes(&self) -> Vec<Node> {
+        SimCluster::all_nodes(self)
+    }
+
+    async fn events(&self) -> Vec<(Timestamp, ClusterEvent)> {
+        SimCluster::events(self)
     }
 }

@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::cloud::SimCloud;
+use super::controllers::node_of;
+use super::driver::ClusterDriver;
 use super::simulation::Simulation;
 use crate::config::{self, ConfigError};
 use crate::ports::{Cloud, ConfigItem, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
@@ -211,21 +213,21 @@ pub async fn put_config<S: Store>(store: &S, items: Vec<ConfigItem>) -> Result<(
 }
 
 /// Loads a scenario into a simulation: configuration into the store, workloads into the cluster.
-pub async fn load<C: Cloud + Clone, S: Store + Clone>(
-    sim: &mut Simulation<C, S>,
+pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &mut Simulation<C, S, K>,
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;
     for w in workloads {
-        sim.cluster.apply(&w).map_err(ScenarioError::Parse)?;
+        sim.cluster.apply(&w).await.map_err(ScenarioError::Parse)?;
     }
     Ok(())
 }
 
 /// Runs a loaded scenario's actions and then until its end.
-pub async fn run<C: Cloud + Clone, S: Store + Clone>(
-    sim: &mut Simulation<C, S>,
+pub async fn run<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &mut Simulation<C, S, K>,
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     let start = sim.now();
@@ -240,18 +242,20 @@ pub async fn run<C: Cloud + Clone, S: Store + Clone>(
     Ok(())
 }
 
-async fn apply_action<C: Cloud + Clone, S: Store + Clone>(
-    sim: &mut Simulation<C, S>,
+async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &mut Simulation<C, S, K>,
     action: &Action,
 ) -> Result<(), ScenarioError> {
     let err = |reason: String| ScenarioError::Action { at: action.at.clone(), reason };
     match &action.what {
-        ActionKind::Scale { deployment, replicas, namespace } => sim.cluster.scale(namespace, deployment, *replicas).map_err(err),
+        ActionKind::Scale { deployment, replicas, namespace } => {
+            sim.cluster.scale(namespace, deployment, *replicas).await.map_err(err)
+        }
         ActionKind::Apply(objects) => {
             let (items, workloads) = split_objects(objects, sim.now())?;
             put_config(&sim.store, items).await?;
             for w in workloads {
-                sim.cluster.apply(&w).map_err(err)?;
+                sim.cluster.apply(&w).await.map_err(err)?;
             }
             Ok(())
         }
@@ -274,10 +278,13 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone>(
 }
 
 /// Checks the expectations; returns every failed one.
-pub async fn check<C: Cloud + Clone, S: Store + Clone>(sim: &Simulation<C, S>, expect: &Expect) -> Vec<String> {
+pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &Simulation<C, S, K>,
+    expect: &Expect,
+) -> Vec<String> {
     let mut failures = Vec::new();
-    let nodes = sim.cluster.all_nodes();
-    let pods = sim.cluster.all_pods();
+    let nodes = sim.cluster.all_nodes().await;
+    let pods = sim.cluster.all_pods().await;
     let is_daemon = |p: &k8s_openapi::api::core::v1::Pod| {
         p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
     };
@@ -330,7 +337,7 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone>(sim: &Simulation<C, S>, e
             failures.push(format!("expected {l} launch(es), found {launched}"));
         }
     }
-    let events = sim.cluster.events();
+    let events = sim.cluster.events().await;
     for (reason, want) in &expect.events {
         let got = events.iter().filter(|(_, e)| &e.reason == reason).count();
         if got != *want {
@@ -360,8 +367,4 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone>(sim: &Simulation<C, S>, e
         }
     }
     failures
-}
-
-fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
 }

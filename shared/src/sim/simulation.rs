@@ -5,8 +5,9 @@
 //! the cluster (Deployments, DaemonSets, kube-scheduler) and nodes register
 //! after a boot delay.
 //!
-//! Generic over the cloud and the store, so the same scenarios run on the
-//! in-memory adapters and on the real AWS adapters against an emulator.
+//! Generic over the cloud, the store and the cluster, so the same scenarios
+//! run on the in-memory adapters, on the real AWS adapters against an
+//! emulator, and on the real Kubernetes adapter against a kube-apiserver.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -15,6 +16,7 @@ use tracing::{info, warn};
 use super::clock::SimClock;
 use super::cloud::SimCloud;
 use super::cluster::SimCluster;
+use super::driver::ClusterDriver;
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change::{self, StateChangeOutcome};
 use crate::ports::{Clock, Cloud, Cluster, InstanceState, Ports, SignedDuration, Store, Timestamp, Usage};
@@ -56,20 +58,20 @@ impl Default for SimSettings {
     }
 }
 
-pub type SimPorts<C, S> = Ports<C, SimCluster, S, SimClock>;
+pub type SimPorts<C, S, K = SimCluster> = Ports<C, <K as ClusterDriver>::Port, S, SimClock>;
 
 /// The whole system on a simulated clock.
 #[derive(Debug)]
-pub struct Simulation<C: Cloud + Clone, S: Store + Clone> {
+pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = SimCluster> {
     pub clock: SimClock,
-    pub cluster: SimCluster,
+    pub cluster: K,
     /// The in-memory EC2 underneath `cloud`, when there is one: it moves
     /// instances through their states and publishes their notifications.
     pub sim_cloud: Option<SimCloud>,
     pub cloud: C,
     pub store: S,
     pub settings: SimSettings,
-    provisioner: Provisioner<SimPorts<C, S>>,
+    provisioner: Provisioner<SimPorts<C, S, K>>,
     invocation_deadline: Option<Timestamp>,
     next_invocation: Timestamp,
     next_tick: Timestamp,
@@ -83,9 +85,16 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone> {
 }
 
 impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
+    /// A simulation on the in-memory cluster.
     pub fn new(clock: SimClock, cloud: C, sim_cloud: Option<SimCloud>, store: S, settings: SimSettings) -> Self {
         let cluster = SimCluster::new(clock.clone());
-        let ports = Ports { cloud: cloud.clone(), cluster: cluster.clone(), store: store.clone(), clock: clock.clone() };
+        Simulation::with_cluster(clock, cloud, sim_cloud, store, cluster, settings)
+    }
+}
+
+impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
+    pub fn with_cluster(clock: SimClock, cloud: C, sim_cloud: Option<SimCloud>, store: S, cluster: K, settings: SimSettings) -> Self {
+        let ports = Ports { cloud: cloud.clone(), cluster: cluster.port(), store: store.clone(), clock: clock.clone() };
         let provisioner = Provisioner::new(ports, settings.provisioner.clone(), "sim-invocation-0");
         let now = clock.now();
         Simulation {
@@ -106,8 +115,8 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
         }
     }
 
-    pub fn ports(&self) -> SimPorts<C, S> {
-        Ports { cloud: self.cloud.clone(), cluster: self.cluster.clone(), store: self.store.clone(), clock: self.clock.clone() }
+    pub fn ports(&self) -> SimPorts<C, S, K> {
+        Ports { cloud: self.cloud.clone(), cluster: self.cluster.port(), store: self.store.clone(), clock: self.clock.clone() }
     }
 
     pub fn now(&self) -> Timestamp {
@@ -165,7 +174,7 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
         if let Some(t) = self.register_nodes(now).await {
             next = next.min(t);
         }
-        self.cluster.reconcile();
+        self.reconcile_cluster().await;
 
         // The provisioner: a new invocation every minute; ticks inside it.
         if self.invocation_deadline.is_none_or(|d| now >= d - self.settings.margin) {
@@ -199,7 +208,7 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
                 }
             }
             // Pods just bound or nominated change what the scheduler sees.
-            self.cluster.reconcile();
+            self.reconcile_cluster().await;
         }
         self.record_usage().await;
         let mut candidates = vec![next, self.next_invocation];
@@ -245,9 +254,19 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
             let capacity = info.capacity(&claim.kubelet);
             let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));
             let node = SimCluster::ready_node(&name, node_labels, claim.taints.clone(), &i.provider_id, &capacity, &allocatable, now);
-            self.cluster.add_node(node);
+            if let Err(e) = self.cluster.register_node(node).await {
+                // Not registered: tried again next step.
+                warn!(node = %name, error = %e, "node registration failed");
+                self.registered.remove(&i.id);
+            }
         }
         next
+    }
+
+    async fn reconcile_cluster(&self) {
+        if let Err(e) = self.cluster.reconcile().await {
+            warn!(error = %e, "cluster controllers failed a round");
+        }
     }
 
     async fn record_usage(&mut self) {
@@ -268,7 +287,7 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
 
     /// Pending pods right now.
     pub async fn pending(&self) -> usize {
-        self.cluster.pending_pods().await.map(|p| p.len()).unwrap_or(0)
+        self.cluster.port().pending_pods().await.map(|p| p.len()).unwrap_or(0)
     }
 }
 

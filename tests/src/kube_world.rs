@@ -1,0 +1,321 @@
+//! A simulation's cluster played on the real kube-apiserver: the handlers
+//! reach it through `KubeCluster` as the restricted function identity,
+//! while the cluster's own controllers (`nodewright::sim::controllers` —
+//! ReplicaSets, DaemonSets, pod GC, the kubelets, kube-scheduler) act as
+//! the admin through the API, as kube-controller-manager, kube-scheduler
+//! and the kubelets would. Nothing is simulated inside the server: pods,
+//! bindings, taints, evictions and Events are real API objects.
+//!
+//! The server is shared by every test of a binary, and the provisioner
+//! looks at the whole cluster, so a scenario takes [`ApiServerCluster::exclusive`]:
+//! one scenario at a time, on a cluster emptied of workloads and nodes.
+
+use std::sync::Arc;
+
+use futures_util::future::try_join_all;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Client, Resource};
+use nodewright::kube::{ClientSettings, KubeCluster};
+use nodewright::ports::{ClusterEvent, PodKey, Timestamp};
+use nodewright::sim::ClusterDriver;
+use nodewright::sim::controllers::{self, ClusterView, ControllerAction};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::kube_harness::{KubeEnv, apply_rbac};
+
+const FIELD_MANAGER: &str = "nodewright-sim";
+/// Who published the Events the scenarios count.
+const REPORTING_CONTROLLER: &str = nodewright::kube::CONTROLLER_NAME;
+
+#[derive(Clone)]
+pub struct ApiServerCluster {
+    /// The functions' view: user `nodewright`, the shipped ClusterRole.
+    function: KubeCluster,
+    /// The controllers' view: the test admin.
+    admin: Client,
+    /// Events before this are another test's.
+    since: Timestamp,
+    _exclusive: Arc<OwnedMutexGuard<()>>,
+}
+
+impl std::fmt::Debug for ApiServerCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServerCluster").field("function", &self.function).finish_non_exhaustive()
+    }
+}
+
+fn err(what: &str) -> impl Fn(kube::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn is_code(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+async fn list<K>(admin: &Client) -> Result<Vec<K>, String>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(admin.clone());
+    Ok(api.list(&ListParams::default()).await.map_err(err("list"))?.items)
+}
+
+impl ApiServerCluster {
+    /// Waits for the cluster, then empties it of pods, workloads, PDBs and
+    /// nodes left by earlier tests, and applies the shipped RBAC.
+    pub async fn exclusive(env: &KubeEnv) -> ApiServerCluster {
+        static LOCK: std::sync::OnceLock<Arc<Mutex<()>>> = std::sync::OnceLock::new();
+        let guard = LOCK.get_or_init(|| Arc::new(Mutex::new(()))).clone().lock_owned().await;
+        apply_rbac(env).await;
+        let admin = env.admin_client();
+        wipe(&admin).await.expect("emptying the cluster");
+        ApiServerCluster {
+            function: env.function(ClientSettings::default()),
+            admin,
+            since: Timestamp::now(),
+            _exclusive: Arc::new(guard),
+        }
+    }
+
+    async fn ensure_namespace(&self, ns: &str) -> Result<(), String> {
+        let api: Api<Namespace> = Api::all(self.admin.clone());
+        let object: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| e.to_string())?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_code(&e, 409) => Ok(()),
+            Err(e) => Err(format!("create namespace {ns}: {e}")),
+        }
+    }
+
+    async fn apply_namespaced<K>(&self, object: &Value) -> Result<(), String>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let ns = object["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
+        let name = object["metadata"]["name"].as_str().ok_or("an object without metadata.name")?.to_owned();
+        self.ensure_namespace(&ns).await?;
+        let api: Api<K> = Api::namespaced(self.admin.clone(), &ns);
+        let mut object = object.clone();
+        object["metadata"]["namespace"] = json!(ns);
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object))
+            .await
+            .map_err(err(&format!("apply {ns}/{name}")))?;
+        Ok(())
+    }
+
+    /// One controller action through the API, as the admin.
+    async fn act(&self, action: ControllerAction) -> Result<(), String> {
+        match action {
+            ControllerAction::CreatePod(pod) => {
+                let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+                let running = controllers::phase(&pod) == Some("Running");
+                let api: Api<Pod> = Api::namespaced(self.admin.clone(), &ns);
+                match api.create(&PostParams::default(), &pod).await {
+                    Ok(created) if running => self.start(&PodKey::of(&created)).await,
+                    Ok(_) => Ok(()),
+                    // A DaemonSet pod another round already created.
+                    Err(e) if is_code(&e, 409) => Ok(()),
+                    Err(e) => Err(format!("create pod in {ns}: {e}")),
+                }
+            }
+            ControllerAction::RemovePod(key) => {
+                let api: Api<Pod> = Api::namespaced(self.admin.clone(), &key.namespace);
+                let dp = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: (!key.uid.is_empty()).then(|| Preconditions { uid: Some(key.uid.clone()), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&key.name, &dp).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_code(&e, 404) || is_code(&e, 409) => Ok(()),
+                    Err(e) => Err(format!("delete pod {key}: {e}")),
+                }
+            }
+            ControllerAction::Place { pod, node } => {
+                let api: Api<Pod> = Api::namespaced(self.admin.clone(), &pod.namespace);
+                let binding = json!({
+                    "apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+                });
+                match api.create_subresource::<Value, Value>("binding", &pod.name, &PostParams::default(), &binding).await {
+                    Ok(_) => self.start(&pod).await,
+                    // Bound meanwhile (by the provisioner), or gone.
+                    Err(e) if is_code(&e, 409) || is_code(&e, 404) => Ok(()),
+                    Err(e) => Err(format!("bind {pod} to {node}: {e}")),
+                }
+            }
+            ControllerAction::Start(pod) => self.start(&pod).await,
+            ControllerAction::Unschedulable { pod, message } => {
+                let status = json!({"status": {"conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                    "lastTransitionTime": Timestamp::now().to_string()
+                }]}});
+                self.patch_status(&pod, &status).await
+            }
+        }
+    }
+
+    /// The kubelet: the pod runs and is ready.
+    async fn start(&self, pod: &PodKey) -> Result<(), String> {
+        let now = Timestamp::now().to_string();
+        let status = json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+        ]}});
+        self.patch_status(pod, &status).await
+    }
+
+    async fn patch_status(&self, pod: &PodKey, status: &Value) -> Result<(), String> {
+        let api: Api<Pod> = Api::namespaced(self.admin.clone(), &pod.namespace);
+        match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(status)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_code(&e, 404) => Ok(()),
+            Err(e) => Err(format!("pod status {pod}: {e}")),
+        }
+    }
+
+    async fn act_all(&self, actions: Vec<ControllerAction>) -> Result<(), String> {
+        try_join_all(actions.into_iter().map(|a| self.act(a))).await.map(drop)
+    }
+
+    async fn snapshot(&self) -> Result<(Vec<Pod>, Vec<Node>, Vec<Deployment>, Vec<DaemonSet>), String> {
+        let nodes = Api::<Node>::all(self.admin.clone()).list(&ListParams::default()).await.map_err(err("list nodes"))?.items;
+        Ok((list(&self.admin).await?, nodes, list(&self.admin).await?, list(&self.admin).await?))
+    }
+}
+
+/// Deletes every pod, Deployment, DaemonSet, PDB and Node.
+async fn wipe(admin: &Client) -> Result<(), String> {
+    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    for d in list::<Deployment>(admin).await? {
+        let api: Api<Deployment> = Api::namespaced(admin.clone(), d.metadata.namespace.as_deref().unwrap_or("default"));
+        api.delete(d.metadata.name.as_deref().unwrap_or_default(), &now).await.map_err(err("delete deployment"))?;
+    }
+    for d in list::<DaemonSet>(admin).await? {
+        let api: Api<DaemonSet> = Api::namespaced(admin.clone(), d.metadata.namespace.as_deref().unwrap_or("default"));
+        api.delete(d.metadata.name.as_deref().unwrap_or_default(), &now).await.map_err(err("delete daemonset"))?;
+    }
+    for p in list::<PodDisruptionBudget>(admin).await? {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), p.metadata.namespace.as_deref().unwrap_or("default"));
+        api.delete(p.metadata.name.as_deref().unwrap_or_default(), &now).await.map_err(err("delete pdb"))?;
+    }
+    let pods: Vec<Pod> = list(admin).await?;
+    try_join_all(pods.iter().map(|p| {
+        let api: Api<Pod> = Api::namespaced(admin.clone(), p.metadata.namespace.as_deref().unwrap_or("default"));
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let now = now.clone();
+        async move {
+            match api.delete(&name, &now).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_code(&e, 404) => Ok(()),
+                Err(e) => Err(format!("delete pod {name}: {e}")),
+            }
+        }
+    }))
+    .await?;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for n in nodes.list(&ListParams::default()).await.map_err(err("list nodes"))?.items {
+        match nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &now).await {
+            Ok(_) => {}
+            Err(e) if is_code(&e, 404) => {}
+            Err(e) => return Err(format!("delete node: {e}")),
+        }
+    }
+    Ok(())
+}
+
+impl ClusterDriver for ApiServerCluster {
+    type Port = KubeCluster;
+
+    fn port(&self) -> KubeCluster {
+        self.function.clone()
+    }
+
+    async fn apply(&self, object: &Value) -> Result<(), String> {
+        match object["kind"].as_str().unwrap_or_default() {
+            "Deployment" => self.apply_namespaced::<Deployment>(object).await,
+            "DaemonSet" => self.apply_namespaced::<DaemonSet>(object).await,
+            "PodDisruptionBudget" => self.apply_namespaced::<PodDisruptionBudget>(object).await,
+            "Pod" => self.apply_namespaced::<Pod>(object).await,
+            other => Err(format!("the API-server driver does not apply kind {other:?}")),
+        }
+    }
+
+    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
+        let api: Api<Deployment> = Api::namespaced(self.admin.clone(), namespace);
+        let patch = json!({"spec": {"replicas": replicas}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(err(&format!("scale {namespace}/{name}")))?;
+        Ok(())
+    }
+
+    async fn register_node(&self, node: Node) -> Result<(), String> {
+        let api: Api<Node> = Api::all(self.admin.clone());
+        // A Node's status may be set on create (as the kubelet registers).
+        match api.create(&PostParams::default(), &node).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_code(&e, 409) => Ok(()),
+            Err(e) => Err(format!("register node: {e}")),
+        }
+    }
+
+    async fn reconcile(&self) -> Result<(), String> {
+        let (pods, nodes, deployments, daemon_sets) = self.snapshot().await?;
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: nodes.iter().collect(),
+            deployments: deployments.iter().collect(),
+            daemon_sets: daemon_sets.iter().collect(),
+        };
+        let actions = controllers::reconcile_workloads(&view);
+        let changed = !actions.is_empty();
+        self.act_all(actions).await?;
+        let pods: Vec<Pod> = if changed { list(&self.admin).await? } else { pods };
+        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), ..ClusterView::default() };
+        self.act_all(controllers::schedule(&view)).await
+    }
+
+    async fn all_pods(&self) -> Vec<Pod> {
+        list(&self.admin).await.expect("list pods")
+    }
+
+    async fn all_nodes(&self) -> Vec<Node> {
+        Api::<Node>::all(self.admin.clone()).list(&ListParams::default()).await.expect("list nodes").items
+    }
+
+    async fn events(&self) -> Vec<(Timestamp, ClusterEvent)> {
+        let events: Vec<Event> = list(&self.admin).await.expect("list events");
+        let mut out = Vec::new();
+        for e in events {
+            if e.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER) {
+                continue;
+            }
+            let Some(at) = e.event_time.as_ref().map(|t| t.0) else { continue };
+            if at < self.since {
+                continue;
+            }
+            let regarding = e.regarding.clone().unwrap_or_default();
+            let event = ClusterEvent {
+                kind: regarding.kind.unwrap_or_default(),
+                namespace: regarding.namespace,
+                name: regarding.name.unwrap_or_default(),
+                type_: e.type_.clone().unwrap_or_default(),
+                reason: e.reason.clone().unwrap_or_default(),
+                message: e.note.clone().unwrap_or_default(),
+            };
+            // A repeat is counted on the first Event's series.
+            let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
+            out.extend(std::iter::repeat_n((at, event), times as usize));
+        }
+        out.sort_by_key(|(at, _)| *at);
+        out
+    }
+}
