@@ -5,8 +5,10 @@
 //!
 //! The adapter talks plain HTTP to the proxy on loopback; the proxy forwards
 //! over TLS (verifying the harness CA) with the caller's own
-//! `Authorization` header, so RBAC applies exactly as without it. Every
-//! request is logged, so tests can count attempts.
+//! `Authorization` header, so RBAC applies exactly as without it — unless an
+//! [`Authenticator`] stands in for the cluster's token authentication (as
+//! EKS does for its IAM tokens). Every request is logged, so tests can
+//! count attempts.
 
 use std::fmt;
 use std::future::Future;
@@ -47,6 +49,11 @@ impl fmt::Debug for Fault {
     }
 }
 
+/// Maps a caller's `Authorization` header to the one forwarded upstream,
+/// or rejects the request (401) with a reason.
+pub type Authenticator =
+    Arc<dyn Fn(Option<String>) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+
 #[derive(Debug)]
 struct Rule {
     method: Method,
@@ -65,10 +72,17 @@ pub struct Seen {
     pub outcome: String,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct State {
     rules: Vec<Rule>,
     seen: Vec<Seen>,
+    authenticator: Option<Authenticator>,
+}
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State").field("rules", &self.rules).field("seen", &self.seen.len()).finish_non_exhaustive()
+    }
 }
 
 /// A running proxy; it stops with the Tokio runtime that started it.
@@ -111,6 +125,11 @@ impl FaultProxy {
         self.lock().rules.push(Rule { method, path_contains: path_contains.to_owned(), remaining: times, fault });
     }
 
+    /// Authenticates every request with `authenticator` from now on.
+    pub fn authenticate_with(&self, authenticator: Authenticator) {
+        self.lock().authenticator = Some(authenticator);
+    }
+
     /// Drops every rule that has not fired yet.
     pub fn clear(&self) {
         self.lock().rules.clear();
@@ -133,6 +152,7 @@ impl FaultProxy {
 
 fn status_body(code: u16, message: &str) -> Body {
     let reason = match code {
+        401 => "Unauthorized",
         429 => "TooManyRequests",
         500 => "InternalError",
         503 => "ServiceUnavailable",
@@ -158,7 +178,7 @@ impl std::error::Error for Dropped {}
 async fn handle(req: Request<Incoming>, upstream: Client, state: Arc<Mutex<State>>) -> Result<Response<Body>, Dropped> {
     let method = req.method().clone();
     let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
-    let fault = {
+    let (fault, authenticator) = {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
         let fault = s
             .rules
@@ -170,21 +190,34 @@ async fn handle(req: Request<Incoming>, upstream: Client, state: Arc<Mutex<State
             });
         let outcome = fault.as_ref().map(|f| format!("{f:?}")).unwrap_or_else(|| "forwarded".to_owned());
         s.seen.push(Seen { method: method.clone(), path_and_query: path_and_query.clone(), outcome });
-        fault
+        (fault, s.authenticator.clone())
     };
     match fault {
-        Some(Fault::Status(code, message)) => {
-            let mut resp = Response::new(status_body(code, &message));
-            *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-            return Ok(resp);
-        }
+        Some(Fault::Status(code, message)) => return Ok(status_response(code, &message)),
         Some(Fault::Drop) => return Err(Dropped),
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::Before(action)) => action().await,
         None => {}
     }
+    let mut req = req;
+    if let Some(authenticate) = authenticator {
+        let presented = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        match authenticate(presented).await {
+            Ok(header) => {
+                let value = http::HeaderValue::from_str(&header).map_err(|_| Dropped)?;
+                req.headers_mut().insert(http::header::AUTHORIZATION, value);
+            }
+            Err(reason) => return Ok(status_response(401, &reason)),
+        }
+    }
     forward(req, &upstream).await
+}
+
+fn status_response(code: u16, message: &str) -> Response<Body> {
+    let mut resp = Response::new(status_body(code, message));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp
 }
 
 async fn forward(req: Request<Incoming>, upstream: &Client) -> Result<Response<Body>, Dropped> {
@@ -196,11 +229,7 @@ async fn forward(req: Request<Incoming>, upstream: &Client) -> Result<Response<B
     let request = Request::from_parts(parts, Body::from(bytes));
     match upstream.send(request).await {
         Ok(resp) => Ok(resp),
-        Err(e) => {
-            let mut resp = Response::new(status_body(502, &format!("fault proxy: upstream: {e}")));
-            *resp.status_mut() = StatusCode::BAD_GATEWAY;
-            Ok(resp)
-        }
+        Err(e) => Ok(status_response(502, &format!("fault proxy: upstream: {e}"))),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod aws;
 
 use std::collections::BTreeMap;
 
+pub mod eks_authenticator;
 pub mod fault_proxy;
 pub mod kube_harness;
 pub mod kube_world;
