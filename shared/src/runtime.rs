@@ -6,7 +6,8 @@
 //! - `NODEWRIGHT_TABLE_PREFIX` (default `nodewright`): tables `<prefix>-config`
 //!   and `<prefix>-state`.
 //! - `KUBECONFIG` (optional): reach the cluster through a kubeconfig instead
-//!   of EKS authentication — for `cargo lambda watch` on a laptop.
+//!   of EKS authentication — for `cargo lambda watch` on a laptop;
+//!   `NODEWRIGHT_KUBE_CONTEXT` picks a context other than the current one.
 //! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
 
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ pub struct FunctionEnv {
     pub cluster_name: String,
     pub tables: DynamoTables,
     pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig context other than its current one.
+    pub kube_context: Option<String>,
 }
 
 impl FunctionEnv {
@@ -41,8 +44,9 @@ impl FunctionEnv {
         let cluster_name = std::env::var("NODEWRIGHT_CLUSTER_NAME")
             .map_err(|_| "NODEWRIGHT_CLUSTER_NAME is not set: name the EKS cluster to manage".to_owned())?;
         let prefix = std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
-        let kubeconfig = std::env::var_os("KUBECONFIG").map(PathBuf::from);
-        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig })
+        let kubeconfig = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
+        let kube_context = std::env::var("NODEWRIGHT_KUBE_CONTEXT").ok().filter(|c| !c.is_empty());
+        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig, kube_context })
     }
 }
 
@@ -79,7 +83,9 @@ pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, Str
     let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
     let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
     let cluster = match &env.kubeconfig {
-        Some(path) => KubeCluster::from_kubeconfig(Some(path), None, client_settings).await.map_err(|e| e.to_string())?,
+        Some(path) => KubeCluster::from_kubeconfig(Some(path), env.kube_context.as_deref(), client_settings)
+            .await
+            .map_err(|e| e.to_string())?,
         None => {
             let eks = aws_sdk_eks::Client::new(&sdk);
             let described = eks
