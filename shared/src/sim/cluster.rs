@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus, Taint as K8sTaint};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -22,6 +24,7 @@ use crate::resources::Resources;
 use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::Taint;
 use crate::provisioning::plan::existing_node;
+use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
 #[derive(Debug, Default)]
@@ -31,6 +34,10 @@ struct State {
     deployments: BTreeMap<(String, String), Deployment>,
     daemon_sets: BTreeMap<(String, String), DaemonSet>,
     pdbs: BTreeMap<(String, String), PodDisruptionBudget>,
+    /// Storage objects, kept as given: nothing binds or provisions volumes here.
+    claims: BTreeMap<(String, String), PersistentVolumeClaim>,
+    volumes: BTreeMap<String, PersistentVolume>,
+    storage_classes: BTreeMap<String, StorageClass>,
     events: Vec<(Timestamp, ClusterEvent)>,
     next_uid: u64,
     /// Something changed that the scheduler should look at.
@@ -130,6 +137,18 @@ impl SimCluster {
             "PodDisruptionBudget" => {
                 let p: PodDisruptionBudget = serde_json::from_value(object.clone()).map_err(err)?;
                 s.pdbs.insert(key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref()), p);
+            }
+            "PersistentVolumeClaim" => {
+                let c: PersistentVolumeClaim = serde_json::from_value(object.clone()).map_err(err)?;
+                s.claims.insert(key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref()), c);
+            }
+            "PersistentVolume" => {
+                let v: PersistentVolume = serde_json::from_value(object.clone()).map_err(err)?;
+                s.volumes.insert(v.metadata.name.clone().unwrap_or_default(), v);
+            }
+            "StorageClass" => {
+                let c: StorageClass = serde_json::from_value(object.clone()).map_err(err)?;
+                s.storage_classes.insert(c.metadata.name.clone().unwrap_or_default(), c);
             }
             "Pod" => {
                 let mut p: Pod = serde_json::from_value(object.clone()).map_err(err)?;
@@ -368,8 +387,9 @@ impl SimCluster {
             .collect();
         let mut keys = Vec::new();
         let mut pods = Vec::new();
+        let volumes = Self::volume_index(s);
         for k in &pending {
-            match SchedPod::from_pod(&s.pods[k]) {
+            match SchedPod::from_pod_with_volumes(&s.pods[k], &volumes) {
                 Ok(sp) => {
                     pods.push(sp);
                     keys.push(k.clone());
@@ -406,6 +426,15 @@ impl SimCluster {
                 }
             }
         }
+    }
+
+    /// The storage objects as the scheduling view of a pod reads them.
+    fn volume_index(s: &State) -> VolumeIndex {
+        VolumeIndex::new(
+            s.claims.values().cloned().collect(),
+            s.volumes.values().cloned().collect(),
+            s.storage_classes.values().cloned().collect(),
+        )
     }
 
     fn pdb_allows(s: &State, pod: &Pod) -> Result<(), String> {
@@ -493,6 +522,18 @@ impl Cluster for SimCluster {
 
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         Ok(self.lock().pdbs.values().cloned().collect())
+    }
+
+    async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        Ok(self.lock().claims.values().cloned().collect())
+    }
+
+    async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
+        Ok(self.lock().volumes.values().cloned().collect())
+    }
+
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
+        Ok(self.lock().storage_classes.values().cloned().collect())
     }
 
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {
