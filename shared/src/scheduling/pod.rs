@@ -41,9 +41,10 @@ pub enum PodError {
     Requirement { pod: String, field: String, source: RequirementError },
     #[error("pod {pod}: {field}: {reason}")]
     Invalid { pod: String, field: String, reason: String },
-    /// A volume no new node can hold (a missing claim or class, …).
+    /// A volume no new node can hold (a missing claim or class, …). Boxed:
+    /// the rare case should not make every `Result<SchedPod, _>` larger.
     #[error("pod {pod}: volume {volume}: {source}")]
-    Volume { pod: String, volume: String, source: VolumeError },
+    Volume { pod: String, volume: String, source: Box<VolumeError> },
 }
 
 /// A topology spread constraint.
@@ -292,7 +293,7 @@ impl SchedPod {
     pub fn from_pod_with_volumes(p: &Pod, index: &VolumeIndex) -> Result<SchedPod, PodError> {
         let mut sp = SchedPod::from_pod(p)?;
         sp.volume = volumes::requirements(p, index)
-            .map_err(|(volume, source)| PodError::Volume { pod: sp.pod.to_string(), volume, source })?;
+            .map_err(|(volume, source)| PodError::Volume { pod: sp.pod.to_string(), volume, source: Box::new(source) })?;
         Ok(sp)
     }
 
