@@ -13,8 +13,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use serde::{Deserialize, Serialize};
 
 pub use jiff::{SignedDuration, Timestamp};
@@ -291,6 +292,12 @@ pub trait Cluster: Send + Sync {
     fn pod_disruption_budgets(
         &self,
     ) -> impl Future<Output = Result<Vec<PodDisruptionBudget>, ClusterError>> + Send;
+    /// PersistentVolumeClaims of every namespace. The three volume listings
+    /// are read only when a pod to place has a PVC-backed volume.
+    fn persistent_volume_claims(&self)
+    -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, ClusterError>> + Send;
+    fn persistent_volumes(&self) -> impl Future<Output = Result<Vec<PersistentVolume>, ClusterError>> + Send;
+    fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, ClusterError>> + Send;
     /// Binds a pending pod to a node (the Binding subresource).
     fn bind(&self, pod: &PodKey, node: &str) -> impl Future<Output = Result<BindOutcome, ClusterError>> + Send;
     /// Adds a taint unless the node already has one with that key and effect.

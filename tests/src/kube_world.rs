@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use futures_util::future::try_join_all;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -22,6 +23,7 @@ use kube::{Client, Resource};
 use nodewright::kube::{ClientSettings, KubeCluster};
 use nodewright::ports::{ClusterEvent, PodKey, Timestamp};
 use nodewright::sim::ClusterDriver;
+use nodewright::scheduling::volumes::VolumeIndex;
 use nodewright::sim::controllers::{self, ClusterView, ControllerAction};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -61,6 +63,15 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
 async fn list<K>(admin: &Client) -> Result<Vec<K>, String>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(admin.clone());
+    Ok(api.list(&ListParams::default()).await.map_err(err("list"))?.items)
+}
+
+async fn list_cluster_scoped<K>(admin: &Client) -> Result<Vec<K>, String>
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
     K::DynamicType: Default,
 {
     let api: Api<K> = Api::all(admin.clone());
@@ -108,6 +119,19 @@ impl ApiServerCluster {
         api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object))
             .await
             .map_err(err(&format!("apply {ns}/{name}")))?;
+        Ok(())
+    }
+
+    async fn apply_cluster_scoped<K>(&self, object: &Value) -> Result<(), String>
+    where
+        K: Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let name = object["metadata"]["name"].as_str().ok_or("an object without metadata.name")?.to_owned();
+        let api: Api<K> = Api::all(self.admin.clone());
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+            .await
+            .map_err(err(&format!("apply {name}")))?;
         Ok(())
     }
 
@@ -187,13 +211,31 @@ impl ApiServerCluster {
         try_join_all(actions.into_iter().map(|a| self.act(a))).await.map(drop)
     }
 
-    async fn snapshot(&self) -> Result<(Vec<Pod>, Vec<Node>, Vec<Deployment>, Vec<DaemonSet>), String> {
-        let nodes = Api::<Node>::all(self.admin.clone()).list(&ListParams::default()).await.map_err(err("list nodes"))?.items;
-        Ok((list(&self.admin).await?, nodes, list(&self.admin).await?, list(&self.admin).await?))
+    async fn snapshot(&self) -> Result<Snapshot, String> {
+        let volumes = VolumeIndex::new(
+            list(&self.admin).await?,
+            list_cluster_scoped(&self.admin).await?,
+            list_cluster_scoped(&self.admin).await?,
+        );
+        Ok(Snapshot {
+            pods: list(&self.admin).await?,
+            nodes: list_cluster_scoped(&self.admin).await?,
+            deployments: list(&self.admin).await?,
+            daemon_sets: list(&self.admin).await?,
+            volumes,
+        })
     }
 }
 
-/// Deletes every pod, Deployment, DaemonSet, PDB and Node.
+struct Snapshot {
+    pods: Vec<Pod>,
+    nodes: Vec<Node>,
+    deployments: Vec<Deployment>,
+    daemon_sets: Vec<DaemonSet>,
+    volumes: VolumeIndex,
+}
+
+/// Deletes every pod, Deployment, DaemonSet, PDB, PVC, PV, StorageClass and Node.
 async fn wipe(admin: &Client) -> Result<(), String> {
     let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
     for d in list::<Deployment>(admin).await? {
@@ -222,6 +264,25 @@ async fn wipe(admin: &Client) -> Result<(), String> {
         }
     }))
     .await?;
+    // Without the controllers that clear them, the protection finalizers
+    // would keep deleted claims and volumes around for good.
+    let no_finalizers = json!({"metadata": {"finalizers": null}});
+    for c in list::<PersistentVolumeClaim>(admin).await? {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), c.metadata.namespace.as_deref().unwrap_or("default"));
+        let name = c.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.map_err(err("unprotect pvc"))?;
+        let _ = api.delete(&name, &now).await;
+    }
+    let volumes: Api<PersistentVolume> = Api::all(admin.clone());
+    for v in list_cluster_scoped::<PersistentVolume>(admin).await? {
+        let name = v.metadata.name.clone().unwrap_or_default();
+        volumes.patch(&name, &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.map_err(err("unprotect pv"))?;
+        let _ = volumes.delete(&name, &now).await;
+    }
+    let classes: Api<StorageClass> = Api::all(admin.clone());
+    for c in list_cluster_scoped::<StorageClass>(admin).await? {
+        let _ = classes.delete(c.metadata.name.as_deref().unwrap_or_default(), &now).await;
+    }
     let nodes: Api<Node> = Api::all(admin.clone());
     for n in nodes.list(&ListParams::default()).await.map_err(err("list nodes"))?.items {
         match nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &now).await {
@@ -246,6 +307,9 @@ impl ClusterDriver for ApiServerCluster {
             "DaemonSet" => self.apply_namespaced::<DaemonSet>(object).await,
             "PodDisruptionBudget" => self.apply_namespaced::<PodDisruptionBudget>(object).await,
             "Pod" => self.apply_namespaced::<Pod>(object).await,
+            "PersistentVolumeClaim" => self.apply_namespaced::<PersistentVolumeClaim>(object).await,
+            "PersistentVolume" => self.apply_cluster_scoped::<PersistentVolume>(object).await,
+            "StorageClass" => self.apply_cluster_scoped::<StorageClass>(object).await,
             other => Err(format!("the API-server driver does not apply kind {other:?}")),
         }
     }
@@ -268,18 +332,19 @@ impl ClusterDriver for ApiServerCluster {
     }
 
     async fn reconcile(&self) -> Result<(), String> {
-        let (pods, nodes, deployments, daemon_sets) = self.snapshot().await?;
+        let Snapshot { pods, nodes, deployments, daemon_sets, volumes } = self.snapshot().await?;
         let view = ClusterView {
             pods: pods.iter().collect(),
             nodes: nodes.iter().collect(),
             deployments: deployments.iter().collect(),
             daemon_sets: daemon_sets.iter().collect(),
+            volumes: VolumeIndex::default(),
         };
         let actions = controllers::reconcile_workloads(&view);
         let changed = !actions.is_empty();
         self.act_all(actions).await?;
         let pods: Vec<Pod> = if changed { list(&self.admin).await? } else { pods };
-        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), ..ClusterView::default() };
+        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), volumes, ..ClusterView::default() };
         self.act_all(controllers::schedule(&view)).await
     }
 

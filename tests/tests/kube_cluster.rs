@@ -10,14 +10,17 @@ use std::time::{Duration, Instant};
 use futures_util::{StreamExt, stream};
 use http::Method;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright::kube::{ClientSettings, Endpoint, KubeCluster, RetryPolicy, StaticToken};
 use nodewright::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey};
+use nodewright::scheduling::labels;
 use nodewright::scheduling::taints::{Effect, Taint};
+use nodewright::scheduling::volumes::{self, VolumeError, VolumeIndex};
 use nodewright_tests::fault_proxy::{Fault, FaultProxy};
 use nodewright_tests::kube_harness::{
     KubeEnv, apply_rbac, create_namespace, create_node, create_pod, mark_running, pod, unique,
@@ -167,13 +170,12 @@ async fn the_function_identity_has_least_privilege() {
     let e = pods.create(&PostParams::default(), &pod(&ns, "p", json!({}))).await.expect_err("no pod create");
     assert_eq!(nodewright::kube::errors::status_code(&e), Some(403));
 
-    // What the role grants for the volume-topology work to come.
-    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::all(client.clone());
-    pvcs.list(&ListParams::default()).await.expect("list PVCs");
-    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
-    pvs.list(&ListParams::default()).await.expect("list PVs");
-    let scs: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
-    scs.list(&ListParams::default()).await.expect("list storage classes");
+    // Volume topology reads storage objects; it never writes them.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let e = pvcs.create(&PostParams::default(), &claim(&ns, "nope", json!({}))).await.expect_err("no PVC create");
+    assert_eq!(nodewright::kube::errors::status_code(&e), Some(403));
+    let e = pvcs.get("nope").await.expect_err("no PVC get");
+    assert_eq!(nodewright::kube::errors::status_code(&e), Some(403));
 
     // A token the server does not know: Forbidden ("unauthorized"), not retried.
     let stranger = KubeCluster::with_static_token(&env.url, &env.ca_file, "not-a-token", ClientSettings::default())
@@ -267,6 +269,89 @@ async fn pending_pods_are_listed_across_pages() {
         .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
         .await
         .expect("delete pods");
+}
+
+fn claim(ns: &str, name: &str, spec: serde_json::Value) -> PersistentVolumeClaim {
+    let mut spec = spec;
+    spec["accessModes"] = json!(["ReadWriteOnce"]);
+    spec["resources"] = json!({ "requests": { "storage": "1Gi" } });
+    serde_json::from_value(json!({ "metadata": { "name": name, "namespace": ns }, "spec": spec })).expect("pvc")
+}
+
+/// The three storage listings, as the restricted identity, across pages;
+/// what they return is what the volume-topology decision reads.
+#[tokio::test]
+async fn storage_objects_are_listed_for_volume_topology() {
+    let (env, admin, _function, ns) = setup("volumes").await;
+    // PVs and StorageClasses are cluster-wide: names unique to this run.
+    let (wait, immediate, pv) = (unique("wait"), unique("immediate"), unique("pv"));
+    let class = |name: &str, mode: &str, zones: serde_json::Value| -> StorageClass {
+        serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "provisioner": "ebs.csi.aws.com",
+            "volumeBindingMode": mode,
+            "allowedTopologies": [{ "matchLabelExpressions": [{ "key": volumes::EBS_CSI_ZONE, "values": zones }] }]
+        }))
+        .expect("storage class")
+    };
+    let scs: Api<StorageClass> = Api::all(admin.clone());
+    let pp = PostParams::default();
+    scs.create(&pp, &class(&wait, "WaitForFirstConsumer", json!(["eu-west-1c"]))).await.expect("create class");
+    scs.create(&pp, &class(&immediate, "Immediate", json!(["eu-west-1a"]))).await.expect("create class");
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": { "name": pv },
+        "spec": {
+            "capacity": { "storage": "1Gi" },
+            "accessModes": ["ReadWriteOnce"],
+            "csi": { "driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0" },
+            "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [
+                { "key": volumes::EBS_CSI_ZONE, "operator": "In", "values": ["eu-west-1b"] }
+            ] }] } }
+        }
+    }))
+    .expect("pv");
+    Api::<PersistentVolume>::all(admin.clone()).create(&pp, &volume).await.expect("create pv");
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
+    pvcs.create(&pp, &claim(&ns, "bound", json!({ "volumeName": pv, "storageClassName": "" }))).await.expect("pvc");
+    pvcs.create(&pp, &claim(&ns, "waiting", json!({ "storageClassName": wait }))).await.expect("pvc");
+    pvcs.create(&pp, &claim(&ns, "immediate", json!({ "storageClassName": immediate }))).await.expect("pvc");
+    for i in 0..4 {
+        pvcs.create(&pp, &claim(&ns, &format!("extra-{i}"), json!({ "storageClassName": wait }))).await.expect("pvc");
+    }
+
+    // Small pages, through the proxy, to see the listing follow `continue`.
+    let (proxy, function) = through_proxy_with(env, ClientSettings { page_size: 2, ..ClientSettings::default() }).await;
+    let claims = function.persistent_volume_claims().await.expect("list PVCs as the function");
+    let mine: Vec<&PersistentVolumeClaim> = claims.iter().filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str())).collect();
+    assert_eq!(mine.len(), 7);
+    assert!(proxy.seen(&Method::GET, "/api/v1/persistentvolumeclaims?").len() >= 4, "paged by 2");
+    let pvs = function.persistent_volumes().await.expect("list PVs as the function");
+    assert!(pvs.iter().any(|v| v.metadata.name.as_deref() == Some(pv.as_str())));
+    let classes = function.storage_classes().await.expect("list storage classes as the function");
+    assert!(classes.iter().any(|c| c.metadata.name.as_deref() == Some(wait.as_str())));
+    assert!(proxy.seen(&Method::GET, "/apis/storage.k8s.io/v1/storageclasses?").iter().all(|s| s.path_and_query.contains("limit=2")));
+
+    // What the API server stored is what the decision reads.
+    let index = VolumeIndex::new(claims, pvs, classes);
+    let on = |claim_name: &str| {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "db", "namespace": ns },
+            "spec": { "containers": [], "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim_name } }] }
+        }))
+        .expect("pod");
+        volumes::requirements(&p, &index)
+    };
+    let zone = |r: &nodewright::scheduling::Requirements| {
+        r.get(labels::ZONE).and_then(|z| z.finite_values()).map(|v| v.iter().cloned().collect::<Vec<_>>())
+    };
+    assert_eq!(zone(&on("bound").expect("bound")), Some(vec!["eu-west-1b".to_owned()]));
+    assert_eq!(zone(&on("waiting").expect("waiting")), Some(vec!["eu-west-1c".to_owned()]));
+    assert!(matches!(on("immediate"), Err((_, VolumeError::AwaitingBinding { .. }))));
+    assert!(matches!(on("absent"), Err((_, VolumeError::ClaimNotFound { .. }))));
+
+    scs.delete(&wait, &DeleteParams::default()).await.expect("delete class");
+    scs.delete(&immediate, &DeleteParams::default()).await.expect("delete class");
+    Api::<PersistentVolume>::all(admin.clone()).delete(&pv, &DeleteParams::default()).await.expect("delete pv");
 }
 
 #[tokio::test]

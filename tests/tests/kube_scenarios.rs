@@ -146,3 +146,14 @@ async fn a_node_that_never_registers_is_replaced_on_the_api_server() {
     assert_eq!(sim.pending().await, 0, "the pods got the replacement's node");
     assert_eq!(sim.cluster.all_nodes().await.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_pin_pods_to_their_zones_on_the_api_server() {
+    init_logs();
+    let (sim, failures) = run_on_apiserver(&scenario_file("volumes.yaml"), SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    // The pod whose claim names a missing StorageClass stays pending, reported.
+    let events = sim.cluster.events().await;
+    let lost = events.iter().find(|(_, e)| e.name == "lost-class" && e.reason == "FailedScheduling").expect("an event");
+    assert!(lost.1.message.contains("no-such-class"), "{}", lost.1.message);
+}

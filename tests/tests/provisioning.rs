@@ -56,6 +56,41 @@ async fn an_impossible_pod_is_reported_once_and_never_launched_for() {
     assert!(e.message.contains("m5.hyperlarge"), "{}", e.message);
 }
 
+/// A pod gets its node in the zone of its volume; pods whose claim or class
+/// does not exist are reported with the reason and not launched for until
+/// the claim appears (looked at again within `parked_volume_retry`).
+#[tokio::test]
+async fn pods_follow_their_volumes_zones_and_missing_claims_are_reported() {
+    let (sim, failures) = run(&scenario_file("volumes.yaml"), SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let nodes = sim.cluster.all_nodes();
+    let zone_of = |pod: &str| {
+        let p = sim.cluster.all_pods().into_iter().find(|p| p.metadata.name.as_deref() == Some(pod)).expect("pod");
+        let node = p.spec.and_then(|s| s.node_name).unwrap_or_else(|| panic!("{pod} is not bound"));
+        let n = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node.as_str())).expect("node");
+        label(n, labels::ZONE).to_owned()
+    };
+    assert_eq!(zone_of("db"), "ap-south-1b", "bound to a volume in ap-south-1b");
+    assert_eq!(zone_of("cache"), "ap-south-1c", "its class allows only ap-south-1c");
+    assert_eq!(zone_of("orphan"), "ap-south-1a", "its claim, created at 3m, is bound to a volume in ap-south-1a");
+    let reasons: Vec<(String, String)> = sim
+        .cluster
+        .events()
+        .into_iter()
+        .filter(|(_, e)| e.reason == "FailedScheduling")
+        .map(|(_, e)| (e.name, e.message))
+        .collect();
+    assert!(
+        reasons.iter().any(|(n, m)| n == "orphan" && m.contains("persistentvolumeclaim default/never-created not found")),
+        "{reasons:#?}"
+    );
+    assert!(
+        reasons.iter().any(|(n, m)| n == "lost-class"
+            && m.contains("storageclass no-such-class of persistentvolumeclaim default/classless not found")),
+        "{reasons:#?}"
+    );
+}
+
 #[tokio::test]
 async fn daemonset_overhead_is_honoured() {
     let (sim, failures) = run(&scenario_file("daemonset-overhead.yaml"), SimSettings::default()).await;

@@ -210,3 +210,44 @@ fn min_values_keeps_enough_types() {
     let families: std::collections::BTreeSet<_> = plan.claims[0].options.iter().map(|o| o.instance_type.split('.').next().unwrap_or("").to_owned()).collect();
     assert!(families.len() >= 3, "{families:?}");
 }
+
+/// A volume's zone holds on the node, but a zone spread still counts every
+/// zone the pod's own affinity allows (kube-scheduler's nodeAffinityPolicy
+/// does not look at volumes): a pod whose volume is in the crowded zone waits.
+#[test]
+fn volume_zones_bind_the_pod_but_not_the_domains_its_spread_counts() {
+    use nodewright::scheduling::requirements::Requirement;
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "db"}}}]});
+    let running = vec![
+        pod_with_labels("db-0", "100m", "128Mi", json!({"app": "db"}), json!({})),
+        pod_with_labels("db-1", "100m", "128Mi", json!({"app": "db"}), json!({})),
+    ];
+    let node = ExistingNode {
+        name: "node-a".into(),
+        labels: [(labels::ZONE, "us-east-1a"), (labels::ARCH, "amd64"), (labels::HOSTNAME, "node-a")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        allocatable: nodewright::resources::Resources::new(4000, 8 << 30, 110),
+        requested: nodewright::resources::Resources::new(200, 256 << 20, 2),
+        pods: running,
+        ..Default::default()
+    };
+    let with_volume_in = |zone: &str| {
+        let mut p = pod_with_labels("db-2", "100m", "128Mi", json!({"app": "db"}), spread.clone());
+        p.volume.add(labels::ZONE, Requirement::single(zone));
+        p
+    };
+    let pools = vec![PoolInput::new(open_pool(), catalog())];
+    let solve_one = |p| solve(&[p], std::slice::from_ref(&node), &pools, &[], &SolveOptions::default());
+
+    // Zones b and c hold none: a third pod in zone a would skew by 3.
+    let plan = solve_one(with_volume_in("us-east-1a"));
+    assert!(plan.bindings.is_empty() && plan.claims.is_empty(), "{:?} {:?}", plan.bindings, plan.claims);
+    assert_eq!(plan.unschedulable.len(), 1);
+    // Its volume in zone b: a new node there.
+    let plan = solve_one(with_volume_in("us-east-1b"));
+    assert_eq!(plan.claims.len(), 1, "{:?}", plan.unschedulable);
+    assert!(plan.claims[0].options.iter().all(|o| o.zone.as_ref() == "us-east-1b"));
+}

@@ -10,6 +10,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
+use futures_util::future::try_join3;
 use futures_util::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
@@ -26,6 +27,7 @@ use crate::provisioning::claim::{Claim, ClaimInstance, UNREGISTERED_TAINT_KEY, r
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::scheduling::pod::is_provisionable;
+use crate::scheduling::volumes::{self, VolumeIndex};
 
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
@@ -39,6 +41,9 @@ pub struct ProvisionerSettings {
     pub unavailable_for: SignedDuration,
     /// A parked pod is looked at again after this long even if nothing changed.
     pub parked_retry: SignedDuration,
+    /// The same for a parked pod with PVC-backed volumes: its claim may get
+    /// bound or created, which the configuration fingerprint does not see.
+    pub parked_volume_retry: SignedDuration,
     /// Launches in flight at once.
     pub launch_concurrency: usize,
     /// How often instances are compared with claims.
@@ -55,6 +60,7 @@ impl Default for ProvisionerSettings {
             window: BatchWindow::default(),
             unavailable_for: SignedDuration::from_mins(3),
             parked_retry: SignedDuration::from_mins(5),
+            parked_volume_retry: SignedDuration::from_secs(30),
             launch_concurrency: 16,
             gc_interval: SignedDuration::from_secs(60),
             poll: SignedDuration::from_secs(1),
@@ -270,6 +276,15 @@ impl<P: PortSet> Provisioner<P> {
         let catalog: Arc<CloudCatalog> = self.ports.cloud().catalog().await?;
         let scheduled = cluster.scheduled_pods().await?;
         let daemon_sets = cluster.daemon_sets().await?;
+        // Three more listings, only for pods whose volumes may pin them to a zone.
+        let volumes = if pods.iter().any(volumes::uses_claims) {
+            let (claims, pvs, classes) =
+                try_join3(cluster.persistent_volume_claims(), cluster.persistent_volumes(), cluster.storage_classes())
+                    .await?;
+            VolumeIndex::new(claims, pvs, classes)
+        } else {
+            VolumeIndex::default()
+        };
         let mut unplaceable = Vec::new();
         const ROUNDS: usize = 3;
         for round in 0..ROUNDS {
@@ -306,6 +321,7 @@ impl<P: PortSet> Provisioner<P> {
                 catalog: &catalog,
                 unavailable: &unavailable,
                 usage: &usage,
+                volumes: &volumes,
                 seed: seed_of(now, self.ticks, round),
             });
             if !decision.fit_existing.is_empty() {
@@ -555,7 +571,11 @@ impl<P: PortSet> Provisioner<P> {
         let pending_uids = uids(pending);
         next.parked.retain(|uid, _| pending_uids.contains(uid.as_str()));
         let mut reported = 0;
+        let with_claims: HashSet<&str> =
+            pending.iter().filter(|p| volumes::uses_claims(p)).filter_map(|p| p.metadata.uid.as_deref()).collect();
         for (pod, reason) in unplaceable {
+            let retry =
+                if with_claims.contains(pod.uid.as_str()) { self.settings.parked_volume_retry } else { self.settings.parked_retry };
             let known = next.parked.get(&pod.uid).is_some_and(|p| p.reason == reason);
             if !known {
                 reported += 1;
@@ -578,7 +598,7 @@ impl<P: PortSet> Provisioner<P> {
                     pod: pod.to_string(),
                     reason,
                     config_fingerprint: fingerprint,
-                    retry_at: now + self.settings.parked_retry,
+                    retry_at: now + retry,
                 },
             );
         }

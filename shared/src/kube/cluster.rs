@@ -15,9 +15,12 @@ use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams,
 use ::kube::core::{ObjectList, Status};
 use ::kube::{Client, Resource};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, Taint as K8sTaint};
+use k8s_openapi::api::core::v1::{
+    Binding, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Taint as K8sTaint,
+};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     DeleteOptions, MicroTime, ObjectMeta, Preconditions as K8sPreconditions, Time,
 };
@@ -315,6 +318,21 @@ impl Cluster for KubeCluster {
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         let api: Api<PodDisruptionBudget> = Api::all(self.client.clone());
         self.list_all(&api, "list poddisruptionbudgets.policy", None).await
+    }
+
+    async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        let api: Api<PersistentVolumeClaim> = Api::all(self.client.clone());
+        self.list_all(&api, "list persistentvolumeclaims", None).await
+    }
+
+    async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        self.list_all(&api, "list persistentvolumes", None).await
+    }
+
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
+        let api: Api<StorageClass> = Api::all(self.client.clone());
+        self.list_all(&api, "list storageclasses.storage.k8s.io", None).await
     }
 
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {

@@ -14,6 +14,7 @@ use crate::ports::{CloudCatalog, OfferingKey, PodKey, PricedOffering, Timestamp,
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
+use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, PoolInput, SchedPod, SolveOptions, solve};
 
 /// Everything the decision looks at.
@@ -33,6 +34,9 @@ pub struct Snapshot<'a> {
     pub catalog: &'a CloudCatalog,
     pub unavailable: &'a [OfferingKey],
     pub usage: &'a BTreeMap<String, Usage>,
+    /// The PVCs, PVs and StorageClasses the pending pods' volumes name
+    /// (empty when no pending pod has a PVC-backed volume).
+    pub volumes: &'a VolumeIndex,
     /// Seeds claim ids (the only randomness).
     pub seed: u64,
 }
@@ -208,7 +212,7 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut pods = Vec::with_capacity(s.pending.len());
     let mut keys = Vec::with_capacity(s.pending.len());
     for p in s.pending {
-        match SchedPod::from_pod(p) {
+        match SchedPod::from_pod_with_volumes(p, s.volumes) {
             Ok(sp) => {
                 pods.push(sp);
                 keys.push(PodKey::of(p));

@@ -7,6 +7,7 @@ pub mod requirements;
 pub mod selector;
 pub mod taints;
 pub mod topology;
+pub mod volumes;
 pub mod solver;
 
 pub use pod::{PodRef, SchedPod};

@@ -16,6 +16,7 @@ use super::labels;
 use super::requirements::{RequirementError, Requirements};
 use super::selector::LabelSelector;
 use super::taints::Toleration;
+use super::volumes::{self, VolumeError, VolumeIndex};
 use crate::resources::{QuantityError, Resources};
 
 /// `namespace/name`.
@@ -40,6 +41,10 @@ pub enum PodError {
     Requirement { pod: String, field: String, source: RequirementError },
     #[error("pod {pod}: {field}: {reason}")]
     Invalid { pod: String, field: String, reason: String },
+    /// A volume no new node can hold (a missing claim or class, …). Boxed:
+    /// the rare case should not make every `Result<SchedPod, _>` larger.
+    #[error("pod {pod}: volume {volume}: {source}")]
+    Volume { pod: String, volume: String, source: Box<VolumeError> },
 }
 
 /// A topology spread constraint.
@@ -101,6 +106,9 @@ pub struct SchedPod {
     pub host_ports: Vec<HostPort>,
     /// Owned by a DaemonSet.
     pub daemon: bool,
+    /// What the pod's persistent volumes require of its node (a zone); see
+    /// [`SchedPod::from_pod_with_volumes`]. Never relaxed.
+    pub volume: Requirements,
 }
 
 /// How far a pod's preferences have been relaxed. Each step drops one more
@@ -119,8 +127,13 @@ pub struct Relaxation {
 /// The constraints of a pod at one relaxation: all of them are hard.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Constraints {
-    /// nodeSelector ∩ one required term ∩ the kept preferred node terms.
+    /// nodeSelector ∩ one required term ∩ the kept preferred node terms ∩
+    /// the volumes' requirements.
     pub node: Requirements,
+    /// When the volumes add requirements: `node` without them. Topology
+    /// spreads count their domains over this, as kube-scheduler does (its
+    /// nodeAffinityPolicy looks at the pod's affinity, not its volumes).
+    pub spread_scope: Option<Requirements>,
     pub spreads: Vec<Spread>,
     pub affinity: Vec<AffinityTerm>,
     pub tolerations: Vec<Toleration>,
@@ -270,7 +283,18 @@ impl SchedPod {
             affinity,
             host_ports,
             daemon,
+            volume: Requirements::new(),
         })
+    }
+
+    /// [`SchedPod::from_pod`], plus the requirements of the pod's
+    /// PVC-backed volumes looked up in `index`; a volume no new node can
+    /// hold is an error naming it.
+    pub fn from_pod_with_volumes(p: &Pod, index: &VolumeIndex) -> Result<SchedPod, PodError> {
+        let mut sp = SchedPod::from_pod(p)?;
+        sp.volume = volumes::requirements(p, index)
+            .map_err(|(volume, source)| PodError::Volume { pod: sp.pod.to_string(), volume, source: Box::new(source) })?;
+        Ok(sp)
     }
 
     /// The constraints that hold at relaxation `r`.
@@ -282,6 +306,8 @@ impl SchedPod {
         for (_, reqs) in by_weight(&self.preferred_terms, |(w, _)| *w).into_iter().skip(usize::from(r.dropped_node_preferences)) {
             node.add_all(reqs);
         }
+        let spread_scope = (!self.volume.is_empty()).then(|| node.clone());
+        node.add_all(&self.volume);
         let spreads = self.spreads.iter().filter(|s| s.hard || !r.dropped_soft_spreads).cloned().collect();
         let mut affinity: Vec<AffinityTerm> = self.affinity.iter().filter(|t| t.weight.is_none()).cloned().collect();
         let pref = |anti: bool| self.affinity.iter().filter(move |t| t.anti == anti && t.weight.is_some()).collect::<Vec<_>>();
@@ -292,6 +318,7 @@ impl SchedPod {
         affinity.extend(kept(pref(true), r.dropped_pod_anti_affinity));
         Constraints {
             node,
+            spread_scope,
             spreads,
             affinity,
             tolerations: self.tolerations.clone(),

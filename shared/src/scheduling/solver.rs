@@ -447,6 +447,7 @@ impl<'a> Solver<'a> {
                 let anti: Vec<_> = p.affinity.iter().filter(|t| t.anti && t.weight.is_none()).cloned().collect();
                 let c = Constraints {
                     node: Requirements::new(),
+                    spread_scope: None,
                     spreads: Vec::new(),
                     affinity: anti,
                     tolerations: Vec::new(),
@@ -738,7 +739,7 @@ impl<'a> Solver<'a> {
         let cand = Candidate::Node { host: n as HostId, labels: &node.labels };
         if !cls.topo.is_empty() {
             self.topology
-                .admit(&cls.topo, &cls.constraints.node, cand)
+                .admit(&cls.topo, &cls.constraints, cand)
                 .map_err(|r| Refused { permanent: r.permanent })?;
         }
         let state = &mut self.node_state[n];
@@ -820,13 +821,13 @@ impl<'a> Solver<'a> {
                 match self.admit_memo.iter().find(|(sig, _)| *sig == c.signature) {
                     Some((_, answer)) => answer.clone(),
                     None => {
-                        let answer = self.topology.admit(&cls.topo, &cls.constraints.node, cand);
+                        let answer = self.topology.admit(&cls.topo, &cls.constraints, cand);
                         self.admit_memo.push((c.signature, answer.clone()));
                         answer
                     }
                 }
             } else {
-                self.topology.admit(&cls.topo, &cls.constraints.node, cand)
+                self.topology.admit(&cls.topo, &cls.constraints, cand)
             };
             answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
         };
@@ -1133,7 +1134,7 @@ impl<'a> Solver<'a> {
         if !cls.topo.is_empty() {
             let host = (self.nodes.len() + self.claims.len()) as HostId;
             let cand = Candidate::Claim { host, requirements: &ps.input.pool.requirements };
-            if let Err(t) = self.topology.admit(&cls.topo, &cls.constraints.node, cand) {
+            if let Err(t) = self.topology.admit(&cls.topo, &cls.constraints, cand) {
                 return format!("would violate {} in NodePool {name}", self.topology.describe(&t));
             }
         }

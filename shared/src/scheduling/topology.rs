@@ -259,14 +259,12 @@ impl Topology {
         })
     }
 
-    /// Checks a pod against a candidate. On success returns the requirements
-    /// the pod adds there (empty when it adds none).
-    pub fn admit(
-        &self,
-        pt: &PodTopology,
-        pod_node: &Requirements,
-        cand: Candidate<'_>,
-    ) -> Result<Requirements, TopologyReject> {
+    /// Checks a pod with constraints `c` against a candidate. On success
+    /// returns the requirements the pod adds there (empty when it adds none).
+    pub fn admit(&self, pt: &PodTopology, c: &Constraints, cand: Candidate<'_>) -> Result<Requirements, TopologyReject> {
+        let pod_node = &c.node;
+        // The domains a spread counts: the pod's own affinity, not its volumes'.
+        let scope = c.spread_scope.as_ref().unwrap_or(pod_node);
         let mut extra = Requirements::new();
         let host = cand.host();
         for &(gid, self_match) in &pt.owned {
@@ -284,7 +282,7 @@ impl Topology {
                 (Kind::Spread { max_skew, min_domains }, false) => {
                     let mut eligible = 0u32;
                     let mut min = u32::MAX;
-                    for v in g.domains.iter().filter(|v| pod_node.allows(&g.key.key, Some(v))) {
+                    for v in g.domains.iter().filter(|v| scope.allows(&g.key.key, Some(v))) {
                         eligible += 1;
                         min = min.min(g.matched.value(v));
                     }

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus, Taint as K8sTaint};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -22,6 +24,7 @@ use crate::ports::{
 use crate::resources::Resources;
 use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::Taint;
+use crate::scheduling::volumes::VolumeIndex;
 
 #[derive(Debug, Default)]
 struct State {
@@ -30,6 +33,10 @@ struct State {
     deployments: BTreeMap<(String, String), Deployment>,
     daemon_sets: BTreeMap<(String, String), DaemonSet>,
     pdbs: BTreeMap<(String, String), PodDisruptionBudget>,
+    /// Storage objects, kept as given: nothing binds or provisions volumes here.
+    claims: BTreeMap<(String, String), PersistentVolumeClaim>,
+    volumes: BTreeMap<String, PersistentVolume>,
+    storage_classes: BTreeMap<String, StorageClass>,
     events: Vec<(Timestamp, ClusterEvent)>,
     next_uid: u64,
     /// Something changed that the scheduler should look at.
@@ -44,6 +51,11 @@ impl State {
             nodes: self.nodes.values().collect(),
             deployments: self.deployments.values().collect(),
             daemon_sets: self.daemon_sets.values().collect(),
+            volumes: VolumeIndex::new(
+                self.claims.values().cloned().collect(),
+                self.volumes.values().cloned().collect(),
+                self.storage_classes.values().cloned().collect(),
+            ),
         }
     }
 }
@@ -119,6 +131,18 @@ impl SimCluster {
             "PodDisruptionBudget" => {
                 let p: PodDisruptionBudget = serde_json::from_value(object.clone()).map_err(err)?;
                 s.pdbs.insert(key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref()), p);
+            }
+            "PersistentVolumeClaim" => {
+                let c: PersistentVolumeClaim = serde_json::from_value(object.clone()).map_err(err)?;
+                s.claims.insert(key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref()), c);
+            }
+            "PersistentVolume" => {
+                let v: PersistentVolume = serde_json::from_value(object.clone()).map_err(err)?;
+                s.volumes.insert(v.metadata.name.clone().unwrap_or_default(), v);
+            }
+            "StorageClass" => {
+                let c: StorageClass = serde_json::from_value(object.clone()).map_err(err)?;
+                s.storage_classes.insert(c.metadata.name.clone().unwrap_or_default(), c);
             }
             "Pod" => {
                 let mut p: Pod = serde_json::from_value(object.clone()).map_err(err)?;
@@ -344,6 +368,18 @@ impl Cluster for SimCluster {
 
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         Ok(self.lock().pdbs.values().cloned().collect())
+    }
+
+    async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        Ok(self.lock().claims.values().cloned().collect())
+    }
+
+    async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
+        Ok(self.lock().volumes.values().cloned().collect())
+    }
+
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
+        Ok(self.lock().storage_classes.values().cloned().collect())
     }
 
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::ports::PodKey;
 use crate::provisioning::plan::existing_node;
+use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
 /// The objects the controllers look at.
@@ -25,6 +26,8 @@ pub struct ClusterView<'a> {
     pub nodes: Vec<&'a Node>,
     pub deployments: Vec<&'a Deployment>,
     pub daemon_sets: Vec<&'a DaemonSet>,
+    /// PVCs, PVs and StorageClasses: the zones pods' volumes pin them to.
+    pub volumes: VolumeIndex,
 }
 
 /// What the controllers want done.
@@ -222,7 +225,7 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
     let mut candidates = Vec::new();
     let mut sched_pods = Vec::new();
     for p in pending {
-        match SchedPod::from_pod(p) {
+        match SchedPod::from_pod_with_volumes(p, &view.volumes) {
             Ok(sp) => {
                 sched_pods.push(sp);
                 candidates.push(p);
