@@ -111,20 +111,37 @@ pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, Str
     Ok(Ports { cloud, cluster, store, clock: SystemClock })
 }
 
+/// Assumed when the runtime gives no usable deadline (local emulators may
+/// send none): the provisioner's deployed timeout.
+pub const DEFAULT_INVOCATION: SignedDuration = SignedDuration::from_secs(60);
+
 /// The Lambda deadline of an invocation.
 fn deadline_of<T>(event: &LambdaEvent<T>) -> Timestamp {
-    Timestamp::from_millisecond(event.context.deadline as i64).unwrap_or_else(|_| Timestamp::now() + SignedDuration::from_secs(60))
+    let now = Timestamp::now();
+    match i64::try_from(event.context.deadline).ok().and_then(|ms| Timestamp::from_millisecond(ms).ok()) {
+        Some(deadline) if deadline > now => deadline,
+        _ => {
+            warn!(deadline_ms = event.context.deadline, "the runtime gave no deadline ahead of now; assuming 60 s");
+            now + DEFAULT_INVOCATION
+        }
+    }
 }
 
 /// The provisioner function: one scheduled invocation, ticking until its
 /// deadline minus a margin, holding the provisioner lease.
 pub async fn provisioner(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
-    let until = deadline_of(&event) - DEADLINE_MARGIN;
+    let deadline = deadline_of(&event);
+    let until = deadline - DEADLINE_MARGIN;
+    let remaining = deadline.duration_since(Timestamp::now());
+    if remaining < DEADLINE_MARGIN + SignedDuration::from_secs(5) {
+        warn!(remaining_s = remaining.as_secs_f64(), "the invocation has under 10 s left: give the provisioner a 60-s timeout");
+    }
     let mut p = Provisioner::new(ports, ProvisionerSettings::default(), event.context.request_id.clone());
     let ticks = p
         .run_until(until, |d| tokio::time::sleep(d.unsigned_abs()))
         .await
         .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    info!(ticks, remaining_at_start_s = remaining.as_secs_f64(), "provisioner invocation done");
     Ok(serde_json::json!({ "ticks": ticks }))
 }
 
