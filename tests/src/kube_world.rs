@@ -60,18 +60,10 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
+/// Every object of a kind, in all namespaces.
 async fn list<K>(admin: &Client) -> Result<Vec<K>, String>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = Api::all(admin.clone());
-    Ok(api.list(&ListParams::default()).await.map_err(err("list"))?.items)
-}
-
-async fn list_cluster_scoped<K>(admin: &Client) -> Result<Vec<K>, String>
-where
-    K: Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     K::DynamicType: Default,
 {
     let api: Api<K> = Api::all(admin.clone());
@@ -214,12 +206,12 @@ impl ApiServerCluster {
     async fn snapshot(&self) -> Result<Snapshot, String> {
         let volumes = VolumeIndex::new(
             list(&self.admin).await?,
-            list_cluster_scoped(&self.admin).await?,
-            list_cluster_scoped(&self.admin).await?,
+            list(&self.admin).await?,
+            list(&self.admin).await?,
         );
         Ok(Snapshot {
             pods: list(&self.admin).await?,
-            nodes: list_cluster_scoped(&self.admin).await?,
+            nodes: list(&self.admin).await?,
             deployments: list(&self.admin).await?,
             daemon_sets: list(&self.admin).await?,
             volumes,
@@ -274,17 +266,17 @@ async fn wipe(admin: &Client) -> Result<(), String> {
         let _ = api.delete(&name, &now).await;
     }
     let volumes: Api<PersistentVolume> = Api::all(admin.clone());
-    for v in list_cluster_scoped::<PersistentVolume>(admin).await? {
+    for v in list::<PersistentVolume>(admin).await? {
         let name = v.metadata.name.clone().unwrap_or_default();
         volumes.patch(&name, &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.map_err(err("unprotect pv"))?;
         let _ = volumes.delete(&name, &now).await;
     }
     let classes: Api<StorageClass> = Api::all(admin.clone());
-    for c in list_cluster_scoped::<StorageClass>(admin).await? {
+    for c in list::<StorageClass>(admin).await? {
         let _ = classes.delete(c.metadata.name.as_deref().unwrap_or_default(), &now).await;
     }
     let nodes: Api<Node> = Api::all(admin.clone());
-    for n in nodes.list(&ListParams::default()).await.map_err(err("list nodes"))?.items {
+    for n in list::<Node>(admin).await? {
         match nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &now).await {
             Ok(_) => {}
             Err(e) if is_code(&e, 404) => {}
@@ -353,7 +345,7 @@ impl ClusterDriver for ApiServerCluster {
     }
 
     async fn all_nodes(&self) -> Vec<Node> {
-        Api::<Node>::all(self.admin.clone()).list(&ListParams::default()).await.expect("list nodes").items
+        list(&self.admin).await.expect("list nodes")
     }
 
     async fn events(&self) -> Vec<(Timestamp, ClusterEvent)> {
