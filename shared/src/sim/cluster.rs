@@ -247,7 +247,8 @@ impl SimCluster {
     fn apply_actions(s: &mut State, actions: Vec<ControllerAction>, now: Timestamp) {
         for action in actions {
             match action {
-                ControllerAction::CreatePod(mut pod) => {
+                ControllerAction::CreatePod(pod) => {
+                    let mut pod = *pod;
                     let uid = Self::uid(s);
                     if pod.metadata.name.is_none() {
                         let prefix = pod.metadata.generate_name.clone().unwrap_or_default();

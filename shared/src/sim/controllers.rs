@@ -35,7 +35,7 @@ pub struct ClusterView<'a> {
 pub enum ControllerAction {
     /// Create a pod. A Deployment's pod has a `generateName` and no name
     /// (the cluster names it); a DaemonSet pod arrives bound and running.
-    CreatePod(Pod),
+    CreatePod(Box<Pod>),
     /// Remove a pod at once: scale-down, garbage collection of a pod whose
     /// node is gone, or the kubelet confirming a graceful deletion.
     RemovePod(PodKey),
@@ -148,11 +148,11 @@ fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
             meta.generate_name = Some(format!("{owner}-"));
             meta.namespace = Some(ns.clone());
             meta.owner_references = Some(owned_by("ReplicaSet", &owner, format!("rs-{name}")));
-            ControllerAction::CreatePod(Pod {
+            ControllerAction::CreatePod(Box::new(Pod {
                 metadata: meta,
                 spec: template.spec,
                 status: Some(PodStatus { phase: Some("Pending".to_owned()), ..Default::default() }),
-            })
+            }))
         })
         .collect()
 }
@@ -188,7 +188,7 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
         }
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node_name);
         pod.status = Some(PodStatus { phase: Some("Running".to_owned()), ..Default::default() });
-        actions.push(ControllerAction::CreatePod(pod));
+        actions.push(ControllerAction::CreatePod(Box::new(pod)));
     }
     actions
 }
