@@ -287,6 +287,8 @@ pub trait Cluster: Send + Sync {
     fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// Pods bound to a node that have not finished.
     fn scheduled_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
+    /// Pods bound to `node` that have not finished (what a drain evicts).
+    fn pods_on_node(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
     fn daemon_sets(&self) -> impl Future<Output = Result<Vec<DaemonSet>, ClusterError>> + Send;
     fn pod_disruption_budgets(

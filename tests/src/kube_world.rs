@@ -32,6 +32,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::kube_harness::{KubeEnv, apply_rbac};
 
 const FIELD_MANAGER: &str = "nodewright-sim";
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// Who published the Events the scenarios count.
 const REPORTING_CONTROLLER: &str = nodewright::kube::CONTROLLER_NAME;
 
@@ -316,11 +317,21 @@ impl ClusterDriver for ApiServerCluster {
     async fn register_node(&self, node: Node) -> Result<(), String> {
         let api: Api<Node> = Api::all(self.admin.clone());
         // A Node's status may be set on create (as the kubelet registers).
-        match api.create(&PostParams::default(), &node).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_code(&e, 409) => Ok(()),
-            Err(e) => Err(format!("register node: {e}")),
+        let created = match api.create(&PostParams::default(), &node).await {
+            Ok(created) => created,
+            Err(e) if is_code(&e, 409) => return Ok(()),
+            Err(e) => return Err(format!("register node: {e}")),
+        };
+        // Admission taints every new node not-ready; the node lifecycle
+        // controller lifts that once the node reports Ready, as this one does.
+        let taints = created.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        if taints.iter().any(|t| t.key == NOT_READY_TAINT) {
+            let wanted: Vec<_> = taints.into_iter().filter(|t| t.key != NOT_READY_TAINT).collect();
+            let name = created.metadata.name.clone().unwrap_or_default();
+            let patch = json!({"spec": {"taints": wanted}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(err("lift not-ready"))?;
         }
+        Ok(())
     }
 
     async fn reconcile(&self) -> Result<(), String> {

@@ -798,3 +798,27 @@ async fn latency_against_the_local_server() {
     .collect();
     eprintln!("latency against the local kube-apiserver: {summary:?}");
 }
+
+#[tokio::test]
+async fn pods_on_a_node_are_the_unfinished_ones_bound_to_it() {
+    let (_env, admin, function, ns) = setup("on-node").await;
+    let (node, other) = (unique("drain-node"), unique("other-node"));
+    create_node(&admin, &node).await;
+    create_node(&admin, &other).await;
+    for (name, on) in [("a", &node), ("b", &node), ("done", &node), ("elsewhere", &other)] {
+        let mut p = pod(&ns, name, json!({ "app": "web" }));
+        p.spec.as_mut().expect("spec").node_name = Some(on.clone());
+        create_pod(&admin, &p).await;
+    }
+    let finished = json!({ "status": { "phase": "Succeeded" } });
+    Api::<Pod>::namespaced(admin.clone(), &ns)
+        .patch_status("done", &PatchParams::default(), &Patch::Merge(&finished))
+        .await
+        .expect("finish a pod");
+
+    let pods = function.pods_on_node(&node).await.expect("pods on the node");
+    let mut names: Vec<&str> = pods.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b"], "bound to {node}, not finished");
+    assert!(function.pods_on_node("no-such-node").await.expect("empty").is_empty());
+}

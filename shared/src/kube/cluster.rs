@@ -305,6 +305,12 @@ impl Cluster for KubeCluster {
         self.list_all(&api, "list pods (scheduled)", Some(SCHEDULED_PODS)).await
     }
 
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let selector = format!("spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed");
+        self.list_all(&api, &format!("list pods on node {node}"), Some(&selector)).await
+    }
+
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
         let api: Api<Node> = Api::all(self.client.clone());
         self.list_all(&api, "list nodes", None).await

@@ -355,6 +355,10 @@ impl Cluster for SimCluster {
             .collect())
     }
 
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        Ok(self.lock().pods.values().filter(|p| node_of(p) == Some(node) && !is_finished(p)).cloned().collect())
+    }
+
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         Ok(self.lock().pods.values().filter(|p| node_of(p).is_some() && !is_finished(p)).cloned().collect())
     }
