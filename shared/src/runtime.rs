@@ -72,14 +72,15 @@ pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, Str
     // NodeClasses are read once per cold start; a changed NodeClass reaches
     // new containers (Lambda recycles them within hours, or on redeploy).
     let items = store.config_items().await.map_err(|e| format!("reading the configuration table: {e}"))?;
+    // Each item is validated like the CLI validates it; one that fails is
+    // logged with its field and reason and left out (its launches fail with
+    // "nodeclass … is not defined"), the others still work.
     let (classes, errors) = node_classes_from_items(&items);
     for e in errors {
-        warn!(error = %e, "ignoring invalid NodeClass item");
+        warn!(item = %e.item, field = %e.field, reason = %e.reason, "ignoring invalid NodeClass item");
     }
     let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
-    for (name, class) in classes {
-        settings = settings.with_node_class(name, class);
-    }
+    settings.node_classes = classes;
     let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
     let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
     let cluster = match &env.kubeconfig {

@@ -20,8 +20,20 @@ use std::time::Duration;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::config::Credentials;
 use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
-use nodewright::aws::nodeclass::{NodeClassSettings, SelectorTerm};
 use nodewright::aws::{ClientOptions, DynamoStore, DynamoTables, Ec2CloudSettings};
+use nodewright::config::NodeClass;
+use nodewright::config::nodeclass::{AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec};
+
+/// A spec validated as NodeClass `name`, as the runtime validates stored
+/// items; panics with the field and reason.
+pub fn node_class(name: &str, spec: &EC2NodeClassSpec) -> NodeClass {
+    NodeClass::from_spec(name, spec).unwrap_or_else(|e| panic!("invalid test NodeClass: {e}"))
+}
+
+/// An `amiSelectorTerms` entry `alias: <alias>`.
+pub fn ami_alias(alias: &str) -> AmiSelectorTermSpec {
+    AmiSelectorTermSpec { alias: Some(alias.to_owned()), ..Default::default() }
+}
 
 /// A running emulator.
 #[derive(Debug, Clone)]
@@ -248,20 +260,29 @@ impl Ec2Fixture {
         format!("nodewright.test/{}", self.discovery)
     }
 
-    /// A NodeClass selecting this fixture's subnets and security group.
-    pub fn node_class(&self) -> NodeClassSettings {
-        let term = SelectorTerm { tags: [("karpenter.sh/discovery".to_owned(), self.discovery.clone())].into(), ..Default::default() };
-        NodeClassSettings {
-            subnet_selector_terms: vec![term.clone()],
-            security_group_selector_terms: vec![term],
+    /// The spec of a NodeClass selecting this fixture's subnets and security
+    /// group: AL2023 (latest), no instance profile (`defaultInstanceProfile`
+    /// with none in the adapter's settings), tag `team=adapters`.
+    pub fn node_class_spec(&self) -> EC2NodeClassSpec {
+        let tags: BTreeMap<String, String> = [("karpenter.sh/discovery".to_owned(), self.discovery.clone())].into();
+        EC2NodeClassSpec {
+            ami_selector_terms: vec![ami_alias("al2023@latest")],
+            subnet_selector_terms: vec![SubnetSelectorTermSpec { tags: tags.clone(), ..Default::default() }],
+            security_group_selector_terms: vec![SecurityGroupSelectorTermSpec { tags, ..Default::default() }],
+            default_instance_profile: true,
             tags: [("team".to_owned(), "adapters".to_owned())].into(),
             ..Default::default()
         }
     }
 
+    /// [`Self::node_class_spec`] validated as NodeClass `default`.
+    pub fn node_class(&self) -> NodeClass {
+        node_class("default", &self.node_class_spec())
+    }
+
     /// Adapter settings: the cluster and a `default` NodeClass.
     pub fn settings(&self) -> Ec2CloudSettings {
-        Ec2CloudSettings::new(&self.cluster).with_node_class("default", self.node_class())
+        Ec2CloudSettings::new(&self.cluster).with_node_class(self.node_class())
     }
 
     pub fn ec2(&self) -> aws_sdk_ec2::Client {

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use nodewright::aws::ec2::{ClusterInfo, tags};
-use nodewright::aws::nodeclass::{AmiTerm, NodeClassSettings, SelectorTerm};
 use nodewright::aws::prices::{PriceOrigin, PriceSource, SeededPrices};
 use nodewright::aws::{AwsPrices, ClientOptions, Ec2Cloud, Ec2CloudSettings};
 use nodewright::cloud::KubeletConfig;
+use nodewright::config::nodeclass::{AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec};
 use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering, StoreError};
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright::sim::FaultyCloud;
-use nodewright_tests::aws::{Ec2Fixture, unique};
+use nodewright_tests::aws::{Ec2Fixture, ami_alias, node_class, unique};
 
 fn offering(ty: &str, zone: &str, ct: &str, price: f64) -> PricedOffering {
     PricedOffering { instance_type: ty.into(), zone: zone.into(), capacity_type: ct.into(), price }
@@ -304,25 +304,26 @@ async fn selector_terms_by_any_value_and_by_id() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let za = f.zones[0].clone();
     // `*` matches any value of the key; the zone's biggest subnet wins.
-    let any = SelectorTerm { tags: [(f.member_key(), "*".to_owned())].into(), ..Default::default() };
-    let by_id = SelectorTerm { id: Some(f.security_group.clone()), ..Default::default() };
-    let class = NodeClassSettings {
+    let any = SubnetSelectorTermSpec { tags: [(f.member_key(), "*".to_owned())].into(), ..Default::default() };
+    let by_id = SecurityGroupSelectorTermSpec { id: Some(f.security_group.clone()), ..Default::default() };
+    let class = EC2NodeClassSpec {
         subnet_selector_terms: vec![any],
         security_group_selector_terms: vec![by_id],
-        ..Default::default()
+        tags: BTreeMap::new(),
+        ..f.node_class_spec()
     };
-    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class("default", class), seeded(&f.zones))
+    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)), seeded(&f.zones))
         .expect("adapter");
     let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096)]);
     cloud.launch(&req).await.expect("launch");
     assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), f.best_subnet.get(&za).map(String::as_str));
 
     // An id term selects exactly that subnet, even the smaller one.
-    let class = NodeClassSettings {
-        subnet_selector_terms: vec![SelectorTerm { id: Some(f.small_subnet.clone()), ..Default::default() }],
-        ..f.node_class()
+    let class = EC2NodeClassSpec {
+        subnet_selector_terms: vec![SubnetSelectorTermSpec { id: Some(f.small_subnet.clone()), ..Default::default() }],
+        ..f.node_class_spec()
     };
-    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class("default", class), seeded(&f.zones))
+    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)), seeded(&f.zones))
         .expect("adapter");
     let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096), offering("m5.large", &f.zones[1], "on-demand", 0.096)]);
     let launched = cloud.launch(&req).await.expect("launch");
@@ -388,8 +389,9 @@ async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_eac
 async fn al2_and_bottlerocket_user_data() {
     let f = Ec2Fixture::new("us-east-1", "1.31").await;
     for (family, needle) in [("AL2", "/etc/eks/bootstrap.sh"), ("Bottlerocket", "[settings.kubernetes]")] {
-        let class = NodeClassSettings { ami_family: Some(family.into()), ..f.node_class() };
-        let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(family, class);
+        let alias = format!("{}@latest", family.to_lowercase());
+        let class = EC2NodeClassSpec { ami_selector_terms: vec![ami_alias(&alias)], ..f.node_class_spec() };
+        let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(node_class(family, &class));
         let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
         let mut req = request(&family.to_lowercase(), vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)]);
         req.node_class = Some(family.into());
@@ -439,7 +441,7 @@ async fn terminate_and_list_only_our_instances() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let ours = cloud(&f).await;
     // A second cluster sharing the subnets: its instances are not ours.
-    let mut other_settings = Ec2CloudSettings::new(unique("other-cluster")).with_node_class("default", f.node_class());
+    let mut other_settings = Ec2CloudSettings::new(unique("other-cluster")).with_node_class(f.node_class());
     other_settings.cluster = Some(ClusterInfo {
         endpoint: "https://other.example".into(),
         ca_base64: "Q0E=".into(),
@@ -508,49 +510,53 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     let ok = || request("bad", vec![offering("m5.large", &z, "on-demand", 0.096)]);
 
     // Subnet selector matching nothing.
-    let class = NodeClassSettings {
-        subnet_selector_terms: vec![SelectorTerm { tags: [("karpenter.sh/discovery".to_owned(), "nobody".to_owned())].into(), ..Default::default() }],
-        ..f.node_class()
+    let class = EC2NodeClassSpec {
+        subnet_selector_terms: vec![SubnetSelectorTermSpec {
+            tags: [("karpenter.sh/discovery".to_owned(), "nobody".to_owned())].into(),
+            ..Default::default()
+        }],
+        ..f.node_class_spec()
     };
     assert_invalid_and_nothing_launched(
         &f,
-        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
         &["subnetSelectorTerms", "karpenter.sh/discovery", "nobody", "match no subnet"],
     )
     .await;
 
     // Security group id that does not exist.
-    let class = NodeClassSettings {
-        security_group_selector_terms: vec![SelectorTerm { id: Some("sg-00000000000000000".into()), ..Default::default() }],
-        ..f.node_class()
+    let class = EC2NodeClassSpec {
+        security_group_selector_terms: vec![SecurityGroupSelectorTermSpec { id: Some("sg-00000000000000000".into()), ..Default::default() }],
+        ..f.node_class_spec()
     };
     assert_invalid_and_nothing_launched(
         &f,
-        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
         &["securityGroupSelectorTerms", "sg-00000000000000000"],
     )
     .await;
 
     // AL2 has no AMI for Kubernetes 1.33 (as on AWS): the parameter does not exist.
-    let class = NodeClassSettings { ami_family: Some("AL2".into()), ..f.node_class() };
+    let class = EC2NodeClassSpec { ami_selector_terms: vec![ami_alias("al2@latest")], ..f.node_class_spec() };
     assert_invalid_and_nothing_launched(
         &f,
-        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
         &["/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id", "does not exist"],
     )
     .await;
 
     // A custom SSM parameter that does not exist.
-    let class = NodeClassSettings {
-        ami_selector_terms: vec![AmiTerm { ssm_parameter: Some("/nodewright/test/missing".into()), ..Default::default() }],
-        ..f.node_class()
+    let class = EC2NodeClassSpec {
+        ami_family: Some("AL2023".into()),
+        ami_selector_terms: vec![AmiSelectorTermSpec { ssm_parameter: Some("/nodewright/test/missing".into()), ..Default::default() }],
+        ..f.node_class_spec()
     };
     assert_invalid_and_nothing_launched(
         &f,
-        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
         &["/nodewright/test/missing"],
     )
@@ -569,10 +575,10 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     let mut req = ok();
     req.node_class = Some("missing".into());
     assert_invalid_and_nothing_launched(&f, f.settings(), req, &["nodeclass \"missing\" is not defined"]).await;
-    let class = NodeClassSettings { ami_family: Some("Windows2022".into()), ..f.node_class() };
+    let class = EC2NodeClassSpec { ami_selector_terms: vec![ami_alias("windows2022@latest")], ..f.node_class_spec() };
     assert_invalid_and_nothing_launched(
         &f,
-        Ec2CloudSettings::new(&f.cluster).with_node_class("default", class),
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
         &["Windows2022"],
     )
@@ -581,7 +587,7 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     // A cluster that does not exist.
     assert_invalid_and_nothing_launched(
         &f,
-        Ec2CloudSettings::new("no-such-cluster").with_node_class("default", f.node_class()),
+        Ec2CloudSettings::new("no-such-cluster").with_node_class(f.node_class()),
         ok(),
         &["no-such-cluster", "does not exist"],
     )

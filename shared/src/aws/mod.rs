@@ -11,7 +11,7 @@
 //! - [`prices`]: where prices come from ([`PriceSource`]): the Pricing API
 //!   with the shipped static table as fallback, spot history from EC2.
 //! - [`userdata`]: AL2023 / AL2 / Bottlerocket user data (pure).
-//! - [`nodeclass`]: the NodeClass settings the launch path reads.
+//! - [`nodeclass`]: how the launch path reads a validated `config::NodeClass`.
 //! - [`dynamo`]: the Store, with transactions for limit accounting.
 //!
 //! SDK clients are built from one [`aws_config::SdkConfig`] made by
@@ -34,7 +34,6 @@ use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 
 pub use dynamo::{DynamoStore, DynamoTables};
 pub use ec2::{Ec2Cloud, Ec2CloudSettings, Refresh};
-pub use nodeclass::NodeClassSettings;
 pub use prices::{AwsPrices, PriceSource, StaticPrices};
 
 use crate::ports::{CloudError, StoreError};

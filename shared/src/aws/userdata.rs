@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::nodeclass::AmiFamily;
+use crate::config::AmiFamily;
 use crate::scheduling::taints::Taint;
 
 /// Boundary of the MIME documents we write.
@@ -38,11 +38,15 @@ pub struct Bootstrap<'a> {
 }
 
 /// Renders the user data (plain text; the launch template wants it base64).
+/// Windows and Custom are not rendered (yet).
 pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
     match family {
-        AmiFamily::Al2023 => al2023(b),
-        AmiFamily::Al2 => Ok(al2(b)),
+        AmiFamily::AL2023 => al2023(b),
+        AmiFamily::AL2 => Ok(al2(b)),
         AmiFamily::Bottlerocket => bottlerocket(b),
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => {
+            Err(format!("no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket)"))
+        }
     }
 }
 
@@ -326,7 +330,7 @@ mod tests {
         let l = labels();
         let t = [Taint::new("karpenter.sh/unregistered", "", Effect::NoExecute), Taint::new("gpu", "yes", Effect::NoSchedule)];
         let user = "#!/bin/bash\necho hello\n";
-        let out = render(AmiFamily::Al2023, &input(&l, &t, Some(user))).expect("renders");
+        let out = render(AmiFamily::AL2023, &input(&l, &t, Some(user))).expect("renders");
         assert!(out.starts_with("MIME-Version: 1.0\n"));
         let parts = user_parts(Some(&out)).expect("our output parses as MIME");
         assert_eq!(parts.len(), 2);
@@ -348,7 +352,7 @@ mod tests {
     fn al2023_keeps_the_parts_of_a_mime_user_data() {
         let l = labels();
         let user = "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\r\n\r\n--BOUNDARY\r\nContent-Type: text/x-shellscript\r\n\r\necho one\r\n--BOUNDARY\r\nContent-Type: application/node.eks.aws\r\n\r\napiVersion: node.eks.aws/v1alpha1\r\nkind: NodeConfig\r\n--BOUNDARY--\r\n";
-        let out = render(AmiFamily::Al2023, &input(&l, &[], Some(user))).expect("renders");
+        let out = render(AmiFamily::AL2023, &input(&l, &[], Some(user))).expect("renders");
         let parts = user_parts(Some(&out)).expect("parses");
         assert_eq!(parts.len(), 3);
         assert_eq!(parts[0].body.trim(), "echo one");
@@ -359,7 +363,7 @@ mod tests {
     fn al2_runs_bootstrap_with_extra_args() {
         let l = labels();
         let t = [Taint::new("dedicated", "it's", Effect::NoSchedule)];
-        let out = render(AmiFamily::Al2, &input(&l, &t, None)).expect("renders");
+        let out = render(AmiFamily::AL2, &input(&l, &t, None)).expect("renders");
         assert!(out.contains("/etc/eks/bootstrap.sh 'demo' --apiserver-endpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com' --b64-cluster-ca 'Q0E='"));
         assert!(out.contains("--dns-cluster-ip '10.100.0.10'"));
         assert!(out.contains("--use-max-pods false"));

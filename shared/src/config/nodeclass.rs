@@ -362,6 +362,20 @@ impl SelectorTerm {
     }
 }
 
+/// `{id=…}`, `{name=…}` or `{tags[key]=value, …}`, for messages.
+impl fmt::Display for SelectorTerm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SelectorTerm::Id(id) => write!(f, "{{id={id}}}"),
+            SelectorTerm::Name(name) => write!(f, "{{name={name}}}"),
+            SelectorTerm::Tags(tags) => {
+                let parts: Vec<String> = tags.iter().map(|(k, v)| format!("tags[{k}]={v}")).collect();
+                write!(f, "{{{}}}", parts.join(", "))
+            }
+        }
+    }
+}
+
 /// How nodes get their IAM identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeIdentity {
@@ -716,6 +730,8 @@ mod tests {
         assert!(!exact.matches("subnet-1", None, &tags));
         assert!(SelectorTerm::Id("sg-1".into()).matches("sg-1", None, &tags));
         assert!(SelectorTerm::Name("web".into()).matches("sg-1", Some("web"), &tags));
+        assert_eq!(any.to_string(), "{tags[kubernetes.io/cluster/demo]=*}");
+        assert_eq!(SelectorTerm::Id("sg-1".into()).to_string(), "{id=sg-1}");
     }
 
     #[test]

@@ -26,12 +26,14 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 use tracing::{debug, info, warn};
 
-use super::super::nodeclass::{ANY_TAG_VALUE, AmiFamily, NodeClassSettings, SelectorTerm};
+use super::super::nodeclass::{instance_profile_name, launch_family};
 use super::super::userdata::{self, Bootstrap};
 use super::super::ApiError;
 use super::super::prices::PriceSource;
 use super::{Ec2Cloud, LIVE_STATES, catalog_price, tags, to_instance};
 use crate::cloud::InstanceTypeInfo;
+use crate::config::nodeclass::{ANY_TAG_VALUE, AmiSelector, SelectorTerm};
+use crate::config::{AmiFamily, NodeClass};
 use crate::ports::{CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering, Timestamp};
 use crate::scheduling::labels;
 
@@ -146,11 +148,12 @@ pub fn fleet_client_token(token: &str) -> String {
     format!("nodewright-{hex}")
 }
 
-/// The SSM parameter that names the AMI of a family, version, arch and accelerator.
-pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &str, acc: Accelerator) -> String {
+/// The SSM parameter that names the AMI of a family, version, arch and
+/// accelerator; none for the families the launch path does not support.
+pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &str, acc: Accelerator) -> Option<String> {
     let ec2_arch = if arch == "arm64" { "arm64" } else { "x86_64" };
-    match family {
-        AmiFamily::Al2023 => {
+    let path = match family {
+        AmiFamily::AL2023 => {
             let variant = match acc {
                 Accelerator::None => "standard",
                 Accelerator::Nvidia => "nvidia",
@@ -162,7 +165,7 @@ pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &
                 Some(v) => format!("{base}/amazon-eks-node-al2023-{ec2_arch}-{variant}-{k8s}-{v}/image_id"),
             }
         }
-        AmiFamily::Al2 => {
+        AmiFamily::AL2 => {
             let (suffix, name) = match (ec2_arch, acc) {
                 ("arm64", _) => ("amazon-linux-2-arm64", "arm64-node"),
                 (_, Accelerator::None) => ("amazon-linux-2", "node"),
@@ -179,25 +182,27 @@ pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &
             let version = pinned.map_or_else(|| "latest".to_owned(), |v| v.trim_start_matches('v').to_owned());
             format!("/aws/service/bottlerocket/{flavour}/{ec2_arch}/{version}/image_id")
         }
-    }
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => return None,
+    };
+    Some(path)
 }
 
+/// The Describe* filters that select what a term matches.
 fn selector_filters(term: &SelectorTerm, id_filter: &str) -> Vec<Filter> {
-    let mut f = Vec::new();
-    if let Some(id) = &term.id {
-        f.push(Filter::builder().name(id_filter).values(id).build());
+    match term {
+        SelectorTerm::Id(id) => vec![Filter::builder().name(id_filter).values(id).build()],
+        SelectorTerm::Name(name) => vec![Filter::builder().name("group-name").values(name).build()],
+        SelectorTerm::Tags(tags) => tags
+            .iter()
+            .map(|(k, v)| {
+                if v == ANY_TAG_VALUE {
+                    Filter::builder().name("tag-key").values(k).build()
+                } else {
+                    Filter::builder().name(format!("tag:{k}")).values(v).build()
+                }
+            })
+            .collect(),
     }
-    if let Some(name) = &term.name {
-        f.push(Filter::builder().name("group-name").values(name).build());
-    }
-    for (k, v) in &term.tags {
-        if v == ANY_TAG_VALUE {
-            f.push(Filter::builder().name("tag-key").values(k).build());
-        } else {
-            f.push(Filter::builder().name(format!("tag:{k}")).values(v).build());
-        }
-    }
-    f
 }
 
 fn terms_text(terms: &[SelectorTerm]) -> String {
@@ -220,7 +225,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             return Ok(Launched { instance, unavailable: Vec::new() });
         }
         // Configuration errors first: they need no catalog.
-        let (family, pinned) = class.family().map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+        let (family, pinned) = launch_family(class).map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
         let network = {
             let mut cache = self.launch.lock().await;
             self.network(&mut cache, class_name, class).await?
@@ -313,7 +318,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                         endpoint: &cluster.endpoint,
                         ca_base64: &cluster.ca_base64,
                         service_cidr: &cluster.service_cidr,
-                        cluster_dns: class.kubelet.as_ref().map_or(&[][..], |k| k.cluster_dns.as_slice()),
+                        cluster_dns: class.kubelet.cluster_dns.as_slice(),
                         max_pods: g.max_pods,
                         labels: &node_labels,
                         taints: &req.taints,
@@ -369,7 +374,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         Ok(instances.into_iter().next())
     }
 
-    pub(super) async fn network(&self, cache: &mut LaunchCache, class_name: &str, class: &NodeClassSettings) -> Result<Arc<Network>, CloudError> {
+    pub(super) async fn network(&self, cache: &mut LaunchCache, class_name: &str, class: &NodeClass) -> Result<Arc<Network>, CloudError> {
         if let Some((at, n)) = cache.networks.get(class_name)
             && at.elapsed() < self.settings.refresh.network
         {
@@ -487,26 +492,39 @@ impl<P: PriceSource> Ec2Cloud<P> {
         Ok(info)
     }
 
-    async fn ami(&self, cache: &mut LaunchCache, key: &AmiKey, class: &NodeClassSettings) -> Result<String, CloudError> {
+    async fn ami(&self, cache: &mut LaunchCache, key: &AmiKey, class: &NodeClass) -> Result<String, CloudError> {
         if let Some((at, id)) = cache.amis.get(key)
             && at.elapsed() < self.settings.refresh.images
         {
             return Ok(id.clone());
         }
         let terms = &class.ami_selector_terms;
-        if terms.iter().any(|t| t.name.is_some() || !t.tags.is_empty()) {
+        if terms.iter().any(|t| matches!(t, AmiSelector::Query { .. })) {
             return Err(CloudError::Invalid(
                 "amiSelectorTerms by name or tags are not supported yet; use alias, id or ssmParameter".into(),
             ));
         }
-        let explicit: Vec<&str> = terms.iter().filter_map(|t| t.id.as_deref()).collect();
-        let ssm_terms: Vec<&str> = terms.iter().filter_map(|t| t.ssm_parameter.as_deref()).collect();
+        let explicit: Vec<&str> = terms
+            .iter()
+            .filter_map(|t| match t {
+                AmiSelector::Id(id) => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let ssm_terms: Vec<&str> = terms
+            .iter()
+            .filter_map(|t| match t {
+                AmiSelector::SsmParameter(p) => Some(p.as_str()),
+                _ => None,
+            })
+            .collect();
         let id = if explicit.is_empty() && ssm_terms.is_empty() {
-            let path = ami_parameter(key.family, key.version.as_deref(), &key.k8s, &key.arch, key.accelerator);
+            let path = ami_parameter(key.family, key.version.as_deref(), &key.k8s, &key.arch, key.accelerator)
+                .ok_or_else(|| CloudError::Invalid(format!("no EKS-optimized AMI parameter for amiFamily {}", key.family)))?;
             self.ssm_value(&path).await.map_err(|e| match e {
                 CloudError::Invalid(why) => CloudError::Invalid(format!(
                     "no {} AMI for Kubernetes {} on {}: {why}",
-                    key.family.name(),
+                    key.family.as_str(),
                     key.k8s,
                     key.arch
                 )),
@@ -561,7 +579,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
     fn template_spec(
         &self,
         class_name: &str,
-        class: &NodeClassSettings,
+        class: &NodeClass,
         family: AmiFamily,
         pool: &str,
         image_id: String,
@@ -585,7 +603,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             image_id,
             user_data,
             security_groups: network.security_groups.clone(),
-            instance_profile: class.instance_profile_name().map(str::to_owned),
+            instance_profile: instance_profile_name(class, self.settings.default_instance_profile.as_deref()).map(str::to_owned),
             volumes,
             tags: t,
         }
@@ -968,28 +986,28 @@ mod tests {
     #[test]
     fn ami_parameters_per_family() {
         assert_eq!(
-            ami_parameter(AmiFamily::Al2023, None, "1.32", "arm64", Accelerator::None),
-            "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id"
+            ami_parameter(AmiFamily::AL2023, None, "1.32", "arm64", Accelerator::None).as_deref(),
+            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Al2023, None, "1.32", "amd64", Accelerator::Nvidia),
-            "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+            ami_parameter(AmiFamily::AL2023, None, "1.32", "amd64", Accelerator::Nvidia).as_deref(),
+            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/nvidia/recommended/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Al2, None, "1.29", "amd64", Accelerator::Nvidia),
-            "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-gpu/recommended/image_id"
+            ami_parameter(AmiFamily::AL2, None, "1.29", "amd64", Accelerator::Nvidia).as_deref(),
+            Some("/aws/service/eks/optimized-ami/1.29/amazon-linux-2-gpu/recommended/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Al2, Some("v20240807"), "1.29", "arm64", Accelerator::None),
-            "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240807/image_id"
+            ami_parameter(AmiFamily::AL2, Some("v20240807"), "1.29", "arm64", Accelerator::None).as_deref(),
+            Some("/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240807/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Bottlerocket, None, "1.34", "amd64", Accelerator::Nvidia),
-            "/aws/service/bottlerocket/aws-k8s-1.34-nvidia/x86_64/latest/image_id"
+            ami_parameter(AmiFamily::Bottlerocket, None, "1.34", "amd64", Accelerator::Nvidia).as_deref(),
+            Some("/aws/service/bottlerocket/aws-k8s-1.34-nvidia/x86_64/latest/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Bottlerocket, Some("v1.20.3"), "1.30", "arm64", Accelerator::None),
-            "/aws/service/bottlerocket/aws-k8s-1.30/arm64/1.20.3/image_id"
+            ami_parameter(AmiFamily::Bottlerocket, Some("v1.20.3"), "1.30", "arm64", Accelerator::None).as_deref(),
+            Some("/aws/service/bottlerocket/aws-k8s-1.30/arm64/1.20.3/image_id")
         );
     }
 
@@ -1005,13 +1023,12 @@ mod tests {
 
     #[test]
     fn selector_terms_become_filters() {
-        let term = SelectorTerm {
-            id: None,
-            name: Some("nodes".into()),
-            tags: [("a".to_owned(), "*".to_owned()), ("b".to_owned(), "x".to_owned())].into(),
+        let names = |term: &SelectorTerm| -> Vec<String> {
+            selector_filters(term, "group-id").iter().filter_map(|f| f.name().map(str::to_owned)).collect()
         };
-        let f = selector_filters(&term, "group-id");
-        let names: Vec<&str> = f.iter().filter_map(|f| f.name()).collect();
-        assert_eq!(names, ["group-name", "tag-key", "tag:b"]);
+        let tags = SelectorTerm::Tags([("a".to_owned(), "*".to_owned()), ("b".to_owned(), "x".to_owned())].into());
+        assert_eq!(names(&tags), ["tag-key", "tag:b"]);
+        assert_eq!(names(&SelectorTerm::Name("nodes".into())), ["group-name"]);
+        assert_eq!(names(&SelectorTerm::Id("sg-1".into())), ["group-id"]);
     }
 }

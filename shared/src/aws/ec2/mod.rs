@@ -30,7 +30,7 @@ use aws_sdk_ec2::types::{Filter, InstanceLifecycleType};
 use tracing::{debug, info, warn};
 
 use self::catalog::TypeFacts;
-use super::nodeclass::NodeClassSettings;
+use crate::config::NodeClass;
 use super::prices::{AwsPrices, OnDemand, PriceOrigin, PriceSource, SpotPrices};
 use super::ApiError;
 use crate::ports::{Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, Timestamp};
@@ -83,8 +83,13 @@ impl Default for Refresh {
 #[derive(Debug, Clone)]
 pub struct Ec2CloudSettings {
     pub cluster_name: String,
-    /// NodeClass name → its settings. A request without a NodeClass uses `default`.
-    pub node_classes: BTreeMap<String, NodeClassSettings>,
+    /// NodeClass name → the validated NodeClass. A request without a
+    /// NodeClass uses `default`.
+    pub node_classes: BTreeMap<String, NodeClass>,
+    /// The instance profile for NodeClasses with `defaultInstanceProfile`
+    /// (neither `role` nor `instanceProfile`); none: their launch templates
+    /// name no instance profile.
+    pub default_instance_profile: Option<String>,
     pub refresh: Refresh,
     /// Cluster facts to use instead of asking `eks:DescribeCluster`.
     pub cluster: Option<ClusterInfo>,
@@ -97,14 +102,16 @@ impl Ec2CloudSettings {
         Ec2CloudSettings {
             cluster_name: cluster_name.into(),
             node_classes: BTreeMap::new(),
+            default_instance_profile: None,
             refresh: Refresh::default(),
             cluster: None,
             kubernetes_version: None,
         }
     }
 
-    pub fn with_node_class(mut self, name: impl Into<String>, class: NodeClassSettings) -> Self {
-        self.node_classes.insert(name.into(), class);
+    /// Adds (or replaces) a NodeClass under its name.
+    pub fn with_node_class(mut self, class: NodeClass) -> Self {
+        self.node_classes.insert(class.name.clone(), class);
         self
     }
 }
@@ -266,7 +273,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         cache.built.clone().ok_or_else(|| CloudError::Transient("catalog unavailable".into()))
     }
 
-    fn node_class(&self, name: Option<&str>) -> Result<(&str, &NodeClassSettings), CloudError> {
+    fn node_class(&self, name: Option<&str>) -> Result<(&str, &NodeClass), CloudError> {
         let name = name.unwrap_or("default");
         self.settings
             .node_classes
