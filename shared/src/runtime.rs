@@ -8,6 +8,8 @@
 //! - `KUBECONFIG` (optional): reach the cluster through a kubeconfig instead
 //!   of EKS authentication — for `cargo lambda watch` on a laptop;
 //!   `NODEWRIGHT_KUBE_CONTEXT` picks a context other than the current one.
+//! - `NODEWRIGHT_DEFAULT_INSTANCE_PROFILE` (optional): the instance profile
+//!   for NodeClasses converted from a v1alpha5 `defaultInstanceProfile`.
 //! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
 
 use std::path::PathBuf;
@@ -37,6 +39,8 @@ pub struct FunctionEnv {
     pub kubeconfig: Option<PathBuf>,
     /// A kubeconfig context other than its current one.
     pub kube_context: Option<String>,
+    /// For NodeClasses that ask for the default instance profile.
+    pub default_instance_profile: Option<String>,
 }
 
 impl FunctionEnv {
@@ -46,7 +50,8 @@ impl FunctionEnv {
         let prefix = std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
         let kubeconfig = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
         let kube_context = std::env::var("NODEWRIGHT_KUBE_CONTEXT").ok().filter(|c| !c.is_empty());
-        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig, kube_context })
+        let default_instance_profile = std::env::var("NODEWRIGHT_DEFAULT_INSTANCE_PROFILE").ok().filter(|p| !p.is_empty());
+        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig, kube_context, default_instance_profile })
     }
 }
 
@@ -81,6 +86,7 @@ pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, Str
     }
     let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
     settings.node_classes = classes;
+    settings.default_instance_profile = env.default_instance_profile.clone();
     let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
     let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
     let cluster = match &env.kubeconfig {
