@@ -76,6 +76,14 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     next_invocation: Timestamp,
     next_tick: Timestamp,
     registered: HashSet<String>,
+    /// When to look for instances due to register: the next boot to
+    /// complete, or `None` when none is booting — until a launch. (Looking
+    /// every step costs a DescribeInstances and a Scan on the AWS adapters.)
+    registration_due: Option<Timestamp>,
+    /// Look at the next step whatever `registration_due` says.
+    look_for_registrations: bool,
+    /// `never_register` as last seen: a change means a look.
+    never_register_seen: BTreeSet<String>,
     /// Instance types whose nodes never register (a broken AMI, say).
     pub never_register: BTreeSet<String>,
     /// Every state-change outcome, for tests.
@@ -109,6 +117,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             next_invocation: now,
             next_tick: now,
             registered: HashSet::new(),
+            registration_due: None,
+            look_for_registrations: true,
+            never_register_seen: BTreeSet::new(),
             never_register: BTreeSet::new(),
             state_changes: Vec::new(),
             peak_usage: BTreeMap::new(),
@@ -171,7 +182,14 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 next = next.min(t + self.settings.event_delay);
             }
         }
-        if let Some(t) = self.register_nodes(now).await {
+        if std::mem::take(&mut self.look_for_registrations)
+            || self.registration_due.is_some_and(|t| now >= t)
+            || self.never_register != self.never_register_seen
+        {
+            self.never_register_seen.clone_from(&self.never_register);
+            self.registration_due = self.register_nodes(now).await;
+        }
+        if let Some(t) = self.registration_due {
             next = next.min(t);
         }
         self.reconcile_cluster().await;
@@ -199,6 +217,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if self.invocation_deadline.is_some() && now >= self.next_tick {
             match self.provisioner.tick().await {
                 Ok(report) => {
+                    self.look_for_registrations |= !report.launched.is_empty();
                     let poll = now + self.settings.provisioner.poll;
                     self.next_tick = report.wake_at.map_or(poll, |w| w.min(poll));
                 }
@@ -219,11 +238,14 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         candidates.into_iter().filter(|t| *t > now).min().unwrap_or(next)
     }
 
-    /// Registers a Node for every running instance whose boot time passed.
+    /// Registers a Node for every running instance whose boot time passed;
+    /// returns when the next one is due (`None`: none is booting).
     async fn register_nodes(&mut self, now: Timestamp) -> Option<Timestamp> {
-        let instances = self.cloud.instances().await.ok()?;
-        let claims = self.store.claims().await.ok()?;
-        let catalog = self.cloud.catalog().await.ok()?;
+        let (Ok(instances), Ok(claims), Ok(catalog)) =
+            (self.cloud.instances().await, self.store.claims().await, self.cloud.catalog().await)
+        else {
+            return Some(now + SignedDuration::from_secs(1));
+        };
         let mut next: Option<Timestamp> = None;
         for i in instances {
             if self.registered.contains(&i.id) || i.state.is_gone_or_going() || self.never_register.contains(&i.instance_type) {
@@ -255,9 +277,10 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));
             let node = SimCluster::ready_node(&name, node_labels, claim.taints.clone(), &i.provider_id, &capacity, &allocatable, now);
             if let Err(e) = self.cluster.register_node(node).await {
-                // Not registered: tried again next step.
+                // Not registered: tried again in a second.
                 warn!(node = %name, error = %e, "node registration failed");
                 self.registered.remove(&i.id);
+                next = Some(next.map_or(now + SignedDuration::from_secs(1), |n| n.min(now + SignedDuration::from_secs(1))));
             }
         }
         next
