@@ -46,7 +46,7 @@ use super::ApiError;
 use crate::config::Limits;
 use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
 use crate::provisioning::batcher::Batch;
-use crate::provisioning::claim::Claim;
+use crate::provisioning::claim::{Claim, exceeded_limit};
 
 /// The names of the two tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,11 +143,6 @@ fn number(item: &Item, attr: &str) -> Option<i64> {
 
 fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Invalid(format!("building a DynamoDB request: {e}"))
-}
-
-/// `used + extra > limit` for the first limited resource that grows.
-fn first_exceeded(limits: &Limits, used: &Usage, extra: &Usage) -> Option<String> {
-    crate::provisioning::claim::exceeded_limit(limits, used, extra)
 }
 
 fn usage_from_item(item: &Item) -> Usage {
@@ -417,7 +412,7 @@ impl DynamoStore {
             None => self.get(&self.tables.state, &usage_key(pool)).await?,
         };
         let used = item.as_ref().map(usage_from_item).unwrap_or_default();
-        Ok(first_exceeded(limits, &used, extra))
+        Ok(exceeded_limit(limits, &used, extra))
     }
 }
 
@@ -467,7 +462,7 @@ impl Store for DynamoStore {
 
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
         let reservation: Usage = claim.reservation.iter().filter(|(_, v)| **v != 0).map(|(k, v)| (k.clone(), *v)).collect();
-        if let Some(resource) = first_exceeded(limits, &Usage::new(), &reservation) {
+        if let Some(resource) = exceeded_limit(limits, &Usage::new(), &reservation) {
             return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource });
         }
         let put = Put::builder()
@@ -534,7 +529,7 @@ impl Store for DynamoStore {
                 .await?;
             return if ok { Ok(()) } else { Err(conflict()) };
         };
-        if let Some(resource) = first_exceeded(limits, &Usage::new(), &delta.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect()) {
+        if let Some(resource) = exceeded_limit(limits, &Usage::new(), &delta) {
             // Growing by more than the whole limit can never fit.
             return Err(StoreError::LimitExceeded { pool: next.pool.clone(), resource });
         }

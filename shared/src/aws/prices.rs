@@ -15,13 +15,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::time::SystemTime;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_pricing::types::{Filter, FilterType};
 use tracing::{debug, warn};
 
-use super::ApiError;
+use super::{ApiError, ClientOptions};
 use crate::ports::CloudError;
 
 /// Instance type → USD per hour.
@@ -113,7 +114,8 @@ impl PriceSource for SeededPrices {
 pub struct AwsPrices {
     pricing: aws_sdk_pricing::Client,
     ec2: aws_sdk_ec2::Client,
-    fallback: StaticPrices,
+    /// Parsed on first use: only a failing Pricing API needs it.
+    fallback: &'static LazyLock<StaticPrices>,
 }
 
 /// The Pricing API has endpoints in a few regions only; the nearest one
@@ -135,21 +137,14 @@ impl AwsPrices {
     /// region and at most two attempts (a failing Pricing API has a fallback,
     /// so there is no point in waiting through the full retry budget).
     pub fn new(config: &aws_config::SdkConfig, region: &str) -> AwsPrices {
-        let retry = aws_config::retry::RetryConfig::standard().with_max_attempts(2);
-        let timeouts = aws_config::timeout::TimeoutConfig::builder()
-            .operation_attempt_timeout(std::time::Duration::from_secs(20))
-            .operation_timeout(std::time::Duration::from_secs(60))
-            .build();
+        static EMBEDDED: LazyLock<StaticPrices> = LazyLock::new(StaticPrices::embedded);
+        let options = ClientOptions { max_attempts: 2, operation_timeout: Duration::from_secs(60), ..ClientOptions::default() };
         let pricing_conf = aws_sdk_pricing::config::Builder::from(config)
             .region(aws_config::Region::new(pricing_endpoint_region(region)))
-            .retry_config(retry)
-            .timeout_config(timeouts)
+            .retry_config(options.retry_config())
+            .timeout_config(options.timeout_config())
             .build();
-        AwsPrices {
-            pricing: aws_sdk_pricing::Client::from_conf(pricing_conf),
-            ec2: aws_sdk_ec2::Client::new(config),
-            fallback: StaticPrices::embedded(),
-        }
+        AwsPrices { pricing: aws_sdk_pricing::Client::from_conf(pricing_conf), ec2: aws_sdk_ec2::Client::new(config), fallback: &EMBEDDED }
     }
 
     async fn pricing_api(&self, region: &str) -> Result<OnDemandPrices, ApiError> {

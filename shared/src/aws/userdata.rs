@@ -74,10 +74,6 @@ fn taint_list(taints: &[Taint]) -> String {
     taints.iter().map(Taint::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn effect_name(t: &Taint) -> String {
-    format!("{:?}", t.effect)
-}
-
 // ------------------------------------------------------------------ AL2023
 
 fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
@@ -97,7 +93,7 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
                 if !t.value.is_empty() {
                     m.insert("value".into(), t.value.clone().into());
                 }
-                m.insert("effect".into(), effect_name(t).into());
+                m.insert("effect".into(), t.effect.as_str().into());
                 serde_json::Value::Object(m)
             })
             .collect();
@@ -197,7 +193,7 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
         let taints = sub_table(k8s, "node-taints")?;
         let mut by_key: BTreeMap<&str, Vec<toml::Value>> = BTreeMap::new();
         for t in b.taints {
-            by_key.entry(&t.key).or_default().push(format!("{}:{}", t.value, effect_name(t)).into());
+            by_key.entry(&t.key).or_default().push(format!("{}:{}", t.value, t.effect.as_str()).into());
         }
         for (k, v) in by_key {
             taints.insert(k.to_owned(), toml::Value::Array(v));

@@ -30,7 +30,7 @@ use super::super::nodeclass::{instance_profile_name, launch_family};
 use super::super::userdata::{self, Bootstrap};
 use super::super::ApiError;
 use super::super::prices::PriceSource;
-use super::{Ec2Cloud, LIVE_STATES, catalog_price, tags, to_instance};
+use super::{Ec2Cloud, NOT_TERMINATING, catalog_price, tags, to_instance};
 use crate::cloud::InstanceTypeInfo;
 use crate::config::nodeclass::{ANY_TAG_VALUE, AmiSelector, SelectorTerm};
 use crate::config::{AmiFamily, NodeClass};
@@ -220,12 +220,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
             return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", req.claim_id)));
         }
         let (class_name, class) = self.node_class(req.node_class.as_deref())?;
+        // Configuration errors first: they need no API call.
+        let (family, pinned) = launch_family(class).map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
         if let Some(instance) = self.adopt(req).await? {
             info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
             return Ok(Launched { instance, unavailable: Vec::new() });
         }
-        // Configuration errors first: they need no catalog.
-        let (family, pinned) = launch_family(class).map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
         let network = {
             let mut cache = self.launch.lock().await;
             self.network(&mut cache, class_name, class).await?
@@ -345,7 +345,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
         if !rejected.is_empty() {
             warn!(nodeclaim = %req.claim_id, skipped = %rejected.join("; "), "launching without some options");
         }
-        let result = self.create_fleet(req, capacity_type, &groups, &network).await;
+        let resource_tags = self.owned_tags(class_name, class, &req.pool);
+        let result = self.create_fleet(req, capacity_type, &groups, &network, resource_tags).await;
         debug!(nodeclaim = %req.claim_id, elapsed_ms = started.elapsed().as_millis() as u64, "launch finished");
         result
     }
@@ -355,7 +356,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let found = self
             .describe_ours(
                 vec![Filter::builder().name(format!("tag:{}", tags::NODECLAIM)).values(&req.claim_id).build()],
-                &LIVE_STATES[..4],
+                NOT_TERMINATING,
             )
             .await?;
         let catalog = self.cached_catalog().await;
@@ -576,6 +577,17 @@ impl<P: PriceSource> Ec2Cloud<P> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// The tags on everything a launch creates (template, instance, volumes,
+    /// fleet): the NodeClass's own, then ours.
+    fn owned_tags(&self, class_name: &str, class: &NodeClass, pool: &str) -> BTreeMap<String, String> {
+        let mut t = class.tags.clone();
+        t.insert(tags::cluster(&self.settings.cluster_name), tags::OWNED.to_owned());
+        t.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.settings.cluster_name.clone());
+        t.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
+        t.insert(tags::NODECLASS.to_owned(), class_name.to_owned());
+        t
+    }
+
     fn template_spec(
         &self,
         class_name: &str,
@@ -592,11 +604,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             AmiFamily::Bottlerocket => vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)],
             _ => vec![("/dev/xvda".to_owned(), size)],
         };
-        let mut t = class.tags.clone();
-        t.insert(tags::cluster(&self.settings.cluster_name), tags::OWNED.to_owned());
-        t.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
-        t.insert(tags::NODECLASS.to_owned(), class_name.to_owned());
-        t.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.settings.cluster_name.clone());
+        let t = self.owned_tags(class_name, class, pool);
         TemplateSpec {
             cluster: self.settings.cluster_name.clone(),
             node_class: class_name.to_owned(),
@@ -703,6 +711,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         capacity_type: &str,
         groups: &[Group<'_>],
         network: &Network,
+        mut resource_tags: BTreeMap<String, String>,
     ) -> Result<Launched, CloudError> {
         let spot = capacity_type == labels::CAPACITY_TYPE_SPOT;
         let configs: Vec<FleetLaunchTemplateConfigRequest> = groups
@@ -732,14 +741,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 )
             })
             .collect();
-        let mut resource_tags = self.node_class(req.node_class.as_deref()).map(|(_, c)| c.tags.clone()).unwrap_or_default();
-        resource_tags.insert(tags::cluster(&self.settings.cluster_name), tags::OWNED.to_owned());
-        resource_tags.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.settings.cluster_name.clone());
-        resource_tags.insert(tags::NODEPOOL.to_owned(), req.pool.clone());
         resource_tags.insert(tags::NODECLAIM.to_owned(), req.claim_id.clone());
-        if let Some(class) = &req.node_class {
-            resource_tags.insert(tags::NODECLASS.to_owned(), class.clone());
-        }
         resource_tags.insert(tags::NAME.to_owned(), req.claim_id.clone());
         let tag_specs = [ResourceType::Instance, ResourceType::Volume, ResourceType::Fleet].map(|rt| {
             TagSpecification::builder()

@@ -169,10 +169,6 @@ impl<P: PriceSource> Ec2Cloud<P> {
         })
     }
 
-    pub fn region(&self) -> &str {
-        &self.region
-    }
-
     pub fn settings(&self) -> &Ec2CloudSettings {
         &self.settings
     }
@@ -307,6 +303,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
 
 /// States of an instance that still exists (or is on its way out).
 const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-down"];
+/// Live and not already on its way out: what may be adopted or terminated.
+const NOT_TERMINATING: &[&str] = &["pending", "running", "stopping", "stopped"];
 
 /// Our view of an EC2 instance; the price comes from `price_of(ct, type, zone)`.
 fn to_instance(i: &aws_sdk_ec2::types::Instance, price_of: impl Fn(&str, &str, &str) -> Option<f64>) -> Option<Instance> {
@@ -364,7 +362,7 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
             let found = self
                 .describe_ours(
                     vec![Filter::builder().name("instance-id").set_values(Some(chunk.to_vec())).build()],
-                    &["pending", "running", "stopping", "stopped"],
+                    NOT_TERMINATING,
                 )
                 .await?;
             ours.extend(found.iter().filter_map(|i| i.instance_id().map(str::to_owned)));
