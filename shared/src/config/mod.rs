@@ -9,11 +9,13 @@ pub mod disruption;
 pub mod document;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod settings;
 
 pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec};
 pub use document::{ConfigDocument, ConfigSet, Document, parse_documents, parse_stream};
 pub use nodeclass::{AmiFamily, EC2NodeClassSpec, KubeletSpec, NodeClass, NodeIdentity};
 pub use nodepool::{Limits, NodePool, NodePoolSpec};
+pub use settings::{RebalancePolicy, Settings, SettingsSpec};
 
 /// An invalid configuration item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

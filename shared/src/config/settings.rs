@@ -1,0 +1,206 @@
+//! The `settings` item: what Karpenter users set through the controller's
+//! flags and environment (batch windows, feature gates), plus what
+//! nodewright adds (the rebalance policy, the consolidation savings
+//! threshold). One item per cluster, stored as `settings#default`; every
+//! field has a default, so an absent item means the defaults.
+
+use jiff::SignedDuration;
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use super::disruption::parse_duration;
+
+/// The name of the one settings item.
+pub const SETTINGS_NAME: &str = "default";
+/// The NodePool annotation that overrides the rebalance policy for its nodes,
+/// so a Karpenter NodePool stays valid YAML.
+pub const REBALANCE_ANNOTATION: &str = "nodewright.io/rebalance-policy";
+
+/// `spec` of the settings item, as written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SettingsSpec {
+    /// Karpenter's BATCH_IDLE_DURATION (default `1s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_idle_duration: Option<String>,
+    /// Karpenter's BATCH_MAX_DURATION (default `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_max_duration: Option<String>,
+    /// `Ignore` (Karpenter's behaviour, the default), `Cordon` or `Replace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance_policy: Option<String>,
+    /// A replacement must save at least this share of the candidates' price
+    /// (`"10%"` or `0.1`); default 10 %.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation_savings_threshold: Option<serde_json::Value>,
+    /// The SQS queue the interruption function reads (informational: the
+    /// event source mapping is what delivers it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption_queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_gates: Option<FeatureGatesSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeatureGatesSpec {
+    /// Karpenter's SpotToSpotConsolidation (alpha, off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_to_spot_consolidation: Option<bool>,
+    /// Karpenter's NodeRepair (alpha, off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_repair: Option<bool>,
+}
+
+/// What to do with a node that gets an EC2 rebalance recommendation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RebalancePolicy {
+    /// Nothing (Karpenter's behaviour).
+    #[default]
+    Ignore,
+    /// Taint the node so nothing new lands on it.
+    Cordon,
+    /// Launch a replacement, then drain with no hard deadline (PDBs always respected).
+    Replace,
+}
+
+impl RebalancePolicy {
+    pub fn parse(s: &str) -> Option<RebalancePolicy> {
+        match s {
+            "Ignore" => Some(RebalancePolicy::Ignore),
+            "Cordon" => Some(RebalancePolicy::Cordon),
+            "Replace" => Some(RebalancePolicy::Replace),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebalancePolicy::Ignore => "Ignore",
+            RebalancePolicy::Cordon => "Cordon",
+            RebalancePolicy::Replace => "Replace",
+        }
+    }
+}
+
+/// Validated settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub batch_idle: SignedDuration,
+    pub batch_max: SignedDuration,
+    pub rebalance_policy: RebalancePolicy,
+    /// 0.0–1.0.
+    pub consolidation_savings_threshold: f64,
+    pub interruption_queue: Option<String>,
+    pub spot_to_spot_consolidation: bool,
+    pub node_repair: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            batch_idle: SignedDuration::from_secs(1),
+            batch_max: SignedDuration::from_secs(10),
+            rebalance_policy: RebalancePolicy::Ignore,
+            consolidation_savings_threshold: 0.10,
+            interruption_queue: None,
+            spot_to_spot_consolidation: false,
+            node_repair: false,
+        }
+    }
+}
+
+impl Settings {
+    /// Validates a spec; returns every error at once.
+    pub fn from_spec(spec: &SettingsSpec) -> Result<Settings, Vec<ConfigError>> {
+        let item = "settings/default";
+        let mut errors = Vec::new();
+        let mut err = |field: &str, reason: String| {
+            errors.push(ConfigError { item: item.to_owned(), field: format!("spec.{field}"), reason })
+        };
+        let mut s = Settings::default();
+        let duration = |field: &str, v: &Option<String>, into: &mut SignedDuration, err: &mut dyn FnMut(&str, String)| {
+            if let Some(text) = v {
+                match parse_duration(text) {
+                    Ok(d) if d > SignedDuration::ZERO => *into = d,
+                    Ok(_) => err(field, "must be longer than 0s".to_owned()),
+                    Err(r) => err(field, r),
+                }
+            }
+        };
+        duration("batchIdleDuration", &spec.batch_idle_duration, &mut s.batch_idle, &mut err);
+        duration("batchMaxDuration", &spec.batch_max_duration, &mut s.batch_max, &mut err);
+        if s.batch_idle > s.batch_max {
+            err("batchIdleDuration", "must not be longer than batchMaxDuration".to_owned());
+        }
+        if let Some(p) = &spec.rebalance_policy {
+            match RebalancePolicy::parse(p) {
+                Some(p) => s.rebalance_policy = p,
+                None => err("rebalancePolicy", format!("unknown policy {p:?}: expected Ignore, Cordon or Replace")),
+            }
+        }
+        if let Some(v) = &spec.consolidation_savings_threshold {
+            match parse_share(v) {
+                Some(t) if (0.0..=1.0).contains(&t) => s.consolidation_savings_threshold = t,
+                _ => err("consolidationSavingsThreshold", format!("{v} is not a share between 0% and 100%")),
+            }
+        }
+        s.interruption_queue = spec.interruption_queue.clone().filter(|q| !q.is_empty());
+        if let Some(g) = &spec.feature_gates {
+            s.spot_to_spot_consolidation = g.spot_to_spot_consolidation.unwrap_or(false);
+            s.node_repair = g.node_repair.unwrap_or(false);
+        }
+        if errors.is_empty() { Ok(s) } else { Err(errors) }
+    }
+}
+
+/// `"10%"`, `"0.1"` or `0.1` → 0.1.
+fn parse_share(v: &serde_json::Value) -> Option<f64> {
+    let share = match v {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s) => match s.strip_suffix('%') {
+            Some(p) => p.trim().parse::<f64>().ok().map(|p| p / 100.0),
+            None => s.trim().parse().ok(),
+        },
+        _ => None,
+    };
+    share.filter(|f| f.is_finite())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        assert_eq!(Settings::from_spec(&SettingsSpec::default()), Ok(Settings::default()));
+    }
+
+    #[test]
+    fn every_field_is_read() {
+        let spec: SettingsSpec = serde_json::from_value(serde_json::json!({
+            "batchIdleDuration": "2s", "batchMaxDuration": "20s", "rebalancePolicy": "Replace",
+            "consolidationSavingsThreshold": "25%", "interruptionQueue": "q",
+            "featureGates": {"spotToSpotConsolidation": true, "nodeRepair": true}
+        }))
+        .expect("spec");
+        let s = Settings::from_spec(&spec).expect("valid");
+        assert_eq!(s.batch_idle, SignedDuration::from_secs(2));
+        assert_eq!(s.batch_max, SignedDuration::from_secs(20));
+        assert_eq!(s.rebalance_policy, RebalancePolicy::Replace);
+        assert!((s.consolidation_savings_threshold - 0.25).abs() < 1e-12);
+        assert_eq!(s.interruption_queue.as_deref(), Some("q"));
+        assert!(s.spot_to_spot_consolidation && s.node_repair);
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once() {
+        let spec: SettingsSpec = serde_json::from_value(serde_json::json!({
+            "batchIdleDuration": "soon", "rebalancePolicy": "Drain", "consolidationSavingsThreshold": "150%"
+        }))
+        .expect("spec");
+        let errors = Settings::from_spec(&spec).expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["spec.batchIdleDuration", "spec.rebalancePolicy", "spec.consolidationSavingsThreshold"]);
+    }
+}
