@@ -22,6 +22,7 @@ pub mod resources;
 pub mod runtime;
 pub mod scheduling;
 pub mod sim;
+pub mod termination;
 pub mod workload;
 
 /// The Kubernetes API types this crate speaks, re-exported for its users.

@@ -25,6 +25,7 @@ use crate::config::Limits;
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::Claim;
 use crate::scheduling::taints::Taint;
+use crate::termination::Command;
 
 // ---------------------------------------------------------------- clock
 
@@ -403,6 +404,16 @@ pub trait Store: Send + Sync {
     fn acquire_lease(&self, lease: &Lease, now: Timestamp)
     -> impl Future<Output = Result<bool, StoreError>> + Send;
     fn release_lease(&self, name: &str, holder: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removal commands in progress (`command#<id>`, one per claim).
+    fn commands(&self) -> impl Future<Output = Result<Vec<Command>, StoreError>> + Send;
+    /// Writes `next` if the stored command is `previous` (by version);
+    /// `None` means it must not exist yet, so a node gets one command only.
+    fn put_command(&self, previous: Option<&Command>, next: &Command)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes the command if it is still `command` (by version); a command
+    /// that is already gone is not an error.
+    fn delete_command(&self, command: &Command) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp)
     -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -47,6 +47,7 @@ use crate::config::Limits;
 use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, exceeded_limit};
+use crate::termination::Command;
 
 /// The names of the two tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +110,12 @@ fn claim_key(id: &str) -> String {
 
 fn usage_key(pool: &str) -> String {
     format!("usage#{pool}")
+}
+
+const COMMAND_PREFIX: &str = "command#";
+
+fn command_key(id: &str) -> String {
+    format!("{COMMAND_PREFIX}{id}")
 }
 
 fn lease_key(name: &str) -> String {
@@ -629,6 +636,46 @@ impl Store for DynamoStore {
         match outcome {
             Ok(()) | Err(None) => Ok(()),
             Err(Some(_)) => Err(StoreError::Conflict(format!("the batch is no longer at version {}", batch.version))),
+        }
+    }
+
+    async fn commands(&self) -> Result<Vec<Command>, StoreError> {
+        let mut commands: Vec<Command> =
+            self.scan(&self.tables.state, Some(COMMAND_PREFIX)).await?.iter().map(body_of).collect::<Result<_, _>>()?;
+        commands.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(commands)
+    }
+
+    async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        let item: Item = [
+            (PK.to_owned(), s(command_key(&next.id))),
+            ("kind".to_owned(), s("command")),
+            (VERSION.to_owned(), n(next.version)),
+            ("step".to_owned(), s(json(&next.step)?.trim_matches('"'))),
+            (BODY.to_owned(), s(json(next)?)),
+        ]
+        .into();
+        let ok = match previous {
+            None => self.put_if(&self.tables.state, item, "attribute_not_exists(#pk)", &[("#pk", PK)], vec![]).await?,
+            Some(p) => self.put_if(&self.tables.state, item, "#v = :prev", &[("#v", VERSION)], vec![(":prev", n(p.version))]).await?,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict(match previous {
+                None => format!("command {} exists", next.id),
+                Some(p) => format!("command {} is no longer at version {}", next.id, p.version),
+            }))
+        }
+    }
+
+    async fn delete_command(&self, command: &Command) -> Result<(), StoreError> {
+        let outcome = self
+            .delete_if(&self.tables.state, &command_key(&command.id), Some("#v = :v"), &[("#v", VERSION)], vec![(":v", n(command.version))])
+            .await?;
+        match outcome {
+            Ok(()) | Err(None) => Ok(()),
+            Err(Some(_)) => Err(StoreError::Conflict(format!("command {} is no longer at version {}", command.id, command.version))),
         }
     }
 

@@ -12,6 +12,7 @@ use crate::ports::{
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::Claim;
+use crate::termination::Command;
 
 #[derive(Debug, Default)]
 struct CloudFaults {
@@ -174,6 +175,15 @@ impl<S: Store> Store for FaultyStore<S> {
     }
     async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
         self.inner.release_lease(name, holder).await
+    }
+    async fn commands(&self) -> Result<Vec<Command>, StoreError> {
+        self.inner.commands().await
+    }
+    async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        self.inner.put_command(previous, next).await
+    }
+    async fn delete_command(&self, command: &Command) -> Result<(), StoreError> {
+        self.inner.delete_command(command).await
     }
     async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
         self.inner.mark_unavailable(offering, until).await

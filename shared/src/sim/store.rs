@@ -9,6 +9,7 @@ use crate::config::Limits;
 use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
+use crate::termination::Command;
 
 #[derive(Debug, Default)]
 struct State {
@@ -18,6 +19,7 @@ struct State {
     batch: Option<Batch>,
     leases: BTreeMap<String, Lease>,
     unavailable: BTreeMap<OfferingKey, Timestamp>,
+    commands: BTreeMap<String, Command>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -159,6 +161,38 @@ impl Store for MemStore {
             s.leases.remove(name);
         }
         Ok(())
+    }
+
+    async fn commands(&self) -> Result<Vec<Command>, StoreError> {
+        let mut commands: Vec<Command> = self.lock().commands.values().cloned().collect();
+        commands.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(commands)
+    }
+
+    async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let stored = s.commands.get(&next.id).map(|c| c.version);
+        if stored != previous.map(|c| c.version) {
+            return Err(StoreError::Conflict(match (previous, stored) {
+                (None, _) => format!("command {} exists", next.id),
+                (Some(p), None) => format!("command {} is gone (expected version {})", next.id, p.version),
+                (Some(p), Some(v)) => format!("command {}: version {v} is not {}", next.id, p.version),
+            }));
+        }
+        s.commands.insert(next.id.clone(), next.clone());
+        Ok(())
+    }
+
+    async fn delete_command(&self, command: &Command) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        match s.commands.get(&command.id) {
+            None => Ok(()),
+            Some(c) if c.version == command.version => {
+                s.commands.remove(&command.id);
+                Ok(())
+            }
+            Some(c) => Err(StoreError::Conflict(format!("command {}: version {} is not {}", command.id, c.version, command.version))),
+        }
     }
 
     async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
