@@ -334,6 +334,9 @@ pub struct ConfigItem {
     pub kind: ConfigKind,
     pub name: String,
     pub spec: serde_json::Value,
+    /// The object's `metadata.annotations` (NodePools: the rebalance-policy override).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
     /// Starts at 1; a write must name the version it replaces.
     pub version: u64,
     pub updated_at: Timestamp,

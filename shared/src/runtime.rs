@@ -22,7 +22,9 @@ use crate::aws::ec2::{Ec2Cloud, Ec2CloudSettings};
 use crate::aws::nodeclass::node_classes_from_items;
 use crate::aws::{ClientOptions, sdk_config};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
+use crate::handlers::interruption::{self as interruption_handler, InterruptionSettings, Record};
 use crate::handlers::state_change;
+use crate::handlers::config as config_loader;
 use crate::kube::{ClientSettings, EksClusterInfo, EksTokenSource, KubeCluster};
 use crate::ports::{Ports, SignedDuration, Store, SystemClock, Timestamp};
 
@@ -164,4 +166,53 @@ pub async fn state_change(ports: &LivePorts, event: LambdaEvent<serde_json::Valu
             Ok(serde_json::json!({ "dropped": e.to_string() }))
         }
     }
+}
+
+/// The interruption function: one SQS batch. Each message is handled (or
+/// dropped when it can never be); only retryable failures are returned, in
+/// the partial batch response. Then the invocation keeps driving every
+/// removal in progress until none is left or its deadline nears, so a
+/// 2-minute notice is worked through every few seconds.
+pub async fn interruption(
+    ports: &LivePorts,
+    event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>,
+) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, lambda_runtime::Error> {
+    let deadline = deadline_of(&event);
+    let records: Vec<Record> = event
+        .payload
+        .records
+        .into_iter()
+        .map(|m| Record { message_id: m.message_id.unwrap_or_default(), body: m.body.unwrap_or_default() })
+        .collect();
+    let options = InterruptionSettings::default();
+    let mut response = aws_lambda_events::event::sqs::SqsBatchResponse::default();
+    let config = match config_loader::load(&ports.store).await {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing was handled: every message goes back.
+            warn!(error = %e, "could not read the configuration; returning the batch");
+            for r in &records {
+                response.add_failure(r.message_id.clone());
+            }
+            return Ok(response);
+        }
+    };
+    let settings = config.settings.clone();
+    let report = interruption_handler::handle_batch(ports, &config, &settings, &options, &records)
+        .await
+        .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    for id in &report.failures {
+        response.add_failure(id.clone());
+    }
+    let passes = interruption_handler::drive_until(ports, &config, &options.launch, deadline - DEADLINE_MARGIN, |d| {
+        tokio::time::sleep(d.unsigned_abs())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        // The commands are stored; the provisioner's tick or the next message resumes them.
+        warn!(error = %e, "stopped driving removals");
+        0
+    });
+    info!(messages = records.len(), failures = report.failures.len(), passes, "interruption invocation done");
+    Ok(response)
 }

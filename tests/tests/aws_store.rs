@@ -52,6 +52,7 @@ async fn config_items_are_versioned() {
         kind: ConfigKind::NodePool,
         name: name.into(),
         spec,
+        annotations: Default::default(),
         version,
         updated_at: at(version as i64),
     };

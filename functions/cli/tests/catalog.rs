@@ -78,7 +78,7 @@ async fn catalog_of_a_stored_nodepool_as_a_table() {
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge", "c5.large"]}
         ]}}
     });
-    let item = ConfigItem { kind: ConfigKind::NodePool, name: "general".into(), spec, version: 1, updated_at: Timestamp::now() };
+    let item = ConfigItem { kind: ConfigKind::NodePool, name: "general".into(), spec, annotations: Default::default(), version: 1, updated_at: Timestamp::now() };
     store.put_config_item(&item).await.expect("stored");
     let table = store.tables().config.clone();
     let (ok, stdout, stderr) =

@@ -74,7 +74,7 @@ mod tests {
     use crate::ports::Timestamp;
 
     fn item(kind: ConfigKind, name: &str, spec: serde_json::Value) -> ConfigItem {
-        ConfigItem { kind, name: name.into(), spec, version: 1, updated_at: Timestamp::UNIX_EPOCH }
+        ConfigItem { kind, name: name.into(), spec, annotations: Default::default(), version: 1, updated_at: Timestamp::UNIX_EPOCH }
     }
 
     fn valid() -> serde_json::Value {

@@ -37,6 +37,8 @@ pub enum ConfigDocument {
     NodePool {
         name: String,
         spec: NodePoolSpec,
+        /// The NodePool's `metadata.annotations` (e.g. the rebalance-policy override).
+        annotations: BTreeMap<String, String>,
         /// The `apiVersion` it was written in (`karpenter.sh/v1alpha5` for a Provisioner).
         source_api_version: String,
     },
@@ -178,15 +180,21 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
         Some(s) => s,
     };
     let name = name.to_owned();
+    let annotations: BTreeMap<String, String> = obj
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .map(|a| a.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .unwrap_or_default();
     match (api_version, kind) {
         (NODEPOOL_V1, _) => {
             let spec = typed(spec, &format!("nodepool/{name}"), locate_nodepool)?;
-            out.push(Document::Config(ConfigDocument::NodePool { name, spec, source_api_version: api_version.into() }));
+            out.push(Document::Config(ConfigDocument::NodePool { name, spec, annotations: annotations.clone(), source_api_version: api_version.into() }));
         }
         (NODEPOOL_V1BETA1, _) => {
             let old = typed(spec, &format!("nodepool/{name}"), locate_v1beta1_nodepool)?;
             let spec = convert::v1beta1_nodepool_to_v1(&name, &old)?;
-            out.push(Document::Config(ConfigDocument::NodePool { name, spec, source_api_version: api_version.into() }));
+            out.push(Document::Config(ConfigDocument::NodePool { name, spec, annotations: annotations.clone(), source_api_version: api_version.into() }));
         }
         (PROVISIONER_V1ALPHA5, _) => {
             let old = typed(spec, &format!("provisioner/{name}"), locate_provisioner)?;
@@ -197,6 +205,7 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
             out.push(Document::Config(ConfigDocument::NodePool {
                 name,
                 spec: converted.node_pool,
+                annotations,
                 source_api_version: api_version.into(),
             }));
         }

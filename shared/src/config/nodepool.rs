@@ -110,6 +110,9 @@ pub struct NodePool {
     /// Template requirements ∩ template labels ∩ `karpenter.sh/nodepool In [name]`.
     pub requirements: Requirements,
     pub labels: BTreeMap<String, String>,
+    /// The NodePool's own annotations (`metadata.annotations`), e.g. the
+    /// rebalance-policy override; not the nodes' template annotations.
+    pub annotations: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub limits: Limits,
@@ -242,6 +245,7 @@ impl NodePool {
             weight,
             requirements,
             labels: t.metadata.labels.clone(),
+            annotations: BTreeMap::new(),
             taints,
             startup_taints,
             limits,
@@ -263,6 +267,7 @@ impl NodePool {
             weight: 0,
             requirements,
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
             taints: Vec::new(),
             startup_taints: Vec::new(),
             limits: Limits::default(),

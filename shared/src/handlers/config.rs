@@ -12,6 +12,8 @@ use crate::ports::{ConfigKind, Store, StoreError};
 #[derive(Debug, Clone, Default)]
 pub struct LoadedConfig {
     pub pools: Vec<NodePool>,
+    /// The Settings item (defaults when there is none).
+    pub settings: crate::config::Settings,
     pub fingerprint: u64,
 }
 
@@ -43,9 +45,12 @@ pub async fn load<S: Store>(store: &S) -> Result<LoadedConfig, StoreError> {
             .map_err(|e| format!("nodepool/{}: spec: {e}", item.name))
             .and_then(|spec| NodePool::from_spec(&item.name, &spec).map_err(|e| e.to_string()));
         match pool {
-            Ok(p) => pools.push(p),
+            Ok(mut p) => {
+                p.annotations.clone_from(&item.annotations);
+                pools.push(p)
+            }
             Err(reason) => warn!(item = %item.name, %reason, "ignoring invalid configuration item"),
         }
     }
-    Ok(LoadedConfig { pools, fingerprint: hasher.finish() })
+    Ok(LoadedConfig { pools, settings: crate::config::Settings::default(), fingerprint: hasher.finish() })
 }

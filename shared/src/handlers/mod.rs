@@ -6,8 +6,12 @@
 //! write in the Store.
 
 pub mod config;
+pub mod interruption;
+pub mod launcher;
+pub mod metrics;
 pub mod provisioner;
 pub mod state_change;
+pub mod termination;
 
 use crate::ports::{CloudError, ClusterError, StoreError};
 

@@ -11,19 +11,19 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use futures_util::future::try_join3;
-use futures_util::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
 use super::HandlerError;
 use super::config::{self, LoadedConfig};
-use crate::config::{Limits, NodePool};
+use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
+use super::termination;
 use crate::ports::{
-    BindOutcome, Cloud, CloudCatalog, CloudError, Cluster, ClusterEvent, Clock, Lease, LaunchRequest, OfferingKey,
+    BindOutcome, Cloud, CloudCatalog, Cluster, ClusterEvent, Clock, Lease,
     PodKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
 };
 use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked, Solving};
-use crate::provisioning::claim::{Claim, ClaimInstance, UNREGISTERED_TAINT_KEY, reservation_of};
+use crate::provisioning::claim::{Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::scheduling::pod::is_provisionable;
@@ -37,34 +37,28 @@ const SOLVE_CLAIM: SignedDuration = SignedDuration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct ProvisionerSettings {
     pub window: BatchWindow,
-    /// How long an offering that ran out of capacity is avoided (Karpenter: 3 min).
-    pub unavailable_for: SignedDuration,
+    /// Launches: concurrency, attempts, how long an offering out of capacity is avoided.
+    pub launch: LaunchSettings,
     /// A parked pod is looked at again after this long even if nothing changed.
     pub parked_retry: SignedDuration,
     /// The same for a parked pod with PVC-backed volumes: its claim may get
     /// bound or created, which the configuration fingerprint does not see.
     pub parked_volume_retry: SignedDuration,
-    /// Launches in flight at once.
-    pub launch_concurrency: usize,
     /// How often instances are compared with claims.
     pub gc_interval: SignedDuration,
     /// How often pending pods are polled when nothing else is due.
     pub poll: SignedDuration,
-    /// A claim whose launch failed transiently this many times is dropped.
-    pub max_launch_attempts: u32,
 }
 
 impl Default for ProvisionerSettings {
     fn default() -> Self {
         ProvisionerSettings {
             window: BatchWindow::default(),
-            unavailable_for: SignedDuration::from_mins(3),
+            launch: LaunchSettings::default(),
             parked_retry: SignedDuration::from_mins(5),
             parked_volume_retry: SignedDuration::from_secs(30),
-            launch_concurrency: 16,
             gc_interval: SignedDuration::from_secs(60),
             poll: SignedDuration::from_secs(1),
-            max_launch_attempts: 5,
         }
     }
 }
@@ -88,18 +82,6 @@ pub struct Provisioner<P: PortSet> {
     holder: String,
     last_gc: Option<Timestamp>,
     ticks: u64,
-}
-
-/// How a launch attempt ended.
-enum LaunchEnd {
-    /// The claim's id.
-    Launched(String),
-    /// Out of capacity everywhere it asked; the claim was dropped.
-    NoCapacity(Vec<PodKey>),
-    /// Dropped for good (invalid request, too many attempts, lost to another writer).
-    Dropped(Vec<PodKey>, String),
-    /// Left for the next tick.
-    Retry,
 }
 
 impl<P: PortSet> Provisioner<P> {
@@ -187,7 +169,10 @@ impl<P: PortSet> Provisioner<P> {
                 self.carry_out(action, &config, &mut report).await?;
             }
         }
-        if changed {
+        // Removals in progress: the interruption and disruption functions
+        // drive them; this tick is the safety net when one of those crashed.
+        let removal_wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
+        if changed || removal_wake.is_some() {
             claims = store.claims().await?;
         }
 
@@ -213,6 +198,7 @@ impl<P: PortSet> Provisioner<P> {
             .collect();
         let waiting: BTreeSet<String> = waiting_pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
 
+        report.wake_at = removal_wake;
         match batcher::step(state.window.as_ref(), &waiting, now, self.settings.window) {
             BatchStep::Idle => {
                 let pending_uids = uids(&pending);
@@ -224,7 +210,7 @@ impl<P: PortSet> Provisioner<P> {
                 }
             }
             BatchStep::Wait { window, changed, wake_at } => {
-                report.wake_at = Some(wake_at);
+                report.wake_at = Some(report.wake_at.map_or(wake_at, |w| w.min(wake_at)));
                 if changed {
                     let mut next = state.clone();
                     next.window = Some(window);
@@ -334,17 +320,9 @@ impl<P: PortSet> Provisioner<P> {
             }
             let pod_count: usize = decision.new_claims.iter().map(|c| c.pods.len()).sum();
             info!(nodeclaims = decision.new_claims.len(), pods = pod_count, "computed new nodeclaim(s) to fit pod(s)");
-            let catalog = &catalog;
-            let ends: Vec<LaunchEnd> = stream::iter(decision.new_claims.into_iter().map(|claim| {
-                let limits = config.limits(&claim.pool);
-                let pool = config.pool(&claim.pool);
-                async move { self.create_and_launch(claim, &limits, pool, catalog).await }
-            }))
-            .buffer_unordered(self.settings.launch_concurrency.max(1))
-            .collect()
-            .await;
+            let ends = self.launcher().launch_all(decision.new_claims, config, &catalog).await;
             let mut replan: HashSet<String> = HashSet::new();
-            for end in ends {
+            for (_, end) in ends {
                 match end {
                     LaunchEnd::Launched(id) => report.launched.push(id),
                     LaunchEnd::NoCapacity(keys) => replan.extend(keys.into_iter().map(|k| k.uid)),
@@ -357,100 +335,6 @@ impl<P: PortSet> Provisioner<P> {
             pods.retain(|p| p.metadata.uid.as_deref().is_some_and(|u| replan.contains(u)));
         }
         Ok(unplaceable)
-    }
-
-    /// Writes the claim (reserving against its pool's limits), then launches it.
-    async fn create_and_launch(
-        &self,
-        claim: Claim,
-        limits: &Limits,
-        pool: Option<&NodePool>,
-        catalog: &CloudCatalog,
-    ) -> LaunchEnd {
-        match self.ports.store().create_claim(&claim, limits).await {
-            Ok(()) => {}
-            Err(StoreError::LimitExceeded { pool, resource }) => {
-                let reason = format!("NodePool {pool} limit {resource} reached");
-                warn!(nodeclaim = %claim.id, %reason, "not launching nodeclaim");
-                return LaunchEnd::Dropped(claim.pods, reason);
-            }
-            Err(e) => {
-                warn!(nodeclaim = %claim.id, error = %e, "could not record nodeclaim; its pods will be planned again");
-                return LaunchEnd::Retry;
-            }
-        }
-        self.launch(claim, limits, pool, catalog).await
-    }
-
-    /// Launches a recorded claim. Idempotent: the client token is the claim's.
-    async fn launch(&self, claim: Claim, limits: &Limits, pool: Option<&NodePool>, catalog: &CloudCatalog) -> LaunchEnd {
-        let store = self.ports.store();
-        let now = self.ports.clock().now();
-        let request = LaunchRequest {
-            claim_id: claim.id.clone(),
-            client_token: claim.client_token(),
-            pool: claim.pool.clone(),
-            node_class: claim.node_class.clone(),
-            options: claim.options.clone(),
-            labels: claim.labels.clone(),
-            taints: claim.taints.clone(),
-            kubelet: claim.kubelet.clone(),
-        };
-        match self.ports.cloud().launch(&request).await {
-            Ok(launched) => {
-                self.mark_unavailable(&launched.unavailable, now).await;
-                let instance = launched.instance;
-                let mut next = claim.next();
-                next.launch_attempts += 1;
-                if let Some(info) = catalog.instance_types.iter().find(|i| i.name == instance.instance_type) {
-                    let kubelet = pool.map(|p| p.kubelet.clone()).unwrap_or_default();
-                    next.reservation = reservation_of(&info.capacity(&kubelet));
-                }
-                next.instance = Some(ClaimInstance::from(&instance));
-                // The options served their purpose; the record keeps what was bought.
-                next.options.clear();
-                if let Err(e) = store.update_claim(&claim, &next, limits).await {
-                    // The instance exists and carries the claim's tag; the next
-                    // tick re-launches with the same token and records it.
-                    warn!(nodeclaim = %claim.id, error = %e, "launched but could not record the instance yet");
-                    return LaunchEnd::Retry;
-                }
-                info!(
-                    nodeclaim = %claim.id,
-                    instance_type = %instance.instance_type,
-                    zone = %instance.zone,
-                    capacity_type = %instance.capacity_type,
-                    provider_id = %instance.provider_id,
-                    "launched nodeclaim"
-                );
-                LaunchEnd::Launched(next.id)
-            }
-            Err(CloudError::InsufficientCapacity { offerings, message }) => {
-                warn!(nodeclaim = %claim.id, offerings = offerings.len(), %message, "insufficient capacity; planning again on other offerings");
-                self.mark_unavailable(&offerings, now).await;
-                self.drop_claim(&claim).await;
-                LaunchEnd::NoCapacity(claim.pods)
-            }
-            Err(e @ CloudError::Invalid(_)) => {
-                warn!(nodeclaim = %claim.id, error = %e, "launch failed; dropping nodeclaim");
-                self.drop_claim(&claim).await;
-                LaunchEnd::Dropped(claim.pods, format!("launch failed: {e}"))
-            }
-            Err(e) => {
-                let mut next = claim.next();
-                next.launch_attempts += 1;
-                if next.launch_attempts >= self.settings.max_launch_attempts {
-                    warn!(nodeclaim = %claim.id, error = %e, attempts = next.launch_attempts, "launch keeps failing; dropping nodeclaim");
-                    self.drop_claim(&claim).await;
-                    return LaunchEnd::Dropped(claim.pods, format!("launch failed: {e}"));
-                }
-                warn!(nodeclaim = %claim.id, error = %e, "launch failed; retrying next tick");
-                if let Err(e) = store.update_claim(&claim, &next, limits).await {
-                    debug!(nodeclaim = %claim.id, error = %e, "could not count the launch attempt");
-                }
-                LaunchEnd::Retry
-            }
-        }
     }
 
     /// Pods that fit on a claim still in flight join its nominated pods, so
@@ -472,18 +356,8 @@ impl<P: PortSet> Provisioner<P> {
         }
     }
 
-    async fn mark_unavailable(&self, offerings: &[OfferingKey], now: Timestamp) {
-        for o in offerings {
-            if let Err(e) = self.ports.store().mark_unavailable(o, now + self.settings.unavailable_for).await {
-                warn!(offering = %o, error = %e, "could not mark offering unavailable");
-            }
-        }
-    }
-
-    async fn drop_claim(&self, claim: &Claim) {
-        if let Err(e) = self.ports.store().delete_claim(claim).await {
-            warn!(nodeclaim = %claim.id, error = %e, "could not delete nodeclaim");
-        }
+    fn launcher(&self) -> Launcher<'_, P> {
+        Launcher::new(&self.ports, &self.settings.launch)
     }
 
     async fn carry_out(
@@ -500,7 +374,7 @@ impl<P: PortSet> Provisioner<P> {
                 let pool = config.pool(&claim.pool);
                 let catalog = self.ports.cloud().catalog().await?;
                 info!(nodeclaim = %claim.id, "resuming launch of recorded nodeclaim");
-                if let LaunchEnd::Launched(id) = self.launch(claim, &limits, pool, &catalog).await {
+                if let LaunchEnd::Launched(id) = self.launcher().launch(claim, &limits, pool, &catalog).await {
                     report.launched.push(id);
                 }
             }
@@ -539,14 +413,14 @@ impl<P: PortSet> Provisioner<P> {
                 if let Some(id) = claim.instance_id() {
                     self.ports.cloud().terminate(&[id.to_owned()]).await?;
                 }
-                self.drop_claim(&claim).await;
+                self.launcher().drop_claim(&claim).await;
             }
             LifecycleAction::InstanceGone { claim } => {
                 info!(nodeclaim = %claim.id, "instance is gone; releasing nodeclaim");
                 if let Some(node) = &claim.node_name {
                     cluster.delete_node(node).await?;
                 }
-                self.drop_claim(&claim).await;
+                self.launcher().drop_claim(&claim).await;
             }
             LifecycleAction::Orphan { instance } => {
                 warn!(instance = %instance.id, "terminating instance tagged as ours with no nodeclaim");

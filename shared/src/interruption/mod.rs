@@ -32,8 +32,9 @@ pub enum Message {
     SpotInterruption { instance_id: String },
     /// EC2 Instance Rebalance Recommendation.
     RebalanceRecommendation { instance_id: String },
-    /// AWS Health scheduled change for EC2 instances.
-    ScheduledChange { instance_ids: Vec<String> },
+    /// AWS Health scheduled change for EC2 instances: the maintenance
+    /// window opens at `start_time` (when the event gives one).
+    ScheduledChange { instance_ids: Vec<String>, start_time: Option<Timestamp> },
     /// EC2 Capacity Reservation Instance Interruption Warning.
     CapacityReservationInterruption { instance_id: String },
 }
@@ -98,13 +99,24 @@ pub fn parse(json: &serde_json::Value) -> Result<(Envelope, Message), ParseError
             if instance_ids.is_empty() {
                 return Err(detail_err("detail.affectedEntities names no instance"));
             }
-            Message::ScheduledChange { instance_ids }
+            // `startTime` is RFC 1123 in AWS Health events ("Fri, 04 Dec 2026 09:00:00 GMT");
+            // accept RFC 3339 too.
+            let start_time = d.get("startTime").and_then(|v| v.as_str()).and_then(parse_event_time);
+            Message::ScheduledChange { instance_ids, start_time }
         }
         _ => {
             return Err(ParseError::Unsupported { source_name: env.source.clone(), detail_type: env.detail_type.clone() });
         }
     };
     Ok((env, message))
+}
+
+/// A time as AWS events write it: RFC 3339, or RFC 1123 (AWS Health).
+fn parse_event_time(s: &str) -> Option<Timestamp> {
+    if let Ok(t) = s.parse::<Timestamp>() {
+        return Some(t);
+    }
+    jiff::fmt::rfc2822::parse(s).ok().map(|z| z.timestamp())
 }
 
 #[cfg(test)]
@@ -131,7 +143,14 @@ mod tests {
         assert_eq!(parse(&spot).expect("spot").1, Message::SpotInterruption { instance_id: "i-1".into() });
         let health = event("AWS Health Event", "aws.health", json!({"service": "EC2", "eventTypeCategory": "scheduledChange",
             "affectedEntities": [{"entityValue": "i-2"}, {"entityValue": "i-3"}]}));
-        assert_eq!(parse(&health).expect("health").1, Message::ScheduledChange { instance_ids: vec!["i-2".into(), "i-3".into()] });
+        assert_eq!(
+            parse(&health).expect("health").1,
+            Message::ScheduledChange { instance_ids: vec!["i-2".into(), "i-3".into()], start_time: None }
+        );
+        let dated = event("AWS Health Event", "aws.health", json!({"service": "EC2", "eventTypeCategory": "scheduledChange",
+            "startTime": "Fri, 04 Dec 2026 09:00:00 GMT", "affectedEntities": [{"entityValue": "i-2"}]}));
+        let Message::ScheduledChange { start_time, .. } = parse(&dated).expect("dated").1 else { panic!("kind") };
+        assert_eq!(start_time, Some("2026-12-04T09:00:00Z".parse().expect("time")));
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct SimInstance {
     pub request: LaunchRequest,
     /// When the next state transition is due.
     pub next_transition: Option<Timestamp>,
+    /// When EC2 takes the instance back (after a spot interruption warning,
+    /// or at a scheduled change's start).
+    pub reclaim_at: Option<Timestamp>,
 }
 
 #[derive(Debug)]
@@ -50,6 +53,10 @@ struct State {
     notifications: Vec<(Timestamp, String, InstanceState)>,
     launches: usize,
     next_id: u64,
+    /// The interruption queue: EventBridge events EC2 and AWS Health
+    /// publish, as SQS would deliver them: (visible from, message id, body).
+    queue: Vec<(Timestamp, String, String)>,
+    next_message: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +77,8 @@ impl SimCloud {
                 notifications: Vec::new(),
                 launches: 0,
                 next_id: 1,
+                queue: Vec::new(),
+                next_message: 1,
             })),
             clock,
         }
@@ -106,7 +115,17 @@ impl SimCloud {
     pub fn advance(&self, now: Timestamp) {
         let mut s = self.lock();
         let mut queued = Vec::new();
+        let shutdown = s.delays.shutdown;
         for i in s.instances.values_mut() {
+            if let Some(at) = i.reclaim_at.filter(|t| *t <= now) {
+                i.reclaim_at = None;
+                if !i.instance.state.is_gone_or_going() {
+                    i.instance.state = InstanceState::ShuttingDown;
+                    i.next_transition = Some(at + shutdown);
+                    queued.push((at, i.instance.id.clone(), InstanceState::ShuttingDown));
+                    continue;
+                }
+            }
             let Some(due) = i.next_transition.filter(|t| *t <= now) else { continue };
             let next = match i.instance.state {
                 InstanceState::Pending => Some((InstanceState::Running, None)),
@@ -126,7 +145,13 @@ impl SimCloud {
     /// The earliest pending state transition.
     pub fn next_due(&self) -> Option<Timestamp> {
         let s = self.lock();
-        s.instances.values().filter_map(|i| i.next_transition).chain(s.notifications.iter().map(|n| n.0)).min()
+        s.instances
+            .values()
+            .flat_map(|i| [i.next_transition, i.reclaim_at])
+            .flatten()
+            .chain(s.notifications.iter().map(|n| n.0))
+            .chain(s.queue.iter().map(|m| m.0))
+            .min()
     }
 
     /// State-change notifications due by `now`, oldest first.
@@ -147,6 +172,99 @@ impl SimCloud {
             i.next_transition = (state == InstanceState::ShuttingDown).then_some(now + shutdown);
             s.notifications.push((now, instance_id.to_owned(), state));
         }
+    }
+
+    /// EC2 warns that it takes a spot instance back in two minutes (the
+    /// warning goes to the interruption queue; the instance shuts down when
+    /// the notice runs out). False when the instance is not live spot.
+    pub fn interrupt_spot(&self, instance_id: &str) -> bool {
+        let now = self.clock.now();
+        let live_spot = self.lock().instances.get(instance_id).is_some_and(|i| {
+            i.instance.capacity_type == CAPACITY_TYPE_SPOT && !i.instance.state.is_gone_or_going()
+        });
+        if !live_spot {
+            return false;
+        }
+        let detail = serde_json::json!({"instance-id": instance_id, "instance-action": "terminate"});
+        self.publish("EC2 Spot Instance Interruption Warning", "aws.ec2", instance_id, detail, now);
+        if let Some(i) = self.lock().instances.get_mut(instance_id) {
+            i.reclaim_at = Some(now + SignedDuration::from_mins(2));
+        }
+        true
+    }
+
+    /// EC2 recommends rebalancing away from an instance (no deadline).
+    pub fn recommend_rebalance(&self, instance_id: &str) -> bool {
+        let now = self.clock.now();
+        if !self.lock().instances.get(instance_id).is_some_and(|i| !i.instance.state.is_gone_or_going()) {
+            return false;
+        }
+        self.publish("EC2 Instance Rebalance Recommendation", "aws.ec2", instance_id, serde_json::json!({"instance-id": instance_id}), now);
+        true
+    }
+
+    /// AWS Health schedules maintenance of instances at `start`, when they are taken back.
+    pub fn schedule_change(&self, instance_ids: &[String], start: Timestamp) {
+        let now = self.clock.now();
+        let live: Vec<String> = {
+            let mut s = self.lock();
+            instance_ids
+                .iter()
+                .filter(|id| {
+                    s.instances.get_mut(*id).filter(|i| !i.instance.state.is_gone_or_going()).map(|i| i.reclaim_at = Some(start)).is_some()
+                })
+                .cloned()
+                .collect()
+        };
+        if live.is_empty() {
+            return;
+        }
+        let entities: Vec<serde_json::Value> = live.iter().map(|id| serde_json::json!({"entityValue": id})).collect();
+        let detail = serde_json::json!({
+            "service": "EC2", "eventTypeCategory": "scheduledChange", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            "startTime": jiff::fmt::rfc2822::to_string(&start.to_zoned(jiff::tz::TimeZone::UTC)).unwrap_or_default(),
+            "affectedEntities": entities,
+        });
+        self.publish("AWS Health Event", "aws.health", &live[0], detail, now);
+    }
+
+    /// Puts an arbitrary message on the interruption queue (foreign or malformed ones, in tests).
+    pub fn enqueue(&self, body: String) {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        let id = format!("msg-{:06}", s.next_message);
+        s.next_message += 1;
+        s.queue.push((now, id, body));
+    }
+
+    fn publish(&self, detail_type: &str, source: &str, instance_id: &str, detail: serde_json::Value, at: Timestamp) {
+        let region = self.lock().catalog.region.clone();
+        let event = serde_json::json!({
+            "version": "0",
+            "id": format!("sim-{}-{}", instance_id, at.as_millisecond()),
+            "detail-type": detail_type,
+            "source": source,
+            "account": "000000000000",
+            "time": at.to_string(),
+            "region": region,
+            "resources": [format!("arn:aws:ec2:{region}:000000000000:instance/{instance_id}")],
+            "detail": detail
+        });
+        self.enqueue(event.to_string());
+    }
+
+    /// Interruption-queue messages visible by `now`: (message id, body), oldest first.
+    pub fn take_messages(&self, now: Timestamp) -> Vec<(String, String)> {
+        let mut s = self.lock();
+        let (due, later): (Vec<_>, Vec<_>) = s.queue.drain(..).partition(|(t, _, _)| *t <= now);
+        s.queue = later;
+        due.into_iter().map(|(_, id, body)| (id, body)).collect()
+    }
+
+    /// Puts messages back (a failed batch item), visible again after `delay`.
+    pub fn requeue(&self, messages: Vec<(String, String)>, delay: SignedDuration) {
+        let at = self.clock.now() + delay;
+        self.lock().queue.extend(messages.into_iter().map(|(id, body)| (at, id, body)));
     }
 
     /// EC2's EventBridge event for a state change.
@@ -234,7 +352,7 @@ impl Cloud for SimCloud {
         let start = s.delays.start;
         s.instances.insert(
             id.clone(),
-            SimInstance { instance: instance.clone(), request: request.clone(), next_transition: Some(now + start) },
+            SimInstance { instance: instance.clone(), request: request.clone(), next_transition: Some(now + start), reclaim_at: None },
         );
         s.tokens.insert(request.client_token.clone(), id);
         s.notifications.push((now, instance.id.clone(), InstanceState::Pending));

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::ports::PodKey;
 use crate::provisioning::plan::existing_node;
+use crate::scheduling::taints::{Taint, first_untolerated};
 use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
@@ -184,6 +185,18 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
         let Ok(sp) = SchedPod::from_pod(&pod) else { continue };
         let labels = node.metadata.labels.clone().unwrap_or_default();
         if !sp.node_selector.keys().all(|k| sp.node_selector.allows(k, labels.get(k).map(String::as_str))) {
+            continue;
+        }
+        // Like the DaemonSet controller: a NoSchedule/NoExecute taint the
+        // pod does not tolerate keeps it off (a node being drained), save
+        // the node-condition taints every daemon pod tolerates.
+        let taints: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).filter(|t| !t.key.starts_with("node.kubernetes.io/")).collect())
+            .unwrap_or_default();
+        if first_untolerated(&taints, &sp.tolerations, true).is_some() {
             continue;
         }
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node_name);
@@ -378,4 +391,35 @@ mod tests {
         assert_eq!(node_of(p), Some("n1"));
         assert_eq!(phase(p), Some("Running"));
     }
+}
+
+/// A PodDisruptionBudget's floor and where its pods stand: (the fewest
+/// healthy pods it allows, healthy pods now), counting Running pods that
+/// are not terminating. `None` for a budget without a usable selector.
+pub fn pdb_health(pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget, pods: &[Pod]) -> Option<(usize, usize)> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let spec = pdb.spec.as_ref()?;
+    let selector = crate::scheduling::selector::LabelSelector::from_k8s(spec.selector.as_ref()?).ok()?;
+    let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
+    let empty = BTreeMap::new();
+    let selected: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns)
+        .filter(|p| selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
+        .collect();
+    let expected = selected.len();
+    let healthy = selected.iter().filter(|p| phase(p) == Some("Running") && p.metadata.deletion_timestamp.is_none()).count();
+    let resolve = |v: &IntOrString, round_up: bool| match v {
+        IntOrString::Int(i) => usize::try_from(*i).unwrap_or(0),
+        IntOrString::String(s) => {
+            let pct: usize = s.trim_end_matches('%').parse().unwrap_or(0);
+            if round_up { (expected * pct).div_ceil(100) } else { expected * pct / 100 }
+        }
+    };
+    let floor = match (&spec.min_available, &spec.max_unavailable) {
+        (Some(min), _) => resolve(min, true),
+        (None, Some(max)) => expected.saturating_sub(resolve(max, true)),
+        (None, None) => 0,
+    };
+    Some((floor, healthy))
 }

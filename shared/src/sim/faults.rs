@@ -112,11 +112,13 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
 pub struct FaultyStore<S> {
     inner: S,
     fail_updates: Arc<Mutex<usize>>,
+    /// Command writes left before one fails (a crash between two steps).
+    command_crash: Arc<Mutex<Option<usize>>>,
 }
 
 impl<S: Store> FaultyStore<S> {
     pub fn new(inner: S) -> Self {
-        FaultyStore { inner, fail_updates: Arc::default() }
+        FaultyStore { inner, fail_updates: Arc::default(), command_crash: Arc::default() }
     }
 
     pub fn inner(&self) -> &S {
@@ -126,6 +128,18 @@ impl<S: Store> FaultyStore<S> {
     /// The next `n` claim updates fail with a transient error.
     pub fn fail_next_claim_updates(&self, n: usize) {
         *self.fail_updates.lock().unwrap_or_else(|e| e.into_inner()) = n;
+    }
+
+    /// After `n` more successful removal-command writes, the next one fails
+    /// once with a transient error — as if the invocation died between two
+    /// steps, after the step's effect and before its record.
+    pub fn crash_after_command_writes(&self, n: usize) {
+        *self.command_crash.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+    }
+
+    /// Whether a planned crash is still to come.
+    pub fn crash_pending(&self) -> bool {
+        self.command_crash.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 }
 
@@ -180,6 +194,17 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.commands().await
     }
     async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        {
+            let mut crash = self.command_crash.lock().unwrap_or_else(|e| e.into_inner());
+            match *crash {
+                Some(0) => {
+                    *crash = None;
+                    return Err(StoreError::Transient(format!("injected: crash before recording command {} step {:?}", next.id, next.step)));
+                }
+                Some(n) => *crash = Some(n - 1),
+                None => {}
+            }
+        }
         self.inner.put_command(previous, next).await
     }
     async fn delete_command(&self, command: &Command) -> Result<(), StoreError> {

@@ -77,6 +77,29 @@ pub enum ActionKind {
     RemoveCapacity(Vec<OfferingSpec>),
     /// Nodes of these instance types never register.
     NeverRegister(Vec<String>),
+    /// EC2 sends a spot interruption warning for the matching instances
+    /// (and takes them back two minutes later).
+    Interrupt(InstanceSelector),
+    /// EC2 recommends rebalancing away from the matching instances.
+    Rebalance(InstanceSelector),
+    /// AWS Health schedules maintenance of the matching instances (`in` from now, default 10m).
+    ScheduledChange(InstanceSelector),
+    /// A raw message on the interruption queue (a foreign or malformed event).
+    Enqueue(serde_json::Value),
+}
+
+/// Which instances an interruption action hits: those whose nodes carry
+/// every label, and/or of a type and zone.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceSelector {
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    /// For `scheduledChange`: when the maintenance starts, from now.
+    #[serde(default, rename = "in")]
+    pub after: Option<String>,
 }
 
 fn default_namespace() -> String {
@@ -107,6 +130,14 @@ pub struct Expect {
     /// Pool → resource → the most its reservations may ever reach (`cpu: 1000`).
     #[serde(default)]
     pub peak_usage_at_most: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+    /// No PodDisruptionBudget went below its minimum once it had been met.
+    pub pdbs_held: Option<bool>,
+    /// Replacement claims that removals planned over the run.
+    pub replacements: Option<usize>,
+    /// Distinct nodes that got a removal command over the run.
+    pub removed_nodes: Option<usize>,
+    /// No pod waited longer than this many seconds for a node.
+    pub max_pending_seconds: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -195,11 +226,13 @@ pub fn split_objects(
 
 fn config_item(doc: config::document::ConfigDocument, now: Timestamp) -> ConfigItem {
     use config::document::ConfigDocument;
-    let (kind, name, spec) = match doc {
-        ConfigDocument::NodePool { name, spec, .. } => (ConfigKind::NodePool, name, serde_json::to_value(spec)),
-        ConfigDocument::NodeClass { name, spec } => (ConfigKind::NodeClass, name, serde_json::to_value(spec)),
+    let (kind, name, spec, annotations) = match doc {
+        ConfigDocument::NodePool { name, spec, annotations, .. } => {
+            (ConfigKind::NodePool, name, serde_json::to_value(spec), annotations)
+        }
+        ConfigDocument::NodeClass { name, spec } => (ConfigKind::NodeClass, name, serde_json::to_value(spec), Default::default()),
     };
-    ConfigItem { kind, name, spec: spec.unwrap_or_default(), version: 1, updated_at: now }
+    ConfigItem { kind, name, spec: spec.unwrap_or_default(), annotations, version: 1, updated_at: now }
 }
 
 /// Writes configuration items, replacing what is stored under the same name.
@@ -222,7 +255,30 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     for w in workloads {
         sim.cluster.apply(&w).await.map_err(ScenarioError::Parse)?;
     }
+    sim.track_pending |= scenario.expect.max_pending_seconds.is_some();
     Ok(())
+}
+
+/// The instance ids an interruption action names, from the nodes' labels
+/// and provider ids, or from the in-memory cloud's instances.
+async fn select_instances<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &Simulation<C, S, K>,
+    selector: &InstanceSelector,
+) -> Vec<String> {
+    let nodes = sim.cluster.all_nodes().await;
+    let mut ids = Vec::new();
+    for n in nodes {
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        let matches = selector.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && selector.instance_type.as_ref().is_none_or(|t| labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t))
+            && selector.zone.as_ref().is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z));
+        let provider = n.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
+        if matches && let Some(id) = provider.rsplit('/').next().filter(|id| id.starts_with("i-")) {
+            ids.push(id.to_owned());
+        }
+    }
+    ids.sort();
+    ids
 }
 
 /// Runs a loaded scenario's actions and then until its end.
@@ -272,6 +328,41 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
         }
         ActionKind::NeverRegister(types) => {
             sim.never_register.extend(types.iter().cloned());
+            Ok(())
+        }
+        ActionKind::Interrupt(selector) | ActionKind::Rebalance(selector) | ActionKind::ScheduledChange(selector) => {
+            let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("interruptions need the in-memory cloud".to_owned()))?;
+            let ids = select_instances(sim, selector).await;
+            if ids.is_empty() {
+                return Err(err(format!("no instance matches {selector:?}")));
+            }
+            match &action.what {
+                ActionKind::Interrupt(_) => {
+                    for id in &ids {
+                        if !sim_cloud.interrupt_spot(id) {
+                            return Err(err(format!("instance {id} is not live spot capacity")));
+                        }
+                    }
+                }
+                ActionKind::Rebalance(_) => {
+                    for id in &ids {
+                        sim_cloud.recommend_rebalance(id);
+                    }
+                }
+                _ => {
+                    let after = parse_duration(selector.after.as_deref().unwrap_or("10m"))?;
+                    sim_cloud.schedule_change(&ids, sim.now() + after);
+                }
+            }
+            Ok(())
+        }
+        ActionKind::Enqueue(body) => {
+            let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("enqueue needs the in-memory cloud".to_owned()))?;
+            let text = match body {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            sim_cloud.enqueue(text);
             Ok(())
         }
     }
@@ -365,6 +456,29 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 failures.push(format!("pool {pool} reserved {peak} of {resource}, above {limit}"));
             }
         }
+    }
+    if expect.pdbs_held == Some(true) {
+        for (pdb, (min, lowest)) in &sim.pdb_floors {
+            if lowest < min {
+                failures.push(format!("PodDisruptionBudget {pdb} went down to {lowest} healthy pod(s), below its minimum {min}"));
+            }
+        }
+    }
+    if let Some(want) = expect.replacements
+        && sim.replacements.len() != want
+    {
+        failures.push(format!("expected {want} replacement(s), found {}", sim.replacements.len()));
+    }
+    if let Some(want) = expect.removed_nodes
+        && sim.removed_nodes.len() != want
+    {
+        failures.push(format!("expected {want} removed node(s), found {:?}", sim.removed_nodes));
+    }
+    if let Some(max) = expect.max_pending_seconds
+        && let Some((waited, pod)) = &sim.longest_pending
+        && waited.as_secs() > i64::try_from(max).unwrap_or(i64::MAX)
+    {
+        failures.push(format!("pod {pod} waited {}s for a node, more than {max}s", waited.as_secs()));
     }
     failures
 }

@@ -17,6 +17,8 @@ use super::clock::SimClock;
 use super::cloud::SimCloud;
 use super::cluster::SimCluster;
 use super::driver::ClusterDriver;
+use crate::handlers::config as config_loader;
+use crate::handlers::interruption::{self, InterruptionSettings, MessageOutcome, Record};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change::{self, StateChangeOutcome};
 use crate::ports::{Clock, Cloud, Cluster, InstanceState, Ports, SignedDuration, Store, Timestamp, Usage};
@@ -41,6 +43,9 @@ pub struct SimSettings {
     /// provisioner's garbage collection must notice on its own.
     pub drop_events: bool,
     pub provisioner: ProvisionerSettings,
+    pub interruption: InterruptionSettings,
+    /// SQS's delay before a message handed back (a failed batch item) is seen again.
+    pub redelivery: SignedDuration,
 }
 
 impl Default for SimSettings {
@@ -54,6 +59,8 @@ impl Default for SimSettings {
             reorder_events: false,
             drop_events: false,
             provisioner: ProvisionerSettings::default(),
+            interruption: InterruptionSettings::default(),
+            redelivery: SignedDuration::from_secs(20),
         }
     }
 }
@@ -90,6 +97,20 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     pub state_changes: Vec<StateChangeOutcome>,
     /// The highest usage each pool reached, resource by resource.
     pub peak_usage: BTreeMap<String, Usage>,
+    /// Every interruption-queue message's outcome, for tests.
+    pub interruptions: Vec<MessageOutcome>,
+    /// Replacement claims removal commands planned over the run.
+    pub replacements: BTreeSet<String>,
+    /// Claims (nodes) that got a removal command over the run.
+    pub removed_nodes: BTreeSet<String>,
+    /// Per PodDisruptionBudget (`namespace/name`): its minimum of healthy
+    /// pods and the fewest seen once it had been met.
+    pub pdb_floors: BTreeMap<String, (usize, usize)>,
+    /// Track how long pods wait for a node (costs a pod listing per step).
+    pub track_pending: bool,
+    pending_since: BTreeMap<String, (Timestamp, String)>,
+    /// The longest any pod waited for a node, and which.
+    pub longest_pending: Option<(SignedDuration, String)>,
 }
 
 impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
@@ -123,6 +144,13 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             never_register: BTreeSet::new(),
             state_changes: Vec::new(),
             peak_usage: BTreeMap::new(),
+            interruptions: Vec::new(),
+            replacements: BTreeSet::new(),
+            removed_nodes: BTreeSet::new(),
+            pdb_floors: BTreeMap::new(),
+            track_pending: false,
+            pending_since: BTreeMap::new(),
+            longest_pending: None,
         }
     }
 
@@ -159,7 +187,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     /// Does everything due at `now`; returns when something is next due.
     async fn step(&mut self, now: Timestamp) -> Timestamp {
         let mut next = now + SignedDuration::from_secs(1);
-        if let Some(sim) = &self.sim_cloud {
+        if let Some(sim) = self.sim_cloud.clone() {
             sim.advance(now);
             let mut due = sim.take_notifications(now - self.settings.event_delay);
             if self.settings.reorder_events {
@@ -178,8 +206,14 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     }
                 }
             }
+            let messages = sim.take_messages(now);
+            if !messages.is_empty() {
+                let failed = self.deliver_interruptions(&messages).await;
+                let back = messages.into_iter().filter(|(id, _)| failed.contains(id)).collect();
+                sim.requeue(back, self.settings.redelivery);
+            }
             if let Some(t) = sim.next_due() {
-                next = next.min(t + self.settings.event_delay);
+                next = next.min((t + self.settings.event_delay).max(now + SignedDuration::from_millis(1)));
             }
         }
         if std::mem::take(&mut self.look_for_registrations)
@@ -230,6 +264,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             self.reconcile_cluster().await;
         }
         self.record_usage().await;
+        self.observe(now).await;
         let mut candidates = vec![next, self.next_invocation];
         if let Some(d) = self.invocation_deadline {
             candidates.push(self.next_tick);
@@ -284,6 +319,75 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
         }
         next
+    }
+
+    /// The interruption function's invocation for a batch of queue messages
+    /// (message id, body); returns the ids handed back for a retry, as the
+    /// partial batch response would.
+    pub async fn deliver_interruptions(&mut self, messages: &[(String, String)]) -> Vec<String> {
+        let ports = self.ports();
+        let config = match config_loader::load(&self.store).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "interruption function could not read its configuration");
+                return messages.iter().map(|(id, _)| id.clone()).collect();
+            }
+        };
+        let records: Vec<Record> = messages.iter().map(|(id, body)| Record { message_id: id.clone(), body: body.clone() }).collect();
+        match interruption::handle_batch(&ports, &config, &config.settings, &self.settings.interruption, &records).await {
+            Ok(report) => {
+                self.interruptions.extend(report.outcomes.into_iter().map(|(_, o)| o));
+                report.failures
+            }
+            Err(e) => {
+                warn!(error = %e, "interruption function failed its batch");
+                messages.iter().map(|(id, _)| id.clone()).collect()
+            }
+        }
+    }
+
+    /// What the scenario expectations look at over the run: replacements,
+    /// PDB floors, pending times.
+    async fn observe(&mut self, now: Timestamp) {
+        if let Ok(commands) = self.store.commands().await {
+            for c in commands {
+                self.removed_nodes.insert(c.id.clone());
+                self.replacements.extend(c.replacements);
+            }
+        }
+        let cluster = self.cluster.port();
+        let pdbs = cluster.pod_disruption_budgets().await.unwrap_or_default();
+        if pdbs.is_empty() && !self.track_pending {
+            return;
+        }
+        let pods = self.cluster.all_pods().await;
+        for pdb in &pdbs {
+            let Some((min, healthy)) = super::controllers::pdb_health(pdb, &pods) else { continue };
+            let key = format!("{}/{}", pdb.metadata.namespace.as_deref().unwrap_or("default"), pdb.metadata.name.as_deref().unwrap_or_default());
+            match self.pdb_floors.get_mut(&key) {
+                Some(floor) => floor.1 = floor.1.min(healthy),
+                None if healthy >= min => {
+                    self.pdb_floors.insert(key, (min, healthy));
+                }
+                None => {}
+            }
+        }
+        if self.track_pending {
+            let mut still = BTreeMap::new();
+            for p in &pods {
+                let Some(uid) = p.metadata.uid.clone() else { continue };
+                let name = crate::ports::PodKey::of(p).to_string();
+                let since = self.pending_since.remove(&uid).map_or(now, |(t, _)| t);
+                let waited = now.duration_since(since);
+                if self.longest_pending.as_ref().is_none_or(|(w, _)| waited > *w) {
+                    self.longest_pending = Some((waited, name.clone()));
+                }
+                if super::controllers::node_of(p).is_none() {
+                    still.insert(uid, (since, name));
+                }
+            }
+            self.pending_since = still;
+        }
     }
 
     async fn reconcile_cluster(&self) {

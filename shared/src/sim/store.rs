@@ -20,6 +20,8 @@ struct State {
     leases: BTreeMap<String, Lease>,
     unavailable: BTreeMap<OfferingKey, Timestamp>,
     commands: BTreeMap<String, Command>,
+    /// Claims deleted, in order (a claim released twice would show twice).
+    deleted_claims: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -30,6 +32,11 @@ pub struct MemStore {
 impl MemStore {
     pub fn new() -> Self {
         MemStore::default()
+    }
+
+    /// The ids of claims this store deleted, in order.
+    pub fn deleted_claims(&self) -> Vec<String> {
+        self.lock().deleted_claims.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -109,6 +116,7 @@ impl Store for MemStore {
     async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
         let mut s = self.lock();
         let Some(stored) = s.claims.remove(&claim.id) else { return Ok(()) };
+        s.deleted_claims.push(stored.id.clone());
         if let Some(usage) = s.usage.get_mut(&stored.pool) {
             sub_usage(usage, &stored.reservation);
         }

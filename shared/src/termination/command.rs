@@ -124,9 +124,24 @@ pub struct Command {
     pub step: Step,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
-    /// Claims launched as replacement capacity.
+    /// Replacement claims planned for the node's pods (ids; written here
+    /// before they are created, so two invocations never plan twice).
     #[serde(default)]
     pub replacements: Vec<String>,
+    /// The planned replacement claims, kept until they are launched.
+    #[serde(default)]
+    pub planned: Vec<crate::provisioning::claim::Claim>,
+    /// Replacements whose launch was attempted (launched or given up on).
+    #[serde(default)]
+    pub launched: Vec<String>,
+    /// Planning rounds so far (a round whose launches all found no
+    /// capacity plans again on other offerings).
+    #[serde(default)]
+    pub replacement_rounds: u32,
+    /// Pods already reported as blocked by a PodDisruptionBudget (uids), so
+    /// each gets one `FailedDraining` event, not one per pass.
+    #[serde(default)]
+    pub reported_blocked: Vec<String>,
     /// When replacement launches began (the wait is bounded from here).
     #[serde(default)]
     pub replacing_since: Option<Timestamp>,
@@ -148,6 +163,10 @@ impl Command {
             created_at: now,
             updated_at: now,
             replacements: Vec::new(),
+            planned: Vec::new(),
+            launched: Vec::new(),
+            replacement_rounds: 0,
+            reported_blocked: Vec::new(),
             replacing_since: None,
             milestones: Milestones::default(),
             evictions_blocked: 0,

@@ -5,5 +5,8 @@
 //! snapshot and return what to do; `handlers::termination` carries it out.
 
 pub mod command;
+pub mod drain;
+pub mod machine;
 
 pub use command::{Command, Milestones, RemovalReason, RemovalSpec, Step};
+pub use drain::{DISRUPTED_TAINT_KEY, DrainPlan, disrupted_taint};

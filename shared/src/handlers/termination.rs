@@ -1,0 +1,505 @@
+//! Carrying out the drain-and-terminate machine: start a removal command,
+//! and advance commands step by step. Every function may advance any
+//! command (the interruption function right after a warning, the
+//! disruption function, the provisioner's tick as the safety net); each
+//! step is recorded with a write conditional on the command's version, so
+//! two invocations at once never both move it forward, and a crash at any
+//! point leaves a command the next one resumes.
+//!
+//! What may happen twice is harmless by construction: a taint already
+//! there, an eviction of a pod already gone, a termination of a
+//! terminated instance. Replacement claims are written into the command
+//! before they are created, so a node never gets two replacement plans.
+
+use std::collections::{BTreeMap, HashSet};
+
+use futures_util::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use super::HandlerError;
+use super::config::LoadedConfig;
+use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
+use super::metrics::{self, Metric};
+use crate::ports::{
+    Cloud, Cluster, ClusterError, ClusterEvent, Clock, EvictOutcome, PodKey, PortSet, Store, StoreError, Timestamp,
+};
+use crate::provisioning::claim::Claim;
+use crate::provisioning::plan::{self, Snapshot};
+use crate::scheduling::volumes::{self, VolumeIndex};
+use crate::termination::drain::{self, DrainPlan};
+use crate::termination::machine::{self, Move, View};
+use crate::termination::{Command, RemovalSpec, Step, disrupted_taint};
+
+/// Evictions in flight at once (a 110-pod node drains in a few round trips).
+const EVICTION_CONCURRENCY: usize = 16;
+/// Moves one pass makes on one command before handing back (a bound, not a
+/// target: a command normally stops at its first wait).
+const MOVES_PER_PASS: usize = 24;
+
+/// How starting a removal ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// A new command.
+    New(String),
+    /// The node already had a command; its deadline was brought forward
+    /// (`true`) or was already as early.
+    Existing { id: String, tightened: bool },
+}
+
+/// Where a pass left a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Waiting (for replacements, evictions, terminating pods) until about then.
+    Waiting(Timestamp),
+    /// Released and deleted: the node is gone.
+    Finished,
+    /// Another invocation moved the command meanwhile; it is theirs for now.
+    Contended,
+}
+
+/// Starts a removal, or merges it into the node's command if it has one
+/// (never a second command, never a second replacement): an earlier
+/// deadline wins, offerings to avoid add up, a replacement once asked for
+/// stays asked for.
+pub async fn start<P: PortSet>(ports: &P, spec: RemovalSpec) -> Result<Started, HandlerError> {
+    let now = ports.clock().now();
+    for _ in 0..4 {
+        let existing = ports.store().commands().await?.into_iter().find(|c| c.id == spec.claim_id);
+        let Some(existing) = existing else {
+            let command = Command::new(spec.clone(), now);
+            match ports.store().put_command(None, &command).await {
+                Ok(()) => {
+                    info!(
+                        nodeclaim = %spec.claim_id, node = ?spec.node, reason = %spec.reason, replace = spec.replace,
+                        deadline = ?spec.deadline, "disrupting node(s)"
+                    );
+                    return Ok(Started::New(command.id));
+                }
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let mut next = existing.next(now);
+        let earlier = match (spec.deadline, existing.spec.deadline) {
+            (Some(new), Some(old)) => new < old,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if earlier {
+            next.spec.deadline = spec.deadline;
+            next.spec.reason = spec.reason;
+            next.spec.event_at = spec.event_at.or(existing.spec.event_at);
+        }
+        for o in &spec.avoid {
+            if !next.spec.avoid.contains(o) {
+                next.spec.avoid.push(o.clone());
+            }
+        }
+        // Replacements not started yet can still be asked for.
+        next.spec.replace |= spec.replace && existing.step <= Step::Replace;
+        if next.spec == existing.spec {
+            debug!(nodeclaim = %existing.id, "node already being removed");
+            return Ok(Started::Existing { id: existing.id, tightened: false });
+        }
+        match ports.store().put_command(Some(&existing), &next).await {
+            Ok(()) => {
+                info!(nodeclaim = %existing.id, deadline = ?next.spec.deadline, "node already being removed; deadline brought forward");
+                return Ok(Started::Existing { id: existing.id, tightened: earlier });
+            }
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StoreError::Conflict(format!("command {} keeps changing under us", spec.claim_id)).into())
+}
+
+/// Advances every command once; returns the earliest time one is waiting for.
+pub async fn advance_all<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+    launch: &LaunchSettings,
+) -> Result<Option<Timestamp>, HandlerError> {
+    let commands = ports.store().commands().await?;
+    if commands.is_empty() {
+        return Ok(None);
+    }
+    let mut next_wake: Option<Timestamp> = None;
+    for command in commands {
+        let span = info_span!("command", nodeclaim = %command.id, reason = %command.spec.reason);
+        match advance(ports, config, launch, command).instrument(span).await {
+            Ok(Progress::Waiting(t)) => next_wake = Some(next_wake.map_or(t, |w| w.min(t))),
+            Ok(Progress::Finished | Progress::Contended) => {}
+            Err(e) if e.is_retryable() => warn!(error = %e, "could not advance removal; retrying"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(next_wake)
+}
+
+/// What a pass reads once per command move.
+struct Seen {
+    node: Option<Node>,
+    pods: Vec<Pod>,
+    claims: Vec<Claim>,
+}
+
+async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerError> {
+    let claims = ports.store().claims().await?;
+    let node_name = command.spec.node.clone().or_else(|| {
+        claims.iter().find(|c| c.id == command.id).and_then(|c| c.node_name.clone())
+    });
+    let (node, pods) = match node_name {
+        Some(name) => {
+            let node = ports.cluster().nodes().await?.into_iter().find(|n| n.metadata.name.as_deref() == Some(name.as_str()));
+            let pods = if node.is_some() { ports.cluster().pods_on_node(&name).await? } else { Vec::new() };
+            (node, pods)
+        }
+        None => (None, Vec::new()),
+    };
+    Ok(Seen { node, pods, claims })
+}
+
+/// Advances one command until it has to wait, finishes, or another
+/// invocation takes it over.
+pub async fn advance<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+    launch: &LaunchSettings,
+    mut command: Command,
+) -> Result<Progress, HandlerError> {
+    for _ in 0..MOVES_PER_PASS {
+        let seen = look(ports, &command).await?;
+        let now = ports.clock().now();
+        let view = View {
+            now,
+            node: seen.node.as_ref(),
+            pods: &seen.pods,
+            claim: seen.claims.iter().find(|c| c.id == command.id),
+            claims: &seen.claims,
+        };
+        let step_move = machine::next(&command, &view);
+        let outcome = match step_move {
+            Move::Advance { step, why } => {
+                let mut next = command.next(now);
+                next.step = step;
+                match step {
+                    Step::Replace if next.milestones.tainted_at.is_none() => next.milestones.tainted_at = Some(now),
+                    Step::Terminate if command.step == Step::Drain => {
+                        next.milestones.drained_at = Some(now);
+                        next.milestones.evictions_issued_at.get_or_insert(now);
+                        info!(node = ?view.node.and_then(|n| n.metadata.name.clone()), %why, "drained node");
+                    }
+                    _ => {}
+                }
+                debug!(from = ?command.step, to = ?step, %why, "removal step");
+                write(ports, &command, next).await?
+            }
+            Move::Taint { node } => {
+                match ports.cluster().add_taint(&node, &disrupted_taint()).await {
+                    Ok(()) | Err(ClusterError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                info!(node = %node, taint = %disrupted_taint(), "tainted node");
+                let mut next = command.next(ports.clock().now());
+                next.step = Step::Replace;
+                next.milestones.tainted_at = Some(ports.clock().now());
+                write(ports, &command, next).await?
+            }
+            Move::Replace => plan_replacements(ports, config, &command, &seen, now).await?,
+            Move::LaunchReplacements { claims } => launch_replacements(ports, config, launch, &command, &claims, &seen).await?,
+            Move::Wait { until, why } => {
+                debug!(%why, "removal waiting");
+                return Ok(Progress::Waiting(until));
+            }
+            Move::Drain(plan) => return drain(ports, command, seen.node.as_ref(), &plan).await,
+            Move::Terminate { instance_id } => {
+                ports.cloud().terminate(std::slice::from_ref(&instance_id)).await?;
+                info!(instance = %instance_id, "terminated instance");
+                let mut next = command.next(ports.clock().now());
+                next.milestones.terminated_at = Some(ports.clock().now());
+                next.step = Step::DeleteNode;
+                write(ports, &command, next).await?
+            }
+            Move::DeleteNode { node } => {
+                if ports.cluster().delete_node(&node).await? {
+                    info!(node = %node, "deleted node");
+                }
+                let mut next = command.next(ports.clock().now());
+                next.step = Step::Release;
+                write(ports, &command, next).await?
+            }
+            Move::Release => {
+                if let Some(claim) = view.claim {
+                    ports.store().delete_claim(claim).await?;
+                    info!(nodeclaim = %claim.id, "released nodeclaim");
+                }
+                match ports.store().delete_command(&command).await {
+                    Ok(()) => {}
+                    Err(StoreError::Conflict(_)) => return Ok(Progress::Contended),
+                    Err(e) => return Err(e.into()),
+                }
+                publish_metrics(&command, ports.clock().now());
+                return Ok(Progress::Finished);
+            }
+        };
+        match outcome {
+            Some(next) => command = next,
+            None => return Ok(Progress::Contended),
+        }
+    }
+    Ok(Progress::Waiting(ports.clock().now() + machine::POLL))
+}
+
+/// Writes `next` over `previous`; `None` when another invocation won.
+async fn write<P: PortSet>(ports: &P, previous: &Command, next: Command) -> Result<Option<Command>, HandlerError> {
+    match ports.store().put_command(Some(previous), &next).await {
+        Ok(()) => Ok(Some(next)),
+        Err(StoreError::Conflict(e)) => {
+            debug!(error = %e, "removal moved by another invocation");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Pods that need a new home when the node goes: not DaemonSet or mirror
+/// pods, not pods that tolerate the disrupted taint.
+fn reschedulable(pods: &[Pod]) -> Vec<Pod> {
+    pods.iter()
+        .filter(|p| !p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" || o.kind == "Node"))
+        .filter(|p| !drain::tolerates_disruption(p))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .cloned()
+        .map(|mut p| {
+            // Planned as if pending: the solver looks for a new node for it.
+            if let Some(spec) = p.spec.as_mut() {
+                spec.node_name = None;
+            }
+            p
+        })
+        .collect()
+}
+
+/// Plans replacement capacity for the node's pods with the provisioner's
+/// own decision (the rest of the cluster as it is, the node itself left
+/// out, the interrupted offering avoided), and records the plan in the
+/// command before anything is created.
+async fn plan_replacements<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+    command: &Command,
+    seen: &Seen,
+    now: Timestamp,
+) -> Result<Option<Command>, HandlerError> {
+    let cluster = ports.cluster();
+    let store = ports.store();
+    let node_name = seen.node.as_ref().and_then(|n| n.metadata.name.clone());
+    let pods = reschedulable(&seen.pods);
+    let mut next = command.next(now);
+    next.step = Step::AwaitReplacement;
+    next.replacing_since.get_or_insert(now);
+    next.replacement_rounds += 1;
+    if pods.is_empty() {
+        info!("no pod needs replacement capacity");
+        return write(ports, command, next).await;
+    }
+    let catalog = ports.cloud().catalog().await?;
+    let scheduled: Vec<Pod> = cluster
+        .scheduled_pods()
+        .await?
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != node_name.as_deref())
+        .collect();
+    let nodes: Vec<Node> = cluster.nodes().await?.into_iter().filter(|n| n.metadata.name != node_name).collect();
+    let daemon_sets = cluster.daemon_sets().await?;
+    let pending = cluster.pending_pods().await?;
+    let others: Vec<Claim> = seen.claims.iter().filter(|c| c.id != command.id).cloned().collect();
+    let nominated_uids: HashSet<&str> =
+        others.iter().flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
+    let nominated: Vec<Pod> =
+        pending.into_iter().filter(|p| p.metadata.uid.as_deref().is_some_and(|u| nominated_uids.contains(u))).collect();
+    let mut unavailable = store.unavailable_offerings(now).await?;
+    unavailable.extend(command.spec.avoid.iter().cloned());
+    let usage = store.pool_usage().await?;
+    // A pod's volumes pin it to a zone; listed only when one has PVC-backed volumes.
+    let volumes = if pods.iter().any(volumes::uses_claims) {
+        VolumeIndex::new(
+            cluster.persistent_volume_claims().await?,
+            cluster.persistent_volumes().await?,
+            cluster.storage_classes().await?,
+        )
+    } else {
+        VolumeIndex::default()
+    };
+    let decision = plan::decide(&Snapshot {
+        now,
+        pending: &pods,
+        scheduled: &scheduled,
+        nominated: &nominated,
+        nodes: &nodes,
+        daemon_sets: &daemon_sets,
+        claims: &others,
+        pools: &config.pools,
+        catalog: &catalog,
+        unavailable: &unavailable,
+        usage: &usage,
+        volumes: &volumes,
+        seed: seed_of(&command.id, command.replacement_rounds),
+    });
+    for (pod, reason) in &decision.unschedulable {
+        warn!(pod = %pod, %reason, "no replacement capacity can hold pod; it will be drained anyway");
+    }
+    let fit = decision.fit_existing.len();
+    info!(
+        nodeclaims = decision.new_claims.len(), pods = pods.len(), fit_existing = fit,
+        "computed replacement nodeclaim(s) for pod(s) of a node being removed"
+    );
+    next.replacements.extend(decision.new_claims.iter().map(|c| c.id.clone()));
+    next.planned.extend(decision.new_claims);
+    write(ports, command, next).await
+}
+
+/// Creates and launches the planned replacement claims (through the
+/// provisioner's launcher: claim first, limits, client token); a round that
+/// found no capacity anywhere plans again on other offerings.
+async fn launch_replacements<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+    launch: &LaunchSettings,
+    command: &Command,
+    ids: &[String],
+    seen: &Seen,
+) -> Result<Option<Command>, HandlerError> {
+    let existing: HashSet<&str> = seen.claims.iter().map(|c| c.id.as_str()).collect();
+    let catalog = ports.cloud().catalog().await?;
+    let launcher = Launcher::new(ports, launch);
+    let mut next = command.next(ports.clock().now());
+    let (mut no_capacity, mut attempted) = (0usize, 0usize);
+    let mut fresh = Vec::new();
+    for id in ids {
+        if existing.contains(id.as_str()) {
+            // Created by an earlier attempt: the provisioner's lifecycle
+            // resumes its launch if it was never recorded.
+            next.launched.push(id.clone());
+        } else if let Some(claim) = command.planned.iter().find(|c| &c.id == id) {
+            fresh.push(claim.clone());
+        } else {
+            next.launched.push(id.clone());
+        }
+    }
+    for (id, end) in launcher.launch_all(fresh, config, &catalog).await {
+        attempted += 1;
+        match end {
+            LaunchEnd::Launched(_) => next.launched.push(id),
+            LaunchEnd::NoCapacity(_) => {
+                no_capacity += 1;
+                next.launched.push(id.clone());
+                next.replacements.retain(|r| *r != id);
+            }
+            LaunchEnd::Dropped(_, reason) => {
+                warn!(nodeclaim = %id, %reason, "replacement not launched");
+                next.launched.push(id.clone());
+                next.replacements.retain(|r| *r != id);
+            }
+            // The claim is recorded; its launch is resumed later.
+            LaunchEnd::Retry => next.launched.push(id),
+        }
+    }
+    next.planned.retain(|c| !next.launched.contains(&c.id));
+    if attempted > 0 && no_capacity == attempted && next.replacement_rounds < machine::REPLACEMENT_ROUNDS {
+        info!(round = next.replacement_rounds, "replacements found no capacity; planning again on other offerings");
+        next.step = Step::Replace;
+    }
+    write(ports, command, next).await
+}
+
+/// One drain pass: evictions of the current tier (PDBs decide), deletions
+/// that need no PDB, events for what was blocked.
+async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, plan: &DrainPlan) -> Result<Progress, HandlerError> {
+    let cluster = ports.cluster();
+    let node_name = node.and_then(|n| n.metadata.name.clone()).unwrap_or_default();
+    let outcomes: Vec<(PodKey, Result<EvictOutcome, ClusterError>)> = stream::iter(plan.evict.iter().cloned())
+        .map(|pod| async move {
+            let outcome = cluster.evict(&pod).await;
+            (pod, outcome)
+        })
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .collect()
+        .await;
+    for pod in &plan.delete {
+        cluster.delete_pod(pod, plan.delete_grace).await?;
+        debug!(pod = %pod, grace = ?plan.delete_grace, "deleted pod");
+    }
+    let mut blocked = Vec::new();
+    let mut evicted = 0usize;
+    for (pod, outcome) in outcomes {
+        match outcome? {
+            EvictOutcome::Evicted => {
+                evicted += 1;
+                event(ports, &pod, "Normal", "Evicted", format!("Evicted pod: {}", command.spec.reason)).await;
+            }
+            EvictOutcome::Gone => {}
+            EvictOutcome::Blocked(reason) => blocked.push((pod, reason)),
+        }
+    }
+    let now = ports.clock().now();
+    let mut next = command.next(now);
+    for (pod, reason) in &blocked {
+        info!(pod = %pod, "did not evict pod {pod} due to PDB violation");
+        next.evictions_blocked += 1;
+        if !next.reported_blocked.contains(&pod.uid) {
+            next.reported_blocked.push(pod.uid.clone());
+            event(ports, pod, "Warning", "FailedDraining", format!("Failed to drain node {node_name}, {reason}")).await;
+        }
+    }
+    if evicted + plan.delete.len() > 0 {
+        info!(node = %node_name, evicted, deleted = plan.delete.len(), blocked = blocked.len(), "draining node");
+    }
+    if blocked.is_empty() && plan.later == 0 && next.milestones.evictions_issued_at.is_none() {
+        next.milestones.evictions_issued_at = Some(now);
+    }
+    // Only worth a write when something the command keeps changed.
+    let changed = next.milestones != command.milestones || next.reported_blocked != command.reported_blocked;
+    if changed && write(ports, &command, next).await?.is_none() {
+        return Ok(Progress::Contended);
+    }
+    Ok(Progress::Waiting(now + machine::POLL))
+}
+
+async fn event<P: PortSet>(ports: &P, pod: &PodKey, type_: &str, reason: &str, message: String) {
+    let e = ClusterEvent {
+        kind: "Pod".to_owned(),
+        namespace: Some(pod.namespace.clone()),
+        name: pod.name.clone(),
+        type_: type_.to_owned(),
+        reason: reason.to_owned(),
+        message,
+    };
+    if let Err(err) = ports.cluster().record_event(&e).await {
+        debug!(pod = %pod, error = %err, "could not publish event");
+    }
+}
+
+/// Reaction times from the triggering event, when it had a time.
+fn publish_metrics(command: &Command, now: Timestamp) {
+    let Some(event_at) = command.spec.event_at else { return };
+    let since = |t: Option<Timestamp>| t.map(|t| t.duration_since(event_at).as_secs_f64());
+    let mut figures = Vec::new();
+    if let Some(s) = since(command.milestones.tainted_at) {
+        figures.push(Metric::seconds("TimeToTainted", s));
+    }
+    if let Some(s) = since(command.milestones.evictions_issued_at) {
+        figures.push(Metric::seconds("TimeToEvictionsIssued", s));
+    }
+    if let Some(s) = since(command.milestones.drained_at) {
+        figures.push(Metric::seconds("TimeToDrained", s));
+    }
+    figures.push(Metric::count("EvictionsBlocked", command.evictions_blocked as f64));
+    let dims: BTreeMap<&str, String> = [("Reason", command.spec.reason.to_string())].into();
+    metrics::emit(now.as_millisecond(), &dims, &figures);
+}
+
+fn seed_of(id: &str, round: u32) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) ^ u64::from(round)
+}

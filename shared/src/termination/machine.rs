@@ -1,0 +1,242 @@
+//! The machine's next move for one command, from what the command's handler
+//! sees now. Pure: the handler does the I/O and records the step.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::command::{Command, Step};
+use super::drain::{self, DISRUPTED_TAINT_KEY, DrainPlan};
+use crate::ports::{SignedDuration, Timestamp};
+use crate::provisioning::claim::Claim;
+
+/// The longest a command waits for its replacements to register.
+pub const REPLACEMENT_WAIT: SignedDuration = SignedDuration::from_mins(10);
+/// With a deadline, the wait for replacements ends this long before it, so
+/// the drain keeps time to evict (a spot notice leaves ~45 s for the drain).
+pub const DRAIN_RESERVE: SignedDuration = SignedDuration::from_secs(45);
+/// How often a waiting command looks again.
+pub const POLL: SignedDuration = SignedDuration::from_secs(2);
+/// Replacement planning rounds when launches keep finding no capacity.
+pub const REPLACEMENT_ROUNDS: u32 = 3;
+
+/// What the handler sees of a command's world.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub now: Timestamp,
+    /// The command's Node, if it exists.
+    pub node: Option<&'a Node>,
+    /// The pods bound to it that have not finished.
+    pub pods: &'a [Pod],
+    /// The command's claim, if it still exists.
+    pub claim: Option<&'a Claim>,
+    /// Every claim (to find the replacements).
+    pub claims: &'a [Claim],
+}
+
+/// The next move.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Move {
+    /// Taint the node `karpenter.sh/disrupted:NoSchedule`.
+    Taint { node: String },
+    /// Plan and launch replacement capacity for the node's pods.
+    Replace,
+    /// Launch planned replacement claims that were never launched.
+    LaunchReplacements { claims: Vec<String> },
+    /// Nothing to do until then.
+    Wait { until: Timestamp, why: String },
+    /// Act on the node's pods.
+    Drain(DrainPlan),
+    Terminate { instance_id: String },
+    DeleteNode { node: String },
+    /// Release the claim, then delete the command.
+    Release,
+    /// Move on to `step` (and why), with no I/O.
+    Advance { step: Step, why: String },
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+/// When the wait for replacements ends.
+pub fn replacement_deadline(command: &Command) -> Timestamp {
+    let since = command.replacing_since.unwrap_or(command.created_at);
+    let bound = since + REPLACEMENT_WAIT;
+    match command.spec.deadline {
+        Some(d) => bound.min(d - DRAIN_RESERVE),
+        None => bound,
+    }
+}
+
+/// The command's next move.
+pub fn next(command: &Command, view: &View<'_>) -> Move {
+    let node_name = command.spec.node.clone().or_else(|| view.claim.and_then(|c| c.node_name.clone()));
+    match command.step {
+        Step::Taint => match (view.node, node_name) {
+            (Some(node), Some(name)) if !has_taint(node, DISRUPTED_TAINT_KEY) => Move::Taint { node: name },
+            (Some(_), _) => Move::Advance { step: Step::Replace, why: "node tainted".to_owned() },
+            (None, _) => Move::Advance { step: Step::Replace, why: "no node to taint".to_owned() },
+        },
+        Step::Replace => {
+            if !command.spec.replace {
+                Move::Advance { step: Step::Drain, why: "no replacement asked for".to_owned() }
+            } else if view.claim.is_none() {
+                Move::Advance { step: Step::Drain, why: "the claim is gone".to_owned() }
+            } else {
+                Move::Replace
+            }
+        }
+        Step::AwaitReplacement => {
+            let unlaunched: Vec<String> = command
+                .replacements
+                .iter()
+                .filter(|id| !command.launched.contains(id))
+                .cloned()
+                .collect();
+            if !unlaunched.is_empty() {
+                return Move::LaunchReplacements { claims: unlaunched };
+            }
+            let waiting: Vec<&Claim> = view
+                .claims
+                .iter()
+                .filter(|c| command.replacements.contains(&c.id) && c.node_name.is_none())
+                .collect();
+            if waiting.is_empty() {
+                let live = view.claims.iter().filter(|c| command.replacements.contains(&c.id)).count();
+                return Move::Advance { step: Step::Drain, why: format!("{live} replacement(s) registered") };
+            }
+            let until = replacement_deadline(command);
+            if view.now >= until {
+                return Move::Advance {
+                    step: Step::Drain,
+                    why: format!("{} replacement(s) not registered in time; draining anyway", waiting.len()),
+                };
+            }
+            Move::Wait { until: until.min(view.now + POLL), why: format!("waiting for {} replacement(s) to register", waiting.len()) }
+        }
+        Step::Drain => {
+            if view.node.is_none() {
+                return Move::Advance { step: Step::Terminate, why: "the node is gone".to_owned() };
+            }
+            let plan = drain::plan(view.pods, view.now, command.spec.deadline);
+            if plan.is_drained() {
+                Move::Advance { step: Step::Terminate, why: "drained".to_owned() }
+            } else {
+                Move::Drain(plan)
+            }
+        }
+        Step::Terminate => {
+            let instance = command.spec.instance_id.clone().or_else(|| view.claim.and_then(|c| c.instance_id().map(str::to_owned)));
+            match instance {
+                Some(id) if command.milestones.terminated_at.is_none() => Move::Terminate { instance_id: id },
+                _ => Move::Advance { step: Step::DeleteNode, why: "instance terminated".to_owned() },
+            }
+        }
+        Step::DeleteNode => match (view.node, node_name) {
+            (Some(_), Some(name)) => Move::DeleteNode { node: name },
+            _ => Move::Advance { step: Step::Release, why: "node deleted".to_owned() },
+        },
+        Step::Release => Move::Release,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::termination::{RemovalReason, RemovalSpec};
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint as K8sTaint};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(s).expect("valid")
+    }
+
+    fn command(replace: bool, deadline: Option<Timestamp>) -> Command {
+        Command::new(
+            RemovalSpec {
+                claim_id: "default-abcde".into(),
+                pool: "default".into(),
+                node: Some("n1".into()),
+                instance_id: Some("i-1".into()),
+                reason: RemovalReason::SpotInterrupted,
+                replace,
+                deadline,
+                avoid: vec![],
+                event_at: None,
+            },
+            t(0),
+        )
+    }
+
+    fn node(tainted: bool) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some("n1".into());
+        if tainted {
+            n.spec = Some(NodeSpec {
+                taints: Some(vec![K8sTaint { key: DISRUPTED_TAINT_KEY.into(), effect: "NoSchedule".into(), ..Default::default() }]),
+                ..Default::default()
+            });
+        }
+        n
+    }
+
+    fn claim(id: &str, registered: bool) -> Claim {
+        let json = serde_json::json!({
+            "id": id, "pool": "default", "node_class": null, "version": 1, "created_at": "2026-01-01T00:00:00Z",
+            "options": [], "labels": {}, "taints": [], "kubelet": {}, "pods": [], "requests": {}, "reservation": {},
+            "node_name": if registered { Some("n2") } else { None }
+        });
+        serde_json::from_value(json).expect("claim")
+    }
+
+    fn view<'a>(now: i64, node: Option<&'a Node>, claims: &'a [Claim]) -> View<'a> {
+        View { now: t(now), node, pods: &[], claim: claims.iter().find(|c| c.id == "default-abcde"), claims }
+    }
+
+    #[test]
+    fn taints_first_then_moves_on() {
+        let claims = [claim("default-abcde", true)];
+        let c = command(true, None);
+        assert_eq!(next(&c, &view(0, Some(&node(false)), &claims)), Move::Taint { node: "n1".into() });
+        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::Replace, .. }));
+    }
+
+    #[test]
+    fn replacements_are_awaited_within_a_bound_that_leaves_time_to_drain() {
+        let mut c = command(true, Some(t(105)));
+        c.step = Step::AwaitReplacement;
+        c.replacing_since = Some(t(1));
+        c.replacements = vec!["default-new01".into()];
+        c.launched = vec!["default-new01".into()];
+        let booting = [claim("default-abcde", true), claim("default-new01", false)];
+        let n = node(true);
+        assert!(matches!(next(&c, &view(10, Some(&n), &booting)), Move::Wait { .. }));
+        // The spot notice leaves DRAIN_RESERVE for the drain: give up at 105 − 45 = 60 s.
+        assert!(matches!(next(&c, &view(60, Some(&n), &booting)), Move::Advance { step: Step::Drain, .. }));
+        let registered = [claim("default-abcde", true), claim("default-new01", true)];
+        assert!(matches!(next(&c, &view(10, Some(&n), &registered)), Move::Advance { step: Step::Drain, .. }));
+        c.launched.clear();
+        assert_eq!(next(&c, &view(10, Some(&n), &booting)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
+    }
+
+    #[test]
+    fn without_replacement_the_drain_follows_the_taint() {
+        let mut c = command(false, None);
+        c.step = Step::Replace;
+        let claims = [claim("default-abcde", true)];
+        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::Drain, .. }));
+    }
+
+    #[test]
+    fn a_gone_node_skips_to_termination_and_release() {
+        let claims = [claim("default-abcde", true)];
+        let mut c = command(false, None);
+        c.step = Step::Drain;
+        assert!(matches!(next(&c, &view(0, None, &claims)), Move::Advance { step: Step::Terminate, .. }));
+        c.step = Step::Terminate;
+        assert_eq!(next(&c, &view(0, None, &claims)), Move::Terminate { instance_id: "i-1".into() });
+        c.milestones.terminated_at = Some(t(1));
+        assert!(matches!(next(&c, &view(0, None, &claims)), Move::Advance { step: Step::DeleteNode, .. }));
+        c.step = Step::DeleteNode;
+        assert!(matches!(next(&c, &view(0, None, &claims)), Move::Advance { step: Step::Release, .. }));
+        assert_eq!(next(&c, &view(0, Some(&node(true)), &claims)), Move::DeleteNode { node: "n1".into() });
+    }
+}
