@@ -60,13 +60,14 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--interruption-events-per-node-month", type=float, default=0.5,
                     help="spot warnings + rebalance recommendations + scheduled changes per node per month")
     # DynamoDB: what one tick reads (Scan / GetItem sizes).
-    ap.add_argument("--claim-item-kb", type=float, default=6.0,
-                    help="size of one claim item (measured on the emulator; see README)")
+    ap.add_argument("--claim-item-kb", type=float, default=5.7,
+                    help="size of one claim item (measured on the emulator: 60 pods, 60 launch options; see README)")
     ap.add_argument("--state-overhead-kb", type=float, default=4.0,
                     help="the state table's other items (usage, batch, leases, unavailable marks)")
     ap.add_argument("--config-kb", type=float, default=4.0, help="the config table (NodePools, NodeClasses, settings)")
     ap.add_argument("--claims-scan-per-tick", type=float, default=1.0,
-                    help="full state-table Scans per provisioner tick (1 today; 0 with a change marker read instead)")
+                    help="full state-table Scans per tick (1 today; 0: a change marker is read instead). "
+                         "Disruption ticks are assumed to read what provisioner ticks read")
     ap.add_argument("--log-kb-per-invocation", type=float, default=1.5,
                     help="CloudWatch Logs per invocation (START/END/REPORT + a summary line)")
     ap.add_argument("--alarms", type=int, default=6)
@@ -100,12 +101,14 @@ def compute(a: argparse.Namespace) -> dict:
     # DynamoDB reads per provisioner tick: config Scan, state Scan (claims),
     # batch GetItem. Strongly consistent: 1 unit per 4 KB, rounded up per request.
     state_kb = a.nodes * a.claim_item_kb + a.state_overhead_kb
-    per_tick = units(a.config_kb, 4) + a.claims_scan_per_tick * units(state_kb, 4) + 1
+    # Without the Scan, a tick reads a change marker instead (one GetItem).
+    per_tick = units(a.config_kb, 4) + (a.claims_scan_per_tick * units(state_kb, 4) if a.claims_scan_per_tick else 1) + 1
     ticks = MINUTES * (a.ticks_per_invocation + a.disruption_ticks)
     reads = ticks * per_tick
     rows.append({"item": "DynamoDB reads", "quantity": f"{ticks:,.0f} ticks × {per_tick:,.0f} RRU = {reads / 1e6:,.1f} M RRU",
                  "usd": reads * DDB_READ_UNIT,
-                 "note": f"config Scan + {a.claims_scan_per_tick:g} state Scan ({state_kb:,.0f} KB) + batch GetItem per tick"})
+                 "note": (f"config Scan + state Scan ({state_kb:,.0f} KB) + batch GetItem per tick" if a.claims_scan_per_tick
+                          else "config Scan + change-marker GetItem + batch GetItem per tick")})
     # Writes: per launched node ~ claim create (transaction, 2 items × claim size) + 4 updates;
     # lease and batch writes per invocation.
     claim_w = units(a.claim_item_kb, 1)
@@ -122,8 +125,14 @@ def compute(a: argparse.Namespace) -> dict:
     rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB, "note": "ingestion"})
     rows.append({"item": "CloudWatch alarms", "quantity": f"{a.alarms}", "usd": a.alarms * ALARM_MONTH, "note": "2 dead-letter + 4 error alarms"})
     total = sum(r["usd"] for r in rows)
+    # The always-free tier, per account (shared with whatever else runs there):
+    # Lambda 400,000 GB-s and 1 M requests, SQS 1 M requests a month.
+    lambda_gbs = sum(float(r["quantity"].split("= ")[1].split(" GB-s")[0].replace(",", ""))
+                     for r in rows if r["item"].startswith("Lambda"))
+    free = min(lambda_gbs, 400_000) * gb_s + min(inv, 1e6) * LAMBDA_REQUEST + min(sqs, 1e6) * SQS_REQUEST
     karpenter = 2 * HOURS * (1 * FARGATE_VCPU_H + 1 * FARGATE_GB_H)
     return {"inputs": vars(a), "rows": rows, "total_usd": total, "karpenter_usd": karpenter,
+            "total_with_free_tier_usd": total - free,
             "node_changes_per_month": changes}
 
 
@@ -140,6 +149,7 @@ def main() -> int:
     for row in r["rows"]:
         print(f"| {row['item']} | {row['quantity']} | {row['usd']:.2f} | {row['note']} |")
     print(f"| **nodewright total** | | **{r['total_usd']:.2f}** | |")
+    print(f"| nodewright, if the account's free tier is unused | | {r['total_with_free_tier_usd']:.2f} | Lambda 400,000 GB-s + 1 M requests, SQS 1 M requests |")
     print(f"| Karpenter, 2 replicas × (1 vCPU + 1 GiB) on Fargate | 2 × {HOURS} h | {r['karpenter_usd']:.2f} | the chart's requests |")
     return 0
 
