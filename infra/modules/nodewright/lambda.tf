@@ -86,6 +86,4 @@ resource "aws_lambda_event_source_mapping" "interruption" {
   scaling_config {
     maximum_concurrency = var.interruption_max_concurrency
   }
-
-  tags = local.tags
 }
