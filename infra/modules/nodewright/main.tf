@@ -1,0 +1,75 @@
+data "aws_partition" "current" {}
+data "aws_region" "current" {}
+data "aws_caller_identity" "current" {}
+
+locals {
+  partition  = data.aws_partition.current.partition
+  region     = data.aws_region.current.name
+  account_id = data.aws_caller_identity.current.account_id
+  dns_suffix = data.aws_partition.current.dns_suffix
+
+  cluster_arn = "arn:${local.partition}:eks:${local.region}:${local.account_id}:cluster/${var.cluster_name}"
+
+  # The four functions. Keys are the function (and binary) names; each
+  # zip is `<artifacts_dir>/<key>/bootstrap.zip`.
+  functions = {
+    # EventBridge schedule, every minute: ticks about every second until
+    # its deadline minus 5 s, holding the provisioner lease. One at a time.
+    provisioner = {
+      description          = "Pending pods to batches, claims and launched, registered, bound nodes"
+      memory_size          = var.memory_size.provisioner
+      timeout              = 60
+      reserved_concurrency = 1
+      asynchronous         = true
+      # A missed minute is covered by the next schedule: never retry or queue old ones.
+      maximum_retry_attempts       = 0
+      maximum_event_age_in_seconds = 60
+    }
+    # EventBridge rule on EC2 Instance State-change Notification.
+    state-change = {
+      description                  = "EC2 instance state changes to deleted nodes and released claims"
+      memory_size                  = var.memory_size.state_change
+      timeout                      = 30
+      reserved_concurrency         = var.state_change_reserved_concurrency
+      asynchronous                 = true
+      maximum_retry_attempts       = 2
+      maximum_event_age_in_seconds = 21600
+    }
+    # SQS event source mapping on the interruption queue.
+    interruption = {
+      description                  = "Spot interruptions, rebalance recommendations, scheduled changes and capacity-reservation interruptions to drained and replaced nodes"
+      memory_size                  = var.memory_size.interruption
+      timeout                      = var.interruption_timeout
+      reserved_concurrency         = var.interruption_max_concurrency
+      asynchronous                 = false
+      maximum_retry_attempts       = null
+      maximum_event_age_in_seconds = null
+    }
+    # EventBridge schedule, every minute: ticks inside the invocation like
+    # the provisioner, holding the disruption lease. One at a time.
+    disruption = {
+      description                  = "Expiration, drift, emptiness and consolidation decisions"
+      memory_size                  = var.memory_size.disruption
+      timeout                      = 60
+      reserved_concurrency         = 1
+      asynchronous                 = true
+      maximum_retry_attempts       = 0
+      maximum_event_age_in_seconds = 60
+    }
+  }
+
+  asynchronous_functions = { for k, f in local.functions : k => f if f.asynchronous }
+
+  # What every function reads from its environment (shared/src/runtime.rs).
+  environment = {
+    NODEWRIGHT_CLUSTER_NAME             = var.cluster_name
+    NODEWRIGHT_TABLE_PREFIX             = var.name
+    NODEWRIGHT_DEFAULT_INSTANCE_PROFILE = aws_iam_instance_profile.node.name
+    NODEWRIGHT_INTERRUPTION_QUEUE_URL   = aws_sqs_queue.interruption.url
+    RUST_LOG                            = var.log_level
+  }
+
+  in_vpc = length(var.subnet_ids) > 0
+
+  tags = merge(var.tags, { "app.kubernetes.io/name" = "nodewright", "nodewright/cluster" = var.cluster_name })
+}

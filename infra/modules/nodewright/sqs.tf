@@ -1,0 +1,195 @@
+# The interruption queue (EventBridge → queue → interruption function), its
+# dead-letter queue, and the queue that keeps failed asynchronous
+# invocations and undeliverable EventBridge events.
+
+locals {
+  # SQS-managed SSE unless the user brings a KMS key.
+  sqs_managed_sse = var.kms_key_arn == null ? true : null
+}
+
+resource "aws_sqs_queue" "interruption" {
+  name = "${var.name}-interruption"
+  # Karpenter's value: an interruption warning is stale after five minutes.
+  message_retention_seconds = 300
+  # A message in flight stays hidden for as long as one invocation may run.
+  visibility_timeout_seconds = var.interruption_timeout
+  sqs_managed_sse_enabled    = local.sqs_managed_sse
+  kms_master_key_id          = var.kms_key_arn
+
+  redrive_policy = jsonencode({
+    deadLetterTargetArn = aws_sqs_queue.interruption_dlq.arn
+    maxReceiveCount     = var.interruption_max_receive_count
+  })
+
+  tags = local.tags
+}
+
+resource "aws_sqs_queue" "interruption_dlq" {
+  name                      = "${var.name}-interruption-dlq"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = local.sqs_managed_sse
+  kms_master_key_id         = var.kms_key_arn
+  tags                      = local.tags
+}
+
+resource "aws_sqs_queue_redrive_allow_policy" "interruption_dlq" {
+  queue_url = aws_sqs_queue.interruption_dlq.id
+  redrive_allow_policy = jsonencode({
+    redrivePermission = "byQueue"
+    sourceQueueArns   = [aws_sqs_queue.interruption.arn]
+  })
+}
+
+resource "aws_sqs_queue" "failed_invocations" {
+  name                      = "${var.name}-failed-invocations"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = local.sqs_managed_sse
+  kms_master_key_id         = var.kms_key_arn
+  tags                      = local.tags
+}
+
+# Only our EventBridge rules and the functions' role (delayed continuation
+# messages) may send to the interruption queue; nothing without TLS.
+data "aws_iam_policy_document" "interruption_queue" {
+  statement {
+    sid       = "EventBridgeRules"
+    effect    = "Allow"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.interruption.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["events.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values   = [for r in aws_cloudwatch_event_rule.interruption : r.arn]
+    }
+  }
+
+  statement {
+    sid       = "OnlyEventBridgeAndTheFunctions"
+    effect    = "Deny"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.interruption.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    # Denied unless the caller is EventBridge or the functions' role (both
+    # conditions must hold for the deny to apply).
+    condition {
+      test     = "StringNotEquals"
+      variable = "aws:PrincipalServiceName"
+      values   = ["events.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnNotEquals"
+      variable = "aws:PrincipalArn"
+      values   = [aws_iam_role.functions.arn]
+    }
+  }
+
+  statement {
+    sid       = "DenyNonTLS"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [aws_sqs_queue.interruption.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "interruption" {
+  queue_url = aws_sqs_queue.interruption.id
+  policy    = data.aws_iam_policy_document.interruption_queue.json
+}
+
+# EventBridge may put undeliverable events of our rules into the
+# failed-invocations queue (the targets' dead_letter_config); Lambda writes
+# failed asynchronous invocations with the functions' role.
+data "aws_iam_policy_document" "failed_invocations" {
+  statement {
+    sid       = "EventBridgeDeadLetters"
+    effect    = "Allow"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.failed_invocations.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["events.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values = concat(
+        [for r in aws_cloudwatch_event_rule.schedule : r.arn],
+        [for r in aws_cloudwatch_event_rule.interruption : r.arn],
+        [aws_cloudwatch_event_rule.state_change.arn],
+      )
+    }
+  }
+
+  statement {
+    sid       = "DenyNonTLS"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [aws_sqs_queue.failed_invocations.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "failed_invocations" {
+  queue_url = aws_sqs_queue.failed_invocations.id
+  policy    = data.aws_iam_policy_document.failed_invocations.json
+}
+
+data "aws_iam_policy_document" "interruption_dlq" {
+  statement {
+    sid       = "DenyNonTLS"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [aws_sqs_queue.interruption_dlq.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "interruption_dlq" {
+  queue_url = aws_sqs_queue.interruption_dlq.id
+  policy    = data.aws_iam_policy_document.interruption_dlq.json
+}

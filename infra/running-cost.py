@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""What running nodewright costs per month, next to Karpenter's in-cluster
+controller. Pure arithmetic: measured inputs (flags, defaults = the figures
+in README.md "Deploy") × AWS's published us-east-1 prices.
+
+    python3 infra/running-cost.py [--nodes 100] [--churn-per-day 0.2] ... [--json]
+
+Every input is a flag; `--help` lists them with their defaults and sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+# ---- published prices, us-east-1 (USD) ----
+LAMBDA_GB_S = {"arm64": 0.0000133334, "x86_64": 0.0000166667}
+LAMBDA_REQUEST = 0.20 / 1e6
+DDB_READ_UNIT = 0.125 / 1e6   # on-demand, per read request unit (4 KB strongly consistent)
+DDB_WRITE_UNIT = 0.625 / 1e6  # on-demand, per write request unit (1 KB)
+SQS_REQUEST = 0.40 / 1e6      # standard queue, per 64 KB request
+LOGS_INGEST_GB = 0.50
+ALARM_MONTH = 0.10            # standard-resolution metric alarm
+FARGATE_VCPU_H = 0.04048
+FARGATE_GB_H = 0.004445
+
+HOURS = 730          # AWS's month
+MINUTES = HOURS * 60  # invocations of an every-minute schedule
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=100, help="nodes nodewright manages")
+    ap.add_argument("--churn-per-day", type=float, default=0.2,
+                    help="fraction of the nodes replaced per day (launch + termination)")
+    ap.add_argument("--pods-per-node", type=int, default=20)
+    ap.add_argument("--architecture", choices=sorted(LAMBDA_GB_S), default="arm64")
+    # Scheduled functions: they tick inside each minute-long invocation.
+    ap.add_argument("--provisioner-mb", type=int, default=256)
+    ap.add_argument("--provisioner-s", type=float, default=55.0,
+                    help="billed seconds per provisioner invocation (ticks until deadline - 5 s of a 60-s timeout)")
+    ap.add_argument("--ticks-per-invocation", type=int, default=54,
+                    help="provisioner ticks per invocation (measured: the local run's {\"ticks\":54})")
+    ap.add_argument("--disruption-mb", type=int, default=256)
+    ap.add_argument("--disruption-s", type=float, default=55.0,
+                    help="billed seconds per disruption invocation (55 if it ticks all minute like the provisioner)")
+    ap.add_argument("--disruption-ticks", type=int, default=54)
+    # Event-driven functions.
+    ap.add_argument("--state-change-mb", type=int, default=128)
+    ap.add_argument("--state-change-s", type=float, default=0.2, help="seconds per state-change invocation")
+    ap.add_argument("--states-per-instance", type=int, default=5,
+                    help="state-change events per instance lifetime (pending, running, shutting-down, terminated, + stopping or a repeat)")
+    ap.add_argument("--account-instances-factor", type=float, default=2.0,
+                    help="EC2 state changes of the whole account per change of ours (the rule cannot filter by cluster)")
+    ap.add_argument("--interruption-mb", type=int, default=128)
+    ap.add_argument("--interruption-s", type=float, default=90.0,
+                    help="seconds per interruption invocation (drains advance inside it)")
+    ap.add_argument("--interruption-events-per-node-month", type=float, default=0.5,
+                    help="spot warnings + rebalance recommendations + scheduled changes per node per month")
+    # DynamoDB: what one tick reads (Scan / GetItem sizes).
+    ap.add_argument("--claim-item-kb", type=float, default=5.7,
+                    help="size of one claim item (measured on the emulator: 60 pods, 60 launch options; see README)")
+    ap.add_argument("--state-overhead-kb", type=float, default=4.0,
+                    help="the state table's other items (usage, batch, leases, unavailable marks)")
+    ap.add_argument("--config-kb", type=float, default=4.0, help="the config table (NodePools, NodeClasses, settings)")
+    ap.add_argument("--claims-scan-per-tick", type=float, default=1.0,
+                    help="full state-table Scans per tick (1 today; 0: a change marker is read instead). "
+                         "Disruption ticks are assumed to read what provisioner ticks read")
+    ap.add_argument("--log-kb-per-invocation", type=float, default=1.5,
+                    help="CloudWatch Logs per invocation (START/END/REPORT + a summary line)")
+    ap.add_argument("--alarms", type=int, default=6)
+    ap.add_argument("--json", action="store_true")
+    return ap.parse_args()
+
+
+def units(kb: float, unit_kb: float) -> int:
+    return max(1, math.ceil(kb / unit_kb))
+
+
+def compute(a: argparse.Namespace) -> dict:
+    gb_s = LAMBDA_GB_S[a.architecture]
+    rows = []
+
+    def lam(name: str, invocations: float, seconds: float, mb: int, note: str):
+        gbs = invocations * seconds * mb / 1024
+        rows.append({"item": f"Lambda {name}", "quantity": f"{invocations:,.0f} × {seconds:g} s × {mb} MB = {gbs:,.0f} GB-s",
+                     "usd": gbs * gb_s + invocations * LAMBDA_REQUEST, "note": note})
+        return invocations
+
+    changes = a.nodes * a.churn_per_day * 30.4  # nodes launched (and as many terminated) per month
+    inv = 0.0
+    inv += lam("provisioner", MINUTES, a.provisioner_s, a.provisioner_mb, "every minute, ticking ~1 s")
+    inv += lam("disruption", MINUTES, a.disruption_s, a.disruption_mb, "every minute")
+    sc = changes * a.states_per_instance * a.account_instances_factor
+    inv += lam("state-change", sc, a.state_change_s, a.state_change_mb, "every EC2 state change in the account")
+    ie = a.nodes * a.interruption_events_per_node_month
+    inv += lam("interruption", ie, a.interruption_s, a.interruption_mb, "one invocation per event (batches of up to 10)")
+
+    # DynamoDB reads per provisioner tick: config Scan, state Scan (claims),
+    # batch GetItem. Strongly consistent: 1 unit per 4 KB, rounded up per request.
+    state_kb = a.nodes * a.claim_item_kb + a.state_overhead_kb
+    # Without the Scan, a tick reads a change marker instead (one GetItem).
+    per_tick = units(a.config_kb, 4) + (a.claims_scan_per_tick * units(state_kb, 4) if a.claims_scan_per_tick else 1) + 1
+    ticks = MINUTES * (a.ticks_per_invocation + a.disruption_ticks)
+    reads = ticks * per_tick
+    rows.append({"item": "DynamoDB reads", "quantity": f"{ticks:,.0f} ticks × {per_tick:,.0f} RRU = {reads / 1e6:,.1f} M RRU",
+                 "usd": reads * DDB_READ_UNIT,
+                 "note": (f"config Scan + state Scan ({state_kb:,.0f} KB) + batch GetItem per tick" if a.claims_scan_per_tick
+                          else "config Scan + change-marker GetItem + batch GetItem per tick")})
+    # Writes: per launched node ~ claim create (transaction, 2 items × claim size) + 4 updates;
+    # lease and batch writes per invocation.
+    claim_w = units(a.claim_item_kb, 1)
+    writes = changes * (2 * (claim_w + 1) + 4 * claim_w + 2 * (claim_w + 1)) + 2 * MINUTES * 3
+    rows.append({"item": "DynamoDB writes", "quantity": f"{writes / 1e6:,.2f} M WRU", "usd": writes * DDB_WRITE_UNIT,
+                 "note": "claims (create, launch, register, delete in transactions), leases, batch window"})
+    sqs = ie * 4  # send, receive, delete, + a continuation
+    # The event source mapping long-polls with 5 pollers at least, 20-s waits:
+    # 15 (billed) ReceiveMessage calls a minute even when the queue is empty.
+    sqs += 5 * 3 * MINUTES
+    rows.append({"item": "SQS requests", "quantity": f"{sqs / 1e6:,.2f} M", "usd": sqs * SQS_REQUEST,
+                 "note": "the event source mapping's long polls dominate"})
+    log_gb = inv * a.log_kb_per_invocation / 1024 / 1024
+    rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB, "note": "ingestion"})
+    rows.append({"item": "CloudWatch alarms", "quantity": f"{a.alarms}", "usd": a.alarms * ALARM_MONTH, "note": "2 dead-letter + 4 error alarms"})
+    total = sum(r["usd"] for r in rows)
+    # The always-free tier, per account (shared with whatever else runs there):
+    # Lambda 400,000 GB-s and 1 M requests, SQS 1 M requests a month.
+    lambda_gbs = sum(float(r["quantity"].split("= ")[1].split(" GB-s")[0].replace(",", ""))
+                     for r in rows if r["item"].startswith("Lambda"))
+    free = min(lambda_gbs, 400_000) * gb_s + min(inv, 1e6) * LAMBDA_REQUEST + min(sqs, 1e6) * SQS_REQUEST
+    karpenter = 2 * HOURS * (1 * FARGATE_VCPU_H + 1 * FARGATE_GB_H)
+    return {"inputs": vars(a), "rows": rows, "total_usd": total, "karpenter_usd": karpenter,
+            "total_with_free_tier_usd": total - free,
+            "node_changes_per_month": changes}
+
+
+def main() -> int:
+    a = parse()
+    r = compute(a)
+    if a.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"nodewright, {a.nodes} nodes, {a.churn_per_day:.0%} replaced per day "
+          f"({r['node_changes_per_month']:,.0f} launches/month), {a.architecture}, us-east-1 prices\n")
+    print("| item | quantity / month | $ / month | note |")
+    print("|---|---|---:|---|")
+    for row in r["rows"]:
+        print(f"| {row['item']} | {row['quantity']} | {row['usd']:.2f} | {row['note']} |")
+    print(f"| **nodewright total** | | **{r['total_usd']:.2f}** | |")
+    print(f"| nodewright, if the account's free tier is unused | | {r['total_with_free_tier_usd']:.2f} | Lambda 400,000 GB-s + 1 M requests, SQS 1 M requests |")
+    print(f"| Karpenter, 2 replicas × (1 vCPU + 1 GiB) on Fargate | 2 × {HOURS} h | {r['karpenter_usd']:.2f} | the chart's requests |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
