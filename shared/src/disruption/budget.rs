@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::decision::Reason;
 use super::snapshot::NodeFacts;
-use crate::config::NodePool;
+use crate::config::Disruption;
 use crate::ports::Timestamp;
 
 #[derive(Debug, Clone, Default)]
@@ -20,15 +20,18 @@ struct PoolCount {
 #[derive(Debug, Clone)]
 pub struct Budgets<'a> {
     now: Timestamp,
-    pools: BTreeMap<&'a str, (&'a NodePool, PoolCount)>,
+    /// Per pool name (the claims' `pool`): its disruption settings — the
+    /// defaults (10 %) for a pool that was deleted — and its counts.
+    pools: BTreeMap<&'a str, (Disruption, PoolCount)>,
 }
 
 impl<'a> Budgets<'a> {
     pub fn new(facts: &[NodeFacts<'a>], now: Timestamp) -> Self {
-        let mut pools: BTreeMap<&'a str, (&'a NodePool, PoolCount)> = BTreeMap::new();
+        let mut pools: BTreeMap<&'a str, (Disruption, PoolCount)> = BTreeMap::new();
         for f in facts {
-            let Some(pool) = f.pool else { continue };
-            let entry = pools.entry(pool.name.as_str()).or_insert((pool, PoolCount::default()));
+            let Some(claim) = f.claim else { continue };
+            let disruption = f.pool.map(|p| p.disruption.clone()).unwrap_or_default();
+            let entry = pools.entry(claim.pool.as_str()).or_insert((disruption, PoolCount::default()));
             entry.1.total += 1;
             if f.disrupting.is_some() {
                 entry.1.disrupting += 1;
@@ -42,7 +45,7 @@ impl<'a> Budgets<'a> {
     pub fn remaining(&self, pool: &str, reason: Reason) -> usize {
         let Some(budget_reason) = reason.budget_reason() else { return usize::MAX };
         let Some((p, count)) = self.pools.get(pool) else { return 0 };
-        p.disruption.allowed_disruptions(budget_reason, count.total, self.now).saturating_sub(count.disrupting)
+        p.allowed_disruptions(budget_reason, count.total, self.now).saturating_sub(count.disrupting)
     }
 
     /// Records that a node of `pool` starts disrupting.
@@ -55,7 +58,7 @@ impl<'a> Budgets<'a> {
     /// Why `reason` may not disrupt another node of `pool`, worded for the user.
     pub fn exhausted(&self, pool: &str, reason: Reason) -> String {
         let Some((p, count)) = self.pools.get(pool) else { return format!("NodePool {pool} not found") };
-        let allowed = reason.budget_reason().map_or(count.total, |r| p.disruption.allowed_disruptions(r, count.total, self.now));
+        let allowed = reason.budget_reason().map_or(count.total, |r| p.allowed_disruptions(r, count.total, self.now));
         format!(
             "budget for {} exhausted in NodePool {pool} ({allowed} of {} nodes allowed, {} disrupting)",
             reason.as_str(),

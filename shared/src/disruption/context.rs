@@ -112,8 +112,9 @@ impl<'s, 'a> Context<'s, 'a> {
         true
     }
 
+    /// The pool the node's claim names (it may no longer exist).
     pub fn pool_name(&self, i: usize) -> String {
-        self.facts[i].pool.map(|p| p.name.clone()).unwrap_or_default()
+        self.facts[i].claim.map(|c| c.pool.clone()).unwrap_or_default()
     }
 
     /// (node, claim id) of node `i`.

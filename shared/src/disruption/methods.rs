@@ -143,8 +143,18 @@ impl Method for Drift {
             let f = &cx.facts[i];
             let Some(why) = why else { continue };
             if f.pool.is_none() {
-                // No pool to take budgets or templates from: remove it, nothing to launch it as.
-                if cx.verdicts[i].is_none() && cx.blocked(i).is_none() {
+                if cx.s.invalid_pools.contains(&claim.pool) {
+                    cx.note(i, format!("NodePool {} failed validation: its nodes are left alone until it is fixed", claim.pool));
+                    continue;
+                }
+                // A deleted pool: remove its nodes (default budgets), nothing to launch them as.
+                let pool = cx.pool_name(i);
+                if let Some(b) = cx.blocked(i) {
+                    cx.note(i, format!("drifted ({why}), but {b}"));
+                } else if cx.budgets.remaining(&pool, Reason::Drifted) == 0 {
+                    let b = cx.budgets.exhausted(&pool, Reason::Drifted);
+                    cx.note(i, format!("drifted ({why}), but {b}"));
+                } else {
                     cx.commit(Proposal {
                         reason: Reason::Drifted,
                         method: self.name(),
@@ -155,8 +165,6 @@ impl Method for Drift {
                         savings: 0.0,
                         summary: format!("drifted: {why}"),
                     });
-                } else if let Some(b) = cx.blocked(i) {
-                    cx.note(i, format!("drifted ({why}), but {b}"));
                 }
                 continue;
             }
@@ -185,6 +193,16 @@ pub fn drift_reason(cx: &Context<'_, '_>, i: usize, claim: &crate::provisioning:
         .find(|t| t.name == f.instance_type)
         .map(|t| t.requirements().single_valued_labels())
         .unwrap_or_default();
+    // What the instance is, whether or not the node's labels say it.
+    for (key, value) in [
+        (crate::scheduling::labels::INSTANCE_TYPE, &f.instance_type),
+        (crate::scheduling::labels::ZONE, &f.zone),
+        (crate::scheduling::labels::CAPACITY_TYPE, &f.capacity_type),
+    ] {
+        if !value.is_empty() {
+            node_labels.insert(key.to_owned(), value.clone());
+        }
+    }
     node_labels.extend(f.node.metadata.labels.clone().unwrap_or_default());
     drift::drifted(claim, pool, class, resolved, &node_labels)
 }
@@ -256,7 +274,7 @@ pub fn default_reason(cx: &Context<'_, '_>, i: usize) -> String {
     if claim.phase() != crate::provisioning::Phase::Registered {
         return "still registering".to_owned();
     }
-    let Some(pool) = f.pool else { return format!("NodePool {} no longer exists", claim.pool) };
+    let Some(pool) = f.pool else { return format!("NodePool {} not in force", claim.pool) };
     match (pool.disruption.policy, pool.disruption.consolidate_after) {
         (_, None) => format!("in use; NodePool {} has consolidateAfter: Never", pool.name),
         (ConsolidationPolicy::WhenEmpty, _) => {

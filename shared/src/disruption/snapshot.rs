@@ -67,6 +67,9 @@ pub struct Snapshot<'a> {
     pub pods: &'a [Pod],
     pub claims: &'a [Claim],
     pub pools: &'a [NodePool],
+    /// Names of NodePools that exist but failed validation: their nodes are
+    /// left alone (not taken for nodes of a deleted pool).
+    pub invalid_pools: &'a [String],
     pub classes: &'a [NodeClass],
     /// Per NodeClass name: what it resolves to now.
     pub resolved: &'a BTreeMap<String, ResolvedClass>,

@@ -94,6 +94,7 @@ struct World {
     pods: Vec<Pod>,
     claims: Vec<Claim>,
     pools: Vec<NodePool>,
+    invalid_pools: Vec<String>,
     classes: Vec<NodeClass>,
     resolved: BTreeMap<String, ResolvedClass>,
     catalog: CloudCatalog,
@@ -124,6 +125,7 @@ impl World {
             pods: vec![],
             claims: vec![],
             pools: vec![pool("default", spec)],
+            invalid_pools: vec![],
             classes: vec![class(serde_json::json!({}))],
             resolved: BTreeMap::new(),
             catalog: catalog(&[]),
@@ -146,6 +148,7 @@ impl World {
         let mut node_labels = it.requirements().single_valued_labels();
         node_labels.extend(pool.labels.clone());
         node_labels.insert(labels::NODEPOOL.into(), pool.name.clone());
+        node_labels.insert(labels::INSTANCE_TYPE.into(), instance_type.into());
         node_labels.insert(labels::ZONE.into(), ZONE.into());
         node_labels.insert(labels::CAPACITY_TYPE.into(), capacity_type.into());
         node_labels.insert(labels::HOSTNAME.into(), name.into());
@@ -239,6 +242,7 @@ impl World {
             pods: &self.pods,
             claims: &self.claims,
             pools: &self.pools,
+            invalid_pools: &self.invalid_pools,
             classes: &self.classes,
             resolved: &self.resolved,
             catalog: &self.catalog,
@@ -706,6 +710,18 @@ fn a_budget_schedule_window() {
     check(&w.at(secs(0)).decide(), &[("n00", None, "budget for Empty exhausted")]); // 10:00
     let evening = secs(8 * 3600); // 18:00
     assert_eq!(w.at(evening).decide().commands.len(), 4);
+}
+
+#[test]
+fn nodes_of_a_deleted_pool_drift_but_an_invalid_pool_is_left_alone() {
+    let mut w = empties(0);
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.pools.clear();
+    check(&w.decide(), &[("a", Some(Reason::Drifted), "NodePool default no longer exists")]);
+    // A NodePool that failed validation (say, a bad cron) is not a deleted one.
+    w.invalid_pools.push("default".into());
+    check(&w.decide(), &[("a", None, "failed validation")]);
 }
 
 #[test]
