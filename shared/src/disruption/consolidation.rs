@@ -157,9 +157,9 @@ fn narrow(cx: &Context<'_, '_>, targets: &[usize], claim: &NewClaim, price: f64)
     };
     let max_price = price * (1.0 - threshold);
     let mut kept: Vec<_> =
-        claim.options.iter().filter(|o| !same(*o) && o.price < price && o.price <= max_price + 1e-12).cloned().collect();
+        claim.options.iter().filter(|o| !same(o) && o.price < price && o.price <= max_price + 1e-12).cloned().collect();
     if kept.is_empty() {
-        let cheapest = claim.options.iter().filter(|o| !same(*o)).min_by(|a, b| a.price.total_cmp(&b.price));
+        let cheapest = claim.options.iter().filter(|o| !same(o)).min_by(|a, b| a.price.total_cmp(&b.price));
         return Err(match cheapest {
             None => "the only replacement that fits is the same instance type and capacity type".to_owned(),
             Some(o) if o.price >= price => format!(

@@ -134,7 +134,7 @@ impl Method for Drift {
 
     fn run(&self, cx: &mut Context<'_, '_>) {
         for i in 0..cx.facts.len() {
-            if !cx.verdicts[i].is_none() || cx.facts[i].disrupting.is_some() {
+            if cx.verdicts[i].is_some() || cx.facts[i].disrupting.is_some() {
                 continue;
             }
             let f = &cx.facts[i];
