@@ -88,7 +88,10 @@ impl<'a> Simulator<'a> {
                 n.requested = resources_of(&c.requests);
             }
         }
-        let disrupting: BTreeSet<&str> = facts.iter().filter(|f| f.disrupting.is_some()).map(|f| f.name.as_str()).collect();
+        // Nodes going away, and NotReady ones, take no pods in a simulation
+        // (moving pods onto a node that may be repaired next is churn).
+        let disrupting: BTreeSet<&str> =
+            facts.iter().filter(|f| f.disrupting.is_some() || f.unhealthy_since.is_some()).map(|f| f.name.as_str()).collect();
         for n in &mut nodes {
             if disrupting.contains(n.name.as_str()) {
                 n.unschedulable = true;

@@ -755,6 +755,18 @@ fn repair_after_30_minutes_behind_its_gate() {
     check(&w.decide(), &[("n0", None, "2 of 5 nodes of NodePool default are unhealthy")]);
 }
 
+#[test]
+fn pods_are_not_moved_onto_a_not_ready_node() {
+    let mut w = three_nodes();
+    w.not_ready("a", secs(0));
+    w.not_ready("b", secs(0));
+    // c's pods would fit on a or b, but both are NotReady: a new (cheaper) node takes them.
+    let plan = w.decide();
+    assert_eq!(disrupted(&plan), ["c"]);
+    let r = plan.commands[0].replacement.as_ref().expect("c is replaced, not deleted");
+    assert_eq!(r.claims[0].pods.len(), 2);
+}
+
 // ------------------------------------------------------------ output
 
 #[test]
