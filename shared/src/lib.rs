@@ -11,6 +11,7 @@
 pub mod aws;
 pub mod cloud;
 pub mod config;
+pub mod disruption;
 pub mod handlers;
 pub mod interruption;
 #[cfg(feature = "kube")]

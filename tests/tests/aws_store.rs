@@ -38,6 +38,8 @@ fn claim(id: &str, pool: &str, cpu_millis: i64) -> Claim {
         running_at: None,
         node_name: None,
         registered_at: None,
+        stamp: Default::default(),
+        disruption: Default::default(),
     }
 }
 

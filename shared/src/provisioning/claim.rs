@@ -88,6 +88,51 @@ pub struct Claim {
     pub node_name: Option<String>,
     #[serde(default)]
     pub registered_at: Option<Timestamp>,
+    /// What drift compares against: the hashes of the NodePool template and
+    /// the NodeClass at launch, and what the instance was launched with.
+    #[serde(default)]
+    pub stamp: LaunchStamp,
+    /// What the disruption decision tracks between invocations.
+    #[serde(default)]
+    pub disruption: DisruptionState,
+}
+
+/// The configuration a claim was launched from, as drift needs it. Every
+/// field is optional: a claim written before a field existed (or whose launch
+/// did not report it) is simply not compared on that field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchStamp {
+    /// `disruption::drift::pool_hash` of the NodePool at the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodepool_hash: Option<String>,
+    /// `disruption::drift::class_hash` of the NodeClass at the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodeclass_hash: Option<String>,
+    /// The AMI the instance booted (set from the launch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The subnet the instance is in (set from the launch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet_id: Option<String>,
+    /// The security groups of the instance (set from the launch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_group_ids: Vec<String>,
+}
+
+/// Disruption bookkeeping of a registered claim, updated by
+/// `disruption::observe` (so that "empty for 30 s" is measured from when
+/// the last pod left, across invocations).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisruptionState {
+    /// A fingerprint of the reschedulable pods last seen on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_fingerprint: Option<String>,
+    /// When that set of pods was first seen (a pod arrived or left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pod_event_at: Option<Timestamp>,
+    /// When the node was first seen without reschedulable pods; `None` while it has some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_since: Option<Timestamp>,
 }
 
 impl Claim {

@@ -7,15 +7,16 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rand::{RngExt, SeedableRng};
 
-use super::claim::{self, Claim, UNREGISTERED_TAINT_KEY, reservation_of, usage_of};
+use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation_of, usage_of};
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
-use crate::config::NodePool;
+use crate::config::{NodeClass, NodePool};
+use crate::disruption::drift;
 use crate::ports::{CloudCatalog, OfferingKey, PodKey, PricedOffering, Timestamp, Usage};
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
 use crate::scheduling::volumes::VolumeIndex;
-use crate::scheduling::{ExistingNode, PoolInput, SchedPod, SolveOptions, solve};
+use crate::scheduling::{ExistingNode, NewClaim, PoolInput, SchedPod, SolveOptions, solve};
 
 /// Everything the decision looks at.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +32,9 @@ pub struct Snapshot<'a> {
     pub daemon_sets: &'a [DaemonSet],
     pub claims: &'a [Claim],
     pub pools: &'a [NodePool],
+    /// The NodeClasses, for the drift stamp of new claims (a class missing
+    /// here leaves the stamp's class hash unset: no class drift for it).
+    pub node_classes: &'a [NodeClass],
     pub catalog: &'a CloudCatalog,
     pub unavailable: &'a [OfferingKey],
     pub usage: &'a BTreeMap<String, Usage>,
@@ -101,7 +105,7 @@ fn provider_id(n: &Node) -> Option<&str> {
 }
 
 /// Nodes and in-flight claims as the solver's existing nodes.
-fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
+pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
     let mut pods_by_node: HashMap<&str, Vec<SchedPod>> = HashMap::new();
     for p in s.scheduled {
         if let (Some(node), Ok(sp)) = (node_of_pod(p), SchedPod::from_pod(p)) {
@@ -190,7 +194,7 @@ fn claim_shape<'c>(c: &Claim, catalog: &'c CloudCatalog) -> Option<(&'c Instance
     Some((catalog.instance_types.iter().find(|i| i.name == name)?, zone, ct))
 }
 
-fn resources_of(u: &Usage) -> Resources {
+pub(crate) fn resources_of(u: &Usage) -> Resources {
     let mut r = Resources::default();
     for (k, v) in u {
         match k.as_str() {
@@ -245,52 +249,70 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.seed);
     for planned in &plan.claims {
         let Some(input) = pools.iter().find(|p| p.pool.name == planned.pool) else { continue };
-        let pool = &input.pool;
-        let capacity_of: HashMap<&str, &Resources> =
-            input.instance_types.iter().map(|it| (it.name.as_str(), &it.capacity)).collect();
-        let largest = planned
-            .options
-            .iter()
-            .filter_map(|o| capacity_of.get(&*o.instance_type))
-            .fold(Resources::default(), |mut acc, c| {
-                acc.max_each(c);
-                acc
-            });
-        let mut node_labels = pool.labels.clone();
-        node_labels.insert(labels::NODEPOOL.to_owned(), pool.name.clone());
-        let mut taints = pool.taints.clone();
-        taints.extend(pool.startup_taints.iter().cloned());
-        taints.push(Taint::new(UNREGISTERED_TAINT_KEY, "", Effect::NoExecute));
-        decision.new_claims.push(Claim {
-            id: format!("{}-{}", pool.name, random_suffix(&mut rng)),
-            pool: pool.name.clone(),
-            node_class: pool.node_class.clone(),
-            version: 1,
-            created_at: s.now,
-            options: planned
-                .options
-                .iter()
-                .map(|o| PricedOffering {
-                    instance_type: o.instance_type.to_string(),
-                    zone: o.zone.to_string(),
-                    capacity_type: o.capacity_type.to_string(),
-                    price: o.price,
-                })
-                .collect(),
-            labels: node_labels,
-            taints,
-            kubelet: pool.kubelet.clone(),
-            pods: planned.pods.iter().map(|i| keys[*i].clone()).collect(),
-            requests: usage_of(&planned.requests),
-            reservation: reservation_of(&largest),
-            launch_attempts: 0,
-            instance: None,
-            running_at: None,
-            node_name: None,
-            registered_at: None,
-        });
+        let class = input.pool.node_class.as_deref().and_then(|n| s.node_classes.iter().find(|c| c.name == n));
+        let id = format!("{}-{}", input.pool.name, random_suffix(&mut rng));
+        let pods = planned.pods.iter().map(|i| keys[*i].clone()).collect();
+        decision.new_claims.push(new_claim(input, planned, pods, id, s.now, class));
     }
     decision
+}
+
+/// The claim for one planned node of `input`'s pool: its options, labels,
+/// taints (ours included), reservation and the drift stamp of the pool and
+/// its NodeClass (`class`, when known).
+pub fn new_claim(
+    input: &PoolInput,
+    planned: &NewClaim,
+    pods: Vec<PodKey>,
+    id: String,
+    now: Timestamp,
+    class: Option<&NodeClass>,
+) -> Claim {
+    let pool = &input.pool;
+    let capacity_of: HashMap<&str, &Resources> = input.instance_types.iter().map(|it| (it.name.as_str(), &it.capacity)).collect();
+    let largest = planned.options.iter().filter_map(|o| capacity_of.get(&*o.instance_type)).fold(Resources::default(), |mut acc, c| {
+        acc.max_each(c);
+        acc
+    });
+    let mut node_labels = pool.labels.clone();
+    node_labels.insert(labels::NODEPOOL.to_owned(), pool.name.clone());
+    let mut taints = pool.taints.clone();
+    taints.extend(pool.startup_taints.iter().cloned());
+    taints.push(Taint::new(UNREGISTERED_TAINT_KEY, "", Effect::NoExecute));
+    Claim {
+        id,
+        pool: pool.name.clone(),
+        node_class: pool.node_class.clone(),
+        version: 1,
+        created_at: now,
+        options: planned
+            .options
+            .iter()
+            .map(|o| PricedOffering {
+                instance_type: o.instance_type.to_string(),
+                zone: o.zone.to_string(),
+                capacity_type: o.capacity_type.to_string(),
+                price: o.price,
+            })
+            .collect(),
+        labels: node_labels,
+        taints,
+        kubelet: pool.kubelet.clone(),
+        pods,
+        requests: usage_of(&planned.requests),
+        reservation: reservation_of(&largest),
+        launch_attempts: 0,
+        instance: None,
+        running_at: None,
+        node_name: None,
+        registered_at: None,
+        stamp: LaunchStamp {
+            nodepool_hash: Some(drift::pool_hash(pool)),
+            nodeclass_hash: class.map(drift::class_hash),
+            ..LaunchStamp::default()
+        },
+        disruption: Default::default(),
+    }
 }
 
 fn sum_requests(pods: &[SchedPod]) -> Resources {
@@ -302,7 +324,7 @@ fn sum_requests(pods: &[SchedPod]) -> Resources {
 }
 
 /// Five lowercase alphanumerics, like Kubernetes' generateName suffixes.
-fn random_suffix(rng: &mut impl rand::Rng) -> String {
+pub(crate) fn random_suffix(rng: &mut impl rand::Rng) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
 }

@@ -1,0 +1,206 @@
+//! The state one decision builds up as its methods run: every node's facts,
+//! the verdicts and notes so far, budgets left, and the simulated cluster.
+
+use rand::SeedableRng;
+
+use super::blockers::{Pdbs, do_not_disrupt};
+use super::budget::Budgets;
+use super::decision::{Command, Reason, Replacement, Target};
+use super::drift::fnv1a;
+use super::observe;
+use super::simulate::{Outcome, Simulator};
+use super::snapshot::{NodeFacts, Snapshot, node_facts};
+use crate::provisioning::claim::DisruptionState;
+use crate::provisioning::plan::{new_claim, random_suffix};
+use crate::provisioning::{Claim, Phase};
+use crate::scheduling::NewClaim;
+
+#[derive(Debug)]
+pub struct Context<'s, 'a> {
+    pub s: &'s Snapshot<'a>,
+    pub facts: Vec<NodeFacts<'a>>,
+    /// Each node's bookkeeping as of now (what [`observe`] computes).
+    pub states: Vec<Option<DisruptionState>>,
+    pub pdbs: Pdbs<'a>,
+    pub budgets: Budgets<'a>,
+    pub sim: Simulator<'a>,
+    /// Per node: the command that removes it.
+    pub verdicts: Vec<Option<(Reason, usize)>>,
+    /// Per node: why methods passed it over.
+    pub notes: Vec<Vec<String>>,
+    pub commands: Vec<Command>,
+    rng: rand_chacha::ChaCha8Rng,
+}
+
+/// How a method wants to remove some nodes.
+#[derive(Debug)]
+pub struct Proposal {
+    pub reason: Reason,
+    pub method: &'static str,
+    pub targets: Vec<usize>,
+    /// The simulation of the targets' pods, and the new claims to launch
+    /// (each with the options to offer, possibly narrowed).
+    pub outcome: Option<Outcome>,
+    pub replacements: Vec<NewClaim>,
+    pub replacement_price: Option<f64>,
+    pub savings: f64,
+    pub summary: String,
+}
+
+impl<'s, 'a> Context<'s, 'a> {
+    pub fn new(s: &'s Snapshot<'a>) -> Self {
+        let facts = node_facts(s);
+        let states = facts.iter().map(|f| f.claim.map(|c| observe::next_state(&c.disruption, f, s.now))).collect();
+        let budgets = Budgets::new(&facts, s.now);
+        let sim = Simulator::new(s, &facts);
+        let n = facts.len();
+        Context {
+            s,
+            pdbs: Pdbs::new(s.pdbs),
+            facts,
+            states,
+            budgets,
+            sim,
+            verdicts: vec![None; n],
+            notes: vec![Vec::new(); n],
+            commands: Vec::new(),
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(s.seed),
+        }
+    }
+
+    pub fn note(&mut self, i: usize, text: impl Into<String>) {
+        let text = text.into();
+        if !self.notes[i].contains(&text) {
+            self.notes[i].push(text);
+        }
+    }
+
+    /// Whether node `i` can be considered at all: one of our registered
+    /// nodes, with a NodePool, not disrupting, not yet decided.
+    pub fn open(&self, i: usize) -> bool {
+        let f = &self.facts[i];
+        self.verdicts[i].is_none()
+            && f.disrupting.is_none()
+            && f.pool.is_some()
+            && f.claim.is_some_and(|c| c.phase() == Phase::Registered)
+    }
+
+    /// Why node `i` may not be disrupted voluntarily (do-not-disrupt, a PDB).
+    pub fn blocked(&self, i: usize) -> Option<String> {
+        let f = &self.facts[i];
+        do_not_disrupt(f, self.s.now).or_else(|| self.pdbs.blocking(&f.reschedulable))
+    }
+
+    /// [`Self::open`], [`Self::blocked`] and the budget for `reason`; notes
+    /// the reason when the node is shut out.
+    pub fn eligible(&mut self, i: usize, reason: Reason) -> bool {
+        if !self.open(i) {
+            return false;
+        }
+        if !reason.is_forceful() {
+            if let Some(why) = self.blocked(i) {
+                self.note(i, why);
+                return false;
+            }
+            let pool = self.pool_name(i);
+            if self.budgets.remaining(&pool, reason) == 0 {
+                let why = self.budgets.exhausted(&pool, reason);
+                self.note(i, why);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The pool the node's claim names (it may no longer exist).
+    pub fn pool_name(&self, i: usize) -> String {
+        self.facts[i].claim.map(|c| c.pool.clone()).unwrap_or_default()
+    }
+
+    /// (node, claim id) of node `i`.
+    pub fn key(&self, i: usize) -> (&str, &str) {
+        let f = &self.facts[i];
+        (f.name.as_str(), f.claim.map_or("", |c| c.id.as_str()))
+    }
+
+    /// Simulates the removal of `targets`: their pods placed on the rest.
+    pub fn simulate(&mut self, targets: &[usize]) -> Result<Outcome, String> {
+        let remove: Vec<(String, String)> = targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
+        let remove_refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let pods: Vec<_> = targets.iter().flat_map(|i| self.facts[*i].reschedulable.iter().copied()).collect();
+        self.sim.simulate(&remove_refs, &pods)
+    }
+
+    /// Turns a proposal into a command: the verdicts, the budgets and the
+    /// simulated cluster all move on.
+    pub fn commit(&mut self, p: Proposal) -> usize {
+        let index = self.commands.len();
+        let now = self.s.now;
+        let mut targets = Vec::new();
+        for i in &p.targets {
+            let f = &self.facts[*i];
+            targets.push(Target {
+                node: f.name.clone(),
+                claim_id: f.claim.map(|c| c.id.clone()).unwrap_or_default(),
+                pool: f.pool.map(|p| p.name.clone()).unwrap_or_default(),
+                instance_type: f.instance_type.clone(),
+                capacity_type: f.capacity_type.clone(),
+                zone: f.zone.clone(),
+                price: f.price,
+                pods: f.pod_keys(),
+                pods_fingerprint: observe::fingerprint(f),
+            });
+        }
+        let mut claims: Vec<(NewClaim, Claim)> = Vec::new();
+        if let Some(outcome) = &p.outcome {
+            for planned in &p.replacements {
+                let Some(input) = self.sim.pool(&planned.pool) else { continue };
+                let class = input.pool.node_class.as_deref().and_then(|n| self.s.classes.iter().find(|c| c.name == n));
+                let id = format!("{}-{}", input.pool.name, random_suffix(&mut self.rng));
+                let pods = planned.pods.iter().map(|k| outcome.keys[*k].clone()).collect();
+                let claim = new_claim(input, planned, pods, id, now, class);
+                claims.push((planned.clone(), claim));
+            }
+            let remove: Vec<(String, String)> = p.targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
+            let refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            self.sim.commit(&refs, outcome, &claims);
+        } else {
+            let remove: Vec<(String, String)> = p.targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
+            let refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            if let Ok(empty) = self.sim.simulate(&[], &[]) {
+                self.sim.commit(&refs, &empty, &[]);
+            }
+        }
+        let replacement = (!claims.is_empty()).then(|| Replacement {
+            price: p.replacement_price.unwrap_or_else(|| claims.iter().map(|(n, _)| n.price()).sum()),
+            claims: claims.into_iter().map(|(_, c)| c).collect(),
+        });
+        let deadline = if p.reason == Reason::Unhealthy {
+            Some(now)
+        } else {
+            self.facts[p.targets[0]].pool.and_then(|pool| pool.termination_grace_period).and_then(|d| now.checked_add(d).ok())
+        };
+        let validate_at = (!p.reason.is_forceful())
+            .then(|| now.checked_add(crate::ports::SignedDuration::from_secs(self.s.tuning.validation_delay_secs)).ok())
+            .flatten();
+        let ids: Vec<&str> = targets.iter().map(|t| t.claim_id.as_str()).collect();
+        let id = format!("{}-{:012x}", p.reason.as_str().to_lowercase(), fnv1a(ids.join(",").as_bytes()) & 0xffff_ffff_ffff);
+        for i in &p.targets {
+            self.verdicts[*i] = Some((p.reason, index));
+            let pool = self.pool_name(*i);
+            self.budgets.take(&pool);
+        }
+        self.commands.push(Command {
+            id,
+            reason: p.reason,
+            method: p.method,
+            targets,
+            replacement,
+            deadline,
+            validate_at,
+            savings: p.savings,
+            summary: p.summary,
+        });
+        index
+    }
+}

@@ -1,0 +1,187 @@
+//! What the disruption decision returns: a verdict with a reason for every
+//! node, and the commands to carry out.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::DisruptionReason;
+use crate::ports::{OfferingKey, PodKey, Timestamp};
+use crate::provisioning::Claim;
+
+/// Why a node is removed, as Karpenter's users name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Reason {
+    Empty,
+    Expired,
+    Drifted,
+    Underutilized,
+    Unhealthy,
+    Interrupted,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Empty => "Empty",
+            Reason::Expired => "Expired",
+            Reason::Drifted => "Drifted",
+            Reason::Underutilized => "Underutilized",
+            Reason::Unhealthy => "Unhealthy",
+            Reason::Interrupted => "Interrupted",
+        }
+    }
+
+    /// The budget reason that caps it; `None` for the forceful ones
+    /// (expiration, repair, interruption), which budgets do not limit.
+    pub fn budget_reason(self) -> Option<DisruptionReason> {
+        match self {
+            Reason::Empty => Some(DisruptionReason::Empty),
+            Reason::Drifted => Some(DisruptionReason::Drifted),
+            Reason::Underutilized => Some(DisruptionReason::Underutilized),
+            Reason::Expired | Reason::Unhealthy | Reason::Interrupted => None,
+        }
+    }
+
+    /// Forceful: not limited by budgets, do-not-disrupt or PDBs at decision
+    /// time (the drain still honours PDBs until its deadline).
+    pub fn is_forceful(self) -> bool {
+        self.budget_reason().is_none()
+    }
+}
+
+/// What becomes of one node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Removed by `commands[command]`.
+    Disrupt { reason: Reason, command: usize },
+    /// Left alone.
+    Keep,
+}
+
+/// The verdict for one node and the reason, in words a Karpenter user recognises.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeDecision {
+    pub node: String,
+    pub claim_id: Option<String>,
+    pub pool: Option<String>,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+/// A node one command removes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub node: String,
+    pub claim_id: String,
+    pub pool: String,
+    pub instance_type: String,
+    pub capacity_type: String,
+    pub zone: String,
+    pub price: f64,
+    /// The pods the drain will evict.
+    pub pods: Vec<PodKey>,
+    /// What the re-validation compares: the claim's pod fingerprint when decided.
+    pub pods_fingerprint: String,
+}
+
+/// The nodes to launch before draining: claims ready to be written (ids
+/// seeded by the snapshot), built exactly as the provisioner builds them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replacement {
+    pub claims: Vec<Claim>,
+    /// What the replacement is expected to cost, USD per hour (for a
+    /// consolidation: the dearest option offered, so the saving holds
+    /// whichever option the fleet buys).
+    pub price: f64,
+}
+
+/// One disruption: remove `targets`, after launching `replacement` if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    /// Deterministic: reason and the targets' claim ids.
+    pub id: String,
+    pub reason: Reason,
+    /// The method that chose it (`emptiness`, `expiration`, `drift`,
+    /// `multi-node-consolidation`, `single-node-consolidation`, `repair`).
+    pub method: &'static str,
+    pub targets: Vec<Target>,
+    pub replacement: Option<Replacement>,
+    /// When the drain gives up on PDBs and deletes what is left
+    /// (the pool's terminationGracePeriod; `now` for repair).
+    pub deadline: Option<Timestamp>,
+    /// Voluntary moves are re-checked with [`super::validate`] at this time
+    /// before acting (Karpenter's 15 s); forceful ones act at once.
+    pub validate_at: Option<Timestamp>,
+    /// USD per hour saved (consolidation), for the log and the plan.
+    pub savings: f64,
+    pub summary: String,
+}
+
+/// The drain-and-terminate machine's input for one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemovalSpec {
+    pub node: String,
+    pub claim_id: String,
+    pub reason: Reason,
+    /// Launch the replacement (shared by every removal of the command) and
+    /// wait for it before draining.
+    pub replace: bool,
+    pub deadline: Option<Timestamp>,
+    /// Offerings not to launch the replacement on (the node's own, for an interruption).
+    pub avoid: Vec<OfferingKey>,
+    /// The command the removal belongs to (several removals share one replacement).
+    pub command_id: String,
+}
+
+impl Command {
+    /// One removal per target, all sharing the command's replacement.
+    pub fn removals(&self) -> Vec<RemovalSpec> {
+        let replace = self.replacement.as_ref().is_some_and(|r| !r.claims.is_empty());
+        self.targets
+            .iter()
+            .map(|t| RemovalSpec {
+                node: t.node.clone(),
+                claim_id: t.claim_id.clone(),
+                reason: self.reason,
+                replace,
+                deadline: self.deadline,
+                avoid: Vec::new(),
+                command_id: self.id.clone(),
+            })
+            .collect()
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.targets.iter().map(|t| t.node.as_str())
+    }
+}
+
+/// A change to a claim's disruption bookkeeping (see [`super::observe`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimUpdate {
+    pub claim_id: String,
+    pub disruption: crate::provisioning::claim::DisruptionState,
+    /// A re-stamped pool hash (the claim's was of another hash version).
+    pub nodepool_hash: Option<String>,
+}
+
+/// The whole decision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub now: Timestamp,
+    /// One per node of the snapshot, by node name.
+    pub nodes: Vec<NodeDecision>,
+    pub commands: Vec<Command>,
+    /// Bookkeeping the handler writes back (conditional on the claim's version).
+    pub claim_updates: Vec<ClaimUpdate>,
+}
+
+impl Plan {
+    /// Every removal of every command.
+    pub fn removals(&self) -> Vec<RemovalSpec> {
+        self.commands.iter().flat_map(Command::removals).collect()
+    }
+
+    pub fn decision(&self, node: &str) -> Option<&NodeDecision> {
+        self.nodes.iter().find(|d| d.node == node)
+    }
+}

@@ -1,0 +1,201 @@
+//! Drift: a node no longer matches what its NodePool and NodeClass would
+//! launch now. Two kinds, as in Karpenter:
+//! - static: a hash of the NodePool template and one of the NodeClass,
+//!   stamped on the claim at the decision, compared with today's hash;
+//!   and the pool's requirements checked against the node's labels;
+//! - dynamic: the AMI, subnet and security groups the instance was launched
+//!   with, checked against what the NodeClass resolves to now (an input: the
+//!   adapters resolve selectors, this module does no I/O).
+//!
+//! Selector terms are left out of the class hash on purpose: a changed
+//! selector that resolves to the same AMI or subnets must not replace the
+//! fleet; the dynamic check sees the change that matters.
+//!
+//! The hashes are `v1:` + 16 hex digits of FNV-1a over a canonical JSON
+//! (keys sorted). A stamp of another version is not compared (it is
+//! re-stamped by [`super::observe`]), so changing what is hashed never
+//! drifts a whole fleet at once.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::config::{NodeClass, NodePool, NodeIdentity};
+use crate::provisioning::Claim;
+use crate::scheduling::taints::Taint;
+
+/// The prefix of every hash this version computes.
+pub const HASH_VERSION: &str = "v1";
+
+/// What the NodeClass resolves to now (AMIs, subnets, security groups), as
+/// the adapters found it. An empty list means "not known": not compared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedClass {
+    pub image_ids: Vec<String>,
+    pub subnet_ids: Vec<String>,
+    pub security_group_ids: Vec<String>,
+}
+
+/// The hash of a NodePool's template: labels, taints, startup taints, the
+/// NodeClass reference, expireAfter, terminationGracePeriod and the kubelet
+/// settings. Requirements are not hashed (they are checked against the
+/// node's labels instead, so widening them drifts nothing).
+pub fn pool_hash(pool: &NodePool) -> String {
+    let taints = |ts: &[Taint]| -> Vec<Value> {
+        let mut v: Vec<String> = ts.iter().map(|t| format!("{}={}:{}", t.key, t.value, t.effect.as_str())).collect();
+        v.sort();
+        v.into_iter().map(Value::String).collect()
+    };
+    let doc = json!({
+        "labels": pool.labels,
+        "taints": taints(&pool.taints),
+        "startupTaints": taints(&pool.startup_taints),
+        "nodeClassRef": pool.node_class,
+        "expireAfter": pool.expire_after.map(|d| d.as_secs()),
+        "terminationGracePeriod": pool.termination_grace_period.map(|d| d.as_secs()),
+        "kubelet": serde_json::to_value(&pool.launch_kubelet).unwrap_or(Value::Null),
+    });
+    stamp(&doc)
+}
+
+/// The hash of a NodeClass's static fields (everything but the selector terms).
+pub fn class_hash(class: &NodeClass) -> String {
+    let identity = match &class.identity {
+        NodeIdentity::Role(r) => json!({"role": r}),
+        NodeIdentity::InstanceProfile(p) => json!({"instanceProfile": p}),
+        NodeIdentity::DefaultInstanceProfile => json!({"defaultInstanceProfile": true}),
+    };
+    let doc = json!({
+        "amiFamily": class.ami_family.as_str(),
+        "identity": identity,
+        "tags": class.tags,
+        "userData": class.user_data,
+        "kubelet": serde_json::to_value(&class.kubelet).unwrap_or(Value::Null),
+        "blockDeviceMappings": class.block_device_mappings,
+        "instanceStorePolicy": class.instance_store_policy,
+        "metadataOptions": class.metadata_options,
+        "associatePublicIPAddress": class.associate_public_ip_address,
+        "detailedMonitoring": class.detailed_monitoring,
+        "context": class.context,
+    });
+    stamp(&doc)
+}
+
+fn stamp(doc: &Value) -> String {
+    let mut text = String::new();
+    canonical(doc, &mut text);
+    format!("{HASH_VERSION}:{:016x}", fnv1a(text.as_bytes()))
+}
+
+/// JSON with object keys sorted, whatever map order serde_json was built with.
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&String, &Value> = map.iter().collect();
+            out.push('{');
+            for (i, (k, v)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms (unlike std's hasher).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A stamp this version can compare.
+pub fn is_current(hash: &str) -> bool {
+    hash.split_once(':').is_some_and(|(v, _)| v == HASH_VERSION)
+}
+
+/// Why the node of `claim` has drifted, if it has: the first difference
+/// found, worded for the user. `labels` are the node's labels (with the
+/// instance type's well-known labels filled in).
+pub fn drifted(
+    claim: &Claim,
+    pool: &NodePool,
+    class: Option<&NodeClass>,
+    resolved: Option<&ResolvedClass>,
+    labels: &BTreeMap<String, String>,
+) -> Option<String> {
+    if let Some(stamped) = claim.stamp.nodepool_hash.as_deref().filter(|h| is_current(h))
+        && stamped != pool_hash(pool)
+    {
+        return Some(format!("NodePool {} template changed since launch", pool.name));
+    }
+    if claim.node_class.as_deref() != pool.node_class.as_deref() && claim.node_class.is_some() {
+        return Some(format!(
+            "NodePool {} now refers to NodeClass {}, the node was launched from {}",
+            pool.name,
+            pool.node_class.as_deref().unwrap_or("(none)"),
+            claim.node_class.as_deref().unwrap_or("(none)")
+        ));
+    }
+    if let (Some(stamped), Some(class)) = (claim.stamp.nodeclass_hash.as_deref().filter(|h| is_current(h)), class)
+        && stamped != class_hash(class)
+    {
+        return Some(format!("NodeClass {} changed since launch", class.name));
+    }
+    for (key, req) in pool.requirements.iter() {
+        // A key the node carries no label for cannot be judged from here.
+        let Some(value) = labels.get(key) else { continue };
+        if !req.has(value) {
+            return Some(format!("label {key}={value} no longer allowed by NodePool {} ({})", pool.name, req.describe(key)));
+        }
+    }
+    let resolved = resolved?;
+    let class_name = claim.node_class.as_deref().unwrap_or("(default)");
+    if let Some(image) = &claim.stamp.image_id
+        && !resolved.image_ids.is_empty()
+        && !resolved.image_ids.contains(image)
+    {
+        return Some(format!(
+            "AMI {image} is no longer what NodeClass {class_name} resolves to ({})",
+            resolved.image_ids.join(", ")
+        ));
+    }
+    if let Some(subnet) = &claim.stamp.subnet_id
+        && !resolved.subnet_ids.is_empty()
+        && !resolved.subnet_ids.contains(subnet)
+    {
+        return Some(format!("subnet {subnet} is no longer selected by NodeClass {class_name}"));
+    }
+    if !claim.stamp.security_group_ids.is_empty() && !resolved.security_group_ids.is_empty() {
+        let mut have = claim.stamp.security_group_ids.clone();
+        let mut want = resolved.security_group_ids.clone();
+        have.sort();
+        want.sort();
+        if have != want {
+            return Some(format!(
+                "security groups {} differ from NodeClass {class_name}'s ({})",
+                have.join(", "),
+                want.join(", ")
+            ));
+        }
+    }
+    None
+}

@@ -1,0 +1,826 @@
+//! Unit tests of the disruption decision: each case a world of a few nodes
+//! and a `check` of what becomes of each node and why.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use proptest::prelude::*;
+
+use super::*;
+use crate::cloud::InstanceTypeInfo;
+use crate::config::{NodeClass, NodePool, NodePoolSpec, Settings};
+use crate::ports::{CloudCatalog, PricedOffering, SignedDuration, Timestamp};
+use crate::provisioning::Claim;
+use crate::provisioning::claim::{ClaimInstance, reservation_of};
+use crate::resources::{MIB, Resources};
+use crate::scheduling::labels;
+use crate::scheduling::volumes::VolumeIndex;
+use crate::sim::cluster::SimCluster;
+
+const ZONE: &str = "us-east-1a";
+
+fn t0() -> Timestamp {
+    "2026-01-05T10:00:00Z".parse().expect("timestamp")
+}
+
+fn secs(s: i64) -> Timestamp {
+    t0().checked_add(SignedDuration::from_secs(s)).expect("time")
+}
+
+fn info(name: &str, vcpu: u32, memory_mib: u64) -> InstanceTypeInfo {
+    InstanceTypeInfo {
+        name: name.into(),
+        vcpu,
+        memory_mib,
+        arch: "amd64".into(),
+        hypervisor: Some("nitro".into()),
+        bare_metal: false,
+        gpu_count: 0,
+        gpu_name: None,
+        gpu_manufacturer: None,
+        local_nvme_gb: 0,
+        max_enis: 4,
+        ipv4_per_eni: 15,
+        network_bandwidth_mbps: None,
+    }
+}
+
+/// (name, vCPU, MiB, on-demand $/h, spot $/h)
+const TYPES: &[(&str, u32, u64, f64, f64)] = &[
+    ("m5.large", 2, 8192, 0.096, 0.040),
+    ("m5.xlarge", 4, 16384, 0.192, 0.080),
+    ("m5a.xlarge", 4, 16384, 0.186, 0.078),
+    ("c5.xlarge", 4, 8192, 0.170, 0.070),
+    ("m5.2xlarge", 8, 32768, 0.384, 0.160),
+];
+
+fn catalog(types: &[&str]) -> CloudCatalog {
+    let mut c = CloudCatalog { region: "us-east-1".into(), ..Default::default() };
+    for (name, vcpu, mib, od, spot) in TYPES.iter().filter(|t| types.is_empty() || types.contains(&t.0)) {
+        c.instance_types.push(info(name, *vcpu, *mib));
+        for (ct, price) in [("on-demand", od), ("spot", spot)] {
+            c.offerings.push(PricedOffering { instance_type: (*name).into(), zone: ZONE.into(), capacity_type: ct.into(), price: *price });
+        }
+    }
+    c
+}
+
+fn pool(name: &str, spec: serde_json::Value) -> NodePool {
+    let spec: NodePoolSpec = serde_json::from_value(spec).expect("nodepool spec");
+    NodePool::from_spec(name, &spec).expect("valid nodepool")
+}
+
+fn class(json: serde_json::Value) -> NodeClass {
+    let mut base = serde_json::json!({
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        "role": "KarpenterNodeRole",
+        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}]
+    });
+    if let (Some(o), Some(p)) = (base.as_object_mut(), json.as_object()) {
+        for (k, v) in p {
+            o.insert(k.clone(), v.clone());
+        }
+    }
+    NodeClass::from_spec("default", &serde_json::from_value(base).expect("class spec")).expect("valid class")
+}
+
+/// A cluster, our claims and the configuration.
+struct World {
+    now: Timestamp,
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+    claims: Vec<Claim>,
+    pools: Vec<NodePool>,
+    invalid_pools: Vec<String>,
+    classes: Vec<NodeClass>,
+    resolved: BTreeMap<String, ResolvedClass>,
+    catalog: CloudCatalog,
+    pdbs: Vec<PodDisruptionBudget>,
+    in_flight: Vec<InFlight>,
+    volumes: VolumeIndex,
+    settings: Settings,
+    tuning: Tuning,
+}
+
+impl World {
+    /// One pool `default` (WhenEmptyOrUnderutilized, consolidateAfter 0s,
+    /// on-demand only) over the whole test catalog.
+    fn new() -> World {
+        World::with_pool(serde_json::json!({
+            "template": {"spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
+        }))
+    }
+
+    fn with_pool(spec: serde_json::Value) -> World {
+        World {
+            now: t0(),
+            nodes: vec![],
+            pods: vec![],
+            claims: vec![],
+            pools: vec![pool("default", spec)],
+            invalid_pools: vec![],
+            classes: vec![class(serde_json::json!({}))],
+            resolved: BTreeMap::new(),
+            catalog: catalog(&[]),
+            pdbs: vec![],
+            in_flight: vec![],
+            volumes: VolumeIndex::default(),
+            settings: Settings::default(),
+            tuning: Tuning::default(),
+        }
+    }
+
+    /// A registered, Ready node of `pool` launched at `launched`, with its claim.
+    fn node_at(&mut self, name: &str, instance_type: &str, capacity_type: &str, launched: Timestamp) -> &mut Self {
+        let (_, vcpu, mib, od, spot) = *TYPES.iter().find(|t| t.0 == instance_type).expect("known type");
+        let price = if capacity_type == "spot" { spot } else { od };
+        let it = info(instance_type, vcpu, mib);
+        let pool = self.pools[0].clone();
+        let capacity = it.capacity(&pool.kubelet);
+        let allocatable = capacity.saturating_sub(&it.overhead(&pool.kubelet));
+        let mut node_labels = it.requirements().single_valued_labels();
+        node_labels.extend(pool.labels.clone());
+        node_labels.insert(labels::NODEPOOL.into(), pool.name.clone());
+        node_labels.insert(labels::INSTANCE_TYPE.into(), instance_type.into());
+        node_labels.insert(labels::ZONE.into(), ZONE.into());
+        node_labels.insert(labels::CAPACITY_TYPE.into(), capacity_type.into());
+        node_labels.insert(labels::HOSTNAME.into(), name.into());
+        let provider = format!("aws:///{ZONE}/i-{name}");
+        let node = SimCluster::ready_node(name, node_labels.clone(), vec![], &provider, &capacity, &allocatable, launched);
+        let class = self.classes.iter().find(|c| Some(&c.name) == pool.node_class.as_ref());
+        let mut claim = Claim {
+            id: format!("default-{name}"),
+            pool: pool.name.clone(),
+            node_class: pool.node_class.clone(),
+            version: 1,
+            created_at: launched,
+            options: vec![],
+            labels: node_labels,
+            taints: vec![],
+            kubelet: pool.kubelet.clone(),
+            pods: vec![],
+            requests: Default::default(),
+            reservation: reservation_of(&capacity),
+            launch_attempts: 1,
+            instance: Some(ClaimInstance {
+                id: format!("i-{name}"),
+                instance_type: instance_type.into(),
+                zone: ZONE.into(),
+                capacity_type: capacity_type.into(),
+                price,
+                provider_id: provider,
+                launched_at: launched,
+            }),
+            running_at: Some(launched),
+            node_name: Some(name.into()),
+            registered_at: Some(launched),
+            stamp: Default::default(),
+            disruption: Default::default(),
+        };
+        claim.stamp.nodepool_hash = Some(drift::pool_hash(&pool));
+        claim.stamp.nodeclass_hash = class.map(drift::class_hash);
+        // Observed long ago with no pods: quiet since launch.
+        claim.disruption.last_pod_event_at = Some(launched);
+        self.nodes.push(node);
+        self.claims.push(claim);
+        self
+    }
+
+    fn node(&mut self, name: &str, instance_type: &str) -> &mut Self {
+        self.node_at(name, instance_type, "on-demand", t0())
+    }
+
+    fn pod_on(&mut self, node: &str, name: &str, cpu_millis: i64, memory_mib: i64) -> &mut Self {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "inflate"},
+                         "creationTimestamp": t0().to_string()},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause",
+                     "resources": {"requests": {"cpu": format!("{cpu_millis}m"), "memory": format!("{memory_mib}Mi")}}}]},
+            "status": {"phase": "Running", "startTime": t0().to_string()}
+        }))
+        .expect("pod");
+        self.pods.push(pod);
+        self
+    }
+
+    fn pods_on(&mut self, node: &str, n: usize, cpu_millis: i64, memory_mib: i64) -> &mut Self {
+        for k in 0..n {
+            self.pod_on(node, &format!("{node}-p{k}"), cpu_millis, memory_mib);
+        }
+        self
+    }
+
+    /// The claims' bookkeeping as `observe` would have left it at `at`.
+    fn observed_at(&mut self, at: Timestamp) -> &mut Self {
+        let snapshot = self.snapshot();
+        let facts = snapshot::node_facts(&snapshot);
+        let updates = observe(&facts, at);
+        for u in updates {
+            if let Some(c) = self.claims.iter_mut().find(|c| c.id == u.claim_id) {
+                c.disruption = u.disruption;
+            }
+        }
+        self
+    }
+
+    fn at(&mut self, now: Timestamp) -> &mut Self {
+        self.now = now;
+        self
+    }
+
+    fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            now: self.now,
+            nodes: &self.nodes,
+            pods: &self.pods,
+            claims: &self.claims,
+            pools: &self.pools,
+            invalid_pools: &self.invalid_pools,
+            classes: &self.classes,
+            resolved: &self.resolved,
+            catalog: &self.catalog,
+            pdbs: &self.pdbs,
+            daemon_sets: &[],
+            unavailable: &[],
+            in_flight: &self.in_flight,
+            volumes: &self.volumes,
+            settings: &self.settings,
+            tuning: self.tuning,
+            seed: 7,
+        }
+    }
+
+    fn decide(&self) -> Plan {
+        decide(&self.snapshot())
+    }
+
+    fn annotate_node(&mut self, node: &str, key: &str, value: &str) -> &mut Self {
+        let n = self.nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some(node)).expect("node");
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
+        self
+    }
+
+    fn annotate_pod(&mut self, pod: &str, key: &str, value: &str) -> &mut Self {
+        let p = self.pods.iter_mut().find(|p| p.metadata.name.as_deref() == Some(pod)).expect("pod");
+        p.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
+        self
+    }
+
+    fn not_ready(&mut self, node: &str, since: Timestamp) -> &mut Self {
+        let n = self.nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some(node)).expect("node");
+        if let Some(st) = n.status.as_mut() {
+            st.conditions = Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "Unknown".into(),
+                last_transition_time: Some(Time(since)),
+                ..Default::default()
+            }]);
+        }
+        self
+    }
+
+    fn pdb(&mut self, name: &str, allowed: i32) -> &mut Self {
+        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "inflate"}}},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 3, "desiredHealthy": 2, "expectedPods": 3}
+        }))
+        .expect("pdb");
+        self.pdbs.push(pdb);
+        self
+    }
+
+    fn budgets(&mut self, budgets: serde_json::Value) -> &mut Self {
+        let mut d = crate::config::disruption::DisruptionSpec {
+            consolidation_policy: Some(self.pools[0].disruption.policy.as_str().into()),
+            consolidate_after: Some("0s".into()),
+            ..Default::default()
+        };
+        d.budgets = Some(serde_json::from_value(budgets).expect("budgets"));
+        self.pools[0].disruption = crate::config::Disruption::from_spec(Some(&d), "spec.disruption").expect("valid budgets");
+        self
+    }
+}
+
+/// What a node's decision should be: `Some(reason)` removed for it, `None`
+/// kept; and a piece of the reason text.
+type Expect<'e> = (&'e str, Option<Reason>, &'e str);
+
+fn check(plan: &Plan, expected: &[Expect<'_>]) {
+    for (node, reason, text) in expected {
+        let d = plan.decision(node).unwrap_or_else(|| panic!("no decision for {node}: {plan:#?}"));
+        let got = match d.verdict {
+            Verdict::Disrupt { reason, .. } => Some(reason),
+            Verdict::Keep => None,
+        };
+        assert_eq!(got, *reason, "{node}: {}", d.reason);
+        assert!(d.reason.contains(text), "{node}: expected {text:?} in {:?}", d.reason);
+    }
+}
+
+fn disrupted(plan: &Plan) -> Vec<&str> {
+    plan.commands.iter().flat_map(|c| c.nodes()).collect()
+}
+
+// ------------------------------------------------------------ emptiness
+
+fn when_empty_30s() -> serde_json::Value {
+    serde_json::json!({"template": {"spec": {"nodeClassRef": {"name": "default"}}},
+                       "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s"}})
+}
+
+#[test]
+fn empty_node_goes_30s_after_its_last_pod_left_and_not_before() {
+    let mut w = World::with_pool(when_empty_30s());
+    w.node("a", "m5.xlarge").pods_on("a", 1, 500, 512).observed_at(secs(0));
+    // The pod leaves; the next observation (t = 10 s) sees the node empty.
+    w.pods.clear();
+    w.observed_at(secs(10));
+    check(&w.at(secs(39)).decide(), &[("a", None, "empty for 29s, consolidateAfter is 30s")]);
+    let plan = w.at(secs(40)).decide();
+    check(&plan, &[("a", Some(Reason::Empty), "empty for 30s")]);
+    let removals = plan.removals();
+    assert_eq!(removals.len(), 1);
+    assert!(!removals[0].replace);
+    assert_eq!(removals[0].claim_id, "default-a");
+}
+
+#[test]
+fn a_node_with_pods_is_not_empty_and_when_empty_never_consolidates_it() {
+    let mut w = World::with_pool(when_empty_30s());
+    w.node("a", "m5.xlarge").pods_on("a", 1, 100, 100).observed_at(secs(0));
+    check(&w.at(secs(3600)).decide(), &[("a", None, "consolidates only empty nodes (WhenEmpty)")]);
+}
+
+#[test]
+fn observe_measures_from_the_first_empty_sighting() {
+    let mut w = World::with_pool(when_empty_30s());
+    w.node("a", "m5.xlarge").pods_on("a", 1, 100, 100).observed_at(secs(0));
+    let before = w.claims[0].disruption.clone();
+    assert_eq!(before.empty_since, None);
+    w.pods.clear();
+    w.observed_at(secs(5)).observed_at(secs(20));
+    assert_eq!(w.claims[0].disruption.empty_since, Some(secs(5)));
+    assert_eq!(w.claims[0].disruption.last_pod_event_at, Some(secs(5)));
+    // A pod comes back: no longer empty.
+    w.pod_on("a", "back", 100, 100).observed_at(secs(30));
+    assert_eq!(w.claims[0].disruption.empty_since, None);
+    assert_eq!(w.claims[0].disruption.last_pod_event_at, Some(secs(30)));
+}
+
+#[test]
+fn daemonset_and_finished_pods_do_not_keep_a_node_busy() {
+    let mut w = World::with_pool(when_empty_30s());
+    w.node("a", "m5.xlarge");
+    let ds: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "agent", "namespace": "kube-system", "uid": "ds1",
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "d"}]},
+        "spec": {"nodeName": "a", "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running"}
+    }))
+    .expect("pod");
+    w.pods.push(ds);
+    w.pod_on("a", "job", 100, 100);
+    w.pods[1].status.as_mut().expect("status").phase = Some("Succeeded".into());
+    w.observed_at(secs(0));
+    check(&w.at(secs(30)).decide(), &[("a", Some(Reason::Empty), "empty for 30s")]);
+}
+
+// ------------------------------------------------------------ expiration
+
+#[test]
+fn expiration_at_720h_and_not_before() {
+    let mut w = World::new();
+    w.node("a", "m5.xlarge").pods_on("a", 2, 1000, 1024);
+    // Too busy to consolidate: nothing else would fit.
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("b", "m5.xlarge").pods_on("b", 3, 1000, 1024);
+    let just_before = t0().checked_add(SignedDuration::from_hours(720) - SignedDuration::from_secs(1)).expect("t");
+    check(&w.at(just_before).decide(), &[("a", None, ""), ("b", None, "")]);
+    let plan = w.at(t0().checked_add(SignedDuration::from_hours(720)).expect("t")).decide();
+    check(&plan, &[("a", Some(Reason::Expired), "expireAfter is 720h"), ("b", Some(Reason::Expired), "expired")]);
+    // Forceful: budgets (10 % of 2 nodes = 1) do not limit it, and the pods need replacements first.
+    assert_eq!(plan.commands.len(), 2);
+    assert!(plan.removals().iter().all(|r| r.replace));
+    assert!(plan.commands.iter().all(|c| c.validate_at.is_none()));
+}
+
+#[test]
+fn expiration_ignores_do_not_disrupt_and_pdbs() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024).pdb("inflate-pdb", 0).annotate_node("a", snapshot::DO_NOT_DISRUPT, "true");
+    check(&w.at(t0().checked_add(SignedDuration::from_hours(721)).expect("t")).decide(), &[("a", Some(Reason::Expired), "expired")]);
+}
+
+// ------------------------------------------------------------ drift
+
+#[test]
+fn drift_after_a_nodepool_label_change() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    check(&w.decide(), &[("a", None, "")]);
+    w.pools[0].labels.insert("team".into(), "b".into());
+    let plan = w.decide();
+    check(&plan, &[("a", Some(Reason::Drifted), "NodePool default template changed")]);
+    assert!(plan.removals()[0].replace, "its pods need a new node first");
+    let replacement = plan.commands[0].replacement.as_ref().expect("replacement");
+    assert_eq!(replacement.claims[0].labels.get("team").map(String::as_str), Some("b"));
+    assert!(plan.commands[0].validate_at.is_some());
+}
+
+#[test]
+fn drift_after_a_nodeclass_change() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.classes[0] = class(serde_json::json!({"tags": {"team": "b"}}));
+    check(&w.decide(), &[("a", Some(Reason::Drifted), "NodeClass default changed")]);
+}
+
+#[test]
+fn drift_when_the_resolved_ami_changes() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.claims[0].stamp.image_id = Some("ami-120".into());
+    w.resolved.insert("default".into(), ResolvedClass { image_ids: vec!["ami-120".into()], ..Default::default() });
+    check(&w.decide(), &[("a", None, "")]);
+    w.resolved.insert("default".into(), ResolvedClass { image_ids: vec!["ami-121".into()], ..Default::default() });
+    check(&w.decide(), &[("a", Some(Reason::Drifted), "AMI ami-120 is no longer what NodeClass default resolves to")]);
+}
+
+#[test]
+fn drift_when_requirements_no_longer_allow_the_node() {
+    let mut w = World::new();
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.pools[0].requirements.add(labels::INSTANCE_TYPE, crate::scheduling::Requirement::single("m5.2xlarge"));
+    check(&w.decide(), &[("a", Some(Reason::Drifted), "label node.kubernetes.io/instance-type=m5.xlarge no longer allowed")]);
+}
+
+#[test]
+fn drift_waits_for_a_pdb_and_for_the_budget() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024).pdb("inflate-pdb", 0);
+    w.pools[0].labels.insert("team".into(), "b".into());
+    check(&w.decide(), &[("a", None, "drifted (NodePool default template changed since launch), but pod default/a-p0 blocked by PDB inflate-pdb")]);
+    w.pdbs.clear();
+    w.budgets(serde_json::json!([{"nodes": "0", "reasons": ["Drifted"]}]));
+    check(&w.decide(), &[("a", None, "budget for Drifted exhausted")]);
+}
+
+// ------------------------------------------------------------ consolidation
+
+/// Source walkthrough: three 4-CPU/16 GB nodes at 50 %, 30 % and 20 %.
+fn three_nodes() -> World {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge", "c5.xlarge", "m5.large"]);
+    w.node("a", "m5.xlarge").pods_on("a", 4, 500, 2048); // 2 CPU, 8 GiB
+    w.node("b", "m5.xlarge").pods_on("b", 3, 400, 1600); // 1.2 CPU, 4.8 GiB
+    w.node("c", "m5.xlarge").pods_on("c", 2, 400, 1600); // 0.8 CPU, 3.2 GiB
+    w
+}
+
+#[test]
+fn consolidation_example_moves_the_20_percent_node() {
+    let w = three_nodes();
+    let plan = w.decide();
+    check(&plan, &[
+        ("c", Some(Reason::Underutilized), "its pods fit on other nodes"),
+        ("a", None, "one consolidation at a time"),
+        ("b", None, "one consolidation at a time"),
+    ]);
+    let cmd = &plan.commands[0];
+    assert_eq!(cmd.method, "single-node-consolidation");
+    assert!(cmd.replacement.is_none());
+    assert_eq!(cmd.targets[0].pods.len(), 2);
+    assert!((cmd.savings - 0.192).abs() < 1e-9);
+    assert_eq!(cmd.validate_at, Some(t0().checked_add(SignedDuration::from_secs(15)).expect("t")));
+    // Re-validation on the same cluster passes; once the pods changed it fails.
+    assert_eq!(validate(cmd, &w.snapshot()), Ok(()));
+    let mut changed = three_nodes();
+    changed.pod_on("c", "late", 100, 100);
+    assert!(validate(cmd, &changed.snapshot()).expect_err("pods changed").contains("pods on node c changed"));
+}
+
+#[test]
+fn replacement_under_the_threshold_moves_nothing() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge", "m5a.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
+    check(&w.decide(), &[("a", None, "savings 3.1 % below threshold 10 %")]);
+    // With the threshold at 0 the balanced score still refuses 3 % for every pod…
+    w.settings.consolidation_savings_threshold = 0.0;
+    check(&w.decide(), &[("a", None, "balanced score 0.03 below 0.50")]);
+    // …and without it (Karpenter's WhenEmptyOrUnderutilized) it is replaced.
+    w.tuning.balanced = false;
+    let plan = w.decide();
+    check(&plan, &[("a", Some(Reason::Underutilized), "replaced by one on-demand node (m5a.xlarge")]);
+    let r = plan.commands[0].replacement.as_ref().expect("replacement");
+    assert_eq!(r.claims.len(), 1);
+    assert!(r.claims[0].options.iter().all(|o| o.instance_type != "m5.xlarge"));
+    assert!(plan.removals()[0].replace);
+}
+
+#[test]
+fn never_replaced_by_the_same_type_and_capacity_type() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.settings.consolidation_savings_threshold = 0.0;
+    w.tuning.balanced = false;
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
+    check(&w.decide(), &[("a", None, "the only replacement that fits is the same instance type and capacity type")]);
+}
+
+#[test]
+fn replaced_by_a_cheaper_smaller_node() {
+    let mut w = World::new();
+    w.node("a", "m5.2xlarge").pods_on("a", 2, 500, 1024);
+    let plan = w.decide();
+    check(&plan, &[("a", Some(Reason::Underutilized), "replaced by one on-demand node (m5.large")]);
+    let r = plan.commands[0].replacement.as_ref().expect("replacement");
+    assert!(r.price <= 0.384 * 0.9);
+    assert_eq!(r.claims[0].pods.len(), 2);
+    assert!(r.claims[0].stamp.nodepool_hash.is_some());
+}
+
+fn spot_pool() -> serde_json::Value {
+    serde_json::json!({"template": {"spec": {
+        "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}],
+        "nodeClassRef": {"name": "default"}}}})
+}
+
+#[test]
+fn on_demand_to_spot_where_the_pool_allows_spot() {
+    let mut w = World::with_pool(spot_pool());
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
+    let plan = w.decide();
+    check(&plan, &[("a", Some(Reason::Underutilized), "replaced by one spot node (m5.xlarge")]);
+}
+
+#[test]
+fn spot_to_spot_needs_the_gate_and_15_cheaper_types() {
+    let mut w = World::with_pool(spot_pool());
+    w.node_at("a", "m5.2xlarge", "spot", t0()).pods_on("a", 2, 500, 1024);
+    check(&w.decide(), &[("a", None, "spot-to-spot consolidation is off")]);
+    w.settings.spot_to_spot_consolidation = true;
+    check(&w.decide(), &[("a", None, "needs 15 cheaper spot instance types")]);
+}
+
+#[test]
+fn consolidate_after_is_measured_from_the_last_pod_event() {
+    let mut w = three_nodes();
+    w.pools[0].disruption.consolidate_after = Some(SignedDuration::from_secs(60));
+    w.observed_at(secs(0));
+    w.pod_on("c", "new", 100, 100).observed_at(secs(30));
+    check(&w.at(secs(60)).decide(), &[("c", None, "pods changed 30s ago, consolidateAfter is 1m")]);
+    assert!(!disrupted(&w.at(secs(90)).decide()).is_empty());
+}
+
+#[test]
+fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge", "m5.large"]);
+    w.node("a", "m5.xlarge").pods_on("a", 2, 400, 1024);
+    w.node("b", "m5.xlarge").pods_on("b", 2, 400, 1024);
+    w.budgets(serde_json::json!([{"nodes": "100%"}]));
+    let plan = w.decide();
+    assert_eq!(plan.commands.len(), 1, "{plan:#?}");
+    let cmd = &plan.commands[0];
+    assert_eq!(cmd.method, "multi-node-consolidation");
+    let removals = plan.removals();
+    assert_eq!(removals.len(), 2);
+    assert!(removals.iter().all(|r| r.replace && r.command_id == cmd.id && r.reason == Reason::Underutilized));
+    let r = cmd.replacement.as_ref().expect("one replacement");
+    assert_eq!(r.claims.len(), 1);
+    assert_eq!(r.claims[0].pods.len(), 4);
+    assert_eq!(r.claims[0].options[0].instance_type, "m5.large");
+    assert!((cmd.savings - (0.384 - 0.096)).abs() < 1e-9);
+    assert_eq!(validate(cmd, &w.snapshot()), Ok(()));
+    // Once one of them is already being removed, the planned move no longer holds.
+    w.in_flight.push(InFlight { node: "a".into(), claim_id: "default-a".into(), reason: Reason::Drifted, replace: true });
+    assert!(validate(cmd, &w.snapshot()).expect_err("disrupting").contains("already being disrupted"));
+}
+
+#[test]
+fn drift_is_revalidated() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.pools[0].labels.insert("team".into(), "b".into());
+    let plan = w.decide();
+    let cmd = plan.commands[0].clone();
+    assert_eq!(validate(&cmd, &w.snapshot()), Ok(()));
+    w.pools[0].labels.remove("team");
+    assert!(validate(&cmd, &w.snapshot()).expect_err("reverted").contains("no longer drifted"));
+}
+
+#[test]
+fn balanced_prefers_fewer_pods_at_equal_savings() {
+    // b and c cost the same; c holds fewer pods.
+    let w = three_nodes();
+    let plan = w.decide();
+    assert_eq!(disrupted(&plan), ["c"]);
+}
+
+// ------------------------------------------------------------ blockers
+
+#[test]
+fn do_not_disrupt_true_on_a_pod() {
+    let mut w = three_nodes();
+    w.annotate_pod("c-p0", snapshot::DO_NOT_DISRUPT, "true");
+    let plan = w.decide();
+    check(&plan, &[("c", None, "do-not-disrupt on pod default/c-p0")]);
+    assert!(!disrupted(&plan).contains(&"c"));
+}
+
+#[test]
+fn do_not_disrupt_with_a_duration_expires() {
+    let mut w = three_nodes();
+    w.annotate_node("c", snapshot::DO_NOT_DISRUPT, "30m");
+    check(&w.at(secs(600)).decide(), &[("c", None, "do-not-disrupt on node c until 10:30:00 UTC")]);
+    check(&w.at(secs(1800)).decide(), &[("c", Some(Reason::Underutilized), "")]);
+    let mut w = three_nodes();
+    w.annotate_pod("c-p1", snapshot::DO_NOT_DISRUPT, "1h");
+    check(&w.at(secs(3599)).decide(), &[("c", None, "do-not-disrupt on pod default/c-p1 until 11:00:00")]);
+}
+
+#[test]
+fn a_pdb_that_allows_nothing_blocks_consolidation() {
+    let mut w = three_nodes();
+    w.pdb("inflate-pdb", 0);
+    let plan = w.decide();
+    assert!(plan.commands.is_empty());
+    check(&plan, &[("c", None, "pod default/c-p0 blocked by PDB inflate-pdb")]);
+    let mut w = three_nodes();
+    w.pdb("inflate-pdb", 1);
+    assert_eq!(disrupted(&w.decide()), ["c"]);
+}
+
+// ------------------------------------------------------------ budgets
+
+fn empties(n: usize) -> World {
+    let mut w = World::new();
+    for k in 0..n {
+        w.node(&format!("n{k:02}"), "m5.large");
+    }
+    w.observed_at(secs(0));
+    w
+}
+
+#[test]
+fn budgets_zero_one_and_ten_percent() {
+    let mut w = empties(12);
+    // Default 10 % of 12 nodes, rounded up: 2.
+    assert_eq!(w.decide().commands.len(), 2);
+    w.budgets(serde_json::json!([{"nodes": "0"}]));
+    let plan = w.decide();
+    assert!(plan.commands.is_empty());
+    check(&plan, &[("n00", None, "budget for Empty exhausted in NodePool default (0 of 12 nodes allowed, 0 disrupting)")]);
+    w.budgets(serde_json::json!([{"nodes": "1"}]));
+    assert_eq!(w.decide().commands.len(), 1);
+    w.budgets(serde_json::json!([{"nodes": "10%"}, {"nodes": "5", "reasons": ["Empty"]}]));
+    assert_eq!(w.decide().commands.len(), 2, "the minimum of the active budgets");
+}
+
+#[test]
+fn budgets_count_nodes_already_disrupting() {
+    let mut w = empties(12);
+    w.in_flight.push(InFlight { node: "n11".into(), claim_id: "default-n11".into(), reason: Reason::Drifted, replace: true });
+    let plan = w.decide();
+    assert_eq!(plan.commands.len(), 1);
+    check(&plan, &[("n11", None, "already being disrupted (Drifted)")]);
+}
+
+#[test]
+fn a_budget_schedule_window() {
+    let mut w = empties(4);
+    // No disruption from 09:00 for 8 hours, every day.
+    w.budgets(serde_json::json!([{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}]));
+    check(&w.at(secs(0)).decide(), &[("n00", None, "budget for Empty exhausted")]); // 10:00
+    let evening = secs(8 * 3600); // 18:00
+    assert_eq!(w.at(evening).decide().commands.len(), 4);
+}
+
+#[test]
+fn nodes_of_a_deleted_pool_drift_but_an_invalid_pool_is_left_alone() {
+    let mut w = empties(0);
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.pools.clear();
+    check(&w.decide(), &[("a", Some(Reason::Drifted), "NodePool default no longer exists")]);
+    // A NodePool that failed validation (say, a bad cron) is not a deleted one.
+    w.invalid_pools.push("default".into());
+    check(&w.decide(), &[("a", None, "failed validation")]);
+}
+
+#[test]
+fn a_bad_cron_is_refused_by_validation() {
+    let d = crate::config::disruption::DisruptionSpec {
+        budgets: Some(vec![serde_json::from_value(serde_json::json!({"nodes": "0", "schedule": "61 * * * *", "duration": "1h"})).expect("spec")]),
+        ..Default::default()
+    };
+    assert!(crate::config::Disruption::from_spec(Some(&d), "spec.disruption").is_err());
+}
+
+// ------------------------------------------------------------ repair
+
+#[test]
+fn repair_after_30_minutes_behind_its_gate() {
+    let mut w = empties(0);
+    w.catalog = catalog(&["m5.xlarge"]);
+    for k in 0..5 {
+        w.node(&format!("n{k}"), "m5.xlarge").pods_on(&format!("n{k}"), 1, 3000, 1024);
+    }
+    w.not_ready("n0", secs(0));
+    w.settings.node_repair = false;
+    check(&w.at(secs(1800)).decide(), &[("n0", None, "node repair is off")]);
+    w.settings.node_repair = true;
+    check(&w.at(secs(1799)).decide(), &[("n0", None, "NotReady for 29m59s, repaired after 30m")]);
+    let plan = w.at(secs(1800)).decide();
+    check(&plan, &[("n0", Some(Reason::Unhealthy), "NotReady for 30m")]);
+    assert_eq!(plan.removals()[0].deadline, Some(secs(1800)));
+    // 2 of 5 unhealthy (40 % > 20 %): paused.
+    w.not_ready("n1", secs(0));
+    check(&w.decide(), &[("n0", None, "2 of 5 nodes of NodePool default are unhealthy")]);
+}
+
+#[test]
+fn pods_are_not_moved_onto_a_not_ready_node() {
+    let mut w = three_nodes();
+    w.not_ready("a", secs(0));
+    w.not_ready("b", secs(0));
+    // c's pods would fit on a or b, but both are NotReady: a new (cheaper) node takes them.
+    let plan = w.decide();
+    assert_eq!(disrupted(&plan), ["c"]);
+    let r = plan.commands[0].replacement.as_ref().expect("c is replaced, not deleted");
+    assert_eq!(r.claims[0].pods.len(), 2);
+}
+
+// ------------------------------------------------------------ output
+
+#[test]
+fn every_node_gets_a_reason_and_foreign_nodes_are_never_touched() {
+    let mut w = three_nodes();
+    let foreign = SimCluster::ready_node("foreign", BTreeMap::new(), vec![], "aws:///x/i-foreign", &Resources::new(4000, 16384 * MIB, 110), &Resources::new(4000, 16384 * MIB, 110), t0());
+    w.nodes.push(foreign);
+    let plan = w.decide();
+    assert_eq!(plan.nodes.len(), 4);
+    assert!(plan.nodes.iter().all(|d| !d.reason.is_empty()));
+    check(&plan, &[("foreign", None, "not launched by nodewright")]);
+}
+
+// ------------------------------------------------------------ properties
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random small clusters: no budget is exceeded, no do-not-disrupt node
+    /// is disrupted voluntarily, and the decision is deterministic.
+    #[test]
+    fn decisions_respect_budgets_and_blockers(
+        loads in proptest::collection::vec(0usize..5, 1..8),
+        blocked in proptest::collection::vec(any::<bool>(), 8),
+        budget in 0usize..3,
+        age_hours in 0i64..800,
+    ) {
+        let mut w = World::new();
+        w.budgets(serde_json::json!([{"nodes": budget.to_string()}]));
+        for (k, n) in loads.iter().enumerate() {
+            let name = format!("n{k}");
+            w.node(&name, "m5.xlarge").pods_on(&name, *n, 400, 1024);
+            if blocked[k] {
+                w.annotate_node(&name, snapshot::DO_NOT_DISRUPT, "true");
+            }
+        }
+        w.observed_at(secs(0));
+        w.at(t0().checked_add(SignedDuration::from_hours(age_hours)).expect("t"));
+        let plan = w.decide();
+        let voluntary: Vec<&Command> = plan.commands.iter().filter(|c| !c.reason.is_forceful()).collect();
+        let voluntary_nodes: usize = voluntary.iter().map(|c| c.targets.len()).sum();
+        prop_assert!(voluntary_nodes <= budget, "{voluntary_nodes} > {budget}");
+        for c in &voluntary {
+            for t in &c.targets {
+                let k: usize = t.node[1..].parse().expect("index");
+                prop_assert!(!blocked[k], "do-not-disrupt node {} disrupted for {:?}", t.node, c.reason);
+            }
+        }
+        prop_assert_eq!(&plan, &w.decide());
+        // Every node has exactly one decision, and no node is in two commands.
+        prop_assert_eq!(plan.nodes.len(), loads.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for n in disrupted(&plan) {
+            prop_assert!(seen.insert(n.to_owned()));
+        }
+    }
+}
