@@ -48,6 +48,8 @@ pub struct ProvisionerSettings {
     pub gc_interval: SignedDuration,
     /// How often pending pods are polled when nothing else is due.
     pub poll: SignedDuration,
+    /// How often the provisioner advances removal commands as a safety net.
+    pub removals_interval: SignedDuration,
 }
 
 impl Default for ProvisionerSettings {
@@ -59,6 +61,7 @@ impl Default for ProvisionerSettings {
             parked_volume_retry: SignedDuration::from_secs(30),
             gc_interval: SignedDuration::from_secs(60),
             poll: SignedDuration::from_secs(1),
+            removals_interval: SignedDuration::from_secs(15),
         }
     }
 }
@@ -81,12 +84,14 @@ pub struct Provisioner<P: PortSet> {
     /// Lease holder id (the invocation's request id).
     holder: String,
     last_gc: Option<Timestamp>,
+    /// When this invocation last advanced removal commands (the safety net).
+    last_removals: Option<Timestamp>,
     ticks: u64,
 }
 
 impl<P: PortSet> Provisioner<P> {
     pub fn new(ports: P, settings: ProvisionerSettings, holder: impl Into<String>) -> Self {
-        Provisioner { ports, settings, holder: holder.into(), last_gc: None, ticks: 0 }
+        Provisioner { ports, settings, holder: holder.into(), last_gc: None, last_removals: None, ticks: 0 }
     }
 
     pub fn ports(&self) -> &P {
@@ -170,8 +175,16 @@ impl<P: PortSet> Provisioner<P> {
             }
         }
         // Removals in progress: the interruption and disruption functions
-        // drive them; this tick is the safety net when one of those crashed.
-        let removal_wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
+        // drive them; the provisioner is the safety net when one of those
+        // crashed. Not every tick: listing commands is a Scan, billed by
+        // every item of the state table.
+        let mut removal_wake = None;
+        if self.last_removals.is_none_or(|t| now.duration_since(t) >= self.settings.removals_interval) {
+            self.last_removals = Some(now);
+            removal_wake = termination::advance_all(&self.ports, &config, &self.settings.launch)
+                .await?
+                .map(|w| w.max(now + self.settings.removals_interval));
+        }
         if changed || removal_wake.is_some() {
             claims = store.claims().await?;
         }

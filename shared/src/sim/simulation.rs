@@ -46,6 +46,9 @@ pub struct SimSettings {
     pub interruption: InterruptionSettings,
     /// SQS's delay before a message handed back (a failed batch item) is seen again.
     pub redelivery: SignedDuration,
+    /// The interruption function's timeout: after a batch it keeps driving
+    /// removals this long at most.
+    pub interruption_invocation: SignedDuration,
 }
 
 impl Default for SimSettings {
@@ -61,6 +64,7 @@ impl Default for SimSettings {
             provisioner: ProvisionerSettings::default(),
             interruption: InterruptionSettings::default(),
             redelivery: SignedDuration::from_secs(20),
+            interruption_invocation: SignedDuration::from_secs(180),
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     /// Track how long pods wait for a node (costs a pod listing per step).
     pub track_pending: bool,
     pending_since: BTreeMap<String, (Timestamp, String)>,
+    /// An interruption invocation driving removals: until when, and its next pass.
+    interruption_drive: Option<(Timestamp, Timestamp)>,
     /// The longest any pod waited for a node, and which.
     pub longest_pending: Option<(SignedDuration, String)>,
 }
@@ -151,6 +157,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             track_pending: false,
             pending_since: BTreeMap::new(),
             longest_pending: None,
+            interruption_drive: None,
         }
     }
 
@@ -263,9 +270,18 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             // Pods just bound or nominated change what the scheduler sees.
             self.reconcile_cluster().await;
         }
+        // The interruption invocation keeps driving its removals (every ~2 s).
+        if let Some((until, next_pass)) = self.interruption_drive
+            && now >= next_pass
+        {
+            self.interruption_drive = self.drive_removals(now, until).await.map(|pass| (until, pass));
+        }
         self.record_usage().await;
         self.observe(now).await;
         let mut candidates = vec![next, self.next_invocation];
+        if let Some((_, pass)) = self.interruption_drive {
+            candidates.push(pass);
+        }
         if let Some(d) = self.invocation_deadline {
             candidates.push(self.next_tick);
             candidates.push(d - self.settings.margin);
@@ -337,11 +353,29 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         match interruption::handle_batch(&ports, &config, &config.settings, &self.settings.interruption, &records).await {
             Ok(report) => {
                 self.interruptions.extend(report.outcomes.into_iter().map(|(_, o)| o));
+                let now = self.clock.now();
+                let until = now + self.settings.interruption_invocation;
+                // The invocation goes on driving removals (drive_until), from its next pass.
+                self.interruption_drive = Some((until, now + crate::termination::machine::POLL));
                 report.failures
             }
             Err(e) => {
                 warn!(error = %e, "interruption function failed its batch");
                 messages.iter().map(|(id, _)| id.clone()).collect()
+            }
+        }
+    }
+
+    /// One pass of the interruption invocation's drive loop; the next pass's
+    /// time, or `None` when the invocation ends (nothing left, or its time is up).
+    async fn drive_removals(&mut self, now: Timestamp, until: Timestamp) -> Option<Timestamp> {
+        let config = config_loader::load(&self.store).await.ok()?;
+        match crate::handlers::termination::advance_all(&self.ports(), &config, &self.settings.interruption.launch).await {
+            Ok(Some(wake)) if wake < until => Some(wake.max(now + SignedDuration::from_millis(200))),
+            Ok(_) => None,
+            Err(e) => {
+                warn!(error = %e, "interruption invocation stopped driving removals");
+                None
             }
         }
     }
