@@ -24,8 +24,8 @@ use super::cloud::SimCloud;
 use super::controllers::node_of;
 use super::driver::ClusterDriver;
 use super::simulation::Simulation;
-use crate::config::{self, ConfigError};
-use crate::ports::{Cloud, ConfigItem, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
+use crate::config::{self, ConfigDocument, ConfigError};
+use crate::ports::{Cloud, ConfigItem, OfferingKey, SignedDuration, Store, Timestamp};
 use crate::resources;
 
 /// The built-in scenario: the first source walkthrough.
@@ -133,6 +133,10 @@ pub enum ScenarioError {
     Config(#[from] ConfigError),
     #[error("scenario action at {at}: {reason}")]
     Action { at: String, reason: String },
+    /// Objects that fail validation, every one (as `kubectl apply` or
+    /// `nodewright config apply` would refuse them).
+    #[error("scenario: {} invalid object(s):\n  {}", .0.len(), .0.join("\n  "))]
+    Invalid(Vec<String>),
 }
 
 pub fn parse(yaml: &str) -> Result<Scenario, ScenarioError> {
@@ -173,33 +177,108 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, ScenarioError> {
 }
 
 /// Configuration objects → the Store's items; workload objects → left over.
+/// Every configuration object is validated, alone and as a set (names,
+/// references), and every pod template's requests and limits parse; all
+/// errors are returned at once.
 pub fn split_objects(
     objects: &[serde_json::Value],
     now: Timestamp,
 ) -> Result<(Vec<ConfigItem>, Vec<serde_json::Value>), ScenarioError> {
-    let mut items = Vec::new();
+    let (docs, workloads, errors) = read_objects(objects, "objects");
+    let mut errors = errors;
+    if let Err(e) = config::ConfigSet::from_documents(&docs) {
+        errors.extend(e.iter().map(ToString::to_string));
+    }
+    if !errors.is_empty() {
+        return Err(ScenarioError::Invalid(errors));
+    }
+    Ok((docs.iter().map(|d| d.to_item(1, now)).collect(), workloads))
+}
+
+/// Reads objects: configuration documents, workloads, and an error (as
+/// text) for each object that does not read.
+fn read_objects(objects: &[serde_json::Value], at: &str) -> (Vec<ConfigDocument>, Vec<serde_json::Value>, Vec<String>) {
+    let mut docs = Vec::new();
     let mut workloads = Vec::new();
-    for o in objects {
+    let mut errors = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
         let api = o.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
-        if api.starts_with("karpenter.") {
-            // JSON is YAML: the configuration parser takes the object as written.
-            for doc in config::parse_documents(&o.to_string())? {
-                items.push(config_item(doc, now));
+        if api.starts_with("karpenter.") || api.starts_with("nodewright.io") {
+            match config::document::from_value(o, i) {
+                Ok(d) => docs.extend(d),
+                Err(e) => errors.push(format!("{}", ConfigError { item: e.item.replacen("document", at, 1), ..e })),
             }
         } else {
+            errors.extend(workload_errors(o).into_iter().map(|e| format!("{at}[{i}]: {e}")));
             workloads.push(o.clone());
         }
     }
-    Ok((items, workloads))
+    (docs, workloads, errors)
 }
 
-fn config_item(doc: config::document::ConfigDocument, now: Timestamp) -> ConfigItem {
-    use config::document::ConfigDocument;
-    let (kind, name, spec) = match doc {
-        ConfigDocument::NodePool { name, spec, .. } => (ConfigKind::NodePool, name, serde_json::to_value(spec)),
-        ConfigDocument::NodeClass { name, spec } => (ConfigKind::NodeClass, name, serde_json::to_value(spec)),
+/// Malformed requests and limits in a workload's pod spec (`cpu: 1x`), each
+/// as `<kind>/<name>: <field>: <reason>`.
+pub fn workload_errors(o: &serde_json::Value) -> Vec<String> {
+    let kind = o.get("kind").and_then(|v| v.as_str()).unwrap_or("object");
+    let name = o.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or("");
+    let (spec, path) = match kind {
+        "Pod" => (o.pointer("/spec"), "spec"),
+        _ => (o.pointer("/spec/template/spec"), "spec.template.spec"),
     };
-    ConfigItem { kind, name, spec: spec.unwrap_or_default(), version: 1, updated_at: now }
+    let mut errors = Vec::new();
+    let Some(spec) = spec else { return errors };
+    for list in ["initContainers", "containers"] {
+        for (ci, c) in spec.get(list).and_then(|v| v.as_array()).into_iter().flatten().enumerate() {
+            for part in ["requests", "limits"] {
+                let Some(map) = c.pointer(&format!("/resources/{part}")).and_then(|v| v.as_object()) else { continue };
+                for (res, q) in map {
+                    let text = match q {
+                        serde_json::Value::String(t) => t.clone(),
+                        other => other.to_string(),
+                    };
+                    if let Err(e) = resources::Resources::default().set(res, &text) {
+                        errors.push(format!("{}/{name}: {path}.{list}[{ci}].resources.{part}.{res}: {e}", kind.to_lowercase()));
+                    }
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// Checks a whole scenario before it runs: its objects, and each `apply`
+/// action's objects on top of what came before; every error at once.
+pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
+    let (mut docs, _, mut errors) = read_objects(&scenario.objects, "objects");
+    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut check = |docs: &[ConfigDocument], errors: &mut Vec<String>| {
+        if let Err(e) = config::ConfigSet::from_documents(docs) {
+            for e in e {
+                let text = e.to_string();
+                if seen.insert(text.clone()) {
+                    errors.push(text);
+                }
+            }
+        }
+    };
+    check(&docs, &mut errors);
+    for (ai, action) in scenario.actions.iter().enumerate() {
+        if let Err(e) = parse_duration(&action.at) {
+            errors.push(format!("actions[{ai}].at: {e}"));
+        }
+        if let ActionKind::Apply(objects) = &action.what {
+            let (new, _, e) = read_objects(objects, &format!("actions[{ai}].apply"));
+            errors.extend(e);
+            // Later documents replace earlier ones of the same kind and name.
+            docs.retain(|d| !new.iter().any(|n| n.kind() == d.kind() && n.name() == d.name()));
+            docs.extend(new);
+            check(&docs, &mut errors);
+        }
+    }
+    if let Err(e) = parse_duration(&scenario.run) {
+        errors.push(format!("run: {e}"));
+    }
+    if errors.is_empty() { Ok(()) } else { Err(ScenarioError::Invalid(errors)) }
 }
 
 /// Writes configuration items, replacing what is stored under the same name.
@@ -217,6 +296,7 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     sim: &mut Simulation<C, S, K>,
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
+    validate(scenario)?;
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;
     for w in workloads {
@@ -252,7 +332,12 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             sim.cluster.scale(namespace, deployment, *replicas).await.map_err(err)
         }
         ActionKind::Apply(objects) => {
-            let (items, workloads) = split_objects(objects, sim.now())?;
+            // Validated with what came before by `validate`: only read here.
+            let (docs, workloads, errors) = read_objects(objects, "apply");
+            if !errors.is_empty() {
+                return Err(ScenarioError::Invalid(errors));
+            }
+            let items: Vec<ConfigItem> = docs.iter().map(|d| d.to_item(1, sim.now())).collect();
             put_config(&sim.store, items).await?;
             for w in workloads {
                 sim.cluster.apply(&w).await.map_err(err)?;
