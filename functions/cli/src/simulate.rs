@@ -89,6 +89,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             nodes: sim.cluster.all_nodes(),
             pods: sim.cluster.all_pods(),
             instances,
+            events: sim.cluster.events(),
             simulated: sim.now().duration_since(start).as_secs_f64(),
             wall: started.elapsed().as_secs_f64(),
         };
@@ -109,6 +110,7 @@ struct Report<'a> {
     nodes: Vec<Node>,
     pods: Vec<Pod>,
     instances: Vec<Instance>,
+    events: Vec<(nodewright::ports::Timestamp, nodewright::ports::ClusterEvent)>,
     simulated: f64,
     wall: f64,
 }
@@ -126,6 +128,26 @@ fn pod_name(p: &Pod) -> String {
 }
 
 impl Report<'_> {
+    /// Why a pod is pending: the provisioner's latest FailedScheduling event
+    /// for it (current), else the scheduler's condition (set once, when the
+    /// pod was first found unschedulable, so often stale).
+    fn pending_reason(&self, p: &Pod) -> Option<String> {
+        let (ns, name) = (p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""));
+        let from_event = self
+            .events
+            .iter()
+            .rev()
+            .find(|(_, e)| e.kind == "Pod" && e.reason == "FailedScheduling" && e.name == name && e.namespace.as_deref().unwrap_or("default") == ns)
+            .map(|(_, e)| e.message.strip_prefix("Failed to schedule pod, ").unwrap_or(&e.message).to_owned());
+        from_event.or_else(|| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+                .and_then(|c| c.message.clone())
+        })
+    }
+
     fn price(&self, n: &Node) -> f64 {
         let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
         self.instances.iter().find(|i| i.provider_id == pid).map_or(0.0, |i| i.price)
@@ -195,6 +217,9 @@ impl Report<'_> {
             pending,
             cost * 730.0
         );
+        for p in self.pods.iter().filter(|p| pod_node(p).is_none()) {
+            println!("pending {}: {}", pod_name(p), self.pending_reason(p).unwrap_or_else(|| "no reason recorded yet".to_owned()));
+        }
         println!("scenario {}: {:.0}s simulated in {:.2}s", self.name, self.simulated, self.wall);
         if failures.is_empty() {
             println!("expectations: all met");
@@ -226,12 +251,7 @@ impl Report<'_> {
             .pods
             .iter()
             .map(|p| {
-                let error = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
-                    .and_then(|c| c.message.clone());
+                let error = self.pending_reason(p);
                 let mut v = json!({"name": pod_name(p), "node": pod_node(p)});
                 if pod_node(p).is_none() {
                     v["error"] = json!(error);

@@ -6,6 +6,7 @@
 //! write in the Store.
 
 pub mod config;
+pub mod config_write;
 pub mod provisioner;
 pub mod state_change;
 

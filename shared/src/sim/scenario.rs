@@ -453,3 +453,60 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     }
     failures
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_with_invalid_objects_is_refused_naming_every_error() {
+        let text = r#"
+name: mistakes
+run: 1m
+objects:
+  - apiVersion: karpenter.k8s.aws/v1
+    kind: EC2NodeClass
+    metadata: {name: c}
+    spec: {role: r, subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}]}
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata: {name: op}
+    spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c},
+           requirements: [{key: karpenter.sh/capacity-type, operator: Inn, values: [spot]}]}}}
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata: {name: limit}
+    spec: {limits: {memory: 8Gx}, template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}}}
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata: {name: noref}
+    spec: {template: {spec: {requirements: []}}}
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: inflate}
+    spec:
+      replicas: 1
+      selector: {matchLabels: {app: inflate}}
+      template:
+        metadata: {labels: {app: inflate}}
+        spec: {containers: [{name: c, image: pause, resources: {requests: {cpu: 1x}}}]}
+"#;
+        let s = parse(text).expect("parses");
+        let Err(ScenarioError::Invalid(errors)) = validate(&s) else { panic!("must be refused") };
+        assert_eq!(errors.len(), 5, "{errors:#?}");
+        let all = errors.join("\n");
+        for want in ["nodeclass/c: spec.amiSelectorTerms", "nodepool/op", "Inn", "nodepool/limit: spec.limits", "8Gx",
+                     "nodepool/noref: spec.template.spec.nodeClassRef", "deployment/inflate: spec.template.spec.containers[0].resources.requests.cpu"] {
+            assert!(all.contains(want), "{want} in:\n{all}");
+        }
+        assert!(split_objects(&s.objects, Timestamp::UNIX_EPOCH).is_err());
+    }
+
+    #[test]
+    fn the_built_in_scenarios_validate() {
+        for (name, text) in BUILT_IN {
+            let s = parse(text).expect(name);
+            validate(&s).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}
