@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::{ConfigDocument, ConfigError, ConfigSet, parse_config_all};
+use crate::config::{ConfigDocument, ConfigError, ConfigSet, Document, parse_all, parse_config_all};
 use crate::ports::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES, Store, StoreError, Timestamp};
 
 /// What applying a file would do to one item.
@@ -47,12 +47,16 @@ pub enum WriteError {
 
 /// Reads a file of documents (YAML or JSON) and checks it offline: every
 /// document, and the set's names and references. Errors name the file.
-pub fn validate_text(file: &str, text: &str) -> Result<Vec<ConfigDocument>, Vec<String>> {
-    let (docs, mut errors) = parse_config_all(text);
+/// Documents of other kinds (a Deployment) are not configuration: with
+/// `keep_others` they are counted, not errors (what a scenario's objects hold).
+pub fn validate_text(file: &str, text: &str, keep_others: bool) -> Result<(Vec<ConfigDocument>, usize), Vec<String>> {
+    let (all, mut errors) = parse_all(text, keep_others);
+    let others = all.iter().filter(|d| matches!(d, Document::Other(_))).count();
+    let docs: Vec<ConfigDocument> = all.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
     if let Err(e) = ConfigSet::from_documents(&docs) {
         errors.extend(e);
     }
-    if errors.is_empty() { Ok(docs) } else { Err(prefixed(file, &errors)) }
+    if errors.is_empty() { Ok((docs, others)) } else { Err(prefixed(file, &errors)) }
 }
 
 fn prefixed(file: &str, errors: &[ConfigError]) -> Vec<String> {
