@@ -921,3 +921,86 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod never_panics {
+    //! Random YAML/JSON into the importer and the validator: errors, never a panic.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// JSON values shaped like configuration: the keys the schema uses, and
+    /// values of every type at every place.
+    fn value() -> impl Strategy<Value = Value> {
+        let keys = prop::sample::select(vec![
+            "apiVersion", "kind", "metadata", "name", "spec", "template", "requirements", "key", "operator", "values",
+            "minValues", "limits", "cpu", "memory", "disruption", "budgets", "nodes", "schedule", "duration",
+            "consolidateAfter", "consolidationPolicy", "expireAfter", "nodeClassRef", "kubelet", "maxPods",
+            "systemReserved", "evictionHard", "amiSelectorTerms", "alias", "subnetSelectorTerms", "tags", "id",
+            "securityGroupSelectorTerms", "role", "provider", "subnetSelector", "ttlSecondsAfterEmpty", "weight",
+            "taints", "effect", "items", "batchIdleDuration", "rebalancePolicy", "featureGates",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            prop::sample::select(vec![
+                "karpenter.sh/v1", "karpenter.k8s.aws/v1", "karpenter.sh/v1beta1", "karpenter.sh/v1alpha5",
+                "karpenter.k8s.aws/v1alpha1", "karpenter.k8s.aws/v1beta1", "nodewright.io/v1alpha1", "NodePool",
+                "EC2NodeClass", "Provisioner", "AWSNodeTemplate", "Settings", "List", "In", "NotIn", "Gt", "Lt",
+                "Exists", "1x", "8Gx", "-1", "100%", "0 0 * * *", "@daily", "10m", "Never", "default", "al2023@latest",
+                "", "kubernetes.io/arch", "karpenter.sh/nodepool", "WhenEmpty", "*",
+            ])
+            .prop_map(Value::from),
+            "[a-z0-9./%@* -]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(keys.clone(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            ]
+        })
+    }
+
+    fn exercise(text: &str) {
+        let (docs, _) = parse_all(text, true);
+        let config: Vec<ConfigDocument> = docs.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+        let _ = ConfigSet::from_documents(&config);
+        let items: Vec<ConfigItem> = config.iter().map(|d| d.to_item(1, jiff::Timestamp::UNIX_EPOCH)).collect();
+        let _ = resolve_items(&items);
+        let _ = ConfigSet::parse(text);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn structured_documents(v in value()) {
+            exercise(&v.to_string());
+            exercise(&serde_norway::to_string(&v).unwrap_or_default());
+        }
+
+        #[test]
+        fn arbitrary_text(text in "\\PC{0,200}") {
+            exercise(&text);
+        }
+
+        #[test]
+        fn stored_items_with_any_spec(spec in value(), kind in 0..3u8) {
+            let kind = [ConfigKind::NodePool, ConfigKind::NodeClass, ConfigKind::Settings][kind as usize];
+            let item = ConfigItem { kind, name: "x".into(), spec, version: 1, updated_at: jiff::Timestamp::UNIX_EPOCH };
+            let r = resolve_items(&[item]);
+            // Whatever it is, it is valid or reported, never both, never lost.
+            prop_assert!(r.errors.len() + r.set.node_pools.len() + r.set.node_classes.len() + r.not_ready.len() >= usize::from(kind != ConfigKind::Settings));
+        }
+
+        #[test]
+        fn near_valid_nodepools(reqs in prop::collection::vec(value(), 0..4), limits in value(), disruption in value()) {
+            let doc = serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"},
+                "requirements": reqs}}, "limits": limits, "disruption": disruption}});
+            exercise(&doc.to_string());
+        }
+    }
+}
