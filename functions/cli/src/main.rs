@@ -4,6 +4,7 @@
 mod bench;
 mod config;
 mod simulate;
+mod status;
 mod target;
 #[cfg(feature = "aws")]
 mod catalog;

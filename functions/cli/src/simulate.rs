@@ -84,6 +84,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         scenario::run(&mut sim, &scenario).await?;
         let failures = scenario::check(&sim, &scenario.expect).await;
         let instances = sim.cloud.instances().await?;
+        let catalog = sim.cloud.catalog().await?;
+        let claims = nodewright::ports::Store::claims(&sim.store).await?;
         let report = Report {
             name: &scenario.name,
             nodes: sim.cluster.all_nodes(),
@@ -93,10 +95,33 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             simulated: sim.now().duration_since(start).as_secs_f64(),
             wall: started.elapsed().as_secs_f64(),
         };
+        let mut snapshot = crate::status::FleetSnapshot {
+            now: Some(sim.now()),
+            nodes: report.nodes.clone(),
+            pods: report.pods.clone(),
+            instances: report.instances.clone(),
+            on_demand: catalog
+                .offerings
+                .iter()
+                .filter(|o| o.capacity_type == "on-demand")
+                .map(|o| ((o.instance_type.clone(), o.zone.clone()), o.price))
+                .collect(),
+            claims,
+            pending_reasons: Default::default(),
+        };
+        for p in report.pods.iter().filter(|p| pod_node(p).is_none()) {
+            if let Some(r) = report.pending_reason(p) {
+                snapshot.pending_reasons.insert(pod_name(p), r);
+            }
+        }
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report.json(&failures))?);
+            let mut v = report.json(&failures);
+            v["status"] = crate::status::to_json(&snapshot);
+            println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             report.print(&failures);
+            println!();
+            print!("{}", crate::status::render(&snapshot));
         }
         if !failures.is_empty() {
             anyhow::bail!("{} expectation(s) of scenario {} failed", failures.len(), scenario.name);
@@ -217,9 +242,6 @@ impl Report<'_> {
             pending,
             cost * 730.0
         );
-        for p in self.pods.iter().filter(|p| pod_node(p).is_none()) {
-            println!("pending {}: {}", pod_name(p), self.pending_reason(p).unwrap_or_else(|| "no reason recorded yet".to_owned()));
-        }
         println!("scenario {}: {:.0}s simulated in {:.2}s", self.name, self.simulated, self.wall);
         if failures.is_empty() {
             println!("expectations: all met");
