@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use jiff::{SignedDuration, Timestamp};
 
 use crate::cloud::{InstanceTypeInfo, KubeletConfig};
-use crate::config::Limits;
+use crate::config::{Limits, NodeClass};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::Claim;
 use crate::scheduling::taints::Taint;
@@ -90,6 +90,11 @@ pub struct LaunchRequest {
     pub client_token: String,
     pub pool: String,
     pub node_class: Option<String>,
+    /// The validated NodeClass named by `node_class`, as the launcher read
+    /// it from the configuration this tick (so a change reaches the next
+    /// launch). Not serialized: the name is what a record keeps.
+    #[serde(skip)]
+    pub node_class_spec: Option<NodeClass>,
     pub options: Vec<PricedOffering>,
     /// Labels the node registers with (pool template labels, nodepool, capacity type …).
     pub labels: BTreeMap<String, String>,
@@ -328,6 +333,27 @@ pub enum ConfigKind {
     Settings,
 }
 
+impl ConfigKind {
+    /// `nodepool`, `nodeclass`, `settings`: the stored key's prefix and how errors name items.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigKind::NodePool => "nodepool",
+            ConfigKind::NodeClass => "nodeclass",
+            ConfigKind::Settings => "settings",
+        }
+    }
+
+    /// What a user types: `nodepool`/`nodepools`/`NodePool`, `ec2nodeclass`/`nodeclass`, `settings`.
+    pub fn parse(s: &str) -> Option<ConfigKind> {
+        match s.to_ascii_lowercase().as_str() {
+            "nodepool" | "nodepools" | "np" => Some(ConfigKind::NodePool),
+            "nodeclass" | "nodeclasses" | "ec2nodeclass" | "ec2nodeclasses" | "ec2nc" => Some(ConfigKind::NodeClass),
+            "settings" | "setting" => Some(ConfigKind::Settings),
+            _ => None,
+        }
+    }
+}
+
 /// A configuration item as stored: the validated v1 spec as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigItem {
@@ -341,6 +367,28 @@ pub struct ConfigItem {
     pub version: u64,
     pub updated_at: Timestamp,
 }
+
+/// One change of an all-or-nothing configuration write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigWrite {
+    /// As [`Store::put_config_item`]: the stored version must be `item.version - 1` (absent for 1).
+    Put(ConfigItem),
+    /// Deletes the item if its stored version is still `version`.
+    Delete { kind: ConfigKind, name: String, version: u64 },
+}
+
+impl ConfigWrite {
+    pub fn key(&self) -> (ConfigKind, &str) {
+        match self {
+            ConfigWrite::Put(i) => (i.kind, &i.name),
+            ConfigWrite::Delete { kind, name, .. } => (*kind, name),
+        }
+    }
+}
+
+/// At most this many changes go in one configuration write (DynamoDB's
+/// transaction limit, less the version counter).
+pub const MAX_CONFIG_WRITES: usize = 99;
 
 /// A lease that makes one invocation of a function the active one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -371,10 +419,18 @@ pub enum StoreError {
 /// DynamoDB as the handlers see it: the only state that outlives an invocation.
 pub trait Store: Send + Sync {
     fn config_items(&self) -> impl Future<Output = Result<Vec<ConfigItem>, StoreError>> + Send;
+    /// A counter every configuration write moves: a reader that saw this
+    /// number has seen every item as it is now (0 before the first write).
+    /// One strongly consistent read, so each tick can afford it.
+    fn config_version(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Writes `item` if the stored version is `item.version - 1` (absent for version 1).
     fn put_config_item(&self, item: &ConfigItem) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn delete_config_item(&self, kind: ConfigKind, name: &str)
     -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Applies every change and moves the version counter, or none of them:
+    /// `Conflict` naming an item whose version is not the one expected.
+    /// At most [`MAX_CONFIG_WRITES`] changes.
+    fn write_config(&self, writes: &[ConfigWrite]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     fn claims(&self) -> impl Future<Output = Result<Vec<Claim>, StoreError>> + Send;
     /// Writes a new claim and adds its reservation to its pool's usage in one

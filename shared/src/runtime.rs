@@ -19,14 +19,14 @@ use tracing::{error, info, warn};
 
 use crate::aws::dynamo::{DynamoStore, DynamoTables};
 use crate::aws::ec2::{Ec2Cloud, Ec2CloudSettings};
-use crate::aws::nodeclass::node_classes_from_items;
 use crate::aws::{ClientOptions, sdk_config};
+use crate::handlers::config::ConfigReader;
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::interruption::{self as interruption_handler, InterruptionSettings, Record};
 use crate::handlers::state_change;
 use crate::handlers::config as config_loader;
 use crate::kube::{ClientSettings, EksClusterInfo, EksTokenSource, KubeCluster};
-use crate::ports::{Ports, SignedDuration, Store, SystemClock, Timestamp};
+use crate::ports::{Ports, SignedDuration, SystemClock, Timestamp};
 
 /// The adapters a deployed function runs on.
 pub type LivePorts = Ports<Ec2Cloud, KubeCluster, DynamoStore, SystemClock>;
@@ -76,18 +76,9 @@ pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, Str
     let sdk = sdk_config(&ClientOptions::default()).await;
     let region = sdk.region().map(|r| r.to_string()).ok_or("no AWS region: set AWS_REGION")?;
     let store = DynamoStore::new(&sdk, env.tables.clone());
-    // NodeClasses are read once per cold start; a changed NodeClass reaches
-    // new containers (Lambda recycles them within hours, or on redeploy).
-    let items = store.config_items().await.map_err(|e| format!("reading the configuration table: {e}"))?;
-    // Each item is validated like the CLI validates it; one that fails is
-    // logged with its field and reason and left out (its launches fail with
-    // "nodeclass … is not defined"), the others still work.
-    let (classes, errors) = node_classes_from_items(&items);
-    for e in errors {
-        warn!(item = %e.item, field = %e.field, reason = %e.reason, "ignoring invalid NodeClass item");
-    }
+    // NodeClasses are not read here: each launch carries the validated class
+    // the provisioner read from the configuration that tick (live reload).
     let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
-    settings.node_classes = classes;
     settings.default_instance_profile = env.default_instance_profile.clone();
     let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
     let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
@@ -145,7 +136,10 @@ pub async fn provisioner(ports: &LivePorts, event: LambdaEvent<serde_json::Value
     if remaining < DEADLINE_MARGIN + SignedDuration::from_secs(5) {
         warn!(remaining_s = remaining.as_secs_f64(), "the invocation has under 10 s left: give the provisioner a 60-s timeout");
     }
-    let mut p = Provisioner::new(ports, ProvisionerSettings::default(), event.context.request_id.clone());
+    // One reader per container: a warm container re-reads only what changed.
+    static CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
+    let mut p = Provisioner::new(ports, ProvisionerSettings::default(), event.context.request_id.clone())
+        .with_config_reader(CONFIG.clone());
     let ticks = p
         .run_until(until, |d| tokio::time::sleep(d.unsigned_abs()))
         .await

@@ -33,6 +33,7 @@ fn request(pool: &str, options: Vec<PricedOffering>) -> LaunchRequest {
         claim_id,
         pool: pool.into(),
         node_class: None,
+        node_class_spec: None,
         options,
         labels: [("karpenter.sh/nodepool".to_owned(), pool.to_owned()), ("team".to_owned(), "a".to_owned())].into(),
         taints: vec![Taint::new("karpenter.sh/unregistered", "", Effect::NoExecute)],

@@ -41,11 +41,33 @@ async fn on_aws() -> (Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodew
     (sim, f)
 }
 
+/// Loads a scenario, then makes its NodeClass `default` the fixture's (the
+/// walkthrough's selectors name a cluster the emulator does not have): the
+/// launch uses the class stored in the configuration, as the functions do.
+async fn load_with_fixture_class(
+    sim: &mut Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::aws::DynamoStore>,
+    s: &scenario::Scenario,
+    f: &Ec2Fixture,
+) {
+    scenario::load(sim, s).await.expect("loads");
+    let mut class = sim
+        .store
+        .config_items()
+        .await
+        .expect("items")
+        .into_iter()
+        .find(|i| i.kind == nodewright::ports::ConfigKind::NodeClass && i.name == "default")
+        .expect("the scenario's NodeClass");
+    class.spec = serde_json::to_value(f.node_class_spec()).expect("spec");
+    class.version += 1;
+    sim.store.put_config_item(&class).await.expect("fixture class stored");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walkthrough_one_on_ec2_and_dynamodb() {
     let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
     let (mut sim, f) = on_aws().await;
-    scenario::load(&mut sim, &s).await.expect("loads");
+    load_with_fixture_class(&mut sim, &s, &f).await;
     scenario::run(&mut sim, &s).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
@@ -65,10 +87,10 @@ async fn insufficient_capacity_moves_the_launch_to_another_zone_on_ec2() {
         .expect("nodeSelector")
         .remove("topology.kubernetes.io/zone");
     s.expect.nodes_with.clear();
-    let (mut sim, _f) = on_aws().await;
+    let (mut sim, f) = on_aws().await;
     let gone = OfferingKey { capacity_type: "on-demand".into(), instance_type: "r6gd.xlarge".into(), zone: "ap-south-1a".into() };
     sim.cloud.remove_capacity(gone.clone());
-    scenario::load(&mut sim, &s).await.expect("loads");
+    load_with_fixture_class(&mut sim, &s, &f).await;
     scenario::run(&mut sim, &s).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");

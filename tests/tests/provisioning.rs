@@ -363,6 +363,7 @@ async fn an_orphan_instance_is_terminated() {
         client_token: "ghost".into(),
         pool: "default".into(),
         node_class: None,
+        node_class_spec: None,
         options: vec![nodewright::ports::PricedOffering {
             instance_type: "m6g.large".into(),
             zone: "ap-south-1b".into(),

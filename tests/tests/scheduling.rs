@@ -211,6 +211,19 @@ fn min_values_keeps_enough_types() {
     assert!(families.len() >= 3, "{families:?}");
 }
 
+#[test]
+fn min_values_that_cannot_be_met_are_named() {
+    // Only m5 and c5 exist in the catalog for this pool: minValues 5 of families cannot hold.
+    let pool = nodepool("p", json!({"template": {"spec": {"requirements": [
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5", "t3", "m6i"], "minValues": 5},
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"]}]}}}));
+    let pods = vec![pod("a", "100m", "128Mi", json!({}))];
+    let plan = solve(&pods, &[], &[PoolInput::new(pool, catalog())], &[], &SolveOptions::default());
+    assert!(plan.claims.is_empty());
+    let reason = &plan.unschedulable[0].1;
+    assert!(reason.contains("minValues 5 of karpenter.k8s.aws/instance-family"), "{reason}");
+}
+
 /// A volume's zone holds on the node, but a zone spread still counts every
 /// zone the pod's own affinity allows (kube-scheduler's nodeAffinityPolicy
 /// does not look at volumes): a pod whose volume is in the crowded zone waits.

@@ -15,7 +15,7 @@ use clap::Args;
 use nodewright::aws::prices::PriceOrigin;
 use nodewright::aws::{ClientOptions, DynamoStore, DynamoTables, Ec2Cloud, Ec2CloudSettings};
 use nodewright::config::{NodePool, NodePoolSpec};
-use nodewright::ports::{Cloud, ConfigKind, Store};
+use nodewright::ports::{Cloud, Store};
 use nodewright::provisioning::plan;
 use nodewright::resources::{MIB, format_cpu};
 use nodewright::scheduling::labels;
@@ -29,12 +29,8 @@ pub struct CatalogArgs {
     /// Read the NodePool from a YAML or JSON file (a NodePool manifest or its spec).
     #[arg(short = 'f', long = "file")]
     file: Option<PathBuf>,
-    /// AWS region (default: from the environment).
-    #[arg(long)]
-    region: Option<String>,
-    /// The config table (default: $NODEWRIGHT_CONFIG_TABLE or nodewright-config).
-    #[arg(long)]
-    config_table: Option<String>,
+    #[command(flatten)]
+    target: crate::target::Target,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -65,16 +61,20 @@ fn pool_from_file(path: &PathBuf) -> anyhow::Result<NodePool> {
     Ok(NodePool::from_spec(&name, &spec)?)
 }
 
-async fn pool_from_store(config: &aws_config::SdkConfig, table: String, name: &str) -> anyhow::Result<NodePool> {
-    let state = std::env::var("NODEWRIGHT_STATE_TABLE").unwrap_or_else(|_| "nodewright-state".to_owned());
-    let store = DynamoStore::new(config, DynamoTables { config: table.clone(), state });
+/// The stored NodePool as the functions read it (its NodeClass's kubelet merged in).
+async fn pool_from_store(config: &aws_config::SdkConfig, tables: DynamoTables, name: &str) -> anyhow::Result<NodePool> {
+    let table = tables.config.clone();
+    let store = DynamoStore::new(config, tables);
     let items = store.config_items().await.with_context(|| format!("reading the config table {table}"))?;
-    let item = items
-        .iter()
-        .find(|i| i.kind == ConfigKind::NodePool && i.name == name)
-        .with_context(|| format!("no nodepool {name:?} in the config table {table}"))?;
-    let spec: NodePoolSpec = serde_json::from_value(item.spec.clone()).with_context(|| format!("nodepool/{name}: stored spec"))?;
-    Ok(NodePool::from_spec(name, &spec)?)
+    let resolved = nodewright::config::resolve_items(&items);
+    if let Some(pool) = resolved.set.node_pools.into_iter().find(|p| p.name == name) {
+        return Ok(pool);
+    }
+    let item = format!("nodepool/{name}");
+    if let Some(e) = resolved.errors.iter().chain(&resolved.not_ready).find(|e| e.item == item) {
+        bail!("{e}");
+    }
+    bail!("no nodepool {name:?} in the config table {table}")
 }
 
 /// One row of the output.
@@ -92,21 +92,14 @@ struct Row {
 }
 
 async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
-    let options = ClientOptions { region: args.region.clone(), ..ClientOptions::default() };
+    let options = ClientOptions { region: args.target.region.clone(), ..ClientOptions::default() };
     let config = nodewright::aws::sdk_config(&options).await;
     let pool = match (&args.nodepool, &args.file) {
-        (Some(name), _) => {
-            let table = args
-                .config_table
-                .clone()
-                .or_else(|| std::env::var("NODEWRIGHT_CONFIG_TABLE").ok())
-                .unwrap_or_else(|| "nodewright-config".to_owned());
-            pool_from_store(&config, table, name).await?
-        }
+        (Some(name), _) => pool_from_store(&config, args.target.tables(), name).await?,
         (None, Some(path)) => pool_from_file(path)?,
         (None, None) => NodePool::open("all"),
     };
-    let cluster = std::env::var("NODEWRIGHT_CLUSTER").unwrap_or_default();
+    let cluster = args.target.cluster_name.clone().unwrap_or_default();
     let cloud = Ec2Cloud::new(&config, Ec2CloudSettings::new(cluster))?;
     let catalog = cloud.catalog().await.context("reading the instance-type catalog")?;
     let origin = cloud.price_origin().await;

@@ -2,7 +2,10 @@
 //! one module per command.
 
 mod bench;
+mod config;
 mod simulate;
+mod status;
+mod target;
 #[cfg(feature = "aws")]
 mod catalog;
 
@@ -22,6 +25,12 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Run the system on the embedded simulator (no AWS): a scenario file, or the first walkthrough.
     Simulate(simulate::SimulateArgs),
+    /// NodePools, EC2NodeClasses and Settings as DynamoDB items: validate, convert, apply, diff, get, delete.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Create the config and state tables (a local run or a first try; Terraform creates them in production).
+    #[cfg(feature = "aws")]
+    Init(config::InitArgs),
     /// The instance types a NodePool allows, with allocatable capacity and prices per zone.
     #[cfg(feature = "aws")]
     Catalog(catalog::CatalogArgs),
@@ -31,6 +40,9 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Simulate(args) => simulate::run(args),
+        Command::Config(cmd) => config::run(cmd),
+        #[cfg(feature = "aws")]
+        Command::Init(args) => config::init(args),
         #[cfg(feature = "aws")]
         Command::Catalog(args) => catalog::run(args),
     }

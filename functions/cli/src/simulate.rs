@@ -84,18 +84,44 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         scenario::run(&mut sim, &scenario).await?;
         let failures = scenario::check(&sim, &scenario.expect).await;
         let instances = sim.cloud.instances().await?;
+        let catalog = sim.cloud.catalog().await?;
+        let claims = nodewright::ports::Store::claims(&sim.store).await?;
         let report = Report {
             name: &scenario.name,
             nodes: sim.cluster.all_nodes(),
             pods: sim.cluster.all_pods(),
             instances,
+            events: sim.cluster.events(),
             simulated: sim.now().duration_since(start).as_secs_f64(),
             wall: started.elapsed().as_secs_f64(),
         };
+        let mut snapshot = crate::status::FleetSnapshot {
+            now: Some(sim.now()),
+            nodes: report.nodes.clone(),
+            pods: report.pods.clone(),
+            instances: report.instances.clone(),
+            on_demand: catalog
+                .offerings
+                .iter()
+                .filter(|o| o.capacity_type == "on-demand")
+                .map(|o| ((o.instance_type.clone(), o.zone.clone()), o.price))
+                .collect(),
+            claims,
+            pending_reasons: Default::default(),
+        };
+        for p in report.pods.iter().filter(|p| pod_node(p).is_none()) {
+            if let Some(r) = report.pending_reason(p) {
+                snapshot.pending_reasons.insert(pod_name(p), r);
+            }
+        }
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report.json(&failures))?);
+            let mut v = report.json(&failures);
+            v["status"] = crate::status::to_json(&snapshot);
+            println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             report.print(&failures);
+            println!();
+            print!("{}", crate::status::render(&snapshot));
         }
         if !failures.is_empty() {
             anyhow::bail!("{} expectation(s) of scenario {} failed", failures.len(), scenario.name);
@@ -109,6 +135,7 @@ struct Report<'a> {
     nodes: Vec<Node>,
     pods: Vec<Pod>,
     instances: Vec<Instance>,
+    events: Vec<(nodewright::ports::Timestamp, nodewright::ports::ClusterEvent)>,
     simulated: f64,
     wall: f64,
 }
@@ -126,6 +153,26 @@ fn pod_name(p: &Pod) -> String {
 }
 
 impl Report<'_> {
+    /// Why a pod is pending: the provisioner's latest FailedScheduling event
+    /// for it (current), else the scheduler's condition (set once, when the
+    /// pod was first found unschedulable, so often stale).
+    fn pending_reason(&self, p: &Pod) -> Option<String> {
+        let (ns, name) = (p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""));
+        let from_event = self
+            .events
+            .iter()
+            .rev()
+            .find(|(_, e)| e.kind == "Pod" && e.reason == "FailedScheduling" && e.name == name && e.namespace.as_deref().unwrap_or("default") == ns)
+            .map(|(_, e)| e.message.strip_prefix("Failed to schedule pod, ").unwrap_or(&e.message).to_owned());
+        from_event.or_else(|| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+                .and_then(|c| c.message.clone())
+        })
+    }
+
     fn price(&self, n: &Node) -> f64 {
         let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
         self.instances.iter().find(|i| i.provider_id == pid).map_or(0.0, |i| i.price)
@@ -226,12 +273,7 @@ impl Report<'_> {
             .pods
             .iter()
             .map(|p| {
-                let error = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
-                    .and_then(|c| c.message.clone());
+                let error = self.pending_reason(p);
                 let mut v = json!({"name": pod_name(p), "node": pod_node(p)});
                 if pod_node(p).is_none() {
                     v["error"] = json!(error);

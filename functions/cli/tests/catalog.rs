@@ -73,16 +73,20 @@ fn catalog_of_a_nodepool_file_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_of_a_stored_nodepool_as_a_table() {
     let store = dynamo_store("us-east-1").await;
+    let class = serde_json::json!({"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "r",
+        "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]});
+    let class = ConfigItem { kind: ConfigKind::NodeClass, name: "default".into(), spec: class, annotations: Default::default(), version: 1, updated_at: Timestamp::now() };
+    store.put_config_item(&class).await.expect("class stored");
     let spec = serde_json::json!({
-        "template": {"spec": {"requirements": [
+        "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": [
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge", "c5.large"]}
         ]}}
     });
     let item = ConfigItem { kind: ConfigKind::NodePool, name: "general".into(), spec, annotations: Default::default(), version: 1, updated_at: Timestamp::now() };
     store.put_config_item(&item).await.expect("stored");
-    let table = store.tables().config.clone();
+    let prefix = store.tables().config.trim_end_matches("-config").to_owned();
     let (ok, stdout, stderr) =
-        tokio::task::spawn_blocking(move || catalog(&["--nodepool", "general", "--config-table", &table, "--region", "us-east-1"]))
+        tokio::task::spawn_blocking(move || catalog(&["--nodepool", "general", "--table-prefix", &prefix, "--region", "us-east-1"]))
             .await
             .expect("ran");
     assert!(ok, "catalog failed: {stderr}");
@@ -94,7 +98,7 @@ async fn catalog_of_a_stored_nodepool_as_a_table() {
     let m5 = lines.iter().find(|l| l.starts_with("m5.large ")).expect("m5.large row");
     assert!(m5.contains("1930m") && m5.contains(" 29 ") && m5.contains("amd64") && m5.contains("/0.0960"), "{m5}");
 
-    let (ok, _, stderr) = tokio::task::spawn_blocking(|| catalog(&["--nodepool", "missing", "--config-table", "no-such-table"]))
+    let (ok, _, stderr) = tokio::task::spawn_blocking(|| catalog(&["--nodepool", "missing", "--table-prefix", "no-such-table"]))
         .await
         .expect("ran");
     assert!(!ok);

@@ -8,6 +8,7 @@
 //! | table  | `pk`                           | other attributes |
 //! |--------|--------------------------------|------------------|
 //! | config | `nodepool#<name>`, `nodeclass#<name>`, `settings#<name>` | `kind`, `name`, `version`, `updated_at`, `body` (the [`ConfigItem`]) |
+//! | config | `config#version`               | `version`: moved by every configuration write, in its transaction |
 //! | state  | `claim#<id>`                   | `kind`, `pool`, `version`, `body` (the [`Claim`]) |
 //! | state  | `usage#<pool>`                 | `kind`, `pool`, `r:<resource>` numbers (sum of the pool's claims' reservations) |
 //! | state  | `batch#provisioner`            | `kind`, `version`, `body` (the [`Batch`]) |
@@ -44,7 +45,7 @@ use tracing::debug;
 
 use super::ApiError;
 use crate::config::Limits;
-use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
+use crate::ports::{ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError, Timestamp, Usage};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, exceeded_limit};
 use crate::termination::Command;
@@ -79,6 +80,8 @@ const BODY: &str = "body";
 const VERSION: &str = "version";
 const TTL_ATTRIBUTE: &str = "expires_at";
 const BATCH_KEY: &str = "batch#provisioner";
+/// The config table's counter every configuration write moves.
+const CONFIG_VERSION_KEY: &str = "config#version";
 /// Prefix of the resource attributes of a `usage#<pool>` item.
 const RESOURCE_PREFIX: &str = "r:";
 /// Transactions that lose to a concurrent one are retried this often.
@@ -405,6 +408,19 @@ impl DynamoStore {
         }
     }
 
+    /// `ADD version 1` on `config#version`, in the same transaction as a configuration change.
+    fn bump_config_version(&self) -> Result<TransactWriteItem, StoreError> {
+        let update = Update::builder()
+            .table_name(&self.tables.config)
+            .key(PK, s(CONFIG_VERSION_KEY))
+            .update_expression("ADD #v :one")
+            .expression_attribute_names("#v", VERSION)
+            .expression_attribute_values(":one", n(1))
+            .build()
+            .map_err(build_err)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
     async fn backoff(attempt: u32) {
         // 10 ms, 20 ms, … capped at 640 ms, with a little spread per attempt.
         let ms = 10u64 << attempt.min(6);
@@ -426,38 +442,123 @@ impl DynamoStore {
 impl Store for DynamoStore {
     async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
         let items = self.scan(&self.tables.config, None).await?;
-        items.iter().map(body_of).collect()
+        items
+            .iter()
+            .filter(|i| i.get(PK).and_then(|v| v.as_s().ok()).is_none_or(|k| k != CONFIG_VERSION_KEY))
+            .map(body_of)
+            .collect()
     }
 
-    async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
-        let key = config_key(item.kind, &item.name);
-        let record: Item = [
-            (PK.to_owned(), s(&key)),
-            ("kind".to_owned(), s(kind_name(item.kind))),
-            ("name".to_owned(), s(&item.name)),
-            (VERSION.to_owned(), n(item.version)),
-            ("updated_at".to_owned(), s(item.updated_at.to_string())),
-            (BODY.to_owned(), s(json(item)?)),
-        ]
-        .into();
-        let ok = if item.version <= 1 {
-            self.put_if(&self.tables.config, record, "attribute_not_exists(#pk)", &[("#pk", PK)], vec![]).await?
-        } else {
-            self.put_if(&self.tables.config, record, "#v = :prev", &[("#v", VERSION)], vec![(":prev", n(item.version - 1))]).await?
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(StoreError::Conflict(format!(
-                "{key}: the stored version is not {} (someone else changed it)",
-                item.version.saturating_sub(1)
-            )))
+    async fn config_version(&self) -> Result<u64, StoreError> {
+        let item = self.get(&self.tables.config, CONFIG_VERSION_KEY).await?;
+        let version = item.as_ref().and_then(|i| i.get(VERSION)).and_then(|v| v.as_n().ok()).map(|n| n.parse::<u64>());
+        match version {
+            None => Ok(0),
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(StoreError::Invalid(format!("{CONFIG_VERSION_KEY}: version: {e}"))),
         }
     }
 
+    async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
+        self.write_config(&[ConfigWrite::Put(item.clone())]).await
+    }
+
     async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
-        self.delete_if(&self.tables.config, &config_key(kind, name), None, &[], vec![]).await?.ok();
-        Ok(())
+        let key = config_key(kind, name);
+        let delete = Delete::builder().table_name(&self.tables.config).key(PK, s(&key)).build().map_err(build_err)?;
+        let tx = vec![TransactWriteItem::builder().delete(delete).build(), self.bump_config_version()?];
+        for attempt in 0..TRANSACTION_ATTEMPTS {
+            match self.transact(tx.clone()).await? {
+                TxOutcome::Done => return Ok(()),
+                TxOutcome::ConditionFailed { .. } => return Ok(()),
+                TxOutcome::Retry(why) => {
+                    debug!(%key, %why, attempt, "config delete lost a race; retrying");
+                    Self::backoff(attempt).await;
+                }
+            }
+        }
+        Err(StoreError::Transient(format!("{key}: delete kept losing to concurrent writes")))
+    }
+
+    async fn write_config(&self, writes: &[ConfigWrite]) -> Result<(), StoreError> {
+        if writes.len() > MAX_CONFIG_WRITES {
+            return Err(StoreError::Invalid(format!("{} changes in one write; at most {MAX_CONFIG_WRITES}", writes.len())));
+        }
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = Vec::with_capacity(writes.len() + 1);
+        for w in writes {
+            tx.push(match w {
+                ConfigWrite::Put(item) => {
+                    let record: Item = [
+                        (PK.to_owned(), s(config_key(item.kind, &item.name))),
+                        ("kind".to_owned(), s(kind_name(item.kind))),
+                        ("name".to_owned(), s(&item.name)),
+                        (VERSION.to_owned(), n(item.version)),
+                        ("updated_at".to_owned(), s(item.updated_at.to_string())),
+                        (BODY.to_owned(), s(json(item)?)),
+                    ]
+                    .into();
+                    let put = Put::builder().table_name(&self.tables.config).set_item(Some(record));
+                    let put = if item.version <= 1 {
+                        put.condition_expression("attribute_not_exists(#pk)").expression_attribute_names("#pk", PK)
+                    } else {
+                        put.condition_expression("#v = :prev")
+                            .expression_attribute_names("#v", VERSION)
+                            .expression_attribute_values(":prev", n(item.version - 1))
+                    };
+                    let put = put
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .build()
+                        .map_err(build_err)?;
+                    TransactWriteItem::builder().put(put).build()
+                }
+                ConfigWrite::Delete { kind, name, version } => {
+                    let delete = Delete::builder()
+                        .table_name(&self.tables.config)
+                        .key(PK, s(config_key(*kind, name)))
+                        .condition_expression("#v = :prev")
+                        .expression_attribute_names("#v", VERSION)
+                        .expression_attribute_values(":prev", n(version))
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .build()
+                        .map_err(build_err)?;
+                    TransactWriteItem::builder().delete(delete).build()
+                }
+            });
+        }
+        tx.push(self.bump_config_version()?);
+        for attempt in 0..TRANSACTION_ATTEMPTS {
+            match self.transact(tx.clone()).await? {
+                TxOutcome::Done => return Ok(()),
+                TxOutcome::ConditionFailed { index, old } => {
+                    let Some(w) = writes.get(index) else {
+                        return Err(StoreError::Conflict("the configuration version counter refused the write".into()));
+                    };
+                    let (kind, name) = w.key();
+                    let stored = old
+                        .as_ref()
+                        .and_then(|i| i.get(VERSION))
+                        .and_then(|v| v.as_n().ok())
+                        .map_or_else(|| "none".to_owned(), Clone::clone);
+                    let expected = match w {
+                        ConfigWrite::Put(i) if i.version <= 1 => "none".to_owned(),
+                        ConfigWrite::Put(i) => (i.version - 1).to_string(),
+                        ConfigWrite::Delete { version, .. } => version.to_string(),
+                    };
+                    return Err(StoreError::Conflict(format!(
+                        "{}: stored version {stored}, expected {expected} (someone else changed it)",
+                        config_key(kind, name)
+                    )));
+                }
+                TxOutcome::Retry(why) => {
+                    debug!(%why, attempt, "configuration write lost a race; retrying");
+                    Self::backoff(attempt).await;
+                }
+            }
+        }
+        Err(StoreError::Transient("configuration write kept losing to concurrent writes".into()))
     }
 
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {

@@ -14,7 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::nodeclass::{AmiSelector, EC2NodeClassSpec, NodeIdentity};
+use crate::config::nodeclass::{AmiSelector, NodeIdentity};
+#[cfg(test)]
+use crate::config::nodeclass::EC2NodeClassSpec;
 use crate::config::{AmiFamily, ConfigError, NodeClass};
 use crate::ports::{ConfigItem, ConfigKind};
 
@@ -26,20 +28,9 @@ pub const LAUNCH_FAMILIES: [AmiFamily; 3] = [AmiFamily::AL2023, AmiFamily::AL2, 
 /// An item that does not parse or validate is returned as an error naming
 /// the item, the field and the reason, and left out.
 pub fn node_classes_from_items(items: &[ConfigItem]) -> (BTreeMap<String, NodeClass>, Vec<ConfigError>) {
-    let mut classes = BTreeMap::new();
-    let mut errors = Vec::new();
-    for item in items.iter().filter(|i| i.kind == ConfigKind::NodeClass) {
-        let class = serde_json::from_value::<EC2NodeClassSpec>(item.spec.clone())
-            .map_err(|e| ConfigError { item: format!("nodeclass/{}", item.name), field: "spec".into(), reason: e.to_string() })
-            .and_then(|spec| NodeClass::from_spec(&item.name, &spec));
-        match class {
-            Ok(c) => {
-                classes.insert(item.name.clone(), c);
-            }
-            Err(e) => errors.push(e),
-        }
-    }
-    (classes, errors)
+    let classes: Vec<ConfigItem> = items.iter().filter(|i| i.kind == ConfigKind::NodeClass).cloned().collect();
+    let resolved = crate::config::resolve_items(&classes);
+    (resolved.set.node_classes.into_iter().map(|c| (c.name.clone(), c)).collect(), resolved.errors)
 }
 
 /// The family a launch bootstraps and looks AMIs up for, and the version an

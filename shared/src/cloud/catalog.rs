@@ -54,6 +54,52 @@ pub struct KubeletConfig {
     pub max_pods: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods_per_core: Option<u32>,
+    /// `kubeReserved`: replaces the EKS default of each resource it names.
+    #[serde(default, skip_serializing_if = "Reserved::is_empty")]
+    pub kube_reserved: Reserved,
+    /// `systemReserved`: kept on top of kube-reserved (no default).
+    #[serde(default, skip_serializing_if = "Reserved::is_empty")]
+    pub system_reserved: Reserved,
+    /// `evictionHard["memory.available"]`: replaces the 100 MiB default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_hard_memory: Option<Threshold>,
+    /// `evictionSoft["memory.available"]`: the kubelet evicts at the larger one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_soft_memory: Option<Threshold>,
+}
+
+/// CPU and memory a kubelet setting reserves (`None`: not set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reserved {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<i64>,
+}
+
+impl Reserved {
+    pub fn is_empty(&self) -> bool {
+        self.cpu_millis.is_none() && self.memory_bytes.is_none()
+    }
+}
+
+/// An eviction threshold: an amount, or a share of capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Threshold {
+    Bytes(i64),
+    /// Hundredths of a percent (`10%` = 1000), so the type stays `Eq`.
+    Basis(i64),
+}
+
+impl Threshold {
+    pub fn of(&self, capacity: i64) -> i64 {
+        match *self {
+            Threshold::Bytes(b) => b,
+            Threshold::Basis(bp) => (capacity as i128 * bp as i128 / 10_000) as i64,
+        }
+    }
 }
 
 /// The EKS default when the ENI limit is unknown.
@@ -110,9 +156,19 @@ impl InstanceTypeInfo {
         r
     }
 
+    /// kube-reserved (the EKS defaults, or the kubelet's `kubeReserved` per
+    /// resource) + `systemReserved` + the memory eviction threshold
+    /// (100 MiB, or the kubelet's), as Karpenter computes allocatable.
     pub fn overhead(&self, kubelet: &KubeletConfig) -> Resources {
-        let memory = (11 * self.max_pods(kubelet) + 255 + 100) * MIB;
-        Resources::new(kube_reserved_cpu_millis(self.vcpu), memory, 0)
+        let kube_cpu = kubelet.kube_reserved.cpu_millis.unwrap_or_else(|| kube_reserved_cpu_millis(self.vcpu));
+        let kube_memory = kubelet.kube_reserved.memory_bytes.unwrap_or((11 * self.max_pods(kubelet) + 255) * MIB);
+        let capacity_memory = self.capacity(kubelet).memory_bytes;
+        let hard = kubelet.eviction_hard_memory.map_or(100 * MIB, |t| t.of(capacity_memory));
+        let soft = kubelet.eviction_soft_memory.map_or(0, |t| t.of(capacity_memory));
+        let eviction = hard.max(soft);
+        let cpu = kube_cpu + kubelet.system_reserved.cpu_millis.unwrap_or(0);
+        let memory = kube_memory + kubelet.system_reserved.memory_bytes.unwrap_or(0) + eviction;
+        Resources::new(cpu, memory, 0)
     }
 
     /// The requirements every node of this type satisfies (before offerings).
@@ -213,13 +269,36 @@ mod tests {
     }
 
     #[test]
+    fn reserved_and_eviction_settings_change_allocatable() {
+        let it = info("m5.large", 2, 8192, "amd64", 3, 10);
+        let capacity = (8192 - 615) * MIB;
+        // systemReserved adds to the default kube-reserved.
+        let kc = KubeletConfig { system_reserved: Reserved { cpu_millis: Some(300), memory_bytes: Some(200 * MIB) }, ..Default::default() };
+        let t = it.to_instance_type(vec![], &kc);
+        assert_eq!(t.allocatable().cpu_millis, 2000 - 70 - 300);
+        assert_eq!(t.allocatable().memory_bytes, capacity - (11 * 29 + 255) * MIB - 200 * MIB - 100 * MIB);
+        // kubeReserved replaces the default per resource; evictionHard replaces 100Mi.
+        let kc = KubeletConfig {
+            kube_reserved: Reserved { cpu_millis: Some(500), memory_bytes: None },
+            eviction_hard_memory: Some(Threshold::Basis(1000)),
+            ..Default::default()
+        };
+        let t = it.to_instance_type(vec![], &kc);
+        assert_eq!(t.allocatable().cpu_millis, 1500);
+        assert_eq!(t.allocatable().memory_bytes, capacity - (11 * 29 + 255) * MIB - capacity / 10);
+        // The larger of the hard and soft thresholds counts.
+        let kc = KubeletConfig { eviction_soft_memory: Some(Threshold::Bytes(500 * MIB)), ..Default::default() };
+        assert_eq!(it.overhead(&kc).memory_bytes, (11 * 29 + 255 + 500) * MIB);
+    }
+
+    #[test]
     fn arm64_reserve_and_kubelet_overrides() {
         let it = info("r6gd.xlarge", 4, 32768, "arm64", 4, 15);
         let kc = KubeletConfig::default();
         assert_eq!(it.capacity(&kc).memory_bytes, (32768 - 64 - 2458) * MIB);
         assert_eq!(it.max_pods(&kc), 58);
-        assert_eq!(it.max_pods(&KubeletConfig { max_pods: Some(20), pods_per_core: None }), 20);
-        assert_eq!(it.max_pods(&KubeletConfig { max_pods: None, pods_per_core: Some(4) }), 16);
+        assert_eq!(it.max_pods(&KubeletConfig { max_pods: Some(20), ..Default::default() }), 20);
+        assert_eq!(it.max_pods(&KubeletConfig { pods_per_core: Some(4), ..Default::default() }), 16);
         assert_eq!(info("x.big", 2, 1024, "amd64", 0, 0).max_pods(&kc), DEFAULT_MAX_PODS);
         assert_eq!(it.name_parts(), ("r".into(), "r6gd".into(), Some(6), "xlarge".into()));
     }

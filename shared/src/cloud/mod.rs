@@ -4,5 +4,5 @@
 pub mod catalog;
 pub mod instance_type;
 
-pub use catalog::{InstanceTypeInfo, KubeletConfig};
+pub use catalog::{InstanceTypeInfo, KubeletConfig, Reserved, Threshold};
 pub use instance_type::{InstanceType, Offering};

@@ -9,6 +9,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ConfigError;
+use crate::ports::{ConfigItem, ConfigKind};
+use super::settings::{FeatureGatesSpec, SETTINGS_NAME, Settings, SettingsSpec};
 use super::convert::{
     self, AwsProviderSpec, LegacyRef, ProvisionerConsolidation, ProvisionerLimits, ProvisionerSpec, V1beta1Disruption,
     V1beta1NodePoolSpec, V1beta1Template, V1beta1TemplateSpec,
@@ -27,9 +29,11 @@ pub const PROVISIONER_V1ALPHA5: &str = "karpenter.sh/v1alpha5";
 pub const EC2NODECLASS_V1: &str = "karpenter.k8s.aws/v1";
 pub const EC2NODECLASS_V1BETA1: &str = "karpenter.k8s.aws/v1beta1";
 pub const AWSNODETEMPLATE_V1ALPHA1: &str = "karpenter.k8s.aws/v1alpha1";
+pub const SETTINGS_V1ALPHA1: &str = "nodewright.io/v1alpha1";
 
 const SUPPORTED: &str = "karpenter.sh/v1 NodePool, karpenter.k8s.aws/v1 EC2NodeClass, karpenter.sh/v1beta1 NodePool, \
-karpenter.k8s.aws/v1beta1 EC2NodeClass, karpenter.sh/v1alpha5 Provisioner, karpenter.k8s.aws/v1alpha1 AWSNodeTemplate";
+karpenter.k8s.aws/v1beta1 EC2NodeClass, karpenter.sh/v1alpha5 Provisioner, karpenter.k8s.aws/v1alpha1 AWSNodeTemplate, \
+nodewright.io/v1alpha1 Settings";
 
 /// A configuration document in its v1 form.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,13 +47,27 @@ pub enum ConfigDocument {
         source_api_version: String,
     },
     NodeClass { name: String, spec: EC2NodeClassSpec },
+    /// `nodewright.io/v1alpha1` `Settings` (one, named `default`).
+    Settings { name: String, spec: SettingsSpec },
 }
 
 impl ConfigDocument {
     pub fn name(&self) -> &str {
         match self {
-            ConfigDocument::NodePool { name, .. } | ConfigDocument::NodeClass { name, .. } => name,
+            ConfigDocument::NodePool { name, .. }
+            | ConfigDocument::NodeClass { name, .. }
+            | ConfigDocument::Settings { name, .. } => name,
         }
+    }
+
+    /// `nodepool/<name>`, `nodeclass/<name>`, `settings/<name>`: how errors name it.
+    pub fn item_name(&self) -> String {
+        let kind = match self {
+            ConfigDocument::NodePool { .. } => "nodepool",
+            ConfigDocument::NodeClass { .. } => "nodeclass",
+            ConfigDocument::Settings { .. } => "settings",
+        };
+        format!("{kind}/{}", self.name())
     }
 }
 
@@ -102,37 +120,64 @@ pub fn from_value(value: &Value, index: usize) -> Result<Vec<ConfigDocument>, Co
 }
 
 fn parse(text: &str, keep_others: bool) -> Result<Vec<Document>, ConfigError> {
+    let (docs, mut errors) = parse_all(text, keep_others);
+    if errors.is_empty() { Ok(docs) } else { Err(errors.swap_remove(0)) }
+}
+
+/// Every document that reads, and an error for each one that does not (a
+/// YAML syntax error ends the stream: what follows it cannot be trusted).
+pub fn parse_all(text: &str, keep_others: bool) -> (Vec<Document>, Vec<ConfigError>) {
     let mut out = Vec::new();
-    for (i, value) in raw_documents(text)?.into_iter().enumerate() {
+    let mut errors = Vec::new();
+    let (values, syntax) = raw_documents_lenient(text);
+    for (i, value) in values.into_iter().enumerate() {
         if value.is_null() {
             continue;
         }
-        read_object(&value, &format!("document[{i}]"), keep_others, &mut out)?;
+        let mut docs = Vec::new();
+        match read_object(&value, &format!("document[{i}]"), keep_others, &mut docs) {
+            Ok(()) => out.extend(docs),
+            Err(e) => errors.push(e),
+        }
     }
-    Ok(out)
+    errors.extend(syntax);
+    (out, errors)
 }
 
-/// The documents of a YAML stream, or of JSON (one object, or an array of them).
-fn raw_documents(text: &str) -> Result<Vec<Value>, ConfigError> {
+/// [`parse_all`] keeping only configuration documents; others are errors.
+pub fn parse_config_all(text: &str) -> (Vec<ConfigDocument>, Vec<ConfigError>) {
+    let (docs, errors) = parse_all(text, false);
+    let docs = docs.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+    (docs, errors)
+}
+
+/// The documents of a YAML stream, or of JSON (one object, or an array of
+/// them), up to the first syntax error (returned with them).
+fn raw_documents_lenient(text: &str) -> (Vec<Value>, Option<ConfigError>) {
     let trimmed = text.trim_start();
     if (trimmed.starts_with('{') || trimmed.starts_with('['))
         && let Ok(v) = serde_json::from_str::<Value>(text)
     {
-        return Ok(match v {
-            Value::Array(items) => items,
-            other => vec![other],
-        });
+        return (
+            match v {
+                Value::Array(items) => items,
+                other => vec![other],
+            },
+            None,
+        );
     }
     let mut out = Vec::new();
     for (i, de) in serde_norway::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(de).map_err(|e| ConfigError {
-            item: format!("document[{i}]"),
-            field: e.location().map_or_else(|| "(document)".to_owned(), |l| format!("line {} column {}", l.line(), l.column())),
-            reason: e.to_string(),
-        })?;
-        out.push(value);
+        match Value::deserialize(de) {
+            Ok(value) => out.push(value),
+            Err(e) => {
+                let field =
+                    e.location().map_or_else(|| "(document)".to_owned(), |l| format!("line {} column {}", l.line(), l.column()));
+                return (out, Some(ConfigError { item: format!("document[{i}]"), field, reason: e.to_string() }));
+            }
+        }
     }
-    Ok(out)
+    (out, None)
 }
 
 fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Document>) -> Result<(), ConfigError> {
@@ -156,14 +201,15 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
         }
         return Ok(());
     }
-    let karpenter_kind = matches!(kind, "NodePool" | "EC2NodeClass" | "Provisioner" | "AWSNodeTemplate")
-        && matches!(api_version.split('/').next(), Some("karpenter.sh" | "karpenter.k8s.aws"));
+    let karpenter_kind = matches!(kind, "NodePool" | "EC2NodeClass" | "Provisioner" | "AWSNodeTemplate" | "Settings")
+        && matches!(api_version.split('/').next(), Some("karpenter.sh" | "karpenter.k8s.aws" | "nodewright.io"));
     let known = matches!(
         (api_version, kind),
         (NODEPOOL_V1 | NODEPOOL_V1BETA1, "NodePool")
             | (PROVISIONER_V1ALPHA5, "Provisioner")
             | (EC2NODECLASS_V1 | EC2NODECLASS_V1BETA1, "EC2NodeClass")
             | (AWSNODETEMPLATE_V1ALPHA1, "AWSNodeTemplate")
+            | (SETTINGS_V1ALPHA1, "Settings")
     );
     if !known {
         if keep_others && !karpenter_kind {
@@ -208,6 +254,13 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
                 annotations,
                 source_api_version: api_version.into(),
             }));
+        }
+        (SETTINGS_V1ALPHA1, _) => {
+            if name != SETTINGS_NAME {
+                return Err(doc_err("metadata.name", format!("{name:?}: the one Settings item is named {SETTINGS_NAME:?}")));
+            }
+            let spec = typed(spec, &format!("settings/{name}"), locate_settings)?;
+            out.push(Document::Config(ConfigDocument::Settings { name, spec }));
         }
         (EC2NODECLASS_V1, _) => {
             let spec = typed(spec, &format!("nodeclass/{name}"), locate_nodeclass)?;
@@ -387,6 +440,10 @@ fn locate_provisioner(v: &Value, p: &str) -> Option<(String, String)> {
     )
 }
 
+fn locate_settings(v: &Value, p: &str) -> Option<(String, String)> {
+    object::<SettingsSpec>(v, p, &[("featureGates", leaf::<FeatureGatesSpec>)])
+}
+
 fn locate_nodeclass(v: &Value, p: &str) -> Option<(String, String)> {
     object::<EC2NodeClassSpec>(
         v,
@@ -406,13 +463,121 @@ fn locate_nodeclass(v: &Value, p: &str) -> Option<(String, String)> {
     )
 }
 
+// ---- stored items -------------------------------------------------------------
+
+impl ConfigDocument {
+    /// A stored item (its v1 spec as JSON) read back, with the field path of
+    /// what does not read.
+    pub fn from_item(item: &ConfigItem) -> Result<ConfigDocument, ConfigError> {
+        let name = item.name.clone();
+        Ok(match item.kind {
+            ConfigKind::NodePool => ConfigDocument::NodePool {
+                spec: typed(&item.spec, &format!("nodepool/{name}"), locate_nodepool)?,
+                annotations: item.annotations.clone(),
+                name,
+                source_api_version: NODEPOOL_V1.to_owned(),
+            },
+            ConfigKind::NodeClass => {
+                ConfigDocument::NodeClass { spec: typed(&item.spec, &format!("nodeclass/{name}"), locate_nodeclass)?, name }
+            }
+            ConfigKind::Settings => {
+                ConfigDocument::Settings { spec: typed(&item.spec, &format!("settings/{name}"), locate_settings)?, name }
+            }
+        })
+    }
+
+    pub fn kind(&self) -> ConfigKind {
+        match self {
+            ConfigDocument::NodePool { .. } => ConfigKind::NodePool,
+            ConfigDocument::NodeClass { .. } => ConfigKind::NodeClass,
+            ConfigDocument::Settings { .. } => ConfigKind::Settings,
+        }
+    }
+
+    /// The spec as stored (v1, JSON).
+    pub fn spec_json(&self) -> Value {
+        let v = match self {
+            ConfigDocument::NodePool { spec, .. } => serde_json::to_value(spec),
+            ConfigDocument::NodeClass { spec, .. } => serde_json::to_value(spec),
+            ConfigDocument::Settings { spec, .. } => serde_json::to_value(spec),
+        };
+        // These specs are plain maps and strings: serializing cannot fail.
+        v.unwrap_or_default()
+    }
+
+    /// The item to store, at `version`.
+    pub fn to_item(&self, version: u64, now: jiff::Timestamp) -> ConfigItem {
+        let annotations = match self {
+            ConfigDocument::NodePool { annotations, .. } => annotations.clone(),
+            _ => BTreeMap::new(),
+        };
+        ConfigItem { kind: self.kind(), name: self.name().to_owned(), spec: self.spec_json(), annotations, version, updated_at: now }
+    }
+
+    /// The v1 YAML document a user can keep (`config get`, `config convert`).
+    pub fn to_manifest(&self) -> Value {
+        let (api_version, kind) = match self {
+            ConfigDocument::NodePool { .. } => (NODEPOOL_V1, "NodePool"),
+            ConfigDocument::NodeClass { .. } => (EC2NODECLASS_V1, "EC2NodeClass"),
+            ConfigDocument::Settings { .. } => (SETTINGS_V1ALPHA1, "Settings"),
+        };
+        serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": self.name()}, "spec": self.spec_json()})
+    }
+}
+
+/// Stored items → what is valid and what is not: the same validation the
+/// CLI applies before writing, so the functions, the CLI and the simulator
+/// agree. An item that does not read is an error and left out.
+pub fn resolve_items(items: &[ConfigItem]) -> Resolved {
+    let mut docs = Vec::new();
+    let mut errors = Vec::new();
+    for item in items {
+        match ConfigDocument::from_item(item) {
+            Ok(d) => docs.push(d),
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut r = ConfigSet::resolve(&docs);
+    // A pool naming a class whose item does not read: not ready, not missing.
+    let unreadable: BTreeSet<String> =
+        errors.iter().filter_map(|e: &ConfigError| e.item.strip_prefix("nodeclass/").map(str::to_owned)).collect();
+    for e in std::mem::take(&mut r.errors) {
+        let class_unreadable = e.field == "spec.template.spec.nodeClassRef.name"
+            && unreadable.iter().any(|c| e.reason.starts_with(&format!("EC2NodeClass {c:?} ")));
+        if class_unreadable {
+            let reason = e.reason.replacen("does not exist", "is invalid", 1);
+            r.not_ready.push(ConfigError { reason, ..e });
+        } else {
+            r.errors.push(e);
+        }
+    }
+    errors.extend(r.errors);
+    r.errors = errors;
+    r
+}
+
 // ---- the validated set ------------------------------------------------------
 
-/// Every NodePool and NodeClass of a configuration, validated together.
+/// Every NodePool, NodeClass and the Settings of a configuration, validated together.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigSet {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<NodeClass>,
+    pub settings: Settings,
+}
+
+/// What [`ConfigSet::resolve`] makes of documents that may not all be valid.
+#[derive(Debug, Clone, Default)]
+pub struct Resolved {
+    /// The valid part: pools whose NodeClass is valid, valid classes, the
+    /// settings (defaults when absent or invalid).
+    pub set: ConfigSet,
+    /// Each invalid document's error, and each reference to a class that
+    /// does not exist.
+    pub errors: Vec<ConfigError>,
+    /// Pools left out because their NodeClass is itself invalid (its error is
+    /// in `errors`): Karpenter's "NodeClass not ready".
+    pub not_ready: Vec<ConfigError>,
 }
 
 impl ConfigSet {
@@ -421,59 +586,95 @@ impl ConfigSet {
     /// NodeClass; its kubelet settings become the class's with the pool's
     /// own (a v1beta1 compatibility field) on top.
     pub fn from_documents(docs: &[ConfigDocument]) -> Result<ConfigSet, Vec<ConfigError>> {
-        let mut errors = Vec::new();
-        let mut set = ConfigSet::default();
-        let mut class_names = BTreeSet::new();
+        let r = ConfigSet::resolve(docs);
+        if r.errors.is_empty() { Ok(r.set) } else { Err(r.errors) }
+    }
+
+    /// The lenient form the functions use on stored items: whatever is
+    /// valid, and what is not. The one place NodePools meet their NodeClass.
+    pub fn resolve(docs: &[ConfigDocument]) -> Resolved {
+        let mut r = Resolved::default();
         let duplicate = |item: String| ConfigError { item, field: "metadata.name".into(), reason: "defined more than once".into() };
+        let mut class_names = BTreeSet::new();
+        let mut settings_seen = false;
         for doc in docs {
-            if let ConfigDocument::NodeClass { name, spec } = doc {
-                if !class_names.insert(name.as_str()) {
-                    errors.push(duplicate(format!("nodeclass/{name}")));
-                    continue;
+            match doc {
+                ConfigDocument::NodeClass { name, spec } => {
+                    if !class_names.insert(name.as_str()) {
+                        r.errors.push(duplicate(format!("nodeclass/{name}")));
+                        continue;
+                    }
+                    match NodeClass::from_spec(name, spec) {
+                        Ok(c) => r.set.node_classes.push(c),
+                        Err(e) => r.errors.push(e),
+                    }
                 }
-                match NodeClass::from_spec(name, spec) {
-                    Ok(c) => set.node_classes.push(c),
-                    Err(e) => errors.push(e),
+                ConfigDocument::Settings { name, spec } => {
+                    if std::mem::replace(&mut settings_seen, true) {
+                        r.errors.push(duplicate(format!("settings/{name}")));
+                        continue;
+                    }
+                    match Settings::from_spec(spec) {
+                        Ok(s) => r.set.settings = s,
+                        Err(e) => r.errors.extend(e),
+                    }
                 }
+                ConfigDocument::NodePool { .. } => {}
             }
         }
         let mut pool_names = BTreeSet::new();
         for doc in docs {
-            let ConfigDocument::NodePool { name, spec, .. } = doc else { continue };
+            let ConfigDocument::NodePool { name, spec, annotations, .. } = doc else { continue };
             if !pool_names.insert(name.as_str()) {
-                errors.push(duplicate(format!("nodepool/{name}")));
+                r.errors.push(duplicate(format!("nodepool/{name}")));
                 continue;
             }
             let mut pool = match NodePool::from_spec(name, spec) {
-                Ok(p) => p,
+                Ok(mut p) => {
+                    p.annotations.clone_from(annotations);
+                    p
+                }
                 Err(e) => {
-                    errors.push(e);
+                    r.errors.push(e);
                     continue;
                 }
             };
             let err = |field: &str, reason: String| ConfigError { item: format!("nodepool/{name}"), field: field.into(), reason };
             match pool.node_class.as_deref() {
-                None => errors.push(err("spec.template.spec.nodeClassRef", "required: the EC2NodeClass nodes launch with".into())),
-                Some(class) if !class_names.contains(class) => errors.push(err(
+                None => r.errors.push(err("spec.template.spec.nodeClassRef", "required: the EC2NodeClass nodes launch with".into())),
+                Some(class) if !class_names.contains(class) => r.errors.push(err(
                     "spec.template.spec.nodeClassRef.name",
-                    format!("EC2NodeClass {class:?} does not exist"),
+                    format!("EC2NodeClass {class:?} does not exist: no nodes are launched for this NodePool"),
                 )),
-                Some(class) => {
-                    if let Some(c) = set.node_classes.iter().find(|c| c.name == class) {
+                Some(class) => match r.set.node_classes.iter().find(|c| c.name == class) {
+                    Some(c) => {
                         pool.launch_kubelet = pool.launch_kubelet.merged_over(&c.kubelet);
                         pool.kubelet = pool.launch_kubelet.to_kubelet_config();
+                        pool.resolved_class = Some(std::sync::Arc::new(c.clone()));
+                        r.set.node_pools.push(pool);
                     }
-                    set.node_pools.push(pool);
-                }
+                    None => r.not_ready.push(err(
+                        "spec.template.spec.nodeClassRef.name",
+                        format!("EC2NodeClass {class:?} is invalid: no nodes are launched for this NodePool"),
+                    )),
+                },
             }
         }
-        if errors.is_empty() { Ok(set) } else { Err(errors) }
+        r
     }
 
-    /// Reads and validates a stream of configuration documents.
+    /// Reads and validates a stream of configuration documents; every
+    /// error at once (a document that does not read, and the set's own).
     pub fn parse(text: &str) -> Result<ConfigSet, Vec<ConfigError>> {
-        let docs = parse_documents(text).map_err(|e| vec![e])?;
-        ConfigSet::from_documents(&docs)
+        let (docs, mut errors) = parse_config_all(text);
+        match ConfigSet::from_documents(&docs) {
+            Ok(set) if errors.is_empty() => Ok(set),
+            Ok(_) => Err(errors),
+            Err(e) => {
+                errors.extend(e);
+                Err(errors)
+            }
+        }
     }
 
     pub fn node_pool(&self, name: &str) -> Option<&NodePool> {
@@ -640,7 +841,11 @@ mod tests {
                     assert_eq!(&back, spec);
                     assert!(NodeClass::from_spec("default", &back).is_ok());
                 }
+                ConfigDocument::Settings { .. } => panic!("no settings in a Provisioner"),
             }
+            // And through the stored item, the one way the functions read it.
+            let back = ConfigDocument::from_item(&doc.to_item(3, jiff::Timestamp::UNIX_EPOCH)).expect("item reads back");
+            assert_eq!(back.spec_json(), doc.spec_json());
         }
         let e = from_value(&docs[1], 1).expect_err("t101");
         assert_eq!(e.field, "spec.provider.subnetSelector");
@@ -731,5 +936,88 @@ mod tests {
                 ("nodepool/b", "spec.template.spec.nodeClassRef.name"),
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod never_panics {
+    //! Random YAML/JSON into the importer and the validator: errors, never a panic.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// JSON values shaped like configuration: the keys the schema uses, and
+    /// values of every type at every place.
+    fn value() -> impl Strategy<Value = Value> {
+        let keys = prop::sample::select(vec![
+            "apiVersion", "kind", "metadata", "name", "spec", "template", "requirements", "key", "operator", "values",
+            "minValues", "limits", "cpu", "memory", "disruption", "budgets", "nodes", "schedule", "duration",
+            "consolidateAfter", "consolidationPolicy", "expireAfter", "nodeClassRef", "kubelet", "maxPods",
+            "systemReserved", "evictionHard", "amiSelectorTerms", "alias", "subnetSelectorTerms", "tags", "id",
+            "securityGroupSelectorTerms", "role", "provider", "subnetSelector", "ttlSecondsAfterEmpty", "weight",
+            "taints", "effect", "items", "batchIdleDuration", "rebalancePolicy", "featureGates",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            prop::sample::select(vec![
+                "karpenter.sh/v1", "karpenter.k8s.aws/v1", "karpenter.sh/v1beta1", "karpenter.sh/v1alpha5",
+                "karpenter.k8s.aws/v1alpha1", "karpenter.k8s.aws/v1beta1", "nodewright.io/v1alpha1", "NodePool",
+                "EC2NodeClass", "Provisioner", "AWSNodeTemplate", "Settings", "List", "In", "NotIn", "Gt", "Lt",
+                "Exists", "1x", "8Gx", "-1", "100%", "0 0 * * *", "@daily", "10m", "Never", "default", "al2023@latest",
+                "", "kubernetes.io/arch", "karpenter.sh/nodepool", "WhenEmpty", "*",
+            ])
+            .prop_map(Value::from),
+            "[a-z0-9./%@* -]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(keys.clone(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            ]
+        })
+    }
+
+    fn exercise(text: &str) {
+        let (docs, _) = parse_all(text, true);
+        let config: Vec<ConfigDocument> = docs.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+        let _ = ConfigSet::from_documents(&config);
+        let items: Vec<ConfigItem> = config.iter().map(|d| d.to_item(1, jiff::Timestamp::UNIX_EPOCH)).collect();
+        let _ = resolve_items(&items);
+        let _ = ConfigSet::parse(text);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn structured_documents(v in value()) {
+            exercise(&v.to_string());
+            exercise(&serde_norway::to_string(&v).unwrap_or_default());
+        }
+
+        #[test]
+        fn arbitrary_text(text in "\\PC{0,200}") {
+            exercise(&text);
+        }
+
+        #[test]
+        fn stored_items_with_any_spec(spec in value(), kind in 0..3u8) {
+            let kind = [ConfigKind::NodePool, ConfigKind::NodeClass, ConfigKind::Settings][kind as usize];
+            let item = ConfigItem { kind, name: "x".into(), spec, annotations: BTreeMap::new(), version: 1, updated_at: jiff::Timestamp::UNIX_EPOCH };
+            let r = resolve_items(&[item]);
+            // Whatever it is, it is valid or reported, never both, never lost.
+            prop_assert!(r.errors.len() + r.set.node_pools.len() + r.set.node_classes.len() + r.not_ready.len() >= usize::from(kind != ConfigKind::Settings));
+        }
+
+        #[test]
+        fn near_valid_nodepools(reqs in prop::collection::vec(value(), 0..4), limits in value(), disruption in value()) {
+            let doc = serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"},
+                "requirements": reqs}}, "limits": limits, "disruption": disruption}});
+            exercise(&doc.to_string());
+        }
     }
 }

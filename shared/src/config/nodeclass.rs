@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::ConfigError;
 use super::disruption::parse_duration;
-use crate::cloud::KubeletConfig;
+use crate::cloud::{KubeletConfig, Reserved, Threshold};
 use crate::resources;
 
 /// Tag keys Karpenter sets itself; a NodeClass may not set them.
@@ -147,10 +147,22 @@ const EVICTION_SIGNALS: [&str; 6] =
 
 impl KubeletSpec {
     /// The settings the allocatable math uses.
+    /// Values that do not parse are left out: [`KubeletSpec::validate`]
+    /// rejects them first.
     pub fn to_kubelet_config(&self) -> KubeletConfig {
+        let reserved = |map: &BTreeMap<String, String>| Reserved {
+            cpu_millis: map.get("cpu").and_then(|v| resources::parse_milli(v).ok()),
+            memory_bytes: map.get("memory").and_then(|v| resources::parse_whole(v).ok()),
+        };
+        const SIGNAL: &str = "memory.available";
+        let threshold = |map: &BTreeMap<String, String>| map.get(SIGNAL).and_then(|v| parse_threshold(v));
         KubeletConfig {
             max_pods: self.max_pods.and_then(|v| u32::try_from(v).ok()),
             pods_per_core: self.pods_per_core.and_then(|v| u32::try_from(v).ok()),
+            kube_reserved: reserved(&self.kube_reserved),
+            system_reserved: reserved(&self.system_reserved),
+            eviction_hard_memory: threshold(&self.eviction_hard),
+            eviction_soft_memory: threshold(&self.eviction_soft),
         }
     }
 
@@ -260,6 +272,14 @@ fn check_signal(k: &str) -> Result<(), String> {
 }
 
 /// A percentage (`10%`, `7.5%`) or a quantity (`100Mi`).
+/// `10%` or `500Mi` as a [`Threshold`].
+fn parse_threshold(v: &str) -> Option<Threshold> {
+    match v.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().ok().filter(|p| p.is_finite()).map(|p| Threshold::Basis((p * 100.0).round() as i64)),
+        None => resources::parse_whole(v).ok().map(Threshold::Bytes),
+    }
+}
+
 fn check_threshold(v: &str) -> Result<(), String> {
     if let Some(p) = v.strip_suffix('%') {
         return match p.parse::<f64>() {
@@ -694,7 +714,12 @@ mod tests {
         assert_eq!(c.security_group_selector_terms[1], SelectorTerm::Name("eks-nodes".into()));
         assert_eq!(c.identity, NodeIdentity::Role("KarpenterNodeRole".into()));
         assert_eq!(c.tags.get("cost-center").map(String::as_str), Some("42"));
-        assert_eq!(c.kubelet.to_kubelet_config(), KubeletConfig { max_pods: Some(58), pods_per_core: None });
+        assert_eq!(c.kubelet.to_kubelet_config(), KubeletConfig {
+                max_pods: Some(58),
+                kube_reserved: Reserved { cpu_millis: Some(100), memory_bytes: Some(256 << 20) },
+                eviction_soft_memory: Some(Threshold::Basis(500)),
+                ..Default::default()
+            });
         assert!(c.detailed_monitoring);
         assert_eq!(c.associate_public_ip_address, Some(false));
         assert_eq!(c.block_device_mappings.len(), 1);

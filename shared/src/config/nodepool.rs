@@ -2,13 +2,14 @@
 //! validated form the decisions use.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jiff::SignedDuration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use super::disruption::{Disruption, DisruptionSpec, parse_duration, parse_duration_or_never};
-use super::nodeclass::KubeletSpec;
+use super::nodeclass::{KubeletSpec, NodeClass};
 use crate::cloud::KubeletConfig;
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
@@ -123,10 +124,20 @@ pub struct NodePool {
     /// filling what the template leaves unset.
     pub launch_kubelet: KubeletSpec,
     pub node_class: Option<String>,
+    /// The validated NodeClass `node_class` names, once
+    /// [`ConfigSet::resolve`](super::ConfigSet::resolve) found it: what a launch uses.
+    pub resolved_class: Option<Arc<NodeClass>>,
     pub disruption: Disruption,
     /// `None` is `Never`.
     pub expire_after: Option<SignedDuration>,
     pub termination_grace_period: Option<SignedDuration>,
+}
+
+impl NodePool {
+    /// The resolved NodeClass, if it is the one named `name` (a claim's record).
+    pub fn class_named(&self, name: Option<&str>) -> Option<NodeClass> {
+        self.resolved_class.as_deref().filter(|c| Some(c.name.as_str()) == name).cloned()
+    }
 }
 
 /// Karpenter v1's default `expireAfter`.
@@ -252,6 +263,7 @@ impl NodePool {
             kubelet: launch_kubelet.to_kubelet_config(),
             launch_kubelet,
             node_class: t.spec.node_class_ref.as_ref().map(|r| r.name.clone()),
+            resolved_class: None,
             disruption,
             expire_after,
             termination_grace_period,
@@ -274,6 +286,7 @@ impl NodePool {
             kubelet: KubeletConfig::default(),
             launch_kubelet: KubeletSpec::default(),
             node_class: None,
+            resolved_class: None,
             disruption: Disruption::default(),
             expire_after: Some(DEFAULT_EXPIRE_AFTER),
             termination_grace_period: None,
@@ -395,7 +408,7 @@ mod tests {
         assert_eq!(p.termination_grace_period, Some(SignedDuration::from_mins(90)));
         assert_eq!(p.disruption.consolidate_after, Some(SignedDuration::from_mins(5)));
         assert_eq!(p.disruption.budgets[0].nodes, super::super::disruption::BudgetNodes::Count(3));
-        assert_eq!(p.kubelet, KubeletConfig { max_pods: Some(20), pods_per_core: None });
+        assert_eq!(p.kubelet, KubeletConfig { max_pods: Some(20), ..Default::default() });
         assert_eq!(p.launch_kubelet.cluster_dns, vec!["10.0.0.10".to_string()]);
     }
 

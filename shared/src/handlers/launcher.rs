@@ -102,11 +102,14 @@ impl<'a, P: PortSet> Launcher<'a, P> {
     pub async fn launch(&self, claim: Claim, limits: &Limits, pool: Option<&NodePool>, catalog: &CloudCatalog) -> LaunchEnd {
         let store = self.ports.store();
         let now = self.ports.clock().now();
+        // The NodeClass as configured now (live reload), resolved with the pool.
+        let node_class = pool.and_then(|p| p.class_named(claim.node_class.as_deref()));
         let request = LaunchRequest {
             claim_id: claim.id.clone(),
             client_token: claim.client_token(),
             pool: claim.pool.clone(),
             node_class: claim.node_class.clone(),
+            node_class_spec: node_class,
             options: claim.options.clone(),
             labels: claim.labels.clone(),
             taints: claim.taints.clone(),

@@ -6,6 +6,7 @@
 //! write in the Store.
 
 pub mod config;
+pub mod config_write;
 pub mod interruption;
 pub mod launcher;
 pub mod metrics;

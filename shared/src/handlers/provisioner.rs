@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
 use super::HandlerError;
-use super::config::{self, LoadedConfig};
+use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::termination;
 use crate::ports::{
@@ -28,6 +28,21 @@ use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::scheduling::pod::is_provisionable;
 use crate::scheduling::volumes::{self, VolumeIndex};
+
+/// The batch window: the stored Settings' when there is a settings item,
+/// else the provisioner's own (tests set it).
+fn batch_window(config: &LoadedConfig, own: BatchWindow) -> BatchWindow {
+    if config.settings_stored { BatchWindow { idle: config.settings.batch_idle, max: config.settings.batch_max } } else { own }
+}
+
+/// "no NodePool exists" misleads when NodePools are stored but none is
+/// valid: say which and why.
+fn with_config_reason(unschedulable: Vec<(PodKey, String)>, config: &LoadedConfig) -> Vec<(PodKey, String)> {
+    match config.no_pool_reason() {
+        Some(reason) => unschedulable.into_iter().map(|(k, _)| (k, reason.clone())).collect(),
+        None => unschedulable,
+    }
+}
 
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
@@ -87,11 +102,32 @@ pub struct Provisioner<P: PortSet> {
     /// When this invocation last advanced removal commands (the safety net).
     last_removals: Option<Timestamp>,
     ticks: u64,
+    config: ConfigReader,
 }
 
 impl<P: PortSet> Provisioner<P> {
     pub fn new(ports: P, settings: ProvisionerSettings, holder: impl Into<String>) -> Self {
-        Provisioner { ports, settings, holder: holder.into(), last_gc: None, last_removals: None, ticks: 0 }
+        Provisioner {
+            ports,
+            settings,
+            holder: holder.into(),
+            last_gc: None,
+            last_removals: None,
+            ticks: 0,
+            config: ConfigReader::new(),
+        }
+    }
+
+    /// Shares a configuration reader across invocations (one per process),
+    /// so a warm container re-reads only what changed.
+    pub fn with_config_reader(mut self, reader: ConfigReader) -> Self {
+        self.config = reader;
+        self
+    }
+
+    /// The reader to hand to the next invocation's provisioner.
+    pub fn config_reader(&self) -> ConfigReader {
+        self.config.clone()
     }
 
     pub fn ports(&self) -> &P {
@@ -150,7 +186,7 @@ impl<P: PortSet> Provisioner<P> {
         let store = self.ports.store();
         let cluster = self.ports.cluster();
 
-        let config = config::load(store).await?;
+        let config = LoadedConfig::clone(&*self.config.read(store, now).await?);
         let mut claims = store.claims().await?;
         let pending = cluster.pending_pods().await?;
         let nodes = cluster.nodes().await?;
@@ -212,7 +248,7 @@ impl<P: PortSet> Provisioner<P> {
         let waiting: BTreeSet<String> = waiting_pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
 
         report.wake_at = removal_wake;
-        match batcher::step(state.window.as_ref(), &waiting, now, self.settings.window) {
+        match batcher::step(state.window.as_ref(), &waiting, now, batch_window(&config, self.settings.window)) {
             BatchStep::Idle => {
                 let pending_uids = uids(&pending);
                 if state.parked.keys().any(|uid| !pending_uids.contains(uid.as_str())) {
@@ -328,7 +364,7 @@ impl<P: PortSet> Provisioner<P> {
                 debug!(pods = decision.fit_existing.len(), "pod(s) fit on existing or in-flight nodes");
                 self.nominate(&claims, &decision.fit_existing, config).await;
             }
-            unplaceable.extend(decision.unschedulable);
+            unplaceable.extend(with_config_reason(decision.unschedulable, config));
             if decision.new_claims.is_empty() {
                 break;
             }

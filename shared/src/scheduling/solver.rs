@@ -1114,6 +1114,11 @@ impl<'a> Solver<'a> {
                 "no instance type in NodePool {name} has room for requests {requests} (too much {over}, DaemonSet overhead included)"
             );
         }
+        if let Some((key, min, found)) = unmet_min_values(&combined, &fitting, &ps.input.instance_types) {
+            return format!(
+                "minValues {min} of {key} in NodePool {name} cannot be met: only {found} distinct value(s) among the instance types that fit"
+            );
+        }
         if limited {
             let mut used = ps.input.in_use.clone();
             used.add(&ps.reserved);
@@ -1306,6 +1311,16 @@ fn attains(r: &Resources, max: &Resources) -> bool {
 
 fn ports_conflict(used: &[HostPort], wanted: &[HostPort]) -> bool {
     wanted.iter().any(|w| used.contains(w))
+}
+
+/// The first `minValues` the types cannot meet: (key, minValues, distinct values found).
+fn unmet_min_values(reqs: &Requirements, types: &[usize], catalog: &[InstanceType]) -> Option<(String, u32, usize)> {
+    reqs.iter().find_map(|(key, r)| {
+        let min = r.min_values?;
+        let distinct: BTreeSet<&str> =
+            types.iter().filter_map(|&t| catalog[t].requirements.get(key).and_then(|r| r.single_value())).collect();
+        (distinct.len() < min as usize).then(|| (key.to_owned(), min, distinct.len()))
+    })
 }
 
 /// True when every `minValues` of the requirements is met by the types kept.

@@ -147,8 +147,14 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
         self.inner.config_items().await
     }
+    async fn config_version(&self) -> Result<u64, StoreError> {
+        self.inner.config_version().await
+    }
     async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
         self.inner.put_config_item(item).await
+    }
+    async fn write_config(&self, writes: &[crate::ports::ConfigWrite]) -> Result<(), StoreError> {
+        self.inner.write_config(writes).await
     }
     async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
         self.inner.delete_config_item(kind, name).await

@@ -243,7 +243,8 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             if now >= self.next_invocation {
                 let deadline = self.next_invocation + self.settings.invocation;
                 let holder = format!("sim-invocation-{}", self.next_invocation.as_second());
-                self.provisioner = Provisioner::new(self.ports(), self.settings.provisioner.clone(), holder);
+                self.provisioner = Provisioner::new(self.ports(), self.settings.provisioner.clone(), holder)
+                    .with_config_reader(self.provisioner.config_reader());
                 match self.provisioner.acquire_lease(deadline).await {
                     Ok(true) => {
                         self.invocation_deadline = Some(deadline);

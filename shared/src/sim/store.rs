@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Limits;
-use crate::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
+use crate::ports::{ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError, Timestamp, Usage};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
 use crate::termination::Command;
@@ -14,6 +14,7 @@ use crate::termination::Command;
 #[derive(Debug, Default)]
 struct State {
     config: BTreeMap<(ConfigKind, String), ConfigItem>,
+    config_version: u64,
     claims: BTreeMap<String, Claim>,
     usage: BTreeMap<String, Usage>,
     batch: Option<Batch>,
@@ -50,23 +51,55 @@ impl Store for MemStore {
         Ok(self.lock().config.values().cloned().collect())
     }
 
+    async fn config_version(&self) -> Result<u64, StoreError> {
+        Ok(self.lock().config_version)
+    }
+
     async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
-        let mut s = self.lock();
-        let key = (item.kind, item.name.clone());
-        let stored = s.config.get(&key).map(|i| i.version);
-        let expected = item.version.checked_sub(1).filter(|v| *v > 0);
-        if stored != expected {
-            return Err(StoreError::Conflict(format!(
-                "{:?}/{}: stored version {stored:?}, expected {expected:?}",
-                item.kind, item.name
-            )));
-        }
-        s.config.insert(key, item.clone());
-        Ok(())
+        self.write_config(&[ConfigWrite::Put(item.clone())]).await
     }
 
     async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
-        self.lock().config.remove(&(kind, name.to_owned()));
+        let mut s = self.lock();
+        if s.config.remove(&(kind, name.to_owned())).is_some() {
+            s.config_version += 1;
+        }
+        Ok(())
+    }
+
+    async fn write_config(&self, writes: &[ConfigWrite]) -> Result<(), StoreError> {
+        if writes.len() > MAX_CONFIG_WRITES {
+            return Err(StoreError::Invalid(format!("{} changes in one write; at most {MAX_CONFIG_WRITES}", writes.len())));
+        }
+        let mut s = self.lock();
+        // Check every condition first: all or nothing.
+        for w in writes {
+            let (kind, name) = w.key();
+            let stored = s.config.get(&(kind, name.to_owned())).map(|i| i.version);
+            let expected = match w {
+                ConfigWrite::Put(item) => item.version.checked_sub(1).filter(|v| *v > 0),
+                ConfigWrite::Delete { version, .. } => Some(*version),
+            };
+            if stored != expected {
+                return Err(StoreError::Conflict(format!(
+                    "{}#{name}: stored version {}, expected {} (someone else changed it)",
+                    kind.as_str(),
+                    stored.map_or("none".to_owned(), |v| v.to_string()),
+                    expected.map_or("none".to_owned(), |v| v.to_string()),
+                )));
+            }
+        }
+        for w in writes {
+            match w {
+                ConfigWrite::Put(item) => {
+                    s.config.insert((item.kind, item.name.clone()), item.clone());
+                }
+                ConfigWrite::Delete { kind, name, .. } => {
+                    s.config.remove(&(*kind, name.clone()));
+                }
+            }
+        }
+        s.config_version += 1;
         Ok(())
     }
 

@@ -219,7 +219,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
         if req.options.is_empty() {
             return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", req.claim_id)));
         }
-        let (class_name, class) = self.node_class(req.node_class.as_deref())?;
+        // The class the launcher read this tick; the adapter's own map is for
+        // callers that pass none (tests, tools).
+        let (class_name, class) = match &req.node_class_spec {
+            Some(c) => (c.name.as_str(), c),
+            None => self.node_class(req.node_class.as_deref())?,
+        };
         // Configuration errors first: they need no API call.
         let (family, pinned) = launch_family(class).map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
         if let Some(instance) = self.adopt(req).await? {
@@ -919,6 +924,7 @@ mod tests {
             client_token: "nodewright-default-abcde".into(),
             pool: "default".into(),
             node_class: None,
+            node_class_spec: None,
             options: vec![
                 PricedOffering { instance_type: "m5.large".into(), zone: "za".into(), capacity_type: "spot".into(), price: 0.03 },
                 PricedOffering { instance_type: "m5.large".into(), zone: "zb".into(), capacity_type: "spot".into(), price: 0.031 },
