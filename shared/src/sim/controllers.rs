@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::ports::{PodKey, SignedDuration, Timestamp};
 use crate::scheduling::selector::LabelSelector;
+use crate::scheduling::taints::{Effect, Taint, Toleration, first_untolerated};
 use crate::provisioning::plan::existing_node;
 use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
@@ -183,6 +184,19 @@ fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
         .collect()
 }
 
+/// The tolerations the DaemonSet controller gives every daemon pod.
+fn daemon_tolerations() -> Vec<Toleration> {
+    let tol = |key: &str, effect| Toleration { key: key.to_owned(), exists: true, value: String::new(), effect: Some(effect) };
+    vec![
+        tol("node.kubernetes.io/not-ready", Effect::NoExecute),
+        tol("node.kubernetes.io/unreachable", Effect::NoExecute),
+        tol("node.kubernetes.io/disk-pressure", Effect::NoSchedule),
+        tol("node.kubernetes.io/memory-pressure", Effect::NoSchedule),
+        tol("node.kubernetes.io/pid-pressure", Effect::NoSchedule),
+        tol("node.kubernetes.io/unschedulable", Effect::NoSchedule),
+    ]
+}
+
 fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAction> {
     let ns = ds.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
     let name = ds.metadata.name.clone().unwrap_or_default();
@@ -210,6 +224,20 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
         let Ok(sp) = SchedPod::from_pod(&pod) else { continue };
         let labels = node.metadata.labels.clone().unwrap_or_default();
         if !sp.node_selector.keys().all(|k| sp.node_selector.allows(k, labels.get(k).map(String::as_str))) {
+            continue;
+        }
+        // Nor on nodes with a taint it does not tolerate (a node being
+        // drained carries `karpenter.sh/disrupted:NoSchedule`): its own
+        // tolerations plus those the DaemonSet controller adds.
+        let taints: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).collect())
+            .unwrap_or_default();
+        let mut tolerations = sp.tolerations.clone();
+        tolerations.extend(daemon_tolerations());
+        if first_untolerated(&taints, &tolerations, true).is_some() {
             continue;
         }
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node_name);
@@ -699,5 +727,30 @@ mod tests {
         let at = |now| ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], now, ..Default::default() };
         assert!(reconcile_workloads(&at(t(29))).is_empty(), "within the grace period");
         assert_eq!(reconcile_workloads(&at(t(30))), vec![ControllerAction::RemovePod(PodKey::of(&pods[0]))]);
+    }
+
+    #[test]
+    fn daemon_pods_stay_off_nodes_with_taints_they_do_not_tolerate() {
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+        }))
+        .unwrap();
+        let mut drained = ready_node("drained");
+        drained.spec = serde_json::from_value(json!({"unschedulable": true, "taints": [
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]})).unwrap();
+        let mut cordoned = ready_node("cordoned");
+        cordoned.spec = serde_json::from_value(json!({"unschedulable": true, "taints": [
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]})).unwrap();
+        let view = ClusterView { nodes: vec![&drained, &cordoned], daemon_sets: vec![&ds], ..Default::default() };
+        let placed: Vec<Option<String>> = reconcile_workloads(&view)
+            .into_iter()
+            .filter_map(|a| match a {
+                ControllerAction::CreatePod(p) => Some(node_of(&p).map(str::to_owned)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(placed, [Some("cordoned".to_owned())], "a cordon alone is tolerated; karpenter.sh/disrupted is not");
     }
 }
