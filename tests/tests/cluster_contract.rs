@@ -94,8 +94,8 @@ async fn taints_are_added_once_and_removed_by_key<F: ContractCluster>(f: &F) {
     assert_eq!(
         taints_of(&n),
         [
-            ("karpenter.sh/disrupted".into(), String::new(), "NoSchedule".into()),
-            ("example.com/x".into(), "y".into(), "NoExecute".into())
+            ("karpenter.sh/disrupted".to_owned(), String::new(), "NoSchedule".to_owned()),
+            ("example.com/x".to_owned(), "y".to_owned(), "NoExecute".to_owned())
         ],
         "added twice = once"
     );
@@ -103,7 +103,7 @@ async fn taints_are_added_once_and_removed_by_key<F: ContractCluster>(f: &F) {
     f.port().remove_taint(&node, "karpenter.sh/disrupted").await.expect("untaint");
     f.port().remove_taint(&node, "karpenter.sh/disrupted").await.expect("untaint again");
     f.port().remove_taint(&node, "never.there/key").await.expect("a key the node never had");
-    assert_eq!(taints_of(&f.node(&node).await.expect("node")), [("example.com/x".into(), "y".into(), "NoExecute".into())]);
+    assert_eq!(taints_of(&f.node(&node).await.expect("node")), [("example.com/x".to_owned(), "y".to_owned(), "NoExecute".to_owned())]);
 
     let missing = format!("{}-missing", f.namespace());
     for e in [
