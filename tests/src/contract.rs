@@ -117,6 +117,7 @@ pub trait ContractCluster {
 
 // ---------------------------------------------------------------- in memory
 
+#[derive(Debug)]
 pub struct SimFixture {
     cluster: SimCluster,
     clock: SimClock,
@@ -216,6 +217,12 @@ pub struct KubeFixture {
     namespace: String,
     /// How far the controllers' clock is ahead of the machine's.
     skew: Mutex<SignedDuration>,
+}
+
+impl std::fmt::Debug for KubeFixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeFixture").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
 }
 
 impl KubeFixture {
