@@ -481,6 +481,20 @@ pub trait Store: Send + Sync {
     -> impl Future<Output = Result<Vec<OfferingKey>, StoreError>> + Send;
 }
 
+/// A command write keeps its id and moves one version up (1 when created),
+/// in every adapter: a skipped or repeated version would let two writers
+/// both believe they advanced it.
+pub fn check_command_write(previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+    let expected = previous.map_or(1, |p| p.version + 1);
+    if previous.is_some_and(|p| p.id != next.id) || next.version != expected {
+        return Err(StoreError::Invalid(format!(
+            "write of command {} must keep its id and have version {expected}, not {}",
+            next.id, next.version
+        )));
+    }
+    Ok(())
+}
+
 /// The adapters a handler works with, bundled.
 #[derive(Debug, Clone)]
 pub struct Ports<C, K, S, T> {

@@ -6,6 +6,14 @@
 //! and the kubelets would. Nothing is simulated inside the server: pods,
 //! bindings, taints, evictions and Events are real API objects.
 //!
+//! There is no kube-controller-manager, so the disruption controller is
+//! played here too: each reconcile recomputes every PodDisruptionBudget's
+//! status ([`controllers::disruption_budgets`]) and writes it through the
+//! status subresource, conditional on the budget's resourceVersion — the
+//! server's eviction handler decides from that status, as in a cluster.
+//! The kubelets confirm a graceful deletion once the pod's
+//! `deletionTimestamp` has passed.
+//!
 //! The server is shared by every test of a binary, and the provisioner
 //! looks at the whole cluster, so a scenario takes [`ApiServerCluster::exclusive`]:
 //! one scenario at a time, on a cluster emptied of workloads and nodes.
@@ -24,7 +32,7 @@ use nodewright::kube::{ClientSettings, KubeCluster};
 use nodewright::ports::{ClusterEvent, PodKey, Timestamp};
 use nodewright::sim::ClusterDriver;
 use nodewright::scheduling::volumes::VolumeIndex;
-use nodewright::sim::controllers::{self, ClusterView, ControllerAction};
+use nodewright::sim::controllers::{self, ClusterView, ControllerAction, PdbStatusUpdate};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -143,19 +151,7 @@ impl ApiServerCluster {
                     Err(e) => Err(format!("create pod in {ns}: {e}")),
                 }
             }
-            ControllerAction::RemovePod(key) => {
-                let api: Api<Pod> = Api::namespaced(self.admin.clone(), &key.namespace);
-                let dp = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    preconditions: (!key.uid.is_empty()).then(|| Preconditions { uid: Some(key.uid.clone()), resource_version: None }),
-                    ..DeleteParams::default()
-                };
-                match api.delete(&key.name, &dp).await {
-                    Ok(_) => Ok(()),
-                    Err(e) if is_code(&e, 404) || is_code(&e, 409) => Ok(()),
-                    Err(e) => Err(format!("delete pod {key}: {e}")),
-                }
-            }
+            ControllerAction::RemovePod(key) => remove_pod(&self.admin, &key).await,
             ControllerAction::Place { pod, node } => {
                 let api: Api<Pod> = Api::namespaced(self.admin.clone(), &pod.namespace);
                 let binding = json!({
@@ -218,6 +214,49 @@ impl ApiServerCluster {
             volumes,
         })
     }
+}
+
+/// Removes a pod at once (grace 0, on its uid), as the kubelet confirms a
+/// deletion or the garbage collector removes an orphan; gone already is fine.
+pub async fn remove_pod(admin: &Client, key: &PodKey) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(admin.clone(), &key.namespace);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: (!key.uid.is_empty()).then(|| Preconditions { uid: Some(key.uid.clone()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&key.name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_code(&e, 404) || is_code(&e, 409) => Ok(()),
+        Err(e) => Err(format!("delete pod {key}: {e}")),
+    }
+}
+
+/// The disruption controller's writes: each budget's status through the
+/// status subresource, on the resourceVersion it was computed from. A
+/// conflict means an eviction decremented the budget meanwhile: that write
+/// is dropped, and the next round recomputes from the new status.
+pub async fn write_pdb_statuses(admin: &Client, pdbs: &[PodDisruptionBudget], updates: Vec<PdbStatusUpdate>) -> Result<(), String> {
+    try_join_all(updates.into_iter().map(|u| async move {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), &u.namespace);
+        let Some(mut object) = pdbs
+            .iter()
+            .find(|p| p.metadata.namespace.as_deref() == Some(u.namespace.as_str()) && p.metadata.name.as_deref() == Some(u.name.as_str()))
+            .cloned()
+        else {
+            return Ok(());
+        };
+        object.metadata.resource_version = u.resource_version.clone();
+        object.metadata.managed_fields = None;
+        object.status = Some(u.status);
+        match api.replace_status(&u.name, &PostParams::default(), &object).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_code(&e, 409) || is_code(&e, 404) => Ok(()),
+            Err(e) => Err(format!("pdb status {}/{}: {e}", u.namespace, u.name)),
+        }
+    }))
+    .await
+    .map(drop)
 }
 
 struct Snapshot {
@@ -336,18 +375,30 @@ impl ClusterDriver for ApiServerCluster {
 
     async fn reconcile(&self) -> Result<(), String> {
         let Snapshot { pods, nodes, deployments, daemon_sets, volumes } = self.snapshot().await?;
+        let now = Timestamp::now();
         let view = ClusterView {
             pods: pods.iter().collect(),
             nodes: nodes.iter().collect(),
             deployments: deployments.iter().collect(),
             daemon_sets: daemon_sets.iter().collect(),
-            volumes: VolumeIndex::default(),
+            now,
+            ..ClusterView::default()
         };
         let actions = controllers::reconcile_workloads(&view);
         let changed = !actions.is_empty();
         self.act_all(actions).await?;
         let pods: Vec<Pod> = if changed { list(&self.admin).await? } else { pods };
-        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), volumes, ..ClusterView::default() };
+        // The disruption controller, on the pods as they are now.
+        let pdbs: Vec<PodDisruptionBudget> = list(&self.admin).await?;
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            deployments: deployments.iter().collect(),
+            pdbs: pdbs.iter().collect(),
+            now,
+            ..ClusterView::default()
+        };
+        write_pdb_statuses(&self.admin, &pdbs, controllers::disruption_budgets(&view)).await?;
+        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), volumes, now, ..ClusterView::default() };
         self.act_all(controllers::schedule(&view)).await
     }
 

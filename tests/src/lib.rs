@@ -3,6 +3,7 @@
 //! constraint of a plan independently of the solver.
 
 pub mod aws;
+pub mod contract;
 
 use std::collections::BTreeMap;
 

@@ -748,6 +748,7 @@ impl Store for DynamoStore {
     }
 
     async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        crate::ports::check_command_write(previous, next)?;
         let item: Item = [
             (PK.to_owned(), s(command_key(&next.id))),
             ("kind".to_owned(), s("command")),

@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 
 use super::CONTROLLER_NAME;
 use super::connect::{Auth, ClientSettings};
-use super::errors::{classify, is_conflict, is_not_found, message, status_code};
+use super::errors::{classify, is_conflict, is_not_found, message, message_with_causes, status_code};
 use crate::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp};
 use crate::scheduling::taints::{Effect, Taint};
 
@@ -452,8 +452,9 @@ impl Cluster for KubeCluster {
                         // name now). The API checks budgets first, so a stale
                         // pod whose budget is exhausted is reported Blocked.
                         Some(404 | 409) => Ok(EvictOutcome::Gone),
-                        // A PodDisruptionBudget's answer, not throttling: never retried.
-                        Some(429) => Ok(EvictOutcome::Blocked(message(&e))),
+                        // A PodDisruptionBudget's answer, not throttling: never
+                        // retried. The budget's name is in the causes.
+                        Some(429) => Ok(EvictOutcome::Blocked(message_with_causes(&e))),
                         Some(500) if message(&e).contains("more than one PodDisruptionBudget") => {
                             Ok(EvictOutcome::Blocked(message(&e)))
                         }

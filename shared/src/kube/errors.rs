@@ -32,6 +32,21 @@ pub fn message(err: &KubeError) -> String {
     }
 }
 
+/// The API's message followed by its causes' messages: an eviction's 429
+/// says which budget refused it only in `details.causes`.
+pub fn message_with_causes(err: &KubeError) -> String {
+    let mut text = message(err);
+    if let KubeError::Api(status) = err {
+        for cause in status.details.iter().flat_map(|d| d.causes.iter()) {
+            if !cause.message.is_empty() && !text.contains(&cause.message) {
+                text.push(' ');
+                text.push_str(&cause.message);
+            }
+        }
+    }
+    text
+}
+
 /// An error and its sources on one line: hyper's "connection closed" hides
 /// the useful part in the source.
 fn error_chain(err: &dyn std::error::Error) -> String {

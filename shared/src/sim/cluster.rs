@@ -2,6 +2,16 @@
 //! DaemonSets, PodDisruptionBudgets and nodes, with the controllers of
 //! [`controllers`] applied to them — so pods evicted or orphaned by a
 //! deleted node come back pending and reschedule as they would in a cluster.
+//!
+//! The [`Cluster`] port answers as the API server does (the contract suite
+//! in `tests/tests/cluster_contract.rs` runs the same tests here and against
+//! a real kube-apiserver): a pod key whose uid is not the pod's is a
+//! precondition failure; deletion is graceful (`deletionTimestamp` = now +
+//! grace, the pod stays until the kubelet confirms), immediate for unbound
+//! or finished pods and grace 0; an eviction follows the API server's
+//! eviction handler, deciding from the budget's `status.disruptionsAllowed`,
+//! which the disruption controller ([`controllers::pdb_status`]) maintains
+//! on every reconcile.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,20 +19,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus, Taint as K8sTaint};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::clock::SimClock;
 use super::driver::ClusterDriver;
-use super::controllers::{self, ClusterView, ControllerAction, is_finished, name_suffix, node_of};
+use super::controllers::{
+    self, ClusterView, ControllerAction, is_finished, is_pod_ready, is_terminating, name_suffix, node_of, pdb_selects,
+    phase,
+};
 use crate::ports::{
-    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp,
+    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, SignedDuration, Timestamp,
 };
 use crate::resources::Resources;
-use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::Taint;
 use crate::scheduling::volumes::VolumeIndex;
 
@@ -45,17 +56,55 @@ struct State {
 }
 
 impl State {
-    fn view(&self) -> ClusterView<'_> {
+    fn view(&self, now: Timestamp) -> ClusterView<'_> {
         ClusterView {
             pods: self.pods.values().collect(),
             nodes: self.nodes.values().collect(),
             deployments: self.deployments.values().collect(),
             daemon_sets: self.daemon_sets.values().collect(),
+            pdbs: self.pdbs.values().collect(),
             volumes: VolumeIndex::new(
                 self.claims.values().cloned().collect(),
                 self.volumes.values().cloned().collect(),
                 self.storage_classes.values().cloned().collect(),
             ),
+            now,
+        }
+    }
+
+    /// The pod under `key`, if its uid matches (an empty uid matches any).
+    fn pod_of(&self, key: &PodKey) -> Option<&Pod> {
+        self.pods
+            .get(&(key.namespace.clone(), key.name.clone()))
+            .filter(|p| key.uid.is_empty() || p.metadata.uid.as_deref() == Some(key.uid.as_str()))
+    }
+
+    /// A pod DELETE as the API server does it: the uid precondition was
+    /// checked by the caller; an unbound or finished pod, or grace 0, goes
+    /// at once; otherwise the pod is marked terminating with
+    /// `deletionTimestamp` = now + grace (the request's, else the pod's
+    /// `terminationGracePeriodSeconds`, else 30 s). A second deletion may
+    /// only shorten the grace period.
+    fn delete(&mut self, key: &(String, String), grace: Option<i64>, now: Timestamp) {
+        let Some(p) = self.pods.get_mut(key) else { return };
+        let spec_grace = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        let mut grace = grace.unwrap_or(spec_grace).max(0);
+        if node_of(p).is_none() || is_finished(p) {
+            grace = 0;
+        }
+        self.dirty = true;
+        if grace == 0 {
+            self.pods.remove(key);
+            return;
+        }
+        let at = now + SignedDuration::from_secs(grace);
+        let meta = &mut p.metadata;
+        match (&meta.deletion_timestamp, meta.deletion_grace_period_seconds) {
+            (Some(_), Some(current)) if current <= grace => {}
+            _ => {
+                meta.deletion_timestamp = Some(Time(at));
+                meta.deletion_grace_period_seconds = Some(grace);
+            }
         }
     }
 }
@@ -82,6 +131,14 @@ fn set_condition(pod: &mut Pod, type_: &str, status: &str, reason: Option<&str>,
         last_transition_time: Some(Time(now)),
         ..Default::default()
     });
+}
+
+/// The kubelet runs a bound pod: `Running` and `Ready` (what budgets count).
+fn start(pod: &mut Pod, now: Timestamp) {
+    pod.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
+    if !is_pod_ready(pod) {
+        set_condition(pod, "Ready", "True", None, None, now);
+    }
 }
 
 /// A resource vector as a Kubernetes resource list.
@@ -129,8 +186,25 @@ impl SimCluster {
                 s.daemon_sets.insert(key(d.metadata.namespace.as_ref(), d.metadata.name.as_ref()), d);
             }
             "PodDisruptionBudget" => {
-                let p: PodDisruptionBudget = serde_json::from_value(object.clone()).map_err(err)?;
-                s.pdbs.insert(key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref()), p);
+                let mut p: PodDisruptionBudget = serde_json::from_value(object.clone()).map_err(err)?;
+                p.metadata.namespace.get_or_insert_with(|| "default".to_owned());
+                let k = key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref());
+                // As the API server: generation 1 on create, +1 on each spec
+                // change; the status is the controller's, never the writer's.
+                match s.pdbs.get(&k) {
+                    Some(old) => {
+                        let generation = old.metadata.generation.unwrap_or(1);
+                        p.metadata.generation = Some(if old.spec == p.spec { generation } else { generation + 1 });
+                        p.metadata.uid = old.metadata.uid.clone();
+                        p.status = old.status.clone();
+                    }
+                    None => {
+                        p.metadata.generation = Some(1);
+                        p.metadata.uid = Some(Self::uid(&mut s));
+                        p.status = None;
+                    }
+                }
+                s.pdbs.insert(k, p);
             }
             "PersistentVolumeClaim" => {
                 let c: PersistentVolumeClaim = serde_json::from_value(object.clone()).map_err(err)?;
@@ -213,6 +287,13 @@ impl SimCluster {
         node
     }
 
+    /// Changes a stored pod as its kubelet would (a phase, a condition).
+    pub fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Pod)) -> bool {
+        let mut s = self.lock();
+        s.dirty = true;
+        s.pods.get_mut(&(namespace.to_owned(), name.to_owned())).map(change).is_some()
+    }
+
     pub fn all_pods(&self) -> Vec<Pod> {
         self.lock().pods.values().cloned().collect()
     }
@@ -235,13 +316,24 @@ impl SimCluster {
     pub fn reconcile(&self) {
         let now = self.clock.now();
         let mut s = self.lock();
-        let actions = controllers::reconcile_workloads(&s.view());
+        let actions = controllers::reconcile_workloads(&s.view(now));
         Self::apply_actions(&mut s, actions, now);
+        let updates = controllers::disruption_budgets(&s.view(now));
+        for update in updates {
+            if let Some(pdb) = s.pdbs.get_mut(&(update.namespace, update.name)) {
+                pdb.status = Some(update.status);
+            }
+        }
         if s.dirty {
             s.dirty = false;
-            let actions = controllers::schedule(&s.view());
+            let actions = controllers::schedule(&s.view(now));
             Self::apply_actions(&mut s, actions, now);
         }
+    }
+
+    /// The stored PodDisruptionBudget (with the status the reconcile keeps).
+    pub fn pdb(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
+        self.lock().pdbs.get(&(namespace.to_owned(), name.to_owned())).cloned()
     }
 
     fn apply_actions(s: &mut State, actions: Vec<ControllerAction>, now: Timestamp) {
@@ -249,6 +341,9 @@ impl SimCluster {
             match action {
                 ControllerAction::CreatePod(pod) => {
                     let mut pod = *pod;
+                    if phase(&pod) == Some("Running") {
+                        start(&mut pod, now);
+                    }
                     let uid = Self::uid(s);
                     if pod.metadata.name.is_none() {
                         let prefix = pod.metadata.generate_name.clone().unwrap_or_default();
@@ -266,13 +361,13 @@ impl SimCluster {
                 ControllerAction::Place { pod, node } => {
                     if let Some(p) = s.pods.get_mut(&(pod.namespace, pod.name)) {
                         p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                        p.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
                         set_condition(p, "PodScheduled", "True", None, None, now);
+                        start(p, now);
                     }
                 }
                 ControllerAction::Start(pod) => {
                     if let Some(p) = s.pods.get_mut(&(pod.namespace, pod.name)) {
-                        p.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
+                        start(p, now);
                     }
                 }
                 ControllerAction::Unschedulable { pod, message } => {
@@ -281,65 +376,6 @@ impl SimCluster {
                     }
                 }
             }
-        }
-    }
-
-    fn pdb_allows(s: &State, pod: &Pod) -> Result<(), String> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let matching: Vec<&PodDisruptionBudget> = s
-            .pdbs
-            .iter()
-            .filter(|((pns, _), _)| *pns == ns)
-            .map(|(_, p)| p)
-            .filter(|pdb| {
-                pdb.spec
-                    .as_ref()
-                    .and_then(|sp| sp.selector.as_ref())
-                    .and_then(|sel| LabelSelector::from_k8s(sel).ok())
-                    .is_some_and(|sel| sel.matches(&labels))
-            })
-            .collect();
-        match matching.as_slice() {
-            [] => Ok(()),
-            [pdb] => {
-                let spec = pdb.spec.clone().unwrap_or_default();
-                let Some(sel) = spec.selector.as_ref().and_then(|sel| LabelSelector::from_k8s(sel).ok()) else { return Ok(()) };
-                let selected: Vec<&Pod> = s
-                    .pods
-                    .values()
-                    .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-                    .filter(|p| sel.matches(p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
-                    .collect();
-                let expected = selected.len() as i32;
-                let healthy = selected
-                    .iter()
-                    .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-                    .count() as i32;
-                let resolve = |v: &IntOrString| match v {
-                    IntOrString::Int(i) => *i,
-                    IntOrString::String(s) => {
-                        let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
-                        (expected * pct + 99) / 100
-                    }
-                };
-                let desired = match (&spec.min_available, &spec.max_unavailable) {
-                    (Some(min), _) => resolve(min),
-                    (None, Some(max)) => expected - resolve(max),
-                    (None, None) => 0,
-                };
-                let pod_healthy = pod.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running");
-                if !pod_healthy || healthy > desired {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "Cannot evict pod as it would violate the pod's disruption budget {}",
-                        pdb.metadata.name.clone().unwrap_or_default()
-                    ))
-                }
-            }
-            _ => Err("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
-                .to_owned()),
         }
     }
 }
@@ -399,8 +435,8 @@ impl Cluster for SimCluster {
             return Ok(BindOutcome::AlreadyBound);
         }
         p.spec.get_or_insert_with(Default::default).node_name = Some(node.to_owned());
-        p.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
         set_condition(p, "PodScheduled", "True", None, None, now);
+        start(p, now);
         Ok(BindOutcome::Bound)
     }
 
@@ -434,26 +470,91 @@ impl Cluster for SimCluster {
         let mut s = self.lock();
         let n = s.nodes.get_mut(node).ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
         n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        s.dirty = true;
         Ok(())
     }
 
+    /// The API server's eviction handler, step for step (see the module doc).
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
-        let mut s = self.lock();
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let s: &mut State = &mut guard;
         let k = (pod.namespace.clone(), pod.name.clone());
-        let Some(p) = s.pods.get(&k) else { return Ok(EvictOutcome::Gone) };
-        if let Err(reason) = Self::pdb_allows(&s, p) {
-            s.evictions_blocked += 1;
-            return Ok(EvictOutcome::Blocked(reason));
+        let Some(p) = s.pods.get(&k).cloned() else { return Ok(EvictOutcome::Gone) };
+        // The uid precondition is checked when the pod is deleted, which is
+        // after the budget was consulted (and decremented): the server's order.
+        let current = s.pod_of(pod).is_some();
+        let delete = |s: &mut State| {
+            if !current {
+                return EvictOutcome::Gone;
+            }
+            if let Some(p) = s.pods.get_mut(&k) {
+                set_condition(p, "DisruptionTarget", "True", Some("EvictionByEvictionAPI"), Some("Eviction API: evicting".to_owned()), now);
+            }
+            s.delete(&k, None, now);
+            EvictOutcome::Evicted
+        };
+        // canIgnorePDB: the pod is not running, or is already being deleted.
+        if matches!(phase(&p), Some("Pending" | "Succeeded" | "Failed")) || is_terminating(&p) {
+            return Ok(delete(s));
         }
-        s.pods.remove(&k);
-        s.dirty = true;
-        Ok(EvictOutcome::Evicted)
+        let budgets: Vec<(String, String)> =
+            s.pdbs.iter().filter(|(_, pdb)| pdb_selects(pdb, &p)).map(|(k, _)| k.clone()).collect();
+        let budget = match budgets.as_slice() {
+            [] => return Ok(delete(s)),
+            [one] => one.clone(),
+            _ => {
+                s.evictions_blocked += 1;
+                return Ok(EvictOutcome::Blocked(
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+                        .to_owned(),
+                ));
+            }
+        };
+        let Some(pdb) = s.pdbs.get_mut(&budget) else { return Ok(delete(s)) };
+        let name = budget.1.clone();
+        let status = pdb.status.get_or_insert_with(PodDisruptionBudgetStatus::default);
+        if !is_pod_ready(&p) {
+            let always = pdb.spec.as_ref().and_then(|sp| sp.unhealthy_pod_eviction_policy.as_deref()) == Some("AlwaysAllow");
+            // An unready pod of a healthy application goes without using the budget.
+            if always || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0) {
+                return Ok(delete(s));
+            }
+        }
+        let blocked = if status.observed_generation.unwrap_or(0) < pdb.metadata.generation.unwrap_or(1) {
+            Some(format!("The disruption budget {name} is still being processed by the server."))
+        } else if status.disruptions_allowed < 0 {
+            return Err(ClusterError::Forbidden(format!("poddisruptionbudget {name}: pdb disruptions allowed is negative")));
+        } else if status.disruptions_allowed == 0 {
+            Some(if status.current_healthy <= status.desired_healthy {
+                format!(
+                    "The disruption budget {name} needs {} healthy pods and has {} currently",
+                    status.desired_healthy, status.current_healthy
+                )
+            } else {
+                format!("The disruption budget {name} does not allow evicting pods currently")
+            })
+        } else {
+            None
+        };
+        if let Some(cause) = blocked {
+            s.evictions_blocked += 1;
+            return Ok(EvictOutcome::Blocked(format!(
+                "Cannot evict pod as it would violate the pod's disruption budget. {cause}"
+            )));
+        }
+        status.disruptions_allowed -= 1;
+        status.disrupted_pods.get_or_insert_with(BTreeMap::new).insert(pod.name.clone(), Time(now));
+        Ok(delete(s))
     }
 
-    async fn delete_pod(&self, pod: &PodKey, _grace_seconds: Option<i64>) -> Result<(), ClusterError> {
+    async fn delete_pod(&self, pod: &PodKey, grace_seconds: Option<i64>) -> Result<(), ClusterError> {
+        let now = self.clock.now();
         let mut s = self.lock();
-        s.pods.remove(&(pod.namespace.clone(), pod.name.clone()));
-        s.dirty = true;
+        // A pod of that name with another uid is not ours to delete (the API's 409).
+        if s.pod_of(pod).is_some() {
+            s.delete(&(pod.namespace.clone(), pod.name.clone()), grace_seconds, now);
+        }
         Ok(())
     }
 

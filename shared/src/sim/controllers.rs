@@ -1,7 +1,8 @@
 //! The cluster's own machinery, as the simulator plays it: the ReplicaSet
 //! controller (Deployments → pods), the DaemonSet controller, pod garbage
-//! collection, the kubelet's part (a bound pod starts, a pod being deleted
-//! on its node goes away) and kube-scheduler.
+//! collection, the kubelet's part (a bound pod starts and becomes Ready, a
+//! pod being deleted on its node goes away once its grace period is over),
+//! the disruption controller (PodDisruptionBudget status) and kube-scheduler.
 //!
 //! Pure: a view of the objects in, actions out. The in-memory cluster
 //! applies them to its maps; the API-server driver in the tests applies
@@ -12,11 +13,14 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::ports::PodKey;
+use crate::ports::{PodKey, SignedDuration, Timestamp};
+use crate::scheduling::selector::LabelSelector;
+use crate::scheduling::taints::{Effect, Taint, Toleration, first_untolerated};
 use crate::provisioning::plan::existing_node;
-use crate::scheduling::taints::{Taint, first_untolerated};
 use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
@@ -27,8 +31,12 @@ pub struct ClusterView<'a> {
     pub nodes: Vec<&'a Node>,
     pub deployments: Vec<&'a Deployment>,
     pub daemon_sets: Vec<&'a DaemonSet>,
+    pub pdbs: Vec<&'a PodDisruptionBudget>,
     /// PVCs, PVs and StorageClasses: the zones pods' volumes pin them to.
     pub volumes: VolumeIndex,
+    /// The cluster's time: a terminating pod goes once it reaches its
+    /// `deletionTimestamp`; disrupted pods expire after two minutes.
+    pub now: Timestamp,
 }
 
 /// What the controllers want done.
@@ -58,6 +66,19 @@ pub fn phase(p: &Pod) -> Option<&str> {
 
 pub fn is_finished(p: &Pod) -> bool {
     matches!(phase(p), Some("Succeeded" | "Failed"))
+}
+
+/// The pod has begun graceful deletion (it stays until its kubelet confirms).
+pub fn is_terminating(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_some()
+}
+
+/// `Ready=True`: what the disruption controller and the eviction API count as healthy.
+pub fn is_pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|st| st.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn is_ready(n: &Node) -> bool {
@@ -108,8 +129,13 @@ pub fn reconcile_workloads(view: &ClusterView<'_>) -> Vec<ControllerAction> {
         match node_of(pod) {
             // Pod GC: bound to a node that no longer exists.
             Some(n) if !nodes.contains(n) => actions.push(ControllerAction::RemovePod(key)),
-            // The kubelet finishes a graceful deletion.
-            Some(_) if pod.metadata.deletion_timestamp.is_some() => actions.push(ControllerAction::RemovePod(key)),
+            // The kubelet confirms a graceful deletion once its grace period
+            // is over (a container that ignores SIGTERM, the slowest case).
+            Some(_) if is_terminating(pod) => {
+                if pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| view.now >= t.0) {
+                    actions.push(ControllerAction::RemovePod(key));
+                }
+            }
             Some(_) if phase(pod).is_none_or(|p| p == "Pending") => actions.push(ControllerAction::Start(key)),
             _ => {}
         }
@@ -158,6 +184,19 @@ fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
         .collect()
 }
 
+/// The tolerations the DaemonSet controller gives every daemon pod.
+fn daemon_tolerations() -> Vec<Toleration> {
+    let tol = |key: &str, effect| Toleration { key: key.to_owned(), exists: true, value: String::new(), effect: Some(effect) };
+    vec![
+        tol("node.kubernetes.io/not-ready", Effect::NoExecute),
+        tol("node.kubernetes.io/unreachable", Effect::NoExecute),
+        tol("node.kubernetes.io/disk-pressure", Effect::NoSchedule),
+        tol("node.kubernetes.io/memory-pressure", Effect::NoSchedule),
+        tol("node.kubernetes.io/pid-pressure", Effect::NoSchedule),
+        tol("node.kubernetes.io/unschedulable", Effect::NoSchedule),
+    ]
+}
+
 fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAction> {
     let ns = ds.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
     let name = ds.metadata.name.clone().unwrap_or_default();
@@ -187,16 +226,18 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
         if !sp.node_selector.keys().all(|k| sp.node_selector.allows(k, labels.get(k).map(String::as_str))) {
             continue;
         }
-        // Like the DaemonSet controller: a NoSchedule/NoExecute taint the
-        // pod does not tolerate keeps it off (a node being drained), save
-        // the node-condition taints every daemon pod tolerates.
+        // Nor on nodes with a taint it does not tolerate (a node being
+        // drained carries `karpenter.sh/disrupted:NoSchedule`): its own
+        // tolerations plus those the DaemonSet controller adds.
         let taints: Vec<Taint> = node
             .spec
             .as_ref()
             .and_then(|s| s.taints.as_ref())
-            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).filter(|t| !t.key.starts_with("node.kubernetes.io/")).collect())
+            .map(|ts| ts.iter().filter_map(|t| Taint::from_k8s(t).ok()).collect())
             .unwrap_or_default();
-        if first_untolerated(&taints, &sp.tolerations, true).is_some() {
+        let mut tolerations = sp.tolerations.clone();
+        tolerations.extend(daemon_tolerations());
+        if first_untolerated(&taints, &tolerations, true).is_some() {
             continue;
         }
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node_name);
@@ -204,6 +245,197 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
         actions.push(ControllerAction::CreatePod(Box::new(pod)));
     }
     actions
+}
+
+/// How long an evicted pod counts as disrupted if it never starts terminating
+/// (the disruption controller's `DeletionTimeout`).
+pub const PDB_DELETION_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
+
+/// A new status for a PodDisruptionBudget, written through its status
+/// subresource on the object's `resource_version` (a write that loses to
+/// an eviction's decrement is dropped and recomputed on the next round).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PdbStatusUpdate {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub status: PodDisruptionBudgetStatus,
+}
+
+/// The pods a budget selects: its namespace, its selector (a missing
+/// selector selects nothing, an empty one everything).
+pub fn pdb_selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+    let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
+    if pod.metadata.namespace.as_deref().unwrap_or("default") != ns {
+        return false;
+    }
+    let empty = BTreeMap::new();
+    pdb.spec
+        .as_ref()
+        .and_then(|sp| sp.selector.as_ref())
+        .and_then(|sel| LabelSelector::from_k8s(sel).ok())
+        .is_some_and(|sel| sel.matches(pod.metadata.labels.as_ref().unwrap_or(&empty)))
+}
+
+/// `intstr.GetScaledValueFromIntOrPercent(v, total, roundUp=true)`.
+fn scaled(v: &IntOrString, total: i32) -> Result<i32, String> {
+    match v {
+        IntOrString::Int(i) => Ok(*i),
+        IntOrString::String(s) => {
+            let pct: i64 = s
+                .strip_suffix('%')
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| format!("invalid value for IntOrString: invalid type: string is not a percentage: {s:?}"))?;
+            Ok(i32::try_from((pct * i64::from(total) + 99).div_euclid(100)).unwrap_or(i32::MAX))
+        }
+    }
+}
+
+/// The scale of the controllers of `pods` (the disruption controller's
+/// `getExpectedScale`): each controller counted once, by its replicas.
+/// Only Deployments' ReplicaSets are modelled; unmanaged pods are skipped.
+fn expected_scale(pods: &[&Pod], deployments: &[&Deployment]) -> Result<i32, String> {
+    let mut scales: BTreeMap<(String, String), i32> = BTreeMap::new();
+    for pod in pods {
+        let Some(owner) = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true)) else {
+            continue;
+        };
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        if scales.contains_key(&(ns.clone(), owner.name.clone())) {
+            continue;
+        }
+        let deployment = (owner.kind == "ReplicaSet")
+            .then(|| {
+                deployments.iter().find(|d| {
+                    d.metadata.namespace.as_deref().unwrap_or("default") == ns
+                        && d.metadata.name.as_deref().is_some_and(|n| replica_set_name(n) == owner.name)
+                })
+            })
+            .flatten();
+        let Some(d) = deployment else {
+            return Err(format!("found no controllers for pod {:?}", pod.metadata.name.as_deref().unwrap_or_default()));
+        };
+        scales.insert((ns, owner.name.clone()), d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
+    }
+    Ok(scales.values().sum())
+}
+
+fn disruption_allowed_condition(status: &PodDisruptionBudgetStatus, reason: &str, message: String, now: Timestamp) -> Condition {
+    let allowed = reason == "SufficientPods";
+    let value = if allowed { "True" } else { "False" };
+    // A condition keeps its transition time while its status holds.
+    let since = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionAllowed" && c.status == value)
+        .map_or(Time(now), |c| c.last_transition_time.clone());
+    Condition {
+        type_: "DisruptionAllowed".to_owned(),
+        status: value.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: since,
+        observed_generation: Some(status.observed_generation.unwrap_or(0)),
+    }
+}
+
+/// The disruption controller's status for one budget, given every pod of
+/// the cluster: `expectedPods` (the pods selected for an integer
+/// `minAvailable`, else the scale of their controllers), `currentHealthy`
+/// (Ready, not terminating, not disrupted within the last two minutes),
+/// `desiredHealthy` (`minAvailable`, or `expectedPods − maxUnavailable`;
+/// percentages round up), `disruptionsAllowed` (`currentHealthy −
+/// desiredHealthy`, never below 0, and 0 while nothing is expected),
+/// `disruptedPods` (the eviction API's entries, dropped once their pod
+/// terminates, is gone, or two minutes have passed) and `observedGeneration`.
+/// A budget whose pods' controllers cannot be found fails safe: nothing allowed.
+pub fn pdb_status(pdb: &PodDisruptionBudget, pods: &[&Pod], deployments: &[&Deployment], now: Timestamp) -> PodDisruptionBudgetStatus {
+    let old = pdb.status.clone().unwrap_or_default();
+    let generation = pdb.metadata.generation.unwrap_or(1);
+    let selected: Vec<&Pod> = pods.iter().copied().filter(|p| pdb_selects(pdb, p)).collect();
+    let spec = pdb.spec.clone().unwrap_or_default();
+    let expected = match (&spec.max_unavailable, &spec.min_available) {
+        (Some(max), _) => expected_scale(&selected, deployments)
+            .and_then(|n| scaled(max, n).map(|m| (n, (n - m).max(0)))),
+        (None, Some(min @ IntOrString::Int(_))) => scaled(min, 0).map(|m| (selected.len() as i32, m)),
+        (None, Some(min)) => expected_scale(&selected, deployments).and_then(|n| scaled(min, n).map(|m| (n, m))),
+        (None, None) => Ok((0, 0)),
+    };
+    let (expected_pods, desired_healthy) = match expected {
+        Ok(v) => v,
+        Err(message) => {
+            let mut status = PodDisruptionBudgetStatus { disruptions_allowed: 0, ..old.clone() };
+            status.conditions = Some(vec![disruption_allowed_condition(&old, "SyncFailed", message, now)]);
+            return status;
+        }
+    };
+    let mut disrupted = BTreeMap::new();
+    for pod in &selected {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if is_terminating(pod) {
+            continue;
+        }
+        if let Some(at) = old.disrupted_pods.as_ref().and_then(|m| m.get(&name)) {
+            if at.0 + PDB_DELETION_TIMEOUT >= now {
+                disrupted.insert(name, at.clone());
+            }
+        }
+    }
+    let current_healthy = selected
+        .iter()
+        .filter(|p| !is_terminating(p) && is_pod_ready(p))
+        .filter(|p| !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or_default()))
+        .count() as i32;
+    let mut allowed = current_healthy - desired_healthy;
+    if expected_pods <= 0 || allowed <= 0 {
+        allowed = 0;
+    }
+    let mut status = PodDisruptionBudgetStatus {
+        current_healthy,
+        desired_healthy,
+        expected_pods,
+        disruptions_allowed: allowed,
+        disrupted_pods: (!disrupted.is_empty()).then_some(disrupted),
+        observed_generation: Some(generation),
+        conditions: None,
+    };
+    let reason = if allowed > 0 { "SufficientPods" } else { "InsufficientPods" };
+    status.conditions = Some(vec![disruption_allowed_condition(&PodDisruptionBudgetStatus { observed_generation: Some(generation), ..old }, reason, String::new(), now)]);
+    status
+}
+
+/// Whether two statuses differ in anything but condition timestamps (the
+/// controller writes only when something changed).
+pub fn pdb_status_differs(a: &PodDisruptionBudgetStatus, b: &PodDisruptionBudgetStatus) -> bool {
+    let strip = |s: &PodDisruptionBudgetStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        if s.disrupted_pods.as_ref().is_some_and(BTreeMap::is_empty) {
+            s.disrupted_pods = None;
+        }
+        s
+    };
+    strip(a) != strip(b)
+}
+
+/// The disruption controller's round: the budgets whose status is out of date.
+pub fn disruption_budgets(view: &ClusterView<'_>) -> Vec<PdbStatusUpdate> {
+    view.pdbs
+        .iter()
+        .filter_map(|pdb| {
+            let status = pdb_status(pdb, &view.pods, &view.deployments, view.now);
+            let stale = pdb.status.as_ref().is_none_or(|old| pdb_status_differs(old, &status));
+            stale.then(|| PdbStatusUpdate {
+                namespace: pdb.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+                name: pdb.metadata.name.clone().unwrap_or_default(),
+                resource_version: pdb.metadata.resource_version.clone(),
+                status,
+            })
+        })
+        .collect()
 }
 
 /// kube-scheduler: place what fits on existing Ready nodes; mark the rest
@@ -390,6 +622,136 @@ mod tests {
         let ControllerAction::CreatePod(p) = &actions[0] else { panic!() };
         assert_eq!(node_of(p), Some("n1"));
         assert_eq!(phase(p), Some("Running"));
+    }
+
+    fn budget(spec: serde_json::Value) -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "generation": 2},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn ready(mut p: Pod) -> Pod {
+        p.status.get_or_insert_with(Default::default).conditions =
+            Some(vec![serde_json::from_value(json!({"type": "Ready", "status": "True"})).unwrap()]);
+        p.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        p
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn numbers(s: &PodDisruptionBudgetStatus) -> (i32, i32, i32, i32) {
+        (s.current_healthy, s.desired_healthy, s.expected_pods, s.disruptions_allowed)
+    }
+
+    #[test]
+    fn budgets_count_ready_pods_and_round_percentages_up() {
+        let d = deployment(3);
+        let mut pods: Vec<Pod> = (0..3).map(|i| ready(pod_of_web(&format!("p{i}"), Some("n1"), i))).collect();
+        // An unready pod is not healthy; a pod of another app is not selected.
+        pods[2].status.as_mut().unwrap().conditions = None;
+        let mut other = ready(pod_of_web("other", Some("n1"), 9));
+        other.metadata.labels = Some([("app".to_owned(), "db".to_owned())].into());
+        pods.push(other);
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let status = |spec| pdb_status(&budget(spec), &refs, &[&d], t(0));
+
+        // Integer minAvailable: expected = the selected pods.
+        let s = status(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
+        assert_eq!(numbers(&s), (2, 1, 3, 1));
+        assert_eq!(s.observed_generation, Some(2));
+        let c = &s.conditions.as_ref().unwrap()[0];
+        assert_eq!((c.type_.as_str(), c.status.as_str(), c.reason.as_str()), ("DisruptionAllowed", "True", "SufficientPods"));
+        // 50 % of 3 rounds up to 2.
+        assert_eq!(numbers(&status(json!({"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}))), (2, 2, 3, 0));
+        // maxUnavailable 50 % of 3 → 2 may be down → 1 desired.
+        assert_eq!(numbers(&status(json!({"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "web"}}}))), (2, 1, 3, 1));
+        assert_eq!(numbers(&status(json!({"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}))), (2, 3, 3, 0));
+        // A missing selector selects nothing; an empty one everything.
+        assert_eq!(numbers(&status(json!({"minAvailable": 0}))), (0, 0, 0, 0), "nothing expected: nothing allowed");
+        assert_eq!(numbers(&status(json!({"minAvailable": 1, "selector": {}}))), (3, 1, 4, 2));
+    }
+
+    #[test]
+    fn a_budget_whose_pods_have_no_known_controller_fails_safe() {
+        let pods = [ready(pod_of_web("p0", Some("n1"), 0)), ready(pod_of_web("p1", Some("n1"), 1))];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let mut pdb = budget(json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
+        pdb.status = Some(PodDisruptionBudgetStatus { disruptions_allowed: 1, ..Default::default() });
+        let s = pdb_status(&pdb, &refs, &[], t(0));
+        assert_eq!(s.disruptions_allowed, 0);
+        let c = &s.conditions.as_ref().unwrap()[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "SyncFailed"));
+        assert!(c.message.contains("found no controllers"), "{}", c.message);
+        // Integer minAvailable needs no controller.
+        pdb.spec = budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}})).spec;
+        assert_eq!(numbers(&pdb_status(&pdb, &refs, &[], t(0))), (2, 1, 2, 1));
+    }
+
+    #[test]
+    fn disrupted_pods_are_not_healthy_until_they_terminate_or_two_minutes_pass() {
+        let mut pods: Vec<Pod> = (0..3).map(|i| ready(pod_of_web(&format!("p{i}"), Some("n1"), i))).collect();
+        pods[1].metadata.deletion_timestamp = Some(Time(t(30)));
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let mut pdb = budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
+        pdb.status = Some(PodDisruptionBudgetStatus {
+            disrupted_pods: Some([("p0".to_owned(), Time(t(0))), ("p1".to_owned(), Time(t(0))), ("gone".to_owned(), Time(t(0)))].into()),
+            ..Default::default()
+        });
+        // p0 is disrupted (kept), p1 terminating (dropped), "gone" no longer exists (dropped).
+        let s = pdb_status(&pdb, &refs, &[], t(60));
+        assert_eq!(numbers(&s), (1, 1, 3, 0));
+        assert_eq!(s.disrupted_pods.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()), Some(vec!["p0".to_owned()]));
+        // Two minutes on, p0 never went: it counts again.
+        let s = pdb_status(&pdb, &refs, &[], t(121));
+        assert_eq!(numbers(&s), (2, 1, 3, 1));
+        assert_eq!(s.disrupted_pods, None);
+        // An unchanged status is not rewritten; a changed one is.
+        let mut current = pdb.clone();
+        current.status = Some(s.clone());
+        let view = ClusterView { pods: refs.clone(), pdbs: vec![&current], now: t(200), ..Default::default() };
+        assert!(disruption_budgets(&view).is_empty());
+        let view = ClusterView { pods: refs[..1].to_vec(), pdbs: vec![&current], now: t(200), ..Default::default() };
+        assert_eq!(disruption_budgets(&view).len(), 1);
+    }
+
+    #[test]
+    fn the_kubelet_confirms_a_deletion_once_its_grace_period_is_over() {
+        let n1 = ready_node("n1");
+        let mut p = pod_of_web("p0", Some("n1"), 0);
+        p.metadata.deletion_timestamp = Some(Time(t(30)));
+        let pods = [p];
+        let at = |now| ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], now, ..Default::default() };
+        assert!(reconcile_workloads(&at(t(29))).is_empty(), "within the grace period");
+        assert_eq!(reconcile_workloads(&at(t(30))), vec![ControllerAction::RemovePod(PodKey::of(&pods[0]))]);
+    }
+
+    #[test]
+    fn daemon_pods_stay_off_nodes_with_taints_they_do_not_tolerate() {
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+        }))
+        .unwrap();
+        let mut drained = ready_node("drained");
+        drained.spec = serde_json::from_value(json!({"unschedulable": true, "taints": [
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]})).unwrap();
+        let mut cordoned = ready_node("cordoned");
+        cordoned.spec = serde_json::from_value(json!({"unschedulable": true, "taints": [
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]})).unwrap();
+        let view = ClusterView { nodes: vec![&drained, &cordoned], daemon_sets: vec![&ds], ..Default::default() };
+        let placed: Vec<Option<String>> = reconcile_workloads(&view)
+            .into_iter()
+            .filter_map(|a| match a {
+                ControllerAction::CreatePod(p) => Some(node_of(&p).map(str::to_owned)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(placed, [Some("cordoned".to_owned())], "a cordon alone is tolerated; karpenter.sh/disrupted is not");
     }
 }
 

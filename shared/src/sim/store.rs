@@ -122,6 +122,12 @@ impl Store for MemStore {
     }
 
     async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        if previous.id != next.id || previous.pool != next.pool || next.version != previous.version + 1 {
+            return Err(StoreError::Invalid(format!(
+                "update of nodeclaim {} must keep id and pool and bump the version by one ({} → {})",
+                previous.id, previous.version, next.version
+            )));
+        }
         let mut s = self.lock();
         match s.claims.get(&previous.id) {
             Some(c) if c.version == previous.version => {}
@@ -211,6 +217,7 @@ impl Store for MemStore {
     }
 
     async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        crate::ports::check_command_write(previous, next)?;
         let mut s = self.lock();
         let stored = s.commands.get(&next.id).map(|c| c.version);
         if stored != previous.map(|c| c.version) {
