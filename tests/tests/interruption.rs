@@ -12,7 +12,7 @@ use nodewright::provisioning::claim::Claim;
 use nodewright::sim::scenario;
 use nodewright::sim::{ClusterDriver, SimSettings};
 use nodewright::termination::DISRUPTED_TAINT_KEY;
-use nodewright_tests::sim::{MemSim, in_memory, run, scenario_file};
+use nodewright_tests::sim::{MemSim, run, scenario_file};
 
 fn init_logs() {
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
@@ -108,7 +108,7 @@ async fn the_spot_walkthrough_drains_onto_a_replacement_without_breaking_the_bud
         "the replacement avoided the interrupted offering"
     );
     let registered = replacement.registered_at.expect("replacement registered");
-    let events = sim.cluster.events().await;
+    let events = sim.cluster.events();
     let first_eviction = events.iter().filter(|(_, e)| e.reason == "Evicted").map(|(t, _)| *t).min().expect("evictions");
     assert!(first_eviction >= registered, "evicted at {first_eviction}, replacement registered at {registered}");
     assert!(events.iter().filter(|(_, e)| e.reason == "Evicted").count() >= 110);
@@ -140,7 +140,7 @@ async fn every_fixture_event_ends_as_documented() {
         let removing = want.contains(&"removing");
         assert_eq!(commands.len(), usize::from(removing), "{file}: one command at most: {commands:#?}");
         let node = claim.node_name.clone().expect("registered");
-        assert_eq!(node_tainted(&sim.cluster.all_nodes().await, &node), removing, "{file}: tainted only when removing");
+        assert_eq!(node_tainted(&sim.cluster.all_nodes(), &node), removing, "{file}: tainted only when removing");
         if file == "duplicate-spot-interruption.json" {
             let MessageOutcome::Removing(second) = &report.outcomes[1].1 else { panic!("{report:?}") };
             assert!(matches!(second[0], Started::Existing { .. }), "{second:?}");
@@ -172,14 +172,14 @@ async fn the_three_rebalance_policies() {
     let (sim, claim) = with_policy("Ignore").await;
     let report = deliver(&sim, &records("rebalance-recommendation.json", claim.instance_id().expect("id"))).await;
     assert_eq!(kinds(&report), ["ignored"]);
-    assert!(!node_tainted(&sim.cluster.all_nodes().await, claim.node_name.as_deref().expect("node")));
+    assert!(!node_tainted(&sim.cluster.all_nodes(), claim.node_name.as_deref().expect("node")));
 
     // Cordon: tainted, nothing else.
     let (mut sim, claim) = with_policy("Cordon").await;
     let report = deliver(&sim, &records("rebalance-recommendation.json", claim.instance_id().expect("id"))).await;
     assert_eq!(kinds(&report), ["cordoned"]);
     sim.run_for(SignedDuration::from_mins(3)).await;
-    assert!(node_tainted(&sim.cluster.all_nodes().await, claim.node_name.as_deref().expect("node")));
+    assert!(node_tainted(&sim.cluster.all_nodes(), claim.node_name.as_deref().expect("node")));
     assert!(sim.store.commands().await.expect("commands").is_empty());
     assert_eq!(sim.sim_cloud.as_ref().expect("cloud").launches(), 1, "no replacement under Cordon");
 
@@ -190,7 +190,7 @@ async fn the_three_rebalance_policies() {
     let command = sim.store.commands().await.expect("commands").pop().expect("command");
     assert_eq!(command.spec.deadline, None);
     sim.run_for(SignedDuration::from_mins(4)).await;
-    let nodes = sim.cluster.all_nodes().await;
+    let nodes = sim.cluster.all_nodes();
     assert_eq!(nodes.len(), 1, "the old node is gone, the replacement stays");
     assert_ne!(nodes[0].metadata.name, claim.node_name);
     assert_eq!(sim.cluster.port().pods_on_node(nodes[0].metadata.name.as_deref().expect("name")).await.expect("pods").len(), 10);
@@ -240,7 +240,7 @@ async fn a_budget_that_allows_nothing_holds_until_the_deadline_then_the_pods_are
     let pdb = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "app", "namespace": "default"},
         "spec": {"minAvailable": 10, "selector": {"matchLabels": {"app": "app"}}}});
-    sim.cluster.apply(&pdb).await.expect("pdb");
+    sim.cluster.apply(&pdb).expect("pdb");
     // And no room anywhere else: the replacement cannot be bought.
     for o in sim.cloud.catalog().await.expect("catalog").offerings.iter() {
         sim.cloud.remove_capacity(OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() });
@@ -249,13 +249,13 @@ async fn a_budget_that_allows_nothing_holds_until_the_deadline_then_the_pods_are
     deliver(&sim, &records("spot-interruption.json", claim.instance_id().expect("id"))).await;
     sim.run_for(SignedDuration::from_secs(60)).await;
     let node = claim.node_name.clone().expect("node");
-    assert!(sim.cluster.all_nodes().await.iter().any(|n| n.metadata.name.as_deref() == Some(node.as_str())), "still draining");
-    let blocked: Vec<_> = sim.cluster.events().await.into_iter().filter(|(_, e)| e.reason == "FailedDraining").collect();
+    assert!(sim.cluster.all_nodes().iter().any(|n| n.metadata.name.as_deref() == Some(node.as_str())), "still draining");
+    let blocked: Vec<_> = sim.cluster.events().into_iter().filter(|(_, e)| e.reason == "FailedDraining").collect();
     assert_eq!(blocked.len(), 10, "one FailedDraining per blocked pod: {blocked:#?}");
     assert!(blocked.iter().all(|(_, e)| e.message.contains("app")), "the event names the budget: {blocked:#?}");
     sim.run_for(SignedDuration::from_mins(2)).await;
     // Past the deadline (warning + 2 min − margin) the pods were deleted and the node went.
-    assert!(sim.cluster.all_nodes().await.iter().all(|n| n.metadata.name.as_deref() != Some(node.as_str())));
+    assert!(sim.cluster.all_nodes().iter().all(|n| n.metadata.name.as_deref() != Some(node.as_str())));
     assert!(sim.store.commands().await.expect("commands").is_empty());
     assert!(sim.now().duration_since(started) >= SignedDuration::from_secs(105));
 }
@@ -294,7 +294,7 @@ async fn a_replacement_out_of_capacity_falls_back_to_another_offering() {
 
 /// The end state a removal converges to, whatever happened on the way.
 async fn end_state(sim: &MemSim) -> (usize, usize, usize, usize) {
-    let nodes = sim.cluster.all_nodes().await;
+    let nodes = sim.cluster.all_nodes();
     let pods = sim.cluster.port().scheduled_pods().await.expect("pods").len();
     let commands = sim.store.commands().await.expect("commands").len();
     (nodes.len(), pods, commands, sim.sim_cloud.as_ref().expect("cloud").launches())

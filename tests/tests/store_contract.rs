@@ -215,6 +215,8 @@ fn claim(id: &str, pool: &str, cpu_millis: i64) -> Claim {
         running_at: None,
         node_name: None,
         registered_at: None,
+        stamp: Default::default(),
+        disruption: Default::default(),
     }
 }
 
@@ -339,7 +341,8 @@ async fn leases_have_one_holder<S: Store>(store: &S) {
 
     // Racing for a free lease: exactly one wins.
     let other = |holder: String| Lease { name: "interruption".into(), holder, expires_at: at(500) };
-    let results = join_all((0..5).map(|i| store.acquire_lease(&other(format!("h{i}")), at(400)))).await;
+    let contenders: Vec<Lease> = (0..5).map(|i| other(format!("h{i}"))).collect();
+    let results = join_all(contenders.iter().map(|l| store.acquire_lease(l, at(400)))).await;
     assert_eq!(results.iter().filter(|r| matches!(r, Ok(true))).count(), 1, "{results:?}");
 }
 

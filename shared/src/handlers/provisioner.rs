@@ -89,6 +89,8 @@ pub struct TickReport {
     pub launched: Vec<String>,
     pub bound: usize,
     pub solved: bool,
+    /// Removal commands were advanced (they may have launched replacements).
+    pub removals: bool,
 }
 
 /// The provisioner of one invocation.
@@ -220,6 +222,7 @@ impl<P: PortSet> Provisioner<P> {
             removal_wake = termination::advance_all(&self.ports, &config, &self.settings.launch)
                 .await?
                 .map(|w| w.max(now + self.settings.removals_interval));
+            report.removals = removal_wake.is_some();
         }
         if changed || removal_wake.is_some() {
             claims = store.claims().await?;

@@ -447,9 +447,11 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
     let now = ports.clock().now();
     let mut next = command.next(now);
     for (pod, reason) in &blocked {
-        info!(pod = %pod, "did not evict pod {pod} due to PDB violation");
         next.evictions_blocked += 1;
-        if !next.reported_blocked.contains(&pod.uid) {
+        if next.reported_blocked.contains(&pod.uid) {
+            debug!(pod = %pod, "did not evict pod {pod} due to PDB violation");
+        } else {
+            info!(pod = %pod, %reason, "did not evict pod {pod} due to PDB violation");
             next.reported_blocked.push(pod.uid.clone());
             event(ports, pod, "Warning", "FailedDraining", format!("Failed to drain node {node_name}, {reason}")).await;
         }

@@ -259,7 +259,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if self.invocation_deadline.is_some() && now >= self.next_tick {
             match self.provisioner.tick().await {
                 Ok(report) => {
-                    self.look_for_registrations |= !report.launched.is_empty();
+                    self.look_for_registrations |= !report.launched.is_empty() || report.removals;
                     let poll = now + self.settings.provisioner.poll;
                     self.next_tick = report.wake_at.map_or(poll, |w| w.min(poll));
                 }
@@ -358,6 +358,8 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 let until = now + self.settings.interruption_invocation;
                 // The invocation goes on driving removals (drive_until), from its next pass.
                 self.interruption_drive = Some((until, now + crate::termination::machine::POLL));
+                // Replacements may have been launched: their nodes will register.
+                self.look_for_registrations = true;
                 report.failures
             }
             Err(e) => {
@@ -371,6 +373,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     /// time, or `None` when the invocation ends (nothing left, or its time is up).
     async fn drive_removals(&mut self, now: Timestamp, until: Timestamp) -> Option<Timestamp> {
         let config = config_loader::load(&self.store).await.ok()?;
+        self.look_for_registrations = true;
         match crate::handlers::termination::advance_all(&self.ports(), &config, &self.settings.interruption.launch).await {
             Ok(Some(wake)) if wake < until => Some(wake.max(now + SignedDuration::from_millis(200))),
             Ok(_) => None,
