@@ -159,7 +159,7 @@ async fn with_policy(policy: &str) -> (MemSim, Claim) {
     let (mut sim, claim) = spot_node(SimSettings::default()).await;
     let mut s = scenario_file("spot-drain.yaml");
     s.objects[0]["metadata"]["annotations"] = serde_json::json!({"nodewright.io/rebalance-policy": policy});
-    let (items, _) = scenario::split_objects(&s.objects[..1], sim.now()).expect("objects");
+    let (items, _) = scenario::split_objects(&s.objects[..2], sim.now()).expect("objects");
     scenario::put_config(&sim.store, items).await.expect("config");
     sim.run_for(SignedDuration::from_secs(1)).await;
     (sim, claim)
