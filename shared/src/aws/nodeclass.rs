@@ -91,7 +91,7 @@ mod tests {
         assert_eq!(classes.keys().collect::<Vec<_>>(), ["default"]);
         assert_eq!(launch_family(&classes["default"]), Ok((AmiFamily::AL2, None)));
         assert_eq!(errors.len(), 2);
-        assert_eq!((errors[0].item.as_str(), errors[0].field.as_str()), ("nodeclass/broken", "spec"));
+        assert_eq!((errors[0].item.as_str(), errors[0].field.as_str()), ("nodeclass/broken", "spec.subnetSelectorTerms"));
         assert_eq!((errors[1].item.as_str(), errors[1].field.as_str()), ("nodeclass/empty", "spec.subnetSelectorTerms"));
         assert!(errors[1].reason.contains("at least one term"), "{}", errors[1].reason);
     }
