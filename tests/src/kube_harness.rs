@@ -2,7 +2,7 @@
 //!
 //! `tests/run` starts one server (`tests/harness/kube/kube.sh start DIR`) and
 //! exports `NODEWRIGHT_KUBE_ENV=DIR/env`; every test binary reads it. Run
-//! alone (`cargo test -p nodewright-tests --test kube_cluster`), a test
+//! alone (`cargo test -p nodewright-tests --test suite kube_cluster::`), a test
 //! binary starts its own server in a temporary directory, and a watchdog
 //! process stops it when the binary exits. Either way the binaries must have
 //! been built once (`tests/harness/kube/kube.sh build`).

@@ -4,7 +4,7 @@
 //! deleted node come back pending and reschedule as they would in a cluster.
 //!
 //! The [`Cluster`] port answers as the API server does (the contract suite
-//! in `tests/tests/cluster_contract.rs` runs the same tests here and against
+//! in `tests/tests/suite/cluster_contract.rs` runs the same tests here and against
 //! a real kube-apiserver): a pod key whose uid is not the pod's is a
 //! precondition failure; deletion is graceful (`deletionTimestamp` = now +
 //! grace, the pod stays until the kubelet confirms), immediate for unbound

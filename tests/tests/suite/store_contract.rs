@@ -4,7 +4,7 @@
 //! DynamoDB's conditional writes do.
 //!
 //! `contract!` turns each generic body into a `mem` and a `dynamo` test:
-//! `cargo test -p nodewright-tests --test store_contract commands_` runs
+//! `cargo test -p nodewright-tests --test suite store_contract::commands_` runs
 //! both adapters' command tests.
 
 use std::collections::BTreeMap;
