@@ -46,6 +46,12 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 }
 
 fn main() {
+    // `cargo test --all-targets` (the test command) builds this and runs it
+    // without `--bench`: it is compiled there, measured only by `cargo bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("interruption benchmark: run it with `cargo bench -p nodewright-tests --bench interruption`");
+        return;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async {
         let mut warning = Vec::new();

@@ -4,53 +4,21 @@
 //! the deadline, a replacement that finds no capacity, and a crash between
 //! every two steps of a command.
 
-use nodewright::handlers::interruption::{self, InterruptionSettings, MessageOutcome, Record};
+use nodewright::handlers::interruption::{MessageOutcome, Record};
 use nodewright::handlers::termination::Started;
-use nodewright::handlers::config as config_loader;
 use nodewright::ports::{Cloud, Cluster, OfferingKey, SignedDuration, Store};
 use nodewright::provisioning::claim::Claim;
-use nodewright::sim::scenario;
 use nodewright::sim::{ClusterDriver, SimSettings};
-use nodewright::termination::DISRUPTED_TAINT_KEY;
+use nodewright_tests::interruption as cases;
 use nodewright_tests::sim::{MemSim, run, scenario_file};
 
 fn init_logs() {
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
 }
 
-const PLACEHOLDER: &str = "i-0123456789abcdef0";
-
-fn fixture(name: &str) -> serde_json::Value {
-    let path = format!("{}/../functions/interruption/events/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// The fixture's time, replaced by the simulation's: a warning's deadline counts from it.
-const FIXTURE_TIME: &str = "2026-12-01T09:00:00Z";
-
-/// The fixture's SQS records, with the placeholder instance id replaced by
-/// `instance` (and the event time by the simulation's, see [`at_now`]).
-fn records(name: &str, instance: &str) -> Vec<Record> {
-    let event = fixture(name);
-    event["Records"]
-        .as_array()
-        .expect("Records")
-        .iter()
-        .map(|r| Record {
-            message_id: r["messageId"].as_str().expect("messageId").to_owned(),
-            body: r["body"].as_str().expect("body").replace(PLACEHOLDER, instance),
-        })
-        .collect()
-}
-
-/// The records as if sent now.
-fn at_now(sim: &MemSim, mut rs: Vec<Record>) -> Vec<Record> {
-    let now = sim.now().to_string();
-    for r in &mut rs {
-        r.body = r.body.replace(FIXTURE_TIME, &now);
-    }
-    rs
+/// The fixture's records for `instance`, as if sent now.
+fn records_now(sim: &MemSim, name: &str, instance: &str) -> Vec<Record> {
+    cases::records(name, instance, sim.now())
 }
 
 /// The small spot scenario, run until its node is up.
@@ -61,26 +29,6 @@ async fn spot_node(settings: SimSettings) -> (MemSim, Claim) {
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1, "{claims:#?}");
     (sim, claims[0].clone())
-}
-
-async fn deliver(sim: &MemSim, rs: &[Record]) -> interruption::BatchReport {
-    let rs = &at_now(sim, rs.to_vec());
-    let config = config_loader::load(&sim.store).await.expect("config");
-    interruption::handle_batch(&sim.ports(), &config, &config.settings, &InterruptionSettings::default(), rs)
-        .await
-        .expect("batch")
-}
-
-fn kinds(report: &interruption::BatchReport) -> Vec<&'static str> {
-    report.outcomes.iter().map(|(_, o)| o.kind()).collect()
-}
-
-fn node_tainted(nodes: &[k8s_openapi::api::core::v1::Node], name: &str) -> bool {
-    nodes
-        .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(name))
-        .and_then(|n| n.spec.as_ref()?.taints.clone())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
 }
 
 #[tokio::test]
@@ -133,14 +81,14 @@ async fn every_fixture_event_ends_as_documented() {
     for (file, want) in cases {
         let (sim, claim) = spot_node(SimSettings::default()).await;
         let instance = claim.instance_id().expect("launched").to_owned();
-        let report = deliver(&sim, &records(file, &instance)).await;
+        let report = cases::deliver(&sim, &records_now(&sim, file, &instance)).await;
         assert!(report.failures.is_empty(), "{file}: {report:?}");
-        assert_eq!(kinds(&report), want, "{file}: {report:?}");
+        assert_eq!(cases::kinds(&report), want, "{file}: {report:?}");
         let commands = sim.store.commands().await.expect("commands");
         let removing = want.contains(&"removing");
         assert_eq!(commands.len(), usize::from(removing), "{file}: one command at most: {commands:#?}");
         let node = claim.node_name.clone().expect("registered");
-        assert_eq!(node_tainted(&sim.cluster.all_nodes(), &node), removing, "{file}: tainted only when removing");
+        assert_eq!(cases::node_tainted(&sim.cluster.all_nodes(), &node), removing, "{file}: tainted only when removing");
         if file == "duplicate-spot-interruption.json" {
             let MessageOutcome::Removing(second) = &report.outcomes[1].1 else { panic!("{report:?}") };
             assert!(matches!(second[0], Started::Existing { .. }), "{second:?}");
@@ -157,44 +105,19 @@ async fn every_fixture_event_ends_as_documented() {
 /// The spot pool with a rebalance policy annotation.
 async fn with_policy(policy: &str) -> (MemSim, Claim) {
     let (mut sim, claim) = spot_node(SimSettings::default()).await;
-    let mut s = scenario_file("spot-drain.yaml");
-    s.objects[0]["metadata"]["annotations"] = serde_json::json!({"nodewright.io/rebalance-policy": policy});
-    let (items, _) = scenario::split_objects(&s.objects[..2], sim.now()).expect("objects");
-    scenario::put_config(&sim.store, items).await.expect("config");
-    sim.run_for(SignedDuration::from_secs(1)).await;
+    cases::set_rebalance_policy(&mut sim, policy).await;
     (sim, claim)
 }
 
 #[tokio::test]
 async fn the_three_rebalance_policies() {
     init_logs();
-    // Ignore: nothing happens.
-    let (sim, claim) = with_policy("Ignore").await;
-    let report = deliver(&sim, &records("rebalance-recommendation.json", claim.instance_id().expect("id"))).await;
-    assert_eq!(kinds(&report), ["ignored"]);
-    assert!(!node_tainted(&sim.cluster.all_nodes(), claim.node_name.as_deref().expect("node")));
-
-    // Cordon: tainted, nothing else.
-    let (mut sim, claim) = with_policy("Cordon").await;
-    let report = deliver(&sim, &records("rebalance-recommendation.json", claim.instance_id().expect("id"))).await;
-    assert_eq!(kinds(&report), ["cordoned"]);
-    sim.run_for(SignedDuration::from_mins(3)).await;
-    assert!(node_tainted(&sim.cluster.all_nodes(), claim.node_name.as_deref().expect("node")));
-    assert!(sim.store.commands().await.expect("commands").is_empty());
-    assert_eq!(sim.sim_cloud.as_ref().expect("cloud").launches(), 1, "no replacement under Cordon");
-
-    // Replace: a replacement first, then a drain with no deadline.
-    let (mut sim, claim) = with_policy("Replace").await;
-    let report = deliver(&sim, &records("rebalance-recommendation.json", claim.instance_id().expect("id"))).await;
-    assert_eq!(kinds(&report), ["removing"]);
-    let command = sim.store.commands().await.expect("commands").pop().expect("command");
-    assert_eq!(command.spec.deadline, None);
-    sim.run_for(SignedDuration::from_mins(4)).await;
-    let nodes = sim.cluster.all_nodes();
-    assert_eq!(nodes.len(), 1, "the old node is gone, the replacement stays");
-    assert_ne!(nodes[0].metadata.name, claim.node_name);
-    assert_eq!(sim.cluster.port().pods_on_node(nodes[0].metadata.name.as_deref().expect("name")).await.expect("pods").len(), 10);
-    assert_eq!(sim.sim_cloud.as_ref().expect("cloud").launches(), 2);
+    let (mut sim, claim) = spot_node(SimSettings::default()).await;
+    cases::rebalance_ignore(&mut sim, &claim).await;
+    let (mut sim, claim) = spot_node(SimSettings::default()).await;
+    cases::rebalance_cordon(&mut sim, &claim).await;
+    let (mut sim, claim) = spot_node(SimSettings::default()).await;
+    cases::rebalance_replace(&mut sim, &claim).await;
 }
 
 #[tokio::test]
@@ -203,10 +126,10 @@ async fn duplicates_and_reordering_never_start_a_second_removal() {
     // The same warning twice, then again a minute later: one command, one replacement.
     let (mut sim, claim) = spot_node(SimSettings::default()).await;
     let id = claim.instance_id().expect("id").to_owned();
-    deliver(&sim, &records("spot-interruption.json", &id)).await;
-    deliver(&sim, &records("duplicate-spot-interruption.json", &id)).await;
+    cases::deliver(&sim, &records_now(&sim, "spot-interruption.json", &id)).await;
+    cases::deliver(&sim, &records_now(&sim, "duplicate-spot-interruption.json", &id)).await;
     sim.run_for(SignedDuration::from_mins(1)).await;
-    deliver(&sim, &records("spot-interruption.json", &id)).await;
+    cases::deliver(&sim, &records_now(&sim, "spot-interruption.json", &id)).await;
     sim.run_for(SignedDuration::from_mins(3)).await;
     assert_eq!(sim.replacements.len(), 1, "{:?}", sim.replacements);
     assert_eq!(sim.sim_cloud.as_ref().expect("cloud").launches(), 2);
@@ -216,15 +139,15 @@ async fn duplicates_and_reordering_never_start_a_second_removal() {
     let id = claim.instance_id().expect("id").to_owned();
     sim.cloud.terminate(std::slice::from_ref(&id)).await.expect("terminate");
     sim.run_for(SignedDuration::from_secs(30)).await;
-    let report = deliver(&sim, &records("spot-interruption.json", &id)).await;
-    assert_eq!(kinds(&report), ["ignored"], "{report:?}");
+    let report = cases::deliver(&sim, &records_now(&sim, "spot-interruption.json", &id)).await;
+    assert_eq!(cases::kinds(&report), ["ignored"], "{report:?}");
     assert!(sim.store.commands().await.expect("commands").is_empty());
 
     // A warning for a node already being removed without a deadline brings the deadline forward.
     let (sim, claim) = with_policy("Replace").await;
     let id = claim.instance_id().expect("id").to_owned();
-    deliver(&sim, &records("rebalance-recommendation.json", &id)).await;
-    let report = deliver(&sim, &records("spot-interruption.json", &id)).await;
+    cases::deliver(&sim, &records_now(&sim, "rebalance-recommendation.json", &id)).await;
+    let report = cases::deliver(&sim, &records_now(&sim, "spot-interruption.json", &id)).await;
     let MessageOutcome::Removing(started) = &report.outcomes[0].1 else { panic!("{report:?}") };
     assert!(matches!(started[0], Started::Existing { tightened: true, .. }), "{started:?}");
     let commands = sim.store.commands().await.expect("commands");
@@ -236,60 +159,14 @@ async fn duplicates_and_reordering_never_start_a_second_removal() {
 async fn a_budget_that_allows_nothing_holds_until_the_deadline_then_the_pods_are_deleted() {
     init_logs();
     let (mut sim, claim) = spot_node(SimSettings::default()).await;
-    // Every pod protected: no eviction can ever be allowed.
-    let pdb = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "app", "namespace": "default"},
-        "spec": {"minAvailable": 10, "selector": {"matchLabels": {"app": "app"}}}});
-    sim.cluster.apply(&pdb).expect("pdb");
-    // And no room anywhere else: the replacement cannot be bought.
-    for o in sim.cloud.catalog().await.expect("catalog").offerings.iter() {
-        sim.cloud.remove_capacity(OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() });
-    }
-    let started = sim.now();
-    deliver(&sim, &records("spot-interruption.json", claim.instance_id().expect("id"))).await;
-    sim.run_for(SignedDuration::from_secs(60)).await;
-    let node = claim.node_name.clone().expect("node");
-    assert!(sim.cluster.all_nodes().iter().any(|n| n.metadata.name.as_deref() == Some(node.as_str())), "still draining");
-    let blocked: Vec<_> = sim.cluster.events().into_iter().filter(|(_, e)| e.reason == "FailedDraining").collect();
-    assert_eq!(blocked.len(), 10, "one FailedDraining per blocked pod: {blocked:#?}");
-    assert!(blocked.iter().all(|(_, e)| e.message.contains("app")), "the event names the budget: {blocked:#?}");
-    sim.run_for(SignedDuration::from_mins(2)).await;
-    // Past the deadline (warning + 2 min − margin) the pods were deleted and the node went.
-    assert!(sim.cluster.all_nodes().iter().all(|n| n.metadata.name.as_deref() != Some(node.as_str())));
-    assert!(sim.store.commands().await.expect("commands").is_empty());
-    assert!(sim.now().duration_since(started) >= SignedDuration::from_secs(105));
+    cases::budget_holds_until_the_deadline(&mut sim, &claim).await;
 }
 
 #[tokio::test]
 async fn a_replacement_out_of_capacity_falls_back_to_another_offering() {
     init_logs();
     let (mut sim, claim) = spot_node(SimSettings::default()).await;
-    let first = sim.store.claims().await.expect("claims")[0].instance.clone().expect("instance");
-    // The cheapest spot offerings other than the interrupted one are out of capacity.
-    let catalog = sim.cloud.catalog().await.expect("catalog");
-    let mut spot: Vec<_> = catalog
-        .offerings
-        .iter()
-        .filter(|o| o.capacity_type == "spot" && ["m5.xlarge", "m5a.xlarge", "m6i.xlarge"].contains(&o.instance_type.as_str()))
-        .collect();
-    spot.sort_by(|a, b| a.price.total_cmp(&b.price));
-    let dry: Vec<OfferingKey> = spot
-        .iter()
-        .filter(|o| !(o.instance_type == first.instance_type && o.zone == first.zone))
-        .take(3)
-        .map(|o| OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() })
-        .collect();
-    for o in &dry {
-        sim.cloud.remove_capacity(o.clone());
-    }
-    deliver(&sim, &records("spot-interruption.json", claim.instance_id().expect("id"))).await;
-    sim.run_for(SignedDuration::from_mins(4)).await;
-    let claims = sim.store.claims().await.expect("claims");
-    assert_eq!(claims.len(), 1, "{claims:#?}");
-    let bought = claims[0].instance.clone().expect("replacement");
-    let key = OfferingKey { capacity_type: bought.capacity_type.clone(), instance_type: bought.instance_type.clone(), zone: bought.zone.clone() };
-    assert!(!dry.contains(&key), "bought a dry offering: {key:?}");
-    assert_eq!(sim.cluster.port().pods_on_node(claims[0].node_name.as_deref().expect("registered")).await.expect("pods").len(), 10);
+    cases::replacement_falls_back(&mut sim, &claim).await;
 }
 
 /// The end state a removal converges to, whatever happened on the way.
@@ -304,7 +181,7 @@ async fn end_state(sim: &MemSim) -> (usize, usize, usize, usize) {
 async fn a_crash_between_any_two_steps_converges_to_the_same_end() {
     init_logs();
     let (mut reference, claim) = spot_node(SimSettings::default()).await;
-    deliver(&reference, &records("spot-interruption.json", claim.instance_id().expect("id"))).await;
+    cases::deliver(&reference, &records_now(&reference, "spot-interruption.json", claim.instance_id().expect("id"))).await;
     reference.run_for(SignedDuration::from_mins(4)).await;
     let want = end_state(&reference).await;
     assert_eq!(want, (1, 10, 0, 2), "one node (the replacement), ten pods on it, no command, two launches");
@@ -313,9 +190,9 @@ async fn a_crash_between_any_two_steps_converges_to_the_same_end() {
         let (mut sim, claim) = spot_node(SimSettings::default()).await;
         sim.store.crash_after_command_writes(k);
         // A message whose handling crashed comes back, as SQS redelivers it.
-        let rs = records("spot-interruption.json", claim.instance_id().expect("id"));
+        let rs = records_now(&sim, "spot-interruption.json", claim.instance_id().expect("id"));
         for _ in 0..3 {
-            if deliver(&sim, &rs).await.failures.is_empty() {
+            if cases::deliver(&sim, &rs).await.failures.is_empty() {
                 break;
             }
         }

@@ -4,8 +4,12 @@
 //! its tests share one kube-apiserver and one AWS emulator (`nodewright_tests`
 //! starts each at most once per process).
 //!
+//! The tests that take the whole API server for themselves (they empty it
+//! first) are in the `whole_cluster` binary instead, so they never run at
+//! the same time as these, which share it namespace by namespace.
+//!
 //! Run one module with its path as the filter, e.g.
-//! `cargo test -p nodewright-tests --features nodewright-cli/aws --test suite interruption_real::`.
+//! `cargo test -p nodewright-tests --test suite store_contract::`.
 
 mod aws_cloud;
 mod aws_scenarios;
@@ -13,9 +17,7 @@ mod aws_store;
 mod cluster_contract;
 mod eks_auth;
 mod interruption;
-mod interruption_real;
 mod kube_cluster;
-mod kube_scenarios;
 mod properties;
 mod provisioning;
 mod scheduling;

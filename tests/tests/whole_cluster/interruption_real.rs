@@ -3,10 +3,12 @@
 //! kube-apiserver with the functions acting as the restricted `nodewright`
 //! identity (`Ec2Cloud`, `DynamoStore`, `KubeCluster`).
 //!
-//! One spot walkthrough end to end, and one run through every kind of
-//! message that must change nothing (unknown, foreign, unsupported,
-//! malformed, a rebalance under the default policy) followed by a
-//! duplicated warning that must start exactly one removal.
+//! One spot walkthrough end to end; one run through every kind of message
+//! that must change nothing (unknown, foreign, unsupported, malformed, a
+//! rebalance under the default policy) followed by a duplicated warning that
+//! must start exactly one removal; and the bodies the in-memory suite runs
+//! too (`nodewright_tests::interruption`): the three rebalance policies, a
+//! budget that holds until the deadline, a replacement out of capacity.
 
 use std::sync::Arc;
 
@@ -16,7 +18,9 @@ use nodewright::aws::{DynamoStore, Ec2Cloud};
 use nodewright::ports::{SignedDuration, Store, Timestamp};
 use nodewright::sim::scenario;
 use nodewright::sim::{ClusterDriver, FaultyCloud, SimClock, SimSettings, Simulation};
+use nodewright::provisioning::claim::Claim;
 use nodewright_tests::aws::{Ec2Fixture, dynamo_store, unique};
+use nodewright_tests::interruption as cases;
 use nodewright_tests::kube_harness::KubeEnv;
 use nodewright_tests::kube_world::ApiServerCluster;
 use nodewright_tests::sim::scenario_file;
@@ -64,6 +68,18 @@ async fn on_real() -> (RealSim, Ec2Fixture) {
         SimSettings::default(),
     );
     (sim, f)
+}
+
+/// The small spot scenario on the real adapters, run until its node is up.
+async fn spot_node() -> (RealSim, Ec2Fixture, Claim) {
+    let s = scenario_file("spot-drain.yaml");
+    let (mut sim, f) = on_real().await;
+    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::run(&mut sim, &s).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let claim = sim.store.claims().await.expect("claims").pop().expect("claim");
+    (sim, f, claim)
 }
 
 /// A queue on the emulator, as Terraform makes it (300 s retention).
@@ -234,4 +250,39 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
     let nodes = sim.cluster.all_nodes().await;
     assert_eq!(nodes.len(), 1, "the replacement only");
     assert_ne!(nodes[0].metadata.name, claim.node_name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_ignore_changes_nothing() {
+    init_logs();
+    let (mut sim, _f, claim) = spot_node().await;
+    cases::rebalance_ignore(&mut sim, &claim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_cordon_taints_only() {
+    init_logs();
+    let (mut sim, _f, claim) = spot_node().await;
+    cases::rebalance_cordon(&mut sim, &claim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_replace_launches_first_then_drains_without_a_deadline() {
+    init_logs();
+    let (mut sim, _f, claim) = spot_node().await;
+    cases::rebalance_replace(&mut sim, &claim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_allows_nothing_holds_until_the_deadline_then_the_pods_are_deleted() {
+    init_logs();
+    let (mut sim, _f, claim) = spot_node().await;
+    cases::budget_holds_until_the_deadline(&mut sim, &claim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_out_of_capacity_falls_back_to_another_offering() {
+    init_logs();
+    let (mut sim, _f, claim) = spot_node().await;
+    cases::replacement_falls_back(&mut sim, &claim).await;
 }
