@@ -275,6 +275,22 @@ impl Ec2Fixture {
         }
     }
 
+    /// Makes the stored NodeClass `default` (a scenario's, whose selectors
+    /// name a cluster the emulator does not have) this fixture's; the
+    /// launches use the class as stored, as the functions do.
+    pub async fn store_node_class<S: nodewright::ports::Store>(&self, store: &S) {
+        let mut class = store
+            .config_items()
+            .await
+            .expect("items")
+            .into_iter()
+            .find(|i| i.kind == nodewright::ports::ConfigKind::NodeClass && i.name == "default")
+            .expect("the scenario's NodeClass `default`");
+        class.spec = serde_json::to_value(self.node_class_spec()).expect("spec");
+        class.version += 1;
+        store.put_config_item(&class).await.expect("fixture class stored");
+    }
+
     /// [`Self::node_class_spec`] validated as NodeClass `default`.
     pub fn node_class(&self) -> NodeClass {
         node_class("default", &self.node_class_spec())

@@ -266,7 +266,15 @@ impl ContractCluster for KubeFixture {
     async fn create_node(&self, base: &str) -> String {
         let name = format!("{}-{base}", self.namespace);
         let node: Node = serde_json::from_value(node_object(&name)).expect("node");
-        Api::<Node>::all(self.admin.clone()).create(&PostParams::default(), &node).await.expect("create node");
+        let nodes = Api::<Node>::all(self.admin.clone());
+        nodes.create(&PostParams::default(), &node).await.expect("create node");
+        // The server's admission (TaintNodesByCondition) puts
+        // `node.kubernetes.io/not-ready` on every new node; the node
+        // lifecycle controller takes it off once the kubelet reports Ready.
+        // There is no such controller here: do its part, so both clusters
+        // start from the same node.
+        let ready = json!({"spec": {"taints": node.spec.as_ref().and_then(|s| s.taints.clone())}});
+        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&ready)).await.expect("untaint the new node");
         name
     }
 

@@ -9,12 +9,11 @@
 use k8s_openapi::api::core::v1::Node;
 use nodewright::handlers::config as config_loader;
 use nodewright::handlers::interruption::{self, BatchReport, InterruptionSettings, Record};
-use nodewright::ports::{Cloud, Cluster, OfferingKey, SignedDuration, Store, Timestamp};
+use nodewright::ports::{Cloud, Cluster, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
 use nodewright::provisioning::claim::Claim;
-use nodewright::sim::{ClusterDriver, FaultyCloud, Simulation, scenario};
+use nodewright::sim::{ClusterDriver, FaultyCloud, Simulation};
 use nodewright::termination::DISRUPTED_TAINT_KEY;
 
-use crate::sim::scenario_file;
 
 /// Any simulation whose cloud can be made to fail.
 pub type AnySim<C, S, K> = Simulation<FaultyCloud<C>, S, K>;
@@ -79,18 +78,26 @@ pub fn node_tainted(nodes: &[Node], name: &str) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
 }
 
-/// Annotates the spot NodePool with a rebalance policy, as a user would
-/// (`config apply` of the pool with its EC2NodeClass).
+/// Annotates the stored spot NodePool with a rebalance policy, as `config
+/// apply` of the edited pool would.
 pub async fn set_rebalance_policy<C, S, K>(sim: &mut AnySim<C, S, K>, policy: &str)
 where
     C: Cloud + Clone,
     S: Store + Clone,
     K: ClusterDriver,
 {
-    let mut s = scenario_file("spot-drain.yaml");
-    s.objects[0]["metadata"]["annotations"] = serde_json::json!({"nodewright.io/rebalance-policy": policy});
-    let (items, _) = scenario::split_objects(&s.objects[..2], sim.now()).expect("objects");
-    scenario::put_config(&sim.store, items).await.expect("config");
+    let mut pool = sim
+        .store
+        .config_items()
+        .await
+        .expect("items")
+        .into_iter()
+        .find(|i| i.kind == ConfigKind::NodePool && i.name == "spot")
+        .expect("the spot NodePool");
+    pool.annotations.insert("nodewright.io/rebalance-policy".to_owned(), policy.to_owned());
+    pool.version += 1;
+    pool.updated_at = sim.now();
+    sim.store.put_config_item(&pool).await.expect("pool stored");
     sim.run_for(SignedDuration::from_secs(1)).await;
 }
 

@@ -269,7 +269,7 @@ mod tests {
         assert!(text.contains("spot saves 58%"), "{text}");
         assert!(text.contains("default/c: NodePool general limit cpu 1 reached"), "{text}");
         let v = to_json(&snap);
-        assert_eq!(v["nodes"][0]["memory_requested_bytes"], 2 << 30);
+        assert_eq!(v["nodes"][0]["memory_requested_bytes"], 2_i64 << 30);
         assert_eq!(v["pending"][0]["name"], "default/c");
     }
 }

@@ -41,26 +41,14 @@ async fn on_aws() -> (Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodew
     (sim, f)
 }
 
-/// Loads a scenario, then makes its NodeClass `default` the fixture's (the
-/// walkthrough's selectors name a cluster the emulator does not have): the
-/// launch uses the class stored in the configuration, as the functions do.
+/// Loads a scenario with the fixture's NodeClass as its `default`.
 async fn load_with_fixture_class(
     sim: &mut Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::aws::DynamoStore>,
     s: &scenario::Scenario,
     f: &Ec2Fixture,
 ) {
     scenario::load(sim, s).await.expect("loads");
-    let mut class = sim
-        .store
-        .config_items()
-        .await
-        .expect("items")
-        .into_iter()
-        .find(|i| i.kind == nodewright::ports::ConfigKind::NodeClass && i.name == "default")
-        .expect("the scenario's NodeClass");
-    class.spec = serde_json::to_value(f.node_class_spec()).expect("spec");
-    class.version += 1;
-    sim.store.put_config_item(&class).await.expect("fixture class stored");
+    f.store_node_class(&sim.store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,7 @@ async fn spot_node() -> (RealSim, Ec2Fixture, Claim) {
     let s = scenario_file("spot-drain.yaml");
     let (mut sim, f) = on_real().await;
     scenario::load(&mut sim, &s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
     scenario::run(&mut sim, &s).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
@@ -141,9 +142,14 @@ async fn the_spot_walkthrough_on_ec2_dynamodb_sqs_and_the_api_server() {
     init_logs();
     let mut s = scenario_file("spot-interruption.yaml");
     s.actions.clear();
+    // `launches` counts the in-memory cloud's launches, or else the
+    // instances EC2 still runs (the interrupted one is gone): counted below
+    // as CreateFleet calls instead.
+    let launches = s.expect.launches.take().expect("the scenario counts launches");
     let (mut sim, f) = on_real().await;
     let (sqs, url) = queue(&f).await;
     scenario::load(&mut sim, &s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
     sim.run_for(SignedDuration::from_mins(3)).await;
     let claims = sim.store.claims().await.expect("claims");
     let spot = claims.iter().find(|c| c.pool == "spot").expect("the spot node's claim").clone();
@@ -153,6 +159,7 @@ async fn the_spot_walkthrough_on_ec2_dynamodb_sqs_and_the_api_server() {
     sim.run_for(SignedDuration::from_mins(4)).await;
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(sim.cloud.launch_calls(), launches, "two nodes and one replacement");
     // EC2 has the interrupted instance terminated (by us), DynamoDB no longer has its claim.
     let described = f.instances_of_claim(&spot.id).await;
     let state = described[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
@@ -171,6 +178,7 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
     let (mut sim, f) = on_real().await;
     let (sqs, url) = queue(&f).await;
     scenario::load(&mut sim, &s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
     scenario::run(&mut sim, &s).await.expect("runs");
     assert!(scenario::check(&sim, &s.expect).await.is_empty());
     let claim = sim.store.claims().await.expect("claims").pop().expect("claim");
