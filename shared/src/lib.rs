@@ -16,6 +16,8 @@ pub mod handlers;
 pub mod interruption;
 #[cfg(feature = "kube")]
 pub mod kube;
+#[cfg(all(feature = "aws", feature = "kube"))]
+pub mod live;
 pub mod ports;
 pub mod provisioning;
 pub mod resources;

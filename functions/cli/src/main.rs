@@ -5,6 +5,8 @@ mod bench;
 mod config;
 mod simulate;
 mod status;
+#[cfg(feature = "aws")]
+mod status_live;
 mod target;
 #[cfg(feature = "aws")]
 mod catalog;
@@ -34,6 +36,9 @@ enum Command {
     /// The instance types a NodePool allows, with allocatable capacity and prices per zone.
     #[cfg(feature = "aws")]
     Catalog(catalog::CatalogArgs),
+    /// The fleet at a glance: nodes per NodePool with usage bars and $/hour, pending pods and why, removals in progress.
+    #[cfg(feature = "aws")]
+    Status(status_live::StatusArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,5 +50,7 @@ fn main() -> anyhow::Result<()> {
         Command::Init(args) => config::init(args),
         #[cfg(feature = "aws")]
         Command::Catalog(args) => catalog::run(args),
+        #[cfg(feature = "aws")]
+        Command::Status(args) => status_live::run(args),
     }
 }

@@ -108,6 +108,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .collect(),
             claims,
             pending_reasons: Default::default(),
+            commands: nodewright::ports::Store::commands(&sim.store).await?,
         };
         for p in report.pods.iter().filter(|p| pod_node(p).is_none()) {
             if let Some(r) = report.pending_reason(p) {
@@ -164,13 +165,7 @@ impl Report<'_> {
             .rev()
             .find(|(_, e)| e.kind == "Pod" && e.reason == "FailedScheduling" && e.name == name && e.namespace.as_deref().unwrap_or("default") == ns)
             .map(|(_, e)| e.message.strip_prefix("Failed to schedule pod, ").unwrap_or(&e.message).to_owned());
-        from_event.or_else(|| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
-                .and_then(|c| c.message.clone())
-        })
+        from_event.or_else(|| crate::status::scheduler_reason(p))
     }
 
     fn price(&self, n: &Node) -> f64 {

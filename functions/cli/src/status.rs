@@ -1,9 +1,10 @@
 //! The fleet at a glance, in the spirit of eks-node-viewer: per NodePool,
 //! each node with its type, zone, capacity type, age and pods, CPU and
 //! memory requested against allocatable as bars, and $/hour per node, pool
-//! and fleet with the spot savings; then pending pods and why, and claims in
-//! flight. A pure function of a [`FleetSnapshot`], so the simulator's
-//! end-of-run view and any live reader render the same thing.
+//! and fleet with the spot savings; then pending pods and why, claims in
+//! flight and removals in progress with their step. A pure function of a
+//! [`FleetSnapshot`], so the simulator's end-of-run view and the live
+//! `nodewright status` (`status_live.rs`) render the same thing.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use nodewright::ports::{Instance, Timestamp};
 use nodewright::provisioning::claim::Claim;
 use nodewright::resources::{Resources, format_bytes, format_cpu};
+use nodewright::termination::Command;
 use nodewright::scheduling::{SchedPod, labels};
 use serde_json::json;
 
@@ -26,6 +28,8 @@ pub struct FleetSnapshot {
     pub claims: Vec<Claim>,
     /// `namespace/name` → why it is pending (the provisioner's latest word).
     pub pending_reasons: BTreeMap<String, String>,
+    /// Removals in progress (the drain-and-terminate machine's commands).
+    pub commands: Vec<Command>,
 }
 
 /// One node's line.
@@ -54,6 +58,15 @@ pub fn pod_node(p: &Pod) -> Option<&str> {
 
 pub fn pod_name(p: &Pod) -> String {
     format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""))
+}
+
+/// The scheduler's word on a pod it could not place (`PodScheduled=False`).
+pub fn scheduler_reason(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+        .and_then(|c| c.message.clone())
 }
 
 impl FleetSnapshot {
@@ -195,8 +208,19 @@ pub fn render(snap: &FleetSnapshot) -> String {
         let instance = c.instance.as_ref().map_or_else(|| "launching".to_owned(), |i| format!("{i:?}"));
         out.push_str(&format!("  {} (NodePool {}, {} pod(s)): {instance}\n", c.id, c.pool, c.pods.len()));
     }
-    // Drain commands in progress with their step: shown once the Store
-    // keeps them (`Store::commands()`); nothing to read yet.
+    out.push_str(&format!("removals in progress: {}\n", snap.commands.len()));
+    for c in &snap.commands {
+        let node = c.spec.node.as_deref().unwrap_or("(no node)");
+        let deadline = c.spec.deadline.map_or_else(|| "no deadline".to_owned(), |d| format!("deadline {d}"));
+        out.push_str(&format!(
+            "  {} (NodePool {}, node {node}): {}, step {:?}, {deadline}, {} replacement(s)\n",
+            c.id,
+            c.spec.pool,
+            c.spec.reason,
+            c.step,
+            c.replacements.len()
+        ));
+    }
     out
 }
 
@@ -217,6 +241,10 @@ pub fn to_json(snap: &FleetSnapshot) -> serde_json::Value {
         "on_demand_cost_per_hour": fleet_od,
         "pending": snap.pending().into_iter().map(|(n, r)| json!({"name": n, "reason": r})).collect::<Vec<_>>(),
         "claims_in_flight": snap.in_flight().iter().map(|c| json!({"id": c.id, "nodepool": c.pool, "pods": c.pods.len()})).collect::<Vec<_>>(),
+        "removals": snap.commands.iter().map(|c| json!({
+            "nodeclaim": c.id, "nodepool": c.spec.pool, "node": c.spec.node, "reason": c.spec.reason.as_str(),
+            "step": format!("{:?}", c.step), "deadline": c.spec.deadline.map(|d| d.to_string()), "replacements": c.replacements,
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -1,0 +1,117 @@
+//! `nodewright status`: the fleet view of `status.rs`, read live through the
+//! same adapters the functions use — the cluster through the Kubernetes
+//! adapter (a kubeconfig, or an EKS token signed from the AWS credentials),
+//! claims, removals and the provisioner's reasons from the state table,
+//! instances and prices from EC2. Reads only; changes nothing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use nodewright::aws::ClientOptions;
+use nodewright::live::{FunctionEnv, LivePorts};
+use nodewright::ports::{Cloud, Cluster, Store, Timestamp};
+
+use crate::status::{FleetSnapshot, pod_name, render, scheduler_reason, to_json};
+use crate::target::Target;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A kubeconfig to reach the cluster with (default: an EKS token from
+    /// the AWS credentials, as the functions do).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig context other than its current one.
+    #[arg(long, env = "NODEWRIGHT_KUBE_CONTEXT")]
+    pub context: Option<String>,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh every SECONDS (5 when given alone) until interrupted.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "5")]
+    pub watch: Option<u64>,
+}
+
+pub fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let cluster_name = args
+            .target
+            .cluster_name
+            .clone()
+            .context("name the cluster: --cluster-name or NODEWRIGHT_CLUSTER_NAME")?;
+        let env = FunctionEnv {
+            cluster_name,
+            tables: args.target.tables(),
+            kubeconfig: args.kubeconfig.clone(),
+            kube_context: args.context.clone(),
+            default_instance_profile: None,
+        };
+        let options = ClientOptions { region: args.target.region.clone(), ..Default::default() };
+        let ports = nodewright::live::connect_with(&env, "nodewright-status", &options).await.map_err(anyhow::Error::msg)?;
+        loop {
+            let snap = read(&ports).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&to_json(&snap))?);
+            } else {
+                if args.watch.is_some() {
+                    // Clear the screen and go home, as `watch` does.
+                    print!("\x1b[2J\x1b[H");
+                }
+                println!("{} at {}", env.cluster_name, snap.now.map(|t| t.to_string()).unwrap_or_default());
+                print!("{}", render(&snap));
+            }
+            let Some(every) = args.watch else { return Ok(()) };
+            tokio::time::sleep(Duration::from_secs(every.max(1))).await;
+        }
+    })
+}
+
+/// Everything the view shows, read once (the reads run concurrently).
+pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
+    let (nodes, pending, scheduled) =
+        tokio::try_join!(ports.cluster.nodes(), ports.cluster.pending_pods(), ports.cluster.scheduled_pods()).context("reading the cluster")?;
+    let (claims, commands, batch) =
+        tokio::try_join!(ports.store.claims(), ports.store.commands(), ports.store.batch()).context("reading the state table")?;
+    let (instances, catalog) = tokio::try_join!(ports.cloud.instances(), ports.cloud.catalog()).context("reading EC2")?;
+    let mut pods = scheduled;
+    pods.extend(pending);
+    let mut snap = FleetSnapshot {
+        now: Some(Timestamp::now()),
+        nodes,
+        instances,
+        on_demand: catalog
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == "on-demand")
+            .map(|o| ((o.instance_type.clone(), o.zone.clone()), o.price))
+            .collect(),
+        claims,
+        commands,
+        ..Default::default()
+    };
+    // Why each pending pod waits: the provisioner's word (parked with a
+    // reason, or nominated to a claim in flight), else the scheduler's.
+    let parked = batch.map(|b| b.parked).unwrap_or_default();
+    for p in pods.iter().filter(|p| crate::status::pod_node(p).is_none()) {
+        let uid = p.metadata.uid.as_deref().unwrap_or_default();
+        let reason = parked
+            .get(uid)
+            .map(|x| x.reason.clone())
+            .or_else(|| {
+                snap.claims
+                    .iter()
+                    .find(|c| c.node_name.is_none() && c.pods.iter().any(|k| k.uid == uid))
+                    .map(|c| format!("nominated to nodeclaim {} (not registered yet)", c.id))
+            })
+            .or_else(|| scheduler_reason(p));
+        if let Some(r) = reason {
+            snap.pending_reasons.insert(pod_name(p), r);
+        }
+    }
+    snap.pods = pods;
+    Ok(snap)
+}

@@ -1,0 +1,95 @@
+//! The real adapters from the environment, as the functions and the CLI's
+//! live commands (`nodewright status`) build them.
+//!
+//! Environment:
+//! - `NODEWRIGHT_CLUSTER_NAME` (required): the EKS cluster.
+//! - `NODEWRIGHT_TABLE_PREFIX` (default `nodewright`): tables `<prefix>-config`
+//!   and `<prefix>-state`.
+//! - `KUBECONFIG` (optional): reach the cluster through a kubeconfig instead
+//!   of EKS authentication — for `cargo lambda watch` on a laptop;
+//!   `NODEWRIGHT_KUBE_CONTEXT` picks a context other than the current one.
+//! - `NODEWRIGHT_DEFAULT_INSTANCE_PROFILE` (optional): the instance profile
+//!   for NodeClasses converted from a v1alpha5 `defaultInstanceProfile`.
+//! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
+
+use std::path::PathBuf;
+
+use tracing::info;
+
+use crate::aws::dynamo::{DynamoStore, DynamoTables};
+use crate::aws::ec2::{Ec2Cloud, Ec2CloudSettings};
+use crate::aws::{ClientOptions, sdk_config};
+use crate::kube::{ClientSettings, EksClusterInfo, EksTokenSource, KubeCluster};
+use crate::ports::{Ports, SystemClock};
+
+/// The adapters a deployed function runs on.
+pub type LivePorts = Ports<Ec2Cloud, KubeCluster, DynamoStore, SystemClock>;
+
+#[derive(Debug, Clone)]
+pub struct FunctionEnv {
+    pub cluster_name: String,
+    pub tables: DynamoTables,
+    pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig context other than its current one.
+    pub kube_context: Option<String>,
+    /// For NodeClasses that ask for the default instance profile.
+    pub default_instance_profile: Option<String>,
+}
+
+impl FunctionEnv {
+    pub fn from_env() -> Result<FunctionEnv, String> {
+        let cluster_name = std::env::var("NODEWRIGHT_CLUSTER_NAME")
+            .map_err(|_| "NODEWRIGHT_CLUSTER_NAME is not set: name the EKS cluster to manage".to_owned())?;
+        let prefix = std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
+        let kubeconfig = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
+        let kube_context = std::env::var("NODEWRIGHT_KUBE_CONTEXT").ok().filter(|c| !c.is_empty());
+        let default_instance_profile = std::env::var("NODEWRIGHT_DEFAULT_INSTANCE_PROFILE").ok().filter(|p| !p.is_empty());
+        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig, kube_context, default_instance_profile })
+    }
+}
+
+/// Builds the real adapters. Must run inside a Tokio runtime.
+pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, String> {
+    connect_with(env, function, &ClientOptions::default()).await
+}
+
+/// [`connect`] with AWS client options (the CLI's `--region`).
+pub async fn connect_with(env: &FunctionEnv, function: &str, options: &ClientOptions) -> Result<LivePorts, String> {
+    let sdk = sdk_config(options).await;
+    let region = sdk.region().map(|r| r.to_string()).ok_or("no AWS region: set AWS_REGION")?;
+    let store = DynamoStore::new(&sdk, env.tables.clone());
+    // NodeClasses are not read here: each launch carries the validated class
+    // the provisioner read from the configuration that tick (live reload).
+    let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
+    settings.default_instance_profile = env.default_instance_profile.clone();
+    let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
+    let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
+    let cluster = match &env.kubeconfig {
+        Some(path) => KubeCluster::from_kubeconfig(Some(path), env.kube_context.as_deref(), client_settings)
+            .await
+            .map_err(|e| e.to_string())?,
+        None => {
+            let eks = aws_sdk_eks::Client::new(&sdk);
+            let described = eks
+                .describe_cluster()
+                .name(&env.cluster_name)
+                .send()
+                .await
+                .map_err(|e| format!("eks:DescribeCluster {}: {}", env.cluster_name, aws_sdk_eks::error::DisplayErrorContext(e)))?;
+            let c = described.cluster().ok_or_else(|| format!("EKS cluster {} not found", env.cluster_name))?;
+            let info = EksClusterInfo::from_describe(
+                &env.cluster_name,
+                c.endpoint(),
+                c.certificate_authority().and_then(|ca| ca.data()),
+                c.version(),
+            )
+            .map_err(|e| e.to_string())?;
+            let credentials = sdk.credentials_provider().ok_or("no AWS credentials provider")?;
+            let tokens = EksTokenSource::new(&env.cluster_name, region.clone(), credentials, SystemClock);
+            info.connect(tokens, client_settings).map_err(|e| e.to_string())?
+        }
+    };
+    info!(cluster = %env.cluster_name, %region, function, "adapters ready");
+    Ok(Ports { cloud, cluster, store, clock: SystemClock })
+}
+
