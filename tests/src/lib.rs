@@ -12,6 +12,7 @@ pub mod fault_proxy;
 pub mod interruption;
 pub mod kube_harness;
 pub mod kube_world;
+pub mod real;
 pub mod sim;
 
 use k8s_openapi::api::core::v1::Pod;

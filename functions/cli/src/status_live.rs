@@ -76,7 +76,9 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
         tokio::try_join!(ports.cluster.nodes(), ports.cluster.pending_pods(), ports.cluster.scheduled_pods()).context("reading the cluster")?;
     let (claims, commands, batch) =
         tokio::try_join!(ports.store.claims(), ports.store.commands(), ports.store.batch()).context("reading the state table")?;
-    let (instances, catalog) = tokio::try_join!(ports.cloud.instances(), ports.cloud.catalog()).context("reading EC2")?;
+    // The catalog first: instances are priced from it.
+    let catalog = ports.cloud.catalog().await.context("reading the EC2 catalog")?;
+    let instances = ports.cloud.instances().await.context("reading EC2 instances")?;
     let mut pods = scheduled;
     pods.extend(pending);
     let mut snap = FleetSnapshot {

@@ -10,64 +10,25 @@
 //! too (`nodewright_tests::interruption`): the three rebalance policies, a
 //! budget that holds until the deadline, a replacement out of capacity.
 
-use std::sync::Arc;
-
 use aws_sdk_sqs::types::QueueAttributeName;
-use nodewright::aws::prices::SeededPrices;
-use nodewright::aws::{DynamoStore, Ec2Cloud};
 use nodewright::ports::{SignedDuration, Store, Timestamp};
 use nodewright::sim::scenario;
-use nodewright::sim::{ClusterDriver, FaultyCloud, SimClock, SimSettings, Simulation};
+use nodewright::sim::ClusterDriver;
 use nodewright::provisioning::claim::Claim;
 use nodewright_tests::aws::{Ec2Fixture, dynamo_store, unique};
 use nodewright_tests::interruption as cases;
-use nodewright_tests::kube_harness::KubeEnv;
-use nodewright_tests::kube_world::ApiServerCluster;
+use nodewright_tests::real::{self, RealSim};
 use nodewright_tests::sim::scenario_file;
 
-const REGION: &str = "us-east-1";
+use nodewright_tests::real::REGION;
 const PLACEHOLDER: &str = "i-0123456789abcdef0";
-
-type RealSim = Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, DynamoStore, ApiServerCluster>;
 
 fn init_logs() {
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
 }
 
-/// Prices for the scenarios' types in every zone, so nothing depends on the Pricing API.
-fn seeded(zones: &[String]) -> SeededPrices {
-    let mut p = SeededPrices::default();
-    for (ty, od) in [
-        ("m5.4xlarge", 0.768),
-        ("m5a.4xlarge", 0.688),
-        ("m6i.4xlarge", 0.768),
-        ("m5.xlarge", 0.192),
-        ("m5a.xlarge", 0.172),
-        ("m6i.xlarge", 0.192),
-        ("m5.large", 0.096),
-    ] {
-        p.on_demand.insert(ty.to_owned(), od);
-        for (i, z) in zones.iter().enumerate() {
-            p.spot.insert((ty.to_owned(), z.clone()), od * (0.32 + 0.03 * i as f64));
-        }
-    }
-    p
-}
-
 async fn on_real() -> (RealSim, Ec2Fixture) {
-    let f = Ec2Fixture::new(REGION, "1.32").await;
-    let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter");
-    let store = dynamo_store(REGION).await;
-    let cluster = ApiServerCluster::exclusive(KubeEnv::get()).await;
-    let sim = Simulation::with_cluster(
-        SimClock::starting_at(Timestamp::now()),
-        FaultyCloud::new(Arc::new(cloud)),
-        None,
-        store,
-        cluster,
-        SimSettings::default(),
-    );
-    (sim, f)
+    real::on_real(dynamo_store(REGION).await).await
 }
 
 /// The small spot scenario on the real adapters, run until its node is up.
