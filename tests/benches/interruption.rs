@@ -52,6 +52,8 @@ fn main() {
         println!("interruption benchmark: run it with `cargo bench -p nodewright-tests --bench interruption`");
         return;
     }
+    // RUST_LOG=nodewright=debug shows where the time goes.
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async {
         let mut warning = Vec::new();

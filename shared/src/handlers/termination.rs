@@ -31,8 +31,9 @@ use crate::termination::drain::{self, DrainPlan};
 use crate::termination::machine::{self, Move, View};
 use crate::termination::{Command, RemovalSpec, Step, disrupted_taint};
 
-/// Evictions in flight at once (a 110-pod node drains in a few round trips).
-const EVICTION_CONCURRENCY: usize = 16;
+/// Evictions (and the pass's pod deletions and Events) in flight at once:
+/// a 110-pod node drains in a few round trips.
+const EVICTION_CONCURRENCY: usize = 32;
 /// Moves one pass makes on one command before handing back (a bound, not a
 /// target: a command normally stops at its first wait).
 const MOVES_PER_PASS: usize = 24;
@@ -428,17 +429,25 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
         .buffer_unordered(EVICTION_CONCURRENCY)
         .collect()
         .await;
-    for pod in &plan.delete {
-        cluster.delete_pod(pod, plan.delete_grace).await?;
-        debug!(pod = %pod, grace = ?plan.delete_grace, "deleted pod");
-    }
+    let deleted: Vec<Result<(), ClusterError>> = stream::iter(plan.delete.iter())
+        .map(|pod| async move {
+            cluster.delete_pod(pod, plan.delete_grace).await?;
+            debug!(pod = %pod, grace = ?plan.delete_grace, "deleted pod");
+            Ok(())
+        })
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .collect()
+        .await;
+    deleted.into_iter().collect::<Result<(), _>>()?;
     let mut blocked = Vec::new();
     let mut evicted = 0usize;
+    // Events go out together at the end of the pass, as the evictions did.
+    let mut events: Vec<(PodKey, &str, &str, String)> = Vec::new();
     for (pod, outcome) in outcomes {
         match outcome? {
             EvictOutcome::Evicted => {
                 evicted += 1;
-                event(ports, &pod, "Normal", "Evicted", format!("Evicted pod: {}", command.spec.reason)).await;
+                events.push((pod, "Normal", "Evicted", format!("Evicted pod: {}", command.spec.reason)));
             }
             EvictOutcome::Gone => {}
             EvictOutcome::Blocked(reason) => blocked.push((pod, reason)),
@@ -453,9 +462,14 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
         } else {
             info!(pod = %pod, %reason, "did not evict pod {pod} due to PDB violation");
             next.reported_blocked.push(pod.uid.clone());
-            event(ports, pod, "Warning", "FailedDraining", format!("Failed to drain node {node_name}, {reason}")).await;
+            events.push((pod.clone(), "Warning", "FailedDraining", format!("Failed to drain node {node_name}, {reason}")));
         }
     }
+    stream::iter(events)
+        .for_each_concurrent(EVICTION_CONCURRENCY, |(pod, type_, reason, message)| async move {
+            event(ports, &pod, type_, reason, message).await;
+        })
+        .await;
     if evicted + plan.delete.len() > 0 {
         info!(node = %node_name, evicted, deleted = plan.delete.len(), blocked = blocked.len(), "draining node");
     }
