@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use futures_util::future::join_all;
 use futures_util::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -429,20 +430,17 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
         .buffer_unordered(EVICTION_CONCURRENCY)
         .collect()
         .await;
-    let deleted: Vec<Result<(), ClusterError>> = stream::iter(plan.delete.iter())
-        .map(|pod| async move {
-            cluster.delete_pod(pod, plan.delete_grace).await?;
+    for chunk in plan.delete.chunks(EVICTION_CONCURRENCY) {
+        let deleted = join_all(chunk.iter().map(|pod| cluster.delete_pod(pod, plan.delete_grace))).await;
+        for (pod, result) in chunk.iter().zip(deleted) {
+            result?;
             debug!(pod = %pod, grace = ?plan.delete_grace, "deleted pod");
-            Ok(())
-        })
-        .buffer_unordered(EVICTION_CONCURRENCY)
-        .collect()
-        .await;
-    deleted.into_iter().collect::<Result<(), _>>()?;
+        }
+    }
     let mut blocked = Vec::new();
     let mut evicted = 0usize;
     // Events go out together at the end of the pass, as the evictions did.
-    let mut events: Vec<(PodKey, &str, &str, String)> = Vec::new();
+    let mut events: Vec<(PodKey, &'static str, &'static str, String)> = Vec::new();
     for (pod, outcome) in outcomes {
         match outcome? {
             EvictOutcome::Evicted => {
@@ -465,11 +463,9 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
             events.push((pod.clone(), "Warning", "FailedDraining", format!("Failed to drain node {node_name}, {reason}")));
         }
     }
-    stream::iter(events)
-        .for_each_concurrent(EVICTION_CONCURRENCY, |(pod, type_, reason, message)| async move {
-            event(ports, &pod, type_, reason, message).await;
-        })
-        .await;
+    for chunk in events.chunks(EVICTION_CONCURRENCY) {
+        join_all(chunk.iter().map(|(pod, type_, reason, message)| event(ports, pod, type_, reason, message.clone()))).await;
+    }
     if evicted + plan.delete.len() > 0 {
         info!(node = %node_name, evicted, deleted = plan.delete.len(), blocked = blocked.len(), "draining node");
     }
