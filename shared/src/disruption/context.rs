@@ -142,7 +142,8 @@ impl<'s, 'a> Context<'s, 'a> {
             targets.push(Target {
                 node: f.name.clone(),
                 claim_id: f.claim.map(|c| c.id.clone()).unwrap_or_default(),
-                pool: f.pool.map(|p| p.name.clone()).unwrap_or_default(),
+                pool: f.pool.map(|p| p.name.clone()).or_else(|| f.claim.map(|c| c.pool.clone())).unwrap_or_default(),
+                instance_id: f.claim.and_then(|c| c.instance_id().map(str::to_owned)),
                 instance_type: f.instance_type.clone(),
                 capacity_type: f.capacity_type.clone(),
                 zone: f.zone.clone(),
