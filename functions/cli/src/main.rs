@@ -3,6 +3,7 @@
 
 mod bench;
 mod config;
+mod plan;
 mod simulate;
 mod status;
 mod target;
@@ -23,6 +24,8 @@ enum Command {
     /// Measure the system on reproducible workloads.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The dry run: what the provisioning and disruption decisions would do on a snapshot, and why.
+    Plan(plan::PlanArgs),
     /// Run the system on the embedded simulator (no AWS): a scenario file, or the first walkthrough.
     Simulate(simulate::SimulateArgs),
     /// NodePools, EC2NodeClasses and Settings as DynamoDB items: validate, convert, apply, diff, get, delete.
@@ -39,6 +42,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Plan(args) => plan::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Config(cmd) => config::run(cmd),
         #[cfg(feature = "aws")]

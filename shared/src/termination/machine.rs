@@ -51,6 +51,9 @@ pub enum Move {
     Release,
     /// Move on to `step` (and why), with no I/O.
     Advance { step: Step, why: String },
+    /// A voluntary removal whose replacement failed: untaint the node (if
+    /// there is one) and delete the command, leaving the node as it was.
+    Rollback { node: Option<String>, why: String },
 }
 
 fn has_taint(node: &Node, key: &str) -> bool {
@@ -67,6 +70,20 @@ pub fn replacement_deadline(command: &Command) -> Timestamp {
     }
 }
 
+/// Why a launched replacement can no longer be had: a launch attempted
+/// and dropped (no capacity, a limit, an invalid request — its id left
+/// `replacements`), or its claim gone before it registered.
+fn failed_replacement(command: &Command, view: &View<'_>) -> Option<String> {
+    if let Some(id) = command.launched.iter().find(|id| !command.replacements.contains(id)) {
+        return Some(format!("replacement {id} could not be launched"));
+    }
+    command
+        .replacements
+        .iter()
+        .find(|id| !view.claims.iter().any(|c| &c.id == *id))
+        .map(|id| format!("replacement {id} is gone"))
+}
+
 /// The command's next move.
 pub fn next(command: &Command, view: &View<'_>) -> Move {
     let node_name = command.spec.node.clone().or_else(|| view.claim.and_then(|c| c.node_name.clone()));
@@ -81,6 +98,10 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
                 Move::Advance { step: Step::Drain, why: "no replacement asked for".to_owned() }
             } else if view.claim.is_none() {
                 Move::Advance { step: Step::Drain, why: "the claim is gone".to_owned() }
+            } else if command.given_replacement && command.replacement_rounds == 0 {
+                Move::Advance { step: Step::AwaitReplacement, why: "replacement decided with the removal".to_owned() }
+            } else if command.spec.reason.rolls_back() && command.replacement_rounds > 0 {
+                Move::Rollback { node: node_name, why: "its replacement found no capacity".to_owned() }
             } else {
                 Move::Replace
             }
@@ -95,6 +116,11 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
             if !unlaunched.is_empty() {
                 return Move::LaunchReplacements { claims: unlaunched };
             }
+            if command.spec.reason.rolls_back()
+                && let Some(why) = failed_replacement(command, view)
+            {
+                return Move::Rollback { node: node_name, why };
+            }
             let waiting: Vec<&Claim> = view
                 .claims
                 .iter()
@@ -105,6 +131,12 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
                 return Move::Advance { step: Step::Drain, why: format!("{live} replacement(s) registered") };
             }
             let until = replacement_deadline(command);
+            if view.now >= until && command.spec.reason.rolls_back() {
+                return Move::Rollback {
+                    node: node_name,
+                    why: format!("{} replacement(s) not registered in time", waiting.len()),
+                };
+            }
             if view.now >= until {
                 return Move::Advance {
                     step: Step::Drain,
