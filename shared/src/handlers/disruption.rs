@@ -74,8 +74,8 @@ pub struct TickReport {
     pub wake_at: Option<Timestamp>,
     /// The decision, when one was made this tick.
     pub plan: Option<Plan>,
-    /// Removal commands started (claim ids).
-    pub started: Vec<String>,
+    /// Removal commands started: (claim id, reason).
+    pub started: Vec<(String, RemovalReason)>,
     /// Voluntary commands dropped on re-validation: (command id, why).
     pub rejected: Vec<(String, String)>,
     /// This invocation does not hold the lease: it decided nothing.
@@ -226,10 +226,26 @@ pub struct Disruption<P: PortSet> {
     config: ConfigReader,
     /// Voluntary commands decided and waiting for their re-validation.
     pending: Vec<disruption::Command>,
-    next_decision: Option<Timestamp>,
-    /// The reason last logged at info per node, so each change is logged once.
-    logged: BTreeMap<String, String>,
+    memory: Memory,
     decisions: u64,
+}
+
+/// What a process remembers between invocations (a warm Lambda container,
+/// the simulator): when the next decision is due, and the reason last
+/// logged per node, so a line comes when a reason changes, not every minute.
+#[derive(Debug, Clone, Default)]
+pub struct Memory(std::sync::Arc<std::sync::Mutex<MemoryState>>);
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    next_decision: Option<Timestamp>,
+    logged: BTreeMap<String, String>,
+}
+
+impl Memory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl<P: PortSet> Disruption<P> {
@@ -241,8 +257,7 @@ impl<P: PortSet> Disruption<P> {
             lease_until: None,
             config: ConfigReader::new(),
             pending: Vec::new(),
-            next_decision: None,
-            logged: BTreeMap::new(),
+            memory: Memory::default(),
             decisions: 0,
         }
     }
@@ -255,6 +270,16 @@ impl<P: PortSet> Disruption<P> {
 
     pub fn config_reader(&self) -> ConfigReader {
         self.config.clone()
+    }
+
+    /// Shares what the invocations of one process remember.
+    pub fn with_memory(mut self, memory: Memory) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    pub fn memory(&self) -> Memory {
+        self.memory.clone()
     }
 
     pub fn ports(&self) -> &P {
@@ -341,14 +366,14 @@ impl<P: PortSet> Disruption<P> {
         let due = self.pending.iter().any(|c| c.validate_at.is_none_or(|t| t <= now));
         if due {
             self.revalidate(&config, now, &mut report).await?;
-        } else if self.pending.is_empty() && self.next_decision.is_none_or(|t| now >= t) {
+        } else if self.pending.is_empty() && self.memory.lock().next_decision.is_none_or(|t| now >= t) {
             self.decide(&config, now, &mut report).await?;
         }
         let wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
         report.removals = wake.is_some() || !report.started.is_empty();
         let mut candidates: Vec<Timestamp> = wake.into_iter().collect();
         candidates.extend(self.pending.iter().filter_map(|c| c.validate_at));
-        candidates.extend(self.next_decision);
+        candidates.extend(self.memory.lock().next_decision);
         report.wake_at = candidates.into_iter().min();
         Ok(report)
     }
@@ -359,7 +384,7 @@ impl<P: PortSet> Disruption<P> {
     }
 
     async fn decide(&mut self, config: &LoadedConfig, now: Timestamp, report: &mut TickReport) -> Result<(), HandlerError> {
-        self.next_decision = Some(now + self.settings.decide_every);
+        self.memory.lock().next_decision = Some(now + self.settings.decide_every);
         self.decisions += 1;
         let gathered = gather(&self.ports, config).await?;
         let plan = disruption::decide(&gathered.snapshot(self.settings.tuning, self.seed(now)));
@@ -407,7 +432,7 @@ impl<P: PortSet> Disruption<P> {
             }
         }
         // Decide again right away: the world moved on.
-        self.next_decision = Some(now);
+        self.memory.lock().next_decision = Some(now);
         Ok(())
     }
 
@@ -424,14 +449,16 @@ impl<P: PortSet> Disruption<P> {
             } else {
                 command.replacement.as_ref().map(|r| r.claims.clone()).unwrap_or_default()
             };
+            let planned = command.replacement.as_ref().map_or(0, |r| r.claims.len());
             info!(
-                nodes = ?command.nodes().collect::<Vec<_>>(), replacements = given.len(), savings_per_hour = command.savings,
-                summary = %command.summary, "disrupting"
+                nodes = ?command.nodes().collect::<Vec<_>>(), replacements = planned, replacement_given = !given.is_empty(),
+                savings_per_hour = command.savings, summary = %command.summary, "disrupting"
             );
             for spec in command.removals() {
                 let claim_id = spec.claim_id.clone();
+                let reason = spec.reason;
                 match termination::start_replacing(&self.ports, spec, given.clone()).await? {
-                    Started::New(id) => report.started.push(id),
+                    Started::New(id) => report.started.push((id, reason)),
                     Started::Existing { id, .. } => debug!(nodeclaim = %id, "node already had a removal command"),
                 }
                 debug!(nodeclaim = %claim_id, "removal started");
@@ -445,6 +472,7 @@ impl<P: PortSet> Disruption<P> {
     /// A line for every node with its verdict and reason: at info when it
     /// changed since the last one logged for that node, else at debug.
     fn log_decisions(&mut self, plan: &Plan) {
+        let mut memory = self.memory.lock();
         for d in &plan.nodes {
             let verdict = match &d.verdict {
                 Verdict::Disrupt { reason, .. } => reason.as_str(),
@@ -453,14 +481,14 @@ impl<P: PortSet> Disruption<P> {
             // Durations in the reason ("empty for 20s") change every pass:
             // compared without digits, so a line comes when the reason does.
             let line: String = format!("{verdict}: {}", d.reason).chars().filter(|c| !c.is_ascii_digit()).collect();
-            if self.logged.get(&d.node) != Some(&line) {
+            if memory.logged.get(&d.node) != Some(&line) {
                 info!(node = %d.node, nodeclaim = ?d.claim_id, pool = ?d.pool, verdict, reason = %d.reason, "disruption candidate");
-                self.logged.insert(d.node.clone(), line);
+                memory.logged.insert(d.node.clone(), line);
             } else {
                 debug!(node = %d.node, verdict, reason = %d.reason, "disruption candidate");
             }
         }
-        self.logged.retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
+        memory.logged.retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
     }
 
     /// The claims' bookkeeping (pods seen, empty since, re-stamped hashes),

@@ -49,8 +49,26 @@ pub struct Scenario {
     pub actions: Vec<Action>,
     /// How long to simulate, e.g. `5m`.
     pub run: String,
+    /// The simulator's pace, for long scenarios (days): coarser steps and
+    /// ticks, so a quiet month runs in seconds. Defaults: the functions'.
+    #[serde(default)]
+    pub simulator: Pace,
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// How often the simulated functions tick (each is optional).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pace {
+    /// The loop's step when nothing is due sooner (default 1s).
+    pub step: Option<String>,
+    /// The provisioner's poll between ticks (default 1s).
+    pub provisioner_poll: Option<String>,
+    /// Time between two disruption decisions (default 10s).
+    pub disruption_every: Option<String>,
+    /// The disruption function's poll between ticks (default 2s).
+    pub disruption_poll: Option<String>,
 }
 
 fn default_region() -> String {
@@ -353,6 +371,17 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     validate(scenario)?;
+    let pace = &scenario.simulator;
+    let set = |text: &Option<String>, field: &mut SignedDuration| -> Result<(), ScenarioError> {
+        if let Some(t) = text {
+            *field = parse_duration(t)?;
+        }
+        Ok(())
+    };
+    set(&pace.step, &mut sim.settings.step)?;
+    set(&pace.provisioner_poll, &mut sim.settings.provisioner.poll)?;
+    set(&pace.disruption_every, &mut sim.settings.disruption.decide_every)?;
+    set(&pace.disruption_poll, &mut sim.settings.disruption.poll)?;
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;
     for w in workloads {
@@ -780,6 +809,7 @@ objects:
                     what: ActionKind::Scale { deployment: "inflate".into(), replicas: 3, namespace: "default".into() },
                 }],
                 run: "3m".into(),
+                simulator: Pace::default(),
                 expect: Expect { pods: Some(PodCounts { bound: Some(3), pending: Some(0) }), ..Default::default() },
             };
             validate(&scenario).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -50,6 +50,9 @@ pub struct SimSettings {
     /// The interruption function's timeout: after a batch it keeps driving
     /// removals this long at most.
     pub interruption_invocation: SignedDuration,
+    /// The loop's resolution when nothing is due sooner (1 s; a long,
+    /// quiet scenario may take bigger steps).
+    pub step: SignedDuration,
     /// Run the disruption function (invoked every minute, ticking inside).
     pub disruption_enabled: bool,
     pub disruption: DisruptionSettings,
@@ -71,6 +74,7 @@ impl Default for SimSettings {
             interruption: InterruptionSettings::default(),
             redelivery: SignedDuration::from_secs(20),
             interruption_invocation: SignedDuration::from_secs(180),
+            step: SignedDuration::from_secs(1),
             disruption_enabled: true,
             disruption: DisruptionSettings::default(),
             disruption_invocation: SignedDuration::from_secs(60),
@@ -240,7 +244,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
 
     /// Does everything due at `now`; returns when something is next due.
     async fn step(&mut self, now: Timestamp) -> Timestamp {
-        let mut next = now + SignedDuration::from_secs(1);
+        let mut next = now + self.settings.step;
         if let Some(sim) = self.sim_cloud.clone() {
             sim.advance(now);
             let mut due = sim.take_notifications(now - self.settings.event_delay);
@@ -358,7 +362,8 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 let deadline = self.next_disruption_invocation + self.settings.disruption_invocation;
                 let holder = format!("sim-disruption-{}", self.next_disruption_invocation.as_second());
                 self.disruption = Disruption::new(self.ports(), self.settings.disruption.clone(), holder)
-                    .with_config_reader(self.disruption.config_reader());
+                    .with_config_reader(self.disruption.config_reader())
+                    .with_memory(self.disruption.memory());
                 match self.disruption.acquire_lease(deadline - self.settings.margin).await {
                     Ok(true) => {
                         self.disruption_deadline = Some(deadline);
@@ -376,6 +381,11 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         match self.disruption.tick().await {
             Ok(report) => {
                 self.look_for_registrations |= report.removals;
+                // A removal may start and finish within the tick (an empty node).
+                for (id, reason) in &report.started {
+                    self.removed_nodes.insert(id.clone());
+                    self.removal_reasons.insert(id.clone(), reason.as_str().to_owned());
+                }
                 if self.record_plans
                     && let Some(plan) = report.plan
                 {
