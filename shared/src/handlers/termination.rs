@@ -376,7 +376,7 @@ async fn plan_replacements<P: PortSet>(
         daemon_sets: &daemon_sets,
         claims: &others,
         pools: &config.pools,
-        node_classes: &[],
+        node_classes: &config.node_classes,
         catalog: &catalog,
         unavailable: &unavailable,
         usage: &usage,

@@ -126,6 +126,8 @@ pub struct InstanceSelector {
     pub labels: BTreeMap<String, String>,
     pub instance_type: Option<String>,
     pub zone: Option<String>,
+    /// The node of this name (for `nodeNotReady`).
+    pub node: Option<String>,
     /// For `scheduledChange`: when the maintenance starts, from now.
     #[serde(default, rename = "in")]
     pub after: Option<String>,
@@ -171,7 +173,7 @@ pub struct Expect {
     /// `Unhealthy`, `SpotInterrupted`, …) → how many nodes got a removal for it.
     #[serde(default)]
     pub removed_for: BTreeMap<String, usize>,
-    /// Removals undone because their replacement failed (the node stays, untainted).
+    /// Nodes whose removal was undone because its replacement failed (the node stays, untainted).
     pub rolled_back: Option<usize>,
     /// Nodes that carry the `karpenter.sh/disrupted` taint at the end.
     pub tainted_nodes: Option<usize>,
@@ -428,6 +430,7 @@ async fn select_nodes<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             selector.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
                 && selector.instance_type.as_ref().is_none_or(|t| labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t))
                 && selector.zone.as_ref().is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z))
+                && selector.node.as_ref().is_none_or(|name| n.metadata.name.as_ref() == Some(name))
         })
         .filter_map(|n| n.metadata.name)
         .collect();

@@ -127,7 +127,7 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     pub removed_nodes: BTreeSet<String>,
     /// Per claim that got a removal command: its reason (`Drifted`, …).
     pub removal_reasons: BTreeMap<String, String>,
-    /// Removal commands that ended while their claim lived on (rolled back).
+    /// Claims whose removal command ended while the claim lived on (rolled back).
     pub rolled_back: BTreeSet<String>,
     /// Commands seen at the last step.
     live_commands: BTreeSet<String>,
@@ -385,6 +385,16 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 for (id, reason) in &report.started {
                     self.removed_nodes.insert(id.clone());
                     self.removal_reasons.insert(id.clone(), reason.as_str().to_owned());
+                }
+                // … or be rolled back within it: its command gone, its claim still there.
+                if !report.started.is_empty()
+                    && let (Ok(commands), Ok(claims)) = (self.store.commands().await, self.store.claims().await)
+                {
+                    for (id, _) in &report.started {
+                        if !commands.iter().any(|c| &c.id == id) && claims.iter().any(|c| &c.id == id) {
+                            self.rolled_back.insert(id.clone());
+                        }
+                    }
                 }
                 if self.record_plans
                     && let Some(plan) = report.plan
