@@ -240,6 +240,46 @@ pub struct Memory(std::sync::Arc<std::sync::Mutex<MemoryState>>);
 struct MemoryState {
     next_decision: Option<Timestamp>,
     logged: BTreeMap<String, String>,
+    /// What consolidation looked at when a pass last found no move, and when.
+    consolidated: Option<(u64, Timestamp)>,
+}
+
+/// The longest consolidation is skipped on an unchanged cluster (budget
+/// windows and prices move with time alone; Karpenter keeps the same mark).
+pub const CONSOLIDATED_FOR: SignedDuration = SignedDuration::from_mins(5);
+
+/// A fingerprint of what consolidation looks at: the configuration, each
+/// node (its claim, readiness, whether it is disrupting, its pods, whether
+/// its pods have been quiet for `consolidateAfter`, do-not-disrupt), the
+/// claims still launching, the removals in flight, the unavailable offerings.
+fn consolidation_fingerprint(g: &Gathered, s: &Snapshot<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    g.config.fingerprint.hash(&mut h);
+    for f in disruption::snapshot::node_facts(s) {
+        f.name.hash(&mut h);
+        f.claim.map(|c| c.id.as_str()).hash(&mut h);
+        (f.ready, f.disrupting.is_some()).hash(&mut h);
+        let mut uids: Vec<&str> = f.reschedulable.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        uids.sort_unstable();
+        uids.hash(&mut h);
+        let quiet = match (f.claim.and_then(|c| c.disruption.last_pod_event_at), f.pool.and_then(|p| p.disruption.consolidate_after)) {
+            (Some(at), Some(after)) => g.now.duration_since(at) >= after,
+            _ => false,
+        };
+        quiet.hash(&mut h);
+        disruption::blockers::do_not_disrupt(&f, g.now).is_some().hash(&mut h);
+    }
+    for c in g.claims.iter().filter(|c| c.node_name.is_none()) {
+        c.id.hash(&mut h);
+    }
+    for f in &g.in_flight {
+        f.claim_id.hash(&mut h);
+    }
+    for o in &g.unavailable {
+        o.hash(&mut h);
+    }
+    h.finish()
 }
 
 impl Memory {
@@ -387,8 +427,23 @@ impl<P: PortSet> Disruption<P> {
         self.memory.lock().next_decision = Some(now + self.settings.decide_every);
         self.decisions += 1;
         let gathered = gather(&self.ports, config).await?;
-        let plan = disruption::decide(&gathered.snapshot(self.settings.tuning, self.seed(now)));
-        self.log_decisions(&plan);
+        let mut tuning = self.settings.tuning;
+        let fingerprint = consolidation_fingerprint(&gathered, &gathered.snapshot(tuning, 0));
+        let skip = self
+            .memory
+            .lock()
+            .consolidated
+            .is_some_and(|(fp, at)| fp == fingerprint && now.duration_since(at) < CONSOLIDATED_FOR);
+        if skip {
+            debug!("nothing consolidation looks at changed since its last pass found no move; not consolidating this pass");
+            tuning.consolidation = false;
+        }
+        let plan = disruption::decide(&gathered.snapshot(tuning, self.seed(now)));
+        if !skip {
+            let consolidated = !plan.commands.iter().any(|c| c.reason == Reason::Underutilized);
+            self.memory.lock().consolidated = consolidated.then_some((fingerprint, now));
+        }
+        self.log_decisions(&plan, skip);
         self.write_claim_updates(&gathered, &plan).await;
         // A voluntary command must be re-validated before this invocation ends.
         let ends = self.lease_until.unwrap_or(Timestamp::MAX);
@@ -471,9 +526,14 @@ impl<P: PortSet> Disruption<P> {
 
     /// A line for every node with its verdict and reason: at info when it
     /// changed since the last one logged for that node, else at debug.
-    fn log_decisions(&mut self, plan: &Plan) {
+    fn log_decisions(&mut self, plan: &Plan, consolidation_skipped: bool) {
         let mut memory = self.memory.lock();
         for d in &plan.nodes {
+            // A node kept on a pass that skipped consolidation keeps the
+            // reason the last full pass gave (it still holds).
+            if consolidation_skipped && d.verdict == Verdict::Keep && memory.logged.contains_key(&d.node) {
+                continue;
+            }
             let verdict = match &d.verdict {
                 Verdict::Disrupt { reason, .. } => reason.as_str(),
                 Verdict::Keep => "Keep",

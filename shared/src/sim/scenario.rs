@@ -69,6 +69,8 @@ pub struct Pace {
     pub disruption_every: Option<String>,
     /// The disruption function's poll between ticks (default 2s).
     pub disruption_poll: Option<String>,
+    /// Run the disruption function at all (default true).
+    pub disruption: Option<bool>,
 }
 
 fn default_region() -> String {
@@ -384,6 +386,9 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     set(&pace.provisioner_poll, &mut sim.settings.provisioner.poll)?;
     set(&pace.disruption_every, &mut sim.settings.disruption.decide_every)?;
     set(&pace.disruption_poll, &mut sim.settings.disruption.poll)?;
+    if let Some(on) = pace.disruption {
+        sim.settings.disruption_enabled = on;
+    }
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;
     for w in workloads {
