@@ -249,6 +249,54 @@ mod tests {
         assert_eq!(next(&c, &view(10, Some(&n), &booting)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
     }
 
+    fn voluntary(replacement: &str) -> Command {
+        let mut c = command(true, None);
+        c.spec.reason = RemovalReason::Drifted;
+        c.given_replacement = true;
+        c.replacements = vec![replacement.into()];
+        c
+    }
+
+    #[test]
+    fn a_given_replacement_is_launched_as_given_not_planned() {
+        let mut c = voluntary("default-new01");
+        c.step = Step::Replace;
+        let claims = [claim("default-abcde", true)];
+        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::AwaitReplacement, .. }));
+        c.step = Step::AwaitReplacement;
+        c.replacement_rounds = 1;
+        assert_eq!(next(&c, &view(0, Some(&node(true)), &claims)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
+    }
+
+    #[test]
+    fn a_voluntary_removal_whose_replacement_fails_is_rolled_back_a_forceful_one_drains() {
+        let n = node(true);
+        let claims = [claim("default-abcde", true)];
+        // Launched, then dropped (no capacity): its id left `replacements`.
+        let mut c = voluntary("default-new01");
+        c.step = Step::AwaitReplacement;
+        c.replacement_rounds = 1;
+        c.launched = vec!["default-new01".into()];
+        c.replacements.clear();
+        assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Rollback { node: Some(_), .. }));
+        // Launched, and its claim is gone before registering.
+        let mut gone = voluntary("default-new01");
+        gone.step = Step::AwaitReplacement;
+        gone.launched = vec!["default-new01".into()];
+        assert!(matches!(next(&gone, &view(10, Some(&n), &claims)), Move::Rollback { .. }));
+        // Launched, never registered within the bound.
+        let booting = [claim("default-abcde", true), claim("default-new01", false)];
+        let mut slow = gone.clone();
+        slow.replacing_since = Some(t(0));
+        assert!(matches!(next(&slow, &view(10, Some(&n), &booting)), Move::Wait { .. }));
+        assert!(matches!(next(&slow, &view(601, Some(&n), &booting)), Move::Rollback { .. }));
+        // The same for an expiration: drained anyway.
+        slow.spec.reason = RemovalReason::Expired;
+        assert!(matches!(next(&slow, &view(601, Some(&n), &booting)), Move::Advance { step: Step::Drain, .. }));
+        c.spec.reason = RemovalReason::SpotInterrupted;
+        assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Advance { step: Step::Drain, .. }));
+    }
+
     #[test]
     fn without_replacement_the_drain_follows_the_taint() {
         let mut c = command(false, None);
