@@ -2,6 +2,7 @@
 //! one module per command.
 
 mod bench;
+mod churn;
 mod config;
 mod plan;
 mod simulate;
