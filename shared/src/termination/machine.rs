@@ -297,6 +297,56 @@ mod tests {
         assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Advance { step: Step::Drain, .. }));
     }
 
+    fn reason_strategy() -> impl proptest::strategy::Strategy<Value = RemovalReason> {
+        proptest::sample::select(vec![
+            RemovalReason::SpotInterrupted,
+            RemovalReason::ScheduledChange,
+            RemovalReason::CapacityReservationInterrupted,
+            RemovalReason::InstanceStopping,
+            RemovalReason::Rebalance,
+            RemovalReason::Expired,
+            RemovalReason::Drifted,
+            RemovalReason::Empty,
+            RemovalReason::Underutilized,
+            RemovalReason::Unhealthy,
+        ])
+    }
+
+    proptest::proptest! {
+        /// Whatever the command's state and what is seen: only a voluntary
+        /// removal is ever rolled back, and only before its drain starts;
+        /// a forceful one always gets to drain.
+        #[test]
+        fn only_voluntary_removals_roll_back_and_never_once_draining(
+            reason in reason_strategy(),
+            step in proptest::sample::select(vec![Step::Taint, Step::Replace, Step::AwaitReplacement, Step::Drain, Step::Terminate, Step::DeleteNode, Step::Release]),
+            given in proptest::bool::ANY,
+            rounds in 0u32..4,
+            planned in proptest::collection::vec(0usize..3, 0..3),
+            launched in proptest::collection::vec(0usize..3, 0..3),
+            existing in proptest::collection::vec((0usize..3, proptest::bool::ANY), 0..3),
+            now in 0i64..2000,
+        ) {
+            let id = |i: usize| format!("default-new{i:02}");
+            let mut c = command(true, None);
+            c.spec.reason = reason;
+            c.step = step;
+            c.given_replacement = given;
+            c.replacement_rounds = rounds;
+            c.replacing_since = Some(t(0));
+            c.replacements = planned.iter().map(|i| id(*i)).collect();
+            c.launched = launched.iter().map(|i| id(*i)).collect();
+            let mut claims = vec![claim("default-abcde", true)];
+            claims.extend(existing.iter().map(|(i, registered)| claim(&id(*i), *registered)));
+            let n = node(true);
+            let m = next(&c, &view(now, Some(&n), &claims));
+            if let Move::Rollback { .. } = m {
+                proptest::prop_assert!(reason.rolls_back(), "{reason:?} rolled back");
+                proptest::prop_assert!(step < Step::Drain, "rolled back at {step:?}");
+            }
+        }
+    }
+
     #[test]
     fn without_replacement_the_drain_follows_the_taint() {
         let mut c = command(false, None);
