@@ -85,7 +85,8 @@ fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<
             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}]}}),
     ];
     if karpenter_like {
-        objects.push(json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "Settings", "metadata": {"name": "default"}, "spec": {
+        objects
+            .push(json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "Settings", "metadata": {"name": "default"}, "spec": {
             "consolidationSavingsThreshold": "0%", "featureGates": {"spotToSpotConsolidation": true}}}));
     }
     let mut workloads = Vec::new();
@@ -95,10 +96,12 @@ fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<
         let memory = *rng.pick(&["512Mi", "1Gi", "2Gi", "4Gi"]);
         let base = 3.0 + rng.unit() * 9.0;
         let phase = rng.unit() * std::f64::consts::TAU;
-        objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"}, "spec": {
+        objects.push(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"}, "spec": {
             "replicas": base.round() as i32, "selector": {"matchLabels": {"app": name}},
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"terminationGracePeriodSeconds": 5,
-                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}}));
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}}),
+        );
         workloads.push(Workload { name, base, phase });
     }
     (objects, workloads)
@@ -185,9 +188,15 @@ pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("churn benchmark: seed {}, {} simulated hour(s), 8 Deployments re-scaled every 15 min", args.seed, args.hours);
-    println!("{:<34} {:>12} {:>9} {:>12} {:>14} {:>9}", "", "replacements", "removals", "pods evicted", "fleet $-hours", "launches");
+    println!(
+        "{:<40} {:>12} {:>9} {:>12} {:>14} {:>9}",
+        "", "replacements", "removals", "pods evicted", "fleet $-hours", "launches"
+    );
     for (name, f) in [("nodewright (defaults)", ours), ("threshold 0 + spot-to-spot (Karpenter)", theirs)] {
-        println!("{name:<34} {:>12} {:>9} {:>12} {:>14.2} {:>9}", f.replacements, f.removals, f.evicted, f.dollar_hours, f.launches);
+        println!(
+            "{name:<40} {:>12} {:>9} {:>12} {:>14.2} {:>9}",
+            f.replacements, f.removals, f.evicted, f.dollar_hours, f.launches
+        );
     }
     println!("evictions: {:.0} % fewer; cost: {:+.1} %  ({wall:.0} s wall)", fewer * 100.0, dearer * 100.0);
     Ok(())
