@@ -236,3 +236,36 @@ fn the_dry_run_acts_on_nothing_and_says_what_it_would_do() {
         assert_eq!(sim.store.claims().await.expect("claims"), claims_before, "not even the bookkeeping is written");
     });
 }
+
+/// The disruption scenarios shipped under `tests/scenarios/`, as
+/// `nodewright simulate` runs them (the month-long `expiration-720h` is run
+/// by the CLI and the integration suite, not here: it takes half a minute
+/// in a debug build).
+const SCENARIOS: [(&str, &str); 10] = [
+    ("upgrade-walkthrough", include_str!("../../../../tests/scenarios/upgrade-walkthrough.yaml")),
+    ("consolidation-example", include_str!("../../../../tests/scenarios/consolidation-example.yaml")),
+    ("consolidation-threshold", include_str!("../../../../tests/scenarios/consolidation-threshold.yaml")),
+    ("emptiness-30s", include_str!("../../../../tests/scenarios/emptiness-30s.yaml")),
+    ("drift-nodeclass", include_str!("../../../../tests/scenarios/drift-nodeclass.yaml")),
+    ("drift-nodepool-labels", include_str!("../../../../tests/scenarios/drift-nodepool-labels.yaml")),
+    ("budgets", include_str!("../../../../tests/scenarios/budgets.yaml")),
+    ("do-not-disrupt", include_str!("../../../../tests/scenarios/do-not-disrupt.yaml")),
+    ("replacement-rollback", include_str!("../../../../tests/scenarios/replacement-rollback.yaml")),
+    ("node-repair", include_str!("../../../../tests/scenarios/node-repair.yaml")),
+];
+
+#[test]
+fn every_disruption_scenario_meets_its_expectations() {
+    for (name, text) in SCENARIOS {
+        let failures = rt().block_on(async {
+            let s = scenario::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let clock = SimClock::default();
+            let cloud = SimCloud::new(catalog::catalog(&s.region).expect("region"), clock.clone());
+            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud), MemStore::new(), SimSettings::default());
+            scenario::load(&mut sim, &s).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            scenario::run(&mut sim, &s).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            scenario::check(&sim, &s.expect).await
+        });
+        assert!(failures.is_empty(), "{name}: {failures:#?}");
+    }
+}
