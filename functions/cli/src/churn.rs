@@ -13,7 +13,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use nodewright::ports::{Clock, InstanceState, SignedDuration};
+use nodewright::ports::{InstanceState, SignedDuration};
 use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
 use serde_json::json;
 
@@ -155,7 +155,6 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
         dollar_hours += live / 60.0;
     }
     let evicted = sim.cluster.events().iter().filter(|(_, e)| e.reason == "Evicted").count();
-    let _ = clock.now();
     Ok(Figures {
         replacements: sim.replacements.len(),
         removals: sim.removed_nodes.len(),

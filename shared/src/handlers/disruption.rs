@@ -263,10 +263,11 @@ fn consolidation_fingerprint(g: &Gathered, s: &Snapshot<'_>) -> u64 {
         let mut uids: Vec<&str> = f.reschedulable.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
         uids.sort_unstable();
         uids.hash(&mut h);
-        let quiet = match (f.claim.and_then(|c| c.disruption.last_pod_event_at), f.pool.and_then(|p| p.disruption.consolidate_after)) {
-            (Some(at), Some(after)) => g.now.duration_since(at) >= after,
-            _ => false,
-        };
+        let quiet =
+            match (f.claim.and_then(|c| c.disruption.last_pod_event_at), f.pool.and_then(|p| p.disruption.consolidate_after)) {
+                (Some(at), Some(after)) => g.now.duration_since(at) >= after,
+                _ => false,
+            };
         quiet.hash(&mut h);
         disruption::blockers::do_not_disrupt(&f, g.now).is_some().hash(&mut h);
     }
@@ -349,6 +350,15 @@ impl<P: PortSet> Disruption<P> {
 
     /// Ticks until `deadline`, sleeping with `sleep` in between: the Lambda's loop.
     pub async fn run_until<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    where
+        F: Fn(SignedDuration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let span = info_span!("disruption_invocation", holder = %self.holder, deadline = %deadline);
+        self.invocation(deadline, sleep).instrument(span).await
+    }
+
+    async fn invocation<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
     where
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,

@@ -269,3 +269,27 @@ fn every_disruption_scenario_meets_its_expectations() {
         assert!(failures.is_empty(), "{name}: {failures:#?}");
     }
 }
+
+#[test]
+fn the_lambda_loop_ticks_until_its_deadline_and_a_second_invocation_exits_at_once() {
+    rt().block_on(async {
+        let sim = world(MemStore::new(), 1, "10%", false).await;
+        let clock = sim.clock.clone();
+        let deadline = sim.now() + SignedDuration::from_secs(55);
+        // Someone else holds the lease: this invocation does nothing.
+        let mut other = handler(&sim, "invocation-0");
+        assert!(other.acquire_lease(deadline).await.expect("lease"));
+        let mut d = handler(&sim, "invocation-1");
+        let sleep = |dur: SignedDuration| {
+            clock.set(clock.now() + dur);
+            std::future::ready(())
+        };
+        assert_eq!(d.run_until(deadline, sleep).await.expect("runs"), 0);
+        other.release_lease().await.expect("release");
+        // Free: it ticks (every 2 s) until the deadline, then lets go of the lease.
+        let ticks = d.run_until(deadline, sleep).await.expect("runs");
+        assert!((20..=30).contains(&ticks), "{ticks} ticks in 55 s");
+        assert!(sim.now() < deadline + SignedDuration::from_secs(2));
+        assert!(other.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"), "released at the end");
+    });
+}
