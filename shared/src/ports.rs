@@ -189,6 +189,14 @@ pub trait Cloud: Send + Sync {
     fn terminate(&self, instance_ids: &[String]) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// Our instances (cluster tag) that are not terminated.
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
+    /// What a NodeClass resolves to now (AMIs, subnets, security groups),
+    /// for drift. The default knows nothing (every list empty), which
+    /// drift reads as "not compared": an adapter that does not resolve
+    /// selectors never drifts a node on them.
+    fn resolved_class(&self, class: &NodeClass) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
+        let _ = class;
+        async { Ok(crate::disruption::ResolvedClass::default()) }
+    }
 }
 
 /// A shared cloud is a cloud: adapters that hold caches (and so are not
@@ -205,6 +213,9 @@ impl<C: Cloud> Cloud for Arc<C> {
     }
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
         (**self).instances()
+    }
+    fn resolved_class(&self, class: &NodeClass) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
+        (**self).resolved_class(class)
     }
 }
 

@@ -6,6 +6,7 @@ use lambda_runtime::LambdaEvent;
 use tracing::{error, info, warn};
 
 use crate::handlers::config::ConfigReader;
+use crate::handlers::disruption::{Disruption, DisruptionSettings, Memory};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::interruption::{self as interruption_handler, InterruptionSettings, Record};
 use crate::handlers::state_change;
@@ -65,6 +66,28 @@ pub async fn provisioner(ports: &LivePorts, event: LambdaEvent<serde_json::Value
         .await
         .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
     info!(ticks, remaining_at_start_s = remaining.as_secs_f64(), "provisioner invocation done");
+    Ok(serde_json::json!({ "ticks": ticks }))
+}
+
+/// The disruption function: one scheduled invocation, ticking until its
+/// deadline minus a margin, holding the disruption lease (another
+/// invocation still running makes this one exit at once). What the
+/// container remembers between invocations (when the next decision is
+/// due, the reasons already logged) lives as long as the container.
+pub async fn disruption(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let deadline = deadline_of(&event);
+    let until = deadline - DEADLINE_MARGIN;
+    let remaining = deadline.duration_since(Timestamp::now());
+    static CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
+    static MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
+    let mut d = Disruption::new(ports, DisruptionSettings::default(), event.context.request_id.clone())
+        .with_config_reader(CONFIG.clone())
+        .with_memory(MEMORY.clone());
+    let ticks = d
+        .run_until(until, |t| tokio::time::sleep(t.unsigned_abs()))
+        .await
+        .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    info!(ticks, remaining_at_start_s = remaining.as_secs_f64(), "disruption invocation done");
     Ok(serde_json::json!({ "ticks": ticks }))
 }
 

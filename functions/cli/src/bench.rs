@@ -20,6 +20,9 @@ use serde_json::json;
 pub enum BenchCommand {
     /// Solve Karpenter's scheduling benchmark workload (W1) and report speed and cost.
     Scheduling(SchedulingArgs),
+    /// A seeded simulated day of Deployments scaling up and down: replacements, evictions and
+    /// fleet $-hours with nodewright's defaults and with Karpenter's consolidation rules.
+    Churn(crate::churn::ChurnArgs),
 }
 
 #[derive(Args)]
@@ -61,6 +64,7 @@ enum Order {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Scheduling(args) => scheduling(&args),
+        BenchCommand::Churn(args) => crate::churn::run(&args),
     }
 }
 

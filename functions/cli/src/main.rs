@@ -2,7 +2,9 @@
 //! one module per command.
 
 mod bench;
+mod churn;
 mod config;
+mod plan;
 mod simulate;
 mod status;
 #[cfg(feature = "aws")]
@@ -25,6 +27,8 @@ enum Command {
     /// Measure the system on reproducible workloads.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The dry run: what the provisioning and disruption decisions would do on a snapshot, and why.
+    Plan(plan::PlanArgs),
     /// Run the system on the embedded simulator (no AWS): a scenario file, or the first walkthrough.
     Simulate(simulate::SimulateArgs),
     /// NodePools, EC2NodeClasses and Settings as DynamoDB items: validate, convert, apply, diff, get, delete.
@@ -44,6 +48,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Plan(args) => plan::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Config(cmd) => config::run(cmd),
         #[cfg(feature = "aws")]

@@ -30,6 +30,14 @@ pub struct SimulateArgs {
     /// Also print debug logs.
     #[arg(long, short)]
     verbose: bool,
+    /// Print the dry-run plan (what would be launched, expired, replaced,
+    /// consolidated, repaired or kept, and why) at these simulated times,
+    /// e.g. `--plan-at 30m` (repeatable; a scenario's `plan` actions too).
+    #[arg(long = "plan-at", value_name = "DURATION")]
+    plan_at: Vec<String>,
+    /// At the end of the run, write what `nodewright plan --snapshot` reads.
+    #[arg(long, value_name = "FILE")]
+    save_snapshot: Option<PathBuf>,
 }
 
 /// Log timestamps from the simulated clock.
@@ -57,7 +65,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
     };
-    let scenario = scenario::parse(&text)?;
+    let mut scenario = scenario::parse(&text)?;
+    for at in &args.plan_at {
+        scenario::parse_duration(at)?;
+        scenario.actions.push(scenario::Action { at: at.clone(), what: scenario::ActionKind::Plan {} });
+    }
     let clock = SimClock::default();
     let level = if args.json {
         tracing::Level::ERROR
@@ -83,6 +95,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         scenario::load(&mut sim, &scenario).await?;
         scenario::run(&mut sim, &scenario).await?;
         let failures = scenario::check(&sim, &scenario.expect).await;
+        if let Some(path) = &args.save_snapshot {
+            let snap = crate::plan::PlanSnapshot::capture(&sim, &scenario.region).await?;
+            std::fs::write(path, serde_json::to_string_pretty(&snap)?).with_context(|| format!("writing {}", path.display()))?;
+        }
         let instances = sim.cloud.instances().await?;
         let catalog = sim.cloud.catalog().await?;
         let claims = nodewright::ports::Store::claims(&sim.store).await?;
@@ -118,8 +134,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         if args.json {
             let mut v = report.json(&failures);
             v["status"] = crate::status::to_json(&snapshot);
+            v["plans"] = serde_json::to_value(&sim.dry_runs)?;
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
+            for plan in &sim.dry_runs {
+                println!("{}", plan.render());
+            }
             report.print(&failures);
             println!();
             print!("{}", crate::status::render(&snapshot));

@@ -263,6 +263,9 @@ impl Method for MultiNodeConsolidation {
     }
 
     fn run(&self, cx: &mut Context<'_, '_>) {
+        if !cx.s.tuning.consolidation {
+            return;
+        }
         let mut cands = candidates(cx);
         let mut sorted: Vec<(f64, usize)> = Vec::with_capacity(cands.len());
         for i in &cands {
@@ -313,6 +316,9 @@ impl Method for SingleNodeConsolidation {
     }
 
     fn run(&self, cx: &mut Context<'_, '_>) {
+        if !cx.s.tuning.consolidation {
+            return;
+        }
         let mut cands = candidates(cx);
         if consolidating(cx) {
             for i in cands {

@@ -23,7 +23,12 @@ pub struct Context<'s, 'a> {
     pub states: Vec<Option<DisruptionState>>,
     pub pdbs: Pdbs<'a>,
     pub budgets: Budgets<'a>,
-    pub sim: Simulator<'a>,
+    /// The simulated cluster, built on first use: a decision that needs no
+    /// re-scheduling (nothing empty to place, nothing to consolidate) does
+    /// not pay for the pools' instance types.
+    sim: Option<Simulator<'a>>,
+    /// Removals committed before the simulator was built, replayed into it.
+    removed_unsimulated: Vec<(String, String)>,
     /// Per node: the command that removes it.
     pub verdicts: Vec<Option<(Reason, usize)>>,
     /// Per node: why methods passed it over.
@@ -52,7 +57,6 @@ impl<'s, 'a> Context<'s, 'a> {
         let facts = node_facts(s);
         let states = facts.iter().map(|f| f.claim.map(|c| observe::next_state(&c.disruption, f, s.now))).collect();
         let budgets = Budgets::new(&facts, s.now);
-        let sim = Simulator::new(s, &facts);
         let n = facts.len();
         Context {
             s,
@@ -60,7 +64,8 @@ impl<'s, 'a> Context<'s, 'a> {
             facts,
             states,
             budgets,
-            sim,
+            sim: None,
+            removed_unsimulated: Vec::new(),
             verdicts: vec![None; n],
             notes: vec![Vec::new(); n],
             commands: Vec::new(),
@@ -123,12 +128,26 @@ impl<'s, 'a> Context<'s, 'a> {
         (f.name.as_str(), f.claim.map_or("", |c| c.id.as_str()))
     }
 
+    /// The simulated cluster (built now if it was not yet).
+    pub fn sim(&mut self) -> &mut Simulator<'a> {
+        let (s, facts, removed) = (self.s, &self.facts, &mut self.removed_unsimulated);
+        self.sim.get_or_insert_with(|| {
+            let mut sim = Simulator::new(s, facts);
+            for (node, claim) in removed.drain(..) {
+                if let Ok(empty) = sim.simulate(&[], &[]) {
+                    sim.commit(&[(node.as_str(), claim.as_str())], &empty, &[]);
+                }
+            }
+            sim
+        })
+    }
+
     /// Simulates the removal of `targets`: their pods placed on the rest.
     pub fn simulate(&mut self, targets: &[usize]) -> Result<Outcome, String> {
         let remove: Vec<(String, String)> = targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
         let remove_refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
         let pods: Vec<_> = targets.iter().flat_map(|i| self.facts[*i].reschedulable.iter().copied()).collect();
-        self.sim.simulate(&remove_refs, &pods)
+        self.sim().simulate(&remove_refs, &pods)
     }
 
     /// Turns a proposal into a command: the verdicts, the budgets and the
@@ -142,7 +161,8 @@ impl<'s, 'a> Context<'s, 'a> {
             targets.push(Target {
                 node: f.name.clone(),
                 claim_id: f.claim.map(|c| c.id.clone()).unwrap_or_default(),
-                pool: f.pool.map(|p| p.name.clone()).unwrap_or_default(),
+                pool: f.pool.map(|p| p.name.clone()).or_else(|| f.claim.map(|c| c.pool.clone())).unwrap_or_default(),
+                instance_id: f.claim.and_then(|c| c.instance_id().map(str::to_owned)),
                 instance_type: f.instance_type.clone(),
                 capacity_type: f.capacity_type.clone(),
                 zone: f.zone.clone(),
@@ -154,7 +174,7 @@ impl<'s, 'a> Context<'s, 'a> {
         let mut claims: Vec<(NewClaim, Claim)> = Vec::new();
         if let Some(outcome) = &p.outcome {
             for planned in &p.replacements {
-                let Some(input) = self.sim.pool(&planned.pool) else { continue };
+                let Some(input) = self.sim.as_ref().and_then(|sim| sim.pool(&planned.pool)) else { continue };
                 let class = input.pool.node_class.as_deref().and_then(|n| self.s.classes.iter().find(|c| c.name == n));
                 let id = format!("{}-{}", input.pool.name, random_suffix(&mut self.rng));
                 let pods = planned.pods.iter().map(|k| outcome.keys[*k].clone()).collect();
@@ -163,12 +183,17 @@ impl<'s, 'a> Context<'s, 'a> {
             }
             let remove: Vec<(String, String)> = p.targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
             let refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-            self.sim.commit(&refs, outcome, &claims);
+            self.sim().commit(&refs, outcome, &claims);
         } else {
             let remove: Vec<(String, String)> = p.targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
             let refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-            if let Ok(empty) = self.sim.simulate(&[], &[]) {
-                self.sim.commit(&refs, &empty, &[]);
+            match self.sim.as_mut() {
+                Some(sim) => {
+                    if let Ok(empty) = sim.simulate(&[], &[]) {
+                        sim.commit(&refs, &empty, &[]);
+                    }
+                }
+                None => self.removed_unsimulated.extend(remove.iter().cloned()),
             }
         }
         let replacement = (!claims.is_empty()).then(|| Replacement {

@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::DisruptionReason;
-use crate::ports::{OfferingKey, PodKey, Timestamp};
+use crate::ports::{PodKey, Timestamp};
 use crate::provisioning::Claim;
+use crate::termination::{RemovalReason, RemovalSpec};
 
 /// Why a node is removed, as Karpenter's users name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -48,6 +49,19 @@ impl Reason {
     }
 }
 
+impl From<Reason> for RemovalReason {
+    fn from(r: Reason) -> RemovalReason {
+        match r {
+            Reason::Empty => RemovalReason::Empty,
+            Reason::Expired => RemovalReason::Expired,
+            Reason::Drifted => RemovalReason::Drifted,
+            Reason::Underutilized => RemovalReason::Underutilized,
+            Reason::Unhealthy => RemovalReason::Unhealthy,
+            Reason::Interrupted => RemovalReason::SpotInterrupted,
+        }
+    }
+}
+
 /// What becomes of one node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -73,6 +87,8 @@ pub struct Target {
     pub node: String,
     pub claim_id: String,
     pub pool: String,
+    /// The claim's instance (what the removal terminates).
+    pub instance_id: Option<String>,
     pub instance_type: String,
     pub capacity_type: String,
     pub zone: String,
@@ -116,36 +132,26 @@ pub struct Command {
     pub summary: String,
 }
 
-/// The drain-and-terminate machine's input for one node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RemovalSpec {
-    pub node: String,
-    pub claim_id: String,
-    pub reason: Reason,
-    /// Launch the replacement (shared by every removal of the command) and
-    /// wait for it before draining.
-    pub replace: bool,
-    pub deadline: Option<Timestamp>,
-    /// Offerings not to launch the replacement on (the node's own, for an interruption).
-    pub avoid: Vec<OfferingKey>,
-    /// The command the removal belongs to (several removals share one replacement).
-    pub command_id: String,
-}
-
 impl Command {
-    /// One removal per target, all sharing the command's replacement.
+    /// The drain-and-terminate machine's input: one removal per target (the
+    /// machine keeps one command per claim). Every removal of a command with
+    /// a replacement waits for it; the claims themselves are handed to the
+    /// machine with the removals (`handlers::termination::start_replacing`),
+    /// so several targets share one replacement.
     pub fn removals(&self) -> Vec<RemovalSpec> {
         let replace = self.replacement.as_ref().is_some_and(|r| !r.claims.is_empty());
         self.targets
             .iter()
             .map(|t| RemovalSpec {
-                node: t.node.clone(),
                 claim_id: t.claim_id.clone(),
-                reason: self.reason,
+                pool: t.pool.clone(),
+                node: Some(t.node.clone()),
+                instance_id: t.instance_id.clone(),
+                reason: self.reason.into(),
                 replace,
                 deadline: self.deadline,
                 avoid: Vec::new(),
-                command_id: self.id.clone(),
+                event_at: None,
             })
             .collect()
     }

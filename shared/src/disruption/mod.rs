@@ -28,7 +28,7 @@ pub mod validate;
 mod tests;
 
 pub use consolidation::{MultiNodeConsolidation, SingleNodeConsolidation};
-pub use decision::{ClaimUpdate, Command, NodeDecision, Plan, Reason, RemovalSpec, Replacement, Target, Verdict};
+pub use decision::{ClaimUpdate, Command, NodeDecision, Plan, Reason, Replacement, Target, Verdict};
 pub use drift::ResolvedClass;
 pub use methods::{Drift, Emptiness, Expiration, Method, Repair};
 pub use observe::observe;

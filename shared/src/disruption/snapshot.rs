@@ -49,11 +49,15 @@ pub struct Tuning {
     pub max_single_node: usize,
     /// Seconds between deciding a voluntary move and acting on it, when it is re-validated.
     pub validation_delay_secs: i64,
+    /// Run the consolidation methods. A caller that knows nothing they look
+    /// at changed since a pass that found no move may skip them (their
+    /// solves are most of a decision's cost); the other methods always run.
+    pub consolidation: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { balanced: true, max_multi_node: 100, max_single_node: 100, validation_delay_secs: 15 }
+        Tuning { balanced: true, max_multi_node: 100, max_single_node: 100, validation_delay_secs: 15, consolidation: true }
     }
 }
 

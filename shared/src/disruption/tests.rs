@@ -600,7 +600,8 @@ fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
     assert_eq!(cmd.method, "multi-node-consolidation");
     let removals = plan.removals();
     assert_eq!(removals.len(), 2);
-    assert!(removals.iter().all(|r| r.replace && r.command_id == cmd.id && r.reason == Reason::Underutilized));
+    assert!(removals.iter().all(|r| r.replace && r.reason == crate::termination::RemovalReason::Underutilized));
+    assert_eq!(removals.iter().map(|r| r.claim_id.as_str()).collect::<Vec<_>>(), cmd.targets.iter().map(|t| t.claim_id.as_str()).collect::<Vec<_>>());
     let r = cmd.replacement.as_ref().expect("one replacement");
     assert_eq!(r.claims.len(), 1);
     assert_eq!(r.claims[0].pods.len(), 4);

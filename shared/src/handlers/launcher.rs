@@ -126,6 +126,15 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                     next.reservation = reservation_of(&info.capacity(&kubelet));
                 }
                 next.instance = Some(ClaimInstance::from(&instance));
+                // The AMI drift compares with later: what the class resolved to
+                // at this launch, when the cloud resolves it to one image.
+                if next.stamp.image_id.is_none()
+                    && let Some(class) = &request.node_class_spec
+                    && let Ok(resolved) = self.ports.cloud().resolved_class(class).await
+                    && let [image] = resolved.image_ids.as_slice()
+                {
+                    next.stamp.image_id = Some(image.clone());
+                }
                 // The options served their purpose; the record keeps what was bought.
                 next.options.clear();
                 if let Err(e) = store.update_claim(&claim, &next, limits).await {

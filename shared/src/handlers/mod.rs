@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod config_write;
+pub mod disruption;
 pub mod interruption;
 pub mod launcher;
 pub mod metrics;

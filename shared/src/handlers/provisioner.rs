@@ -356,7 +356,7 @@ impl<P: PortSet> Provisioner<P> {
                 daemon_sets: &daemon_sets,
                 claims: &claims,
                 pools: &config.pools,
-                node_classes: &[],
+                node_classes: &config.node_classes,
                 catalog: &catalog,
                 unavailable: &unavailable,
                 usage: &usage,

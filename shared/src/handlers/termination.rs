@@ -65,11 +65,20 @@ pub enum Progress {
 /// deadline wins, offerings to avoid add up, a replacement once asked for
 /// stays asked for.
 pub async fn start<P: PortSet>(ports: &P, spec: RemovalSpec) -> Result<Started, HandlerError> {
+    start_replacing(ports, spec, Vec::new()).await
+}
+
+/// [`start`] with the replacement already decided (`replacement`: claims
+/// not yet written, the same for every removal that shares them): a new
+/// command launches exactly those instead of planning its own. A node that
+/// already has a command keeps it (merged as `start` does; the given
+/// replacement is not added to it).
+pub async fn start_replacing<P: PortSet>(ports: &P, spec: RemovalSpec, replacement: Vec<Claim>) -> Result<Started, HandlerError> {
     let now = ports.clock().now();
     for _ in 0..4 {
         let existing = ports.store().commands().await?.into_iter().find(|c| c.id == spec.claim_id);
         let Some(existing) = existing else {
-            let command = Command::new(spec.clone(), now);
+            let command = Command::with_replacement(spec.clone(), replacement.clone(), now);
             match ports.store().put_command(None, &command).await {
                 Ok(()) => {
                     info!(
@@ -186,6 +195,10 @@ pub async fn advance<P: PortSet>(
                 let mut next = command.next(now);
                 next.step = step;
                 match step {
+                    Step::AwaitReplacement if command.step == Step::Replace => {
+                        next.replacing_since.get_or_insert(now);
+                        next.replacement_rounds += 1;
+                    }
                     Step::Replace if next.milestones.tainted_at.is_none() => next.milestones.tainted_at = Some(now),
                     Step::Terminate if command.step == Step::Drain => {
                         next.milestones.drained_at = Some(now);
@@ -214,6 +227,7 @@ pub async fn advance<P: PortSet>(
                 debug!(%why, "removal waiting");
                 return Ok(Progress::Waiting(until));
             }
+            Move::Rollback { node, why } => return rollback(ports, &command, node.as_deref(), &why).await,
             Move::Drain(plan) => return drain(ports, command, seen.node.as_ref(), &plan).await,
             Move::Terminate { instance_id } => {
                 ports.cloud().terminate(std::slice::from_ref(&instance_id)).await?;
@@ -251,6 +265,27 @@ pub async fn advance<P: PortSet>(
         }
     }
     Ok(Progress::Waiting(ports.clock().now() + machine::POLL))
+}
+
+/// Undoes a voluntary removal whose replacement failed: the taint comes
+/// off (so the node takes pods again) and the command is deleted; the
+/// claim stays. Replacement claims that did launch are left to register
+/// (an extra node the next decisions can remove) or to the provisioner's
+/// registration timeout.
+async fn rollback<P: PortSet>(ports: &P, command: &Command, node: Option<&str>, why: &str) -> Result<Progress, HandlerError> {
+    if let Some(node) = node {
+        match ports.cluster().remove_taint(node, crate::termination::DISRUPTED_TAINT_KEY).await {
+            Ok(()) | Err(ClusterError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match ports.store().delete_command(command).await {
+        Ok(()) => {}
+        Err(StoreError::Conflict(_)) => return Ok(Progress::Contended),
+        Err(e) => return Err(e.into()),
+    }
+    warn!(node = ?node, reason = %command.spec.reason, %why, "rolled back disruption: node untainted, command removed");
+    Ok(Progress::Finished)
 }
 
 /// Writes `next` over `previous`; `None` when another invocation won.
@@ -343,7 +378,7 @@ async fn plan_replacements<P: PortSet>(
         daemon_sets: &daemon_sets,
         claims: &others,
         pools: &config.pools,
-        node_classes: &[],
+        node_classes: &config.node_classes,
         catalog: &catalog,
         unavailable: &unavailable,
         usage: &usage,
@@ -410,7 +445,12 @@ async fn launch_replacements<P: PortSet>(
         }
     }
     next.planned.retain(|c| !next.launched.contains(&c.id));
-    if attempted > 0 && no_capacity == attempted && next.replacement_rounds < machine::REPLACEMENT_ROUNDS {
+    // A voluntary removal does not look elsewhere: the machine rolls it back.
+    if attempted > 0
+        && no_capacity == attempted
+        && next.replacement_rounds < machine::REPLACEMENT_ROUNDS
+        && !command.spec.reason.rolls_back()
+    {
         info!(round = next.replacement_rounds, "replacements found no capacity; planning again on other offerings");
         next.step = Step::Replace;
     }

@@ -57,6 +57,8 @@ struct State {
     /// publish, as SQS would deliver them: (visible from, message id, body).
     queue: Vec<(Timestamp, String, String)>,
     next_message: u64,
+    /// The cluster's Kubernetes version: which AMI NodeClasses resolve to.
+    kubernetes_version: String,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +81,7 @@ impl SimCloud {
                 next_id: 1,
                 queue: Vec::new(),
                 next_message: 1,
+                kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_owned(),
             })),
             clock,
         }
@@ -90,6 +93,22 @@ impl SimCloud {
 
     pub fn set_delays(&self, delays: Delays) {
         self.lock().delays = delays;
+    }
+
+    /// The cluster moves to another Kubernetes version: every NodeClass now
+    /// resolves to that version's AMI (what an EKS upgrade does to the
+    /// `@latest` aliases), so nodes on the old one drift.
+    pub fn set_kubernetes_version(&self, version: &str) {
+        self.lock().kubernetes_version = version.to_owned();
+    }
+
+    pub fn kubernetes_version(&self) -> String {
+        self.lock().kubernetes_version.clone()
+    }
+
+    /// The AMI NodeClasses resolve to now.
+    pub fn image_id(&self) -> String {
+        image_for(&self.lock().kubernetes_version)
     }
 
     /// From now on, launches of this offering fail for lack of capacity.
@@ -285,6 +304,14 @@ impl SimCloud {
     }
 }
 
+/// The Kubernetes version a simulated cluster starts at.
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.30";
+
+/// The simulated EKS-optimized AMI of a Kubernetes version.
+pub fn image_for(version: &str) -> String {
+    format!("ami-eks-{}", version.replace('.', "-"))
+}
+
 impl Cloud for SimCloud {
     async fn catalog(&self) -> Result<Arc<CloudCatalog>, CloudError> {
         Ok(self.lock().catalog.clone())
@@ -367,6 +394,10 @@ impl Cloud for SimCloud {
             }
         }
         Ok(())
+    }
+
+    async fn resolved_class(&self, _class: &crate::config::NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+        Ok(crate::disruption::ResolvedClass { image_ids: vec![self.image_id()], ..Default::default() })
     }
 
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {

@@ -287,6 +287,47 @@ impl SimCluster {
         node
     }
 
+    /// Puts back a pod or a PodDisruptionBudget exactly as recorded (uid,
+    /// status and all), for a cluster rebuilt from a saved snapshot; `apply`
+    /// would create them afresh.
+    pub fn restore_pod(&self, pod: Pod) {
+        let mut s = self.lock();
+        s.dirty = true;
+        s.pods.insert(key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()), pod);
+    }
+
+    /// See [`Self::restore_pod`].
+    pub fn restore_pdb(&self, pdb: PodDisruptionBudget) {
+        let mut s = self.lock();
+        s.pdbs.insert(key(pdb.metadata.namespace.as_ref(), pdb.metadata.name.as_ref()), pdb);
+    }
+
+    /// The node's kubelet reports `Ready` as `ready` from now on (its
+    /// condition's transition time is now when the status changes).
+    pub fn set_node_ready(&self, name: &str, ready: bool) -> Result<(), String> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.dirty = true;
+        let node = s.nodes.get_mut(name).ok_or_else(|| format!("no node {name}"))?;
+        let status = if ready { "True" } else { "False" };
+        let conditions = node.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+        match conditions.iter_mut().find(|c| c.type_ == "Ready") {
+            Some(c) if c.status == status => {}
+            Some(c) => {
+                c.status = status.to_owned();
+                c.reason = Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.to_owned());
+                c.last_transition_time = Some(Time(now));
+            }
+            None => conditions.push(NodeCondition {
+                type_: "Ready".to_owned(),
+                status: status.to_owned(),
+                last_transition_time: Some(Time(now)),
+                ..Default::default()
+            }),
+        }
+        Ok(())
+    }
+
     /// Changes a stored pod as its kubelet would (a phase, a condition).
     pub fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Pod)) -> bool {
         let mut s = self.lock();
@@ -606,5 +647,9 @@ impl ClusterDriver for SimCluster {
 
     async fn events(&self) -> Vec<(Timestamp, ClusterEvent)> {
         SimCluster::events(self)
+    }
+
+    async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), String> {
+        SimCluster::set_node_ready(self, node, ready)
     }
 }

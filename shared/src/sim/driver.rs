@@ -28,4 +28,10 @@ pub trait ClusterDriver: Clone + Send + Sync {
     fn all_nodes(&self) -> impl Future<Output = Vec<Node>> + Send;
     /// Every Kubernetes Event the handlers published, each repeat counted.
     fn events(&self) -> impl Future<Output = Vec<(Timestamp, ClusterEvent)>> + Send;
+    /// A node's kubelet reports `Ready` True or False (from now). Not every
+    /// driver can play a kubelet: the default says so.
+    fn set_node_ready(&self, node: &str, ready: bool) -> impl Future<Output = Result<(), String>> + Send {
+        let _ = (node, ready);
+        async { Err("this cluster cannot change a node's Ready condition".to_owned()) }
+    }
 }

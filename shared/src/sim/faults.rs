@@ -104,6 +104,10 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         self.inner.instances().await
     }
+
+    async fn resolved_class(&self, class: &crate::config::NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+        self.inner.resolved_class(class).await
+    }
 }
 
 /// A `Store` whose claim updates can be made to fail, as a crash right

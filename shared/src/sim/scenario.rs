@@ -49,8 +49,28 @@ pub struct Scenario {
     pub actions: Vec<Action>,
     /// How long to simulate, e.g. `5m`.
     pub run: String,
+    /// The simulator's pace, for long scenarios (days): coarser steps and
+    /// ticks, so a quiet month runs in seconds. Defaults: the functions'.
+    #[serde(default)]
+    pub simulator: Pace,
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// How often the simulated functions tick (each is optional).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pace {
+    /// The loop's step when nothing is due sooner (default 1s).
+    pub step: Option<String>,
+    /// The provisioner's poll between ticks (default 1s).
+    pub provisioner_poll: Option<String>,
+    /// Time between two disruption decisions (default 10s).
+    pub disruption_every: Option<String>,
+    /// The disruption function's poll between ticks (default 2s).
+    pub disruption_poll: Option<String>,
+    /// Run the disruption function at all (default true).
+    pub disruption: Option<bool>,
 }
 
 fn default_region() -> String {
@@ -86,6 +106,17 @@ pub enum ActionKind {
     ScheduledChange(InstanceSelector),
     /// A raw message on the interruption queue (a foreign or malformed event).
     Enqueue(serde_json::Value),
+    /// The cluster moves to this Kubernetes version: NodeClasses resolve to
+    /// its AMI from now on (nodes on the old one drift).
+    KubernetesVersion(String),
+    /// The kubelets of the matching nodes stop reporting Ready (node repair).
+    NodeNotReady(InstanceSelector),
+    /// Record the dry-run plan (provisioning and disruption, nothing acted
+    /// on) at this time; `nodewright simulate` prints it.
+    Plan {},
+    /// Check expectations now (e.g. "not before": the node is still there);
+    /// failures are reported with the final ones, prefixed by the time.
+    Expect(Box<Expect>),
 }
 
 /// Which instances an interruption action hits: those whose nodes carry
@@ -97,6 +128,8 @@ pub struct InstanceSelector {
     pub labels: BTreeMap<String, String>,
     pub instance_type: Option<String>,
     pub zone: Option<String>,
+    /// The node of this name (for `nodeNotReady`).
+    pub node: Option<String>,
     /// For `scheduledChange`: when the maintenance starts, from now.
     #[serde(default, rename = "in")]
     pub after: Option<String>,
@@ -138,6 +171,20 @@ pub struct Expect {
     pub removed_nodes: Option<usize>,
     /// No pod waited longer than this many seconds for a node.
     pub max_pending_seconds: Option<u64>,
+    /// Removal reason (`Drifted`, `Expired`, `Empty`, `Underutilized`,
+    /// `Unhealthy`, `SpotInterrupted`, …) → how many nodes got a removal for it.
+    #[serde(default)]
+    pub removed_for: BTreeMap<String, usize>,
+    /// Nodes whose removal was undone because its replacement failed (the node stays, untainted).
+    pub rolled_back: Option<usize>,
+    /// Nodes that carry the `karpenter.sh/disrupted` taint at the end.
+    pub tainted_nodes: Option<usize>,
+    /// Pools none of whose nodes got a removal command over the run.
+    #[serde(default)]
+    pub untouched_pools: Vec<String>,
+    /// Pool → the most removal commands it ever had at once (budgets).
+    #[serde(default)]
+    pub max_concurrent_removals: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -328,6 +375,20 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     validate(scenario)?;
+    let pace = &scenario.simulator;
+    let set = |text: &Option<String>, field: &mut SignedDuration| -> Result<(), ScenarioError> {
+        if let Some(t) = text {
+            *field = parse_duration(t)?;
+        }
+        Ok(())
+    };
+    set(&pace.step, &mut sim.settings.step)?;
+    set(&pace.provisioner_poll, &mut sim.settings.provisioner.poll)?;
+    set(&pace.disruption_every, &mut sim.settings.disruption.decide_every)?;
+    set(&pace.disruption_poll, &mut sim.settings.disruption.poll)?;
+    if let Some(on) = pace.disruption {
+        sim.settings.disruption_enabled = on;
+    }
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;
     for w in workloads {
@@ -357,6 +418,29 @@ async fn select_instances<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     }
     ids.sort();
     ids
+}
+
+/// The names of the nodes an action's selector matches.
+async fn select_nodes<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &Simulation<C, S, K>,
+    selector: &InstanceSelector,
+) -> Vec<String> {
+    let mut names: Vec<String> = sim
+        .cluster
+        .all_nodes()
+        .await
+        .into_iter()
+        .filter(|n| {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            selector.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+                && selector.instance_type.as_ref().is_none_or(|t| labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t))
+                && selector.zone.as_ref().is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z))
+                && selector.node.as_ref().is_none_or(|name| n.metadata.name.as_ref() == Some(name))
+        })
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    names
 }
 
 /// Runs a loaded scenario's actions and then until its end.
@@ -439,6 +523,31 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             }
             Ok(())
         }
+        ActionKind::KubernetesVersion(version) => {
+            let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("kubernetesVersion needs the in-memory cloud".to_owned()))?;
+            sim_cloud.set_kubernetes_version(version);
+            Ok(())
+        }
+        ActionKind::NodeNotReady(selector) => {
+            let names = select_nodes(sim, selector).await;
+            if names.is_empty() {
+                return Err(err(format!("no node matches {selector:?}")));
+            }
+            for name in names {
+                sim.cluster.set_node_ready(&name, false).await.map_err(err)?;
+            }
+            Ok(())
+        }
+        ActionKind::Expect(expect) => {
+            let failures = check_now(sim, expect).await;
+            sim.failures.extend(failures.into_iter().map(|f| format!("at {}: {f}", action.at)));
+            Ok(())
+        }
+        ActionKind::Plan {} => {
+            let plan = crate::handlers::disruption::dry_run(&sim.ports(), sim.disruption_tuning()).await.map_err(|e| err(e.to_string()))?;
+            sim.dry_runs.push(plan);
+            Ok(())
+        }
         ActionKind::Enqueue(body) => {
             let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("enqueue needs the in-memory cloud".to_owned()))?;
             let text = match body {
@@ -451,8 +560,19 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     }
 }
 
-/// Checks the expectations; returns every failed one.
+/// Checks the expectations at the end of a run; returns every failed one,
+/// with those of the run's `expect` actions first.
 pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &Simulation<C, S, K>,
+    expect: &Expect,
+) -> Vec<String> {
+    let mut failures = sim.failures.clone();
+    failures.extend(check_now(sim, expect).await);
+    failures
+}
+
+/// Checks the expectations against the simulation as it is now.
+pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     sim: &Simulation<C, S, K>,
     expect: &Expect,
 ) -> Vec<String> {
@@ -556,6 +676,40 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
         && sim.removed_nodes.len() != want
     {
         failures.push(format!("expected {want} removed node(s), found {:?}", sim.removed_nodes));
+    }
+    for (reason, want) in &expect.removed_for {
+        let got = sim.removal_reasons.values().filter(|r| *r == reason).count();
+        if got != *want {
+            failures.push(format!("expected {want} node(s) removed for {reason}, found {got} (removals: {:?})", sim.removal_reasons));
+        }
+    }
+    if let Some(want) = expect.rolled_back
+        && sim.rolled_back.len() != want
+    {
+        failures.push(format!("expected {want} rolled-back removal(s), found {:?}", sim.rolled_back));
+    }
+    if let Some(want) = expect.tainted_nodes {
+        let key = crate::termination::DISRUPTED_TAINT_KEY;
+        let tainted = nodes
+            .iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == key)))
+            .count();
+        if tainted != want {
+            failures.push(format!("expected {want} node(s) with the {key} taint, found {tainted}"));
+        }
+    }
+    for (pool, want) in &expect.max_concurrent_removals {
+        let got = sim.max_concurrent.get(pool).copied().unwrap_or(0);
+        if got > *want {
+            failures.push(format!("pool {pool} had {got} removals at once, more than {want}"));
+        }
+    }
+    for pool in &expect.untouched_pools {
+        let prefix = format!("{pool}-");
+        let touched: Vec<&String> = sim.removed_nodes.iter().filter(|id| id.starts_with(&prefix)).collect();
+        if !touched.is_empty() {
+            failures.push(format!("expected no removal in pool {pool}, found {touched:?}"));
+        }
     }
     if let Some(max) = expect.max_pending_seconds
         && let Some((waited, pod)) = &sim.longest_pending
@@ -663,6 +817,7 @@ objects:
                     what: ActionKind::Scale { deployment: "inflate".into(), replicas: 3, namespace: "default".into() },
                 }],
                 run: "3m".into(),
+                simulator: Pace::default(),
                 expect: Expect { pods: Some(PodCounts { bound: Some(3), pending: Some(0) }), ..Default::default() },
             };
             validate(&scenario).unwrap_or_else(|e| panic!("{name}: {e}"));

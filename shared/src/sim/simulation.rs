@@ -18,6 +18,7 @@ use super::cloud::SimCloud;
 use super::cluster::SimCluster;
 use super::driver::ClusterDriver;
 use crate::handlers::config as config_loader;
+use crate::handlers::disruption::{Disruption, DisruptionSettings};
 use crate::handlers::interruption::{self, InterruptionSettings, MessageOutcome, Record};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change::{self, StateChangeOutcome};
@@ -49,6 +50,14 @@ pub struct SimSettings {
     /// The interruption function's timeout: after a batch it keeps driving
     /// removals this long at most.
     pub interruption_invocation: SignedDuration,
+    /// The loop's resolution when nothing is due sooner (1 s; a long,
+    /// quiet scenario may take bigger steps).
+    pub step: SignedDuration,
+    /// Run the disruption function (invoked every minute, ticking inside).
+    pub disruption_enabled: bool,
+    pub disruption: DisruptionSettings,
+    /// Lambda timeout of the disruption function.
+    pub disruption_invocation: SignedDuration,
 }
 
 impl Default for SimSettings {
@@ -65,6 +74,10 @@ impl Default for SimSettings {
             interruption: InterruptionSettings::default(),
             redelivery: SignedDuration::from_secs(20),
             interruption_invocation: SignedDuration::from_secs(180),
+            step: SignedDuration::from_secs(1),
+            disruption_enabled: true,
+            disruption: DisruptionSettings::default(),
+            disruption_invocation: SignedDuration::from_secs(60),
         }
     }
 }
@@ -83,6 +96,11 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     pub store: S,
     pub settings: SimSettings,
     provisioner: Provisioner<SimPorts<C, S, K>>,
+    disruption: Disruption<SimPorts<C, S, K>>,
+    /// The disruption invocation running: its deadline; the next invocation; the next tick.
+    disruption_deadline: Option<Timestamp>,
+    next_disruption_invocation: Timestamp,
+    next_disruption_tick: Timestamp,
     invocation_deadline: Option<Timestamp>,
     next_invocation: Timestamp,
     next_tick: Timestamp,
@@ -107,6 +125,21 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     pub replacements: BTreeSet<String>,
     /// Claims (nodes) that got a removal command over the run.
     pub removed_nodes: BTreeSet<String>,
+    /// Per claim that got a removal command: its reason (`Drifted`, …).
+    pub removal_reasons: BTreeMap<String, String>,
+    /// Claims whose removal command ended while the claim lived on (rolled back).
+    pub rolled_back: BTreeSet<String>,
+    /// Commands seen at the last step.
+    live_commands: BTreeSet<String>,
+    /// Every disruption decision's plan, when asked (`record_plans`).
+    pub plans: Vec<crate::disruption::Plan>,
+    pub record_plans: bool,
+    /// Failed expectations of the scenario's `expect` actions, with their time.
+    pub failures: Vec<String>,
+    /// Pool → the most removal commands it had at once.
+    pub max_concurrent: BTreeMap<String, usize>,
+    /// Dry-run plans the scenario asked for (`plan` actions).
+    pub dry_runs: Vec<crate::handlers::disruption::DryRun>,
     /// Per PodDisruptionBudget (`namespace/name`): its minimum of healthy
     /// pods and the fewest seen once it had been met.
     pub pdb_floors: BTreeMap<String, (usize, usize)>,
@@ -130,7 +163,8 @@ impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
 impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     pub fn with_cluster(clock: SimClock, cloud: C, sim_cloud: Option<SimCloud>, store: S, cluster: K, settings: SimSettings) -> Self {
         let ports = Ports { cloud: cloud.clone(), cluster: cluster.port(), store: store.clone(), clock: clock.clone() };
-        let provisioner = Provisioner::new(ports, settings.provisioner.clone(), "sim-invocation-0");
+        let provisioner = Provisioner::new(ports.clone(), settings.provisioner.clone(), "sim-invocation-0");
+        let disruption = Disruption::new(ports, settings.disruption.clone(), "sim-disruption-0");
         let now = clock.now();
         Simulation {
             clock,
@@ -140,6 +174,10 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             store,
             settings,
             provisioner,
+            disruption,
+            disruption_deadline: None,
+            next_disruption_invocation: now,
+            next_disruption_tick: now,
             invocation_deadline: None,
             next_invocation: now,
             next_tick: now,
@@ -153,6 +191,14 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             interruptions: Vec::new(),
             replacements: BTreeSet::new(),
             removed_nodes: BTreeSet::new(),
+            removal_reasons: BTreeMap::new(),
+            rolled_back: BTreeSet::new(),
+            live_commands: BTreeSet::new(),
+            plans: Vec::new(),
+            record_plans: false,
+            dry_runs: Vec::new(),
+            failures: Vec::new(),
+            max_concurrent: BTreeMap::new(),
             pdb_floors: BTreeMap::new(),
             track_pending: false,
             pending_since: BTreeMap::new(),
@@ -167,6 +213,11 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
 
     pub fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// The disruption decision's knobs the simulated function runs with.
+    pub fn disruption_tuning(&self) -> crate::disruption::Tuning {
+        self.settings.disruption.tuning
     }
 
     /// Runs everything due up to `end`, then leaves the clock at `end`.
@@ -193,7 +244,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
 
     /// Does everything due at `now`; returns when something is next due.
     async fn step(&mut self, now: Timestamp) -> Timestamp {
-        let mut next = now + SignedDuration::from_secs(1);
+        let mut next = now + self.settings.step;
         if let Some(sim) = self.sim_cloud.clone() {
             sim.advance(now);
             let mut due = sim.take_notifications(now - self.settings.event_delay);
@@ -271,6 +322,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             // Pods just bound or nominated change what the scheduler sees.
             self.reconcile_cluster().await;
         }
+        if self.settings.disruption_enabled {
+            self.run_disruption(now).await;
+        }
         // The interruption invocation keeps driving its removals (every ~2 s).
         if let Some((until, next_pass)) = self.interruption_drive
             && now >= next_pass
@@ -287,7 +341,75 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             candidates.push(self.next_tick);
             candidates.push(d - self.settings.margin);
         }
+        if self.settings.disruption_enabled {
+            candidates.push(self.next_disruption_invocation);
+            if let Some(d) = self.disruption_deadline {
+                candidates.push(self.next_disruption_tick);
+                candidates.push(d - self.settings.margin);
+            }
+        }
         candidates.into_iter().filter(|t| *t > now).min().unwrap_or(next)
+    }
+
+    /// The disruption function: a new invocation every minute (holding the
+    /// `disruption` lease), ticking inside it until its deadline.
+    async fn run_disruption(&mut self, now: Timestamp) {
+        if self.disruption_deadline.is_none_or(|d| now >= d - self.settings.margin) {
+            if self.disruption_deadline.take().is_some() {
+                let _ = self.disruption.release_lease().await;
+            }
+            if now >= self.next_disruption_invocation {
+                let deadline = self.next_disruption_invocation + self.settings.disruption_invocation;
+                let holder = format!("sim-disruption-{}", self.next_disruption_invocation.as_second());
+                self.disruption = Disruption::new(self.ports(), self.settings.disruption.clone(), holder)
+                    .with_config_reader(self.disruption.config_reader())
+                    .with_memory(self.disruption.memory());
+                match self.disruption.acquire_lease(deadline - self.settings.margin).await {
+                    Ok(true) => {
+                        self.disruption_deadline = Some(deadline);
+                        self.next_disruption_tick = now;
+                    }
+                    Ok(false) => info!("disruption lease held elsewhere; this invocation exits"),
+                    Err(e) => warn!(error = %e, "disruption function could not take its lease"),
+                }
+                self.next_disruption_invocation += SignedDuration::from_mins(1);
+            }
+        }
+        if self.disruption_deadline.is_none() || now < self.next_disruption_tick {
+            return;
+        }
+        match self.disruption.tick().await {
+            Ok(report) => {
+                self.look_for_registrations |= report.removals;
+                // A removal may start and finish within the tick (an empty node).
+                for (id, reason) in &report.started {
+                    self.removed_nodes.insert(id.clone());
+                    self.removal_reasons.insert(id.clone(), reason.as_str().to_owned());
+                }
+                // … or be rolled back within it: its command gone, its claim still there.
+                if !report.started.is_empty()
+                    && let (Ok(commands), Ok(claims)) = (self.store.commands().await, self.store.claims().await)
+                {
+                    for (id, _) in &report.started {
+                        if !commands.iter().any(|c| &c.id == id) && claims.iter().any(|c| &c.id == id) {
+                            self.rolled_back.insert(id.clone());
+                        }
+                    }
+                }
+                if self.record_plans
+                    && let Some(plan) = report.plan
+                {
+                    self.plans.push(plan);
+                }
+                let poll = now + self.settings.disruption.poll;
+                self.next_disruption_tick = report.wake_at.map_or(poll, |w| w.min(poll)).max(now + SignedDuration::from_millis(200));
+            }
+            Err(e) => {
+                warn!(error = %e, "disruption tick failed");
+                self.next_disruption_tick = now + self.settings.disruption.poll;
+            }
+        }
+        self.reconcile_cluster().await;
     }
 
     /// Registers a Node for every running instance whose boot time passed;
@@ -388,8 +510,25 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     /// PDB floors, pending times.
     async fn observe(&mut self, now: Timestamp) {
         if let Ok(commands) = self.store.commands().await {
+            let live: BTreeSet<String> = commands.iter().map(|c| c.id.clone()).collect();
+            let ended: Vec<String> = self.live_commands.difference(&live).cloned().collect();
+            if !ended.is_empty()
+                && let Ok(claims) = self.store.claims().await
+            {
+                self.rolled_back.extend(ended.into_iter().filter(|id| claims.iter().any(|c| &c.id == id)));
+            }
+            self.live_commands = live;
+            let mut per_pool: BTreeMap<&str, usize> = BTreeMap::new();
+            for c in &commands {
+                *per_pool.entry(c.spec.pool.as_str()).or_default() += 1;
+            }
+            for (pool, n) in per_pool {
+                let most = self.max_concurrent.entry(pool.to_owned()).or_default();
+                *most = (*most).max(n);
+            }
             for c in commands {
                 self.removed_nodes.insert(c.id.clone());
+                self.removal_reasons.insert(c.id.clone(), c.spec.reason.as_str().to_owned());
                 self.replacements.extend(c.replacements);
             }
         }

@@ -51,6 +51,14 @@ impl RemovalReason {
     pub fn is_forceful(self) -> bool {
         !matches!(self, RemovalReason::Drifted | RemovalReason::Empty | RemovalReason::Underutilized)
     }
+
+    /// A voluntary removal (drift, emptiness, consolidation) is undone when
+    /// its replacement cannot be had — the node is untainted and the command
+    /// deleted — instead of draining the pods onto nothing. Forceful ones
+    /// drain anyway: the node goes whatever happens.
+    pub fn rolls_back(self) -> bool {
+        !self.is_forceful()
+    }
 }
 
 impl std::fmt::Display for RemovalReason {
@@ -150,6 +158,12 @@ pub struct Command {
     /// Evictions a PodDisruptionBudget refused, over the command's life.
     #[serde(default)]
     pub evictions_blocked: u64,
+    /// The replacement was decided with the removal (a consolidation's one
+    /// cheaper node, possibly shared by several removals): `planned` holds
+    /// it from the start and the machine launches it as given instead of
+    /// planning one.
+    #[serde(default)]
+    pub given_replacement: bool,
 }
 
 impl Command {
@@ -170,7 +184,17 @@ impl Command {
             replacing_since: None,
             milestones: Milestones::default(),
             evictions_blocked: 0,
+            given_replacement: false,
         }
+    }
+
+    /// A new command whose replacement claims are already decided.
+    pub fn with_replacement(spec: RemovalSpec, claims: Vec<crate::provisioning::claim::Claim>, now: Timestamp) -> Command {
+        let mut c = Command::new(spec, now);
+        c.given_replacement = !claims.is_empty();
+        c.replacements = claims.iter().map(|r| r.id.clone()).collect();
+        c.planned = claims;
+        c
     }
 
     /// The same command one version later, at `now` (for a conditional write).

@@ -51,6 +51,9 @@ pub enum Move {
     Release,
     /// Move on to `step` (and why), with no I/O.
     Advance { step: Step, why: String },
+    /// A voluntary removal whose replacement failed: untaint the node (if
+    /// there is one) and delete the command, leaving the node as it was.
+    Rollback { node: Option<String>, why: String },
 }
 
 fn has_taint(node: &Node, key: &str) -> bool {
@@ -67,6 +70,20 @@ pub fn replacement_deadline(command: &Command) -> Timestamp {
     }
 }
 
+/// Why a launched replacement can no longer be had: a launch attempted
+/// and dropped (no capacity, a limit, an invalid request — its id left
+/// `replacements`), or its claim gone before it registered.
+fn failed_replacement(command: &Command, view: &View<'_>) -> Option<String> {
+    if let Some(id) = command.launched.iter().find(|id| !command.replacements.contains(id)) {
+        return Some(format!("replacement {id} could not be launched"));
+    }
+    command
+        .replacements
+        .iter()
+        .find(|id| !view.claims.iter().any(|c| &c.id == *id))
+        .map(|id| format!("replacement {id} is gone"))
+}
+
 /// The command's next move.
 pub fn next(command: &Command, view: &View<'_>) -> Move {
     let node_name = command.spec.node.clone().or_else(|| view.claim.and_then(|c| c.node_name.clone()));
@@ -81,6 +98,10 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
                 Move::Advance { step: Step::Drain, why: "no replacement asked for".to_owned() }
             } else if view.claim.is_none() {
                 Move::Advance { step: Step::Drain, why: "the claim is gone".to_owned() }
+            } else if command.given_replacement && command.replacement_rounds == 0 {
+                Move::Advance { step: Step::AwaitReplacement, why: "replacement decided with the removal".to_owned() }
+            } else if command.spec.reason.rolls_back() && command.replacement_rounds > 0 {
+                Move::Rollback { node: node_name, why: "its replacement found no capacity".to_owned() }
             } else {
                 Move::Replace
             }
@@ -95,6 +116,11 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
             if !unlaunched.is_empty() {
                 return Move::LaunchReplacements { claims: unlaunched };
             }
+            if command.spec.reason.rolls_back()
+                && let Some(why) = failed_replacement(command, view)
+            {
+                return Move::Rollback { node: node_name, why };
+            }
             let waiting: Vec<&Claim> = view
                 .claims
                 .iter()
@@ -105,6 +131,12 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
                 return Move::Advance { step: Step::Drain, why: format!("{live} replacement(s) registered") };
             }
             let until = replacement_deadline(command);
+            if view.now >= until && command.spec.reason.rolls_back() {
+                return Move::Rollback {
+                    node: node_name,
+                    why: format!("{} replacement(s) not registered in time", waiting.len()),
+                };
+            }
             if view.now >= until {
                 return Move::Advance {
                     step: Step::Drain,
@@ -215,6 +247,104 @@ mod tests {
         assert!(matches!(next(&c, &view(10, Some(&n), &registered)), Move::Advance { step: Step::Drain, .. }));
         c.launched.clear();
         assert_eq!(next(&c, &view(10, Some(&n), &booting)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
+    }
+
+    fn voluntary(replacement: &str) -> Command {
+        let mut c = command(true, None);
+        c.spec.reason = RemovalReason::Drifted;
+        c.given_replacement = true;
+        c.replacements = vec![replacement.into()];
+        c
+    }
+
+    #[test]
+    fn a_given_replacement_is_launched_as_given_not_planned() {
+        let mut c = voluntary("default-new01");
+        c.step = Step::Replace;
+        let claims = [claim("default-abcde", true)];
+        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::AwaitReplacement, .. }));
+        c.step = Step::AwaitReplacement;
+        c.replacement_rounds = 1;
+        assert_eq!(next(&c, &view(0, Some(&node(true)), &claims)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
+    }
+
+    #[test]
+    fn a_voluntary_removal_whose_replacement_fails_is_rolled_back_a_forceful_one_drains() {
+        let n = node(true);
+        let claims = [claim("default-abcde", true)];
+        // Launched, then dropped (no capacity): its id left `replacements`.
+        let mut c = voluntary("default-new01");
+        c.step = Step::AwaitReplacement;
+        c.replacement_rounds = 1;
+        c.launched = vec!["default-new01".into()];
+        c.replacements.clear();
+        assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Rollback { node: Some(_), .. }));
+        // Launched, and its claim is gone before registering.
+        let mut gone = voluntary("default-new01");
+        gone.step = Step::AwaitReplacement;
+        gone.launched = vec!["default-new01".into()];
+        assert!(matches!(next(&gone, &view(10, Some(&n), &claims)), Move::Rollback { .. }));
+        // Launched, never registered within the bound.
+        let booting = [claim("default-abcde", true), claim("default-new01", false)];
+        let mut slow = gone.clone();
+        slow.replacing_since = Some(t(0));
+        assert!(matches!(next(&slow, &view(10, Some(&n), &booting)), Move::Wait { .. }));
+        assert!(matches!(next(&slow, &view(601, Some(&n), &booting)), Move::Rollback { .. }));
+        // The same for an expiration: drained anyway.
+        slow.spec.reason = RemovalReason::Expired;
+        assert!(matches!(next(&slow, &view(601, Some(&n), &booting)), Move::Advance { step: Step::Drain, .. }));
+        c.spec.reason = RemovalReason::SpotInterrupted;
+        assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Advance { step: Step::Drain, .. }));
+    }
+
+    fn reason_strategy() -> impl proptest::strategy::Strategy<Value = RemovalReason> {
+        proptest::sample::select(vec![
+            RemovalReason::SpotInterrupted,
+            RemovalReason::ScheduledChange,
+            RemovalReason::CapacityReservationInterrupted,
+            RemovalReason::InstanceStopping,
+            RemovalReason::Rebalance,
+            RemovalReason::Expired,
+            RemovalReason::Drifted,
+            RemovalReason::Empty,
+            RemovalReason::Underutilized,
+            RemovalReason::Unhealthy,
+        ])
+    }
+
+    proptest::proptest! {
+        /// Whatever the command's state and what is seen: only a voluntary
+        /// removal is ever rolled back, and only before its drain starts;
+        /// a forceful one always gets to drain.
+        #[test]
+        fn only_voluntary_removals_roll_back_and_never_once_draining(
+            reason in reason_strategy(),
+            step in proptest::sample::select(vec![Step::Taint, Step::Replace, Step::AwaitReplacement, Step::Drain, Step::Terminate, Step::DeleteNode, Step::Release]),
+            given in proptest::bool::ANY,
+            rounds in 0u32..4,
+            planned in proptest::collection::vec(0usize..3, 0..3),
+            launched in proptest::collection::vec(0usize..3, 0..3),
+            existing in proptest::collection::vec((0usize..3, proptest::bool::ANY), 0..3),
+            now in 0i64..2000,
+        ) {
+            let id = |i: usize| format!("default-new{i:02}");
+            let mut c = command(true, None);
+            c.spec.reason = reason;
+            c.step = step;
+            c.given_replacement = given;
+            c.replacement_rounds = rounds;
+            c.replacing_since = Some(t(0));
+            c.replacements = planned.iter().map(|i| id(*i)).collect();
+            c.launched = launched.iter().map(|i| id(*i)).collect();
+            let mut claims = vec![claim("default-abcde", true)];
+            claims.extend(existing.iter().map(|(i, registered)| claim(&id(*i), *registered)));
+            let n = node(true);
+            let m = next(&c, &view(now, Some(&n), &claims));
+            if let Move::Rollback { .. } = m {
+                proptest::prop_assert!(reason.rolls_back(), "{reason:?} rolled back");
+                proptest::prop_assert!(step < Step::Drain, "rolled back at {step:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,765 @@
+//! The disruption function: one invocation a minute (EventBridge schedule),
+//! ticking inside it like the provisioner. Each tick reads the cluster, our
+//! claims, the configuration and the catalog through the ports, runs the
+//! pure decision ([`crate::disruption::decide`]), writes the claims'
+//! bookkeeping back, and hands every command to the drain-and-terminate
+//! machine ([`super::termination`]), which it then advances.
+//!
+//! **Re-validation.** A voluntary command (Empty, Drifted, Underutilized)
+//! is kept in this invocation's memory, not in the Store, until its
+//! `validate_at` (15 s later); then a fresh snapshot is taken and
+//! [`crate::disruption::validate`] decides whether it still holds. Nothing
+//! has been acted on before that, so an invocation that ends or crashes in
+//! between loses nothing: the next decision finds the same move again if
+//! it still makes sense. (A pending item in the Store would need its own
+//! expiry, its own cleanup and a second place where budgets are counted.)
+//! While a command waits, no new decision is made, so it is never counted
+//! twice. Forceful commands (Expired, Unhealthy) start at once.
+//!
+//! **Concurrency.** One invocation decides at a time: it holds the
+//! `disruption` lease, renewed (a conditional write) before each tick
+//! decides or acts, so two invocations at once never both spend a budget.
+//! A node gets one command at most: commands are created with a write
+//! conditional on there being none (`Store::put_command`), whoever creates
+//! them. Advancing commands needs no lease (every step is conditional).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde::Serialize;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::HandlerError;
+use super::config::{ConfigReader, LoadedConfig};
+use super::launcher::LaunchSettings;
+use super::termination::{self, Started};
+use crate::disruption::{self, InFlight, Plan, Reason, ResolvedClass, Snapshot, Tuning, Verdict};
+use crate::ports::{
+    Clock, Cloud, CloudCatalog, Cluster, Lease, OfferingKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
+};
+use crate::provisioning::claim::Claim;
+use crate::scheduling::volumes::{self, VolumeIndex};
+use crate::termination::RemovalReason;
+
+/// The lease that makes one disruption invocation the one that decides.
+pub const LEASE: &str = "disruption";
+
+#[derive(Debug, Clone)]
+pub struct DisruptionSettings {
+    /// Time between two decisions (Karpenter's controller polls every 10 s).
+    pub decide_every: SignedDuration,
+    /// How often a tick comes when nothing else is due.
+    pub poll: SignedDuration,
+    /// Replacement launches (shared with the provisioner's launcher).
+    pub launch: LaunchSettings,
+    pub tuning: Tuning,
+}
+
+impl Default for DisruptionSettings {
+    fn default() -> Self {
+        DisruptionSettings {
+            decide_every: SignedDuration::from_secs(10),
+            poll: SignedDuration::from_secs(2),
+            launch: LaunchSettings::default(),
+            tuning: Tuning::default(),
+        }
+    }
+}
+
+/// What one tick did, for tests, the simulator and the log.
+#[derive(Debug, Clone, Default)]
+pub struct TickReport {
+    pub wake_at: Option<Timestamp>,
+    /// The decision, when one was made this tick.
+    pub plan: Option<Plan>,
+    /// Removal commands started: (claim id, reason).
+    pub started: Vec<(String, RemovalReason)>,
+    /// Voluntary commands dropped on re-validation: (command id, why).
+    pub rejected: Vec<(String, String)>,
+    /// This invocation does not hold the lease: it decided nothing.
+    pub idle: bool,
+    /// Removal commands were advanced (they may have launched replacements).
+    pub removals: bool,
+}
+
+/// Everything a decision reads, owned (a [`Snapshot`] borrows it).
+#[derive(Debug, Clone)]
+pub struct Gathered {
+    pub now: Timestamp,
+    pub nodes: Vec<Node>,
+    pub pods: Vec<Pod>,
+    pub claims: Vec<Claim>,
+    pub config: LoadedConfig,
+    pub invalid_pools: Vec<String>,
+    pub resolved: BTreeMap<String, ResolvedClass>,
+    pub catalog: std::sync::Arc<CloudCatalog>,
+    pub pdbs: Vec<PodDisruptionBudget>,
+    pub daemon_sets: Vec<DaemonSet>,
+    pub unavailable: Vec<OfferingKey>,
+    pub in_flight: Vec<InFlight>,
+    pub volumes: VolumeIndex,
+}
+
+impl Gathered {
+    /// The decision's view of it.
+    pub fn snapshot(&self, tuning: Tuning, seed: u64) -> Snapshot<'_> {
+        Snapshot {
+            now: self.now,
+            nodes: &self.nodes,
+            pods: &self.pods,
+            claims: &self.claims,
+            pools: &self.config.pools,
+            invalid_pools: &self.invalid_pools,
+            classes: &self.config.node_classes,
+            resolved: &self.resolved,
+            catalog: &self.catalog,
+            pdbs: &self.pdbs,
+            daemon_sets: &self.daemon_sets,
+            unavailable: &self.unavailable,
+            in_flight: &self.in_flight,
+            volumes: &self.volumes,
+            settings: &self.config.settings,
+            tuning,
+            seed,
+        }
+    }
+}
+
+/// The disruption reason a stored removal counts as.
+pub fn reason_of(r: RemovalReason) -> Reason {
+    match r {
+        RemovalReason::Expired => Reason::Expired,
+        RemovalReason::Drifted => Reason::Drifted,
+        RemovalReason::Empty => Reason::Empty,
+        RemovalReason::Underutilized => Reason::Underutilized,
+        RemovalReason::Unhealthy => Reason::Unhealthy,
+        RemovalReason::SpotInterrupted
+        | RemovalReason::ScheduledChange
+        | RemovalReason::CapacityReservationInterrupted
+        | RemovalReason::InstanceStopping
+        | RemovalReason::Rebalance => Reason::Interrupted,
+    }
+}
+
+/// Names of the pools that exist but failed validation (their nodes are left alone).
+fn invalid_pools(config: &LoadedConfig) -> Vec<String> {
+    let mut names: Vec<String> = config
+        .invalid
+        .iter()
+        .filter_map(|e| e.item.strip_prefix("nodepool/").or_else(|| e.item.strip_prefix("provisioner/")))
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Reads what a decision needs through the ports.
+pub async fn gather<P: PortSet>(ports: &P, config: &LoadedConfig) -> Result<Gathered, HandlerError> {
+    let now = ports.clock().now();
+    let cluster = ports.cluster();
+    let store = ports.store();
+    let nodes = cluster.nodes().await?;
+    let pods = cluster.scheduled_pods().await?;
+    let claims = store.claims().await?;
+    let catalog = ports.cloud().catalog().await?;
+    let pdbs = cluster.pod_disruption_budgets().await?;
+    let daemon_sets = cluster.daemon_sets().await?;
+    let unavailable = store.unavailable_offerings(now).await?;
+    let in_flight = store
+        .commands()
+        .await?
+        .into_iter()
+        .map(|c| InFlight {
+            node: c
+                .spec
+                .node
+                .clone()
+                .or_else(|| claims.iter().find(|k| k.id == c.id).and_then(|k| k.node_name.clone()))
+                .unwrap_or_default(),
+            claim_id: c.id.clone(),
+            reason: reason_of(c.spec.reason),
+            replace: c.spec.replace,
+        })
+        .collect();
+    let mut resolved = BTreeMap::new();
+    for class in &config.node_classes {
+        resolved.insert(class.name.clone(), ports.cloud().resolved_class(class).await?);
+    }
+    // Listed only when some pod has PVC-backed volumes (zonal volumes pin pods).
+    let volumes = if pods.iter().any(volumes::uses_claims) {
+        VolumeIndex::new(
+            cluster.persistent_volume_claims().await?,
+            cluster.persistent_volumes().await?,
+            cluster.storage_classes().await?,
+        )
+    } else {
+        VolumeIndex::default()
+    };
+    Ok(Gathered {
+        now,
+        nodes,
+        pods,
+        claims,
+        invalid_pools: invalid_pools(config),
+        config: config.clone(),
+        resolved,
+        catalog,
+        pdbs,
+        daemon_sets,
+        unavailable,
+        in_flight,
+        volumes,
+    })
+}
+
+/// The disruption function of one invocation.
+#[derive(Debug)]
+pub struct Disruption<P: PortSet> {
+    ports: P,
+    settings: DisruptionSettings,
+    holder: String,
+    /// Until when this invocation holds (and renews) the lease.
+    lease_until: Option<Timestamp>,
+    config: ConfigReader,
+    /// Voluntary commands decided and waiting for their re-validation.
+    pending: Vec<disruption::Command>,
+    memory: Memory,
+    decisions: u64,
+}
+
+/// What a process remembers between invocations (a warm Lambda container,
+/// the simulator): when the next decision is due, and the reason last
+/// logged per node, so a line comes when a reason changes, not every minute.
+#[derive(Debug, Clone, Default)]
+pub struct Memory(std::sync::Arc<std::sync::Mutex<MemoryState>>);
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    next_decision: Option<Timestamp>,
+    logged: BTreeMap<String, String>,
+    /// What consolidation looked at when a pass last found no move, and when.
+    consolidated: Option<(u64, Timestamp)>,
+}
+
+/// The longest consolidation is skipped on an unchanged cluster (budget
+/// windows and prices move with time alone; Karpenter keeps the same mark).
+pub const CONSOLIDATED_FOR: SignedDuration = SignedDuration::from_mins(5);
+
+/// A fingerprint of what consolidation looks at: the configuration, each
+/// node (its claim, readiness, whether it is disrupting, its pods, whether
+/// its pods have been quiet for `consolidateAfter`, do-not-disrupt), the
+/// claims still launching, the removals in flight, the unavailable offerings.
+fn consolidation_fingerprint(g: &Gathered, s: &Snapshot<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    g.config.fingerprint.hash(&mut h);
+    for f in disruption::snapshot::node_facts(s) {
+        f.name.hash(&mut h);
+        f.claim.map(|c| c.id.as_str()).hash(&mut h);
+        (f.ready, f.disrupting.is_some()).hash(&mut h);
+        let mut uids: Vec<&str> = f.reschedulable.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        uids.sort_unstable();
+        uids.hash(&mut h);
+        let quiet =
+            match (f.claim.and_then(|c| c.disruption.last_pod_event_at), f.pool.and_then(|p| p.disruption.consolidate_after)) {
+                (Some(at), Some(after)) => g.now.duration_since(at) >= after,
+                _ => false,
+            };
+        quiet.hash(&mut h);
+        disruption::blockers::do_not_disrupt(&f, g.now).is_some().hash(&mut h);
+    }
+    for c in g.claims.iter().filter(|c| c.node_name.is_none()) {
+        c.id.hash(&mut h);
+    }
+    for f in &g.in_flight {
+        f.claim_id.hash(&mut h);
+    }
+    for o in &g.unavailable {
+        o.hash(&mut h);
+    }
+    h.finish()
+}
+
+impl Memory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<P: PortSet> Disruption<P> {
+    pub fn new(ports: P, settings: DisruptionSettings, holder: impl Into<String>) -> Self {
+        Disruption {
+            ports,
+            settings,
+            holder: holder.into(),
+            lease_until: None,
+            config: ConfigReader::new(),
+            pending: Vec::new(),
+            memory: Memory::default(),
+            decisions: 0,
+        }
+    }
+
+    /// Shares a configuration reader across invocations (one per process).
+    pub fn with_config_reader(mut self, reader: ConfigReader) -> Self {
+        self.config = reader;
+        self
+    }
+
+    pub fn config_reader(&self) -> ConfigReader {
+        self.config.clone()
+    }
+
+    /// Shares what the invocations of one process remember.
+    pub fn with_memory(mut self, memory: Memory) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    pub fn memory(&self) -> Memory {
+        self.memory.clone()
+    }
+
+    pub fn ports(&self) -> &P {
+        &self.ports
+    }
+
+    /// Voluntary commands waiting for their re-validation.
+    pub fn pending(&self) -> &[disruption::Command] {
+        &self.pending
+    }
+
+    /// Takes (or renews) the lease until `until`. False: another invocation decides.
+    pub async fn acquire_lease(&mut self, until: Timestamp) -> Result<bool, HandlerError> {
+        self.lease_until = Some(until);
+        self.renew().await
+    }
+
+    async fn renew(&self) -> Result<bool, HandlerError> {
+        let Some(until) = self.lease_until else { return Ok(false) };
+        let lease = Lease { name: LEASE.to_owned(), holder: self.holder.clone(), expires_at: until };
+        Ok(self.ports.store().acquire_lease(&lease, self.ports.clock().now()).await?)
+    }
+
+    pub async fn release_lease(&self) -> Result<(), HandlerError> {
+        Ok(self.ports.store().release_lease(LEASE, &self.holder).await?)
+    }
+
+    /// Ticks until `deadline`, sleeping with `sleep` in between: the Lambda's loop.
+    pub async fn run_until<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    where
+        F: Fn(SignedDuration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let span = info_span!("disruption_invocation", holder = %self.holder, deadline = %deadline);
+        self.invocation(deadline, sleep).instrument(span).await
+    }
+
+    async fn invocation<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    where
+        F: Fn(SignedDuration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        if !self.acquire_lease(deadline).await? {
+            info!(holder = %self.holder, "another disruption invocation holds the lease; exiting");
+            return Ok(0);
+        }
+        let mut ticks = 0;
+        loop {
+            let report = match self.tick().await {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    warn!(error = %e, "disruption tick failed; retrying next tick");
+                    TickReport::default()
+                }
+                Err(e) => return Err(e),
+            };
+            ticks += 1;
+            if report.idle {
+                break;
+            }
+            let now = self.ports.clock().now();
+            let wake = report.wake_at.unwrap_or(now + self.settings.poll).min(now + self.settings.poll);
+            if wake >= deadline {
+                break;
+            }
+            sleep(wake.duration_since(now).max(SignedDuration::from_millis(50))).await;
+        }
+        if !self.pending.is_empty() {
+            info!(pending = self.pending.len(), "invocation ends before re-validating; the next one decides again");
+        }
+        self.release_lease().await?;
+        Ok(ticks)
+    }
+
+    /// One pass: re-validate and start the voluntary commands that are due,
+    /// decide when due (nothing pending), start forceful commands, then
+    /// advance every removal once.
+    pub async fn tick(&mut self) -> Result<TickReport, HandlerError> {
+        let span = info_span!("disruption_tick", holder = %self.holder);
+        self.tick_inner().instrument(span).await
+    }
+
+    async fn tick_inner(&mut self) -> Result<TickReport, HandlerError> {
+        let mut report = TickReport::default();
+        let now = self.ports.clock().now();
+        let config = LoadedConfig::clone(&*self.config.read(self.ports.store(), now).await?);
+        if !self.renew().await? {
+            // Another invocation decides; what this one had pending is theirs to find again.
+            self.pending.clear();
+            report.idle = true;
+            return Ok(report);
+        }
+        let due = self.pending.iter().any(|c| c.validate_at.is_none_or(|t| t <= now));
+        if due {
+            self.revalidate(&config, now, &mut report).await?;
+        } else if self.pending.is_empty() && self.memory.lock().next_decision.is_none_or(|t| now >= t) {
+            self.decide(&config, now, &mut report).await?;
+        }
+        let wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
+        report.removals = wake.is_some() || !report.started.is_empty();
+        let mut candidates: Vec<Timestamp> = wake.into_iter().collect();
+        candidates.extend(self.pending.iter().filter_map(|c| c.validate_at));
+        candidates.extend(self.memory.lock().next_decision);
+        report.wake_at = candidates.into_iter().min();
+        Ok(report)
+    }
+
+    fn seed(&self, now: Timestamp) -> u64 {
+        let h = self.holder.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        h ^ (now.as_millisecond() as u64) ^ self.decisions
+    }
+
+    async fn decide(&mut self, config: &LoadedConfig, now: Timestamp, report: &mut TickReport) -> Result<(), HandlerError> {
+        self.memory.lock().next_decision = Some(now + self.settings.decide_every);
+        self.decisions += 1;
+        let gathered = gather(&self.ports, config).await?;
+        let mut tuning = self.settings.tuning;
+        let fingerprint = consolidation_fingerprint(&gathered, &gathered.snapshot(tuning, 0));
+        let skip = self
+            .memory
+            .lock()
+            .consolidated
+            .is_some_and(|(fp, at)| fp == fingerprint && now.duration_since(at) < CONSOLIDATED_FOR);
+        if skip {
+            debug!("nothing consolidation looks at changed since its last pass found no move; not consolidating this pass");
+            tuning.consolidation = false;
+        }
+        let plan = disruption::decide(&gathered.snapshot(tuning, self.seed(now)));
+        if !skip {
+            let consolidated = !plan.commands.iter().any(|c| c.reason == Reason::Underutilized);
+            self.memory.lock().consolidated = consolidated.then_some((fingerprint, now));
+        }
+        self.log_decisions(&plan, skip);
+        self.write_claim_updates(&gathered, &plan).await;
+        // A voluntary command must be re-validated before this invocation ends.
+        let ends = self.lease_until.unwrap_or(Timestamp::MAX);
+        for command in &plan.commands {
+            match command.validate_at {
+                None => self.act(command, report).await?,
+                Some(at) if at < ends => {
+                    info!(command = %command.id, reason = command.reason.as_str(), validate_at = %at, "disruption decided; re-validating before acting");
+                    self.pending.push(command.clone());
+                }
+                Some(_) => debug!(command = %command.id, "decided too close to the end of the invocation; left to the next one"),
+            }
+        }
+        report.plan = Some(plan);
+        Ok(())
+    }
+
+    /// Re-checks the due voluntary commands on a fresh snapshot; each one
+    /// that still holds starts, and counts against the budgets for the next.
+    async fn revalidate(&mut self, config: &LoadedConfig, now: Timestamp, report: &mut TickReport) -> Result<(), HandlerError> {
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|c| c.validate_at.is_none_or(|t| t <= now));
+        self.pending = later;
+        let mut gathered = gather(&self.ports, config).await?;
+        for command in due {
+            let verdict = disruption::validate(&command, &gathered.snapshot(self.settings.tuning, self.seed(now)));
+            match verdict {
+                Ok(()) => {
+                    self.act(&command, report).await?;
+                    gathered.in_flight.extend(command.targets.iter().map(|t| InFlight {
+                        node: t.node.clone(),
+                        claim_id: t.claim_id.clone(),
+                        reason: command.reason,
+                        replace: command.replacement.is_some(),
+                    }));
+                }
+                Err(why) => {
+                    info!(command = %command.id, reason = command.reason.as_str(), %why, "disruption no longer holds after re-validation; not acting");
+                    report.rejected.push((command.id.clone(), why));
+                }
+            }
+        }
+        // Decide again right away: the world moved on.
+        self.memory.lock().next_decision = Some(now);
+        Ok(())
+    }
+
+    /// Starts a removal for every target of `command` through the machine.
+    /// A voluntary command's replacement is the one decided (launched as
+    /// given, and rolled back if it fails); a forceful one asks the machine
+    /// to plan capacity for the node's pods when they need it.
+    async fn act(&mut self, command: &disruption::Command, report: &mut TickReport) -> Result<(), HandlerError> {
+        let span =
+            info_span!("disruption_command", command = %command.id, reason = command.reason.as_str(), method = command.method);
+        async {
+            let given: Vec<Claim> = if command.reason.is_forceful() {
+                Vec::new()
+            } else {
+                command.replacement.as_ref().map(|r| r.claims.clone()).unwrap_or_default()
+            };
+            let planned = command.replacement.as_ref().map_or(0, |r| r.claims.len());
+            info!(
+                nodes = ?command.nodes().collect::<Vec<_>>(), replacements = planned, replacement_given = !given.is_empty(),
+                savings_per_hour = command.savings, summary = %command.summary, "disrupting"
+            );
+            for spec in command.removals() {
+                let claim_id = spec.claim_id.clone();
+                let reason = spec.reason;
+                match termination::start_replacing(&self.ports, spec, given.clone()).await? {
+                    Started::New(id) => report.started.push((id, reason)),
+                    Started::Existing { id, .. } => debug!(nodeclaim = %id, "node already had a removal command"),
+                }
+                debug!(nodeclaim = %claim_id, "removal started");
+            }
+            Ok::<(), HandlerError>(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// A line for every node with its verdict and reason: at info when it
+    /// changed since the last one logged for that node, else at debug.
+    fn log_decisions(&mut self, plan: &Plan, consolidation_skipped: bool) {
+        let mut memory = self.memory.lock();
+        for d in &plan.nodes {
+            // A node kept on a pass that skipped consolidation keeps the
+            // reason the last full pass gave (it still holds).
+            if consolidation_skipped && d.verdict == Verdict::Keep && memory.logged.contains_key(&d.node) {
+                continue;
+            }
+            let verdict = match &d.verdict {
+                Verdict::Disrupt { reason, .. } => reason.as_str(),
+                Verdict::Keep => "Keep",
+            };
+            // Durations in the reason ("empty for 20s") change every pass:
+            // compared without digits, so a line comes when the reason does.
+            let line: String = format!("{verdict}: {}", d.reason).chars().filter(|c| !c.is_ascii_digit()).collect();
+            if memory.logged.get(&d.node) != Some(&line) {
+                info!(node = %d.node, nodeclaim = ?d.claim_id, pool = ?d.pool, verdict, reason = %d.reason, "disruption candidate");
+                memory.logged.insert(d.node.clone(), line);
+            } else {
+                debug!(node = %d.node, verdict, reason = %d.reason, "disruption candidate");
+            }
+        }
+        memory.logged.retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
+    }
+
+    /// The claims' bookkeeping (pods seen, empty since, re-stamped hashes),
+    /// each conditional on the claim's version: a lost write only delays a
+    /// removal, it never makes one early.
+    async fn write_claim_updates(&self, gathered: &Gathered, plan: &Plan) {
+        for update in &plan.claim_updates {
+            let Some(claim) = gathered.claims.iter().find(|c| c.id == update.claim_id) else { continue };
+            let mut next = claim.next();
+            next.disruption = update.disruption.clone();
+            if let Some(h) = &update.nodepool_hash {
+                next.stamp.nodepool_hash = Some(h.clone());
+            }
+            let limits = gathered.config.limits(&claim.pool);
+            match self.ports.store().update_claim(claim, &next, &limits).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict(e)) => {
+                    debug!(nodeclaim = %claim.id, error = %e, "claim moved meanwhile; bookkeeping next time")
+                }
+                Err(e) => warn!(nodeclaim = %claim.id, error = %e, "could not record disruption bookkeeping"),
+            }
+        }
+    }
+}
+
+/// A node the dry run would launch, and for which pods.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedLaunch {
+    pub claim_id: String,
+    pub pool: String,
+    /// The cheapest options offered (type / capacity type / zone).
+    pub options: Vec<String>,
+    pub pods: Vec<String>,
+    /// The cheapest option's price, USD per hour.
+    pub price: f64,
+}
+
+/// What the dry run would do with one node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedNode {
+    pub node: String,
+    pub nodeclaim: Option<String>,
+    pub pool: Option<String>,
+    pub instance_type: String,
+    pub capacity_type: String,
+    pub price: f64,
+    /// `keep`, `remove-empty`, `expire`, `replace-drifted`, `consolidate`, `repair`, `removing`.
+    pub action: String,
+    pub reason: String,
+}
+
+/// `nodewright plan`: the provisioning and the disruption decisions on
+/// what the ports show now, acted on in no way.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DryRun {
+    pub now: Timestamp,
+    pub launches: Vec<PlannedLaunch>,
+    /// Pending pods that fit nowhere, with the reason.
+    pub unschedulable: Vec<(String, String)>,
+    pub nodes: Vec<PlannedNode>,
+    /// Fleet USD per hour now (every node we know the price of), and after
+    /// the launches, removals and replacements of this plan.
+    pub cost_now: f64,
+    pub cost_after: f64,
+}
+
+fn action_of(reason: Reason, replaced: bool) -> &'static str {
+    match reason {
+        Reason::Empty => "remove-empty",
+        Reason::Expired => "expire",
+        Reason::Drifted => "replace-drifted",
+        Reason::Underutilized if replaced => "consolidate-replace",
+        Reason::Underutilized => "consolidate-delete",
+        Reason::Unhealthy => "repair",
+        Reason::Interrupted => "interrupted",
+    }
+}
+
+/// Runs both decisions on what the ports show now, without acting (no
+/// write of any kind: not even the claims' bookkeeping).
+pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, HandlerError> {
+    let config = super::config::load(ports.store()).await?;
+    let gathered = gather(ports, &config).await?;
+    let now = gathered.now;
+    let plan = disruption::decide(&gathered.snapshot(tuning, now.as_millisecond().unsigned_abs()));
+    let all_pending = ports.cluster().pending_pods().await?;
+    let nominated_uids: std::collections::HashSet<&str> =
+        gathered.claims.iter().flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
+    let nominated_by = |p: &Pod| p.metadata.uid.as_deref().is_some_and(|u| nominated_uids.contains(u));
+    let pending: Vec<Pod> =
+        all_pending.iter().filter(|p| crate::scheduling::pod::is_provisionable(p) && !nominated_by(p)).cloned().collect();
+    let nominated: Vec<Pod> = all_pending.iter().filter(|p| nominated_by(p)).cloned().collect();
+    let usage = ports.store().pool_usage().await?;
+    let provisioning = crate::provisioning::plan::decide(&crate::provisioning::plan::Snapshot {
+        now,
+        pending: &pending,
+        scheduled: &gathered.pods,
+        nominated: &nominated,
+        nodes: &gathered.nodes,
+        daemon_sets: &gathered.daemon_sets,
+        claims: &gathered.claims,
+        pools: &config.pools,
+        node_classes: &config.node_classes,
+        catalog: &gathered.catalog,
+        unavailable: &gathered.unavailable,
+        usage: &usage,
+        volumes: &gathered.volumes,
+        seed: now.as_millisecond().unsigned_abs(),
+    });
+    let launches: Vec<PlannedLaunch> = provisioning
+        .new_claims
+        .iter()
+        .map(|c| PlannedLaunch {
+            claim_id: c.id.clone(),
+            pool: c.pool.clone(),
+            options: c.options.iter().take(3).map(|o| format!("{}/{}/{}", o.instance_type, o.capacity_type, o.zone)).collect(),
+            pods: c.pods.iter().map(ToString::to_string).collect(),
+            price: c.options.first().map_or(0.0, |o| o.price),
+        })
+        .collect();
+    let facts = disruption::snapshot::node_facts(&gathered.snapshot(tuning, 0));
+    let mut nodes = Vec::new();
+    let mut cost_now = 0.0;
+    let mut removed = 0.0;
+    for d in &plan.nodes {
+        let f = facts.iter().find(|f| f.name == d.node);
+        let price = f.map_or(0.0, |f| f.price);
+        cost_now += price;
+        let action = match &d.verdict {
+            Verdict::Disrupt { reason, command } => {
+                removed += price;
+                let replaced = plan.commands.get(*command).is_some_and(|c| c.replacement.is_some());
+                action_of(*reason, replaced).to_owned()
+            }
+            Verdict::Keep if f.is_some_and(|f| f.disrupting.is_some()) => "removing".to_owned(),
+            Verdict::Keep => "keep".to_owned(),
+        };
+        nodes.push(PlannedNode {
+            node: d.node.clone(),
+            nodeclaim: d.claim_id.clone(),
+            pool: d.pool.clone(),
+            instance_type: f.map(|f| f.instance_type.clone()).unwrap_or_default(),
+            capacity_type: f.map(|f| f.capacity_type.clone()).unwrap_or_default(),
+            price,
+            action,
+            reason: d.reason.clone(),
+        });
+    }
+    let replacements: f64 = plan.commands.iter().filter_map(|c| c.replacement.as_ref()).map(|r| r.price).sum();
+    let launched: f64 = launches.iter().map(|l| l.price).sum();
+    Ok(DryRun {
+        now,
+        launches,
+        unschedulable: provisioning.unschedulable.iter().map(|(k, r)| (k.to_string(), r.clone())).collect(),
+        nodes,
+        cost_now,
+        cost_after: cost_now - removed + replacements + launched,
+    })
+}
+
+impl DryRun {
+    /// The plan as a table a person reads.
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "plan at {}", self.now);
+        if self.launches.is_empty() && self.unschedulable.is_empty() {
+            let _ = writeln!(out, "launch: nothing (no pending pod needs a node)");
+        }
+        for l in &self.launches {
+            let _ = writeln!(
+                out,
+                "launch  {:<20} pool {:<12} ${:.4}/h  {} pod(s): {}  options: {}",
+                l.claim_id,
+                l.pool,
+                l.price,
+                l.pods.len(),
+                l.pods.join(", "),
+                l.options.join(", ")
+            );
+        }
+        for (pod, why) in &self.unschedulable {
+            let _ = writeln!(out, "cannot place pod {pod}: {why}");
+        }
+        for n in &self.nodes {
+            let _ = writeln!(
+                out,
+                "{:<20} {:<46} {:<14} {:<10} {:<9} ${:.4}/h  {}",
+                n.action,
+                n.node,
+                n.instance_type,
+                n.capacity_type,
+                n.pool.as_deref().unwrap_or("-"),
+                n.price,
+                n.reason
+            );
+        }
+        let _ = writeln!(out, "fleet ${:.4}/h now, ${:.4}/h after this plan", self.cost_now, self.cost_after);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
