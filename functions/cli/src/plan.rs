@@ -29,12 +29,22 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// A snapshot file (`nodewright simulate SCENARIO --save-snapshot FILE`).
+    /// A snapshot file (`nodewright simulate SCENARIO --save-snapshot FILE`,
+    /// or `nodewright plan --save-snapshot FILE`); without it, the live
+    /// cluster (build with `--features aws`).
     #[arg(long, value_name = "FILE")]
-    snapshot: PathBuf,
+    snapshot: Option<PathBuf>,
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write what was read from the live cluster as a snapshot, to ask
+    /// "what would it do" offline later.
+    #[cfg(feature = "aws")]
+    #[arg(long, value_name = "FILE", conflicts_with = "snapshot")]
+    save_snapshot: Option<PathBuf>,
+    #[cfg(feature = "aws")]
+    #[command(flatten)]
+    live: crate::status_live::LiveArgs,
 }
 
 /// Everything the decisions read, as a file.
@@ -129,11 +139,16 @@ pub async fn plan_of(snap: &PlanSnapshot) -> anyhow::Result<DryRun> {
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.snapshot).with_context(|| format!("reading {}", args.snapshot.display()))?;
-    let snap: PlanSnapshot =
-        serde_json::from_str(&text).with_context(|| format!("{} is not a plan snapshot", args.snapshot.display()))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let plan = runtime.block_on(plan_of(&snap))?;
+    let plan = match &args.snapshot {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let snap: PlanSnapshot =
+                serde_json::from_str(&text).with_context(|| format!("{} is not a plan snapshot", path.display()))?;
+            runtime.block_on(plan_of(&snap))?
+        }
+        None => runtime.block_on(live_plan(&args))?,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
@@ -146,4 +161,44 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         println!("{} launch(es); nodes: {}", plan.launches.len(), summary.join(", "));
     }
     Ok(())
+}
+
+/// The dry run on the live cluster, through the functions' adapters.
+#[cfg(feature = "aws")]
+async fn live_plan(args: &PlanArgs) -> anyhow::Result<DryRun> {
+    let ports = args.live.connect("nodewright-plan").await?;
+    if let Some(path) = &args.save_snapshot {
+        let snap = capture_live(&ports, args.live.region().as_deref().unwrap_or("us-east-1")).await?;
+        std::fs::write(path, serde_json::to_string_pretty(&snap)?).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("snapshot written to {}", path.display());
+    }
+    Ok(dry_run(&ports, Tuning::default()).await?)
+}
+
+#[cfg(not(feature = "aws"))]
+async fn live_plan(_: &PlanArgs) -> anyhow::Result<DryRun> {
+    anyhow::bail!("no --snapshot given: reading a live cluster needs the CLI built with `--features aws`")
+}
+
+/// What the live cluster, the tables and EC2 hold now, as a snapshot. (The
+/// offline plan prices it with the simulator's catalog for `region`.)
+#[cfg(feature = "aws")]
+async fn capture_live(ports: &nodewright::live::LivePorts, region: &str) -> anyhow::Result<PlanSnapshot> {
+    let now = Timestamp::now();
+    let mut pods = ports.cluster.scheduled_pods().await?;
+    pods.extend(ports.cluster.pending_pods().await?);
+    let until = now + nodewright::ports::SignedDuration::from_mins(3);
+    Ok(PlanSnapshot {
+        now,
+        region: region.to_owned(),
+        kubernetes_version: None,
+        config: ports.store.config_items().await?,
+        claims: ports.store.claims().await?,
+        commands: ports.store.commands().await?,
+        nodes: ports.cluster.nodes().await?,
+        pods,
+        pdbs: ports.cluster.pod_disruption_budgets().await?,
+        daemon_sets: ports.cluster.daemon_sets().await?,
+        unavailable: ports.store.unavailable_offerings(now).await?.into_iter().map(|o| (o, until)).collect(),
+    })
 }

@@ -16,8 +16,10 @@ use nodewright::ports::{Cloud, Cluster, Store, Timestamp};
 use crate::status::{FleetSnapshot, pod_name, render, scheduler_reason, to_json};
 use crate::target::Target;
 
+/// How a live command reaches the cluster, the tables and EC2 — the
+/// functions' variables, with flags over them.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub struct LiveArgs {
     #[command(flatten)]
     pub target: Target,
     /// A kubeconfig to reach the cluster with (default: an EKS token from
@@ -27,6 +29,36 @@ pub struct StatusArgs {
     /// A kubeconfig context other than its current one.
     #[arg(long, env = "NODEWRIGHT_KUBE_CONTEXT")]
     pub context: Option<String>,
+}
+
+impl LiveArgs {
+    pub fn cluster_name(&self) -> anyhow::Result<String> {
+        self.target.cluster_name.clone().context("name the cluster: --cluster-name or NODEWRIGHT_CLUSTER_NAME")
+    }
+
+    /// The region the commands talk to: `--region`, else the SDK's variables.
+    pub fn region(&self) -> Option<String> {
+        self.target.region.clone().or_else(|| std::env::var("AWS_REGION").ok()).or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+    }
+
+    /// The functions' adapters, built as they build them.
+    pub async fn connect(&self, who: &str) -> anyhow::Result<LivePorts> {
+        let env = FunctionEnv {
+            cluster_name: self.cluster_name()?,
+            tables: self.target.tables(),
+            kubeconfig: self.kubeconfig.clone(),
+            kube_context: self.context.clone(),
+            default_instance_profile: None,
+        };
+        let options = ClientOptions { region: self.target.region.clone(), ..Default::default() };
+        nodewright::live::connect_with(&env, who, &options).await.map_err(anyhow::Error::msg)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub live: LiveArgs,
     /// Print JSON for scripts.
     #[arg(long)]
     pub json: bool,
@@ -38,20 +70,8 @@ pub struct StatusArgs {
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     rt.block_on(async move {
-        let cluster_name = args
-            .target
-            .cluster_name
-            .clone()
-            .context("name the cluster: --cluster-name or NODEWRIGHT_CLUSTER_NAME")?;
-        let env = FunctionEnv {
-            cluster_name,
-            tables: args.target.tables(),
-            kubeconfig: args.kubeconfig.clone(),
-            kube_context: args.context.clone(),
-            default_instance_profile: None,
-        };
-        let options = ClientOptions { region: args.target.region.clone(), ..Default::default() };
-        let ports = nodewright::live::connect_with(&env, "nodewright-status", &options).await.map_err(anyhow::Error::msg)?;
+        let cluster_name = args.live.cluster_name()?;
+        let ports = args.live.connect("nodewright-status").await?;
         loop {
             let snap = read(&ports).await?;
             if args.json {
@@ -61,7 +81,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
                     // Clear the screen and go home, as `watch` does.
                     print!("\x1b[2J\x1b[H");
                 }
-                println!("{} at {}", env.cluster_name, snap.now.map(|t| t.to_string()).unwrap_or_default());
+                println!("{cluster_name} at {}", snap.now.map(|t| t.to_string()).unwrap_or_default());
                 print!("{}", render(&snap));
             }
             let Some(every) = args.watch else { return Ok(()) };

@@ -1,7 +1,8 @@
-//! `nodewright status --json` against the local kube-apiserver and the
-//! emulator while a scenario runs on the real adapters: every number it
-//! prints is checked against the cluster's objects, the state table and
-//! EC2, and a removal in progress shows with its step.
+//! `nodewright status --json` and `nodewright plan --json` against the
+//! local kube-apiserver and the emulator while a scenario runs on the real
+//! adapters: every number status prints is checked against the cluster's
+//! objects, the state table and EC2, a removal in progress shows with its
+//! step, and the live plan is the one the handlers' dry run makes.
 
 use std::process::Command;
 
@@ -18,9 +19,9 @@ use nodewright_tests::real::{self, REGION};
 use nodewright_tests::sim::scenario_file;
 use serde_json::Value;
 
-fn status(prefix: &str, cluster: &str) -> Value {
+fn cli(args: &[&str], prefix: &str, cluster: &str) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .args(["status", "--json"])
+        .args(args)
         .env("NODEWRIGHT_TABLE_PREFIX", prefix)
         .env("NODEWRIGHT_CLUSTER_NAME", cluster)
         .env("KUBECONFIG", &KubeEnv::get().function_kubeconfig)
@@ -34,7 +35,7 @@ fn status(prefix: &str, cluster: &str) -> Value {
         .output()
         .expect("runs the nodewright binary");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "status failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{args:?} failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
@@ -68,7 +69,7 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
     let report = deliver_fixture(&sim, "spot-interruption.json", &claim).await;
     assert!(report.failures.is_empty(), "{report:?}");
 
-    let v = status(&prefix, &f.cluster);
+    let v = cli(&["status", "--json"], &prefix, &f.cluster);
     let nodes = sim.cluster.all_nodes().await;
     let pods = sim.cluster.all_pods().await;
     let rows = v["nodes"].as_array().expect("nodes");
@@ -106,4 +107,41 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
     assert_eq!(removals[0]["nodeclaim"], claim.id.as_str());
     assert_eq!(removals[0]["node"].as_str(), claim.node_name.as_deref());
     assert_eq!(removals[0]["step"], format!("{:?}", commands[0].step));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_plan_is_the_handlers_dry_run() {
+    let prefix = unique("nw");
+    let store = DynamoStore::new(&sdk_config(REGION).await, DynamoTables::with_prefix(&prefix));
+    store.ensure_tables().await.expect("tables");
+    let (mut sim, f) = real::on_real(store).await;
+    let s = scenario_file("spot-drain.yaml");
+    scenario::load(&mut sim, &s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
+    scenario::run(&mut sim, &s).await.expect("runs");
+    assert!(scenario::check(&sim, &s.expect).await.is_empty());
+    let claim = sim.store.claims().await.expect("claims").into_iter().next().expect("claim");
+    deliver_fixture(&sim, "spot-interruption.json", &claim).await;
+
+    let live = cli(&["plan", "--json"], &prefix, &f.cluster);
+    let ours = nodewright::handlers::disruption::dry_run(&sim.ports(), nodewright::disruption::Tuning::default()).await.expect("dry run");
+    let actions = |nodes: Vec<(String, String)>| {
+        let mut n = nodes;
+        n.sort();
+        n
+    };
+    let live_nodes = actions(
+        live["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| (n["node"].as_str().expect("node").to_owned(), n["action"].as_str().expect("action").to_owned()))
+            .collect(),
+    );
+    let our_nodes = actions(ours.nodes.iter().map(|n| (n.node.clone(), n.action.clone())).collect());
+    assert_eq!(live_nodes, our_nodes, "{live:#}");
+    let node = claim.node_name.clone().expect("registered");
+    assert!(live_nodes.contains(&(node, "removing".to_owned())), "the interrupted node shows as being removed: {live:#}");
+    // Acting on nothing: the command is where the handler left it.
+    assert_eq!(sim.store.commands().await.expect("commands").len(), 1);
 }
