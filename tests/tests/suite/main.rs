@@ -14,6 +14,7 @@
 mod aws_cloud;
 mod aws_scenarios;
 mod aws_store;
+mod disruption;
 mod cluster_contract;
 mod eks_auth;
 mod interruption;

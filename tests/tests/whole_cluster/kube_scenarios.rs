@@ -157,3 +157,25 @@ async fn volumes_pin_pods_to_their_zones_on_the_api_server() {
     let lost = events.iter().find(|(_, e)| e.name == "lost-class" && e.reason == "FailedScheduling").expect("an event");
     assert!(lost.1.message.contains("no-such-class"), "{}", lost.1.message);
 }
+
+/// The consolidation example through the API server: the least used of
+/// three nodes is drained (evictions decided by the server's eviction
+/// handler) and removed, its pods rebound to the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consolidation_example_on_the_api_server() {
+    init_logs();
+    let s = scenario_file("consolidation-example.yaml");
+    let (_, failures) = run_on_apiserver(&s, SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The upgrade walkthrough through the API server: after the cluster moves
+/// to 1.21 the node on the old AMI is replaced first, drained under its
+/// budget (never more than one pod unavailable) and deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_walkthrough_on_the_api_server() {
+    init_logs();
+    let s = scenario_file("upgrade-walkthrough.yaml");
+    let (_, failures) = run_on_apiserver(&s, SimSettings::default()).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -1,0 +1,32 @@
+//! The disruption scenarios (`tests/scenarios/`, one test each) on the
+//! in-memory adapters: each file states its own expectations — nodes
+//! removed for a reason and not before, replacements, rollbacks, budgets
+//! held, PDBs never broken — and fails on any that is unmet.
+
+use nodewright::sim::SimSettings;
+use nodewright_tests::sim::{run, scenario_file};
+
+macro_rules! scenarios {
+    ($($test:ident => $file:literal),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $test() {
+            let s = scenario_file($file);
+            let (_, failures) = run(&s, SimSettings::default()).await;
+            assert!(failures.is_empty(), "{}: {failures:#?}", $file);
+        }
+    )*};
+}
+
+scenarios! {
+    upgrade_walkthrough => "upgrade-walkthrough.yaml",
+    consolidation_example => "consolidation-example.yaml",
+    consolidation_under_the_threshold_moves_nothing => "consolidation-threshold.yaml",
+    emptiness_after_30s_and_not_before => "emptiness-30s.yaml",
+    expiration_at_720h_and_not_before => "expiration-720h.yaml",
+    drift_after_a_nodeclass_change => "drift-nodeclass.yaml",
+    drift_after_a_nodepool_label_change => "drift-nodepool-labels.yaml",
+    budgets_of_0_1_and_10_percent_and_a_schedule => "budgets.yaml",
+    do_not_disrupt_true_and_a_duration => "do-not-disrupt.yaml",
+    a_failed_replacement_is_rolled_back => "replacement-rollback.yaml",
+    node_repair => "node-repair.yaml",
+}
