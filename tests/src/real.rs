@@ -9,6 +9,7 @@ use std::sync::Arc;
 use nodewright::aws::prices::SeededPrices;
 use nodewright::aws::{DynamoStore, Ec2Cloud};
 use nodewright::ports::Timestamp;
+use nodewright::sim::scenario::{self, Scenario};
 use nodewright::sim::{FaultyCloud, SimClock, SimSettings, Simulation};
 
 use crate::aws::Ec2Fixture;
@@ -54,5 +55,19 @@ pub async fn on_real(store: DynamoStore) -> (RealSim, Ec2Fixture) {
         cluster,
         SimSettings::default(),
     );
+    (sim, f)
+}
+
+/// `s` loaded (its NodeClass `default` replaced by the fixture's, whose
+/// subnets exist), run to its end and checked: every expectation met.
+pub async fn run_scenario(store: DynamoStore, s: &Scenario) -> (RealSim, Ec2Fixture) {
+    // Boxed: a debug build's simulation futures are large, and the tests
+    // that await this one nest it in their own on a test thread's stack.
+    let (mut sim, f) = Box::pin(on_real(store)).await;
+    scenario::load(&mut sim, s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
+    Box::pin(scenario::run(&mut sim, s)).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{}: {failures:#?}", s.name);
     (sim, f)
 }

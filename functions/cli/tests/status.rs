@@ -11,11 +11,12 @@ use nodewright::aws::{DynamoStore, DynamoTables};
 use nodewright::ports::Store;
 use nodewright::resources::Resources;
 use nodewright::scheduling::SchedPod;
-use nodewright::sim::{ClusterDriver, scenario};
+use nodewright::sim::ClusterDriver;
 use nodewright_tests::aws::{moto, sdk_config, unique};
 use nodewright_tests::interruption::deliver_fixture;
 use nodewright_tests::kube_harness::KubeEnv;
-use nodewright_tests::real::{self, REGION};
+use nodewright_tests::aws::Ec2Fixture;
+use nodewright_tests::real::{self, REGION, RealSim};
 use nodewright_tests::sim::scenario_file;
 use serde_json::Value;
 
@@ -39,6 +40,16 @@ fn cli(args: &[&str], prefix: &str, cluster: &str) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
+/// The small spot scenario on the real adapters, over tables of its own
+/// (their prefix is what the CLI is pointed at).
+async fn spot_drain() -> (String, RealSim, Ec2Fixture) {
+    let prefix = unique("nw");
+    let store = DynamoStore::new(&sdk_config(REGION).await, DynamoTables::with_prefix(&prefix));
+    store.ensure_tables().await.expect("tables");
+    let (sim, f) = Box::pin(real::run_scenario(store, &scenario_file("spot-drain.yaml"))).await;
+    (prefix, sim, f)
+}
+
 fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref()?.node_name.as_deref()
 }
@@ -49,16 +60,7 @@ fn allocatable(n: &Node) -> Resources {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
-    let prefix = unique("nw");
-    let store = DynamoStore::new(&sdk_config(REGION).await, DynamoTables::with_prefix(&prefix));
-    store.ensure_tables().await.expect("tables");
-    let (mut sim, f) = real::on_real(store).await;
-    let s = scenario_file("spot-drain.yaml");
-    scenario::load(&mut sim, &s).await.expect("loads");
-    f.store_node_class(&sim.store).await;
-    scenario::run(&mut sim, &s).await.expect("runs");
-    let failures = scenario::check(&sim, &s.expect).await;
-    assert!(failures.is_empty(), "{failures:#?}");
+    let (prefix, mut sim, f) = spot_drain().await;
     // A pod that cannot fit anywhere (no allowed type has 64 CPUs), and
     // a removal in progress: a spot warning for the node, handled once.
     let huge = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge", "namespace": "default"},
@@ -111,15 +113,7 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_plan_is_the_handlers_dry_run() {
-    let prefix = unique("nw");
-    let store = DynamoStore::new(&sdk_config(REGION).await, DynamoTables::with_prefix(&prefix));
-    store.ensure_tables().await.expect("tables");
-    let (mut sim, f) = real::on_real(store).await;
-    let s = scenario_file("spot-drain.yaml");
-    scenario::load(&mut sim, &s).await.expect("loads");
-    f.store_node_class(&sim.store).await;
-    scenario::run(&mut sim, &s).await.expect("runs");
-    assert!(scenario::check(&sim, &s.expect).await.is_empty());
+    let (prefix, sim, f) = spot_drain().await;
     let claim = sim.store.claims().await.expect("claims").into_iter().next().expect("claim");
     deliver_fixture(&sim, "spot-interruption.json", &claim).await;
 

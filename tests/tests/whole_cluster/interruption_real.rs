@@ -33,13 +33,7 @@ async fn on_real() -> (RealSim, Ec2Fixture) {
 
 /// The small spot scenario on the real adapters, run until its node is up.
 async fn spot_node() -> (RealSim, Ec2Fixture, Claim) {
-    let s = scenario_file("spot-drain.yaml");
-    let (mut sim, f) = on_real().await;
-    scenario::load(&mut sim, &s).await.expect("loads");
-    f.store_node_class(&sim.store).await;
-    scenario::run(&mut sim, &s).await.expect("runs");
-    let failures = scenario::check(&sim, &s.expect).await;
-    assert!(failures.is_empty(), "{failures:#?}");
+    let (sim, f) = Box::pin(real::run_scenario(dynamo_store(REGION).await, &scenario_file("spot-drain.yaml"))).await;
     let claim = sim.store.claims().await.expect("claims").pop().expect("claim");
     (sim, f, claim)
 }
@@ -135,14 +129,8 @@ async fn the_spot_walkthrough_on_ec2_dynamodb_sqs_and_the_api_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one_removal() {
     init_logs();
-    let s = scenario_file("spot-drain.yaml");
-    let (mut sim, f) = on_real().await;
+    let (mut sim, f, claim) = spot_node().await;
     let (sqs, url) = queue(&f).await;
-    scenario::load(&mut sim, &s).await.expect("loads");
-    f.store_node_class(&sim.store).await;
-    scenario::run(&mut sim, &s).await.expect("runs");
-    assert!(scenario::check(&sim, &s.expect).await.is_empty());
-    let claim = sim.store.claims().await.expect("claims").pop().expect("claim");
     let instance = claim.instance_id().expect("launched").to_owned();
     // Another cluster's instance in the same account.
     let foreign = f
