@@ -116,12 +116,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             nodes: report.nodes.clone(),
             pods: report.pods.clone(),
             instances: report.instances.clone(),
-            on_demand: catalog
-                .offerings
-                .iter()
-                .filter(|o| o.capacity_type == "on-demand")
-                .map(|o| ((o.instance_type.clone(), o.zone.clone()), o.price))
-                .collect(),
+            on_demand: crate::status::on_demand_prices(&catalog),
             claims,
             pending_reasons: Default::default(),
             commands: nodewright::ports::Store::commands(&sim.store).await?,

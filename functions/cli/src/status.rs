@@ -60,6 +60,16 @@ pub fn pod_name(p: &Pod) -> String {
     format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""))
 }
 
+/// (instance type, zone) → on-demand $/hour, from a catalog's offerings.
+pub fn on_demand_prices(catalog: &nodewright::ports::CloudCatalog) -> HashMap<(String, String), f64> {
+    catalog
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == "on-demand")
+        .map(|o| ((o.instance_type.clone(), o.zone.clone()), o.price))
+        .collect()
+}
+
 /// The scheduler's word on a pod it could not place (`PodScheduled=False`).
 pub fn scheduler_reason(p: &Pod) -> Option<String> {
     p.status

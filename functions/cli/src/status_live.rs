@@ -105,12 +105,7 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
         now: Some(Timestamp::now()),
         nodes,
         instances,
-        on_demand: catalog
-            .offerings
-            .iter()
-            .filter(|o| o.capacity_type == "on-demand")
-            .map(|o| ((o.instance_type.clone(), o.zone.clone()), o.price))
-            .collect(),
+        on_demand: crate::status::on_demand_prices(&catalog),
         claims,
         commands,
         ..Default::default()

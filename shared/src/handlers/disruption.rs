@@ -40,7 +40,7 @@ use crate::ports::{
     Clock, Cloud, CloudCatalog, Cluster, Lease, OfferingKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
 };
 use crate::provisioning::claim::Claim;
-use crate::scheduling::volumes::{self, VolumeIndex};
+use crate::scheduling::volumes::VolumeIndex;
 use crate::termination::RemovalReason;
 
 /// The lease that makes one disruption invocation the one that decides.
@@ -188,16 +188,7 @@ pub async fn gather<P: PortSet>(ports: &P, config: &LoadedConfig) -> Result<Gath
     for class in &config.node_classes {
         resolved.insert(class.name.clone(), ports.cloud().resolved_class(class).await?);
     }
-    // Listed only when some pod has PVC-backed volumes (zonal volumes pin pods).
-    let volumes = if pods.iter().any(volumes::uses_claims) {
-        VolumeIndex::new(
-            cluster.persistent_volume_claims().await?,
-            cluster.persistent_volumes().await?,
-            cluster.storage_classes().await?,
-        )
-    } else {
-        VolumeIndex::default()
-    };
+    let volumes = super::volume_index(cluster, &pods).await?;
     Ok(Gathered {
         now,
         nodes,

@@ -42,3 +42,24 @@ impl HandlerError {
         }
     }
 }
+
+/// The volume listings a plan needs, read only when some pod has
+/// PVC-backed volumes (zonal volumes pin pods): three LISTs otherwise saved.
+/// One place for the provisioner, the drain machine's replacements and the
+/// disruption decision.
+pub(crate) async fn volume_index<C: crate::ports::Cluster>(
+    cluster: &C,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+) -> Result<crate::scheduling::volumes::VolumeIndex, ClusterError> {
+    use crate::scheduling::volumes::{VolumeIndex, uses_claims};
+    if !pods.iter().any(uses_claims) {
+        return Ok(VolumeIndex::default());
+    }
+    let (claims, pvs, classes) = futures_util::future::try_join3(
+        cluster.persistent_volume_claims(),
+        cluster.persistent_volumes(),
+        cluster.storage_classes(),
+    )
+    .await?;
+    Ok(VolumeIndex::new(claims, pvs, classes))
+}

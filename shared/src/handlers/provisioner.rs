@@ -10,7 +10,6 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use futures_util::future::try_join3;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
@@ -27,7 +26,7 @@ use crate::provisioning::claim::{Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::scheduling::pod::is_provisionable;
-use crate::scheduling::volumes::{self, VolumeIndex};
+use crate::scheduling::volumes;
 
 /// The batch window: the stored Settings' when there is a settings item,
 /// else the provisioner's own (tests set it).
@@ -314,15 +313,7 @@ impl<P: PortSet> Provisioner<P> {
         let catalog: Arc<CloudCatalog> = self.ports.cloud().catalog().await?;
         let scheduled = cluster.scheduled_pods().await?;
         let daemon_sets = cluster.daemon_sets().await?;
-        // Three more listings, only for pods whose volumes may pin them to a zone.
-        let volumes = if pods.iter().any(volumes::uses_claims) {
-            let (claims, pvs, classes) =
-                try_join3(cluster.persistent_volume_claims(), cluster.persistent_volumes(), cluster.storage_classes())
-                    .await?;
-            VolumeIndex::new(claims, pvs, classes)
-        } else {
-            VolumeIndex::default()
-        };
+        let volumes = super::volume_index(cluster, &pods).await?;
         let mut unplaceable = Vec::new();
         const ROUNDS: usize = 3;
         for round in 0..ROUNDS {

@@ -27,7 +27,6 @@ use crate::ports::{
 };
 use crate::provisioning::claim::Claim;
 use crate::provisioning::plan::{self, Snapshot};
-use crate::scheduling::volumes::{self, VolumeIndex};
 use crate::termination::drain::{self, DrainPlan};
 use crate::termination::machine::{self, Move, View};
 use crate::termination::{Command, RemovalSpec, Step, disrupted_taint};
@@ -359,16 +358,7 @@ async fn plan_replacements<P: PortSet>(
     let mut unavailable = store.unavailable_offerings(now).await?;
     unavailable.extend(command.spec.avoid.iter().cloned());
     let usage = store.pool_usage().await?;
-    // A pod's volumes pin it to a zone; listed only when one has PVC-backed volumes.
-    let volumes = if pods.iter().any(volumes::uses_claims) {
-        VolumeIndex::new(
-            cluster.persistent_volume_claims().await?,
-            cluster.persistent_volumes().await?,
-            cluster.storage_classes().await?,
-        )
-    } else {
-        VolumeIndex::default()
-    };
+    let volumes = super::volume_index(cluster, &pods).await?;
     let decision = plan::decide(&Snapshot {
         now,
         pending: &pods,
