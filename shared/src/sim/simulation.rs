@@ -224,7 +224,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     pub async fn run_until(&mut self, end: Timestamp) {
         loop {
             let now = self.clock.now();
-            let next_due = self.step(now).await;
+            let next_due = Box::pin(self.step(now)).await;
             let next = next_due.max(now + SignedDuration::from_millis(1));
             if next > end {
                 break;
@@ -233,7 +233,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         }
         if self.clock.now() < end {
             self.clock.set(end);
-            self.step(end).await;
+            Box::pin(self.step(end)).await;
         }
     }
 
@@ -243,6 +243,11 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     }
 
     /// Does everything due at `now`; returns when something is next due.
+    ///
+    /// Every function's invocation in here is boxed: awaited inline, their
+    /// futures would nest into one state machine as large as all of them,
+    /// which a debug build pins on the awaiting thread's stack (a test
+    /// thread has 2 MiB).
     async fn step(&mut self, now: Timestamp) -> Timestamp {
         let mut next = now + self.settings.step;
         if let Some(sim) = self.sim_cloud.clone() {
@@ -258,7 +263,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 let event = sim.state_change_event(&id, state, at);
                 let times = if self.settings.duplicate_events { 2 } else { 1 };
                 for _ in 0..times {
-                    match state_change::handle(&self.ports(), &event).await {
+                    match Box::pin(state_change::handle(&self.ports(), &event)).await {
                         Ok(outcome) => self.state_changes.push(outcome),
                         Err(e) => warn!(error = %e, "state-change handler failed"),
                     }
@@ -266,7 +271,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
             let messages = sim.take_messages(now);
             if !messages.is_empty() {
-                let failed = self.deliver_interruptions(&messages).await;
+                let failed = Box::pin(self.deliver_interruptions(&messages)).await;
                 let back = messages.into_iter().filter(|(id, _)| failed.contains(id)).collect();
                 sim.requeue(back, self.settings.redelivery);
             }
@@ -308,7 +313,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
         }
         if self.invocation_deadline.is_some() && now >= self.next_tick {
-            match self.provisioner.tick().await {
+            match Box::pin(self.provisioner.tick()).await {
                 Ok(report) => {
                     self.look_for_registrations |= !report.launched.is_empty() || report.removals;
                     let poll = now + self.settings.provisioner.poll;
@@ -323,13 +328,13 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             self.reconcile_cluster().await;
         }
         if self.settings.disruption_enabled {
-            self.run_disruption(now).await;
+            Box::pin(self.run_disruption(now)).await;
         }
         // The interruption invocation keeps driving its removals (every ~2 s).
         if let Some((until, next_pass)) = self.interruption_drive
             && now >= next_pass
         {
-            self.interruption_drive = self.drive_removals(now, until).await.map(|pass| (until, pass));
+            self.interruption_drive = Box::pin(self.drive_removals(now, until)).await.map(|pass| (until, pass));
         }
         self.record_usage().await;
         self.observe(now).await;
@@ -378,7 +383,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if self.disruption_deadline.is_none() || now < self.next_disruption_tick {
             return;
         }
-        match self.disruption.tick().await {
+        match Box::pin(self.disruption.tick()).await {
             Ok(report) => {
                 self.look_for_registrations |= report.removals;
                 // A removal may start and finish within the tick (an empty node).
@@ -473,7 +478,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
         };
         let records: Vec<Record> = messages.iter().map(|(id, body)| Record { message_id: id.clone(), body: body.clone() }).collect();
-        match interruption::handle_batch(&ports, &config, &config.settings, &self.settings.interruption, &records).await {
+        match Box::pin(interruption::handle_batch(&ports, &config, &config.settings, &self.settings.interruption, &records)).await {
             Ok(report) => {
                 self.interruptions.extend(report.outcomes.into_iter().map(|(_, o)| o));
                 let now = self.clock.now();
