@@ -14,6 +14,8 @@
 //! | state  | `batch#provisioner`            | `kind`, `version`, `body` (the [`Batch`]) |
 //! | state  | `lease#<name>`                 | `kind`, `holder`, `expires_ms`, `expires_at`, `body` (the [`Lease`]) |
 //! | state  | `unavailable#<ct>:<type>:<zone>` | `kind`, `until_ms`, `expires_at`, `body` (the [`OfferingKey`]) |
+//! | state  | `command#<id>`                 | `kind`, `version`, `step`, `body` (the [`Command`]) |
+//! | state  | `state#version`                | `version`: moved by every write of a claim, usage, command or unavailable mark, in its transaction |
 //!
 //! `expires_at` (epoch seconds) is the table's TTL attribute, so DynamoDB
 //! deletes expired leases and unavailable marks eventually; since TTL
@@ -28,8 +30,24 @@
 //! subtract the stored reservation. When the usage condition fails, the
 //! transaction's cancellation reasons say which item failed and the old
 //! usage item (returned with the failure) says which resource.
+//!
+//! **Reads are cheap when nothing moved.** A Scan is billed for every item
+//! it reads, filtered or not, and the provisioner ticks every second: a
+//! Scan per tick of a 100-node state table costs more than the rest of
+//! nodewright together. So claims, usage, commands and unavailable marks
+//! are read together by one Scan, kept with the `state#version` it was
+//! taken at, and answered again from it while a consistent GetItem of
+//! `state#version` (one read unit) still returns that number. Every write
+//! of those items moves the marker in the same transaction, so a store
+//! never answers from a view older than the last committed write. Leases
+//! and the batch record are read directly (one GetItem each) and do not
+//! move the marker: they change every tick. A view older than five minutes
+//! is read again anyway, so a write that bypassed the marker (an older
+//! release during a rolling update) is seen within that bound.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
@@ -71,6 +89,23 @@ pub struct DynamoStore {
     tables: DynamoTables,
     /// Items per Scan page (`None`: DynamoDB's 1 MB pages).
     page_size: Option<i32>,
+    /// The last Scan of the state table, with the marker it is valid for
+    /// (shared by clones: they read the same tables).
+    view: Arc<Mutex<Option<Arc<StateView>>>>,
+    /// Scans issued, for tests and diagnostics.
+    scans: Arc<AtomicU64>,
+}
+
+/// What one Scan of the state table read, as of `state#version` = `version`.
+#[derive(Debug)]
+struct StateView {
+    version: u64,
+    read_at: std::time::Instant,
+    claims: Vec<Claim>,
+    usage: BTreeMap<String, Usage>,
+    commands: Vec<Command>,
+    /// With their `until_ms`: expiry is checked at each read.
+    unavailable: Vec<(OfferingKey, i64)>,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -82,6 +117,14 @@ const TTL_ATTRIBUTE: &str = "expires_at";
 const BATCH_KEY: &str = "batch#provisioner";
 /// The config table's counter every configuration write moves.
 const CONFIG_VERSION_KEY: &str = "config#version";
+/// The state table's counter every write of a claim, usage, command or
+/// unavailable mark moves (see the module's doc).
+const STATE_VERSION_KEY: &str = "state#version";
+/// A state view is read again after this long even when the marker did not
+/// move: a write that bypassed it (an older release during a rolling
+/// update, an operator's hand edit) is seen within this bound. One Scan
+/// per container per five minutes costs cents a month.
+const MAX_VIEW_AGE: Duration = Duration::from_secs(300);
 /// Prefix of the resource attributes of a `usage#<pool>` item.
 const RESOURCE_PREFIX: &str = "r:";
 /// Transactions that lose to a concurrent one are retried this often.
@@ -149,6 +192,10 @@ fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
 
 fn number(item: &Item, attr: &str) -> Option<i64> {
     item.get(attr).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Invalid("the state view's lock was poisoned by a panic".into())
 }
 
 fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
@@ -237,7 +284,18 @@ fn negated(u: &Usage) -> Usage {
 
 impl DynamoStore {
     pub fn new(config: &aws_config::SdkConfig, tables: DynamoTables) -> DynamoStore {
-        DynamoStore { client: aws_sdk_dynamodb::Client::new(config), tables, page_size: None }
+        DynamoStore {
+            client: aws_sdk_dynamodb::Client::new(config),
+            tables,
+            page_size: None,
+            view: Arc::default(),
+            scans: Arc::default(),
+        }
+    }
+
+    /// How many Scans this store (and its clones) issued.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(Ordering::Relaxed)
     }
 
     /// Smaller Scan pages (tests use it to exercise pagination).
@@ -316,6 +374,7 @@ impl DynamoStore {
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_values(":prefix", s(p));
         }
+        self.scans.fetch_add(1, Ordering::Relaxed);
         let mut pages = req.into_paginator().send();
         let mut items = Vec::new();
         while let Some(page) = pages.next().await {
@@ -419,6 +478,77 @@ impl DynamoStore {
             .build()
             .map_err(build_err)?;
         Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// `ADD version 1` on `state#version`, in the same transaction as a
+    /// write the state view holds.
+    fn bump_state_version(&self) -> Result<TransactWriteItem, StoreError> {
+        let update = Update::builder()
+            .table_name(&self.tables.state)
+            .key(PK, s(STATE_VERSION_KEY))
+            .update_expression("ADD #v :one")
+            .expression_attribute_names("#v", VERSION)
+            .expression_attribute_values(":one", n(1))
+            .build()
+            .map_err(build_err)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// `write` and the marker's bump as one transaction, retried while it
+    /// loses to a concurrent one; `Ok(Err(old))` when `write`'s condition failed.
+    async fn write_with_marker(&self, write: TransactWriteItem, what: &str) -> Result<Result<(), Option<Item>>, StoreError> {
+        let bump = self.bump_state_version()?;
+        let mut last = String::new();
+        for attempt in 0..TRANSACTION_ATTEMPTS {
+            match self.transact(vec![write.clone(), bump.clone()]).await? {
+                TxOutcome::Done => return Ok(Ok(())),
+                TxOutcome::ConditionFailed { old, .. } => return Ok(Err(old)),
+                TxOutcome::Retry(why) => last = why,
+            }
+            Self::backoff(attempt).await;
+        }
+        Err(StoreError::Transient(format!("{what}: {last}")))
+    }
+
+    /// The state view, read again only when `state#version` moved.
+    async fn state_view(&self) -> Result<Arc<StateView>, StoreError> {
+        let marker = self.get(&self.tables.state, STATE_VERSION_KEY).await?;
+        let version = match marker.as_ref().and_then(|i| i.get(VERSION)).and_then(|v| v.as_n().ok()) {
+            None => 0,
+            Some(v) => v.parse::<u64>().map_err(|e| StoreError::Invalid(format!("{STATE_VERSION_KEY}: version: {e}")))?,
+        };
+        let fresh = |v: &&Arc<StateView>| v.version == version && v.read_at.elapsed() < MAX_VIEW_AGE;
+        if let Some(view) = self.view.lock().map_err(|_| poisoned())?.as_ref().filter(fresh) {
+            return Ok(Arc::clone(view));
+        }
+        // Read after the marker: what the Scan sees is at least `version`,
+        // and a write it half-sees moves the marker past it, so the next
+        // read Scans again.
+        let read_at = std::time::Instant::now();
+        let items = self.scan(&self.tables.state, None).await?;
+        let mut view = StateView { version, read_at, claims: Vec::new(), usage: BTreeMap::new(), commands: Vec::new(), unavailable: Vec::new() };
+        for item in &items {
+            let key = item.get(PK).and_then(|v| v.as_s().ok()).map_or("", String::as_str);
+            if key.starts_with("claim#") {
+                view.claims.push(body_of(item)?);
+            } else if key.starts_with("usage#") {
+                if let Some(pool) = item.get("pool").and_then(|v| v.as_s().ok()) {
+                    let usage = usage_from_item(item);
+                    if !usage.is_empty() {
+                        view.usage.insert(pool.clone(), usage);
+                    }
+                }
+            } else if key.starts_with(COMMAND_PREFIX) {
+                view.commands.push(body_of(item)?);
+            } else if key.starts_with("unavailable#") {
+                view.unavailable.push((body_of(item)?, number(item, "until_ms").unwrap_or(i64::MIN)));
+            }
+        }
+        view.claims.sort_by(|a, b| a.id.cmp(&b.id));
+        view.commands.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        let view = Arc::new(view);
+        *self.view.lock().map_err(|_| poisoned())? = Some(Arc::clone(&view));
+        Ok(view)
     }
 
     async fn backoff(attempt: u32) {
@@ -562,10 +692,7 @@ impl Store for DynamoStore {
     }
 
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
-        let items = self.scan(&self.tables.state, Some("claim#")).await?;
-        let mut claims: Vec<Claim> = items.iter().map(body_of).collect::<Result<_, _>>()?;
-        claims.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(claims)
+        Ok(self.state_view().await?.claims.clone())
     }
 
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
@@ -583,7 +710,7 @@ impl Store for DynamoStore {
         let update = usage_update(&self.tables.state, &claim.pool, &reservation, limits)?;
         let mut last = String::new();
         for attempt in 0..TRANSACTION_ATTEMPTS {
-            let mut items = vec![TransactWriteItem::builder().put(put.clone()).build()];
+            let mut items = vec![TransactWriteItem::builder().put(put.clone()).build(), self.bump_state_version()?];
             if let Some(u) = &update {
                 items.push(TransactWriteItem::builder().update(u.clone()).build());
             }
@@ -626,16 +753,9 @@ impl Store for DynamoStore {
         };
         let conflict = || StoreError::Conflict(format!("nodeclaim {} is no longer at version {}", previous.id, previous.version));
         let Some(update) = usage_update(&self.tables.state, &next.pool, &delta, limits)? else {
-            let ok = self
-                .put_if(
-                    &self.tables.state,
-                    claim_item(next)?,
-                    "#v = :prev",
-                    &[("#v", VERSION)],
-                    vec![(":prev", n(previous.version))],
-                )
-                .await?;
-            return if ok { Ok(()) } else { Err(conflict()) };
+            let put = TransactWriteItem::builder().put(condition_put(claim_item(next)?)?).build();
+            let what = format!("updating nodeclaim {}", next.id);
+            return self.write_with_marker(put, &what).await?.map_err(|_| conflict());
         };
         if let Some(resource) = exceeded_limit(limits, &Usage::new(), &delta) {
             // Growing by more than the whole limit can never fit.
@@ -644,8 +764,11 @@ impl Store for DynamoStore {
         let put = condition_put(claim_item(next)?)?;
         let mut last = String::new();
         for attempt in 0..TRANSACTION_ATTEMPTS {
-            let items =
-                vec![TransactWriteItem::builder().put(put.clone()).build(), TransactWriteItem::builder().update(update.clone()).build()];
+            let items = vec![
+                TransactWriteItem::builder().put(put.clone()).build(),
+                TransactWriteItem::builder().update(update.clone()).build(),
+                self.bump_state_version()?,
+            ];
             match self.transact(items).await? {
                 TxOutcome::Done => return Ok(()),
                 TxOutcome::ConditionFailed { index: 0, .. } => return Err(conflict()),
@@ -678,7 +801,7 @@ impl Store for DynamoStore {
                 .expression_attribute_values(":v", n(stored.version))
                 .build()
                 .map_err(build_err)?;
-            let mut items = vec![TransactWriteItem::builder().delete(delete).build()];
+            let mut items = vec![TransactWriteItem::builder().delete(delete).build(), self.bump_state_version()?];
             if let Some(u) = usage_update(&self.tables.state, &stored.pool, &negated(&stored.reservation), &Limits::default())? {
                 items.push(TransactWriteItem::builder().update(u).build());
             }
@@ -693,15 +816,7 @@ impl Store for DynamoStore {
     }
 
     async fn pool_usage(&self) -> Result<BTreeMap<String, Usage>, StoreError> {
-        let items = self.scan(&self.tables.state, Some("usage#")).await?;
-        Ok(items
-            .iter()
-            .filter_map(|item| {
-                let pool = item.get("pool").and_then(|v| v.as_s().ok())?.clone();
-                let usage = usage_from_item(item);
-                (!usage.is_empty()).then_some((pool, usage))
-            })
-            .collect())
+        Ok(self.state_view().await?.usage.clone())
     }
 
     async fn batch(&self) -> Result<Option<Batch>, StoreError> {
@@ -741,10 +856,7 @@ impl Store for DynamoStore {
     }
 
     async fn commands(&self) -> Result<Vec<Command>, StoreError> {
-        let mut commands: Vec<Command> =
-            self.scan(&self.tables.state, Some(COMMAND_PREFIX)).await?.iter().map(body_of).collect::<Result<_, _>>()?;
-        commands.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        Ok(commands)
+        Ok(self.state_view().await?.commands.clone())
     }
 
     async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
@@ -757,14 +869,15 @@ impl Store for DynamoStore {
             (BODY.to_owned(), s(json(next)?)),
         ]
         .into();
-        let ok = match previous {
-            None => self.put_if(&self.tables.state, item, "attribute_not_exists(#pk)", &[("#pk", PK)], vec![]).await?,
-            Some(p) => self.put_if(&self.tables.state, item, "#v = :prev", &[("#v", VERSION)], vec![(":prev", n(p.version))]).await?,
+        let put = Put::builder().table_name(&self.tables.state).set_item(Some(item));
+        let put = match previous {
+            None => put.condition_expression("attribute_not_exists(#pk)").expression_attribute_names("#pk", PK),
+            Some(p) => put.condition_expression("#v = :prev").expression_attribute_names("#v", VERSION).expression_attribute_values(":prev", n(p.version)),
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(StoreError::Conflict(match previous {
+        let write = TransactWriteItem::builder().put(put.build().map_err(build_err)?).build();
+        match self.write_with_marker(write, &format!("writing command {}", next.id)).await? {
+            Ok(()) => Ok(()),
+            Err(_) => Err(StoreError::Conflict(match previous {
                 None => format!("command {} exists", next.id),
                 Some(p) => format!("command {} is no longer at version {}", next.id, p.version),
             }))
@@ -772,12 +885,26 @@ impl Store for DynamoStore {
     }
 
     async fn delete_command(&self, command: &Command) -> Result<(), StoreError> {
-        let outcome = self
-            .delete_if(&self.tables.state, &command_key(&command.id), Some("#v = :v"), &[("#v", VERSION)], vec![(":v", n(command.version))])
-            .await?;
+        let delete = Delete::builder()
+            .table_name(&self.tables.state)
+            .key(PK, s(command_key(&command.id)))
+            .condition_expression("#v = :v")
+            .expression_attribute_names("#v", VERSION)
+            .expression_attribute_values(":v", n(command.version))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(build_err)?;
+        let outcome = self.write_with_marker(TransactWriteItem::builder().delete(delete).build(), &format!("deleting command {}", command.id)).await?;
+        let conflict = || StoreError::Conflict(format!("command {} is no longer at version {}", command.id, command.version));
         match outcome {
-            Ok(()) | Err(None) => Ok(()),
-            Err(Some(_)) => Err(StoreError::Conflict(format!("command {} is no longer at version {}", command.id, command.version))),
+            Ok(()) => Ok(()),
+            Err(Some(_)) => Err(conflict()),
+            // Gone already (done), unless the failure came without the old
+            // item: then look.
+            Err(None) => match self.get(&self.tables.state, &command_key(&command.id)).await? {
+                None => Ok(()),
+                Some(_) => Err(conflict()),
+            },
         }
     }
 
@@ -818,26 +945,24 @@ impl Store for DynamoStore {
             (BODY.to_owned(), s(json(offering)?)),
         ]
         .into();
-        // Keep the later of two marks.
-        self.put_if(
-            &self.tables.state,
-            item,
-            "attribute_not_exists(#pk) OR #until < :until",
-            &[("#pk", PK), ("#until", "until_ms")],
-            vec![(":until", n(until.as_millisecond()))],
-        )
-        .await?;
+        // Keep the later of two marks (a failed condition: a later one is there).
+        let put = Put::builder()
+            .table_name(&self.tables.state)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk) OR #until < :until")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#until", "until_ms")
+            .expression_attribute_values(":until", n(until.as_millisecond()))
+            .build()
+            .map_err(build_err)?;
+        let _ = self.write_with_marker(TransactWriteItem::builder().put(put).build(), &format!("marking {offering} unavailable")).await?;
         Ok(())
     }
 
     async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
-        let items = self.scan(&self.tables.state, Some("unavailable#")).await?;
         let now_ms = now.as_millisecond();
-        let mut out: Vec<OfferingKey> = items
-            .iter()
-            .filter(|i| number(i, "until_ms").is_some_and(|u| u > now_ms))
-            .map(body_of)
-            .collect::<Result<_, _>>()?;
+        let mut out: Vec<OfferingKey> =
+            self.state_view().await?.unavailable.iter().filter(|(_, until)| *until > now_ms).map(|(o, _)| o.clone()).collect();
         out.sort();
         Ok(out)
     }

@@ -213,8 +213,7 @@ impl<P: PortSet> Provisioner<P> {
         }
         // Removals in progress: the interruption and disruption functions
         // drive them; the provisioner is the safety net when one of those
-        // crashed. Not every tick: listing commands is a Scan, billed by
-        // every item of the state table.
+        // crashed. Not every tick: advancing one reads its node and pods.
         let mut removal_wake = None;
         if self.last_removals.is_none_or(|t| now.duration_since(t) >= self.settings.removals_interval) {
             self.last_removals = Some(now);
