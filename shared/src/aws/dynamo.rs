@@ -92,8 +92,8 @@ pub struct DynamoStore {
     /// The last Scan of the state table, with the marker it is valid for
     /// (shared by clones: they read the same tables).
     view: Arc<Mutex<Option<Arc<StateView>>>>,
-    /// Scans issued, for tests and diagnostics.
-    scans: Arc<AtomicU64>,
+    /// Scans of the state table issued, for tests and the invocations' log.
+    state_scans: Arc<AtomicU64>,
 }
 
 /// What one Scan of the state table read, as of `state#version` = `version`.
@@ -289,13 +289,13 @@ impl DynamoStore {
             tables,
             page_size: None,
             view: Arc::default(),
-            scans: Arc::default(),
+            state_scans: Arc::default(),
         }
     }
 
-    /// How many Scans this store (and its clones) issued.
-    pub fn scans(&self) -> u64 {
-        self.scans.load(Ordering::Relaxed)
+    /// How many Scans of the state table this store (and its clones) issued.
+    pub fn state_scans(&self) -> u64 {
+        self.state_scans.load(Ordering::Relaxed)
     }
 
     /// Smaller Scan pages (tests use it to exercise pagination).
@@ -374,7 +374,6 @@ impl DynamoStore {
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_values(":prefix", s(p));
         }
-        self.scans.fetch_add(1, Ordering::Relaxed);
         let mut pages = req.into_paginator().send();
         let mut items = Vec::new();
         while let Some(page) = pages.next().await {
@@ -525,6 +524,7 @@ impl DynamoStore {
         // and a write it half-sees moves the marker past it, so the next
         // read Scans again.
         let read_at = std::time::Instant::now();
+        self.state_scans.fetch_add(1, Ordering::Relaxed);
         let items = self.scan(&self.tables.state, None).await?;
         let mut view = StateView { version, read_at, claims: Vec::new(), usage: BTreeMap::new(), commands: Vec::new(), unavailable: Vec::new() };
         for item in &items {

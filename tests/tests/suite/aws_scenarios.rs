@@ -67,6 +67,25 @@ async fn walkthrough_one_on_ec2_and_dynamodb() {
     assert_eq!(tagged[0].instance_type().map(|t| t.as_str()), Some("r6gd.xlarge"));
 }
 
+/// A settled cluster costs the state table one GetItem per tick, not a
+/// Scan: over five quiet minutes of provisioner and disruption ticks (about
+/// 300 and 150) nothing moves `state#version`, so the state view is read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_cluster_scans_the_state_table_once_not_every_tick() {
+    let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
+    let (mut sim, f) = on_aws().await;
+    load_with_fixture_class(&mut sim, &s, &f).await;
+    scenario::run(&mut sim, &s).await.expect("runs");
+    assert!(scenario::check(&sim, &s.expect).await.is_empty());
+    // Let the node's registration and the first decisions' bookkeeping land.
+    sim.run_for(nodewright::ports::SignedDuration::from_mins(2)).await;
+    let before = sim.store.state_scans();
+    sim.run_for(nodewright::ports::SignedDuration::from_mins(5)).await;
+    let scans = sim.store.state_scans() - before;
+    assert!(scans <= 1, "{scans} Scans of the state table in five quiet minutes");
+    assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "nothing launched or removed meanwhile");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insufficient_capacity_moves_the_launch_to_another_zone_on_ec2() {
     let mut s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
