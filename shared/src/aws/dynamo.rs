@@ -92,8 +92,52 @@ pub struct DynamoStore {
     /// The last Scan of the state table, with the marker it is valid for
     /// (shared by clones: they read the same tables).
     view: Arc<Mutex<Option<Arc<StateView>>>>,
-    /// Scans of the state table issued, for tests and the invocations' log.
-    state_scans: Arc<AtomicU64>,
+    /// Requests issued, for tests and the invocations' log.
+    counters: Arc<Counters>,
+}
+
+/// DynamoDB requests a store and its clones issued, by kind: what the
+/// functions' invocation log reports, and what the running-cost model
+/// counts (a GetItem of a small item is one read unit; a Scan page is
+/// billed for every item it reads).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Requests {
+    pub get_item: u64,
+    pub scan_page: u64,
+    /// Whole Scans of the state table (each one page or more).
+    pub state_scans: u64,
+    pub put_item: u64,
+    pub delete_item: u64,
+    pub transact_write: u64,
+}
+
+impl std::ops::Sub for Requests {
+    type Output = Requests;
+    fn sub(self, o: Requests) -> Requests {
+        Requests {
+            get_item: self.get_item.saturating_sub(o.get_item),
+            scan_page: self.scan_page.saturating_sub(o.scan_page),
+            state_scans: self.state_scans.saturating_sub(o.state_scans),
+            put_item: self.put_item.saturating_sub(o.put_item),
+            delete_item: self.delete_item.saturating_sub(o.delete_item),
+            transact_write: self.transact_write.saturating_sub(o.transact_write),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    get_item: AtomicU64,
+    scan_page: AtomicU64,
+    state_scans: AtomicU64,
+    put_item: AtomicU64,
+    delete_item: AtomicU64,
+    transact_write: AtomicU64,
+}
+
+fn count(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What one Scan of the state table read, as of `state#version` = `version`.
@@ -289,13 +333,22 @@ impl DynamoStore {
             tables,
             page_size: None,
             view: Arc::default(),
-            state_scans: Arc::default(),
+            counters: Arc::default(),
         }
     }
 
-    /// How many Scans of the state table this store (and its clones) issued.
-    pub fn state_scans(&self) -> u64 {
-        self.state_scans.load(Ordering::Relaxed)
+    /// The requests this store (and its clones) issued so far.
+    pub fn requests(&self) -> Requests {
+        let c = &*self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Requests {
+            get_item: get(&c.get_item),
+            scan_page: get(&c.scan_page),
+            state_scans: get(&c.state_scans),
+            put_item: get(&c.put_item),
+            delete_item: get(&c.delete_item),
+            transact_write: get(&c.transact_write),
+        }
     }
 
     /// Smaller Scan pages (tests use it to exercise pagination).
@@ -377,6 +430,7 @@ impl DynamoStore {
         let mut pages = req.into_paginator().send();
         let mut items = Vec::new();
         while let Some(page) = pages.next().await {
+            count(&self.counters.scan_page);
             let page = page.map_err(|e| StoreError::from(ApiError::from_sdk("Scan", e)))?;
             items.extend(page.items().iter().cloned());
         }
@@ -384,6 +438,7 @@ impl DynamoStore {
     }
 
     async fn get(&self, table: &str, key: &str) -> Result<Option<Item>, StoreError> {
+        count(&self.counters.get_item);
         let out = self
             .client
             .get_item()
@@ -405,6 +460,7 @@ impl DynamoStore {
         for (k, v) in values {
             req = req.expression_attribute_values(k, v);
         }
+        count(&self.counters.put_item);
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) if matches!(e.as_service_error(), Some(PutItemError::ConditionalCheckFailedException(_))) => Ok(false),
@@ -436,6 +492,7 @@ impl DynamoStore {
         for (k, v) in values {
             req = req.expression_attribute_values(k, v);
         }
+        count(&self.counters.delete_item);
         match req.send().await {
             Ok(_) => Ok(Ok(())),
             Err(e) => match e.as_service_error() {
@@ -446,6 +503,7 @@ impl DynamoStore {
     }
 
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<TxOutcome, StoreError> {
+        count(&self.counters.transact_write);
         match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
             Ok(_) => Ok(TxOutcome::Done),
             Err(e) => {
@@ -524,7 +582,7 @@ impl DynamoStore {
         // and a write it half-sees moves the marker past it, so the next
         // read Scans again.
         let read_at = std::time::Instant::now();
-        self.state_scans.fetch_add(1, Ordering::Relaxed);
+        count(&self.counters.state_scans);
         let items = self.scan(&self.tables.state, None).await?;
         let mut view = StateView { version, read_at, claims: Vec::new(), usage: BTreeMap::new(), commands: Vec::new(), unavailable: Vec::new() };
         for item in &items {

@@ -32,7 +32,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 
-pub use dynamo::{DynamoStore, DynamoTables};
+pub use dynamo::{DynamoStore, DynamoTables, Requests};
 pub use ec2::{Ec2Cloud, Ec2CloudSettings, Refresh};
 pub use prices::{AwsPrices, PriceSource, StaticPrices};
 

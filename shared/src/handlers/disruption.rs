@@ -398,16 +398,20 @@ impl<P: PortSet> Disruption<P> {
         let mut report = TickReport::default();
         let now = self.ports.clock().now();
         let config = LoadedConfig::clone(&*self.config.read(self.ports.store(), now).await?);
-        if !self.renew().await? {
+        let due = self.pending.iter().any(|c| c.validate_at.is_none_or(|t| t <= now));
+        let decide = !due && self.pending.is_empty() && self.memory.lock().next_decision.is_none_or(|t| now >= t);
+        // The lease is renewed (a conditional write) only by a tick that
+        // decides or acts: the ticks between only advance removals, which
+        // needs no lease, and a write every tick would cost more than them.
+        if (due || decide) && !self.renew().await? {
             // Another invocation decides; what this one had pending is theirs to find again.
             self.pending.clear();
             report.idle = true;
             return Ok(report);
         }
-        let due = self.pending.iter().any(|c| c.validate_at.is_none_or(|t| t <= now));
         if due {
             self.revalidate(&config, now, &mut report).await?;
-        } else if self.pending.is_empty() && self.memory.lock().next_decision.is_none_or(|t| now >= t) {
+        } else if decide {
             self.decide(&config, now, &mut report).await?;
         }
         let wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;

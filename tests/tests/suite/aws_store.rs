@@ -255,19 +255,19 @@ async fn the_state_view_is_read_again_exactly_when_a_store_wrote() {
     let ids = |claims: Vec<Claim>| claims.into_iter().map(|c| c.id).collect::<Vec<_>>();
 
     assert!(a.claims().await.expect("claims").is_empty());
-    let scans = a.state_scans();
+    let scans = a.requests().state_scans;
     assert!(a.claims().await.expect("claims").is_empty());
     assert!(a.pool_usage().await.expect("usage").is_empty());
     assert!(a.commands().await.expect("commands").is_empty());
     assert!(a.unavailable_offerings(at(0)).await.expect("unavailable").is_empty());
-    assert_eq!(a.state_scans(), scans, "nothing moved: every list answered from one Scan");
+    assert_eq!(a.requests().state_scans, scans, "nothing moved: every list answered from one Scan");
 
     // A claim created elsewhere, with its usage.
     let c = claim("c1", "default", 1000);
     b.create_claim(&c, &none).await.expect("create");
     assert_eq!(ids(a.claims().await.expect("claims")), ["c1"]);
     assert_eq!(a.pool_usage().await.expect("usage")["default"]["cpu"], 1000);
-    assert_eq!(a.state_scans(), scans + 1, "one Scan after the marker moved, shared by both lists");
+    assert_eq!(a.requests().state_scans, scans + 1, "one Scan after the marker moved, shared by both lists");
 
     // An update that moves no usage (a plain conditional put before) moves the marker too.
     let mut registered = c.next();
@@ -300,12 +300,12 @@ async fn the_state_view_is_read_again_exactly_when_a_store_wrote() {
     assert_eq!(a.unavailable_offerings(at(0)).await.expect("unavailable"), vec![offering]);
 
     // Leases and the batch record move nothing.
-    let scans = a.state_scans();
+    let scans = a.requests().state_scans;
     let lease = Lease { name: "provisioner".into(), holder: "x".into(), expires_at: at(60) };
     assert!(b.acquire_lease(&lease, at(0)).await.expect("lease"));
     b.put_batch(None, &Batch::default()).await.expect("batch");
     assert_eq!(ids(a.claims().await.expect("claims")), ["c1"]);
-    assert_eq!(a.state_scans(), scans, "no Scan for a lease or a batch write");
+    assert_eq!(a.requests().state_scans, scans, "no Scan for a lease or a batch write");
 
     // The claim deleted elsewhere: gone, its usage released.
     b.delete_claim(&bigger).await.expect("delete");
