@@ -629,13 +629,13 @@ impl ConfigSet {
                 r.errors.push(duplicate(format!("nodepool/{name}")));
                 continue;
             }
-            let mut pool = match NodePool::from_spec(name, spec) {
+            let mut pool = match NodePool::from_spec_all(name, spec) {
                 Ok(mut p) => {
                     p.annotations.clone_from(annotations);
                     p
                 }
                 Err(e) => {
-                    r.errors.push(e);
+                    r.errors.extend(e);
                     continue;
                 }
             };

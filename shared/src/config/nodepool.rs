@@ -167,90 +167,116 @@ impl Limits {
 }
 
 impl NodePool {
-    /// Validates a spec; every error names the field and the reason.
+    /// Validates a spec; the first error (see [`NodePool::from_spec_all`]).
     pub fn from_spec(name: &str, spec: &NodePoolSpec) -> Result<NodePool, ConfigError> {
-        let err = |field: String, reason: String| ConfigError { item: format!("nodepool/{name}"), field, reason };
+        Self::from_spec_all(name, spec).map_err(|mut errors| errors.swap_remove(0))
+    }
+
+    /// Validates a spec; every error, each naming its field and reason (a
+    /// pool with five mistakes gets five), never an empty list.
+    pub fn from_spec_all(name: &str, spec: &NodePoolSpec) -> Result<NodePool, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut bad = |field: String, reason: String| errors.push(ConfigError { item: format!("nodepool/{name}"), field, reason });
         if name.is_empty() {
-            return Err(err("metadata.name".into(), "must not be empty".into()));
+            bad("metadata.name".into(), "must not be empty".into());
         }
         let t = &spec.template;
         let mut requirements = Requirements::new();
         for (i, r) in t.spec.requirements.iter().enumerate() {
             let field = format!("spec.template.spec.requirements[{i}]");
-            let req = requirement_from_spec(r).map_err(|e| err(field.clone(), e.to_string()))?;
-            if r.key == labels::NODEPOOL || r.key == labels::HOSTNAME {
-                return Err(err(format!("{field}.key"), format!("{} is restricted", r.key)));
+            if let Some(why) = labels::restriction(&r.key) {
+                bad(format!("{field}.key"), why);
+                continue;
             }
-            requirements.add(labels::normalize(&r.key), req);
+            match requirement_from_spec(r) {
+                Ok(req) => requirements.add(labels::normalize(&r.key), req),
+                Err(e) => bad(field, e.to_string()),
+            }
         }
         for (k, v) in &t.metadata.labels {
-            if k == labels::NODEPOOL || k == labels::HOSTNAME {
-                return Err(err(format!("spec.template.metadata.labels[{k}]"), "label is restricted".into()));
+            let field = format!("spec.template.metadata.labels[{k}]");
+            if let Some(why) = labels::restriction(k) {
+                bad(field, why);
+                continue;
             }
-            let compatible = requirements.get(k).is_none_or(|r| r.has(v));
-            if !compatible {
-                return Err(err(
-                    format!("spec.template.metadata.labels[{k}]"),
-                    format!("value {v:?} conflicts with the requirements on {k}"),
-                ));
+            if requirements.get(k).is_some_and(|r| !r.has(v)) {
+                bad(field, format!("value {v:?} conflicts with the requirements on {k}"));
+                continue;
             }
             requirements.add(labels::normalize(k), Requirement::single(v.clone()));
         }
         for (k, r) in requirements.iter() {
             if r.is_empty() && !r.allows_absence() {
-                return Err(err("spec.template.spec.requirements".into(), format!("requirements on {k} allow no value")));
+                bad("spec.template.spec.requirements".into(), format!("requirements on {k} allow no value"));
             }
         }
         requirements.add(labels::NODEPOOL, Requirement::single(name));
-        let taints = taints_from_spec(&t.spec.taints, "spec.template.spec.taints").map_err(|(f, r)| err(f, r))?;
-        let startup_taints =
-            taints_from_spec(&t.spec.startup_taints, "spec.template.spec.startupTaints").map_err(|(f, r)| err(f, r))?;
+        let taints = taints_from_spec(&t.spec.taints, "spec.template.spec.taints").unwrap_or_else(|(f, r)| {
+            bad(f, r);
+            Vec::new()
+        });
+        let startup_taints = taints_from_spec(&t.spec.startup_taints, "spec.template.spec.startupTaints").unwrap_or_else(|(f, r)| {
+            bad(f, r);
+            Vec::new()
+        });
         let mut limits = Limits::default();
         for (res, q) in &spec.limits {
             let field = format!("spec.limits.{res}");
             let text = match q {
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Number(n) => n.to_string(),
-                other => return Err(err(field, format!("expected a quantity, got {other}"))),
+                other => {
+                    bad(field, format!("expected a quantity, got {other}"));
+                    continue;
+                }
             };
-            let value = if res == resources::CPU {
-                resources::parse_milli(&text)
-            } else {
-                resources::parse_whole(&text)
+            let value = if res == resources::CPU { resources::parse_milli(&text) } else { resources::parse_whole(&text) };
+            match value {
+                Ok(v) if v < 0 => bad(field, "must not be negative".into()),
+                Ok(v) => {
+                    limits.resources.insert(res.clone(), v);
+                }
+                Err(e) => bad(field, e.to_string()),
             }
-            .map_err(|e| err(field.clone(), e.to_string()))?;
-            if value < 0 {
-                return Err(err(field, "must not be negative".into()));
-            }
-            limits.resources.insert(res.clone(), value);
         }
         let weight = spec.weight.unwrap_or(0);
         if !(0..=100).contains(&weight) {
-            return Err(err("spec.weight".into(), format!("must be between 0 and 100, got {weight}")));
+            bad("spec.weight".into(), format!("must be between 0 and 100, got {weight}"));
         }
         let launch_kubelet = t.spec.kubelet.clone().unwrap_or_default();
-        launch_kubelet.validate("spec.template.spec.kubelet").map_err(|(f, r)| err(f, r))?;
+        if let Err((f, r)) = launch_kubelet.validate("spec.template.spec.kubelet") {
+            bad(f, r);
+        }
         if let Some(r) = &t.spec.node_class_ref {
             let field = "spec.template.spec.nodeClassRef";
             if r.name.is_empty() {
-                return Err(err(format!("{field}.name"), "must not be empty".into()));
+                bad(format!("{field}.name"), "must not be empty".into());
             }
             if let Some(g) = r.group.as_deref().filter(|g| *g != NODE_CLASS_GROUP) {
-                return Err(err(format!("{field}.group"), format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})")));
+                bad(format!("{field}.group"), format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})"));
             }
             if let Some(k) = r.kind.as_deref().filter(|k| *k != NODE_CLASS_KIND) {
-                return Err(err(format!("{field}.kind"), format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})")));
+                bad(format!("{field}.kind"), format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})"));
             }
         }
-        let disruption = Disruption::from_spec(spec.disruption.as_ref(), "spec.disruption").map_err(|(f, r)| err(f, r))?;
+        let disruption = Disruption::from_spec(spec.disruption.as_ref(), "spec.disruption").unwrap_or_else(|(f, r)| {
+            bad(f, r);
+            Disruption::default()
+        });
         let expire_after = match t.spec.expire_after.as_deref() {
             None => Some(DEFAULT_EXPIRE_AFTER),
-            Some(s) => parse_duration_or_never(s).map_err(|r| err("spec.template.spec.expireAfter".into(), r))?,
+            Some(s) => parse_duration_or_never(s).unwrap_or_else(|r| {
+                bad("spec.template.spec.expireAfter".into(), r);
+                None
+            }),
         };
         let termination_grace_period = match t.spec.termination_grace_period.as_deref() {
             None => None,
-            Some(s) => Some(parse_duration(s).map_err(|r| err("spec.template.spec.terminationGracePeriod".into(), r))?),
+            Some(s) => parse_duration(s).map_err(|r| bad("spec.template.spec.terminationGracePeriod".into(), r)).ok(),
         };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
         Ok(NodePool {
             name: name.to_owned(),
             weight,
@@ -385,6 +411,45 @@ mod tests {
             assert!(e.reason.contains(reason), "{json}: {}", e.reason);
             assert_eq!(e.item, "nodepool/p");
         }
+    }
+
+    /// Every mistake of a pool at once, as a webhook would list them.
+    #[test]
+    fn five_mistakes_are_five_errors() {
+        let json = serde_json::json!({
+            "template": {
+                "metadata": {"labels": {"kubernetes.io/team": "a"}},
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.k8s.aws/instance-family", "operator": "Inn", "values": ["m5"]},
+                        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["four"]},
+                        {"key": "sigs.k8s.io/thing", "operator": "Exists"}
+                    ],
+                    "expireAfter": "forever"
+                }
+            },
+            "limits": {"cpu": "8Gx"}
+        });
+        let errors = NodePool::from_spec_all("p", &spec(json)).expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.requirements[0]",
+                "spec.template.spec.requirements[1]",
+                "spec.template.spec.requirements[2].key",
+                "spec.template.metadata.labels[kubernetes.io/team]",
+                "spec.limits.cpu",
+                "spec.template.spec.expireAfter",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[0].reason.contains("Inn"), "{}", errors[0].reason);
+        assert!(errors[1].reason.contains("integer"), "{}", errors[1].reason);
+        assert!(errors[2].reason.contains("\"k8s.io\" is restricted"), "{}", errors[2].reason);
+        assert!(errors[3].reason.contains("\"kubernetes.io\" is restricted"), "{}", errors[3].reason);
+        // The first of them is what `from_spec` reports.
+        assert_eq!(NodePool::from_spec("p", &spec(serde_json::json!({"weight": 101}))).expect_err("weight").field, "spec.weight");
     }
 
     #[test]

@@ -60,6 +60,75 @@ pub const WELL_KNOWN: [&str; 19] = [
     INSTANCE_NETWORK_BANDWIDTH,
 ];
 
+/// Labels of the `kubernetes.io` domains a NodePool may set or require.
+const KUBERNETES_IO_ALLOWED: [&str; 10] = [
+    "beta.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+    ZONE,
+    REGION,
+    ARCH,
+    OS,
+    "node.kubernetes.io/windows-build",
+];
+
+/// The `karpenter.k8s.aws` labels a NodePool may set or require: the
+/// instance-type facts the provider labels nodes with.
+const KARPENTER_AWS_ALLOWED: [&str; 20] = [
+    INSTANCE_CATEGORY,
+    INSTANCE_FAMILY,
+    INSTANCE_GENERATION,
+    INSTANCE_SIZE,
+    INSTANCE_CPU,
+    INSTANCE_MEMORY,
+    INSTANCE_HYPERVISOR,
+    INSTANCE_GPU_COUNT,
+    INSTANCE_GPU_NAME,
+    INSTANCE_LOCAL_NVME,
+    INSTANCE_NETWORK_BANDWIDTH,
+    "karpenter.k8s.aws/instance-encryption-in-transit-supported",
+    "karpenter.k8s.aws/instance-cpu-manufacturer",
+    "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
+    "karpenter.k8s.aws/instance-ebs-bandwidth",
+    "karpenter.k8s.aws/instance-gpu-manufacturer",
+    "karpenter.k8s.aws/instance-gpu-memory",
+    "karpenter.k8s.aws/instance-accelerator-name",
+    "karpenter.k8s.aws/instance-accelerator-manufacturer",
+    "karpenter.k8s.aws/instance-accelerator-count",
+];
+
+/// Why a NodePool may not set `key` as a template label or requirement,
+/// by Karpenter's v1 schema rules: `kubernetes.io/hostname` and
+/// `karpenter.sh/nodepool` are the system's; the `kubernetes.io`, `k8s.io`,
+/// `karpenter.sh` and `karpenter.k8s.aws` domains (and their subdomains)
+/// are reserved except for their well-known labels, `node.kubernetes.io`,
+/// `node-restriction.kubernetes.io` and `kops.k8s.io`.
+pub fn restriction(key: &str) -> Option<String> {
+    if key == HOSTNAME || key == NODEPOOL {
+        return Some(format!("label {key:?} is restricted"));
+    }
+    let (domain, _) = key.split_once('/')?;
+    let under = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    let allowed = if under("kubernetes.io") {
+        KUBERNETES_IO_ALLOWED.contains(&key) || under("node.kubernetes.io") || under("node-restriction.kubernetes.io")
+    } else if under("k8s.io") {
+        under("kops.k8s.io")
+    } else if under("karpenter.sh") {
+        key == CAPACITY_TYPE
+    } else if under("karpenter.k8s.aws") {
+        KARPENTER_AWS_ALLOWED.contains(&key)
+    } else {
+        true
+    };
+    let reserved = ["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws"].into_iter().find(|d| under(d));
+    match (allowed, reserved) {
+        (false, Some(d)) => Some(format!("label domain {d:?} is restricted ({key:?} is not one of its well-known labels)")),
+        _ => None,
+    }
+}
+
 pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN.contains(&key)
 }
@@ -105,6 +174,39 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
+    #[test]
+    fn reserved_domains_allow_only_their_well_known_labels() {
+        for ok in [
+            "kubernetes.io/arch",
+            "topology.kubernetes.io/zone",
+            "node.kubernetes.io/instance-type",
+            "example.node.kubernetes.io/x",
+            "node-restriction.kubernetes.io/team",
+            "kops.k8s.io/instancegroup",
+            "karpenter.sh/capacity-type",
+            "karpenter.k8s.aws/instance-family",
+            "topology.k8s.aws/zone-id",
+            "team",
+            "example.com/team",
+            "beta.kubernetes.io/arch",
+        ] {
+            assert_eq!(restriction(ok), None, "{ok}");
+        }
+        for (bad, domain) in [
+            ("kubernetes.io/hostname", "kubernetes.io/hostname"),
+            ("karpenter.sh/nodepool", "karpenter.sh/nodepool"),
+            ("kubernetes.io/team", "\"kubernetes.io\""),
+            ("foo.kubernetes.io/x", "\"kubernetes.io\""),
+            ("k8s.io/x", "\"k8s.io\""),
+            ("sigs.k8s.io/x", "\"k8s.io\""),
+            ("karpenter.sh/do-not-disrupt", "\"karpenter.sh\""),
+            ("karpenter.k8s.aws/ec2nodeclass", "\"karpenter.k8s.aws\""),
+        ] {
+            let why = restriction(bad).unwrap_or_else(|| panic!("{bad} should be restricted"));
+            assert!(why.contains(domain), "{bad}: {why}");
+        }
+    }
+    
     #[test]
     fn hints_near_misses() {
         assert_eq!(typo_hint("kubernetes.io/archh"), Some(ARCH));
