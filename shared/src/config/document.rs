@@ -604,9 +604,9 @@ impl ConfigSet {
                         r.errors.push(duplicate(format!("nodeclass/{name}")));
                         continue;
                     }
-                    match NodeClass::from_spec(name, spec) {
+                    match NodeClass::from_spec_all(name, spec) {
                         Ok(c) => r.set.node_classes.push(c),
-                        Err(e) => r.errors.push(e),
+                        Err(e) => r.errors.extend(e),
                     }
                 }
                 ConfigDocument::Settings { name, spec } => {
@@ -926,12 +926,14 @@ mod tests {
     #[test]
     fn all_errors_are_collected() {
         let text = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {role: r}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec: {weight: 500, template: {spec: {nodeClassRef: {name: c}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: b}\nspec: {template: {spec: {nodeClassRef: {name: d}}}}\n";
-        let errors = ConfigSet::parse(text).expect_err("three errors");
+        let errors = ConfigSet::parse(text).expect_err("five errors");
         let got: Vec<(&str, &str)> = errors.iter().map(|e| (e.item.as_str(), e.field.as_str())).collect();
         assert_eq!(
             got,
             vec![
                 ("nodeclass/c", "spec.amiSelectorTerms"),
+                ("nodeclass/c", "spec.subnetSelectorTerms"),
+                ("nodeclass/c", "spec.securityGroupSelectorTerms"),
                 ("nodepool/a", "spec.weight"),
                 ("nodepool/b", "spec.template.spec.nodeClassRef.name"),
             ]

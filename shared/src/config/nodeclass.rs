@@ -433,33 +433,49 @@ pub struct NodeClass {
 const MAX_TERMS: usize = 30;
 
 impl NodeClass {
-    /// Validates a spec; every error names the field and the reason.
+    /// Validates a spec; the first error (see [`NodeClass::from_spec_all`]).
     pub fn from_spec(name: &str, spec: &EC2NodeClassSpec) -> Result<NodeClass, ConfigError> {
-        let err = |(field, reason): (String, String)| ConfigError { item: format!("nodeclass/{name}"), field, reason };
+        Self::from_spec_all(name, spec).map_err(|mut errors| errors.swap_remove(0))
+    }
+
+    /// Validates a spec; every error, each naming its field and reason,
+    /// never an empty list.
+    pub fn from_spec_all(name: &str, spec: &EC2NodeClassSpec) -> Result<NodeClass, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut bad = |(field, reason): (String, String)| errors.push(ConfigError { item: format!("nodeclass/{name}"), field, reason });
         if name.is_empty() {
-            return Err(err(("metadata.name".into(), "must not be empty".into())));
+            bad(("metadata.name".into(), "must not be empty".into()));
         }
         let family = match spec.ami_family.as_deref() {
             None => None,
-            Some(s) => Some(AmiFamily::parse(s).ok_or_else(|| {
+            Some(s) => AmiFamily::parse(s).or_else(|| {
                 let hint = if s == "Ubuntu" { "; v1 dropped Ubuntu: use Custom with amiSelectorTerms" } else { "" };
-                err(("spec.amiFamily".into(), format!("unknown AMI family {s:?} (AL2, AL2023, Bottlerocket, Windows2019, Windows2022, Custom){hint}")))
-            })?),
+                bad(("spec.amiFamily".into(), format!("unknown AMI family {s:?} (AL2, AL2023, Bottlerocket, Windows2019, Windows2022, Custom){hint}")));
+                None
+            }),
         };
-        let ami_selector_terms = ami_terms(&spec.ami_selector_terms).map_err(err)?;
+        let ami_selector_terms = ami_terms(&spec.ami_selector_terms).unwrap_or_else(|e| {
+            bad(e);
+            Vec::new()
+        });
         let alias_family = ami_selector_terms.iter().find_map(|t| match t {
             AmiSelector::Alias { family, .. } => Some(*family),
             _ => None,
         });
         let ami_family = match (family, alias_family) {
             (None, None) => {
-                return Err(err(("spec.amiFamily".into(), "required when amiSelectorTerms has no alias".into())));
+                // Said once: an unknown family or unreadable terms were reported above.
+                if spec.ami_family.is_none() && !ami_selector_terms.is_empty() {
+                    bad(("spec.amiFamily".into(), "required when amiSelectorTerms has no alias".into()));
+                }
+                AmiFamily::Custom
             }
             (Some(f), Some(a)) if f != a && f != AmiFamily::Custom => {
-                return Err(err((
+                bad((
                     "spec.amiFamily".into(),
                     format!("{f} conflicts with the alias's family {a} (leave amiFamily unset, or use {a} or Custom)"),
-                )));
+                ));
+                f
             }
             (Some(f), _) => f,
             (None, Some(a)) => a,
@@ -468,46 +484,63 @@ impl NodeClass {
             "spec.subnetSelectorTerms",
             spec.subnet_selector_terms.iter().map(|t| (t.id.as_deref(), None, &t.tags)),
         )
-        .map_err(err)?;
+        .unwrap_or_else(|e| {
+            bad(e);
+            Vec::new()
+        });
         let security_group_selector_terms = selector_terms(
             "spec.securityGroupSelectorTerms",
             spec.security_group_selector_terms.iter().map(|t| (t.id.as_deref(), t.name.as_deref(), &t.tags)),
         )
-        .map_err(err)?;
+        .unwrap_or_else(|e| {
+            bad(e);
+            Vec::new()
+        });
         let identity = match (&spec.role, &spec.instance_profile) {
             (Some(role), None) => NodeIdentity::Role(role.clone()),
             (None, Some(profile)) => NodeIdentity::InstanceProfile(profile.clone()),
-            (Some(_), Some(_)) => {
-                return Err(err(("spec.instanceProfile".into(), "exactly one of role and instanceProfile may be set, not both".into())));
+            (Some(role), Some(_)) => {
+                bad(("spec.instanceProfile".into(), "exactly one of role and instanceProfile may be set, not both".into()));
+                NodeIdentity::Role(role.clone())
             }
             (None, None) if spec.default_instance_profile => NodeIdentity::DefaultInstanceProfile,
-            (None, None) => return Err(err(("spec.role".into(), "exactly one of role and instanceProfile is required".into()))),
+            (None, None) => {
+                bad(("spec.role".into(), "exactly one of role and instanceProfile is required".into()));
+                NodeIdentity::DefaultInstanceProfile
+            }
         };
         if spec.default_instance_profile && identity != NodeIdentity::DefaultInstanceProfile {
-            return Err(err(("spec.defaultInstanceProfile".into(), "cannot be combined with role or instanceProfile".into())));
+            bad(("spec.defaultInstanceProfile".into(), "cannot be combined with role or instanceProfile".into()));
         }
         match &identity {
-            NodeIdentity::Role(r) if r.is_empty() => return Err(err(("spec.role".into(), "must not be empty".into()))),
-            NodeIdentity::InstanceProfile(p) if p.is_empty() => {
-                return Err(err(("spec.instanceProfile".into(), "must not be empty".into())));
-            }
+            NodeIdentity::Role(r) if r.is_empty() => bad(("spec.role".into(), "must not be empty".into())),
+            NodeIdentity::InstanceProfile(p) if p.is_empty() => bad(("spec.instanceProfile".into(), "must not be empty".into())),
             _ => {}
         }
         for k in spec.tags.keys() {
             let field = format!("spec.tags[{k}]");
             if k.is_empty() {
-                return Err(err((field, "tag keys must not be empty".into())));
-            }
-            if RESERVED_TAG_KEYS.contains(&k.as_str()) || k.starts_with(RESERVED_TAG_PREFIX) {
-                return Err(err((field, format!("tag {k:?} is reserved: Karpenter sets it on the instances it launches"))));
+                bad((field, "tag keys must not be empty".into()));
+            } else if RESERVED_TAG_KEYS.contains(&k.as_str()) || k.starts_with(RESERVED_TAG_PREFIX) {
+                bad((field, format!("tag {k:?} is reserved: Karpenter sets it on the instances it launches")));
             }
         }
         let kubelet = spec.kubelet.clone().unwrap_or_default();
-        kubelet.validate("spec.kubelet").map_err(err)?;
+        if let Err(e) = kubelet.validate("spec.kubelet") {
+            bad(e);
+        }
         if let Some(p) = &spec.instance_store_policy
             && p != "RAID0"
         {
-            return Err(err(("spec.instanceStorePolicy".into(), format!("unknown policy {p:?} (RAID0)"))));
+            bad(("spec.instanceStorePolicy".into(), format!("unknown policy {p:?} (RAID0)")));
+        }
+        if let Some(m) = &spec.metadata_options {
+            for e in metadata_options_errors(m) {
+                bad(e);
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         Ok(NodeClass {
             name: name.to_owned(),
@@ -527,6 +560,34 @@ impl NodeClass {
             context: spec.context.clone(),
         })
     }
+}
+
+/// `metadataOptions` as EC2 takes them (Karpenter's schema): each field
+/// one of its values, the hop limit 1–64, nothing else.
+fn metadata_options_errors(m: &serde_json::Value) -> Vec<(String, String)> {
+    const FIELD: &str = "spec.metadataOptions";
+    let Some(fields) = m.as_object() else {
+        return vec![(FIELD.into(), format!("expected an object, got {m}"))];
+    };
+    let mut out = Vec::new();
+    for (k, v) in fields {
+        let field = format!("{FIELD}.{k}");
+        let one_of = |allowed: &[&str]| match v.as_str() {
+            Some(s) if allowed.contains(&s) => None,
+            _ => Some((field.clone(), format!("{v} is not one of {}", allowed.join(", ")))),
+        };
+        let problem = match k.as_str() {
+            "httpEndpoint" | "httpProtocolIPv6" => one_of(&["enabled", "disabled"]),
+            "httpTokens" => one_of(&["required", "optional"]),
+            "httpPutResponseHopLimit" => match v.as_i64() {
+                Some(1..=64) => None,
+                _ => Some((field.clone(), format!("{v} is not an integer from 1 to 64"))),
+            },
+            _ => Some((field.clone(), "unknown field (httpEndpoint, httpProtocolIPv6, httpPutResponseHopLimit, httpTokens)".into())),
+        };
+        out.extend(problem);
+    }
+    out
 }
 
 fn check_term_tags(tags: &BTreeMap<String, String>, field: &str) -> Result<(), (String, String)> {
@@ -692,6 +753,35 @@ mod tests {
             }
         }
         spec(v)
+    }
+
+    /// Every mistake of a class at once, `metadataOptions` included.
+    #[test]
+    fn every_mistake_of_a_class_is_reported() {
+        let spec: EC2NodeClassSpec = serde_json::from_value(serde_json::json!({
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "role": "KarpenterNodeRole",
+            "subnetSelectorTerms": [],
+            "securityGroupSelectorTerms": [{"tags": {"a": "b"}}],
+            "tags": {"karpenter.sh/nodepool": "x"},
+            "instanceStorePolicy": "RAID5",
+            "metadataOptions": {"httpTokens": "maybe", "httpPutResponseHopLimit": 0, "httpEndpoint": "enabled"}
+        }))
+        .expect("parses");
+        let errors = NodeClass::from_spec_all("c", &spec).expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.subnetSelectorTerms",
+                "spec.tags[karpenter.sh/nodepool]",
+                "spec.instanceStorePolicy",
+                "spec.metadataOptions.httpPutResponseHopLimit",
+                "spec.metadataOptions.httpTokens",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors.iter().all(|e| e.item == "nodeclass/c"));
     }
 
     #[test]

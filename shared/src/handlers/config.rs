@@ -226,13 +226,15 @@ mod tests {
             got,
             [
                 ("nodeclass/broken", "spec.amiSelectorTerms"),
+                ("nodeclass/broken", "spec.subnetSelectorTerms"),
+                ("nodeclass/broken", "spec.securityGroupSelectorTerms"),
                 ("nodepool/missing", "spec.template.spec.nodeClassRef.name"),
                 ("nodepool/no-ref", "spec.template.spec.nodeClassRef"),
                 ("nodepool/on-broken", "spec.template.spec.nodeClassRef.name"),
             ]
         );
-        assert!(config.invalid[1].reason.contains("does not exist"), "{}", config.invalid[1].reason);
-        assert!(config.invalid[3].reason.contains("is invalid"), "{}", config.invalid[3].reason);
+        assert!(config.invalid[3].reason.contains("does not exist"), "{}", config.invalid[3].reason);
+        assert!(config.invalid[5].reason.contains("is invalid"), "{}", config.invalid[5].reason);
         let reason = config.no_pool_reason().expect("a reason");
         assert!(reason.contains("nodepool/missing") && !reason.contains("no NodePool exists"), "{reason}");
     }
