@@ -21,7 +21,7 @@ use crate::ports::{
     BindOutcome, Cloud, CloudCatalog, Cluster, ClusterEvent, Clock, Lease,
     PodKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
 };
-use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked, Solving};
+use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked, ParkedGroup, Solving};
 use crate::provisioning::claim::{Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
@@ -239,8 +239,7 @@ impl<P: PortSet> Provisioner<P> {
         // Parked pods are looked at again when the configuration or any
         // pool's reserved usage changes (room may have appeared), or after a while.
         let fingerprint = fingerprint(config.fingerprint, &store.pool_usage().await?);
-        let parked_now =
-            |uid: &str| state.parked.get(uid).is_some_and(|p| p.config_fingerprint == fingerprint && p.retry_at > now);
+        let parked_now = |uid: &str| state.is_parked(uid, fingerprint, now);
         let waiting_pods: Vec<&Pod> = pending
             .iter()
             .filter(|p| is_provisionable(p))
@@ -252,9 +251,9 @@ impl<P: PortSet> Provisioner<P> {
         match batcher::step(state.window.as_ref(), &waiting, now, batch_window(&config, self.settings.window)) {
             BatchStep::Idle => {
                 let pending_uids = uids(&pending);
-                if state.parked.keys().any(|uid| !pending_uids.contains(uid.as_str())) {
-                    let mut next = state.clone();
-                    next.parked.retain(|uid, _| pending_uids.contains(uid.as_str()));
+                let mut next = state.clone();
+                next.retain_pending(&pending_uids);
+                if next != state {
                     next.version += 1;
                     self.write_batch(stored.as_ref(), &next).await?;
                 }
@@ -486,37 +485,87 @@ impl<P: PortSet> Provisioner<P> {
         let mut next = state.clone();
         next.solving = None;
         let pending_uids = uids(pending);
-        next.parked.retain(|uid, _| pending_uids.contains(uid.as_str()));
-        let mut reported = 0;
+        next.retain_pending(&pending_uids);
+        // Pods parked by hash stay known (reported) across solves; this
+        // solve's pods move from their old group to this solve's.
+        let solved: HashSet<u32> = unplaceable.iter().map(|(k, _)| batcher::uid_hash(&k.uid)).collect();
+        let known_by_hash: HashSet<u32> =
+            next.parked_more.iter().flat_map(|g| g.pods.iter().copied()).filter(|h| solved.contains(h)).collect();
+        for g in &mut next.parked_more {
+            g.pods.retain(|h| !solved.contains(h));
+        }
+        next.parked_more.retain(|g| !g.pods.is_empty());
+        let mut more = ParkedGroup { config_fingerprint: fingerprint, retry_at: now + self.settings.parked_retry, pods: Default::default() };
+        let mut more_room = batcher::MAX_PARKED_MORE.saturating_sub(next.parked_more.iter().map(|g| g.pods.len()).sum());
+        let (mut reported, mut unreported, mut unparked) = (0usize, 0usize, 0usize);
+        let mut events = Vec::new();
+        let mut size: usize = next.parked.iter().map(|(uid, p)| parked_size(uid, p)).sum();
         let with_claims: HashSet<&str> =
             pending.iter().filter(|p| volumes::uses_claims(p)).filter_map(|p| p.metadata.uid.as_deref()).collect();
         for (pod, reason) in unplaceable {
+            // The record keeps a bounded copy; the event and the log line the whole reason.
+            let stored = stored_reason(&reason);
             let retry =
                 if with_claims.contains(pod.uid.as_str()) { self.settings.parked_volume_retry } else { self.settings.parked_retry };
-            let known = next.parked.get(&pod.uid).is_some_and(|p| p.reason == reason);
-            if !known {
+            let hash = batcher::uid_hash(&pod.uid);
+            let known = next.parked.get(&pod.uid).is_some_and(|p| p.reason == stored) || known_by_hash.contains(&hash);
+            if !known && reported >= REPORTS_PER_SOLVE {
+                // Not parked either: solved again with the next window, and reported then.
+                unreported += 1;
+                continue;
+            } else if !known {
                 reported += 1;
-                warn!(pod = %pod, %reason, "could not schedule pod");
-                let event = ClusterEvent {
+                if reported <= LOG_LINES_PER_SOLVE {
+                    warn!(pod = %pod, %reason, "could not schedule pod");
+                }
+                events.push(ClusterEvent {
                     kind: "Pod".to_owned(),
                     namespace: Some(pod.namespace.clone()),
                     name: pod.name.clone(),
                     type_: "Warning".to_owned(),
                     reason: "FailedScheduling".to_owned(),
                     message: format!("Failed to schedule pod, {reason}"),
-                };
-                if let Err(e) = self.ports.cluster().record_event(&event).await {
-                    debug!(pod = %pod, error = %e, "could not publish event");
+                });
+            }
+            let entry = Parked { pod: pod.to_string(), reason: stored, config_fingerprint: fingerprint, retry_at: now + retry };
+            let (old, new) = (next.parked.get(&pod.uid).map_or(0, |p| parked_size(&pod.uid, p)), parked_size(&pod.uid, &entry));
+            if old == 0 && size + new > PARKED_BUDGET {
+                // Beyond the detailed budget: parked by hash, if there is room.
+                if more_room > 0 {
+                    more_room -= 1;
+                    if with_claims.contains(pod.uid.as_str()) {
+                        more.retry_at = more.retry_at.min(now + self.settings.parked_volume_retry);
+                    }
+                    more.pods.insert(hash);
+                } else {
+                    unparked += 1;
+                }
+                continue;
+            }
+            size = size + new - old;
+            next.parked.insert(pod.uid.clone(), entry);
+        }
+        if !more.pods.is_empty() {
+            next.parked_more.push(more);
+        }
+        for chunk in events.chunks(EVENT_CONCURRENCY) {
+            let posted = futures_util::future::join_all(chunk.iter().map(|e| self.ports.cluster().record_event(e))).await;
+            for (event, result) in chunk.iter().zip(posted) {
+                if let Err(e) = result {
+                    debug!(pod = %event.name, error = %e, "could not publish event");
                 }
             }
-            next.parked.insert(
-                pod.uid.clone(),
-                Parked {
-                    pod: pod.to_string(),
-                    reason,
-                    config_fingerprint: fingerprint,
-                    retry_at: now + retry,
-                },
+        }
+        if reported > LOG_LINES_PER_SOLVE {
+            warn!(pods = reported - LOG_LINES_PER_SOLVE, "could not schedule {} more pod(s) (a line for the first {LOG_LINES_PER_SOLVE}; an event for each)", reported - LOG_LINES_PER_SOLVE);
+        }
+        if unreported > 0 {
+            info!(pods = unreported, "{unreported} more unschedulable pod(s) are reported with the next window (at most {REPORTS_PER_SOLVE} a solve)");
+        }
+        if unparked > 0 {
+            warn!(
+                pods = unparked,
+                "{unparked} unschedulable pod(s) not parked: the batch record is at its size bound; they are solved again with each window"
             );
         }
         if next != *state {
@@ -538,6 +587,37 @@ impl<P: PortSet> Provisioner<P> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// What the batch record may spend on parked pods with their reasons: a
+/// DynamoDB item is at most 400 KB; the window's hashes take up to 80 KB
+/// and the pods parked by hash up to 200 KB (so 20,000 unschedulable pods
+/// are all parked, and solved again only when something changed).
+const PARKED_BUDGET: usize = 60_000;
+/// A parked reason is kept to this many bytes in the record.
+const PARKED_REASON_MAX: usize = 300;
+/// Pods newly reported (a FailedScheduling event each) per solve; the
+/// rest stay unparked and are reported with the next window.
+const REPORTS_PER_SOLVE: usize = 10_000;
+/// Of those, a log line each for the first few; one line counts the rest.
+const LOG_LINES_PER_SOLVE: usize = 20;
+/// Events posted at once.
+const EVENT_CONCURRENCY: usize = 32;
+
+/// A parked entry's share of the serialised record (JSON keys and punctuation included).
+fn parked_size(uid: &str, p: &Parked) -> usize {
+    uid.len() + p.pod.len() + p.reason.len() + 110
+}
+
+fn stored_reason(reason: &str) -> String {
+    if reason.len() <= PARKED_REASON_MAX {
+        return reason.to_owned();
+    }
+    let mut cut = PARKED_REASON_MAX - 3;
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &reason[..cut])
 }
 
 fn uids(pods: &[Pod]) -> HashSet<&str> {

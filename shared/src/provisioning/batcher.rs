@@ -34,6 +34,11 @@ pub struct Batch {
     /// Pod uid → why it could not be placed.
     #[serde(default)]
     pub parked: BTreeMap<String, Parked>,
+    /// Pods parked beyond what `parked` may hold (the record stays far
+    /// below DynamoDB's 400 KB item limit): by uid hash only, without a
+    /// reason, in groups that share a fingerprint and a retry time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parked_more: Vec<ParkedGroup>,
     /// The invocation solving a closed window right now: no other one
     /// batches until it is done (or its claim on the solve expires), so two
     /// concurrent invocations never plan the same pods twice.
@@ -54,6 +59,38 @@ pub struct Parked {
     pub retry_at: Timestamp,
 }
 
+/// Pods parked together by uid hash (see [`Batch::parked_more`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedGroup {
+    pub config_fingerprint: u64,
+    pub retry_at: Timestamp,
+    #[serde(with = "hex_hashes")]
+    pub pods: BTreeSet<u32>,
+}
+
+/// Pods all of [`Batch::parked_more`] holds at most (200 KB).
+pub const MAX_PARKED_MORE: usize = 25_000;
+
+impl Batch {
+    /// Whether the pod is parked for `fingerprint` until after `now`.
+    pub fn is_parked(&self, uid: &str, fingerprint: u64, now: Timestamp) -> bool {
+        self.parked.get(uid).is_some_and(|p| p.config_fingerprint == fingerprint && p.retry_at > now)
+            || self.parked_more.iter().any(|g| g.config_fingerprint == fingerprint && g.retry_at > now && g.pods.contains(&uid_hash(uid)))
+    }
+
+    /// Forgets the parked pods that are no longer pending.
+    pub fn retain_pending(&mut self, pending: &std::collections::HashSet<&str>) {
+        self.parked.retain(|uid, _| pending.contains(uid.as_str()));
+        if !self.parked_more.is_empty() {
+            let hashes: BTreeSet<u32> = pending.iter().map(|u| uid_hash(u)).collect();
+            for g in &mut self.parked_more {
+                g.pods.retain(|h| hashes.contains(h));
+            }
+            self.parked_more.retain(|g| !g.pods.is_empty());
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Solving {
     pub holder: String,
@@ -66,8 +103,47 @@ pub struct Window {
     pub opened_at: Timestamp,
     /// When a pod not seen before last arrived.
     pub last_seen_at: Timestamp,
-    /// Uids of the pods seen in this window.
-    pub pods: BTreeSet<String>,
+    /// A 32-bit hash of every pod uid the window has seen (to tell a new
+    /// arrival from a pod seen before), stored as hex: the record must stay
+    /// far below DynamoDB's 400 KB item limit with 20,000 pods pending
+    /// (8 bytes a pod). A collision only costs an idle extension.
+    #[serde(default, with = "hex_hashes")]
+    pub seen: BTreeSet<u32>,
+}
+
+/// Pods a window remembers at most (80 KB); beyond, every tick sees
+/// "new" pods and the window runs to its `max`.
+pub const MAX_SEEN: usize = 10_000;
+
+/// FNV-1a, 32 bits: stable across releases and platforms (it is stored).
+pub fn uid_hash(uid: &str) -> u32 {
+    uid.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+mod hex_hashes {
+    use std::collections::BTreeSet;
+    use std::fmt::Write;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(set: &BTreeSet<u32>, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(set.len() * 8);
+        for h in set {
+            let _ = write!(out, "{h:08x}");
+        }
+        s.serialize_str(&out)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeSet<u32>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.len() % 8 != 0 || !text.is_ascii() {
+            return Err(serde::de::Error::custom("seen: not a sequence of 8-digit hex hashes"));
+        }
+        (0..text.len())
+            .step_by(8)
+            .map(|i| u32::from_str_radix(&text[i..i + 8], 16).map_err(serde::de::Error::custom))
+            .collect()
+    }
 }
 
 /// What to do with the window after looking at the pending pods.
@@ -92,12 +168,17 @@ pub fn step(previous: Option<&Window>, waiting: &BTreeSet<String>, now: Timestam
     }
     let mut batch = match previous {
         Some(b) => b.clone(),
-        None => Window { opened_at: now, last_seen_at: now, pods: BTreeSet::new() },
+        None => Window { opened_at: now, last_seen_at: now, seen: BTreeSet::new() },
     };
-    let new_pods = waiting.iter().any(|uid| !batch.pods.contains(uid));
+    let new_pods = waiting.iter().any(|uid| !batch.seen.contains(&uid_hash(uid)));
     let changed = new_pods || previous.is_none();
     if new_pods {
-        batch.pods.extend(waiting.iter().cloned());
+        for uid in waiting {
+            if batch.seen.len() >= MAX_SEEN {
+                break;
+            }
+            batch.seen.insert(uid_hash(uid));
+        }
         if previous.is_some() {
             batch.last_seen_at = now;
         }
@@ -168,9 +249,32 @@ mod tests {
         assert_eq!(closed[1].0, 20_500);
     }
 
+    /// Many pending pods keep the record small: 8 hex digits a pod, at most MAX_SEEN.
+    #[test]
+    fn a_window_of_twenty_thousand_pods_stays_small_and_round_trips() {
+        let uid = |i: usize| format!("{i:08x}-1111-2222-3333-444455556666");
+        let waiting: BTreeSet<String> = (0..MAX_SEEN).map(uid).collect();
+        let BatchStep::Wait { window, .. } = step(None, &waiting, at(0), BatchWindow::default()) else { panic!("waits") };
+        let json = serde_json::to_string(&window).expect("serialises");
+        assert!(json.len() < 90_000, "{} bytes", json.len());
+        assert_eq!(serde_json::from_str::<Window>(&json).expect("parses"), window);
+        // Seen before: no new arrival, so no idle extension.
+        let BatchStep::Wait { changed, .. } = step(Some(&window), &waiting, at(500), BatchWindow::default()) else { panic!("waits") };
+        assert!(!changed);
+        // Past the bound pods always look new: the window runs to its max, and the record stays the same size.
+        let more: BTreeSet<String> = (0..2 * MAX_SEEN).map(uid).collect();
+        let BatchStep::Wait { window: w, changed, .. } = step(Some(&window), &more, at(600), BatchWindow::default()) else { panic!("waits") };
+        assert!(changed);
+        assert_eq!(w.seen.len(), MAX_SEEN);
+        assert!(matches!(step(Some(&w), &more, at(10_000), BatchWindow::default()), BatchStep::Close { .. }));
+        // A record written before the hashes (with `pods`) still reads.
+        let old = r#"{"opened_at":"2026-01-01T00:00:00Z","last_seen_at":"2026-01-01T00:00:00Z","pods":["a","b"]}"#;
+        assert!(serde_json::from_str::<Window>(old).expect("old record").seen.is_empty());
+    }
+
     #[test]
     fn empty_waiting_closes_an_open_window_without_pods() {
-        let b = Window { opened_at: at(0), last_seen_at: at(0), pods: uids(2) };
+        let b = Window { opened_at: at(0), last_seen_at: at(0), seen: uids(2).iter().map(|u| uid_hash(u)).collect() };
         assert!(matches!(step(Some(&b), &BTreeSet::new(), at(300), BatchWindow::default()), BatchStep::Close { pods: 0, .. }));
         assert_eq!(step(None, &BTreeSet::new(), at(300), BatchWindow::default()), BatchStep::Idle);
     }

@@ -114,3 +114,34 @@ async fn insufficient_capacity_moves_the_launch_to_another_zone_on_ec2() {
     let zone = nodes[0].metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone")).cloned();
     assert_ne!(zone.as_deref(), Some("ap-south-1a"));
 }
+
+/// 20,000 pending pods that fit nowhere, on DynamoDB (the emulator refuses
+/// items over 400 KB, as DynamoDB does): the window and the parked pods fit
+/// in the batch record, every pod is parked and reported once (a bounded
+/// number a solve), and the record stays far below the item limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_unschedulable_pods_fit_the_batch_record() {
+    let mut s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
+    s.actions.clear();
+    s.expect = Default::default();
+    let inflate = &mut s.objects[1];
+    inflate["spec"]["replicas"] = 20_000.into();
+    inflate["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1000".into();
+    let (mut sim, f) = on_aws().await;
+    load_with_fixture_class(&mut sim, &s, &f).await;
+    sim.run_for(nodewright::ports::SignedDuration::from_secs(40)).await;
+    assert_eq!(sim.pending().await, 20_000);
+    assert_eq!(sim.cloud.launch_calls(), 0, "nothing can fit: nothing launched");
+    let batch = sim.store.batch().await.expect("the batch record reads").expect("written");
+    // Every pod parked: a few hundred with their reason, the rest by hash.
+    let by_hash: usize = batch.parked_more.iter().map(|g| g.pods.len()).sum();
+    assert!(!batch.parked.is_empty() && by_hash > 0, "{} with a reason, {by_hash} by hash", batch.parked.len());
+    assert_eq!(batch.parked.len() + by_hash, 20_000, "all of them parked: none solved again until something changes");
+    let bytes = serde_json::to_string(&batch).expect("serialises").len();
+    assert!(bytes < 300_000, "{bytes} bytes in the batch record");
+    // Each pod reported once (a few thousand a solve), none twice.
+    let events = sim.cluster.events();
+    let reported: Vec<&str> = events.iter().filter(|(_, e)| e.reason == "FailedScheduling").map(|(_, e)| e.name.as_str()).collect();
+    let once: std::collections::BTreeSet<&str> = reported.iter().copied().collect();
+    assert_eq!((reported.len(), once.len()), (20_000, 20_000), "FailedScheduling events, and pods they name");
+}

@@ -174,8 +174,9 @@ async fn batch_window_is_a_conditional_record() {
     let store = dynamo_store(REGION).await;
     assert_eq!(store.batch().await.expect("read"), None);
     let b1 = Batch {
-        window: Some(Window { opened_at: at(0), last_seen_at: at(0), pods: ["uid-1".to_owned()].into() }),
+        window: Some(Window { opened_at: at(0), last_seen_at: at(0), seen: [nodewright::provisioning::batcher::uid_hash("uid-1")].into() }),
         parked: BTreeMap::new(),
+        parked_more: Vec::new(),
         solving: None,
         version: 1,
     };
@@ -183,7 +184,7 @@ async fn batch_window_is_a_conditional_record() {
     assert!(matches!(store.put_batch(None, &b1).await, Err(StoreError::Conflict(_))), "already there");
     let mut b2 = b1.clone();
     b2.version = 2;
-    b2.window.as_mut().map(|w| w.pods.insert("uid-2".into()));
+    b2.window.as_mut().map(|w| w.seen.insert(nodewright::provisioning::batcher::uid_hash("uid-2")));
     store.put_batch(Some(&b1), &b2).await.expect("advance");
     assert!(matches!(store.put_batch(Some(&b1), &b2).await, Err(StoreError::Conflict(_))), "stale writer loses");
     assert_eq!(store.batch().await.expect("read"), Some(b2.clone()));
