@@ -112,12 +112,18 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
     };
     // Why each pending pod waits: the provisioner's word (parked with a
     // reason, or nominated to a claim in flight), else the scheduler's.
-    let parked = batch.map(|b| b.parked).unwrap_or_default();
+    let batch = batch.unwrap_or_default();
     for p in pods.iter().filter(|p| crate::status::pod_node(p).is_none()) {
         let uid = p.metadata.uid.as_deref().unwrap_or_default();
-        let reason = parked
+        let hash = nodewright::provisioning::batcher::uid_hash(uid);
+        let reason = batch
+            .parked
             .get(uid)
             .map(|x| x.reason.clone())
+            .or_else(|| {
+                // Parked by hash (beyond the record's budget for reasons).
+                batch.parked_more.iter().any(|g| g.pods.contains(&hash)).then(|| "fits nowhere (the reason is in its FailedScheduling event)".to_owned())
+            })
             .or_else(|| {
                 snap.claims
                     .iter()
