@@ -150,6 +150,12 @@ pub struct Instance {
     /// What the Node's `spec.providerID` will say: `aws:///<zone>/<id>`.
     pub provider_id: String,
     pub price: f64,
+    /// What the instance booted with, where the cloud says: the AMI, its
+    /// subnet and security groups (drift compares them with what its
+    /// NodeClass resolves to now).
+    pub image_id: Option<String>,
+    pub subnet_id: Option<String>,
+    pub security_group_ids: Vec<String>,
 }
 
 /// A successful launch, and the options the cloud found out of capacity on the way.

@@ -126,8 +126,18 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                     next.reservation = reservation_of(&info.capacity(&kubelet));
                 }
                 next.instance = Some(ClaimInstance::from(&instance));
-                // The AMI drift compares with later: what the class resolved to
-                // at this launch, when the cloud resolves it to one image.
+                // What drift compares with later: what the instance booted
+                // with, as the cloud says; else what the class resolved to at
+                // this launch, when the cloud resolves it to one image.
+                if instance.image_id.is_some() {
+                    next.stamp.image_id.clone_from(&instance.image_id);
+                }
+                if instance.subnet_id.is_some() {
+                    next.stamp.subnet_id.clone_from(&instance.subnet_id);
+                }
+                if !instance.security_group_ids.is_empty() {
+                    next.stamp.security_group_ids.clone_from(&instance.security_group_ids);
+                }
                 if next.stamp.image_id.is_none()
                     && let Some(class) = &request.node_class_spec
                     && let Ok(resolved) = self.ports.cloud().resolved_class(class).await

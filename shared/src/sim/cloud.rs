@@ -375,6 +375,9 @@ impl Cloud for SimCloud {
             pool: Some(request.pool.clone()),
             provider_id: format!("aws:///{}/{}", o.zone, id),
             price: o.price,
+            image_id: Some(image_for(&s.kubernetes_version)),
+            subnet_id: None,
+            security_group_ids: Vec::new(),
         };
         let start = s.delays.start;
         s.instances.insert(

@@ -594,3 +594,68 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     )
     .await;
 }
+
+/// Drift on EC2: a launched instance reports the AMI, subnet and security
+/// groups it booted with; the NodeClass resolves to a set that contains
+/// them; after the cluster moves to a newer Kubernetes version (another
+/// EKS-optimized AMI) the same class no longer resolves to that AMI, and
+/// the drift check says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let cloud = cloud(&f).await;
+    let req = request("drift", vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)]);
+    let launched = cloud.launch(&req).await.expect("launch").instance;
+    let found = f.instances_of_claim(&req.claim_id).await;
+    assert_eq!(launched.image_id.as_deref(), found[0].image_id(), "the AMI the fleet launched");
+    assert_eq!(launched.subnet_id.as_deref(), found[0].subnet_id());
+    assert!(!launched.security_group_ids.is_empty());
+    // What the adapter lists later says the same.
+    let listed = cloud.instances().await.expect("instances").into_iter().find(|i| i.id == launched.id).expect("listed");
+    assert_eq!((&listed.image_id, &listed.subnet_id), (&launched.image_id, &launched.subnet_id));
+    // (The emulator lists no groups for an instance its fleet launched from a template; EC2 does.)
+    assert!(listed.security_group_ids.is_empty() || listed.security_group_ids == launched.security_group_ids);
+
+    let class = f.node_class();
+    let now = cloud.resolved_class(&class).await.expect("resolves");
+    assert!(now.image_ids.contains(launched.image_id.as_ref().expect("image")), "{now:?}");
+    assert!(now.image_ids.len() >= 2, "amd64 and arm64 at least: {now:?}");
+    assert!(now.subnet_ids.contains(launched.subnet_id.as_ref().expect("subnet")), "{now:?}");
+    assert_eq!(now.security_group_ids, launched.security_group_ids);
+
+    let mut upgraded = f.settings();
+    upgraded.kubernetes_version = Some("1.33".into());
+    let later = Ec2Cloud::with_prices(&f.config, upgraded, seeded(&f.zones)).expect("adapter");
+    let moved = later.resolved_class(&class).await.expect("resolves");
+    assert!(!moved.image_ids.is_empty() && !moved.image_ids.contains(launched.image_id.as_ref().expect("image")), "{moved:?}");
+
+    let mut claim = nodewright::provisioning::claim::Claim {
+        id: req.claim_id.clone(),
+        pool: "drift".into(),
+        node_class: None,
+        version: 1,
+        created_at: launched.launched_at,
+        options: vec![],
+        labels: BTreeMap::new(),
+        taints: vec![],
+        kubelet: KubeletConfig::default(),
+        pods: vec![],
+        requests: Default::default(),
+        reservation: Default::default(),
+        launch_attempts: 1,
+        instance: None,
+        running_at: None,
+        node_name: None,
+        registered_at: None,
+        stamp: Default::default(),
+        disruption: Default::default(),
+    };
+    claim.stamp.image_id.clone_from(&launched.image_id);
+    claim.stamp.subnet_id.clone_from(&launched.subnet_id);
+    claim.stamp.security_group_ids.clone_from(&launched.security_group_ids);
+    let pool = nodewright::config::NodePool::open("drift");
+    let labels = BTreeMap::new();
+    assert_eq!(nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&now), &labels), None);
+    let why = nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&moved), &labels).expect("drifted");
+    assert!(why.contains("AMI") && why.contains(launched.image_id.as_deref().expect("image")), "{why}");
+}

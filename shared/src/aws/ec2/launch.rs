@@ -103,6 +103,7 @@ pub(crate) struct LaunchCache {
     networks: HashMap<String, (Instant, Arc<Network>)>,
     amis: HashMap<AmiKey, (Instant, String)>,
     templates: HashSet<String>,
+    resolved: HashMap<String, (Instant, crate::disruption::ResolvedClass)>,
 }
 
 /// Everything a launch template holds; its hash is the template's name.
@@ -136,6 +137,8 @@ struct Group<'r> {
     max_pods: i64,
     options: Vec<&'r PricedOffering>,
     template: Option<String>,
+    /// The AMI of the group's template.
+    image: Option<String>,
 }
 
 /// CreateFleet's ClientToken is at most 64 ASCII characters.
@@ -291,7 +294,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 let max_pods = info.max_pods(&req.kubelet);
                 match groups.iter_mut().find(|g| g.arch == arch && g.accelerator == acc && g.max_pods == max_pods) {
                     Some(g) => g.options.push(o),
-                    None => groups.push(Group { arch, accelerator: acc, max_pods, options: vec![o], template: None }),
+                    None => groups.push(Group { arch, accelerator: acc, max_pods, options: vec![o], template: None, image: None }),
                 }
             }
 
@@ -331,6 +334,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     },
                 )
                 .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+                g.image = Some(image_id.clone());
                 let spec = self.template_spec(class_name, class, family, &req.pool, image_id, user_data, &network);
                 let name = spec.name();
                 g.template = Some(name.clone());
@@ -790,7 +794,61 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 return Err(e.into());
             }
         };
-        fleet_outcome(&out, req, capacity_type, &all_keys(), &network.subnets)
+        let mut launched = fleet_outcome(&out, req, capacity_type, &all_keys(), &network.subnets)?;
+        // What it booted with, for drift: the group's AMI, the zone's subnet, the class's groups.
+        let i = &mut launched.instance;
+        i.image_id = groups.iter().find(|g| g.options.iter().any(|o| o.instance_type == i.instance_type)).and_then(|g| g.image.clone());
+        i.subnet_id = network.subnets.get(&i.zone).cloned();
+        i.security_group_ids.clone_from(&network.security_groups);
+        Ok(launched)
+    }
+
+    /// See `Cloud::resolved_class` on `Ec2Cloud`.
+    pub(super) async fn resolve_class(&self, class: &NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+        let mut cache = self.launch.lock().await;
+        if let Some((at, r)) = cache.resolved.get(&class.name)
+            && at.elapsed() < self.settings.refresh.network
+        {
+            return Ok(r.clone());
+        }
+        let mut image_ids = BTreeSet::new();
+        if let Ok((family, pinned)) = launch_family(class) {
+            let cluster = self.cluster(&mut cache).await?;
+            let k8s = self.settings.kubernetes_version.clone().unwrap_or_else(|| cluster.version.clone());
+            for arch in ["amd64", "arm64"] {
+                for accelerator in [Accelerator::None, Accelerator::Nvidia, Accelerator::Neuron] {
+                    let key = AmiKey { class: class.name.clone(), family, version: pinned.clone(), k8s: k8s.clone(), arch: arch.to_owned(), accelerator };
+                    match self.ami(&mut cache, &key, class).await {
+                        Ok(id) => {
+                            image_ids.insert(id);
+                        }
+                        // No such image for this architecture or accelerator (or terms we cannot resolve).
+                        Err(CloudError::Invalid(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        let subnet_ids = self.matching_subnets(&class.name, &class.subnet_selector_terms).await?;
+        let security_group_ids = self.security_groups(&class.name, &class.security_group_selector_terms).await?;
+        let resolved = crate::disruption::ResolvedClass { image_ids: image_ids.into_iter().collect(), subnet_ids, security_group_ids };
+        cache.resolved.insert(class.name.clone(), (Instant::now(), resolved.clone()));
+        Ok(resolved)
+    }
+
+    /// Every subnet the terms match (not only the roomiest per zone, as a launch picks).
+    async fn matching_subnets(&self, class_name: &str, terms: &[SelectorTerm]) -> Result<Vec<String>, CloudError> {
+        let mut ids = BTreeSet::new();
+        for term in terms {
+            let mut pages = self.ec2.describe_subnets().set_filters(Some(selector_filters(term, "subnet-id"))).into_paginator().send();
+            while let Some(page) = pages.next().await {
+                self.count();
+                let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
+                ids.extend(page.subnets().iter().filter_map(|s| s.subnet_id().map(str::to_owned)));
+            }
+        }
+        debug!(nodeclass = %class_name, subnets = ids.len(), "resolved the class's subnets");
+        Ok(ids.into_iter().collect())
     }
 }
 
@@ -870,6 +928,9 @@ pub(crate) fn fleet_outcome(
             claim_id: Some(req.claim_id.clone()),
             pool: Some(req.pool.clone()),
             price,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
         };
         return Ok(Launched { instance, unavailable });
     }

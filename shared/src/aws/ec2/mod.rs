@@ -333,6 +333,9 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance, price_of: impl Fn(&str, &str, &
         launched_at,
         claim_id: tag(tags::NODECLAIM),
         pool: tag(tags::NODEPOOL),
+        image_id: i.image_id().map(str::to_owned),
+        subnet_id: i.subnet_id().map(str::to_owned),
+        security_group_ids: i.security_groups().iter().filter_map(|g| g.group_id().map(str::to_owned)).collect(),
     })
 }
 
@@ -384,6 +387,15 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
             }
         }
         Ok(())
+    }
+
+    /// The AMIs the class's selectors name now for every architecture and
+    /// accelerator, every subnet and security group they match (cached for
+    /// the network refresh interval). A family the launch path does not
+    /// support, or AMI terms it cannot resolve, give no image ids (not
+    /// compared).
+    async fn resolved_class(&self, class: &NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+        self.resolve_class(class).await
     }
 
     /// Prices come from the cached catalog (0 when this process has not loaded it yet).
