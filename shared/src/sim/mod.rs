@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod driver;
 pub mod faults;
+pub mod rng;
 pub mod scenario;
 pub mod simulation;
 pub mod store;
