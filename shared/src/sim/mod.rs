@@ -14,6 +14,7 @@ pub mod faults;
 pub mod rng;
 pub mod scenario;
 pub mod simulation;
+pub mod soak;
 pub mod store;
 
 pub use clock::SimClock;
