@@ -291,3 +291,48 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.unavailable_offerings(now).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::MemStore;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+    }
+
+    #[test]
+    fn throttled_writes_fail_transiently_and_write_nothing() {
+        block_on(async {
+            let store = FaultyStore::new(MemStore::new());
+            let offering = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+            let until = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_mins(3);
+            store.throttle_next_writes(2);
+            for _ in 0..2 {
+                let e = store.mark_unavailable(&offering, until).await.expect_err("throttled");
+                assert!(matches!(e, StoreError::Transient(_)), "{e}");
+            }
+            assert!(store.unavailable_offerings(Timestamp::UNIX_EPOCH).await.expect("read").is_empty(), "nothing written");
+            store.mark_unavailable(&offering, until).await.expect("the third goes through");
+            assert_eq!(store.unavailable_offerings(Timestamp::UNIX_EPOCH).await.expect("read"), vec![offering]);
+            assert_eq!(store.write_faults(), (2, 0));
+        });
+    }
+
+    #[test]
+    fn conflicts_hit_conditional_writes_only() {
+        block_on(async {
+            let store = FaultyStore::new(MemStore::new());
+            store.conflict_next_writes(1);
+            let offering = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+            // Not conditional: untouched, and the conflict still pending.
+            store.mark_unavailable(&offering, Timestamp::UNIX_EPOCH).await.expect("unconditional");
+            let batch = Batch { version: 1, ..Batch::default() };
+            let e = store.put_batch(None, &batch).await.expect_err("lost its condition");
+            assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+            assert!(store.batch().await.expect("read").is_none(), "nothing written");
+            store.put_batch(None, &batch).await.expect("the retry goes through");
+            assert_eq!(store.write_faults(), (0, 1));
+        });
+    }
+}

@@ -679,3 +679,36 @@ pub fn node_name(instance_id: &str, region: &str) -> String {
     let region_part = if region == "us-east-1" { "ec2".to_owned() } else { format!("{region}.compute") };
     format!("ip-192-168-{}-{}.{region_part}.internal", (h >> 8) % 256, h % 254 + 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{MemStore, catalog};
+
+    /// A spot warning for an instance that is not ours: handled (ignored) once per delivery.
+    fn foreign_warning() -> String {
+        serde_json::json!({"version": "0", "id": "e1", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+            "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-east-1",
+            "resources": ["arn:aws:ec2:us-east-1:123456789012:instance/i-0fffffffffffffff0"],
+            "detail": {"instance-id": "i-0fffffffffffffff0", "instance-action": "terminate"}})
+        .to_string()
+    }
+
+    fn outcomes(settings: SimSettings) -> (usize, usize) {
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
+            let clock = SimClock::default();
+            let cloud = SimCloud::new(catalog::catalog("us-east-1").expect("region"), clock.clone());
+            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud.clone()), MemStore::new(), settings);
+            cloud.enqueue(foreign_warning());
+            sim.run_for(SignedDuration::from_secs(5)).await;
+            (sim.interruptions.len(), sim.messages_lost)
+        })
+    }
+
+    #[test]
+    fn queue_messages_can_be_duplicated_or_lost() {
+        assert_eq!(outcomes(SimSettings::default()), (1, 0));
+        assert_eq!(outcomes(SimSettings { duplicate_messages: true, ..SimSettings::default() }), (2, 0));
+        assert_eq!(outcomes(SimSettings { drop_messages: true, ..SimSettings::default() }), (0, 1));
+    }
+}
