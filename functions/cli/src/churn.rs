@@ -14,6 +14,7 @@
 use anyhow::Context;
 use clap::Args;
 use nodewright::ports::{InstanceState, SignedDuration};
+use nodewright::sim::rng::Rng;
 use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
 use serde_json::json;
 
@@ -28,28 +29,6 @@ pub struct ChurnArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-/// splitmix64: a few seeded numbers, the same on every platform.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
 }
 
 struct Workload {
@@ -115,7 +94,7 @@ fn replicas(w: &Workload, minute: i64, rng: &mut Rng) -> i32 {
 }
 
 async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<Figures> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let (objects, workloads) = objects(&mut rng, karpenter_like);
     let clock = SimClock::default();
     let cloud = SimCloud::new(catalog::catalog("us-east-1")?, clock.clone());
@@ -136,7 +115,7 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
     };
     scenario::load(&mut sim, &s).await.context("loading the churn workload")?;
     // The workload is re-drawn every 15 minutes; the fleet's cost sampled every minute.
-    let mut noise = Rng(seed ^ 0x5eed);
+    let mut noise = Rng::new(seed ^ 0x5eed);
     let mut dollar_hours = 0.0;
     for minute in 0..hours * 60 {
         if minute % 15 == 0 && minute > 0 {

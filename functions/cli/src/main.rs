@@ -6,6 +6,7 @@ mod churn;
 mod config;
 mod plan;
 mod simulate;
+mod soak;
 mod status;
 #[cfg(feature = "aws")]
 mod status_live;
@@ -31,6 +32,8 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Run the system on the embedded simulator (no AWS): a scenario file, or the first walkthrough.
     Simulate(simulate::SimulateArgs),
+    /// The chaos soak: a seeded workload and fault schedule on the simulator, invariants checked throughout.
+    Soak(soak::SoakArgs),
     /// NodePools, EC2NodeClasses and Settings as DynamoDB items: validate, convert, apply, diff, get, delete.
     #[command(subcommand)]
     Config(config::ConfigCommand),
@@ -50,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Plan(args) => plan::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Soak(args) => soak::run(&args),
         Command::Config(cmd) => config::run(cmd),
         #[cfg(feature = "aws")]
         Command::Init(args) => config::init(args),

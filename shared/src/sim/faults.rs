@@ -110,19 +110,74 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
     }
 }
 
+/// Writes of any kind that are to fail, as DynamoDB throttling or a lost
+/// conditional write would make them.
+#[derive(Debug, Default)]
+struct WriteFaults {
+    /// The next writes fail with a transient error (throughput exceeded).
+    throttle: usize,
+    /// The next conditional writes fail as if another writer won.
+    conflict: usize,
+    throttled: usize,
+    conflicted: usize,
+}
+
 /// A `Store` whose claim updates can be made to fail, as a crash right
-/// after a launch (before its instance is recorded) would.
+/// after a launch (before its instance is recorded) would; whose
+/// removal-command writes can fail between two steps; and whose writes can
+/// be throttled or lose their condition.
 #[derive(Debug, Clone)]
 pub struct FaultyStore<S> {
     inner: S,
     fail_updates: Arc<Mutex<usize>>,
     /// Command writes left before one fails (a crash between two steps).
     command_crash: Arc<Mutex<Option<usize>>>,
+    writes: Arc<Mutex<WriteFaults>>,
 }
 
 impl<S: Store> FaultyStore<S> {
     pub fn new(inner: S) -> Self {
-        FaultyStore { inner, fail_updates: Arc::default(), command_crash: Arc::default() }
+        FaultyStore { inner, fail_updates: Arc::default(), command_crash: Arc::default(), writes: Arc::default() }
+    }
+
+    /// The next `n` writes (configuration excepted) fail with a transient
+    /// error, as DynamoDB's `ProvisionedThroughputExceededException` does;
+    /// nothing is written.
+    pub fn throttle_next_writes(&self, n: usize) {
+        self.lock_writes().throttle = n;
+    }
+
+    /// The next `n` conditional writes of claims, the batch and removal
+    /// commands fail with `Conflict`, as if another invocation had written
+    /// first; nothing is written.
+    pub fn conflict_next_writes(&self, n: usize) {
+        self.lock_writes().conflict = n;
+    }
+
+    /// (Writes throttled, writes failed as conflicts) so far.
+    pub fn write_faults(&self) -> (usize, usize) {
+        let w = self.lock_writes();
+        (w.throttled, w.conflicted)
+    }
+
+    fn lock_writes(&self) -> MutexGuard<'_, WriteFaults> {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The injected failure of the write about to happen, if any.
+    fn write_fault(&self, what: &str, conditional: bool) -> Result<(), StoreError> {
+        let mut w = self.lock_writes();
+        if w.throttle > 0 {
+            w.throttle -= 1;
+            w.throttled += 1;
+            return Err(StoreError::Transient(format!("injected: ProvisionedThroughputExceededException on {what}")));
+        }
+        if conditional && w.conflict > 0 {
+            w.conflict -= 1;
+            w.conflicted += 1;
+            return Err(StoreError::Conflict(format!("injected: {what} changed since it was read")));
+        }
+        Ok(())
     }
 
     pub fn inner(&self) -> &S {
@@ -167,9 +222,11 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.claims().await
     }
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        self.write_fault("claim create", true)?;
         self.inner.create_claim(claim, limits).await
     }
     async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
+        self.write_fault("claim update", true)?;
         {
             let mut n = self.fail_updates.lock().unwrap_or_else(|e| e.into_inner());
             if *n > 0 {
@@ -180,6 +237,7 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.update_claim(previous, next, limits).await
     }
     async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.write_fault("claim delete", true)?;
         self.inner.delete_claim(claim).await
     }
     async fn pool_usage(&self) -> Result<std::collections::BTreeMap<String, Usage>, StoreError> {
@@ -189,12 +247,15 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.batch().await
     }
     async fn put_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<(), StoreError> {
+        self.write_fault("batch", true)?;
         self.inner.put_batch(previous, next).await
     }
     async fn delete_batch(&self, batch: &Batch) -> Result<(), StoreError> {
+        self.write_fault("batch delete", true)?;
         self.inner.delete_batch(batch).await
     }
     async fn acquire_lease(&self, lease: &Lease, now: Timestamp) -> Result<bool, StoreError> {
+        self.write_fault("lease", false)?;
         self.inner.acquire_lease(lease, now).await
     }
     async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
@@ -204,6 +265,7 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.commands().await
     }
     async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+        self.write_fault("removal command", true)?;
         {
             let mut crash = self.command_crash.lock().unwrap_or_else(|e| e.into_inner());
             match *crash {
@@ -218,12 +280,59 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.put_command(previous, next).await
     }
     async fn delete_command(&self, command: &Command) -> Result<(), StoreError> {
+        self.write_fault("removal command delete", true)?;
         self.inner.delete_command(command).await
     }
     async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+        self.write_fault("unavailable offering", false)?;
         self.inner.mark_unavailable(offering, until).await
     }
     async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
         self.inner.unavailable_offerings(now).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::MemStore;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+    }
+
+    #[test]
+    fn throttled_writes_fail_transiently_and_write_nothing() {
+        block_on(async {
+            let store = FaultyStore::new(MemStore::new());
+            let offering = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+            let until = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_mins(3);
+            store.throttle_next_writes(2);
+            for _ in 0..2 {
+                let e = store.mark_unavailable(&offering, until).await.expect_err("throttled");
+                assert!(matches!(e, StoreError::Transient(_)), "{e}");
+            }
+            assert!(store.unavailable_offerings(Timestamp::UNIX_EPOCH).await.expect("read").is_empty(), "nothing written");
+            store.mark_unavailable(&offering, until).await.expect("the third goes through");
+            assert_eq!(store.unavailable_offerings(Timestamp::UNIX_EPOCH).await.expect("read"), vec![offering]);
+            assert_eq!(store.write_faults(), (2, 0));
+        });
+    }
+
+    #[test]
+    fn conflicts_hit_conditional_writes_only() {
+        block_on(async {
+            let store = FaultyStore::new(MemStore::new());
+            store.conflict_next_writes(1);
+            let offering = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+            // Not conditional: untouched, and the conflict still pending.
+            store.mark_unavailable(&offering, Timestamp::UNIX_EPOCH).await.expect("unconditional");
+            let batch = Batch { version: 1, ..Batch::default() };
+            let e = store.put_batch(None, &batch).await.expect_err("lost its condition");
+            assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+            assert!(store.batch().await.expect("read").is_none(), "nothing written");
+            store.put_batch(None, &batch).await.expect("the retry goes through");
+            assert_eq!(store.write_faults(), (0, 1));
+        });
     }
 }

@@ -11,8 +11,10 @@ pub mod cluster;
 pub mod controllers;
 pub mod driver;
 pub mod faults;
+pub mod rng;
 pub mod scenario;
 pub mod simulation;
+pub mod soak;
 pub mod store;
 
 pub use clock::SimClock;

@@ -43,6 +43,12 @@ pub struct SimSettings {
     /// Lose every state-change event (a broken rule or queue): the
     /// provisioner's garbage collection must notice on its own.
     pub drop_events: bool,
+    /// Deliver every interruption-queue message twice, in two batches (SQS
+    /// delivers at least once).
+    pub duplicate_messages: bool,
+    /// Lose every interruption-queue message (an EventBridge target that
+    /// failed to deliver): the instance is taken back with no warning heeded.
+    pub drop_messages: bool,
     pub provisioner: ProvisionerSettings,
     pub interruption: InterruptionSettings,
     /// SQS's delay before a message handed back (a failed batch item) is seen again.
@@ -70,6 +76,8 @@ impl Default for SimSettings {
             duplicate_events: false,
             reorder_events: false,
             drop_events: false,
+            duplicate_messages: false,
+            drop_messages: false,
             provisioner: ProvisionerSettings::default(),
             interruption: InterruptionSettings::default(),
             redelivery: SignedDuration::from_secs(20),
@@ -80,6 +88,24 @@ impl Default for SimSettings {
             disruption_invocation: SignedDuration::from_secs(60),
         }
     }
+}
+
+/// A removal command a disruption tick started, with what else its pool
+/// was removing at that moment (what its budgets count).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DisruptionStart {
+    pub at: Timestamp,
+    /// The claim (and command) id.
+    pub claim: String,
+    pub pool: String,
+    pub reason: crate::termination::RemovalReason,
+    /// The pool's nodes right after the tick, with those the tick started
+    /// removing and already deleted: what the decision counted.
+    pub nodes: usize,
+    /// The pool's removal commands in flight right after the tick that this
+    /// tick did not start, of nodes still there (what the decision counted
+    /// as disrupting).
+    pub in_flight: usize,
 }
 
 pub type SimPorts<C, S, K = SimCluster> = Ports<C, <K as ClusterDriver>::Port, S, SimClock>;
@@ -115,6 +141,8 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     never_register_seen: BTreeSet<String>,
     /// Instance types whose nodes never register (a broken AMI, say).
     pub never_register: BTreeSet<String>,
+    /// Instances whose nodes never register (a bootstrap that hung on them).
+    pub never_register_instances: BTreeSet<String>,
     /// Every state-change outcome, for tests.
     pub state_changes: Vec<StateChangeOutcome>,
     /// The highest usage each pool reached, resource by resource.
@@ -150,6 +178,11 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     interruption_drive: Option<(Timestamp, Timestamp)>,
     /// The longest any pod waited for a node, and which.
     pub longest_pending: Option<(SignedDuration, String)>,
+    /// Every removal a disruption tick started, with its pool's other
+    /// removals at that moment (budgets are checked against these).
+    pub disruption_starts: Vec<DisruptionStart>,
+    /// Interruption-queue messages lost (`SimSettings::drop_messages`).
+    pub messages_lost: usize,
 }
 
 impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
@@ -186,6 +219,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             look_for_registrations: true,
             never_register_seen: BTreeSet::new(),
             never_register: BTreeSet::new(),
+            never_register_instances: BTreeSet::new(),
             state_changes: Vec::new(),
             peak_usage: BTreeMap::new(),
             interruptions: Vec::new(),
@@ -204,6 +238,8 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             pending_since: BTreeMap::new(),
             longest_pending: None,
             interruption_drive: None,
+            disruption_starts: Vec::new(),
+            messages_lost: 0,
         }
     }
 
@@ -269,9 +305,17 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     }
                 }
             }
-            let messages = sim.take_messages(now);
+            let mut messages = sim.take_messages(now);
+            if self.settings.drop_messages {
+                self.messages_lost += messages.len();
+                messages.clear();
+            }
             if !messages.is_empty() {
-                let failed = Box::pin(self.deliver_interruptions(&messages)).await;
+                let mut failed = Box::pin(self.deliver_interruptions(&messages)).await;
+                if self.settings.duplicate_messages {
+                    // The same messages again, as a second batch would carry them.
+                    failed.extend(Box::pin(self.deliver_interruptions(&messages)).await);
+                }
                 let back = messages.into_iter().filter(|(id, _)| failed.contains(id)).collect();
                 sim.requeue(back, self.settings.redelivery);
             }
@@ -395,10 +439,35 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 if !report.started.is_empty()
                     && let (Ok(commands), Ok(claims)) = (self.store.commands().await, self.store.claims().await)
                 {
-                    for (id, _) in &report.started {
+                    let nodes = self.cluster.all_nodes().await;
+                    let node_of_claim = |id: &str| {
+                        nodes.iter().find(|n| n.metadata.labels.as_ref().and_then(|l| l.get(CLAIM_LABEL)).is_some_and(|c| c == id))
+                    };
+                    let in_pool = |pool: &str| {
+                        nodes.iter().filter(|n| n.metadata.labels.as_ref().and_then(|l| l.get(labels::NODEPOOL)).is_some_and(|p| p == pool)).count()
+                    };
+                    for (id, reason) in &report.started {
                         if !commands.iter().any(|c| &c.id == id) && claims.iter().any(|c| &c.id == id) {
                             self.rolled_back.insert(id.clone());
                         }
+                        let pool = commands
+                            .iter()
+                            .find(|c| &c.id == id)
+                            .map(|c| c.spec.pool.clone())
+                            .or_else(|| claims.iter().find(|c| &c.id == id).map(|c| c.pool.clone()))
+                            .unwrap_or_else(|| id.rsplit_once('-').map_or(id.as_str(), |(p, _)| p).to_owned());
+                        let in_flight = commands
+                            .iter()
+                            .filter(|c| c.spec.pool == pool && !report.started.iter().any(|(s, _)| s == &c.id))
+                            .filter(|c| node_of_claim(&c.id).is_some())
+                            .count();
+                        let gone = report
+                            .started
+                            .iter()
+                            .filter(|(s, _)| s.rsplit_once('-').is_some_and(|(p, _)| p == pool) && node_of_claim(s).is_none())
+                            .count();
+                        let nodes = in_pool(&pool) + gone;
+                        self.disruption_starts.push(DisruptionStart { at: now, claim: id.clone(), pool, reason: *reason, nodes, in_flight });
                     }
                 }
                 if self.record_plans
@@ -427,7 +496,11 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         };
         let mut next: Option<Timestamp> = None;
         for i in instances {
-            if self.registered.contains(&i.id) || i.state.is_gone_or_going() || self.never_register.contains(&i.instance_type) {
+            if self.registered.contains(&i.id)
+                || i.state.is_gone_or_going()
+                || self.never_register.contains(&i.instance_type)
+                || self.never_register_instances.contains(&i.id)
+            {
                 continue;
             }
             let due = i.launched_at + self.settings.boot;
@@ -605,4 +678,37 @@ pub fn node_name(instance_id: &str, region: &str) -> String {
     let h = instance_id.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
     let region_part = if region == "us-east-1" { "ec2".to_owned() } else { format!("{region}.compute") };
     format!("ip-192-168-{}-{}.{region_part}.internal", (h >> 8) % 256, h % 254 + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{MemStore, catalog};
+
+    /// A spot warning for an instance that is not ours: handled (ignored) once per delivery.
+    fn foreign_warning() -> String {
+        serde_json::json!({"version": "0", "id": "e1", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+            "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-east-1",
+            "resources": ["arn:aws:ec2:us-east-1:123456789012:instance/i-0fffffffffffffff0"],
+            "detail": {"instance-id": "i-0fffffffffffffff0", "instance-action": "terminate"}})
+        .to_string()
+    }
+
+    fn outcomes(settings: SimSettings) -> (usize, usize) {
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
+            let clock = SimClock::default();
+            let cloud = SimCloud::new(catalog::catalog("us-east-1").expect("region"), clock.clone());
+            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud.clone()), MemStore::new(), settings);
+            cloud.enqueue(foreign_warning());
+            sim.run_for(SignedDuration::from_secs(5)).await;
+            (sim.interruptions.len(), sim.messages_lost)
+        })
+    }
+
+    #[test]
+    fn queue_messages_can_be_duplicated_or_lost() {
+        assert_eq!(outcomes(SimSettings::default()), (1, 0));
+        assert_eq!(outcomes(SimSettings { duplicate_messages: true, ..SimSettings::default() }), (2, 0));
+        assert_eq!(outcomes(SimSettings { drop_messages: true, ..SimSettings::default() }), (0, 1));
+    }
 }
