@@ -153,8 +153,11 @@ pub struct Instance {
     /// What the instance booted with, where the cloud says: the AMI, its
     /// subnet and security groups (drift compares them with what its
     /// NodeClass resolves to now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subnet_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_group_ids: Vec<String>,
 }
 
