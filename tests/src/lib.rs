@@ -184,3 +184,34 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
         }
     }
 }
+
+/// A claim record for store and drift tests: version 1, nothing launched,
+/// reserving `reservation` in `pool` (NodeClass `default`).
+pub fn claim_record(
+    id: &str,
+    pool: &str,
+    created_at: nodewright::ports::Timestamp,
+    reservation: nodewright::ports::Usage,
+) -> nodewright::provisioning::claim::Claim {
+    nodewright::provisioning::claim::Claim {
+        id: id.into(),
+        pool: pool.into(),
+        node_class: Some("default".into()),
+        version: 1,
+        created_at,
+        options: vec![],
+        labels: BTreeMap::new(),
+        taints: vec![],
+        kubelet: Default::default(),
+        pods: vec![],
+        requests: Default::default(),
+        reservation,
+        launch_attempts: 0,
+        instance: None,
+        running_at: None,
+        node_name: None,
+        registered_at: None,
+        stamp: Default::default(),
+        disruption: Default::default(),
+    }
+}

@@ -238,6 +238,19 @@ fn number(item: &Item, attr: &str) -> Option<i64> {
     item.get(attr).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
 }
 
+/// `ADD version 1` on the counter item `key` of `table`, as a transaction item.
+fn bump_counter(table: &str, key: &str) -> Result<TransactWriteItem, StoreError> {
+    let update = Update::builder()
+        .table_name(table)
+        .key(PK, s(key))
+        .update_expression("ADD #v :one")
+        .expression_attribute_names("#v", VERSION)
+        .expression_attribute_values(":one", n(1))
+        .build()
+        .map_err(build_err)?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
 fn poisoned() -> StoreError {
     StoreError::Invalid("the state view's lock was poisoned by a panic".into())
 }
@@ -526,29 +539,13 @@ impl DynamoStore {
 
     /// `ADD version 1` on `config#version`, in the same transaction as a configuration change.
     fn bump_config_version(&self) -> Result<TransactWriteItem, StoreError> {
-        let update = Update::builder()
-            .table_name(&self.tables.config)
-            .key(PK, s(CONFIG_VERSION_KEY))
-            .update_expression("ADD #v :one")
-            .expression_attribute_names("#v", VERSION)
-            .expression_attribute_values(":one", n(1))
-            .build()
-            .map_err(build_err)?;
-        Ok(TransactWriteItem::builder().update(update).build())
+        bump_counter(&self.tables.config, CONFIG_VERSION_KEY)
     }
 
     /// `ADD version 1` on `state#version`, in the same transaction as a
     /// write the state view holds.
     fn bump_state_version(&self) -> Result<TransactWriteItem, StoreError> {
-        let update = Update::builder()
-            .table_name(&self.tables.state)
-            .key(PK, s(STATE_VERSION_KEY))
-            .update_expression("ADD #v :one")
-            .expression_attribute_names("#v", VERSION)
-            .expression_attribute_values(":one", n(1))
-            .build()
-            .map_err(build_err)?;
-        Ok(TransactWriteItem::builder().update(update).build())
+        bump_counter(&self.tables.state, STATE_VERSION_KEY)
     }
 
     /// `write` and the marker's bump as one transaction, retried while it

@@ -74,20 +74,10 @@ const KUBERNETES_IO_ALLOWED: [&str; 10] = [
     "node.kubernetes.io/windows-build",
 ];
 
-/// The `karpenter.k8s.aws` labels a NodePool may set or require: the
-/// instance-type facts the provider labels nodes with.
-const KARPENTER_AWS_ALLOWED: [&str; 20] = [
-    INSTANCE_CATEGORY,
-    INSTANCE_FAMILY,
-    INSTANCE_GENERATION,
-    INSTANCE_SIZE,
-    INSTANCE_CPU,
-    INSTANCE_MEMORY,
-    INSTANCE_HYPERVISOR,
-    INSTANCE_GPU_COUNT,
-    INSTANCE_GPU_NAME,
-    INSTANCE_LOCAL_NVME,
-    INSTANCE_NETWORK_BANDWIDTH,
+/// The `karpenter.k8s.aws` labels a NodePool may set or require besides
+/// the well-known ones ([`WELL_KNOWN`]): instance-type facts the provider
+/// labels nodes with that the solver does not reason about.
+const KARPENTER_AWS_ALSO_ALLOWED: [&str; 9] = [
     "karpenter.k8s.aws/instance-encryption-in-transit-supported",
     "karpenter.k8s.aws/instance-cpu-manufacturer",
     "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
@@ -118,7 +108,7 @@ pub fn restriction(key: &str) -> Option<String> {
     } else if under("karpenter.sh") {
         key == CAPACITY_TYPE
     } else if under("karpenter.k8s.aws") {
-        KARPENTER_AWS_ALLOWED.contains(&key)
+        is_well_known(key) || KARPENTER_AWS_ALSO_ALLOWED.contains(&key)
     } else {
         true
     };

@@ -629,27 +629,8 @@ async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves() {
     let moved = later.resolved_class(&class).await.expect("resolves");
     assert!(!moved.image_ids.is_empty() && !moved.image_ids.contains(launched.image_id.as_ref().expect("image")), "{moved:?}");
 
-    let mut claim = nodewright::provisioning::claim::Claim {
-        id: req.claim_id.clone(),
-        pool: "drift".into(),
-        node_class: None,
-        version: 1,
-        created_at: launched.launched_at,
-        options: vec![],
-        labels: BTreeMap::new(),
-        taints: vec![],
-        kubelet: KubeletConfig::default(),
-        pods: vec![],
-        requests: Default::default(),
-        reservation: Default::default(),
-        launch_attempts: 1,
-        instance: None,
-        running_at: None,
-        node_name: None,
-        registered_at: None,
-        stamp: Default::default(),
-        disruption: Default::default(),
-    };
+    let mut claim = nodewright_tests::claim_record(&req.claim_id, "drift", launched.launched_at, Default::default());
+    claim.node_class = None;
     claim.stamp.image_id.clone_from(&launched.image_id);
     claim.stamp.subnet_id.clone_from(&launched.subnet_id);
     claim.stamp.security_group_ids.clone_from(&launched.security_group_ids);

@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nodewright::aws::DynamoStore;
-use nodewright::cloud::KubeletConfig;
 use nodewright::config::Limits;
-use nodewright::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
+use nodewright::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp};
 use nodewright::provisioning::batcher::{Batch, Window};
 use nodewright::provisioning::claim::Claim;
 use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};
@@ -21,27 +20,8 @@ fn at(secs: i64) -> Timestamp {
 }
 
 fn claim(id: &str, pool: &str, cpu_millis: i64) -> Claim {
-    Claim {
-        id: id.into(),
-        pool: pool.into(),
-        node_class: Some("default".into()),
-        version: 1,
-        created_at: at(0),
-        options: vec![],
-        labels: BTreeMap::new(),
-        taints: vec![],
-        kubelet: KubeletConfig::default(),
-        pods: vec![],
-        requests: Usage::new(),
-        reservation: [("cpu".to_owned(), cpu_millis), ("memory".to_owned(), cpu_millis * 4 * 1024 * 1024), ("nodes".to_owned(), 1)].into(),
-        launch_attempts: 0,
-        instance: None,
-        running_at: None,
-        node_name: None,
-        registered_at: None,
-        stamp: Default::default(),
-        disruption: Default::default(),
-    }
+    let reservation = [("cpu".to_owned(), cpu_millis), ("memory".to_owned(), cpu_millis * 4 * 1024 * 1024), ("nodes".to_owned(), 1)];
+    nodewright_tests::claim_record(id, pool, at(0), reservation.into())
 }
 
 fn limits(pairs: &[(&str, i64)]) -> Limits {

@@ -7,12 +7,10 @@
 //! `cargo test -p nodewright-tests --test suite store_contract::commands_` runs
 //! both adapters' command tests.
 
-use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
-use nodewright::cloud::KubeletConfig;
 use nodewright::config::Limits;
-use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp, Usage};
+use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
 use nodewright::provisioning::batcher::Batch;
 use nodewright::provisioning::claim::Claim;
 use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};
@@ -197,27 +195,7 @@ async fn command_writes_must_move_one_version<S: Store>(store: &S) {
 // ------------------------------------------------------------ claims
 
 fn claim(id: &str, pool: &str, cpu_millis: i64) -> Claim {
-    Claim {
-        id: id.into(),
-        pool: pool.into(),
-        node_class: Some("default".into()),
-        version: 1,
-        created_at: at(0),
-        options: vec![],
-        labels: BTreeMap::new(),
-        taints: vec![],
-        kubelet: KubeletConfig::default(),
-        pods: vec![],
-        requests: Usage::new(),
-        reservation: [("cpu".to_owned(), cpu_millis), ("nodes".to_owned(), 1)].into(),
-        launch_attempts: 0,
-        instance: None,
-        running_at: None,
-        node_name: None,
-        registered_at: None,
-        stamp: Default::default(),
-        disruption: Default::default(),
-    }
+    nodewright_tests::claim_record(id, pool, at(0), [("cpu".to_owned(), cpu_millis), ("nodes".to_owned(), 1)].into())
 }
 
 fn limits(pairs: &[(&str, i64)]) -> Limits {
