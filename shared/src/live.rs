@@ -10,6 +10,10 @@
 //!   `NODEWRIGHT_KUBE_CONTEXT` picks a context other than the current one.
 //! - `NODEWRIGHT_DEFAULT_INSTANCE_PROFILE` (optional): the instance profile
 //!   for NodeClasses converted from a v1alpha5 `defaultInstanceProfile`.
+//! - `NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION` (`true` or `false`, default
+//!   `false`): the provisioner's invocation runs the disruption loop too
+//!   (the Terraform module's default, which then schedules no disruption
+//!   function).
 //! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
 
 use std::path::PathBuf;
@@ -34,6 +38,8 @@ pub struct FunctionEnv {
     pub kube_context: Option<String>,
     /// For NodeClasses that ask for the default instance profile.
     pub default_instance_profile: Option<String>,
+    /// The provisioner runs the disruption loop in its own invocation.
+    pub provisioner_runs_disruption: bool,
 }
 
 impl FunctionEnv {
@@ -44,7 +50,26 @@ impl FunctionEnv {
         let kubeconfig = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
         let kube_context = std::env::var("NODEWRIGHT_KUBE_CONTEXT").ok().filter(|c| !c.is_empty());
         let default_instance_profile = std::env::var("NODEWRIGHT_DEFAULT_INSTANCE_PROFILE").ok().filter(|p| !p.is_empty());
-        Ok(FunctionEnv { cluster_name, tables: DynamoTables::with_prefix(&prefix), kubeconfig, kube_context, default_instance_profile })
+        let provisioner_runs_disruption =
+            flag("NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION", std::env::var("NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION").ok())?;
+        Ok(FunctionEnv {
+            cluster_name,
+            tables: DynamoTables::with_prefix(&prefix),
+            kubeconfig,
+            kube_context,
+            default_instance_profile,
+            provisioner_runs_disruption,
+        })
+    }
+}
+
+/// A boolean variable: `true` or `false` (unset or empty: false); anything
+/// else is refused rather than guessed at.
+fn flag(name: &str, value: Option<String>) -> Result<bool, String> {
+    match value.as_deref().map(str::trim) {
+        None | Some("") | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(format!("{name} must be true or false, not {other:?}")),
     }
 }
 
@@ -93,3 +118,18 @@ pub async fn connect_with(env: &FunctionEnv, function: &str, options: &ClientOpt
     Ok(Ports { cloud, cluster, store, clock: SystemClock })
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::flag;
+
+    #[test]
+    fn a_flag_is_true_false_or_refused() {
+        assert_eq!(flag("X", None), Ok(false));
+        assert_eq!(flag("X", Some(String::new())), Ok(false));
+        assert_eq!(flag("X", Some("false".into())), Ok(false));
+        assert_eq!(flag("X", Some("true".into())), Ok(true));
+        let refused = flag("X", Some("yes".into())).expect_err("not a boolean");
+        assert!(refused.contains("X must be true or false") && refused.contains("yes"), "{refused}");
+    }
+}

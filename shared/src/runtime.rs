@@ -11,7 +11,8 @@ use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::interruption::{self as interruption_handler, InterruptionSettings, Record};
 use crate::handlers::state_change;
 use crate::handlers::config as config_loader;
-use crate::ports::{SignedDuration, Timestamp};
+use crate::handlers::HandlerError;
+use crate::ports::{PortSet, SignedDuration, Timestamp};
 
 pub use crate::live::{FunctionEnv, LivePorts, connect};
 
@@ -49,29 +50,73 @@ fn deadline_of<T>(event: &LambdaEvent<T>) -> Timestamp {
 }
 
 /// The provisioner function: one scheduled invocation, ticking until its
-/// deadline minus a margin, holding the provisioner lease.
-pub async fn provisioner(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
+/// deadline minus a margin, holding the provisioner lease. With
+/// `with_disruption` (`NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION=true`, the
+/// Terraform module's default) the disruption loop runs beside it in the
+/// same invocation, under its own lease: one always-on invocation a minute
+/// instead of two, half the Lambda bill.
+pub async fn provisioner(
+    ports: &LivePorts,
+    with_disruption: bool,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
     let deadline = deadline_of(&event);
-    let until = deadline - DEADLINE_MARGIN;
     let remaining = deadline.duration_since(Timestamp::now());
     if remaining < DEADLINE_MARGIN + SignedDuration::from_secs(5) {
         warn!(remaining_s = remaining.as_secs_f64(), "the invocation has under 10 s left: give the provisioner a 60-s timeout");
     }
-    // One reader per container: a warm container re-reads only what changed.
-    static CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
-    let mut p = Provisioner::new(ports, ProvisionerSettings::default(), event.context.request_id.clone())
-        .with_config_reader(CONFIG.clone());
     let before = ports.store.requests();
-    let ticks = p
-        .run_until(until, |d| tokio::time::sleep(d.unsigned_abs()))
+    let ticks = scheduled_invocation(ports, &event.context.request_id, deadline - DEADLINE_MARGIN, with_disruption)
         .await
         .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
     // What the running cost counts: in a quiet minute, no Scan of the
     // state table and a few GetItems per tick (see aws::dynamo's state view).
     let dynamodb = ports.store.requests() - before;
-    info!(ticks, ?dynamodb, remaining_at_start_s = remaining.as_secs_f64(), "provisioner invocation done");
-    Ok(serde_json::json!({ "ticks": ticks, "dynamodb": dynamodb }))
+    info!(?ticks, ?dynamodb, remaining_at_start_s = remaining.as_secs_f64(), "provisioner invocation done");
+    Ok(serde_json::json!({ "ticks": ticks.provisioner, "disruption_ticks": ticks.disruption, "dynamodb": dynamodb }))
 }
+
+/// Ticks of one scheduled invocation, per loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ticks {
+    pub provisioner: u64,
+    /// `None`: the disruption loop did not run in this invocation.
+    pub disruption: Option<u64>,
+}
+
+/// The provisioner's loop until `until`, and the disruption loop beside it
+/// when asked, on any adapters (the functions' real ones, or a test's).
+/// A failing disruption loop is logged and does not stop provisioning; a
+/// failing provisioner loop fails the invocation once both have ended
+/// (each releases its lease on its own way out).
+pub async fn scheduled_invocation<P: PortSet>(
+    ports: P,
+    holder: &str,
+    until: Timestamp,
+    with_disruption: bool,
+) -> Result<Ticks, HandlerError> {
+    let sleep = |d: SignedDuration| tokio::time::sleep(d.unsigned_abs());
+    let mut p = Provisioner::new(&ports, ProvisionerSettings::default(), holder).with_config_reader(PROVISIONER_CONFIG.clone());
+    if !with_disruption {
+        let provisioner = p.run_until(until, sleep).await?;
+        return Ok(Ticks { provisioner, disruption: None });
+    }
+    let mut d = Disruption::new(&ports, DisruptionSettings::default(), holder)
+        .with_config_reader(DISRUPTION_CONFIG.clone())
+        .with_memory(DISRUPTION_MEMORY.clone());
+    let (provisioner, disruption) = tokio::join!(p.run_until(until, sleep), d.run_until(until, sleep));
+    let disruption = disruption
+        .inspect_err(|e| error!(error = %e, "the disruption loop stopped; provisioning went on"))
+        .unwrap_or(0);
+    Ok(Ticks { provisioner: provisioner?, disruption: Some(disruption) })
+}
+
+// One reader and one memory per container, whichever function runs the
+// loop: a warm container re-reads only what changed and remembers when the
+// next disruption decision is due.
+static PROVISIONER_CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
+static DISRUPTION_CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
+static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
 
 /// The disruption function: one scheduled invocation, ticking until its
 /// deadline minus a margin, holding the disruption lease (another
@@ -82,11 +127,9 @@ pub async fn disruption(ports: &LivePorts, event: LambdaEvent<serde_json::Value>
     let deadline = deadline_of(&event);
     let until = deadline - DEADLINE_MARGIN;
     let remaining = deadline.duration_since(Timestamp::now());
-    static CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
-    static MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
     let mut d = Disruption::new(ports, DisruptionSettings::default(), event.context.request_id.clone())
-        .with_config_reader(CONFIG.clone())
-        .with_memory(MEMORY.clone());
+        .with_config_reader(DISRUPTION_CONFIG.clone())
+        .with_memory(DISRUPTION_MEMORY.clone());
     let before = ports.store.requests();
     let ticks = d
         .run_until(until, |t| tokio::time::sleep(t.unsigned_abs()))

@@ -49,6 +49,7 @@ impl LiveArgs {
             kubeconfig: self.kubeconfig.clone(),
             kube_context: self.context.clone(),
             default_instance_profile: None,
+            provisioner_runs_disruption: false,
         };
         let options = ClientOptions { region: self.target.region.clone(), ..Default::default() };
         nodewright::live::connect_with(&env, who, &options).await.map_err(anyhow::Error::msg)

@@ -1,5 +1,7 @@
 //! The provisioner function (EventBridge schedule, every minute): adapters
-//! from the environment, then one `nodewright::runtime::provisioner` per invocation.
+//! from the environment, then one `nodewright::runtime::provisioner` per
+//! invocation — with the disruption loop beside it when
+//! `NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION=true`.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use nodewright::runtime;
@@ -7,6 +9,9 @@ use nodewright::runtime;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     runtime::init_tracing();
-    let ports = runtime::connect(&runtime::FunctionEnv::from_env()?, "provisioner").await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| runtime::provisioner(&ports, event))).await
+    let env = runtime::FunctionEnv::from_env()?;
+    let ports = runtime::connect(&env, "provisioner").await?;
+    let with_disruption = env.provisioner_runs_disruption;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| runtime::provisioner(&ports, with_disruption, event)))
+        .await
 }

@@ -1,9 +1,12 @@
 # ---------------------------------------------------------------- schedules
 locals {
-  schedules = {
+  # With disruption_in_provisioner (the default) the provisioner's
+  # invocation runs the disruption loop too, so only the provisioner is
+  # scheduled: one always-on invocation a minute instead of two.
+  schedules = { for name, expression in {
     provisioner = var.provisioner_schedule
     disruption  = var.disruption_schedule
-  }
+  } : name => expression if name != "disruption" || !var.disruption_in_provisioner }
 
   # EC2 and AWS Health events the interruption function handles, each
   # delivered to the interruption queue. None can be filtered by cluster

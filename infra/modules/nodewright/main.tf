@@ -15,6 +15,7 @@ locals {
   functions = {
     # EventBridge schedule, every minute: ticks about every second until
     # its deadline minus 5 s, holding the provisioner lease. One at a time.
+    # With disruption_in_provisioner it runs the disruption loop too.
     provisioner = {
       description          = "Pending pods to batches, claims and launched, registered, bound nodes"
       memory_size          = var.memory_size.provisioner
@@ -45,8 +46,9 @@ locals {
       maximum_retry_attempts       = null
       maximum_event_age_in_seconds = null
     }
-    # EventBridge schedule, every minute: ticks inside the invocation like
-    # the provisioner, holding the disruption lease. One at a time.
+    # EventBridge schedule, every minute (only when disruption_in_provisioner
+    # is false): ticks inside the invocation like the provisioner, holding
+    # the disruption lease. One at a time.
     disruption = {
       description                  = "Expiration, drift, emptiness and consolidation decisions"
       memory_size                  = var.memory_size.disruption
@@ -66,7 +68,9 @@ locals {
     NODEWRIGHT_TABLE_PREFIX             = var.name
     NODEWRIGHT_DEFAULT_INSTANCE_PROFILE = aws_iam_instance_profile.node.name
     NODEWRIGHT_INTERRUPTION_QUEUE_URL   = aws_sqs_queue.interruption.url
-    RUST_LOG                            = var.log_level
+    # Read by the provisioner only (shared/src/live.rs).
+    NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION = tostring(var.disruption_in_provisioner)
+    RUST_LOG                               = var.log_level
   }
 
   in_vpc = length(var.subnet_ids) > 0

@@ -124,8 +124,14 @@ variable "provisioner_schedule" {
   }
 }
 
+variable "disruption_in_provisioner" {
+  description = "Run the disruption loop inside the provisioner's invocation (each under its own lease) instead of scheduling the disruption function: one always-on invocation a minute instead of two, half the Lambda cost. Set false to give disruption its own schedule, memory size and logs."
+  type        = bool
+  default     = true
+}
+
 variable "disruption_schedule" {
-  description = "EventBridge schedule expression of the disruption function."
+  description = "EventBridge schedule expression of the disruption function (used when disruption_in_provisioner is false)."
   type        = string
   default     = "rate(1 minute)"
 

@@ -231,8 +231,18 @@ def every_function_has_a_role_and_a_log_group_with_retention():
 @check
 def every_function_has_its_trigger():
     m = module()
-    schedules = m.locals["schedules"]
-    assert set(schedules) == SCHEDULED, f"schedules for {sorted(schedules)}"
+    # Both schedule expressions, the disruption one dropped while the
+    # provisioner runs the disruption loop (disruption_in_provisioner, on by
+    # default, which the provisioner learns from its environment).
+    schedules = expr(m.locals["schedules"])
+    found = re.fullmatch(r"\{for name, expression in \{(?P<map>[^}]*)\} : name => expression if (?P<cond>.*)\}", schedules)
+    assert found, f"schedules {schedules}"
+    entries = dict(e.split(" = ") for e in found["map"].split(", "))
+    assert entries == {n: f"var.{n}_schedule" for n in SCHEDULED}, f"schedules for {entries}"
+    assert found["cond"] == 'name != "disruption" || !var.disruption_in_provisioner', f"schedule filter {found['cond']}"
+    inline = m.variables["disruption_in_provisioner"]
+    assert expr(inline["type"]) == "bool" and inline["default"] is True, f"disruption_in_provisioner {inline}"
+    assert expr(m.locals["environment"]["NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION"]) == "tostring(var.disruption_in_provisioner)"
     rule = m.resource("aws_cloudwatch_event_rule", "schedule")
     assert expr(rule["for_each"]) == "local.schedules" and "schedule_expression" in rule
     target = m.resource("aws_cloudwatch_event_target", "schedule")

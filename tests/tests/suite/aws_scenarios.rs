@@ -145,3 +145,52 @@ async fn twenty_thousand_unschedulable_pods_fit_the_batch_record() {
     let once: std::collections::BTreeSet<&str> = reported.iter().copied().collect();
     assert_eq!((reported.len(), once.len()), (20_000, 20_000), "FailedScheduling events, and pods they name");
 }
+
+/// The module's default deployment: the provisioner's invocation runs the
+/// disruption loop beside its own (one always-on invocation a minute, not
+/// two), each loop under its own lease — on the emulator's EC2 and
+/// DynamoDB, in real time. While it runs, a separate invocation of either
+/// function exits at once; once it is over, both leases are free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease() {
+    use nodewright::ports::{Ports, SignedDuration, SystemClock};
+    use nodewright::runtime::{Ticks, scheduled_invocation};
+
+    let f = Ec2Fixture::new(REGION, "1.32").await;
+    let ports = Ports {
+        cloud: Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter"),
+        cluster: nodewright::sim::SimCluster::new(SimClock::starting_at(Timestamp::now())),
+        store: dynamo_store(REGION).await,
+        clock: SystemClock,
+    };
+    let until = |s: i64| Timestamp::now() + SignedDuration::from_secs(s);
+    let both = scheduled_invocation(&ports, "scheduled-1", until(10), true);
+    let others = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let alone = scheduled_invocation(&ports, "scheduled-2", until(3), false).await.expect("provisioner alone");
+        let mut d = nodewright::handlers::disruption::Disruption::new(
+            &ports,
+            nodewright::handlers::disruption::DisruptionSettings::default(),
+            "disruption-2",
+        );
+        let disruption = d.run_until(until(3), |t| tokio::time::sleep(t.unsigned_abs())).await.expect("disruption alone");
+        (alone, disruption)
+    };
+    let (both, (alone, disruption_alone)) = tokio::join!(both, others);
+    let both = both.expect("the invocation");
+    assert!(both.provisioner >= 3, "{both:?}: the provisioner ticked about every second");
+    assert!(both.disruption.is_some_and(|t| t >= 2), "{both:?}: the disruption loop ticked beside it");
+    assert_eq!(alone, Ticks { provisioner: 0, disruption: None }, "the provisioner lease was held");
+    assert_eq!(disruption_alone, 0, "the disruption lease was held");
+    // Both leases released on the way out: the next invocation ticks. On
+    // an empty cluster it writes nothing and reads the state table's view
+    // at most once; its GetItems per second are the deployed shape's figure
+    // for the running-cost model.
+    let (before, started) = (ports.store.requests(), std::time::Instant::now());
+    let next = scheduled_invocation(&ports, "scheduled-3", until(8), true).await.expect("the next invocation");
+    let (used, seconds) = (ports.store.requests() - before, started.elapsed().as_secs_f64());
+    assert!(next.provisioner >= 1 && next.disruption.is_some_and(|t| t >= 1), "{next:?}");
+    eprintln!("a quiet invocation with both loops: {next:?}, {used:?} in {seconds:.1} s ({:.1} GetItem/s)", used.get_item as f64 / seconds);
+    assert!(used.state_scans <= 1, "{used:?}");
+    assert_eq!(used.transact_write, 0, "{used:?}");
+}
