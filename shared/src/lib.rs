@@ -12,6 +12,7 @@ pub mod aws;
 pub mod cloud;
 pub mod config;
 pub mod disruption;
+pub mod fuzzing;
 pub mod handlers;
 pub mod interruption;
 #[cfg(feature = "kube")]
