@@ -194,3 +194,42 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     assert!(used.state_scans <= 1, "{used:?}");
     assert_eq!(used.transact_write, 0, "{used:?}");
 }
+
+/// Four provisioner invocations at once (a late schedule overlapping the
+/// previous minute's, a retry, a hand-run one) against the emulator's
+/// DynamoDB and EC2, three pods pending: one takes the lease and launches
+/// the one node they need; the other three exit at once, and nothing is
+/// launched twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_provisioner_invocations_at_once_launch_once() {
+    use nodewright::ports::{Ports, SignedDuration, SystemClock};
+    use nodewright::runtime::scheduled_invocation;
+
+    let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
+    let (mut sim, f) = on_aws().await;
+    load_with_fixture_class(&mut sim, &s, &f).await;
+    sim.cluster.scale("default", "inflate", 3).expect("scaled");
+    sim.cluster.reconcile(); // the ReplicaSet controller creates the pods
+    sim.cluster.reconcile(); // kube-scheduler finds no node for them
+    let ports = Ports {
+        cloud: Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter"),
+        cluster: sim.cluster.clone(),
+        store: sim.store.clone(),
+        clock: SystemClock,
+    };
+    assert_eq!(nodewright::ports::Cluster::pending_pods(&ports.cluster).await.expect("pods").len(), 3);
+    let until = Timestamp::now() + SignedDuration::from_secs(8);
+    let runs = futures_util::future::join_all(
+        (0..4).map(|i| {
+            let ports = &ports;
+            async move { scheduled_invocation(ports, &format!("invocation-{i}"), until, false).await.expect("invocation") }
+        }),
+    )
+    .await;
+    let holders: Vec<_> = runs.iter().filter(|t| t.provisioner > 0).collect();
+    assert_eq!(holders.len(), 1, "one lease holder: {runs:?}");
+    let claims = sim.store.claims().await.expect("claims");
+    assert_eq!(claims.len(), 1, "one claim for the three pods: {claims:#?}");
+    let instances = f.instances_of_claim(&claims[0].id).await;
+    assert_eq!(instances.len(), 1, "one instance for the claim");
+}
