@@ -317,6 +317,18 @@ impl Ec2Fixture {
         out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
     }
 
+    /// Every instance (any state) tagged as this fixture's cluster's.
+    pub async fn instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+        let out = self
+            .ec2()
+            .describe_instances()
+            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build())
+            .send()
+            .await
+            .expect("DescribeInstances");
+        out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+    }
+
     /// Launch templates carrying this fixture's cluster tag.
     pub async fn launch_templates(&self) -> Vec<aws_sdk_ec2::types::LaunchTemplate> {
         let out = self

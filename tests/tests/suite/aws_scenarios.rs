@@ -233,3 +233,68 @@ async fn four_provisioner_invocations_at_once_launch_once() {
     let instances = f.instances_of_claim(&claims[0].id).await;
     assert_eq!(instances.len(), 1, "one instance for the claim");
 }
+
+type CrashSim = Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::sim::FaultyStore<nodewright::aws::DynamoStore>>;
+
+/// The interruption tests' small spot node (ten pods, a PDB keeping eight)
+/// on the emulator's EC2 and DynamoDB, the store able to crash at a write.
+async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::provisioning::claim::Claim) {
+    use nodewright_tests::real;
+    let f = Ec2Fixture::new(real::REGION, "1.32").await;
+    let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
+    let store = nodewright::sim::FaultyStore::new(dynamo_store(real::REGION).await);
+    let mut sim =
+        Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, SimSettings::default());
+    let s = nodewright_tests::sim::scenario_file("spot-drain.yaml");
+    scenario::load(&mut sim, &s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
+    Box::pin(scenario::run(&mut sim, &s)).await.expect("runs");
+    let failures = scenario::check(&sim, &s.expect).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let claims = sim.store.claims().await.expect("claims");
+    assert_eq!(claims.len(), 1, "{claims:#?}");
+    (sim, f, claims[0].clone())
+}
+
+/// Nodes, scheduled pods, commands left and instances ever launched.
+async fn end_state(sim: &CrashSim, f: &Ec2Fixture) -> (usize, usize, usize, usize) {
+    use nodewright::sim::ClusterDriver;
+    let pods = nodewright::ports::Cluster::scheduled_pods(&sim.cluster.port()).await.expect("pods").len();
+    let commands = sim.store.commands().await.expect("commands").len();
+    (sim.cluster.all_nodes().len(), pods, commands, f.instances().await.len())
+}
+
+/// A spot interruption whose handling crashes at its 1st, 2nd, … write of
+/// the removal command (the drain-and-terminate machine's steps), on the
+/// emulator's EC2 and DynamoDB: SQS redelivers the message, the next
+/// invocations resume, and every run ends as the run without a crash did —
+/// the replacement up with the ten pods on it, the interrupted instance
+/// terminated, no command left, exactly two instances ever launched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interruption_crashing_between_any_two_steps_converges_on_ec2_and_dynamodb() {
+    use nodewright_tests::interruption as cases;
+    const WANT: (usize, usize, usize, usize) = (1, 10, 0, 2);
+    for k in 0..20 {
+        let (mut sim, f, claim) = Box::pin(spot_node_on_aws()).await;
+        let instance = claim.instance_id().expect("launched").to_owned();
+        sim.store.crash_after_command_writes(k);
+        let records = cases::records("spot-interruption.json", &instance, sim.now());
+        for _ in 0..3 {
+            if cases::deliver(&sim, &records).await.failures.is_empty() {
+                break;
+            }
+        }
+        Box::pin(sim.run_for(nodewright::ports::SignedDuration::from_mins(4))).await;
+        let crashed = !sim.store.crash_pending();
+        assert_eq!(end_state(&sim, &f).await, WANT, "crash before command write {k}");
+        assert_eq!(sim.replacements.len(), 1, "crash before command write {k}: {:?}", sim.replacements);
+        let interrupted = f.instances_of_claim(&claim.id).await;
+        let state = interrupted[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
+        assert_eq!(state.as_deref(), Some("terminated"), "crash before command write {k}: the interrupted instance");
+        if !crashed {
+            assert!(k >= 3, "the machine writes its command more than {k} times");
+            return;
+        }
+    }
+    panic!("a removal wrote its command more than 20 times");
+}
