@@ -1,4 +1,4 @@
-//! `nodewright soak [--hours H] [--seed S] [--json]`: the chaos soak of
+//! `nodewright soak [--hours H] [--seed S] [--json] [--stop-after H]`: the chaos soak of
 //! `nodewright::sim::soak` — a seeded workload and fault schedule on the
 //! embedded simulator, the invariants checked every few simulated seconds,
 //! violations counted by kind. Exits non-zero when any invariant broke.
@@ -21,6 +21,10 @@ pub struct SoakArgs {
     /// Run the workload without faults.
     #[arg(long)]
     no_faults: bool,
+    /// Stop after this many simulated hours, keeping the workload and fault
+    /// schedule of `--hours`: replays the start of a long run.
+    #[arg(long)]
+    stop_after: Option<f64>,
 }
 
 pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
@@ -29,6 +33,7 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
         seed: args.seed,
         duration: SignedDuration::from_secs_f64(args.hours * 3600.0),
         faults: !args.no_faults,
+        stop_after: args.stop_after.map(|h| SignedDuration::from_secs_f64(h.max(0.0) * 3600.0)),
         ..SoakOptions::default()
     };
     // `RUST_LOG=nodewright::sim::soak=info` shows each fault as it strikes.

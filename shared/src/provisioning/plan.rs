@@ -11,7 +11,7 @@ use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
 use crate::config::{NodeClass, NodePool};
 use crate::disruption::drift;
-use crate::ports::{CloudCatalog, OfferingKey, PodKey, PricedOffering, Timestamp, Usage};
+use crate::ports::{CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage};
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
@@ -124,6 +124,7 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
     for n in s.nodes {
         let pods = pods_by_node.remove(n.metadata.name.as_deref().unwrap_or_default()).unwrap_or_default();
         let mut node = existing_node(n, pods);
+        node.unschedulable |= lost_readiness(n, s.now);
         if let Some(c) = provider_id(n).and_then(|id| claim_by_provider.get(id)) {
             // Our node: the unregistered taint is ours to lift; its nominated pods are coming.
             claims_with_nodes.insert(c.id.as_str());
@@ -155,9 +156,36 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
     out
 }
 
+/// How long a node that is not Ready still counts as room for pending
+/// pods: it is booting (kubelet registered, CNI or kubelet not yet Ready).
+pub const BOOT_GRACE: SignedDuration = SignedDuration::from_mins(15);
+
+/// A node whose Ready condition is not True is booting and counts as room —
+/// unless it has been NotReady past [`BOOT_GRACE`] since it registered, or
+/// its condition moved after registration (it was Ready and lost it). Such
+/// a node takes no new pods (kube-scheduler places none on it), so pods
+/// must not wait for it: they get a node of their own, and node repair
+/// deals with the sick one.
+pub fn lost_readiness(n: &Node, now: Timestamp) -> bool {
+    let Some(ready) =
+        n.status.as_ref().and_then(|st| st.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+    else {
+        return false;
+    };
+    if ready.status == "True" {
+        return false;
+    }
+    let Some(created) = n.metadata.creation_timestamp.as_ref().map(|t| t.0) else { return false };
+    // The kubelet posts its first condition at registration: a transition
+    // well after that is a change of state, not the boot.
+    let moved_since_boot = ready.last_transition_time.as_ref().is_some_and(|t| t.0.duration_since(created) > SignedDuration::from_secs(60));
+    moved_since_boot || now.duration_since(created) >= BOOT_GRACE
+}
+
 /// A Kubernetes Node and the pods on it as the solver sees them. Cordoned
 /// and deleting nodes take no new pods but count for topology. A node that
-/// is not Ready yet still counts as room: it is usually one of ours booting.
+/// is not Ready yet still counts as room here: it is usually one of ours
+/// booting (the provisioner also asks [`lost_readiness`]).
 pub fn existing_node(n: &Node, pods: Vec<SchedPod>) -> ExistingNode {
     ExistingNode {
         name: n.metadata.name.clone().unwrap_or_default(),
@@ -327,4 +355,34 @@ fn sum_requests(pods: &[SchedPod]) -> Resources {
 pub(crate) fn random_suffix(rng: &mut impl rand::Rng) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(created: i64, ready: Option<(&str, i64)>) -> Node {
+        let mut v = serde_json::json!({"metadata": {"name": "n", "creationTimestamp": Timestamp::from_second(created).unwrap().to_string()}});
+        if let Some((status, since)) = ready {
+            v["status"] = serde_json::json!({"conditions": [{"type": "Ready", "status": status,
+                "lastTransitionTime": Timestamp::from_second(since).unwrap().to_string()}]});
+        }
+        serde_json::from_value(v).expect("node")
+    }
+
+    #[test]
+    fn a_node_that_lost_readiness_is_no_room_but_a_booting_one_is() {
+        let t0 = 1_767_225_600;
+        let now = |mins: i64| Timestamp::from_second(t0 + mins * 60).unwrap();
+        // Booting: no condition yet, or NotReady since it registered.
+        assert!(!lost_readiness(&node(t0, None), now(1)));
+        assert!(!lost_readiness(&node(t0, Some(("False", t0))), now(5)));
+        // Ready: room.
+        assert!(!lost_readiness(&node(t0, Some(("True", t0 + 40))), now(60)));
+        // NotReady since its registration, past the boot grace.
+        assert!(lost_readiness(&node(t0, Some(("False", t0))), now(15)));
+        // Was Ready, lost it an hour later: no room at once.
+        assert!(lost_readiness(&node(t0, Some(("Unknown", t0 + 3600))), now(61)));
+        assert!(lost_readiness(&node(t0, Some(("False", t0 + 3600))), now(61)));
+    }
 }

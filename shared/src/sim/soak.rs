@@ -72,11 +72,22 @@ pub struct SoakOptions {
     pub faults: bool,
     /// Simulated time between two invariant checks.
     pub check_every: SignedDuration,
+    /// End this early, with the workload and the fault schedule of the
+    /// whole `duration` (both depend on it: each fault kind's draws stop at
+    /// its end, the upgrade comes at half time) — to replay the first hours
+    /// of a long run that found something.
+    pub stop_after: Option<SignedDuration>,
 }
 
 impl Default for SoakOptions {
     fn default() -> Self {
-        SoakOptions { seed: 1, duration: SignedDuration::from_hours(24), faults: true, check_every: SignedDuration::from_secs(5) }
+        SoakOptions {
+            seed: 1,
+            duration: SignedDuration::from_hours(24),
+            faults: true,
+            check_every: SignedDuration::from_secs(5),
+            stop_after: None,
+        }
     }
 }
 
@@ -1254,7 +1265,7 @@ impl Soak {
 
     /// When the soak ends.
     pub fn end(&self) -> Timestamp {
-        self.start + self.options.duration
+        self.start + self.options.stop_after.map_or(self.options.duration, |stop| stop.min(self.options.duration))
     }
 
     /// Runs until `until` (or the soak's end): the workload's changes, the
@@ -1612,7 +1623,13 @@ mod soak_tests {
     /// Simulated hours under faults, on a fixed seed: no invariant breaks.
     #[test]
     fn an_hour_of_chaos_breaks_no_invariant() {
-        let options = SoakOptions { seed: 2, duration: SignedDuration::from_mins(60), faults: true, check_every: SignedDuration::from_secs(20) };
+        let options = SoakOptions {
+            seed: 2,
+            duration: SignedDuration::from_mins(60),
+            faults: true,
+            check_every: SignedDuration::from_secs(20),
+            stop_after: None,
+        };
         let report = tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(run(options)).expect("soak");
         assert_eq!(report.total_violations(), 0, "{:#?}", report.examples);
         // The run did what a soak is for: faults struck, removals happened, Jobs ran.
