@@ -1,4 +1,4 @@
-//! `nodewright bench churn [--seed S] [--hours H]`: a seeded simulated day
+//! `nodewright bench churn [--seed S | --seeds 1-8] [--hours H]`: a seeded simulated day
 //! of Deployments scaling up and down, run twice on the embedded
 //! simulator — with nodewright's defaults, and as a stand-in for Karpenter
 //! (savings threshold 0, spot-to-spot consolidation on with Karpenter's
@@ -21,8 +21,14 @@ use serde_json::json;
 #[derive(Args)]
 pub struct ChurnArgs {
     /// Seed of the workload.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, conflicts_with = "seeds")]
     seed: u64,
+    /// Several seeds (`1,2,3` or `1-8`), run on parallel threads, each
+    /// reported and then all of them summed: one seed's day is chaotic
+    /// (a different choice early changes the rest of the day), the sum is
+    /// the figure to judge by.
+    #[arg(long, value_parser = parse_seeds)]
+    seeds: Option<Vec<u64>>,
     /// Simulated hours.
     #[arg(long, default_value_t = 24)]
     hours: i64,
@@ -143,39 +149,153 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
     })
 }
 
+fn parse_seeds(text: &str) -> Result<Vec<u64>, String> {
+    let mut seeds = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let number = |n: &str| n.trim().parse::<u64>().map_err(|_| format!("{n:?} is not a seed"));
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (number(lo)?, number(hi)?);
+                if hi < lo || hi - lo >= 1000 {
+                    return Err(format!("{part:?}: a range of 1 to 1000 seeds, low to high"));
+                }
+                seeds.extend(lo..=hi);
+            }
+            None => seeds.push(number(part)?),
+        }
+    }
+    if seeds.is_empty() {
+        return Err("no seed given".to_owned());
+    }
+    Ok(seeds)
+}
+
+/// Both runs of one seed.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    seed: u64,
+    ours: Figures,
+    theirs: Figures,
+}
+
+fn compare(evicted: (usize, usize), dollar_hours: (f64, f64)) -> (f64, f64) {
+    let fewer = if evicted.1 == 0 { 0.0 } else { 1.0 - evicted.0 as f64 / evicted.1 as f64 };
+    let dearer = if dollar_hours.1 == 0.0 { 0.0 } else { dollar_hours.0 / dollar_hours.1 - 1.0 };
+    (fewer, dearer)
+}
+
+fn run_pair(seed: u64, hours: i64) -> anyhow::Result<Pair> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let ours = runtime.block_on(run_one(seed, hours, false))?;
+    let theirs = runtime.block_on(run_one(seed, hours, true))?;
+    Ok(Pair { seed, ours, theirs })
+}
+
+/// Every seed's pair, `threads` seeds at a time, in seed order.
+fn run_all(seeds: &[u64], hours: i64, threads: usize) -> anyhow::Result<Vec<Pair>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, seeds.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(seed) = seeds.get(i) else { break };
+                    let pair = run_pair(*seed, hours);
+                    results.lock().unwrap_or_else(|e| e.into_inner()).push((i, pair));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, pair)| pair).collect()
+}
+
 pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.hours >= 1, "--hours must be at least 1");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let seeds = args.seeds.clone().unwrap_or_else(|| vec![args.seed]);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
-    let ours = runtime.block_on(run_one(args.seed, args.hours, false))?;
-    let theirs = runtime.block_on(run_one(args.seed, args.hours, true))?;
+    let pairs = run_all(&seeds, args.hours, threads)?;
     let wall = started.elapsed().as_secs_f64();
-    let fewer = if theirs.evicted == 0 { 0.0 } else { 1.0 - ours.evicted as f64 / theirs.evicted as f64 };
-    let dearer = if theirs.dollar_hours == 0.0 { 0.0 } else { ours.dollar_hours / theirs.dollar_hours - 1.0 };
+    let total = |pick: fn(&Pair) -> Figures| Figures {
+        replacements: pairs.iter().map(|p| pick(p).replacements).sum(),
+        removals: pairs.iter().map(|p| pick(p).removals).sum(),
+        evicted: pairs.iter().map(|p| pick(p).evicted).sum(),
+        dollar_hours: pairs.iter().map(|p| pick(p).dollar_hours).sum(),
+        launches: pairs.iter().map(|p| pick(p).launches).sum(),
+    };
+    let (ours, theirs) = (total(|p| p.ours), total(|p| p.theirs));
+    let (fewer, dearer) = compare((ours.evicted, theirs.evicted), (ours.dollar_hours, theirs.dollar_hours));
     let fig = |f: &Figures| {
         json!({"replacements": f.replacements, "removals": f.removals, "pods_evicted": f.evicted,
                "fleet_dollar_hours": (f.dollar_hours * 100.0).round() / 100.0, "launches": f.launches})
     };
-    let report = json!({
-        "seed": args.seed, "hours": args.hours,
-        "nodewright": fig(&ours), "karpenter_like": fig(&theirs),
-        "fewer_evictions": fewer, "extra_cost": dearer, "wall_seconds": wall,
-    });
     if args.json {
+        let per_seed: Vec<serde_json::Value> = pairs
+            .iter()
+            .map(|p| {
+                let (fewer, dearer) = compare((p.ours.evicted, p.theirs.evicted), (p.ours.dollar_hours, p.theirs.dollar_hours));
+                json!({"seed": p.seed, "nodewright": fig(&p.ours), "karpenter_like": fig(&p.theirs),
+                       "fewer_evictions": fewer, "extra_cost": dearer})
+            })
+            .collect();
+        let mut report = json!({
+            "seeds": seeds, "hours": args.hours,
+            "nodewright": fig(&ours), "karpenter_like": fig(&theirs),
+            "fewer_evictions": fewer, "extra_cost": dearer, "wall_seconds": wall,
+        });
+        if seeds.len() > 1 {
+            report["per_seed"] = per_seed.into();
+        } else {
+            report["seed"] = seeds[0].into();
+        }
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!("churn benchmark: seed {}, {} simulated hour(s), 8 Deployments re-scaled every 15 min", args.seed, args.hours);
     println!(
-        "{:<40} {:>12} {:>9} {:>12} {:>14} {:>9}",
-        "", "replacements", "removals", "pods evicted", "fleet $-hours", "launches"
+        "churn benchmark: seed(s) {}, {} simulated hour(s), 8 Deployments re-scaled every 15 min",
+        seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+        args.hours
     );
-    for (name, f) in [("nodewright (defaults)", ours), ("threshold 0 + spot-to-spot (Karpenter)", theirs)] {
+    println!(
+        "{:<6} {:<40} {:>12} {:>9} {:>12} {:>14} {:>9}",
+        "seed", "", "replacements", "removals", "pods evicted", "fleet $-hours", "launches"
+    );
+    let row = |seed: &str, name: &str, f: &Figures| {
         println!(
-            "{name:<40} {:>12} {:>9} {:>12} {:>14.2} {:>9}",
+            "{seed:<6} {name:<40} {:>12} {:>9} {:>12} {:>14.2} {:>9}",
             f.replacements, f.removals, f.evicted, f.dollar_hours, f.launches
         );
+    };
+    let many = pairs.len() > 1;
+    for p in &pairs {
+        row(&p.seed.to_string(), "nodewright (defaults)", &p.ours);
+        row(&p.seed.to_string(), "threshold 0 + spot-to-spot (Karpenter)", &p.theirs);
+        if many {
+            let (fewer, dearer) = compare((p.ours.evicted, p.theirs.evicted), (p.ours.dollar_hours, p.theirs.dollar_hours));
+            println!("{:<6} evictions {:.0} % fewer, cost {:+.1} %", p.seed, fewer * 100.0, dearer * 100.0);
+        }
+    }
+    if many {
+        row("all", "nodewright (defaults)", &ours);
+        row("all", "threshold 0 + spot-to-spot (Karpenter)", &theirs);
     }
     println!("evictions: {:.0} % fewer; cost: {:+.1} %  ({wall:.0} s wall)", fewer * 100.0, dearer * 100.0);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_seeds;
+
+    #[test]
+    fn seeds_are_lists_and_ranges() {
+        assert_eq!(parse_seeds("7"), Ok(vec![7]));
+        assert_eq!(parse_seeds("1-3,7, 11"), Ok(vec![1, 2, 3, 7, 11]));
+        assert!(parse_seeds("3-1").is_err());
+        assert!(parse_seeds("x").unwrap_err().contains("\"x\""));
+        assert!(parse_seeds("").is_err());
+    }
 }
