@@ -34,6 +34,9 @@ pub struct StsAuthenticator {
     pub upstream_authorization: String,
     /// The identities STS returned, in order.
     pub identities: Mutex<Vec<String>>,
+    /// Every bearer token presented, accepted or not (so a test can look
+    /// for them where they must not be, e.g. in the logs).
+    pub tokens: Mutex<Vec<String>>,
 }
 
 impl StsAuthenticator {
@@ -42,6 +45,7 @@ impl StsAuthenticator {
             let me = self.clone();
             Box::pin(async move {
                 let token = header.as_deref().and_then(|h| h.strip_prefix("Bearer ")).ok_or("no bearer token")?;
+                me.tokens.lock().unwrap_or_else(|e| e.into_inner()).push(token.to_owned());
                 let arn = me.verify(token).await?;
                 me.identities.lock().unwrap_or_else(|e| e.into_inner()).push(arn);
                 Ok(me.upstream_authorization.clone())

@@ -57,6 +57,7 @@ async fn eks_front(env: &KubeEnv, cluster: &str) -> (FaultProxy, Arc<StsAuthenti
         sts_address: moto().endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned(),
         upstream_authorization: format!("Bearer {}", env.function_token),
         identities: Mutex::new(Vec::new()),
+        tokens: Mutex::new(Vec::new()),
     });
     proxy.authenticate_with(auth.clone().into_authenticator());
     (proxy, auth)

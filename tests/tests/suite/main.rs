@@ -23,4 +23,5 @@ mod kube_cluster;
 mod properties;
 mod provisioning;
 mod scheduling;
+mod secrets_in_logs;
 mod store_contract;
