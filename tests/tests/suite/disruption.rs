@@ -29,4 +29,5 @@ scenarios! {
     do_not_disrupt_true_and_a_duration => "do-not-disrupt.yaml",
     a_failed_replacement_is_rolled_back => "replacement-rollback.yaml",
     node_repair => "node-repair.yaml",
+    a_node_that_lost_readiness_is_no_room_for_new_pods => "not-ready-node.yaml",
 }
