@@ -28,7 +28,7 @@ pub struct ChurnArgs {
     /// (a different choice early changes the rest of the day), the sum is
     /// the figure to judge by.
     #[arg(long, value_parser = parse_seeds)]
-    seeds: Option<Vec<u64>>,
+    seeds: Option<Seeds>,
     /// Simulated hours.
     #[arg(long, default_value_t = 24)]
     hours: i64,
@@ -149,7 +149,11 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
     })
 }
 
-fn parse_seeds(text: &str) -> Result<Vec<u64>, String> {
+/// The seeds of `--seeds`, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seeds(Vec<u64>);
+
+fn parse_seeds(text: &str) -> Result<Seeds, String> {
     let mut seeds = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let number = |n: &str| n.trim().parse::<u64>().map_err(|_| format!("{n:?} is not a seed"));
@@ -167,7 +171,7 @@ fn parse_seeds(text: &str) -> Result<Vec<u64>, String> {
     if seeds.is_empty() {
         return Err("no seed given".to_owned());
     }
-    Ok(seeds)
+    Ok(Seeds(seeds))
 }
 
 /// Both runs of one seed.
@@ -214,7 +218,7 @@ fn run_all(seeds: &[u64], hours: i64, threads: usize) -> anyhow::Result<Vec<Pair
 
 pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.hours >= 1, "--hours must be at least 1");
-    let seeds = args.seeds.clone().unwrap_or_else(|| vec![args.seed]);
+    let seeds = args.seeds.clone().map_or_else(|| vec![args.seed], |s| s.0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
     let pairs = run_all(&seeds, args.hours, threads)?;
@@ -288,14 +292,30 @@ pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_seeds;
+    use super::{ChurnArgs, Seeds, parse_seeds};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        churn: ChurnArgs,
+    }
 
     #[test]
     fn seeds_are_lists_and_ranges() {
-        assert_eq!(parse_seeds("7"), Ok(vec![7]));
-        assert_eq!(parse_seeds("1-3,7, 11"), Ok(vec![1, 2, 3, 7, 11]));
+        assert_eq!(parse_seeds("7"), Ok(Seeds(vec![7])));
+        assert_eq!(parse_seeds("1-3,7, 11"), Ok(Seeds(vec![1, 2, 3, 7, 11])));
         assert!(parse_seeds("3-1").is_err());
         assert!(parse_seeds("x").unwrap_err().contains("\"x\""));
         assert!(parse_seeds("").is_err());
+    }
+
+    #[test]
+    fn the_command_line_reads_seeds() {
+        let cli = Cli::try_parse_from(["churn", "--seeds", "1-2,11"]).expect("parses");
+        assert_eq!(cli.churn.seeds, Some(Seeds(vec![1, 2, 11])));
+        assert!(Cli::try_parse_from(["churn", "--seeds", "1", "--seed", "2"]).is_err(), "one or the other");
+        let one = Cli::try_parse_from(["churn"]).expect("parses");
+        assert_eq!((one.churn.seed, one.churn.seeds), (7, None));
     }
 }
