@@ -298,3 +298,60 @@ async fn an_interruption_crashing_between_any_two_steps_converges_on_ec2_and_dyn
     }
     panic!("a removal wrote its command more than 20 times");
 }
+
+/// A node on the emulator's EC2 and DynamoDB (the store able to crash at a
+/// write), launched for the drift scenario's two pods, before its drift.
+async fn drifting_node_on_aws() -> (CrashSim, Ec2Fixture) {
+    use nodewright_tests::real;
+    let f = Ec2Fixture::new(real::REGION, "1.32").await;
+    let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
+    let store = nodewright::sim::FaultyStore::new(dynamo_store(real::REGION).await);
+    let mut sim =
+        Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, SimSettings::default());
+    let mut s = nodewright_tests::sim::scenario_file("drift-nodeclass.yaml");
+    s.actions.clear();
+    s.expect = Default::default();
+    s.run = "2m".into();
+    scenario::load(&mut sim, &s).await.expect("loads");
+    f.store_node_class(&sim.store).await;
+    Box::pin(scenario::run(&mut sim, &s)).await.expect("runs");
+    assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "one node before the drift");
+    (sim, f)
+}
+
+/// Drift replacement crashing at its 1st, 2nd, … write of the removal
+/// command, on the emulator's EC2 and DynamoDB: the NodeClass's tags
+/// change, the next disruption invocations resume what the crashed one
+/// left, and every run ends as the run without a crash did — one node, the
+/// drifted claim released and its instance terminated, no command left,
+/// one replacement, exactly two instances ever launched, both pods bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_replacement_crashing_between_any_two_steps_converges_on_ec2_and_dynamodb() {
+    use nodewright::ports::{ConfigKind, SignedDuration};
+    for k in 0..20 {
+        let (mut sim, f) = Box::pin(drifting_node_on_aws()).await;
+        let old = sim.store.claims().await.expect("claims")[0].clone();
+        sim.store.crash_after_command_writes(k);
+        let mut class = sim.store.config_items().await.expect("items").into_iter().find(|i| i.kind == ConfigKind::NodeClass).expect("class");
+        class.spec["tags"]["team"] = "green".into();
+        class.version += 1;
+        sim.store.put_config_item(&class).await.expect("the class changed");
+        Box::pin(sim.run_for(SignedDuration::from_mins(6))).await;
+        let crashed = !sim.store.crash_pending();
+        let claims = sim.store.claims().await.expect("claims");
+        assert_eq!(sim.cluster.all_nodes().len(), 1, "crash before command write {k}: one node at the end");
+        assert!(claims.iter().all(|c| c.id != old.id), "crash before command write {k}: the drifted claim is released");
+        assert_eq!(sim.store.commands().await.expect("commands").len(), 0, "crash before command write {k}: no command left");
+        assert_eq!(sim.replacements.len(), 1, "crash before command write {k}: one replacement, never two");
+        assert_eq!(f.instances().await.len(), 2, "crash before command write {k}: the original and its one replacement");
+        let state = f.instances_of_claim(&old.id).await[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
+        assert_eq!(state.as_deref(), Some("terminated"), "crash before command write {k}: the drifted instance");
+        let pods = sim.cluster.all_pods();
+        assert!(pods.len() == 2 && pods.iter().all(|p| nodewright::sim::controllers::node_of(p).is_some()), "crash {k}: both pods bound");
+        if !crashed {
+            assert!(k >= 3, "a drift replacement writes its command more than {k} times");
+            return;
+        }
+    }
+    panic!("a drift replacement wrote its command more than 20 times");
+}
