@@ -29,11 +29,14 @@ pub struct SoakArgs {
 
 pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.hours > 0.0 && args.hours <= 24.0 * 90.0, "--hours must be above 0 and at most 2160");
+    if let Some(stop) = args.stop_after {
+        anyhow::ensure!(stop > 0.0 && stop <= args.hours, "--stop-after must be above 0 and at most --hours");
+    }
     let options = SoakOptions {
         seed: args.seed,
         duration: SignedDuration::from_secs_f64(args.hours * 3600.0),
         faults: !args.no_faults,
-        stop_after: args.stop_after.map(|h| SignedDuration::from_secs_f64(h.max(0.0) * 3600.0)),
+        stop_after: args.stop_after.map(|h| SignedDuration::from_secs_f64(h * 3600.0)),
         ..SoakOptions::default()
     };
     // `RUST_LOG=nodewright::sim::soak=info` shows each fault as it strikes.

@@ -251,7 +251,13 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, ScenarioError> {
     if !num.is_empty() || !any {
         return Err(bad());
     }
-    Ok(SignedDuration::from_secs_f64(total))
+    // A scenario runs simulated time; a century is already more than any
+    // scenario means (and far more digits would not fit a duration at all).
+    const CENTURY_SECS: f64 = 100.0 * 365.25 * 86_400.0;
+    if !(0.0..=CENTURY_SECS).contains(&total) {
+        return Err(ScenarioError::Parse(format!("{s:?} is longer than a century")));
+    }
+    SignedDuration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 /// Configuration objects → the Store's items; workload objects → left over.
@@ -723,6 +729,18 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `scenario` fuzz target: a 120-digit `at:` made the
+    /// duration conversion panic instead of refusing the file.
+    #[test]
+    fn durations_parse_and_absurd_ones_are_refused() {
+        assert_eq!(parse_duration("1h30m").expect("parses"), SignedDuration::from_mins(90));
+        assert_eq!(parse_duration("1.5s").expect("parses"), SignedDuration::from_millis(1500));
+        assert_eq!(parse_duration("250ms").expect("parses"), SignedDuration::from_millis(250));
+        let huge = format!("{}m", "8".repeat(120));
+        assert!(parse_duration(&huge).expect_err("too long").to_string().contains("longer than a century"));
+        assert!(parse_duration("101y").is_err() && parse_duration("").is_err() && parse_duration("5").is_err());
+    }
 
     #[test]
     fn a_scenario_with_invalid_objects_is_refused_naming_every_error() {
