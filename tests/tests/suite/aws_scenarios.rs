@@ -236,21 +236,26 @@ async fn four_provisioner_invocations_at_once_launch_once() {
 
 type CrashSim = Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::sim::FaultyStore<nodewright::aws::DynamoStore>>;
 
-/// The interruption tests' small spot node (ten pods, a PDB keeping eight)
-/// on the emulator's EC2 and DynamoDB, the store able to crash at a write.
-async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::provisioning::claim::Claim) {
+/// `s` loaded and run on the emulator's EC2 and DynamoDB (us-east-1, the
+/// fixture's NodeClass), the store able to crash at a write.
+async fn on_aws_crashable(s: &scenario::Scenario) -> (CrashSim, Ec2Fixture) {
     use nodewright_tests::real;
     let f = Ec2Fixture::new(real::REGION, "1.32").await;
     let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
     let store = nodewright::sim::FaultyStore::new(dynamo_store(real::REGION).await);
     let mut sim =
         Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, SimSettings::default());
-    let s = nodewright_tests::sim::scenario_file("spot-drain.yaml");
-    scenario::load(&mut sim, &s).await.expect("loads");
+    scenario::load(&mut sim, s).await.expect("loads");
     f.store_node_class(&sim.store).await;
-    Box::pin(scenario::run(&mut sim, &s)).await.expect("runs");
+    Box::pin(scenario::run(&mut sim, s)).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
+    (sim, f)
+}
+
+/// The interruption tests' small spot node (ten pods, a PDB keeping eight).
+async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::provisioning::claim::Claim) {
+    let (sim, f) = Box::pin(on_aws_crashable(&nodewright_tests::sim::scenario_file("spot-drain.yaml"))).await;
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1, "{claims:#?}");
     (sim, f, claims[0].clone())
@@ -299,22 +304,13 @@ async fn an_interruption_crashing_between_any_two_steps_converges_on_ec2_and_dyn
     panic!("a removal wrote its command more than 20 times");
 }
 
-/// A node on the emulator's EC2 and DynamoDB (the store able to crash at a
-/// write), launched for the drift scenario's two pods, before its drift.
+/// The drift scenario's node for its two pods, before its drift.
 async fn drifting_node_on_aws() -> (CrashSim, Ec2Fixture) {
-    use nodewright_tests::real;
-    let f = Ec2Fixture::new(real::REGION, "1.32").await;
-    let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
-    let store = nodewright::sim::FaultyStore::new(dynamo_store(real::REGION).await);
-    let mut sim =
-        Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, SimSettings::default());
     let mut s = nodewright_tests::sim::scenario_file("drift-nodeclass.yaml");
     s.actions.clear();
     s.expect = Default::default();
     s.run = "2m".into();
-    scenario::load(&mut sim, &s).await.expect("loads");
-    f.store_node_class(&sim.store).await;
-    Box::pin(scenario::run(&mut sim, &s)).await.expect("runs");
+    let (sim, f) = Box::pin(on_aws_crashable(&s)).await;
     assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "one node before the drift");
     (sim, f)
 }
