@@ -243,8 +243,13 @@ async fn on_aws_crashable(s: &scenario::Scenario) -> (CrashSim, Ec2Fixture) {
     let f = Ec2Fixture::new(real::REGION, "1.32").await;
     let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
     let store = nodewright::sim::FaultyStore::new(dynamo_store(real::REGION).await);
-    let mut sim =
-        Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, SimSettings::default());
+    // Ticks every 5 s instead of 1–2 s: the emulator is one process that
+    // every AWS test shares, and these tests run a dozen simulated minutes
+    // per crash point; the handlers' decisions do not depend on the pace.
+    let mut settings = SimSettings::default();
+    settings.provisioner.poll = nodewright::ports::SignedDuration::from_secs(5);
+    settings.disruption.poll = nodewright::ports::SignedDuration::from_secs(5);
+    let mut sim = Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, settings);
     scenario::load(&mut sim, s).await.expect("loads");
     f.store_node_class(&sim.store).await;
     Box::pin(scenario::run(&mut sim, s)).await.expect("runs");
@@ -289,7 +294,13 @@ async fn an_interruption_crashing_between_any_two_steps_converges_on_ec2_and_dyn
                 break;
             }
         }
-        Box::pin(sim.run_for(nodewright::ports::SignedDuration::from_mins(4))).await;
+        // Up to four simulated minutes, stopping once the end is reached.
+        for _ in 0..8 {
+            Box::pin(sim.run_for(nodewright::ports::SignedDuration::from_secs(30))).await;
+            if end_state(&sim, &f).await == WANT {
+                break;
+            }
+        }
         let crashed = !sim.store.crash_pending();
         assert_eq!(end_state(&sim, &f).await, WANT, "crash before command write {k}");
         assert_eq!(sim.replacements.len(), 1, "crash before command write {k}: {:?}", sim.replacements);
@@ -332,7 +343,16 @@ async fn a_drift_replacement_crashing_between_any_two_steps_converges_on_ec2_and
         class.spec["tags"]["team"] = "green".into();
         class.version += 1;
         sim.store.put_config_item(&class).await.expect("the class changed");
-        Box::pin(sim.run_for(SignedDuration::from_mins(6))).await;
+        // Up to six simulated minutes, stopping once the drifted claim is gone and no command is left.
+        for _ in 0..12 {
+            Box::pin(sim.run_for(SignedDuration::from_secs(30))).await;
+            let gone = sim.store.claims().await.expect("claims").iter().all(|c| c.id != old.id);
+            if gone && sim.store.commands().await.expect("commands").is_empty() {
+                break;
+            }
+        }
+        // The evicted pods' successors are placed on the replacement.
+        Box::pin(sim.run_for(SignedDuration::from_secs(30))).await;
         let crashed = !sim.store.crash_pending();
         let claims = sim.store.claims().await.expect("claims");
         assert_eq!(sim.cluster.all_nodes().len(), 1, "crash before command write {k}: one node at the end");
