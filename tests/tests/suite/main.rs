@@ -17,7 +17,6 @@ mod aws_store;
 mod disruption;
 mod cluster_contract;
 mod eks_auth;
-mod fuzz_corpus;
 mod interruption;
 mod kube_cluster;
 mod properties;

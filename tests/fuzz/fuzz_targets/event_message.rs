@@ -1,4 +1,0 @@
-#![no_main]
-//! `cargo +nightly fuzz run --fuzz-dir tests/fuzz event_message`: see `nodewright::fuzzing::event_message`.
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nodewright::fuzzing::event_message(data));

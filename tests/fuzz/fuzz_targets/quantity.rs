@@ -1,4 +1,0 @@
-#![no_main]
-//! `cargo +nightly fuzz run --fuzz-dir tests/fuzz quantity`: see `nodewright::fuzzing::quantity`.
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nodewright::fuzzing::quantity(data));
