@@ -118,7 +118,6 @@ pub async fn connect_with(env: &FunctionEnv, function: &str, options: &ClientOpt
     Ok(Ports { cloud, cluster, store, clock: SystemClock })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::flag;

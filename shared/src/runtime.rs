@@ -101,9 +101,7 @@ pub async fn scheduled_invocation<P: PortSet>(
         let provisioner = p.run_until(until, sleep).await?;
         return Ok(Ticks { provisioner, disruption: None });
     }
-    let mut d = Disruption::new(&ports, DisruptionSettings::default(), holder)
-        .with_config_reader(DISRUPTION_CONFIG.clone())
-        .with_memory(DISRUPTION_MEMORY.clone());
+    let mut d = disruption_loop(&ports, holder);
     let (provisioner, disruption) = tokio::join!(p.run_until(until, sleep), d.run_until(until, sleep));
     let disruption = disruption
         .inspect_err(|e| error!(error = %e, "the disruption loop stopped; provisioning went on"))
@@ -118,6 +116,14 @@ static PROVISIONER_CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLo
 static DISRUPTION_CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
 static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
 
+/// The disruption loop with the container's reader and memory, whichever
+/// function runs it.
+fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>) -> Disruption<P> {
+    Disruption::new(ports, DisruptionSettings::default(), holder)
+        .with_config_reader(DISRUPTION_CONFIG.clone())
+        .with_memory(DISRUPTION_MEMORY.clone())
+}
+
 /// The disruption function: one scheduled invocation, ticking until its
 /// deadline minus a margin, holding the disruption lease (another
 /// invocation still running makes this one exit at once). What the
@@ -127,9 +133,7 @@ pub async fn disruption(ports: &LivePorts, event: LambdaEvent<serde_json::Value>
     let deadline = deadline_of(&event);
     let until = deadline - DEADLINE_MARGIN;
     let remaining = deadline.duration_since(Timestamp::now());
-    let mut d = Disruption::new(ports, DisruptionSettings::default(), event.context.request_id.clone())
-        .with_config_reader(DISRUPTION_CONFIG.clone())
-        .with_memory(DISRUPTION_MEMORY.clone());
+    let mut d = disruption_loop(ports, event.context.request_id.clone());
     let before = ports.store.requests();
     let ticks = d
         .run_until(until, |t| tokio::time::sleep(t.unsigned_abs()))

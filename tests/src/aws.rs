@@ -317,12 +317,17 @@ impl Ec2Fixture {
         out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
     }
 
+    /// The filter on this fixture's cluster tag.
+    fn owned(&self) -> Filter {
+        Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build()
+    }
+
     /// Every instance (any state) tagged as this fixture's cluster's.
     pub async fn instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
         let out = self
             .ec2()
             .describe_instances()
-            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build())
+            .filters(self.owned())
             .send()
             .await
             .expect("DescribeInstances");
@@ -334,7 +339,7 @@ impl Ec2Fixture {
         let out = self
             .ec2()
             .describe_launch_templates()
-            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build())
+            .filters(self.owned())
             .send()
             .await
             .expect("DescribeLaunchTemplates");
