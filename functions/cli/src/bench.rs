@@ -23,6 +23,9 @@ pub enum BenchCommand {
     /// A seeded simulated day of Deployments scaling up and down: replacements, evictions and
     /// fleet $-hours with nodewright's defaults and with Karpenter's consolidation rules.
     Churn(crate::churn::ChurnArgs),
+    /// One provisioner invocation facing a burst of pending pods: ticks, wall time, peak memory
+    /// and store item sizes (the figures behind the function's memory size and timeout).
+    Invocation(crate::invocation::InvocationArgs),
 }
 
 #[derive(Args)]
@@ -65,6 +68,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Scheduling(args) => scheduling(&args),
         BenchCommand::Churn(args) => crate::churn::run(&args),
+        BenchCommand::Invocation(args) => crate::invocation::run(&args),
     }
 }
 

@@ -4,6 +4,7 @@
 mod bench;
 mod churn;
 mod config;
+mod invocation;
 mod plan;
 mod simulate;
 mod soak;

@@ -182,7 +182,13 @@ impl KubeCluster {
                     Err(e) => return Err(classify(what, &e)),
                 };
                 pages += 1;
-                items.extend(page.items);
+                // managedFields (often the largest part of an object) are
+                // read by nothing here: not kept, so a listing of 10,000
+                // pods weighs what the pods' specs and statuses weigh.
+                items.extend(page.items.into_iter().map(|mut item| {
+                    item.meta_mut().managed_fields = None;
+                    item
+                }));
                 match page.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(next) => token = Some(next),
                     None => {

@@ -221,6 +221,8 @@ async fn pending_pods_are_listed_across_pages() {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), N, "no pod twice");
+        // The server writes managedFields on every pod; a listing keeps none.
+        assert!(mine.iter().all(|p| p.metadata.managed_fields.is_none()), "managedFields dropped as pods are listed");
         let pages = proxy.seen(&Method::GET, "/api/v1/pods?").len();
         assert!(pages >= N.div_ceil(page_size as usize), "page size {page_size}: {pages} page(s)");
         let first = &proxy.seen(&Method::GET, "/api/v1/pods?")[0].path_and_query;
