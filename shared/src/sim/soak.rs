@@ -39,7 +39,7 @@ use serde_json::json;
 use super::controllers::{is_finished, is_pod_ready, is_terminating, node_of, pdb_selects};
 use super::rng::Rng;
 use super::simulation::node_name;
-use super::{FaultyCloud, FaultyStore, MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
+use super::{FaultyCloud, FaultyCluster, FaultyStore, MemStore, SimClock, SimCloud, SimCluster, SimSettings, Simulation, catalog, scenario};
 use crate::config::NodePool;
 use crate::config::disruption::DisruptionReason;
 use crate::disruption::snapshot::DO_NOT_DISRUPT;
@@ -51,7 +51,7 @@ use crate::termination::RemovalReason;
 use crate::workload::lower_bound::{Candidate, lp_lower_bound};
 
 /// The simulation a soak runs: the in-memory EC2 and DynamoDB behind the fault decorators.
-pub type SoakSim = Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>>;
+pub type SoakSim = Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>, FaultyCluster<SimCluster>>;
 
 /// The region the soak's cluster runs in.
 pub const REGION: &str = "us-east-1";
@@ -316,15 +316,15 @@ impl Checker {
     /// Checks every invariant on `sim` as it is now.
     pub async fn check(&mut self, sim: &SoakSim) {
         let now = sim.now();
-        let pods = sim.cluster.all_pods();
-        let nodes = sim.cluster.all_nodes();
+        let pods = sim.cluster.inner().all_pods();
+        let nodes = sim.cluster.inner().all_nodes();
         let instances = sim.sim_cloud.as_ref().map(SimCloud::all_instances).unwrap_or_default();
         let (Ok(claims), Ok(commands), Ok(batch), Ok(usage), Ok(pdbs)) = (
             sim.store.claims().await,
             sim.store.commands().await,
             sim.store.batch().await,
             sim.store.pool_usage().await,
-            sim.cluster.pod_disruption_budgets().await,
+            sim.cluster.inner().pod_disruption_budgets().await,
         ) else {
             return;
         };
@@ -813,7 +813,7 @@ impl Workload {
         if minute > 0 && minute % 15 == 0 {
             for i in 0..self.deployments.len() {
                 let n = self.replicas(i, minute);
-                sim.cluster.scale("default", &self.deployments[i].name, n).map_err(SoakError::Setup)?;
+                sim.cluster.inner().scale("default", &self.deployments[i].name, n).map_err(SoakError::Setup)?;
             }
         }
         if minute % 5 == 0 && self.rng.chance(0.25) {
@@ -826,7 +826,7 @@ impl Workload {
             for k in 0..self.rng.range(1, 6) {
                 let runtime = SignedDuration::from_mins(self.rng.range(5, 45) as i64);
                 let p = JobPod { job: job.clone(), name: format!("{job}-{k}-0"), attempt: 0, runtime, started: None, cpu, memory, arm64, keep };
-                sim.cluster.apply(&Self::job_pod(&p)).map_err(SoakError::Setup)?;
+                sim.cluster.inner().apply(&Self::job_pod(&p)).map_err(SoakError::Setup)?;
                 self.job_pods_created += 1;
                 self.jobs.push(p);
             }
@@ -839,7 +839,7 @@ impl Workload {
     async fn reconcile_jobs(&mut self, sim: &SoakSim) -> Result<(), SoakError> {
         let now = sim.now();
         let pods: BTreeMap<String, Pod> =
-            sim.cluster.all_pods().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some("batch")).map(|p| (p.metadata.name.clone().unwrap_or_default(), p)).collect();
+            sim.cluster.inner().all_pods().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some("batch")).map(|p| (p.metadata.name.clone().unwrap_or_default(), p)).collect();
         let mut keep = Vec::new();
         for mut j in std::mem::take(&mut self.jobs) {
             match pods.get(&j.name) {
@@ -849,7 +849,7 @@ impl Workload {
                         j.started = Some(now);
                     }
                     if j.started.is_some_and(|s| now.duration_since(s) >= j.runtime) {
-                        let _ = sim.cluster.delete_pod(&PodKey::of(p), Some(0)).await;
+                        let _ = sim.cluster.inner().delete_pod(&PodKey::of(p), Some(0)).await;
                         self.job_pods_completed += 1;
                     } else {
                         keep.push(j);
@@ -861,7 +861,7 @@ impl Workload {
                     let stem = j.name.rsplit_once('-').map_or(j.name.clone(), |(s, _)| s.to_owned());
                     j.name = format!("{stem}-{}", j.attempt);
                     j.started = None;
-                    sim.cluster.apply(&Self::job_pod(&j)).map_err(SoakError::Setup)?;
+                    sim.cluster.inner().apply(&Self::job_pod(&j)).map_err(SoakError::Setup)?;
                     self.job_pods_rerun += 1;
                     keep.push(j);
                 }
@@ -895,12 +895,14 @@ pub enum FaultKind {
     StoreConflicts,
     CrashAfterLaunch,
     CrashBetweenSteps,
+    KubernetesApiRefused,
+    KubernetesResponsesDropped,
     KubernetesUpgrade,
 }
 
 impl FaultKind {
     /// Each kind and how often it strikes (per simulated hour).
-    pub const RATES: [(FaultKind, f64); 18] = [
+    pub const RATES: [(FaultKind, f64); 20] = [
         (FaultKind::SpotInterruption, 1.5),
         (FaultKind::Rebalance, 1.0),
         (FaultKind::ScheduledChange, 0.5),
@@ -919,6 +921,8 @@ impl FaultKind {
         (FaultKind::StoreConflicts, 1.0),
         (FaultKind::CrashAfterLaunch, 0.5),
         (FaultKind::CrashBetweenSteps, 1.0),
+        (FaultKind::KubernetesApiRefused, 1.0),
+        (FaultKind::KubernetesResponsesDropped, 1.0),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -941,14 +945,15 @@ impl FaultKind {
             FaultKind::StoreConflicts => "store_conflicts",
             FaultKind::CrashAfterLaunch => "crash_after_launch",
             FaultKind::CrashBetweenSteps => "crash_between_removal_steps",
+            FaultKind::KubernetesApiRefused => "kubernetes_api_refused",
+            FaultKind::KubernetesResponsesDropped => "kubernetes_responses_dropped",
             FaultKind::KubernetesUpgrade => "kubernetes_upgrade",
         }
     }
 }
 
 /// What the soak could not inject, and why (printed with every report).
-pub const NOT_MODELLED: [&str; 3] = [
-    "Kubernetes API 429/5xx and dropped connections: the in-memory cluster has no fault layer (the real-adapter tests inject them through a proxy)",
+pub const NOT_MODELLED: [&str; 2] = [
     "a function killed at an arbitrary instruction: crashes are injected at store writes (after a launch before its record; between two removal steps), not between any two calls",
     "concurrent invocations of one function: the simulator runs one invocation of each at a time",
 ];
@@ -1031,7 +1036,7 @@ impl Faults {
         let live: Vec<super::cloud::SimInstance> =
             soak.cloud.all_instances().into_iter().filter(|i| i.instance.state == InstanceState::Running).collect();
         let registered: Vec<&super::cloud::SimInstance> = {
-            let nodes = soak.sim.cluster.all_nodes();
+            let nodes = soak.sim.cluster.inner().all_nodes();
             live.iter()
                 .filter(|i| nodes.iter().any(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(i.instance.provider_id.as_str())))
                 .collect()
@@ -1107,7 +1112,7 @@ impl Faults {
                 }
                 let id = self.rng.pick(&registered).instance.id.clone();
                 let name = node_name(&id, REGION);
-                if soak.sim.cluster.set_node_ready(&name, false).is_err() {
+                if soak.sim.cluster.inner().set_node_ready(&name, false).is_err() {
                     return false;
                 }
                 // Some come back before node repair's 30 minutes, some do not.
@@ -1154,6 +1159,15 @@ impl Faults {
                 soak.store.crash_after_command_writes(self.rng.range(0, 5) as usize);
                 true
             }
+            FaultKind::KubernetesApiRefused => {
+                // A burst of 429s and 503s outlasting the adapter's own retries.
+                soak.sim.cluster.refuse_next_calls(self.rng.range(1, 12) as usize);
+                true
+            }
+            FaultKind::KubernetesResponsesDropped => {
+                soak.sim.cluster.drop_next_responses(self.rng.range(1, 4) as usize);
+                true
+            }
             FaultKind::KubernetesUpgrade => {
                 let next = match soak.cloud.kubernetes_version().split_once('.') {
                     Some((major, minor)) => format!("{major}.{}", minor.parse::<u32>().unwrap_or(30) + 1),
@@ -1186,7 +1200,7 @@ impl SoakParts<'_> {
             Undo::NeverRegister(t) => {
                 // Instances launched meanwhile stay unregistered for good.
                 self.sim.never_register.remove(&t);
-                let nodes = self.sim.cluster.all_nodes();
+                let nodes = self.sim.cluster.inner().all_nodes();
                 for i in self.cloud.all_instances() {
                     let joined = nodes.iter().any(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(i.instance.provider_id.as_str()));
                     if i.instance.instance_type == t && !joined && !i.instance.state.is_gone_or_going() {
@@ -1195,7 +1209,7 @@ impl SoakParts<'_> {
                 }
             }
             Undo::Ready(name) => {
-                let _ = self.sim.cluster.set_node_ready(&name, true);
+                let _ = self.sim.cluster.inner().set_node_ready(&name, true);
             }
             Undo::Events(kind, before) => {
                 let s = &mut self.sim.settings;
@@ -1242,7 +1256,8 @@ impl Soak {
         let cloud = SimCloud::new(catalog::catalog(REGION).map_err(|e| SoakError::Setup(e.to_string()))?, clock.clone());
         let faulty_cloud = FaultyCloud::new(cloud.clone());
         let store = FaultyStore::new(MemStore::new());
-        let mut sim = Simulation::new(clock, faulty_cloud.clone(), Some(cloud.clone()), store.clone(), SimSettings::default());
+        let cluster = FaultyCluster::new(SimCluster::new(clock.clone()));
+        let mut sim = Simulation::with_cluster(clock, faulty_cloud.clone(), Some(cloud.clone()), store.clone(), cluster, SimSettings::default());
         let (workload, objects) = Workload::new(options.seed);
         let s = scenario::Scenario {
             name: "soak".into(),
@@ -1324,7 +1339,7 @@ impl Soak {
             *interruptions.entry(format!("{o:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_owned()).or_default() += 1;
         }
         let (throttled, conflicts) = self.store.write_faults();
-        let events = self.sim.cluster.events();
+        let events = self.sim.cluster.inner().events();
         let count = |reason: &str| events.iter().filter(|(_, e)| e.reason == reason).count();
         SoakReport {
             seed: self.options.seed,
@@ -1475,6 +1490,7 @@ mod tests {
             let web: Vec<Pod> = soak
                 .sim
                 .cluster
+                .inner()
                 .all_pods()
                 .into_iter()
                 .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get("app")).is_some_and(|a| a == "web"))
@@ -1482,7 +1498,7 @@ mod tests {
                 .collect();
             assert!(web.len() >= 2, "{}", web.len());
             for p in &web[..2] {
-                soak.sim.cluster.delete_pod(&PodKey::of(p), Some(30)).await.expect("delete");
+                soak.sim.cluster.inner().delete_pod(&PodKey::of(p), Some(30)).await.expect("delete");
             }
             soak.checker.check(&soak.sim).await;
             assert!(counted(&soak, Violation::PdbBelowMinimum, &before) >= 1, "{:?}", soak.checker.examples());
@@ -1491,14 +1507,16 @@ mod tests {
             let before = soak.checker.counts().clone();
             soak.sim
                 .cluster
+                .inner()
                 .apply(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stray", "namespace": "default"},
                     "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "400"}}}]}}))
                 .expect("apply");
-            soak.sim.cluster.update_pod("default", "stray", |p| {
+            soak.sim.cluster.inner().update_pod("default", "stray", |p| {
                 p.status.get_or_insert_with(Default::default).nominated_node_name = Some("elsewhere".into());
             });
             soak.sim
                 .cluster
+                .inner()
                 .apply(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge", "namespace": "default"},
                     "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500"}}}]}}))
                 .expect("apply");
@@ -1556,7 +1574,7 @@ mod tests {
 
             // A voluntary removal of a node that runs a do-not-disrupt pod.
             let before = soak.checker.counts().clone();
-            let pods = soak.sim.cluster.all_pods();
+            let pods = soak.sim.cluster.inner().all_pods();
             let cache = pods
                 .iter()
                 .find(|p| p.metadata.labels.as_ref().and_then(|l| l.get("app")).is_some_and(|a| a == "cache") && node_of(p).is_some())
