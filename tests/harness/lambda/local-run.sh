@@ -35,8 +35,8 @@ export NODEWRIGHT_CLUSTER_NAME=local NODEWRIGHT_TABLE_PREFIX=nodewright
 kubectl --kubeconfig "$WORK/kube/admin.kubeconfig" apply -f infra/rbac/clusterrole.yaml
 
 # 3. Tables and a NodePool.
-cargo run --quiet --features aws --bin nodewright -- init
-cargo run --quiet --features aws --bin nodewright -- config apply -f infra/examples/local/nodepool.yaml
+cargo run --quiet -p nodewright-cli --features aws -- init
+cargo run --quiet -p nodewright-cli --features aws -- config apply -f infra/examples/local/nodepool.yaml
 
 # 4. The functions on a local Runtime API, on a free port.
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
