@@ -257,6 +257,11 @@ type CrashSim = Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright:
 /// `s` loaded and run on the emulator's EC2 and DynamoDB (us-east-1, the
 /// fixture's NodeClass), the store able to crash at a write.
 async fn on_aws_crashable(s: &scenario::Scenario) -> (CrashSim, Ec2Fixture) {
+    on_aws_crashing(s, |_| {}).await
+}
+
+/// [`on_aws_crashable`], with `crash` arming the faults before the run.
+async fn on_aws_crashing(s: &scenario::Scenario, crash: impl FnOnce(&CrashSim)) -> (CrashSim, Ec2Fixture) {
     use nodewright_tests::real;
     let f = Ec2Fixture::new(real::REGION, "1.32").await;
     let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
@@ -270,10 +275,46 @@ async fn on_aws_crashable(s: &scenario::Scenario) -> (CrashSim, Ec2Fixture) {
     let mut sim = Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, settings);
     scenario::load(&mut sim, s).await.expect("loads");
     f.store_node_class(&sim.store).await;
+    crash(&sim);
     Box::pin(scenario::run(&mut sim, s)).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
     (sim, f)
+}
+
+/// Provisioning's two crash points on the emulator's EC2 and DynamoDB: an
+/// invocation that dies after writing the claim and before CreateFleet
+/// (the launch fails before reaching EC2), and one that dies after
+/// CreateFleet and before recording the instance on the claim (the claim
+/// update fails; the next attempt finds the instance by its claim tag and
+/// adopts it). Each time the walkthrough ends as without a crash, and no
+/// claim ever has two instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioning_crashing_at_either_step_launches_once_per_claim_on_ec2_and_dynamodb() {
+    // One spot node for ten pods; its expectations: one node, all bound.
+    let s = nodewright_tests::sim::scenario_file("spot-drain.yaml");
+    for (point, crash) in [
+        ("after the claim's write, before CreateFleet", (|sim: &CrashSim| sim.cloud.fail_next_launches(1)) as fn(&CrashSim)),
+        ("after CreateFleet, before the instance's record", |sim: &CrashSim| sim.store.fail_next_claim_updates(1)),
+    ] {
+        let (sim, f) = Box::pin(on_aws_crashing(&s, crash)).await;
+        assert!(sim.cloud.launch_calls() >= 2, "crash {point}: the launch was tried again");
+        let claims = sim.store.claims().await.expect("claims");
+        assert_eq!(claims.len(), 1, "crash {point}: one claim: {claims:#?}");
+        // Instances per claim tag. (The emulator puts fleet instances in the
+        // VPC's default security group, not the launch template's: an
+        // adopted instance, read back from EC2, shows that group, looks
+        // drifted, and disruption replaces it under a new claim — a second
+        // claim, never a second instance of one.)
+        let mut per_claim: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for i in f.instances().await {
+            let claim = i.tags().iter().find(|t| t.key() == Some("karpenter.sh/nodeclaim")).and_then(|t| t.value()).unwrap_or_default().to_owned();
+            per_claim.entry(claim).or_default().push(i.instance_id().unwrap_or_default().to_owned());
+        }
+        assert!(per_claim.values().all(|ids| ids.len() == 1), "crash {point}: a claim with two instances: {per_claim:?}");
+        let recorded = claims[0].instance_id().expect("the claim records its instance");
+        assert_eq!(per_claim.get(&claims[0].id).map(Vec::as_slice), Some(&[recorded.to_owned()][..]), "crash {point}: {per_claim:?}");
+    }
 }
 
 /// The interruption tests' small spot node (ten pods, a PDB keeping eight).
