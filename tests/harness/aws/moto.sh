@@ -5,6 +5,9 @@
 #   moto.sh start DIR    start on a free 127.0.0.1 port, wait until ready, write DIR/env
 #   moto.sh stop DIR     stop the server started with the same DIR (only that pid)
 #   moto.sh status DIR   exit 0 if the server of DIR is running
+#   moto.sh account DIR CLUSTER   seed the server of DIR with what a first try needs:
+#                        subnets and a security group tagged karpenter.sh/discovery=CLUSTER,
+#                        and an EKS cluster CLUSTER (local_account.py; idempotent)
 #
 # Environment:
 #   NODEWRIGHT_CACHE        cache root (default $HOME/.cache/nodewright); the venv is
@@ -30,7 +33,7 @@ die() { echo "moto.sh: error: $*" >&2; exit 1; }
 note() { echo "moto.sh: $*" >&2; }
 
 usage() {
-  sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -166,8 +169,16 @@ cmd_status() {
   [[ -f "$dir/pid" ]] && is_ours "$(cat "$dir/pid")"
 }
 
+cmd_account() {
+  local dir="${1:-}" cluster="${2:-}"
+  [[ -n "$dir" && -n "$cluster" ]] || die "usage: moto.sh account DIR CLUSTER"
+  cmd_status "$dir" || die "no server of $dir is running (moto.sh start $dir)"
+  (set -a; . "$dir/env"; set +a; exec "$VENV/bin/python" "$HERE/local_account.py" "$cluster")
+}
+
 case "${1:-}" in
   install) cmd_install ;;
+  account) shift; cmd_account "$@" ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   status) shift; cmd_status "$@" ;;

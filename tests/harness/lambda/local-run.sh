@@ -30,6 +30,8 @@ tests/harness/aws/moto.sh start "$WORK/moto"
 tests/harness/kube/kube.sh build && tests/harness/kube/kube.sh start "$WORK/kube"
 set -a; . "$WORK/moto/env"; set +a
 export NODEWRIGHT_CLUSTER_NAME=local NODEWRIGHT_TABLE_PREFIX=nodewright
+# The emulated account's cluster, subnets and security group.
+tests/harness/aws/moto.sh account "$WORK/moto" local
 
 # 2. RBAC for the functions' user.
 kubectl --kubeconfig "$WORK/kube/admin.kubeconfig" apply -f infra/rbac/clusterrole.yaml
@@ -65,5 +67,23 @@ invoke state-change functions/state-change/events/malformed.json '"dropped"'
 invoke provisioner functions/provisioner/events/schedule.json '"ticks"'
 invoke interruption functions/interruption/events/spot-interruption.json '"batchItemFailures"'
 invoke disruption functions/disruption/events/schedule.json '{'
+
+# 5. A pending pod (marked as kube-scheduler would: there is none here) is
+#    planned and launched for in the emulator by the next invocation.
+ADMIN="$WORK/kube/admin.kubeconfig"
+kubectl --kubeconfig "$ADMIN" apply -f infra/examples/local/pending-pod.yaml
+kubectl --kubeconfig "$ADMIN" patch pod first-try --subresource=status --type=merge \
+  -p '{"status":{"conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable","message":"no nodes available"}]}}'
+invoke provisioner functions/provisioner/events/schedule.json '"ticks"'
+MOTO_PY="${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/moto-venv/bin/python"
+launched="$("$MOTO_PY" -c 'import boto3, os
+ec2 = boto3.client("ec2", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+r = ec2.describe_instances(Filters=[{"Name": "tag:karpenter.sh/nodepool", "Values": ["default"]}])
+print(" ".join(i["InstanceId"] + ":" + i["InstanceType"] + ":" + i["State"]["Name"] for x in r["Reservations"] for i in x["Instances"]))')"
+if [ -n "$launched" ]; then
+  passed=$((passed + 1)); echo "ok    the pending pod got an instance: $launched"
+else
+  failed=$((failed + 1)); echo "FAIL  no instance was launched for the pending pod"
+fi
 echo "local-run: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
