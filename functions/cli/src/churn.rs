@@ -53,8 +53,10 @@ struct Figures {
     launches: usize,
 }
 
-fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<Workload>) {
-    let mut objects = vec![
+/// The benchmarks' NodePool `default` (c/m/r, spot and on-demand, amd64,
+/// Karpenter v1's default disruption) and its EC2NodeClass.
+pub(crate) fn pool_and_class() -> Vec<serde_json::Value> {
+    vec![
         json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}, "spec": {
             "template": {"spec": {
                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
@@ -68,7 +70,11 @@ fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<
             "amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole",
             "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}]}}),
-    ];
+    ]
+}
+
+fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<Workload>) {
+    let mut objects = pool_and_class();
     if karpenter_like {
         objects
             .push(json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "Settings", "metadata": {"name": "default"}, "spec": {

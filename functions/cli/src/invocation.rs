@@ -4,9 +4,9 @@
 //! and show that a tick ends well inside the Lambda timeout.
 //!
 //! The burst: four Deployments of typical shapes (web 250m/512Mi, API
-//! 1/2Gi, worker 2/4Gi, cache 500m/8Gi) whose replicas add up to N, one
-//! NodePool (c/m/r, spot and on-demand, amd64), created at once and marked
-//! unschedulable as kube-scheduler would. The provisioner then ticks as its
+//! 1/2Gi, worker 2/4Gi, cache 500m/8Gi) whose replicas add up to N, and
+//! `bench churn`'s NodePool (c/m/r, spot and on-demand, amd64); the pods
+//! are created at once and marked unschedulable as kube-scheduler would. The provisioner then ticks as its
 //! Lambda loop does (the clock moved to each tick's wake time) until its
 //! batch window closed, it solved and it launched. Each tick's wall time
 //! is measured, and the process's resident memory before the first tick
@@ -37,20 +37,7 @@ const SHAPES: [(&str, &str, &str, f64); 4] =
     [("web", "250m", "512Mi", 0.4), ("api", "1", "2Gi", 0.3), ("worker", "2", "4Gi", 0.2), ("cache", "500m", "8Gi", 0.1)];
 
 fn objects(pods: usize) -> Vec<serde_json::Value> {
-    let mut objects = vec![
-        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}, "spec": {
-            "template": {"spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                "requirements": [
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
-                ]}}}}),
-        json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"}, "spec": {
-            "amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole",
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}]}}),
-    ];
+    let mut objects = crate::churn::pool_and_class();
     let mut left = pods;
     for (i, (name, cpu, memory, share)) in SHAPES.iter().enumerate() {
         let replicas = if i + 1 == SHAPES.len() { left } else { ((pods as f64 * share).round() as usize).min(left) };
