@@ -45,10 +45,9 @@ use crate::config::disruption::DisruptionReason;
 use crate::disruption::snapshot::DO_NOT_DISRUPT;
 use crate::ports::{Cloud, Cluster, InstanceState, OfferingKey, PodKey, SignedDuration, Store, Timestamp, Usage};
 use crate::provisioning::claim::{Claim, NODES, usage_of};
-use crate::resources::Resources;
 use crate::scheduling::labels;
 use crate::termination::RemovalReason;
-use crate::workload::lower_bound::{Candidate, lp_lower_bound};
+use crate::workload::fleet_bound::FleetBound;
 
 /// The simulation a soak runs: the in-memory EC2 and DynamoDB behind the fault decorators.
 pub type SoakSim = Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>, FaultyCluster<SimCluster>>;
@@ -219,7 +218,7 @@ struct Waiting {
 pub struct Checker {
     pub bounds: Bounds,
     pools: Vec<NodePool>,
-    candidates: Vec<Candidate>,
+    lower_bound: FleetBound,
     counts: BTreeMap<Violation, usize>,
     examples: BTreeMap<Violation, Vec<String>>,
     waiting: BTreeMap<String, Waiting>,
@@ -231,7 +230,6 @@ pub struct Checker {
     starts_seen: usize,
     cost: VecDeque<(Timestamp, f64, f64)>,
     cost_over: bool,
-    bound_cache: Option<(Resources, f64)>,
     last: Option<Timestamp>,
     first: Option<Timestamp>,
     /// Fleet ÷ bound $ of each whole hour of the run.
@@ -253,11 +251,11 @@ const EXAMPLES: usize = 5;
 impl Checker {
     /// A checker for this configuration (pools) and catalog.
     pub fn new(pools: Vec<NodePool>, catalog: &crate::ports::CloudCatalog, bounds: Bounds) -> Self {
-        let candidates = lower_bound_candidates(&pools, catalog);
+        let lower_bound = FleetBound::new(&pools, catalog);
         Checker {
             bounds,
             pools,
-            candidates,
+            lower_bound,
             counts: Violation::ALL.iter().map(|v| (*v, 0)).collect(),
             examples: BTreeMap::new(),
             waiting: BTreeMap::new(),
@@ -269,7 +267,6 @@ impl Checker {
             starts_seen: 0,
             cost: VecDeque::new(),
             cost_over: false,
-            bound_cache: None,
             last: None,
             first: None,
             hourly_cost_ratio: Vec::new(),
@@ -558,23 +555,12 @@ impl Checker {
 
     fn check_cost(&mut self, now: Timestamp, pods: &[Pod], instances: &[super::cloud::SimInstance]) {
         let fleet: f64 = instances.iter().filter(|i| i.instance.state != InstanceState::Terminated).map(|i| i.instance.price).sum();
-        let mut total = Resources::default();
-        for p in pods {
-            if is_finished(p) || is_terminating(p) {
-                continue;
-            }
-            if let Ok(sp) = crate::scheduling::SchedPod::from_pod(p) {
-                total.add(&sp.requests);
-            }
-        }
-        let bound = match &self.bound_cache {
-            Some((t, b)) if *t == total => *b,
-            _ => {
-                let b = lp_lower_bound(&total, &self.candidates).unwrap_or(0.0);
-                self.bound_cache = Some((total, b));
-                b
-            }
-        };
+        let running: Vec<_> = pods
+            .iter()
+            .filter(|p| !is_finished(p) && !is_terminating(p))
+            .filter_map(|p| crate::scheduling::SchedPod::from_pod(p).ok())
+            .collect();
+        let bound = self.lower_bound.bound(&running).unwrap_or(0.0);
         let first = *self.first.get_or_insert(now);
         if let Some(last) = self.last {
             let hours = now.duration_since(last).as_secs_f64() / 3600.0;
@@ -613,36 +599,6 @@ impl Checker {
         }
         self.cost_over = over;
     }
-}
-
-/// Every instance type some pool allows, at the cheapest offering a pool
-/// allows, with its allocatable capacity: the LP's columns.
-fn lower_bound_candidates(pools: &[NodePool], catalog: &crate::ports::CloudCatalog) -> Vec<Candidate> {
-    let mut out = Vec::new();
-    for info in &catalog.instance_types {
-        let reqs = info.requirements();
-        let mut best: Option<(f64, Resources)> = None;
-        for pool in pools.iter().filter(|p| p.requirements.intersects(&reqs)) {
-            let price = catalog
-                .offerings
-                .iter()
-                .filter(|o| o.instance_type == info.name)
-                .filter(|o| pool.requirements.allows(labels::ZONE, Some(&o.zone)))
-                .filter(|o| pool.requirements.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)))
-                .map(|o| o.price)
-                .min_by(f64::total_cmp);
-            if let Some(price) = price
-                && best.as_ref().is_none_or(|(b, _)| price < *b)
-            {
-                let capacity = info.capacity(&pool.kubelet);
-                best = Some((price, capacity.saturating_sub(&info.overhead(&pool.kubelet))));
-            }
-        }
-        if let Some((price, allocatable)) = best {
-            out.push(Candidate { price, allocatable });
-        }
-    }
-    out
 }
 
 // ------------------------------------------------------------------ workload
