@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use nodewright::config::NodePool;
 use nodewright::resources::Resources;
-use nodewright::scheduling::solver::{ClaimOrder, Plan, PoolInput, SolveOptions, solve};
+use nodewright::scheduling::solver::{ClaimOrder, Plan, PoolInput, PreferencePolicy, SolveOptions, solve};
 use nodewright::scheduling::SchedPod;
 use nodewright::workload::lower_bound::{Candidate, lp_lower_bound};
 use nodewright::workload::w1::{self, Mix};
@@ -32,33 +32,55 @@ pub enum BenchCommand {
 pub struct SchedulingArgs {
     /// Number of pending pods.
     #[arg(long, default_value_t = 1000)]
-    pods: usize,
-    /// karpenter (Karpenter's diverse mix), generic, or preferences.
-    #[arg(long, default_value = "karpenter")]
-    mix: Mix,
+    pub(crate) pods: usize,
+    /// W1: karpenter (Karpenter's diverse mix, the default), generic, or preferences.
+    /// W2 (with --catalog): shapes, web, arch, zonal, or mixed (the default).
+    #[arg(long)]
+    pub(crate) mix: Option<String>,
+    /// Plan on this region's real catalog (the simulator's: us-east-1, us-west-2,
+    /// eu-west-1, ap-south-1) with the W2 mixes, instead of W1's synthetic types.
+    #[arg(long)]
+    pub(crate) catalog: Option<String>,
+    /// W2: the NodePool's capacity types (spot = spot and on-demand).
+    #[arg(long, value_enum, default_value_t = crate::bench_w2::CapacityArg::Spot)]
+    pub(crate) capacity: crate::bench_w2::CapacityArg,
+    /// W2: the NodePool's requirements: walkthrough (c/m/r, 4-32 vCPU, nitro,
+    /// generation > 2) or open (the whole catalog).
+    #[arg(long, value_enum, default_value_t = crate::bench_w2::RequirementsArg::Walkthrough)]
+    pub(crate) requirements: crate::bench_w2::RequirementsArg,
     /// Number of synthetic instance types.
     #[arg(long, default_value_t = 400)]
-    instance_types: usize,
+    pub(crate) instance_types: usize,
     /// Seed of the pod generator.
     #[arg(long, default_value_t = 42)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Solve this many times and report the median time.
     #[arg(long, default_value_t = 1)]
-    runs: usize,
+    pub(crate) runs: usize,
     /// Which claim a pod tries first: best (both orders, cheaper plan kept),
     /// first-fit, or fewest-pods (Karpenter's order).
     #[arg(long, value_enum, default_value_t = Order::Best)]
-    order: Order,
+    pub(crate) order: Order,
+    /// Karpenter's preferencePolicy: respect (relax preferences one by one
+    /// when a pod does not fit) or ignore (plan as if pods had none).
+    #[arg(long, value_enum, default_value_t = Preferences::Respect)]
+    pub(crate) preferences: Preferences,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Write pods.json, instance-types.json and plan.json to this folder.
     #[arg(long)]
-    dump: Option<PathBuf>,
+    pub(crate) dump: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Order {
+pub(crate) enum Preferences {
+    Respect,
+    Ignore,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Order {
     Best,
     FirstFit,
     FewestPods,
@@ -74,23 +96,20 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
 
 fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
+    if let Some(region) = &args.catalog {
+        return crate::bench_w2::run(args, region);
+    }
+    let mix: Mix = args.mix.as_deref().unwrap_or("karpenter").parse().map_err(anyhow::Error::msg)?;
     let types = w1::instance_types(args.instance_types);
     let pools = vec![PoolInput::new(NodePool::open("default"), types)];
-    let options = SolveOptions {
-        order: match args.order {
-            Order::Best => ClaimOrder::Best,
-            Order::FirstFit => ClaimOrder::FirstFit,
-            Order::FewestPods => ClaimOrder::FewestPods,
-        },
-        ..SolveOptions::default()
-    };
+    let options = solve_options(args);
 
     let mut times = Vec::with_capacity(args.runs);
     let mut result: Option<(Vec<SchedPod>, Plan)> = None;
     for _ in 0..args.runs {
         // Generated outside the clock; each Kubernetes pod is dropped as soon
         // as it is read, as a provisioner reading pages from the API would.
-        let k8s_pods = w1::pods(args.pods, args.mix, args.seed);
+        let k8s_pods = w1::pods(args.pods, mix, args.seed);
         drop(result.take()); // free the previous run before measuring the next
         let start = Instant::now();
         let pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
@@ -102,7 +121,7 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     times.sort_by(f64::total_cmp);
     let seconds = times[times.len() / 2];
 
-    let lower_bound = (args.mix == Mix::Generic).then(|| {
+    let lower_bound = (mix == Mix::Generic).then(|| {
         let mut total = Resources::default();
         for p in &pods {
             total.add(&p.requests);
@@ -121,7 +140,8 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     let cost = plan.cost_per_hour();
     let report = json!({
         "workload": "W1",
-        "mix": format!("{:?}", args.mix).to_lowercase(),
+        "mix": format!("{mix:?}").to_lowercase(),
+        "preferences": format!("{:?}", options.preferences).to_lowercase(),
         "instance_types": args.instance_types,
         "seed": args.seed,
         "runs": args.runs,
@@ -138,7 +158,7 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
         "peak_rss_mb": peak_rss_mb(),
     });
     if let Some(dir) = &args.dump {
-        dump(dir, &w1::pods(args.pods, args.mix, args.seed), &pools[0], &pods, &plan)?;
+        dump(dir, &w1::pods(args.pods, mix, args.seed), &pools[0], &pods, &plan)?;
     }
     if args.json {
         println!("{report}");
@@ -151,9 +171,32 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The solver options the flags ask for.
+pub(crate) fn solve_options(args: &SchedulingArgs) -> SolveOptions {
+    SolveOptions {
+        order: match args.order {
+            Order::Best => ClaimOrder::Best,
+            Order::FirstFit => ClaimOrder::FirstFit,
+            Order::FewestPods => ClaimOrder::FewestPods,
+        },
+        preferences: match args.preferences {
+            Preferences::Respect => PreferencePolicy::Respect,
+            Preferences::Ignore => PreferencePolicy::Ignore,
+        },
+        ..SolveOptions::default()
+    }
+}
+
+
 fn print_text(r: &serde_json::Value) {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-    println!("W1 {} mix, {} instance types, seed {}", r["mix"].as_str().unwrap_or(""), r["instance_types"], r["seed"]);
+    println!(
+        "W1 {} mix, {} instance types, seed {}, preferences {}",
+        r["mix"].as_str().unwrap_or(""),
+        r["instance_types"],
+        r["seed"],
+        r["preferences"].as_str().unwrap_or("")
+    );
     println!("pods              {}", r["pods"]);
     println!("pods scheduled    {}", r["scheduled"]);
     println!("nodes             {}", r["nodes"]);
@@ -169,14 +212,14 @@ fn print_text(r: &serde_json::Value) {
 }
 
 /// Peak resident set size of this process (Linux), in MB.
-fn peak_rss_mb() -> Option<f64> {
+pub(crate) fn peak_rss_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1000.0)
 }
 
-fn dump(
+pub(crate) fn dump(
     dir: &std::path::Path,
     k8s_pods: &[nodewright::k8s::Pod],
     pool: &PoolInput,

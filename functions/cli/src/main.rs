@@ -2,6 +2,7 @@
 //! one module per command.
 
 mod bench;
+mod bench_w2;
 mod churn;
 mod config;
 mod invocation;

@@ -326,6 +326,19 @@ impl SchedPod {
         }
     }
 
+    /// The relaxation that drops every preference at once (required terms
+    /// and PreferNoSchedule taints stay as they are).
+    pub fn without_preferences(&self) -> Relaxation {
+        let count = |anti: bool| self.affinity.iter().filter(|t| t.anti == anti && t.weight.is_some()).count() as u8;
+        Relaxation {
+            dropped_pod_affinity: count(false),
+            dropped_pod_anti_affinity: count(true),
+            dropped_node_preferences: self.preferred_terms.len() as u8,
+            dropped_soft_spreads: self.spreads.iter().any(|s| !s.hard),
+            ..Relaxation::default()
+        }
+    }
+
     /// The next relaxation, or `None` when nothing is left to relax:
     /// further required terms, then the heaviest preferred pod affinity,
     /// pod anti-affinity, node affinity, then ScheduleAnyway spreads, then

@@ -95,12 +95,23 @@ pub enum ClaimOrder {
 pub struct SolveOptions {
     pub max_instance_types: usize,
     pub order: ClaimOrder,
+    pub preferences: PreferencePolicy,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { max_instance_types: MAX_INSTANCE_TYPES, order: ClaimOrder::Best }
+        SolveOptions { max_instance_types: MAX_INSTANCE_TYPES, order: ClaimOrder::Best, preferences: PreferencePolicy::Respect }
     }
+}
+
+/// Karpenter's `preferencePolicy`: `Respect` tries each pod with its
+/// preferences and relaxes them one by one; `Ignore` plans every pod as if
+/// it had none (preferred node and pod affinity, `ScheduleAnyway` spreads).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PreferencePolicy {
+    #[default]
+    Respect,
+    Ignore,
 }
 
 /// What the solver decided.
@@ -568,7 +579,10 @@ impl<'a> Solver<'a> {
     /// Places one pod, relaxing its preferences as long as it does not fit.
     fn schedule(&mut self, i: usize) -> bool {
         let pod = &self.pods[i];
-        let mut r = Relaxation::default();
+        let mut r = match self.options.preferences {
+            PreferencePolicy::Respect => Relaxation::default(),
+            PreferencePolicy::Ignore => pod.without_preferences(),
+        };
         loop {
             let k = self.class_for(i, &r);
             if self.place(i, k) {

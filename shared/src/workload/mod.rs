@@ -7,3 +7,4 @@
 pub mod fleet_bound;
 pub mod lower_bound;
 pub mod w1;
+pub mod w2;

@@ -2,19 +2,24 @@
 //!
 //! - Instance type *i* (1…n) has *i* vCPU, 2·*i* GiB memory and 10·*i* pods,
 //!   kube-reserved 100m CPU and 10 MiB (Karpenter's fake provider), price
-//!   0.1 × vCPU + 0.1 × memory bytes / 10⁹, offered as spot and on-demand in
-//!   `test-zone-1…3`.
+//!   0.1 × vCPU + 0.1 × memory bytes / 10⁹, offered on-demand in
+//!   `test-zone-1…3` and spot in `test-zone-1…2` (five offerings, as
+//!   Karpenter's fake types have).
 //! - Pods request CPU from {100, 250, 500, 1000, 1500}m and memory from
 //!   {100, 256, 512, 1024, 2048, 4096}Mi, uniformly.
 //! - `karpenter` mix: fifths of generic pods, zone spread (maxSkew 1,
 //!   DoNotSchedule, selector `my-label` of 7 values), hostname spread (same),
-//!   zone pod affinity (`my-affinity` label and selector each drawn from 7
-//!   values, as Karpenter draws them independently), and hostname
-//!   anti-affinity all against each other (`app=nginx`); the remainder generic.
+//!   zone pod affinity to itself (one `my-affinity` value of 7 drawn for both
+//!   the pod's label and its selector, as Karpenter draws it since
+//!   kubernetes-sigs/karpenter#1938), and hostname anti-affinity all against
+//!   each other (`app=nginx`); the remainder generic.
 //! - `generic` mix: only generic pods (the cost-quality case).
-//! - `preferences` mix: every pod prefers zone 1 (satisfiable) and prefers
-//!   not to share a zone with its peers (unsatisfiable after three pods), so
-//!   almost every pod goes through preference relaxation.
+//! - `preferences` mix (Karpenter's `BenchmarkRespectPreferences` and, solved
+//!   with preferences ignored, `BenchmarkIgnorePreferences`): one CPU and
+//!   memory draw for every pod; each prefers zone 1 (weight 1), prefers no
+//!   peer in its zone (weight 10: unsatisfiable after three pods, so relaxed
+//!   first, heaviest first) and no peer on its node (weight 1: satisfiable,
+//!   so one pod per node).
 
 use std::collections::BTreeMap;
 
@@ -63,12 +68,9 @@ pub fn instance_types(n: usize) -> Vec<InstanceType> {
         .map(|i| {
             let memory = 2 * i * GIB;
             let price = 0.1 * i as f64 + 0.1 * memory as f64 / 1e9;
-            let offerings = ZONES
-                .iter()
-                .flat_map(|z| {
-                    [labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND].map(|ct| Offering::new(z, ct, price))
-                })
-                .collect();
+            let on_demand = ZONES.iter().map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price));
+            let spot = ZONES[..2].iter().map(|z| Offering::new(z, labels::CAPACITY_TYPE_SPOT, price));
+            let offerings = on_demand.chain(spot).collect();
             let mut reqs = Requirements::new();
             reqs.add(labels::ARCH, Requirement::single("amd64"));
             reqs.add(labels::OS, Requirement::single("linux"));
@@ -89,7 +91,10 @@ pub fn pods(n: usize, mix: Mix, seed: u64) -> Vec<Pod> {
     let mut g = Generator { rng: ChaCha8Rng::seed_from_u64(seed), next: 0 };
     match mix {
         Mix::Generic => (0..n).map(|_| g.generic()).collect(),
-        Mix::Preferences => (0..n).map(|_| g.preferences()).collect(),
+        Mix::Preferences => {
+            let requests = g.requests();
+            (0..n).map(|_| g.preferences(requests)).collect()
+        }
         Mix::Karpenter => {
             let fifth = n / 5;
             let mut out = Vec::with_capacity(n);
@@ -116,9 +121,25 @@ impl Generator {
         LABEL_VALUES[self.rng.random_range(0..LABEL_VALUES.len())].to_owned()
     }
 
-    fn pod(&mut self, labels: BTreeMap<String, String>, affinity: Option<Affinity>, spread: Vec<TopologySpreadConstraint>) -> Pod {
+    /// A CPU (millicores) and memory (MiB) draw.
+    fn requests(&mut self) -> (i64, i64) {
         let cpu = CPU_CHOICES[self.rng.random_range(0..CPU_CHOICES.len())];
         let mem = MEMORY_CHOICES[self.rng.random_range(0..MEMORY_CHOICES.len())];
+        (cpu, mem)
+    }
+
+    fn pod(&mut self, labels: BTreeMap<String, String>, affinity: Option<Affinity>, spread: Vec<TopologySpreadConstraint>) -> Pod {
+        let requests = self.requests();
+        self.pod_with(requests, labels, affinity, spread)
+    }
+
+    fn pod_with(
+        &mut self,
+        (cpu, mem): (i64, i64),
+        labels: BTreeMap<String, String>,
+        affinity: Option<Affinity>,
+        spread: Vec<TopologySpreadConstraint>,
+    ) -> Pod {
         let name = format!("w1-{}", self.next);
         self.next += 1;
         let requests = BTreeMap::from([
@@ -181,10 +202,9 @@ impl Generator {
 
     fn zone_affinity(&mut self) -> Pod {
         let labels = BTreeMap::from([("my-affinity".to_owned(), self.label_value())]);
-        let wanted = BTreeMap::from([("my-affinity".to_owned(), self.label_value())]);
         let affinity = Affinity {
             pod_affinity: Some(PodAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(labels::ZONE, wanted)]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term(labels::ZONE, labels.clone())]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -204,33 +224,29 @@ impl Generator {
         self.pod(labels, Some(affinity), Vec::new())
     }
 
-    fn preferences(&mut self) -> Pod {
+    fn preferences(&mut self, requests: (i64, i64)) -> Pod {
         let labels = BTreeMap::from([("app".to_owned(), "preferences".to_owned())]);
+        let zone_one = NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: labels::ZONE.to_owned(),
+                operator: "In".to_owned(),
+                values: Some(vec![ZONES[0].to_owned()]),
+            }]),
+            ..Default::default()
+        };
+        let apart = |weight: i32, key: &str| WeightedPodAffinityTerm { weight, pod_affinity_term: term(key, labels.clone()) };
         let affinity = Affinity {
             node_affinity: Some(NodeAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![PreferredSchedulingTerm {
-                    weight: 10,
-                    preference: NodeSelectorTerm {
-                        match_expressions: Some(vec![NodeSelectorRequirement {
-                            key: labels::ZONE.to_owned(),
-                            operator: "In".to_owned(),
-                            values: Some(vec![ZONES[0].to_owned()]),
-                        }]),
-                        ..Default::default()
-                    },
-                }]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![PreferredSchedulingTerm { weight: 1, preference: zone_one }]),
                 ..Default::default()
             }),
             pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
-                    weight: 100,
-                    pod_affinity_term: term(labels::ZONE, labels.clone()),
-                }]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![apart(10, labels::ZONE), apart(1, labels::HOSTNAME)]),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        self.pod(labels, Some(affinity), Vec::new())
+        self.pod_with(requests, labels.clone(), Some(affinity), Vec::new())
     }
 }
 

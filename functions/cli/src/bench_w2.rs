@@ -1,0 +1,142 @@
+//! `nodewright bench scheduling --catalog REGION`: the W2 mixes planned on a
+//! region's real catalog, with the LP lower bound of the pods on the
+//! NodePool (DaemonSets and kube-reserved included) and the same input under
+//! Karpenter's claim order, the stand-in for Karpenter.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::ValueEnum;
+use nodewright::provisioning::plan::instance_types;
+use nodewright::scheduling::SchedPod;
+use nodewright::scheduling::solver::{ClaimOrder, Plan, PoolInput, SolveOptions, solve};
+use nodewright::workload::fleet_bound::FleetBound;
+use nodewright::workload::w2::{self, Capacity, Mix, PoolRequirements};
+use serde_json::json;
+
+use crate::bench::{SchedulingArgs, dump, peak_rss_mb, solve_options};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum CapacityArg {
+    /// Spot and on-demand.
+    Spot,
+    OnDemand,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum RequirementsArg {
+    Walkthrough,
+    Open,
+}
+
+pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
+    let mix: Mix = args.mix.as_deref().unwrap_or("mixed").parse().map_err(anyhow::Error::msg)?;
+    let catalog = nodewright::sim::catalog::catalog(region)?;
+    let capacity = match args.capacity {
+        CapacityArg::Spot => Capacity::SpotAndOnDemand,
+        CapacityArg::OnDemand => Capacity::OnDemand,
+    };
+    let requirements = match args.requirements {
+        RequirementsArg::Walkthrough => PoolRequirements::Walkthrough,
+        RequirementsArg::Open => PoolRequirements::Open,
+    };
+    let pool = w2::pool(capacity, requirements);
+    let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
+    let daemons = w2::daemon_pods().iter().map(SchedPod::from_pod).collect::<Result<Vec<_>, _>>()?;
+    let options = solve_options(args);
+
+    let mut times = Vec::with_capacity(args.runs);
+    let mut result: Option<(Vec<SchedPod>, Plan)> = None;
+    for _ in 0..args.runs {
+        let k8s_pods = w2::pods(args.pods, mix, args.seed, &catalog);
+        drop(result.take());
+        let start = Instant::now();
+        let pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+        let plan = solve(&pods, &[], &pools, &daemons, &options);
+        times.push(start.elapsed().as_secs_f64());
+        result = Some((pods, plan));
+    }
+    let (pods, plan) = result.context("no run")?;
+    let peak_rss = peak_rss_mb();
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+
+    let karpenter = solve(&pods, &[], &pools, &daemons, &SolveOptions { order: ClaimOrder::FewestPods, ..options });
+    let mut everything = pods.clone();
+    everything.extend(daemons.iter().cloned().map(|mut d| {
+        d.daemon = true;
+        d
+    }));
+    let bound = FleetBound::new(std::slice::from_ref(&pool), &catalog).bound(&everything);
+    let cost = plan.cost_per_hour();
+    let chosen = |plan: &Plan| -> BTreeSet<(String, String, String)> {
+        plan.claims
+            .iter()
+            .filter_map(|c| c.options.first())
+            .map(|o| (o.instance_type.to_string(), o.zone.to_string(), o.capacity_type.to_string()))
+            .collect()
+    };
+    let report = json!({
+        "workload": "W2",
+        "catalog": region,
+        "mix": mix.name(),
+        "topology": mix.has_topology(),
+        "capacity": format!("{:?}", capacity),
+        "requirements": format!("{:?}", requirements),
+        "instance_types": pools[0].instance_types.len(),
+        "seed": args.seed,
+        "runs": args.runs,
+        "pods": pods.len(),
+        "scheduled": plan.scheduled(),
+        "unschedulable": plan.unschedulable.len(),
+        "nodes": plan.claims.len(),
+        "seconds": seconds,
+        "seconds_min": times[0],
+        "cost_per_hour": cost,
+        "lower_bound_cost_per_hour": bound,
+        "cost_over_lower_bound": bound.map(|b| cost / b),
+        "karpenter_order_cost_per_hour": karpenter.cost_per_hour(),
+        "karpenter_order_nodes": karpenter.claims.len(),
+        "saving_over_karpenter_order": 1.0 - cost / karpenter.cost_per_hour(),
+        "cheapest_offerings_used": chosen(&plan).len(),
+        "peak_rss_mb": peak_rss,
+    });
+    if let Some(dir) = &args.dump {
+        dump(dir, &w2::pods(args.pods, mix, args.seed, &catalog), &pools[0], &pods, &plan)?;
+    }
+    if args.json {
+        println!("{report}");
+    } else {
+        let f = |k: &str| report[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "W2 {} mix on {region}, {:?}, {:?} requirements ({} instance types), seed {}",
+            mix.name(),
+            capacity,
+            requirements,
+            report["instance_types"],
+            args.seed
+        );
+        println!("pods              {} ({} scheduled)", report["pods"], report["scheduled"]);
+        println!("nodes             {}", report["nodes"]);
+        println!("seconds           {:.3} (median of {})", f("seconds"), args.runs);
+        println!("fleet $/hour      {:.2}", f("cost_per_hour"));
+        match bound {
+            Some(b) => println!("LP lower bound    {b:.2} $/hour (plan = {:.4} × bound)", f("cost_over_lower_bound")),
+            None => println!("LP lower bound    none (the pool cannot hold the pods)"),
+        }
+        println!(
+            "Karpenter order   {:.2} $/hour, {} nodes (ours {:.1} % cheaper)",
+            f("karpenter_order_cost_per_hour"),
+            report["karpenter_order_nodes"],
+            100.0 * f("saving_over_karpenter_order")
+        );
+        if let Some(m) = peak_rss {
+            println!("peak RSS          {m:.0} MB");
+        }
+        for (i, reason) in plan.unschedulable.iter().take(5) {
+            println!("  unschedulable {}: {reason}", pods[*i].pod);
+        }
+    }
+    Ok(())
+}
