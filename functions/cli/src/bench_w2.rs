@@ -43,13 +43,14 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
     };
     let pool = w2::pool(capacity, requirements);
     let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
+    let zones = w2::zones(&pool, &catalog);
     let daemons = w2::daemon_pods().iter().map(SchedPod::from_pod).collect::<Result<Vec<_>, _>>()?;
     let options = solve_options(args);
 
     let mut times = Vec::with_capacity(args.runs);
     let mut result: Option<(Vec<SchedPod>, Plan)> = None;
     for _ in 0..args.runs {
-        let k8s_pods = w2::pods(args.pods, mix, args.seed, &catalog);
+        let k8s_pods = w2::pods(args.pods, mix, args.seed, &zones);
         drop(result.take());
         let start = Instant::now();
         let pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
@@ -103,7 +104,7 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         "peak_rss_mb": peak_rss,
     });
     if let Some(dir) = &args.dump {
-        dump(dir, &w2::pods(args.pods, mix, args.seed, &catalog), &pools[0], &pods, &plan)?;
+        dump(dir, &w2::pods(args.pods, mix, args.seed, &zones), &pools[0], &pods, &plan)?;
     }
     if args.json {
         println!("{report}");

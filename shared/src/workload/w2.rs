@@ -119,12 +119,26 @@ pub fn daemon_pods() -> Vec<Pod> {
         .collect()
 }
 
-/// `n` pending pods of the mix, from a seeded RNG; zones are the catalog's.
-pub fn pods(n: usize, mix: Mix, seed: u64, catalog: &CloudCatalog) -> Vec<Pod> {
-    let mut zones: Vec<String> = catalog.offerings.iter().map(|o| o.zone.clone()).collect();
+/// The zones in which the catalog offers some type the pool allows, sorted:
+/// where a zone-pinned pod can run.
+pub fn zones(pool: &NodePool, catalog: &CloudCatalog) -> Vec<String> {
+    let allowed: std::collections::HashSet<&str> =
+        catalog.instance_types.iter().filter(|t| t.requirements().intersects(&pool.requirements)).map(|t| t.name.as_str()).collect();
+    let mut zones: Vec<String> = catalog
+        .offerings
+        .iter()
+        .filter(|o| allowed.contains(o.instance_type.as_str()) && pool.requirements.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)))
+        .map(|o| o.zone.clone())
+        .collect();
     zones.sort();
     zones.dedup();
-    let mut g = Generator { rng: ChaCha8Rng::seed_from_u64(seed), next: 0, zones };
+    zones
+}
+
+/// `n` pending pods of the mix, from a seeded RNG; zone-pinned pods draw
+/// from `zones` (see [`zones`]).
+pub fn pods(n: usize, mix: Mix, seed: u64, zones: &[String]) -> Vec<Pod> {
+    let mut g = Generator { rng: ChaCha8Rng::seed_from_u64(seed), next: 0, zones: zones.to_vec() };
     let parts: Vec<Part> = match mix {
         Mix::Shapes => vec![Part::CpuHeavy, Part::MemoryHeavy, Part::Small],
         Mix::Web => vec![Part::Web],
@@ -217,8 +231,11 @@ mod tests {
     #[test]
     fn mixes_are_seeded_and_in_equal_parts() {
         let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
-        let a = pods(90, Mix::Mixed, 7, &catalog);
-        let b = pods(90, Mix::Mixed, 7, &catalog);
+        let walkthrough = zones(&pool(Capacity::SpotAndOnDemand, PoolRequirements::Walkthrough), &catalog);
+        // us-east-1e offers none of the walkthrough's types.
+        assert!(!walkthrough.is_empty() && !walkthrough.iter().any(|z| z == "us-east-1e"), "{walkthrough:?}");
+        let a = pods(90, Mix::Mixed, 7, &walkthrough);
+        let b = pods(90, Mix::Mixed, 7, &walkthrough);
         assert_eq!(serde_json::to_string(&a).ok(), serde_json::to_string(&b).ok());
         let sched: Vec<SchedPod> = a.iter().map(|p| SchedPod::from_pod(p).expect("valid")).collect();
         let arm = sched.iter().filter(|p| p.node_selector.get(labels::ARCH).and_then(|r| r.single_value()) == Some("arm64")).count();
