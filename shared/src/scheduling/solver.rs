@@ -29,6 +29,15 @@
 //! hostname anti-affinity forces). Hence a plan is never costlier than
 //! Karpenter's greedy on the same input. Each claim is then right-sized:
 //! its launch options are the cheapest types that hold its pods.
+//!
+//! In both, a pod joins a claim only if the claim's price rises by at most
+//! what the pod would cost on a node of its own. On real catalogs that stops
+//! claims at mid sizes, where per-node overheads (kube-reserved, DaemonSets)
+//! make them dearer per usable core than the large types. So when first-fit
+//! leaves a claim short of an *efficient* type (one whose copies would serve
+//! the whole solve's demand within 5 % of the cheapest), first-fit runs once
+//! more letting claims grow while they can still become such a type, and the
+//! cheapest of the plans is kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -90,6 +99,23 @@ pub enum ClaimOrder {
     /// Solve with both and keep the better plan.
     Best,
 }
+
+/// How far a planned claim may grow past what its pods would cost alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Growth {
+    /// Joining a claim may raise its price by at most the pod's standalone
+    /// price, so no claim costs more than its pods would on nodes of their own.
+    Standalone,
+    /// As `Standalone`, but a claim may also grow while it can still become
+    /// one of the types that serve this solve's demand most cheaply: on real
+    /// catalogs per-node overheads make the large types cheaper per usable
+    /// CPU, and claims stopped at the standalone rule end up mid-sized.
+    Efficient,
+}
+
+/// A type is efficient when copies of it serve the solve's demand for at
+/// most this factor of the cheapest type's cost.
+const EFFICIENT_WITHIN: f64 = 1.05;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SolveOptions {
@@ -178,16 +204,29 @@ pub fn solve(
 ) -> Plan {
     match options.order {
         ClaimOrder::FirstFit | ClaimOrder::FewestPods => {
-            Solver::new(pods, nodes, pools, daemonsets, options, options.order).run()
+            Solver::new(pods, nodes, pools, daemonsets, options, options.order, Growth::Standalone).run()
         }
         ClaimOrder::Best => {
-            let a = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit).run();
-            let b = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FewestPods).run();
-            let better_b = (b.scheduled(), -b.cost_per_hour(), -(b.claims.len() as i64))
-                > (a.scheduled(), -a.cost_per_hour(), -(a.claims.len() as i64));
-            if better_b { b } else { a }
+            let (a, stopped_short) =
+                Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Standalone).run_noting_growth();
+            let b = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FewestPods, Growth::Standalone).run();
+            let mut best = better(a, b);
+            // Growing claims pays only when the standalone plan left claims on
+            // types that serve the demand dearly; otherwise it plans the same.
+            if stopped_short {
+                let c = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Efficient).run();
+                best = better(best, c);
+            }
+            best
         }
     }
+}
+
+/// The plan that schedules more pods, then costs less, then has fewer
+/// claims; `a` on a tie.
+fn better(a: Plan, b: Plan) -> Plan {
+    let key = |p: &Plan| (p.scheduled(), -p.cost_per_hour(), -(p.claims.len() as i64));
+    if key(&b) > key(&a) { b } else { a }
 }
 
 /// The shared view of pods with identical constraints, labels and requests.
@@ -357,6 +396,8 @@ struct Claim {
     /// The cheapest type's price under the claim's requirements, and that type.
     price: f64,
     cheapest: usize,
+    /// The compatible types of the class that opened it (see `Solver::efficient`).
+    opened_by: u32,
 }
 
 #[derive(Debug)]
@@ -393,6 +434,11 @@ struct Solver<'a> {
     compat_index: FxHashMap<(usize, u32), u32>,
     /// Per pool and node requirements: the instance types that satisfy them.
     compat_sets: Vec<FixedBitSet>,
+    growth: Growth,
+    /// Per compat set, computed on first use: its efficient types.
+    efficient_sets: Vec<Option<FixedBitSet>>,
+    /// Σ of every pending pod's requests, the demand efficiency is judged on.
+    demand: Resources,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
     /// Topology answers within one `place` call (topology does not change
@@ -411,6 +457,7 @@ impl<'a> Solver<'a> {
         daemonsets: &'a [SchedPod],
         options: &'a SolveOptions,
         order: ClaimOrder,
+        growth: Growth,
     ) -> Self {
         let pool_states: Vec<PoolState<'a>> = pools.iter().map(|p| PoolState::new(p, daemonsets)).collect();
         let mut pool_order: Vec<usize> = (0..pools.len()).collect();
@@ -445,6 +492,12 @@ impl<'a> Solver<'a> {
             req_index: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
+            growth,
+            efficient_sets: Vec::new(),
+            demand: pods.iter().fold(Resources::new(0, 0, pods.len() as i64), |mut d, p| {
+                d.add(&Resources::new(p.requests.cpu_millis, p.requests.memory_bytes, 0));
+                d
+            }),
             any_prefer_no_schedule,
             bindings: Vec::new(),
             admit_memo: Vec::new(),
@@ -473,6 +526,25 @@ impl<'a> Solver<'a> {
     }
 
     fn run(mut self) -> Plan {
+        let failed = self.place_all();
+        self.into_plan(failed)
+    }
+
+    /// The plan, and whether a claim stopped short of an efficient type it
+    /// could have grown into (then a `Growth::Efficient` solve may be cheaper).
+    fn run_noting_growth(mut self) -> (Plan, bool) {
+        let failed = self.place_all();
+        let claims = std::mem::take(&mut self.claims);
+        let stopped_short = claims.iter().any(|c| {
+            let efficient = self.efficient(c.pool, c.opened_by as usize);
+            !efficient.contains(c.cheapest) && !efficient.is_disjoint(&c.types)
+        });
+        self.claims = claims;
+        (self.into_plan(failed), stopped_short)
+    }
+
+    /// Places every pod it can; returns those it could not.
+    fn place_all(&mut self) -> Vec<usize> {
         let mut failed = Vec::new();
         match self.order {
             ClaimOrder::FirstFit => self.place_balanced(&mut failed),
@@ -492,10 +564,46 @@ impl<'a> Solver<'a> {
                 break;
             }
         }
+        failed
+    }
+
+    fn into_plan(mut self, failed: Vec<usize>) -> Plan {
         let unschedulable = failed.iter().map(|&i| (i, self.diagnose(i))).collect();
         let claims = std::mem::take(&mut self.claims);
         let claims = claims.into_iter().map(|c| self.finish(c)).collect();
         Plan { bindings: self.bindings, claims, unschedulable }
+    }
+
+    /// The types of compat set `id` (of `pool`) whose copies would serve the
+    /// whole solve's demand for at most `EFFICIENT_WITHIN` × the cheapest
+    /// such cost: the sizes worth growing a claim into.
+    fn efficient(&mut self, pool: usize, id: usize) -> &FixedBitSet {
+        if self.efficient_sets.len() <= id {
+            self.efficient_sets.resize(id + 1, None);
+        }
+        if self.efficient_sets[id].is_none() {
+            let ps = &self.pools[pool];
+            let set = &self.compat_sets[id];
+            let d = &self.demand;
+            let need = |want: i64, have: i64| if want <= 0 { 0.0 } else if have <= 0 { f64::INFINITY } else { want as f64 / have as f64 };
+            let nodes_for = |room: &Resources| -> f64 {
+                need(d.cpu_millis, room.cpu_millis).max(need(d.memory_bytes, room.memory_bytes)).max(need(d.pods, room.pods)).ceil().max(1.0)
+            };
+            let costs: Vec<(usize, f64)> = ps
+                .priced_types(set, &ps.input.pool.requirements)
+                .into_iter()
+                .map(|(price, t, _)| (t, price * nodes_for(&ps.room[t])))
+                .collect();
+            let best = costs.iter().map(|(_, c)| *c).fold(f64::INFINITY, f64::min);
+            let mut efficient = FixedBitSet::with_capacity(set.len());
+            for (t, cost) in costs {
+                if cost.is_finite() && cost <= best * EFFICIENT_WITHIN {
+                    efficient.insert(t);
+                }
+            }
+            self.efficient_sets[id] = Some(efficient);
+        }
+        self.efficient_sets[id].as_ref().expect("computed above")
     }
 
     /// Karpenter's pod order: CPU, then memory, descending; then age.
@@ -615,7 +723,7 @@ impl<'a> Solver<'a> {
         let domain_only = !topo.is_empty() && self.topology.domain_only(&topo);
         let next_req = self.req_index.len() as u32;
         let req_id = *self.req_index.entry(key.constraints.node.clone()).or_insert(next_req);
-        let tolerates = self
+        let tolerates: Vec<bool> = self
             .pools
             .iter()
             .map(|p| {
@@ -623,9 +731,13 @@ impl<'a> Solver<'a> {
                     .is_none()
             })
             .collect();
+        let mut constraints = key.constraints.clone();
+        if constraints.spreads.iter().any(|s| s.key == labels::ZONE) {
+            constraints.spread_scope = Some(self.zone_scope(&constraints, &tolerates));
+        }
         let k = self.classes.len();
         self.classes.push(Class {
-            constraints: key.constraints.clone(),
+            constraints,
             requests: key.requests.clone(),
             ports: key.ports.clone(),
             topo,
@@ -643,6 +755,37 @@ impl<'a> Solver<'a> {
         });
         self.class_index.insert(key, k);
         k
+    }
+
+    /// The domains a zone spread counts, as kube-scheduler does with
+    /// `nodeAffinityPolicy: Honor`: only zones where a node the pod could
+    /// run on can exist — an existing node, or a type of a pool it tolerates
+    /// that its requirements allow, offered there. (Counting a zone where no
+    /// such type is sold would leave the pod waiting for it forever.)
+    fn zone_scope(&self, c: &Constraints, tolerates: &[bool]) -> Requirements {
+        let mut scope = c.spread_scope.clone().unwrap_or_else(|| c.node.clone());
+        let runs_on = |n: &ExistingNode| c.node.iter().all(|(key, r)| n.labels.get(key).map_or_else(|| r.allows_absence(), |v| r.has(v)));
+        let mut zones: BTreeSet<&str> =
+            self.nodes.iter().filter(|n| runs_on(n)).filter_map(|n| n.labels.get(labels::ZONE).map(String::as_str)).collect();
+        for (ps, _) in self.pools.iter().zip(tolerates).filter(|(_, t)| **t) {
+            let reqs = ps.input.pool.requirements.intersection(&c.node);
+            for t in ps.base.ones() {
+                let it = &ps.input.instance_types[t];
+                if !it.requirements.intersects(&reqs) {
+                    continue;
+                }
+                for o in it.offerings.iter().filter(|o| o.available) {
+                    if reqs.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)) && reqs.allows(labels::ZONE, Some(&o.zone)) {
+                        zones.insert(o.zone.as_str());
+                    }
+                }
+            }
+        }
+        let zones: Vec<String> = zones.into_iter().map(str::to_owned).collect();
+        if let Ok(r) = Requirement::new(labels::ZONE, super::requirements::Operator::In, &zones) {
+            scope.add(labels::ZONE, r);
+        }
+        scope
     }
 
     fn place(&mut self, i: usize, k: usize) -> bool {
@@ -824,6 +967,9 @@ impl<'a> Solver<'a> {
             let alone = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
             self.classes[k].alone[pool] = Some(alone);
         }
+        if self.growth == Growth::Efficient {
+            self.efficient(pool, compat_id);
+        }
         let compat = &self.compat_sets[compat_id];
         let cls = &self.classes[k];
         let c = &self.claims[ci];
@@ -889,7 +1035,9 @@ impl<'a> Solver<'a> {
             (c.max_room.clone(), c.max_capacity.clone())
         };
         // Joining must not cost more than a node of its own would: the
-        // claim's price may rise by at most the pod's standalone price.
+        // claim's price may rise by at most the pod's standalone price
+        // (under `Growth::Efficient`, more while it can still become an
+        // efficient type).
         let (price, cheapest) = if kept.contains(c.cheapest) && !offerings_changed {
             (c.price, c.cheapest)
         } else {
@@ -897,14 +1045,33 @@ impl<'a> Solver<'a> {
         };
         if !c.pods.is_empty() {
             let alone = cls.alone[pool].unwrap_or(f64::INFINITY);
-            if price - c.price > alone + 1e-9 {
+            let efficient = self.efficient_sets.get(compat_id).and_then(Option::as_ref).filter(|_| self.growth == Growth::Efficient);
+            let may_grow = || efficient.is_some_and(|e| !e.is_disjoint(&kept));
+            if price - c.price > alone + 1e-9 && !may_grow() {
+                return Err(Refused { permanent: false });
+            }
+            // A claim on an efficient type stays on one: the pod that would
+            // overfill it by a few MiB onto a dearer type, with no efficient
+            // type left to grow into, goes elsewhere.
+            if efficient.is_some_and(|e| e.contains(c.cheapest) && !e.contains(cheapest)) && !may_grow() {
                 return Err(Refused { permanent: false });
             }
         }
         let max_capacity = if ps.input.pool.limits.is_empty() {
             max_capacity
         } else {
-            ps.launch_capacity(&kept, reqs, self.options.max_instance_types)
+            // The launch's options move to larger types as the claim grows,
+            // and so does what it reserves: the pool's limits must still hold.
+            let capacity = ps.launch_capacity(&kept, reqs, self.options.max_instance_types);
+            if !capacity.fits_in(&c.max_capacity) {
+                let mut others = ps.input.in_use.clone();
+                others.add(&ps.reserved.saturating_sub(&c.max_capacity));
+                let nodes = ps.input.nodes_in_use + ps.claims - 1;
+                if ps.input.pool.limits.exceeded_by(&others, nodes, &capacity).is_some() {
+                    return Err(Refused { permanent: false });
+                }
+            }
+            capacity
         };
         let ports = cls.ports.clone();
         let host = c.host;
@@ -998,11 +1165,13 @@ impl<'a> Solver<'a> {
         }
         let ci = self.claims.len();
         let signature = self.signature(&self.pools[p].input.pool.requirements.clone());
+        let opened_by = self.compat_id(p, k) as u32;
         let ps = &self.pools[p];
         self.claims.push(Claim {
             signature,
             price: 0.0,
             cheapest: usize::MAX,
+            opened_by,
             pool: p,
             host: (self.nodes.len() + ci) as HostId,
             reqs: ps.input.pool.requirements.clone(),
