@@ -185,6 +185,10 @@ pub struct Expect {
     /// Pool → the most removal commands it ever had at once (budgets).
     #[serde(default)]
     pub max_concurrent_removals: BTreeMap<String, usize>,
+    /// The fleet's $/hour (every instance not terminated, at its launch
+    /// price) at most this multiple of the LP lower bound of the pods now
+    /// running or pending on the NodePools (`workload::fleet_bound`).
+    pub cost_over_bound_at_most: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -566,6 +570,34 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     }
 }
 
+/// `costOverBoundAtMost`: the fleet's price against the LP bound of the
+/// pods (DaemonSet pods included, each node pays for its own) on the pools.
+async fn check_cost<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &Simulation<C, S, K>,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    at_most: f64,
+) -> Option<String> {
+    let (instances, catalog, config) = match (sim.cloud.instances().await, sim.cloud.catalog().await, crate::handlers::config::load(&sim.store).await) {
+        (Ok(i), Ok(c), Ok(l)) => (i, c, l),
+        _ => return Some("costOverBoundAtMost: the fleet, catalog or configuration could not be read".to_owned()),
+    };
+    let fleet: f64 = instances.iter().filter(|i| i.state != crate::ports::InstanceState::Terminated).map(|i| i.price).sum();
+    let pods: Vec<crate::scheduling::SchedPod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+        .filter_map(|p| crate::scheduling::SchedPod::from_pod(p).ok())
+        .collect();
+    match crate::workload::fleet_bound::FleetBound::new(&config.pools, &catalog).bound(&pods) {
+        Some(bound) if bound > 0.0 && fleet <= at_most * bound + 1e-9 => None,
+        Some(bound) if bound > 0.0 => Some(format!(
+            "fleet costs {fleet:.4} $/hour, {:.4} × the lower bound {bound:.4}, above {at_most}",
+            fleet / bound
+        )),
+        _ => Some(format!("costOverBoundAtMost: no lower bound for the pods on the pools (fleet {fleet:.4} $/hour)")),
+    }
+}
+
 /// Checks the expectations at the end of a run; returns every failed one,
 /// with those of the run's `expect` actions first.
 pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
@@ -627,6 +659,9 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 }
             }
         }
+    }
+    if let Some(at_most) = expect.cost_over_bound_at_most {
+        failures.extend(check_cost(sim, &pods, at_most).await);
     }
     if let Some(l) = expect.launches {
         let launched = match &sim.sim_cloud {

@@ -148,3 +148,130 @@ proptest! {
         prop_assert!(best.cost_per_hour() <= karpenter.cost_per_hour() + 1e-9);
     }
 }
+
+// ---- The same guarantees on a real catalog ----
+// us-east-1 as the simulator embeds it (hundreds of types, published
+// on-demand prices, per-zone spot), the W2 NodePool with the walkthrough's
+// requirements or none, and two DaemonSets on every node: capacity is
+// judged after their overhead, which the small catalog above never tests.
+
+mod real_catalog {
+    use super::*;
+    use nodewright::provisioning::plan::instance_types;
+    use nodewright::resources::Resources;
+    use nodewright::workload::w2::{self, Capacity, PoolRequirements};
+    use std::sync::OnceLock;
+
+    /// The catalog, the pools (walkthrough, open) and the DaemonSet pods, built once.
+    fn fixture() -> &'static (Vec<PoolInput>, Vec<SchedPod>, Vec<String>) {
+        static FIXTURE: OnceLock<(Vec<PoolInput>, Vec<SchedPod>, Vec<String>)> = OnceLock::new();
+        FIXTURE.get_or_init(|| {
+            let catalog = nodewright::sim::catalog::catalog("us-east-1").expect("embedded region");
+            let pools: Vec<PoolInput> = [PoolRequirements::Walkthrough, PoolRequirements::Open]
+                .into_iter()
+                .map(|r| {
+                    let pool = w2::pool(Capacity::SpotAndOnDemand, r);
+                    PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))
+                })
+                .collect();
+            let zones = w2::zones(&pools[0].pool, &catalog);
+            let daemons = w2::daemon_pods().iter().map(|p| SchedPod::from_pod(p).expect("daemon pod")).collect();
+            (pools, daemons, zones)
+        })
+    }
+
+    /// A pod of the W2 shapes, with an optional architecture, zone pin,
+    /// hostname anti-affinity group or zone spread.
+    fn pod(index: usize) -> impl Strategy<Value = SchedPod> {
+        (
+            prop::sample::select(vec![("3500m", "2Gi"), ("500m", "14Gi"), ("250m", "256Mi"), ("100m", "128Mi"), ("2", "8Gi"), ("1", "2Gi")]),
+            prop::option::of(prop::sample::select(vec!["amd64", "arm64"])),
+            prop::option::of(0usize..3),
+            prop::option::of(0u8..2),
+            any::<bool>(),
+        )
+            .prop_map(move |((cpu, mem), arch, zone, anti, spread)| {
+                let zones = &fixture().2;
+                let mut selector = serde_json::Map::new();
+                if let Some(a) = arch {
+                    selector.insert("kubernetes.io/arch".into(), json!(a));
+                }
+                if let Some(z) = zone {
+                    selector.insert("topology.kubernetes.io/zone".into(), json!(zones[z % zones.len()]));
+                }
+                let mut spec = json!({"nodeSelector": selector});
+                let labels = match anti {
+                    Some(g) => json!({"group": format!("g{g}")}),
+                    None => json!({"group": "free"}),
+                };
+                if let Some(g) = anti {
+                    spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": format!("g{g}")}}}]}});
+                }
+                if spread {
+                    spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"group": "free"}}}]);
+                }
+                pod_with_labels(&format!("r{index:03}"), cpu, mem, labels, spec)
+            })
+    }
+
+    fn pods(max: usize) -> impl Strategy<Value = Vec<SchedPod>> {
+        (1..max).prop_flat_map(|n| (0..n).map(pod).collect::<Vec<_>>())
+    }
+
+    /// Each claim's pods and the DaemonSet pods together fit every type it
+    /// may launch as: capacity after overhead.
+    fn check_overhead(pods: &[SchedPod], daemons: &[SchedPod], pool: &PoolInput, plan: &nodewright::scheduling::solver::Plan) {
+        for c in &plan.claims {
+            let mut sum = daemons.iter().fold(Resources::default(), |mut s, d| {
+                s.add(&d.requests);
+                s
+            });
+            for &i in &c.pods {
+                sum.add(&pods[i].requests);
+            }
+            for o in &c.options {
+                let t = pool.instance_types.iter().find(|t| *t.name == *o.instance_type).expect("known type");
+                assert!(sum.fits_in(t.allocatable()), "pods and DaemonSets fit {}: {sum} vs {}", t.name, t.allocatable());
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn plans_on_the_real_catalog_respect_every_constraint(
+            pods in pods(60),
+            open in any::<bool>(),
+            cpu_limit in prop::option::of(16u32..200),
+        ) {
+            let (pools, daemons, _) = fixture();
+            let mut pool = pools[usize::from(open)].clone();
+            if let Some(l) = cpu_limit {
+                pool.pool.limits.resources.insert("cpu".into(), i64::from(l) * 1000);
+            }
+            let pools = vec![pool];
+            let karpenter = solve(&pods, &[], &pools, daemons, &SolveOptions { order: ClaimOrder::FewestPods, ..SolveOptions::default() });
+            let plan = solve(&pods, &[], &pools, daemons, &SolveOptions::default());
+            check_plan(&pods, &pools, &plan);
+            check_overhead(&pods, daemons, &pools[0], &plan);
+            if cpu_limit.is_none() {
+                let failed: Vec<_> = plan.unschedulable.iter().map(|(i, why)| (why, &pods[*i].requests, &pods[*i].node_selector, pods[*i].spreads.len(), pods[*i].affinity.len())).collect();
+                prop_assert!(plan.unschedulable.is_empty(), "open {}: {:?}", open, failed);
+            }
+            let again = solve(&pods, &[], &pools, daemons, &SolveOptions::default());
+            prop_assert_eq!(plan.claims.len(), again.claims.len());
+            for (a, b) in plan.claims.iter().zip(&again.claims) {
+                prop_assert_eq!(&a.pods, &b.pods);
+                prop_assert_eq!(&a.options, &b.options);
+            }
+            prop_assert!(plan.scheduled() >= karpenter.scheduled());
+            if plan.scheduled() == karpenter.scheduled() {
+                prop_assert!(plan.cost_per_hour() <= karpenter.cost_per_hour() + 1e-9,
+                    "plan {} > Karpenter's order {}", plan.cost_per_hour(), karpenter.cost_per_hour());
+            }
+        }
+    }
+}
