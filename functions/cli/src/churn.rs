@@ -123,6 +123,7 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
         actions: Vec::new(),
         run: "0s".into(),
         simulator: scenario::Pace::default(),
+        spot_pools: scenario::SpotPoolsSpec::default(),
         expect: scenario::Expect::default(),
     };
     scenario::load(&mut sim, &s).await.context("loading the churn workload")?;

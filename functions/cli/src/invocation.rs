@@ -84,6 +84,7 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
         actions: Vec::new(),
         run: "0s".into(),
         simulator: scenario::Pace::default(),
+        spot_pools: scenario::SpotPoolsSpec::default(),
         expect: scenario::Expect::default(),
     };
     scenario::load(&mut sim, &s).await.context("loading the burst")?;

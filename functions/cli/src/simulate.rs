@@ -128,6 +128,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }
         if args.json {
             let mut v = report.json(&failures);
+            v["summary"]["spot_pools"] = json!(crate::status::spot_pools(&snapshot.rows()));
             v["status"] = crate::status::to_json(&snapshot);
             v["plans"] = serde_json::to_value(&sim.dry_runs)?;
             println!("{}", serde_json::to_string_pretty(&v)?);

@@ -142,6 +142,17 @@ impl FleetSnapshot {
     }
 }
 
+/// The distinct spot capacity pools (instance type, zone) the nodes are
+/// on: how far EC2 spread the fleet (nodes in one pool can be reclaimed
+/// together).
+pub fn spot_pools(rows: &[NodeRow]) -> usize {
+    rows.iter()
+        .filter(|r| r.capacity_type == labels::CAPACITY_TYPE_SPOT)
+        .map(|r| (r.instance_type.as_str(), r.zone.as_str()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
 /// `████░░░░` for `used` of `total`, `width` cells.
 pub fn bar(used: i64, total: i64, width: usize) -> String {
     let share = if total > 0 { (used as f64 / total as f64).clamp(0.0, 1.0) } else { 0.0 };
@@ -207,6 +218,7 @@ pub fn render(snap: &FleetSnapshot) -> String {
         snap.pods.len(),
         fleet * 730.0
     ));
+    out.push_str(&format!("spot pools: {} distinct (instance type, zone)\n", spot_pools(&rows)));
     let pending = snap.pending();
     out.push_str(&format!("pending pods: {}\n", pending.len()));
     for (name, reason) in &pending {
@@ -249,6 +261,7 @@ pub fn to_json(snap: &FleetSnapshot) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "cost_per_hour": fleet,
         "on_demand_cost_per_hour": fleet_od,
+        "spot_pools": spot_pools(&rows),
         "pending": snap.pending().into_iter().map(|(n, r)| json!({"name": n, "reason": r})).collect::<Vec<_>>(),
         "claims_in_flight": snap.in_flight().iter().map(|c| json!({"id": c.id, "nodepool": c.pool, "pods": c.pods.len()})).collect::<Vec<_>>(),
         "removals": snap.commands.iter().map(|c| json!({
@@ -269,6 +282,32 @@ mod tests {
         assert_eq!(bar(2000, 1000, 4), "████");
         assert_eq!(age(Some(90)), "90s");
         assert_eq!(age(Some(3600)), "60m");
+    }
+
+    #[test]
+    fn spot_pools_count_distinct_spot_types_and_zones() {
+        let row = |t: &str, zone: &str, capacity: &str| NodeRow {
+            name: format!("{t}-{zone}-{capacity}"),
+            pool: "p".into(),
+            instance_type: t.into(),
+            zone: zone.into(),
+            capacity_type: capacity.into(),
+            age_seconds: None,
+            pods: 0,
+            requested: Resources::default(),
+            allocatable: Resources::default(),
+            price: 0.0,
+            on_demand_price: 0.0,
+        };
+        let rows = [
+            row("m5.large", "a", "spot"),
+            row("m5.large", "a", "spot"),
+            row("m5.large", "b", "spot"),
+            row("c5.large", "a", "spot"),
+            row("r5.large", "a", "on-demand"),
+        ];
+        assert_eq!(spot_pools(&rows), 3);
+        assert_eq!(spot_pools(&rows[4..]), 0);
     }
 
     #[test]
@@ -306,7 +345,9 @@ mod tests {
         assert!(text.contains("52%"), "{text}");
         assert!(text.contains("spot saves 58%"), "{text}");
         assert!(text.contains("default/c: NodePool general limit cpu 1 reached"), "{text}");
+        assert!(text.contains("spot pools: 1 distinct"), "{text}");
         let v = to_json(&snap);
+        assert_eq!(v["spot_pools"], 1);
         assert_eq!(v["nodes"][0]["memory_requested_bytes"], 2_i64 << 30);
         assert_eq!(v["pending"][0]["name"], "default/c");
     }

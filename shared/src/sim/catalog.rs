@@ -92,7 +92,9 @@ fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a: a stable hash (std's changes between releases), so what is
+/// derived from names is the same on every build.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 

@@ -1,11 +1,14 @@
-//! EC2 in memory: launches that honour the client token, capacity that can
-//! run out on demand, instances that start, boot and stop on the simulated
-//! clock, and the state-change events EC2 would publish.
+//! EC2 in memory: launches that honour the client token, spot capacity
+//! pools of finite depth chosen price-capacity-optimized (on-demand at the
+//! lowest price), capacity that can run out on demand, instances that
+//! start, boot and stop on the simulated clock, and the state-change events
+//! EC2 would publish.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::clock::SimClock;
+use super::pools::{self, PoolDepths, SpotPools};
 use crate::ports::{
     Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering,
     SignedDuration, Timestamp,
@@ -48,7 +51,11 @@ struct State {
     delays: Delays,
     instances: BTreeMap<String, SimInstance>,
     tokens: HashMap<String, String>,
+    /// What the catalog sells, to check requests against.
+    sold: HashSet<OfferingKey>,
     no_capacity: BTreeSet<OfferingKey>,
+    /// Spot capacity: each pool's depth and what live instances hold.
+    spot_pools: SpotPools,
     /// State-change notifications not yet delivered: (due, instance, state).
     notifications: Vec<(Timestamp, String, InstanceState)>,
     launches: usize,
@@ -69,13 +76,16 @@ pub struct SimCloud {
 
 impl SimCloud {
     pub fn new(catalog: CloudCatalog, clock: SimClock) -> Self {
+        let sold = catalog.offerings.iter().map(offering_key).collect();
         SimCloud {
             state: Arc::new(Mutex::new(State {
                 catalog: Arc::new(catalog),
+                sold,
                 delays: Delays::default(),
                 instances: BTreeMap::new(),
                 tokens: HashMap::new(),
                 no_capacity: BTreeSet::new(),
+                spot_pools: SpotPools::default(),
                 notifications: Vec::new(),
                 launches: 0,
                 next_id: 1,
@@ -120,6 +130,17 @@ impl SimCloud {
         self.lock().no_capacity.remove(offering);
     }
 
+    /// How deep the spot pools are from now on (instances already running
+    /// keep holding their units). Default: [`PoolDepths::default`].
+    pub fn set_spot_pools(&self, depths: PoolDepths) {
+        self.lock().spot_pools.set_depths(depths);
+    }
+
+    /// What spot launches could still take from a pool.
+    pub fn spot_remaining(&self, pool: &OfferingKey) -> u64 {
+        self.lock().spot_pools.remaining(pool)
+    }
+
     /// Successful CreateFleet calls that made a new instance.
     pub fn launches(&self) -> usize {
         self.lock().launches
@@ -134,12 +155,14 @@ impl SimCloud {
     pub fn advance(&self, now: Timestamp) {
         let mut s = self.lock();
         let mut queued = Vec::new();
+        let mut freed = Vec::new();
         let shutdown = s.delays.shutdown;
         for i in s.instances.values_mut() {
             if let Some(at) = i.reclaim_at.filter(|t| *t <= now) {
                 i.reclaim_at = None;
                 if !i.instance.state.is_gone_or_going() {
                     i.instance.state = InstanceState::ShuttingDown;
+                    freed.extend(spot_pool(&i.instance));
                     i.next_transition = Some(at + shutdown);
                     queued.push((at, i.instance.id.clone(), InstanceState::ShuttingDown));
                     continue;
@@ -157,6 +180,9 @@ impl SimCloud {
                 i.next_transition = after;
                 queued.push((due, i.instance.id.clone(), state));
             }
+        }
+        for pool in &freed {
+            s.spot_pools.give_back(pool);
         }
         s.notifications.extend(queued);
     }
@@ -187,9 +213,14 @@ impl SimCloud {
         let mut s = self.lock();
         let shutdown = s.delays.shutdown;
         if let Some(i) = s.instances.get_mut(instance_id) {
+            let was_live = !i.instance.state.is_gone_or_going();
             i.instance.state = state;
             i.next_transition = (state == InstanceState::ShuttingDown).then_some(now + shutdown);
+            let pool = spot_pool(&i.instance);
             s.notifications.push((now, instance_id.to_owned(), state));
+            if let Some(pool) = pool {
+                s.account_for_change(&pool, was_live, !state.is_gone_or_going());
+            }
         }
     }
 
@@ -304,6 +335,127 @@ impl SimCloud {
     }
 }
 
+impl State {
+    /// The instance an earlier launch with this client token made:
+    /// CreateFleet's idempotency (a retry takes no capacity twice).
+    fn launched_for(&self, client_token: &str) -> Option<Instance> {
+        let id = self.tokens.get(client_token)?;
+        self.instances.get(id).map(|i| i.instance.clone())
+    }
+
+    /// The options EC2 buys from: the spot ones when any is spot (as
+    /// Karpenter asks CreateFleet), else the on-demand ones, cheapest first.
+    /// An option the region does not sell fails the whole request.
+    fn purchase_options<'r>(&self, request: &'r LaunchRequest) -> Result<Vec<&'r PricedOffering>, CloudError> {
+        if request.options.is_empty() {
+            return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", request.claim_id)));
+        }
+        let spot = request.options.iter().any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
+        let mut options: Vec<&PricedOffering> =
+            request.options.iter().filter(|o| (o.capacity_type == CAPACITY_TYPE_SPOT) == spot).collect();
+        options.sort_by(|a, b| a.price.total_cmp(&b.price));
+        if let Some(o) = options.iter().find(|o| !self.sold.contains(&offering_key(o))) {
+            return Err(CloudError::Invalid(format!(
+                "InvalidParameterValue: {} is not offered as {} in {}",
+                o.instance_type, o.capacity_type, o.zone
+            )));
+        }
+        Ok(options)
+    }
+
+    /// lowest-price: the cheapest option with capacity; the cheaper ones
+    /// found without capacity on the way are reported.
+    fn choose_on_demand<'r>(&self, options: &[&'r PricedOffering]) -> (Option<&'r PricedOffering>, Vec<OfferingKey>) {
+        let mut unavailable = Vec::new();
+        for o in options {
+            let key = offering_key(o);
+            if !self.no_capacity.contains(&key) {
+                return (Some(o), unavailable);
+            }
+            unavailable.push(key);
+        }
+        (None, unavailable)
+    }
+
+    /// price-capacity-optimized over the spot pools
+    /// ([`pools::price_capacity_optimized`]). EC2 weighs every pool, so
+    /// every option without capacity (removed, or its pool exhausted) is
+    /// reported.
+    fn choose_spot<'r>(&self, options: &[&'r PricedOffering]) -> (Option<&'r PricedOffering>, Vec<OfferingKey>) {
+        let mut unavailable = Vec::new();
+        let mut candidates = Vec::new();
+        for o in options {
+            let key = offering_key(o);
+            let left = if self.no_capacity.contains(&key) { 0 } else { self.spot_pools.remaining(&key) };
+            if left == 0 {
+                unavailable.push(key);
+            } else {
+                candidates.push((*o, left));
+            }
+        }
+        (pools::price_capacity_optimized(&candidates), unavailable)
+    }
+
+    /// A new pending instance of `o` for the request (a spot one takes a
+    /// unit of its pool), remembered under the request's client token.
+    fn start(&mut self, request: &LaunchRequest, o: &PricedOffering, now: Timestamp) -> Instance {
+        let n = self.next_id;
+        self.next_id += 1;
+        self.launches += 1;
+        let id = format!("i-{:017x}", 0x0a1b_0000_0000_0000u64 + n);
+        let instance = Instance {
+            id: id.clone(),
+            instance_type: o.instance_type.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.clone(),
+            state: InstanceState::Pending,
+            launched_at: now,
+            claim_id: Some(request.claim_id.clone()),
+            pool: Some(request.pool.clone()),
+            provider_id: format!("aws:///{}/{}", o.zone, id),
+            price: o.price,
+            image_id: Some(image_for(&self.kubernetes_version)),
+            subnet_id: None,
+            security_group_ids: Vec::new(),
+        };
+        if let Some(pool) = spot_pool(&instance) {
+            self.spot_pools.take(&pool);
+        }
+        let start = self.delays.start;
+        self.instances.insert(
+            id.clone(),
+            SimInstance { instance: instance.clone(), request: request.clone(), next_transition: Some(now + start), reclaim_at: None },
+        );
+        self.tokens.insert(request.client_token.clone(), id);
+        self.notifications.push((now, instance.id.clone(), InstanceState::Pending));
+        instance
+    }
+
+    /// A spot instance's unit goes back to its pool when it stops being
+    /// live (shutting down, terminated, stopped), and is taken again should
+    /// it come back.
+    fn account_for_change(&mut self, pool: &OfferingKey, was_live: bool, is_live: bool) {
+        match (was_live, is_live) {
+            (true, false) => self.spot_pools.give_back(pool),
+            (false, true) => self.spot_pools.take(pool),
+            _ => {}
+        }
+    }
+}
+
+/// The capacity pool of a spot instance (`None` for on-demand).
+fn spot_pool(i: &Instance) -> Option<OfferingKey> {
+    (i.capacity_type == CAPACITY_TYPE_SPOT).then(|| OfferingKey {
+        capacity_type: i.capacity_type.clone(),
+        instance_type: i.instance_type.clone(),
+        zone: i.zone.clone(),
+    })
+}
+
+fn offering_key(o: &PricedOffering) -> OfferingKey {
+    OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() }
+}
+
 /// The Kubernetes version a simulated cluster starts at.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.30";
 
@@ -320,72 +472,19 @@ impl Cloud for SimCloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
         let now = self.clock.now();
         let mut s = self.lock();
-        if let Some(id) = s.tokens.get(&request.client_token)
-            && let Some(i) = s.instances.get(id)
-        {
-            return Ok(Launched { instance: i.instance.clone(), unavailable: vec![] });
+        if let Some(instance) = s.launched_for(&request.client_token) {
+            return Ok(Launched { instance, unavailable: vec![] });
         }
-        if request.options.is_empty() {
-            return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", request.claim_id)));
-        }
-        // Spot when any option is spot (as Karpenter asks CreateFleet), then
-        // cheapest first: price-capacity-optimized and lowest-price agree here.
-        let spot = request.options.iter().any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
-        let mut options: Vec<&PricedOffering> =
-            request.options.iter().filter(|o| (o.capacity_type == CAPACITY_TYPE_SPOT) == spot).collect();
-        options.sort_by(|a, b| a.price.total_cmp(&b.price));
-        let mut unavailable = Vec::new();
-        let mut chosen = None;
-        for o in options {
-            let key = OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() };
-            let sold = s.catalog.offerings.iter().any(|c| {
-                c.instance_type == o.instance_type && c.zone == o.zone && c.capacity_type == o.capacity_type
-            });
-            if !sold {
-                return Err(CloudError::Invalid(format!(
-                    "InvalidParameterValue: {} is not offered as {} in {}",
-                    o.instance_type, o.capacity_type, o.zone
-                )));
-            }
-            if s.no_capacity.contains(&key) {
-                unavailable.push(key);
-                continue;
-            }
-            chosen = Some(o.clone());
-            break;
-        }
+        let options = s.purchase_options(request)?;
+        let spot = options.iter().any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
+        let (chosen, unavailable) = if spot { s.choose_spot(&options) } else { s.choose_on_demand(&options) };
         let Some(o) = chosen else {
             return Err(CloudError::InsufficientCapacity {
                 offerings: unavailable,
                 message: "InsufficientInstanceCapacity: we currently do not have sufficient capacity".to_owned(),
             });
         };
-        let n = s.next_id;
-        s.next_id += 1;
-        s.launches += 1;
-        let id = format!("i-{:017x}", 0x0a1b_0000_0000_0000u64 + n);
-        let instance = Instance {
-            id: id.clone(),
-            instance_type: o.instance_type.clone(),
-            zone: o.zone.clone(),
-            capacity_type: o.capacity_type.clone(),
-            state: InstanceState::Pending,
-            launched_at: now,
-            claim_id: Some(request.claim_id.clone()),
-            pool: Some(request.pool.clone()),
-            provider_id: format!("aws:///{}/{}", o.zone, id),
-            price: o.price,
-            image_id: Some(image_for(&s.kubernetes_version)),
-            subnet_id: None,
-            security_group_ids: Vec::new(),
-        };
-        let start = s.delays.start;
-        s.instances.insert(
-            id.clone(),
-            SimInstance { instance: instance.clone(), request: request.clone(), next_transition: Some(now + start), reclaim_at: None },
-        );
-        s.tokens.insert(request.client_token.clone(), id);
-        s.notifications.push((now, instance.id.clone(), InstanceState::Pending));
+        let instance = s.start(request, o, now);
         Ok(Launched { instance, unavailable })
     }
 
@@ -411,5 +510,170 @@ impl Cloud for SimCloud {
             .filter(|i| i.instance.state != InstanceState::Terminated)
             .map(|i| i.instance.clone())
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::scheduling::labels::CAPACITY_TYPE_ON_DEMAND;
+    use crate::sim::catalog;
+
+    fn cloud() -> SimCloud {
+        SimCloud::new(catalog::catalog("us-east-1").expect("region"), SimClock::default())
+    }
+
+    fn request(token: &str, options: &[PricedOffering]) -> LaunchRequest {
+        LaunchRequest {
+            claim_id: format!("claim-{token}"),
+            client_token: token.to_owned(),
+            pool: "default".into(),
+            node_class: None,
+            node_class_spec: None,
+            options: options.to_vec(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            kubelet: Default::default(),
+        }
+    }
+
+    /// The catalog's offerings of `instance_type` as `capacity_type`, at their catalog prices.
+    fn offerings(c: &SimCloud, instance_type: &str, capacity_type: &str) -> Vec<PricedOffering> {
+        let catalog = c.lock().catalog.clone();
+        catalog.offerings.iter().filter(|o| o.instance_type == instance_type && o.capacity_type == capacity_type).cloned().collect()
+    }
+
+    fn with_price(o: &PricedOffering, price: f64) -> PricedOffering {
+        PricedOffering { price, ..o.clone() }
+    }
+
+    /// How many live instances each (type, zone) has.
+    fn per_pool(c: &SimCloud) -> BTreeMap<(String, String), usize> {
+        let mut out = BTreeMap::new();
+        for i in c.all_instances().iter().filter(|i| !i.instance.state.is_gone_or_going()) {
+            *out.entry((i.instance.instance_type.clone(), i.instance.zone.clone())).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// Three near-equal m5.large pools and a dearer c5.large one: shallow
+    /// pools are spread over, each gives exactly its depth, then answers
+    /// insufficient capacity naming it; a terminated instance gives back.
+    #[tokio::test]
+    async fn shallow_spot_pools_spread_and_run_out_at_their_depth() {
+        let c = cloud();
+        let m5 = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT);
+        let c5 = offerings(&c, "c5.large", CAPACITY_TYPE_SPOT);
+        assert!(m5.len() >= 3 && !c5.is_empty(), "catalog: {m5:?} {c5:?}");
+        let options = vec![with_price(&m5[0], 0.030), with_price(&m5[1], 0.031), with_price(&m5[2], 0.032), with_price(&c5[0], 0.050)];
+        let depth = 3;
+        c.set_spot_pools(PoolDepths { all: Some(depth), ..PoolDepths::default() });
+        let mut order = Vec::new();
+        let mut n = 0;
+        let error = loop {
+            n += 1;
+            match c.launch(&request(&format!("t{n}"), &options)).await {
+                Ok(l) => order.push((l.instance.instance_type, l.instance.zone)),
+                Err(e) => break e,
+            }
+            assert!(n < 100, "never ran out");
+        };
+        // The first three launches: one per near-cheapest pool, not all on the cheapest.
+        let first: BTreeSet<_> = order[..3].iter().cloned().collect();
+        assert_eq!(first.len(), 3, "{order:?}");
+        assert!(!first.contains(&(c5[0].instance_type.clone(), c5[0].zone.clone())), "{order:?}");
+        // The dear pool only once the near-cheapest ones are gone.
+        assert!(order[..9].iter().all(|(t, _)| t == "m5.large"), "{order:?}");
+        assert_eq!(order.len(), options.len() * depth as usize);
+        let pools = per_pool(&c);
+        assert_eq!(pools.len(), options.len());
+        assert!(pools.values().all(|n| *n == depth as usize), "{pools:?}");
+        let CloudError::InsufficientCapacity { offerings: out, .. } = error else { panic!("{error:?}") };
+        let want: BTreeSet<OfferingKey> = options.iter().map(offering_key).collect();
+        assert_eq!(out.iter().cloned().collect::<BTreeSet<_>>(), want);
+        // Terminating one instance frees its unit: the next launch takes it.
+        let victim = c.all_instances().into_iter().find(|i| i.instance.zone == m5[1].zone).expect("an instance there");
+        c.terminate(std::slice::from_ref(&victim.instance.id)).await.expect("terminates");
+        let again = c.launch(&request("after", &options)).await.expect("capacity again");
+        assert_eq!((again.instance.instance_type.as_str(), again.instance.zone.as_str()), ("m5.large", m5[1].zone.as_str()));
+        assert_eq!(again.unavailable.len(), options.len() - 1);
+    }
+
+    /// A per-offering depth overrides the one for all pools, and a pool
+    /// reclaimed by EC2 gets its unit back when the instance shuts down.
+    #[tokio::test]
+    async fn an_override_and_a_reclaim() {
+        let c = cloud();
+        let m5 = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT);
+        let options = vec![with_price(&m5[0], 0.030), with_price(&m5[1], 0.040)];
+        let cheap = offering_key(&options[0]);
+        c.set_spot_pools(PoolDepths { all: Some(50), offerings: [(cheap.clone(), 1)].into(), ..PoolDepths::default() });
+        let first = c.launch(&request("a", &options)).await.expect("launches");
+        assert_eq!(first.instance.zone, m5[0].zone);
+        let second = c.launch(&request("b", &options)).await.expect("launches");
+        assert_eq!(second.instance.zone, m5[1].zone);
+        assert_eq!(second.unavailable, vec![cheap.clone()]);
+        assert_eq!(c.spot_remaining(&cheap), 0);
+        assert!(c.interrupt_spot(&first.instance.id));
+        c.clock.advance(SignedDuration::from_mins(3));
+        c.advance(c.clock.now());
+        assert_eq!(c.spot_remaining(&cheap), 1);
+    }
+
+    /// The default depths are deep: a fleet of a few hundred spot nodes
+    /// lands on the cheapest offering, as under lowest-price.
+    #[tokio::test]
+    async fn with_default_depths_a_modest_fleet_lands_on_the_cheapest() {
+        let c = cloud();
+        let mut options = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT);
+        options.extend(offerings(&c, "m5a.large", CAPACITY_TYPE_SPOT));
+        options.extend(offerings(&c, "m6i.large", CAPACITY_TYPE_SPOT));
+        let cheapest = options.iter().min_by(|a, b| a.price.total_cmp(&b.price)).cloned().expect("options");
+        let fleet = 300;
+        for n in 0..fleet {
+            let l = c.launch(&request(&format!("t{n}"), &options)).await.expect("launches");
+            assert_eq!((&l.instance.instance_type, &l.instance.zone), (&cheapest.instance_type, &cheapest.zone), "launch {n}");
+        }
+        let key = offering_key(&cheapest);
+        assert_eq!(c.spot_remaining(&key), pools::seeded_depth(pools::DEFAULT_SEED, &key) - fleet);
+    }
+
+    /// On-demand is lowest-price: spot pools do not touch it, removed capacity does.
+    #[tokio::test]
+    async fn on_demand_stays_lowest_price() {
+        let c = cloud();
+        c.set_spot_pools(PoolDepths { all: Some(1), ..PoolDepths::default() });
+        let m5 = offerings(&c, "m5.large", CAPACITY_TYPE_ON_DEMAND);
+        let options = vec![with_price(&m5[0], 0.096), with_price(&m5[1], 0.097), with_price(&m5[2], 0.098)];
+        for n in 0..5 {
+            let l = c.launch(&request(&format!("t{n}"), &options)).await.expect("launches");
+            assert_eq!(l.instance.zone, m5[0].zone);
+            assert!(l.unavailable.is_empty());
+        }
+        let gone = offering_key(&options[0]);
+        c.remove_capacity(gone.clone());
+        let l = c.launch(&request("after", &options)).await.expect("launches");
+        assert_eq!((l.instance.zone, l.unavailable), (m5[1].zone.clone(), vec![gone]));
+    }
+
+    /// A repeated client token returns the first instance and takes no
+    /// second unit of its pool.
+    #[tokio::test]
+    async fn a_repeated_client_token_takes_depth_once() {
+        let c = cloud();
+        let options = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT)[..1].to_vec();
+        let pool = offering_key(&options[0]);
+        c.set_spot_pools(PoolDepths { all: Some(2), ..PoolDepths::default() });
+        let a = c.launch(&request("same", &options)).await.expect("launches");
+        let b = c.launch(&request("same", &options)).await.expect("the same instance");
+        assert_eq!(a.instance.id, b.instance.id);
+        assert_eq!((c.launches(), c.spot_remaining(&pool)), (1, 1));
+        c.launch(&request("other", &options)).await.expect("the second unit");
+        assert_eq!(c.spot_remaining(&pool), 0);
+        let e = c.launch(&request("third", &options)).await.expect_err("the pool is empty");
+        let CloudError::InsufficientCapacity { offerings: out, .. } = e else { panic!("{e:?}") };
+        assert_eq!(out, vec![pool]);
     }
 }

@@ -12,6 +12,7 @@ pub mod cluster_faults;
 pub mod controllers;
 pub mod driver;
 pub mod faults;
+pub mod pools;
 pub mod rng;
 pub mod scenario;
 pub mod simulation;

@@ -23,10 +23,12 @@ use serde::{Deserialize, Serialize};
 use super::cloud::SimCloud;
 use super::controllers::node_of;
 use super::driver::ClusterDriver;
+use super::pools::{self, PoolDepths};
 use super::simulation::Simulation;
 use crate::config::{self, ConfigDocument, ConfigError};
 use crate::ports::{Cloud, ConfigItem, OfferingKey, SignedDuration, Store, Timestamp};
 use crate::resources;
+use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 
 /// The built-in scenario: the first source walkthrough.
 pub const WALKTHROUGH_1: &str = include_str!("scenarios/walkthrough-1.yaml");
@@ -53,8 +55,86 @@ pub struct Scenario {
     /// ticks, so a quiet month runs in seconds. Defaults: the functions'.
     #[serde(default)]
     pub simulator: Pace,
+    /// The in-memory EC2's spot capacity pools: how many instances each
+    /// spot (instance type, zone) holds at once. Default: deep pools, their
+    /// depths seeded per pool (see `sim::pools`).
+    #[serde(default)]
+    pub spot_pools: SpotPoolsSpec,
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// Spot pool depths (each optional): `spotPools: {depth: 3}` makes every
+/// pool hold 3 instances; `offerings` sets single pools over that.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpotPoolsSpec {
+    /// Every spot pool's depth (default: drawn per pool from `seed`).
+    pub depth: Option<u64>,
+    /// The seed the default depths are drawn from (default: the simulator's).
+    pub seed: Option<u64>,
+    /// Single pools' depths, over `depth`.
+    #[serde(default)]
+    pub offerings: Vec<PoolDepthSpec>,
+}
+
+/// One spot pool's depth.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolDepthSpec {
+    pub instance_type: String,
+    pub zone: String,
+    pub depth: u64,
+}
+
+impl SpotPoolsSpec {
+    /// The depths to give the in-memory EC2; `None` when the scenario sets
+    /// nothing (the cloud keeps the depths it has).
+    pub fn depths(&self) -> Option<PoolDepths> {
+        if self.depth.is_none() && self.seed.is_none() && self.offerings.is_empty() {
+            return None;
+        }
+        let offerings = self.offerings.iter().map(|o| (spot_key(&o.instance_type, &o.zone), o.depth)).collect();
+        Some(PoolDepths { seed: self.seed.unwrap_or(pools::DEFAULT_SEED), all: self.depth, offerings })
+    }
+
+    /// Every invalid value, as `spotPools.<field>: <reason>`: depths out of
+    /// range, pools the region does not sell as spot, pools given twice.
+    pub fn errors(&self, region: &str) -> Vec<String> {
+        let mut errors: Vec<String> = self.depth.and_then(depth_error).map(|e| format!("spotPools.depth: {e}")).into_iter().collect();
+        let sold = super::catalog::catalog(region).ok();
+        let mut seen: BTreeMap<OfferingKey, usize> = BTreeMap::new();
+        for (i, o) in self.offerings.iter().enumerate() {
+            let field = format!("spotPools.offerings[{i}]");
+            if let Some(e) = depth_error(o.depth) {
+                errors.push(format!("{field}.depth: {e}"));
+            }
+            let key = spot_key(&o.instance_type, &o.zone);
+            let offered = |c: &crate::ports::CloudCatalog| {
+                c.offerings.iter().any(|p| p.capacity_type == key.capacity_type && p.instance_type == key.instance_type && p.zone == key.zone)
+            };
+            if sold.as_ref().is_some_and(|c| !offered(c)) {
+                errors.push(format!("{field}: {} is not offered as spot in {} (region {region})", o.instance_type, o.zone));
+            }
+            if let Some(first) = seen.insert(key, i) {
+                errors.push(format!("{field}: {} in {} is already given at spotPools.offerings[{first}]", o.instance_type, o.zone));
+            }
+        }
+        errors
+    }
+}
+
+/// Why a pool depth is refused, if it is.
+fn depth_error(depth: u64) -> Option<String> {
+    match depth {
+        0 => Some("0 is not a depth: at least 1 (a pool without capacity is a removeCapacity action)".to_owned()),
+        d if d > pools::MAX_DEPTH => Some(format!("{d} is deeper than the most allowed, {}", pools::MAX_DEPTH)),
+        _ => None,
+    }
+}
+
+fn spot_key(instance_type: &str, zone: &str) -> OfferingKey {
+    OfferingKey { capacity_type: CAPACITY_TYPE_SPOT.to_owned(), instance_type: instance_type.to_owned(), zone: zone.to_owned() }
 }
 
 /// How often the simulated functions tick (each is optional).
@@ -366,6 +446,7 @@ pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
     if let Err(e) = parse_duration(&scenario.run) {
         errors.push(format!("run: {e}"));
     }
+    errors.extend(scenario.spot_pools.errors(&scenario.region));
     if errors.is_empty() { Ok(()) } else { Err(ScenarioError::Invalid(errors)) }
 }
 
@@ -385,6 +466,10 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     validate(scenario)?;
+    if let Some(depths) = scenario.spot_pools.depths() {
+        let sim_cloud = sim.sim_cloud.as_ref().ok_or_else(|| ScenarioError::Parse("spotPools needs the in-memory cloud".to_owned()))?;
+        sim_cloud.set_spot_pools(depths);
+    }
     let pace = &scenario.simulator;
     let set = |text: &Option<String>, field: &mut SignedDuration| -> Result<(), ScenarioError> {
         if let Some(t) = text {
@@ -871,6 +956,7 @@ objects:
                 }],
                 run: "3m".into(),
                 simulator: Pace::default(),
+                spot_pools: SpotPoolsSpec::default(),
                 expect: Expect { pods: Some(PodCounts { bound: Some(3), pending: Some(0) }), ..Default::default() },
             };
             validate(&scenario).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -884,6 +970,68 @@ objects:
             });
             assert!(failures.is_empty(), "{name}: {failures:?}");
         }
+    }
+
+    fn run_in_memory(scenario: &Scenario) -> (SimCloud, Vec<String>) {
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
+            let clock = super::super::SimClock::default();
+            let cloud = SimCloud::new(super::super::catalog::catalog(&scenario.region).expect("region"), clock.clone());
+            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud.clone()), super::super::MemStore::new(), Default::default());
+            load(&mut sim, scenario).await.expect("loads");
+            run(&mut sim, scenario).await.expect("runs");
+            (cloud, check(&sim, &scenario.expect).await)
+        })
+    }
+
+    /// `tests/scenarios/spot-pools.yaml`: pools of depth 2 spread six spot
+    /// nodes over at least three pools, none holding more than 2.
+    #[test]
+    fn shallow_spot_pools_spread_a_scenario_fleet() {
+        let s = parse(include_str!("../../../tests/scenarios/spot-pools.yaml")).expect("parses");
+        assert_eq!(s.spot_pools.depth, Some(2));
+        let (cloud, failures) = run_in_memory(&s);
+        assert!(failures.is_empty(), "{failures:?}");
+        let mut per_pool: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for i in cloud.all_instances().iter().filter(|i| !i.instance.state.is_gone_or_going()) {
+            assert_eq!(i.instance.capacity_type, CAPACITY_TYPE_SPOT);
+            *per_pool.entry((i.instance.instance_type.clone(), i.instance.zone.clone())).or_default() += 1;
+        }
+        assert_eq!(per_pool.values().sum::<usize>(), 6, "{per_pool:?}");
+        assert!(per_pool.len() >= 3 && per_pool.values().all(|n| *n <= 2), "{per_pool:?}");
+    }
+
+    #[test]
+    fn invalid_spot_pool_depths_are_refused_naming_the_field() {
+        let text = r#"
+name: pools
+run: 1m
+objects: []
+spotPools:
+  depth: 0
+  offerings:
+    - {instanceType: m5.large, zone: us-east-1a, depth: 2000000}
+    - {instanceType: m5.large, zone: us-east-1a, depth: 1}
+    - {instanceType: m5.large, zone: eu-west-1a, depth: 1}
+"#;
+        let s = parse(text).expect("parses");
+        let Err(ScenarioError::Invalid(errors)) = validate(&s) else { panic!("must be refused") };
+        let all = errors.join("\n");
+        assert_eq!(errors.len(), 4, "{all}");
+        for want in [
+            "spotPools.depth: 0 is not a depth",
+            "spotPools.offerings[0].depth: 2000000 is deeper than the most allowed",
+            "spotPools.offerings[1]: m5.large in us-east-1a is already given at spotPools.offerings[0]",
+            "spotPools.offerings[2]: m5.large is not offered as spot in eu-west-1a",
+        ] {
+            assert!(all.contains(want), "{want} in:\n{all}");
+        }
+        assert!(parse("name: p\nrun: 1m\nobjects: []\nspotPools: {depth: -1}\n").expect_err("not a depth").to_string().contains("spotPools"));
+        assert!(parse("name: p\nrun: 1m\nobjects: []\nspotPools: {deep: 3}\n").is_err(), "unknown fields are refused");
+        let ok = parse("name: p\nrun: 1m\nobjects: []\nspotPools: {depth: 3, seed: 9, offerings: [{instanceType: m5.large, zone: us-east-1a, depth: 1}]}\n").expect("parses");
+        validate(&ok).expect("valid");
+        let depths = ok.spot_pools.depths().expect("depths");
+        assert_eq!((depths.seed, depths.all, depths.offerings.values().copied().collect::<Vec<_>>()), (9, Some(3), vec![1]));
+        assert!(SpotPoolsSpec::default().depths().is_none(), "nothing set: the cloud keeps its depths");
     }
 
     #[test]

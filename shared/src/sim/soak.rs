@@ -1223,6 +1223,8 @@ impl Soak {
             actions: Vec::new(),
             run: "0s".into(),
             simulator: scenario::Pace::default(),
+            // The pools' default depths follow the run's seed, as every other choice does.
+            spot_pools: scenario::SpotPoolsSpec { seed: Some(options.seed), ..Default::default() },
             expect: scenario::Expect::default(),
         };
         scenario::load(&mut sim, &s).await.map_err(|e| SoakError::Setup(e.to_string()))?;
