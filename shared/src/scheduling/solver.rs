@@ -763,12 +763,14 @@ impl<'a> Solver<'a> {
     /// that its requirements allow, offered there. (Counting a zone where no
     /// such type is sold would leave the pod waiting for it forever.)
     fn zone_scope(&self, c: &Constraints, tolerates: &[bool]) -> Requirements {
+        // Without the volumes' zones (see `Constraints::spread_scope`).
         let mut scope = c.spread_scope.clone().unwrap_or_else(|| c.node.clone());
-        let runs_on = |n: &ExistingNode| c.node.iter().all(|(key, r)| n.labels.get(key).map_or_else(|| r.allows_absence(), |v| r.has(v)));
+        let node_reqs = scope.clone();
+        let runs_on = |n: &ExistingNode| node_reqs.iter().all(|(key, r)| n.labels.get(key).map_or_else(|| r.allows_absence(), |v| r.has(v)));
         let mut zones: BTreeSet<&str> =
             self.nodes.iter().filter(|n| runs_on(n)).filter_map(|n| n.labels.get(labels::ZONE).map(String::as_str)).collect();
         for (ps, _) in self.pools.iter().zip(tolerates).filter(|(_, t)| **t) {
-            let reqs = ps.input.pool.requirements.intersection(&c.node);
+            let reqs = ps.input.pool.requirements.intersection(&node_reqs);
             for t in ps.base.ones() {
                 let it = &ps.input.instance_types[t];
                 if !it.requirements.intersects(&reqs) {

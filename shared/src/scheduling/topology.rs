@@ -290,7 +290,7 @@ impl Topology {
                         min = 0;
                     }
                     let best = Self::options(g, cand, pod_node, &extra)
-                        .filter(|v| g.matched.value(v) + 1 <= min + max_skew)
+                        .filter(|v| scope.allows(&g.key.key, Some(v)) && g.matched.value(v) + 1 <= min + max_skew)
                         .min_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| a.cmp(b)));
                     match best {
                         Some(v) => extra.add(&g.key.key, Requirement::single(v)),
