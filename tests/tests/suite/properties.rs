@@ -60,29 +60,33 @@ fn pending_pod(index: usize) -> impl Strategy<Value = SchedPod> {
         prop::option::of(0u8..2),
         any::<bool>(),
     )
-        .prop_map(move |(cpu, mem, arch, zone, anti, spread)| {
-            let mut selector = serde_json::Map::new();
-            if let Some(a) = arch {
-                selector.insert("kubernetes.io/arch".into(), json!(a));
-            }
-            if let Some(z) = zone {
-                selector.insert("topology.kubernetes.io/zone".into(), json!(z));
-            }
-            let mut spec = json!({"nodeSelector": selector});
-            let labels = match anti {
-                Some(g) => json!({"group": format!("g{g}")}),
-                None => json!({"group": "free"}),
-            };
-            if let Some(g) = anti {
-                spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": format!("g{g}")}}}]}});
-            }
-            if spread {
-                spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"group": "free"}}}]);
-            }
-            pod_with_labels(&format!("p{index:03}"), cpu, mem, labels, spec)
-        })
+        .prop_map(move |(cpu, mem, arch, zone, anti, spread)| constrained_pod(&format!("p{index:03}"), (cpu, mem), arch, zone, anti, spread))
+}
+
+/// A pending pod with an optional architecture and zone (node selector), a
+/// hostname anti-affinity group, and a zone spread over the "free" pods.
+fn constrained_pod(name: &str, (cpu, mem): (&str, &str), arch: Option<&str>, zone: Option<&str>, anti: Option<u8>, spread: bool) -> SchedPod {
+    let mut selector = serde_json::Map::new();
+    if let Some(a) = arch {
+        selector.insert("kubernetes.io/arch".into(), json!(a));
+    }
+    if let Some(z) = zone {
+        selector.insert("topology.kubernetes.io/zone".into(), json!(z));
+    }
+    let mut spec = json!({"nodeSelector": selector});
+    let labels = match anti {
+        Some(g) => json!({"group": format!("g{g}")}),
+        None => json!({"group": "free"}),
+    };
+    if let Some(g) = anti {
+        spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": format!("g{g}")}}}]}});
+    }
+    if spread {
+        spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"group": "free"}}}]);
+    }
+    pod_with_labels(name, cpu, mem, labels, spec)
 }
 
 fn pods(max: usize) -> impl Strategy<Value = Vec<SchedPod>> {
@@ -190,29 +194,10 @@ mod real_catalog {
             prop::option::of(0u8..2),
             any::<bool>(),
         )
-            .prop_map(move |((cpu, mem), arch, zone, anti, spread)| {
+            .prop_map(move |(shape, arch, zone, anti, spread)| {
                 let zones = &fixture().2;
-                let mut selector = serde_json::Map::new();
-                if let Some(a) = arch {
-                    selector.insert("kubernetes.io/arch".into(), json!(a));
-                }
-                if let Some(z) = zone {
-                    selector.insert("topology.kubernetes.io/zone".into(), json!(zones[z % zones.len()]));
-                }
-                let mut spec = json!({"nodeSelector": selector});
-                let labels = match anti {
-                    Some(g) => json!({"group": format!("g{g}")}),
-                    None => json!({"group": "free"}),
-                };
-                if let Some(g) = anti {
-                    spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": format!("g{g}")}}}]}});
-                }
-                if spread {
-                    spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"group": "free"}}}]);
-                }
-                pod_with_labels(&format!("r{index:03}"), cpu, mem, labels, spec)
+                let zone = zone.map(|z| zones[z % zones.len()].as_str());
+                constrained_pod(&format!("r{index:03}"), shape, arch, zone, anti, spread)
             })
     }
 
