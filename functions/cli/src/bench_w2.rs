@@ -101,6 +101,7 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         "karpenter_order_nodes": karpenter.claims.len(),
         "saving_over_karpenter_order": 1.0 - cost / karpenter.cost_per_hour(),
         "cheapest_offerings_used": chosen(&plan).len(),
+        "spot_pools_launched": spot_pools_launched(&catalog, &plan)?,
         "peak_rss_mb": peak_rss,
     });
     if let Some(dir) = &args.dump {
@@ -132,6 +133,7 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
             report["karpenter_order_nodes"],
             100.0 * f("saving_over_karpenter_order")
         );
+        println!("spot pools        {} distinct (type, zone), the plan launched on the simulated EC2", report["spot_pools_launched"]);
         if let Some(m) = peak_rss {
             println!("peak RSS          {m:.0} MB");
         }
@@ -140,4 +142,41 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The distinct spot pools (type, zone) the plan's claims land on when each
+/// is launched, as the provisioner would, on the simulated EC2 (its default
+/// pool depths and price-capacity-optimized spot).
+fn spot_pools_launched(catalog: &nodewright::ports::CloudCatalog, plan: &Plan) -> anyhow::Result<usize> {
+    use nodewright::ports::{Cloud, LaunchRequest, PricedOffering};
+    let cloud = nodewright::sim::SimCloud::new(catalog.clone(), nodewright::sim::SimClock::default());
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    let mut pools = BTreeSet::new();
+    for (i, c) in plan.claims.iter().enumerate() {
+        let request = LaunchRequest {
+            claim_id: format!("w2-{i}"),
+            client_token: format!("w2-{i}"),
+            pool: c.pool.clone(),
+            node_class: None,
+            node_class_spec: None,
+            options: c
+                .options
+                .iter()
+                .map(|o| PricedOffering {
+                    instance_type: o.instance_type.to_string(),
+                    zone: o.zone.to_string(),
+                    capacity_type: o.capacity_type.to_string(),
+                    price: o.price,
+                })
+                .collect(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            kubelet: Default::default(),
+        };
+        let launched = runtime.block_on(cloud.launch(&request)).with_context(|| format!("launching claim {i} of the plan"))?;
+        if launched.instance.capacity_type == nodewright::scheduling::labels::CAPACITY_TYPE_SPOT {
+            pools.insert((launched.instance.instance_type, launched.instance.zone));
+        }
+    }
+    Ok(pools.len())
 }
