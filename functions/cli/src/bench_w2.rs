@@ -159,16 +159,7 @@ fn spot_pools_launched(catalog: &nodewright::ports::CloudCatalog, plan: &Plan) -
             pool: c.pool.clone(),
             node_class: None,
             node_class_spec: None,
-            options: c
-                .options
-                .iter()
-                .map(|o| PricedOffering {
-                    instance_type: o.instance_type.to_string(),
-                    zone: o.zone.to_string(),
-                    capacity_type: o.capacity_type.to_string(),
-                    price: o.price,
-                })
-                .collect(),
+            options: c.options.iter().map(PricedOffering::from).collect(),
             labels: Default::default(),
             taints: Vec::new(),
             kubelet: Default::default(),

@@ -313,16 +313,7 @@ pub fn new_claim(
         node_class: pool.node_class.clone(),
         version: 1,
         created_at: now,
-        options: planned
-            .options
-            .iter()
-            .map(|o| PricedOffering {
-                instance_type: o.instance_type.to_string(),
-                zone: o.zone.to_string(),
-                capacity_type: o.capacity_type.to_string(),
-                price: o.price,
-            })
-            .collect(),
+        options: planned.options.iter().map(PricedOffering::from).collect(),
         labels: node_labels,
         taints,
         kubelet: pool.kubelet.clone(),

@@ -161,6 +161,18 @@ pub struct LaunchOption {
     pub price: f64,
 }
 
+impl From<&LaunchOption> for crate::ports::PricedOffering {
+    /// What a launch request offers CreateFleet for this option.
+    fn from(o: &LaunchOption) -> Self {
+        crate::ports::PricedOffering {
+            instance_type: o.instance_type.to_string(),
+            zone: o.zone.to_string(),
+            capacity_type: o.capacity_type.to_string(),
+            price: o.price,
+        }
+    }
+}
+
 /// A node to launch.
 #[derive(Debug, Clone)]
 pub struct NewClaim {
@@ -766,9 +778,8 @@ impl<'a> Solver<'a> {
         // Without the volumes' zones (see `Constraints::spread_scope`).
         let mut scope = c.spread_scope.clone().unwrap_or_else(|| c.node.clone());
         let node_reqs = scope.clone();
-        let runs_on = |n: &ExistingNode| node_reqs.iter().all(|(key, r)| n.labels.get(key).map_or_else(|| r.allows_absence(), |v| r.has(v)));
         let mut zones: BTreeSet<&str> =
-            self.nodes.iter().filter(|n| runs_on(n)).filter_map(|n| n.labels.get(labels::ZONE).map(String::as_str)).collect();
+            self.nodes.iter().filter(|n| labels_satisfy(&n.labels, &node_reqs)).filter_map(|n| n.labels.get(labels::ZONE).map(String::as_str)).collect();
         for (ps, _) in self.pools.iter().zip(tolerates).filter(|(_, t)| **t) {
             let reqs = ps.input.pool.requirements.intersection(&node_reqs);
             for t in ps.base.ones() {
@@ -888,11 +899,7 @@ impl<'a> Solver<'a> {
         if first_untolerated(&node.taints, &cls.constraints.tolerations, cls.constraints.ignore_prefer_no_schedule).is_some() {
             return Err(FINAL);
         }
-        let labels_ok = cls.constraints.node.iter().all(|(key, r)| match node.labels.get(key) {
-            Some(v) => r.has(v),
-            None => r.allows_absence(),
-        });
-        if !labels_ok || ports_conflict(&state.ports, &cls.ports) {
+        if !labels_satisfy(&node.labels, &cls.constraints.node) || ports_conflict(&state.ports, &cls.ports) {
             return Err(FINAL);
         }
         let cand = Candidate::Node { host: n as HostId, labels: &node.labels };
@@ -1048,14 +1055,13 @@ impl<'a> Solver<'a> {
         if !c.pods.is_empty() {
             let alone = cls.alone[pool].unwrap_or(f64::INFINITY);
             let efficient = self.efficient_sets.get(compat_id).and_then(Option::as_ref).filter(|_| self.growth == Growth::Efficient);
-            let may_grow = || efficient.is_some_and(|e| !e.is_disjoint(&kept));
-            if price - c.price > alone + 1e-9 && !may_grow() {
-                return Err(Refused { permanent: false });
-            }
-            // A claim on an efficient type stays on one: the pod that would
-            // overfill it by a few MiB onto a dearer type, with no efficient
-            // type left to grow into, goes elsewhere.
-            if efficient.is_some_and(|e| e.contains(c.cheapest) && !e.contains(cheapest)) && !may_grow() {
+            // Without an efficient type left to grow into, a claim on an
+            // efficient type also stays on one: the pod that would overfill
+            // it by a few MiB onto a dearer type goes elsewhere.
+            let may_grow = efficient.is_some_and(|e| !e.is_disjoint(&kept));
+            let rises_too_much = price - c.price > alone + 1e-9;
+            let leaves_efficient = efficient.is_some_and(|e| e.contains(c.cheapest) && !e.contains(cheapest));
+            if !may_grow && (rises_too_much || leaves_efficient) {
                 return Err(Refused { permanent: false });
             }
         }
@@ -1485,6 +1491,15 @@ fn domain_universe(pools: &[PoolInput], nodes: &[ExistingNode]) -> FxHashMap<Str
 }
 
 /// True when `r` equals `max` in some resource (removing it may lower the maximum).
+/// A node with these labels meets the requirements (a missing label meets
+/// only those that allow absence).
+fn labels_satisfy(node_labels: &BTreeMap<String, String>, reqs: &Requirements) -> bool {
+    reqs.iter().all(|(key, r)| match node_labels.get(key) {
+        Some(v) => r.has(v),
+        None => r.allows_absence(),
+    })
+}
+
 fn attains(r: &Resources, max: &Resources) -> bool {
     let at = |v: i64, m: i64| m > 0 && v == m;
     at(r.cpu_millis, max.cpu_millis)

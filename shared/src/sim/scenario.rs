@@ -669,8 +669,7 @@ async fn check_cost<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     let fleet: f64 = instances.iter().filter(|i| i.state != crate::ports::InstanceState::Terminated).map(|i| i.price).sum();
     let pods: Vec<crate::scheduling::SchedPod> = pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+        .filter(|p| !super::controllers::is_finished(p) && !super::controllers::is_terminating(p))
         .filter_map(|p| crate::scheduling::SchedPod::from_pod(p).ok())
         .collect();
     match crate::workload::fleet_bound::FleetBound::new(&config.pools, &catalog).bound(&pods) {
