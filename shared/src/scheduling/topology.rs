@@ -109,7 +109,7 @@ struct Group {
 }
 
 /// The groups one pod (at one relaxation) takes part in.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct PodTopology {
     /// Constraints the pod carries, with whether its own labels match the selector.
     owned: Vec<(GroupId, bool)>,
@@ -117,6 +117,12 @@ pub struct PodTopology {
     matched: Vec<GroupId>,
     /// Anti-affinity groups whose selector matches the pod: their owners repel it.
     inverse: Vec<GroupId>,
+    /// The owned anti-affinity groups of *required* terms: only these make
+    /// the pod an owner that repels others. A preferred term binds the pod
+    /// itself while it is kept, never the pods after it (as in Karpenter,
+    /// which tracks no inverse preferences: a later pod relaxing its own
+    /// copy of the term must be free of it).
+    repels: Vec<GroupId>,
 }
 
 impl PodTopology {
@@ -207,6 +213,7 @@ impl Topology {
             return PodTopology::default();
         }
         let mut owned = Vec::with_capacity(c.spreads.len() + c.affinity.len());
+        let mut repels = Vec::new();
         for s in &c.spreads {
             let key = GroupKey::spread(s, namespace);
             let self_match = key.selector.matches(labels);
@@ -215,10 +222,14 @@ impl Topology {
         for t in &c.affinity {
             let key = GroupKey::affinity(t);
             let self_match = key.selector.matches(labels) && key.namespaces.iter().any(|n| n == namespace);
-            owned.push((self.group_id(key), self_match));
+            let id = self.group_id(key);
+            owned.push((id, self_match));
+            if t.anti && t.weight.is_none() {
+                repels.push(id);
+            }
         }
         let (matched, inverse) = self.matching(namespace, labels);
-        PodTopology { owned, matched, inverse }
+        PodTopology { owned, matched, inverse, repels }
     }
 
     fn matching(&mut self, namespace: &str, pod_labels: &BTreeMap<String, String>) -> (Vec<GroupId>, Vec<GroupId>) {
@@ -265,8 +276,13 @@ impl Topology {
         let pod_node = &c.node;
         // The domains a spread counts: the pod's own affinity, not its volumes'.
         let scope = c.spread_scope.as_ref().unwrap_or(pod_node);
-        let mut extra = Requirements::new();
         let host = cand.host();
+        // Host-level refusals first: they are permanent, and a caller that
+        // learns so skips this host for good instead of asking again.
+        if let Some(r) = self.host_refusal(pt, host) {
+            return Err(r);
+        }
+        let mut extra = Requirements::new();
         for &(gid, self_match) in &pt.owned {
             let g = &self.groups[gid as usize];
             if !g.hostname && g.domains.is_empty() {
@@ -346,6 +362,28 @@ impl Topology {
         Ok(extra)
     }
 
+    /// The first host-level constraint (hostname spread or anti-affinity,
+    /// the pod's own or another's) that refuses `host`: such counts only
+    /// grow, so the refusal is permanent.
+    fn host_refusal(&self, pt: &PodTopology, host: HostId) -> Option<TopologyReject> {
+        let own = pt.owned.iter().find_map(|&(gid, _)| {
+            let g = &self.groups[gid as usize];
+            let full = match g.key.kind {
+                _ if !g.hostname => false,
+                Kind::Spread { max_skew, .. } => g.matched.host(host) + 1 > max_skew,
+                Kind::AntiAffinity => g.matched.host(host) > 0,
+                Kind::Affinity => false,
+            };
+            full.then_some(TopologyReject { group: gid, inverse: false, permanent: true })
+        });
+        own.or_else(|| {
+            pt.inverse.iter().find_map(|&gid| {
+                let g = &self.groups[gid as usize];
+                (g.hostname && g.owners.host(host) > 0).then_some(TopologyReject { group: gid, inverse: true, permanent: true })
+            })
+        })
+    }
+
     /// Counts a placed pod. `cand` carries the final requirements of the claim
     /// (or the node's labels).
     pub fn record(&mut self, pt: &PodTopology, cand: Candidate<'_>) {
@@ -376,10 +414,7 @@ impl Topology {
                 }
             }
         }
-        for &(gid, _) in &pt.owned {
-            if self.groups[gid as usize].key.kind != Kind::AntiAffinity {
-                continue;
-            }
+        for &gid in &pt.repels {
             let g = &self.groups[gid as usize];
             let values = if g.hostname { Vec::new() } else { domains(&g.key.key, &self.universe) };
             let g = &mut self.groups[gid as usize];
