@@ -1,6 +1,7 @@
 //! The scheduling core: which pods go where, and on what new instances.
 //! Pure: takes snapshots, returns plans, does no I/O.
 
+pub mod guide;
 pub mod labels;
 pub mod pod;
 pub mod requirements;

@@ -45,6 +45,7 @@ use std::sync::Arc;
 use fixedbitset::FixedBitSet;
 use rustc_hash::FxHashMap;
 
+use super::guide;
 use super::labels;
 use super::pod::{Constraints, HostPort, Relaxation, SchedPod};
 use super::requirements::{Requirement, Requirements, Undefined};
@@ -111,7 +112,15 @@ enum Growth {
     /// catalogs per-node overheads make the large types cheaper per usable
     /// CPU, and claims stopped at the standalone rule end up mid-sized.
     Efficient,
+    /// Each pod is sent to the instance type the guide's linear program
+    /// (see `guide`) chose for it, and claims are filled to that type
+    /// whatever its price: the program already judged the whole demand.
+    /// A pod that cannot be placed so is placed as under `Standalone`.
+    Guided,
 }
+
+/// An instance type of a pool that a pod or claim is guided to: (pool, type).
+type Target = (u32, u32);
 
 /// A type is efficient when copies of it serve the solve's demand for at
 /// most this factor of the cheapest type's cost.
@@ -229,7 +238,8 @@ pub fn solve(
                 let c = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Efficient).run();
                 best = better(best, c);
             }
-            best
+            let d = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Guided).run();
+            better(best, d)
         }
     }
 }
@@ -272,6 +282,21 @@ struct Class {
     alone: Vec<Option<f64>>,
     /// Per pool: the pool generation at which its limits left no type for this class.
     limited_at: Vec<Option<u64>>,
+    /// Only claims guided to this type take it (`Growth::Guided`).
+    target: Option<Target>,
+}
+
+/// What makes two pods place alike: the same constraints, requests and
+/// ports, and the same part in every topology group. Pods of different
+/// apps (labels) with no topology in common share one class, so its cursors
+/// and refusals serve all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ShapeKey {
+    constraints: Constraints,
+    requests: Resources,
+    ports: Vec<HostPort>,
+    topo: PodTopology,
+    target: Option<Target>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -281,6 +306,7 @@ struct ClassKey {
     namespace: String,
     labels: BTreeMap<String, String>,
     ports: Vec<HostPort>,
+    target: Option<Target>,
 }
 
 #[derive(Debug)]
@@ -410,6 +436,8 @@ struct Claim {
     cheapest: usize,
     /// The compatible types of the class that opened it (see `Solver::efficient`).
     opened_by: u32,
+    /// The type the claim is filled to (`Growth::Guided`): its pods always fit it.
+    target: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -441,6 +469,9 @@ struct Solver<'a> {
     topology: Topology,
     classes: Vec<Class>,
     class_index: FxHashMap<ClassKey, usize>,
+    class_by_shape: FxHashMap<ShapeKey, usize>,
+    /// `zone_scope` by the requirements it narrows and the pools tolerated.
+    zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
     req_index: FxHashMap<Requirements, u32>,
     /// (pool, interned node requirements) → index into `compat_sets`.
     compat_index: FxHashMap<(usize, u32), u32>,
@@ -451,6 +482,8 @@ struct Solver<'a> {
     efficient_sets: Vec<Option<FixedBitSet>>,
     /// Σ of every pending pod's requests, the demand efficiency is judged on.
     demand: Resources,
+    /// Per pod, the type the guide sends it to (`Growth::Guided` only).
+    targets: Vec<Option<Target>>,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
     /// Topology answers within one `place` call (topology does not change
@@ -501,6 +534,8 @@ impl<'a> Solver<'a> {
             topology,
             classes: Vec::new(),
             class_index: FxHashMap::default(),
+            class_by_shape: FxHashMap::default(),
+            zone_scopes: FxHashMap::default(),
             req_index: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
@@ -511,6 +546,7 @@ impl<'a> Solver<'a> {
                 d
             }),
             any_prefer_no_schedule,
+            targets: Vec::new(),
             bindings: Vec::new(),
             admit_memo: Vec::new(),
             topo_keys: Vec::new(),
@@ -559,6 +595,15 @@ impl<'a> Solver<'a> {
     fn place_all(&mut self) -> Vec<usize> {
         let mut failed = Vec::new();
         match self.order {
+            _ if self.growth == Growth::Guided => {
+                let (targets, order) = self.guide();
+                self.targets = targets;
+                for i in order {
+                    if !self.schedule(i) {
+                        failed.push(i);
+                    }
+                }
+            }
             ClaimOrder::FirstFit => self.place_balanced(&mut failed),
             _ => {
                 for i in self.pod_order() {
@@ -616,6 +661,100 @@ impl<'a> Solver<'a> {
             self.efficient_sets[id] = Some(efficient);
         }
         self.efficient_sets[id].as_ref().expect("computed above")
+    }
+
+    /// The type each pod is guided to: pods are grouped by the first pool
+    /// (by weight) that can take them, the types of it they fit and what
+    /// their requirements allow of zones and capacity types, and the guide's
+    /// program splits each group over those types at their prices there.
+    /// Pods the program cannot serve get no target.
+    fn guide(&mut self) -> (Vec<Option<Target>>, Vec<usize>) {
+        type OfferingKey = (Option<Requirement>, Option<Requirement>);
+        let mut demands: Vec<guide::Demand> = Vec::new();
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut demand_index: FxHashMap<(usize, usize, Resources, OfferingKey), usize> = FxHashMap::default();
+        let mut supplies: Vec<guide::Supply> = Vec::new();
+        let mut supply_target: Vec<Target> = Vec::new();
+        let mut supply_index: FxHashMap<(usize, usize, OfferingKey), usize> = FxHashMap::default();
+        for i in 0..self.pods.len() {
+            let r = match self.options.preferences {
+                PreferencePolicy::Respect => Relaxation::default(),
+                PreferencePolicy::Ignore => self.pods[i].without_preferences(),
+            };
+            let k = self.class_for(i, &r, None);
+            let Some(p) = self.pool_order.clone().into_iter().find(|&p| {
+                let cls = &self.classes[k];
+                cls.tolerates[p]
+                    && self.pools[p].input.pool.requirements.compatible(&cls.constraints.node, Undefined::WellKnownOnly).is_ok()
+                    && !self.compat(p, k).is_clear()
+            }) else {
+                continue;
+            };
+            let compat_id = self.compat_id(p, k);
+            let cls = &self.classes[k];
+            let reqs = self.pools[p].input.pool.requirements.intersection(&cls.constraints.node);
+            let offering_key: OfferingKey = (reqs.get(labels::ZONE).cloned(), reqs.get(labels::CAPACITY_TYPE).cloned());
+            let key = (p, compat_id, cls.requests.clone(), offering_key.clone());
+            let g = match demand_index.get(&key) {
+                Some(&g) => g,
+                None => {
+                    let ps = &self.pools[p];
+                    let requests = &cls.requests;
+                    let mut open = Vec::new();
+                    for t in self.compat_sets[compat_id].ones().filter(|&t| requests.fits_in(&ps.room[t])) {
+                        let c = match supply_index.get(&(p, t, offering_key.clone())) {
+                            Some(&c) => c,
+                            None => {
+                                let Some(price) = ps.price_of(t, &reqs) else { continue };
+                                supplies.push(guide::Supply { price, room: units(&ps.room[t]) });
+                                supply_target.push((p as u32, t as u32));
+                                supply_index.insert((p, t, offering_key.clone()), supplies.len() - 1);
+                                supplies.len() - 1
+                            }
+                        };
+                        open.push(c);
+                    }
+                    demands.push(guide::Demand { count: 0, request: units(requests), supplies: open });
+                    members.push(Vec::new());
+                    demand_index.insert(key, demands.len() - 1);
+                    demands.len() - 1
+                }
+            };
+            demands[g].count += 1;
+            members[g].push(i);
+        }
+        let mut targets = vec![None; self.pods.len()];
+        // Demands no type can hold are left out: those pods are reported.
+        let servable: Vec<usize> = (0..demands.len()).filter(|&g| !demands[g].supplies.is_empty()).collect();
+        let kept: Vec<guide::Demand> = servable.iter().map(|&g| demands[g].clone()).collect();
+        let Some(split) = guide::split(&kept, &supplies) else {
+            return (targets, self.pod_order());
+        };
+        // Per supply, its pods by demand.
+        let mut by_supply: Vec<Vec<Vec<usize>>> = vec![Vec::new(); supplies.len()];
+        for (&g, shares) in servable.iter().zip(split) {
+            let mut pods = members[g].iter();
+            for (c, n) in shares {
+                let taken: Vec<usize> = pods.by_ref().take(n as usize).copied().collect();
+                for &i in &taken {
+                    targets[i] = Some(supply_target[c]);
+                }
+                by_supply[c].push(taken);
+            }
+        }
+        // The biggest supplies first; each one's pods interleaved in the
+        // proportions of its demands, so every claim filled in turn gets
+        // the program's mix (largest-first would fill the first claims with
+        // CPU-heavy pods only, and leave their memory idle).
+        let weight = |c: usize| by_supply[c].iter().map(|pods| pods.len() as f64 * supplies[c].price).sum::<f64>();
+        let mut supply_order: Vec<usize> = (0..supplies.len()).filter(|&c| !by_supply[c].is_empty()).collect();
+        supply_order.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)).then(a.cmp(&b)));
+        let mut order = Vec::with_capacity(self.pods.len());
+        for c in supply_order {
+            order.extend(interleave(&by_supply[c]));
+        }
+        order.extend(self.pod_order().into_iter().filter(|&i| targets[i].is_none()));
+        (targets, order)
     }
 
     /// Karpenter's pod order: CPU, then memory, descending; then age.
@@ -703,8 +842,15 @@ impl<'a> Solver<'a> {
             PreferencePolicy::Respect => Relaxation::default(),
             PreferencePolicy::Ignore => pod.without_preferences(),
         };
+        let target = self.targets.get(i).copied().flatten();
         loop {
-            let k = self.class_for(i, &r);
+            if target.is_some() {
+                let k = self.class_for(i, &r, target);
+                if self.place(i, k) {
+                    return true;
+                }
+            }
+            let k = self.class_for(i, &r, None);
             if self.place(i, k) {
                 return true;
             }
@@ -718,7 +864,7 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn class_for(&mut self, i: usize, r: &Relaxation) -> usize {
+    fn class_for(&mut self, i: usize, r: &Relaxation, target: Option<Target>) -> usize {
         let pod = &self.pods[i];
         let key = ClassKey {
             constraints: pod.constraints(r),
@@ -726,11 +872,18 @@ impl<'a> Solver<'a> {
             namespace: pod.pod.namespace.clone(),
             labels: pod.labels.clone(),
             ports: pod.host_ports.clone(),
+            target,
         };
         if let Some(k) = self.class_index.get(&key) {
             return *k;
         }
         let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
+        let shape = ShapeKey { constraints: key.constraints.clone(), requests: key.requests.clone(), ports: key.ports.clone(), topo, target };
+        if let Some(&k) = self.class_by_shape.get(&shape) {
+            self.class_index.insert(key, k);
+            return k;
+        }
+        let topo = shape.topo.clone();
         let host_level = self.topology.host_level_only(&topo);
         let domain_only = !topo.is_empty() && self.topology.domain_only(&topo);
         let next_req = self.req_index.len() as u32;
@@ -745,7 +898,16 @@ impl<'a> Solver<'a> {
             .collect();
         let mut constraints = key.constraints.clone();
         if constraints.spreads.iter().any(|s| s.key == labels::ZONE) {
-            constraints.spread_scope = Some(self.zone_scope(&constraints, &tolerates));
+            let key = (constraints.spread_scope.clone().unwrap_or_else(|| constraints.node.clone()), tolerates.clone());
+            let scope = match self.zone_scopes.get(&key) {
+                Some(scope) => scope.clone(),
+                None => {
+                    let scope = self.zone_scope(&constraints, &tolerates);
+                    self.zone_scopes.insert(key, scope.clone());
+                    scope
+                }
+            };
+            constraints.spread_scope = Some(scope);
         }
         let k = self.classes.len();
         self.classes.push(Class {
@@ -764,8 +926,10 @@ impl<'a> Solver<'a> {
             compat: vec![None; self.pools.len()],
             alone: vec![None; self.pools.len()],
             limited_at: vec![None; self.pools.len()],
+            target,
         });
         self.class_index.insert(key, k);
+        self.class_by_shape.insert(shape, k);
         k
     }
 
@@ -965,6 +1129,12 @@ impl<'a> Solver<'a> {
             if ports_conflict(&c.ports, &cls.ports) {
                 return Err(FINAL);
             }
+            if cls.target.is_some_and(|(p, t)| p as usize != c.pool || c.target != Some(t)) {
+                return Err(FINAL);
+            }
+            if c.target.is_some_and(|t| !c.used.fits_with(&cls.requests, &self.pools[c.pool].room[t as usize])) {
+                return Err(FINAL);
+            }
         }
         let pool = self.claims[ci].pool;
         let compat_id = self.compat_id(pool, k);
@@ -1000,7 +1170,9 @@ impl<'a> Solver<'a> {
             };
             answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
         };
-        let new_reqs = if cls.constraints.node.is_empty() && extra.is_empty() {
+        // Most joins add nothing the claim does not already require.
+        let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
+        let new_reqs = if implied(&cls.constraints.node) && implied(&extra) {
             None
         } else {
             let mut r = c.reqs.intersection(&cls.constraints.node);
@@ -1024,7 +1196,8 @@ impl<'a> Solver<'a> {
                 kept.insert(t);
             }
         }
-        if kept.is_clear() || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
+        let off_target = c.target.is_some_and(|t| !kept.contains(t as usize));
+        if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
             // Only a topology decision (a pinned zone) can make this transient.
             return Err(Refused { permanent: extra.is_empty() || cls.host_level });
         }
@@ -1052,7 +1225,8 @@ impl<'a> Solver<'a> {
         } else {
             ps.cheapest_in(&kept, reqs).unwrap_or((f64::INFINITY, usize::MAX))
         };
-        if !c.pods.is_empty() {
+        // A guided claim grows to its target whatever the price.
+        if !c.pods.is_empty() && c.target.is_none() {
             let alone = cls.alone[pool].unwrap_or(f64::INFINITY);
             let efficient = self.efficient_sets.get(compat_id).and_then(Option::as_ref).filter(|_| self.growth == Growth::Efficient);
             // Without an efficient type left to grow into, a claim on an
@@ -1143,7 +1317,8 @@ impl<'a> Solver<'a> {
 
     /// Opens a claim from pool `p` for pod `i`; keeps it if the pod fits.
     fn new_claim(&mut self, i: usize, k: usize, p: usize) -> bool {
-        if !self.classes[k].tolerates[p] {
+        let target = self.classes[k].target;
+        if !self.classes[k].tolerates[p] || target.is_some_and(|(tp, _)| tp as usize != p) {
             return false;
         }
         let ps = &self.pools[p];
@@ -1161,6 +1336,9 @@ impl<'a> Solver<'a> {
                 return false;
             }
         };
+        if target.is_some_and(|(_, t)| !types.contains(t as usize)) {
+            return false;
+        }
         let ps = &self.pools[p];
         let mut max_room = Resources::default();
         let mut max_capacity = Resources::default();
@@ -1180,6 +1358,7 @@ impl<'a> Solver<'a> {
             price: 0.0,
             cheapest: usize::MAX,
             opened_by,
+            target: target.map(|(_, t)| t),
             pool: p,
             host: (self.nodes.len() + ci) as HostId,
             reqs: ps.input.pool.requirements.clone(),
@@ -1261,7 +1440,7 @@ impl<'a> Solver<'a> {
         while let Some(n) = pod.relax(&r) {
             r = n;
         }
-        let k = self.class_for(i, &r);
+        let k = self.class_for(i, &r, None);
         if self.pools.is_empty() {
             return "no NodePool exists".to_owned();
         }
@@ -1382,6 +1561,18 @@ impl<'a> PoolState<'a> {
         capacity
     }
 
+    /// The price of type `t`'s cheapest offering the requirements allow.
+    fn price_of(&self, t: usize, reqs: &Requirements) -> Option<f64> {
+        let allowed = self.offerings.allowed(reqs);
+        self.input.instance_types[t]
+            .offerings
+            .iter()
+            .enumerate()
+            .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, allowed, o, reqs))
+            .map(|(_, o)| o.price)
+            .min_by(f64::total_cmp)
+    }
+
     /// The cheapest (price, type) among `types` under the requirements.
     /// Types are visited by their cheapest price over all offerings, so the
     /// scan stops as soon as no later type can beat the best found.
@@ -1488,6 +1679,29 @@ fn domain_universe(pools: &[PoolInput], nodes: &[ExistingNode]) -> FxHashMap<Str
         }
     }
     u.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect()
+}
+
+/// The lists merged so that every prefix holds each list in proportion to
+/// its length (a smooth weighted round robin).
+fn interleave(lists: &[Vec<usize>]) -> Vec<usize> {
+    let total: usize = lists.iter().map(Vec::len).sum();
+    let mut taken = vec![0usize; lists.len()];
+    let mut out = Vec::with_capacity(total);
+    for step in 1..=total {
+        // The list furthest behind its share of the first `step` items.
+        let behind = |l: usize| (lists[l].len() * step) as f64 / total as f64 - taken[l] as f64;
+        let Some(l) = (0..lists.len()).filter(|&l| taken[l] < lists[l].len()).max_by(|&a, &b| behind(a).total_cmp(&behind(b)).then(b.cmp(&a))) else {
+            break;
+        };
+        out.push(lists[l][taken[l]]);
+        taken[l] += 1;
+    }
+    out
+}
+
+/// Cores, GiB and pods: the guide's units.
+fn units(r: &Resources) -> [f64; 3] {
+    [r.cpu_millis as f64 / 1000.0, r.memory_bytes as f64 / resources::GIB as f64, r.pods as f64]
 }
 
 /// True when `r` equals `max` in some resource (removing it may lower the maximum).
