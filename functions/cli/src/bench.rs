@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use nodewright::config::NodePool;
 use nodewright::resources::Resources;
-use nodewright::scheduling::solver::{ClaimOrder, Plan, PoolInput, PreferencePolicy, SolveOptions, solve};
+use nodewright::scheduling::solver::{Plan, PoolInput, PreferencePolicy, SolveOptions, Strategy, solve};
 use nodewright::scheduling::SchedPod;
 use nodewright::workload::lower_bound::{Candidate, lp_lower_bound};
 use nodewright::workload::w1::{self, Mix};
@@ -57,10 +57,12 @@ pub struct SchedulingArgs {
     /// Solve this many times and report the median time.
     #[arg(long, default_value_t = 1)]
     pub(crate) runs: usize,
-    /// Which claim a pod tries first: best (both orders, cheaper plan kept),
-    /// first-fit, or fewest-pods (Karpenter's order).
-    #[arg(long, value_enum, default_value_t = Order::Best)]
-    pub(crate) order: Order,
+    /// How to plan: best (the cheapest of guided, karpenter and, up to 500
+    /// pods, standalone), guided (the linear program's types), karpenter
+    /// (Karpenter's algorithm: fewest-pods claim order, no price judgement)
+    /// or standalone (no claim dearer than its pods on nodes of their own).
+    #[arg(long, value_enum, default_value_t = StrategyArg::Best)]
+    pub(crate) strategy: StrategyArg,
     /// Karpenter's preferencePolicy: respect (relax preferences one by one
     /// when a pod does not fit) or ignore (plan as if pods had none).
     #[arg(long, value_enum, default_value_t = Preferences::Respect)]
@@ -80,10 +82,11 @@ pub(crate) enum Preferences {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum Order {
+pub(crate) enum StrategyArg {
     Best,
-    FirstFit,
-    FewestPods,
+    Guided,
+    Karpenter,
+    Standalone,
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -174,10 +177,11 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
 /// The solver options the flags ask for.
 pub(crate) fn solve_options(args: &SchedulingArgs) -> SolveOptions {
     SolveOptions {
-        order: match args.order {
-            Order::Best => ClaimOrder::Best,
-            Order::FirstFit => ClaimOrder::FirstFit,
-            Order::FewestPods => ClaimOrder::FewestPods,
+        strategy: match args.strategy {
+            StrategyArg::Best => Strategy::Best,
+            StrategyArg::Guided => Strategy::Guided,
+            StrategyArg::Karpenter => Strategy::Karpenter,
+            StrategyArg::Standalone => Strategy::Standalone,
         },
         preferences: match args.preferences {
             Preferences::Respect => PreferencePolicy::Respect,

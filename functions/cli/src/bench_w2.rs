@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::ValueEnum;
 use nodewright::provisioning::plan::instance_types;
 use nodewright::scheduling::SchedPod;
-use nodewright::scheduling::solver::{ClaimOrder, Plan, PoolInput, SolveOptions, solve};
+use nodewright::scheduling::solver::{Plan, PoolInput, SolveOptions, Strategy, solve};
 use nodewright::workload::fleet_bound::FleetBound;
 use nodewright::workload::w2::{self, Capacity, Mix, PoolRequirements};
 use serde_json::json;
@@ -63,7 +63,7 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
     times.sort_by(f64::total_cmp);
     let seconds = times[times.len() / 2];
 
-    let karpenter = solve(&pods, &[], &pools, &daemons, &SolveOptions { order: ClaimOrder::FewestPods, ..options });
+    let karpenter = solve(&pods, &[], &pools, &daemons, &SolveOptions { strategy: Strategy::Karpenter, ..options });
     let mut everything = pods.clone();
     everything.extend(daemons.iter().cloned().map(|mut d| {
         d.daemon = true;

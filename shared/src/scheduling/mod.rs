@@ -14,4 +14,4 @@ pub mod solver;
 pub use pod::{PodRef, SchedPod};
 pub use requirements::{Operator, Requirement, Requirements};
 
-pub use solver::{ClaimOrder, ExistingNode, NewClaim, Plan, PoolInput, SolveOptions, solve};
+pub use solver::{ExistingNode, NewClaim, Plan, PoolInput, SolveOptions, Strategy, solve};

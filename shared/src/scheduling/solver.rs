@@ -3,41 +3,49 @@
 //! first) and the pods that cannot be placed, each with a reason.
 //!
 //! ## How it works
-//! Pods are taken largest first (CPU, then memory, then age). Each pod tries,
-//! in order: existing nodes; claims already planned in this solve; a new
-//! claim from each NodePool by weight. A claim keeps every instance type that
-//! still fits all of its pods and every requirement; adding a pod narrows the
-//! requirements (a spread may pin the zone) and the type set. Limits are
-//! reserved per claim as the per-resource maximum over its remaining types,
-//! so whatever type CreateFleet picks, a NodePool's limits hold. A pod that
-//! fails everywhere has one preference relaxed (Karpenter's order) and tries
-//! again; pods that still fail are retried after the rest are placed (their
-//! affinity peers may have appeared), then reported with a reason.
+//! Each pod tries, in order: existing nodes; claims already planned in this
+//! solve; a new claim from each NodePool by weight. A claim keeps every
+//! instance type that still fits all of its pods and every requirement;
+//! adding a pod narrows the requirements (a spread may pin the zone) and the
+//! type set. Limits are reserved per claim as the per-resource maximum over
+//! its launch options, so whatever type CreateFleet picks, a NodePool's
+//! limits hold. A pod that fails everywhere has one preference relaxed
+//! (Karpenter's order) and tries again; pods that still fail are retried
+//! after the rest are placed (their affinity peers may have appeared), then
+//! reported with a reason. At the end each claim is right-sized: its launch
+//! options are the cheapest types that hold its pods.
+//!
+//! ## Two strategies, the cheaper plan kept
+//! - **Karpenter's algorithm** (`Strategy::Karpenter`): pods largest first
+//!   (CPU, then memory, then age), each into the claim with the fewest pods
+//!   that still has a type holding it, whatever that type costs.
+//! - **Guided** (`Strategy::Guided`): a linear program over the whole demand
+//!   (`scheduling::guide`) picks the instance types that serve it most
+//!   cheaply and how many pods of each kind go to each; on real catalogs
+//!   that pairs CPU-heavy pods on c-family nodes with memory-heavy ones on
+//!   r-family nodes, and takes large nodes where per-node overheads make
+//!   them cheaper per usable core. Pods are then placed type by type, in
+//!   the program's proportions, each first into room a claim already pays
+//!   for, then onto claims of its type; a pod its type cannot take (a limit,
+//!   a topology pin) joins a claim only if the claim's price rises by no
+//!   more than a node of its own would cost.
+//!
+//! `Strategy::Best` (the default) solves both and keeps the cheaper plan,
+//! so no plan is costlier than Karpenter's on the same input. On batches of
+//! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
+//! which a pod joins a claim only if the claim's price rises by no more
+//! than a node of its own would cost: a few pods on few nodes are where the
+//! guide's fluid view is furthest from whole pods, and there no plan then
+//! costs more than a node per pod.
 //!
 //! ## Why it is fast
-//! Pods with identical constraints, labels and requests share a *class*.
-//! Compatibility of a class's node requirements with each instance type is a
-//! bitset computed once. Per class, a cursor skips the prefix of claims
-//! that refused it for good (capacity only shrinks, requirements only narrow,
-//! host-level topology counts only grow), so pods that need their own node
-//! (hostname anti-affinity) do not rescan every earlier claim.
-//!
-//! ## Why it is cheap
-//! Two claim orders are solved and the cheaper plan kept: first-fit (fill
-//! the oldest claim first, so big claims pack tightly) and Karpenter's own
-//! order (fewest pods first, which fills the slack of small claims that
-//! hostname anti-affinity forces). Hence a plan is never costlier than
-//! Karpenter's greedy on the same input. Each claim is then right-sized:
-//! its launch options are the cheapest types that hold its pods.
-//!
-//! In both, a pod joins a claim only if the claim's price rises by at most
-//! what the pod would cost on a node of its own. On real catalogs that stops
-//! claims at mid sizes, where per-node overheads (kube-reserved, DaemonSets)
-//! make them dearer per usable core than the large types. So when first-fit
-//! leaves a claim short of an *efficient* type (one whose copies would serve
-//! the whole solve's demand within 5 % of the cheapest), first-fit runs once
-//! more letting claims grow while they can still become such a type, and the
-//! cheapest of the plans is kept.
+//! Pods with identical constraints, requests and part in every topology
+//! group share a *class* (pods of different apps with no topology share
+//! one). Compatibility of a class's node requirements with each instance
+//! type is a bitset computed once. Per class, a cursor skips the prefix of
+//! claims that refused it for good (capacity only shrinks, requirements only
+//! narrow, host-level topology counts only grow), and a claim that refused
+//! it for now is not asked again until its pods change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -90,52 +98,64 @@ pub struct ExistingNode {
     pub unschedulable: bool,
 }
 
-/// Which planned claim a pod tries first.
+/// How a solve plans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimOrder {
-    /// The oldest claim first: packs big claims tightly.
-    FirstFit,
-    /// The claim with the fewest pods first (Karpenter's order).
-    FewestPods,
-    /// Solve with both and keep the better plan.
+pub enum Strategy {
+    /// Karpenter's algorithm: pods largest first, each into the in-flight
+    /// claim with the fewest pods that still has a type holding it
+    /// (whatever that type costs), else a new claim; each claim launches as
+    /// the cheapest type that holds its pods.
+    Karpenter,
+    /// The guide's linear program picks the types (see `Solver::guide`).
+    Guided,
+    /// Pods largest first, each into the oldest claim whose price rises by
+    /// no more than a node of its own would cost the pod: no claim costs
+    /// more than its pods would alone. Sound on small batches, where whole
+    /// pods on few nodes are far from the guide's fluid view.
+    Standalone,
+    /// The cheapest of Guided, Karpenter and, for batches of up to
+    /// `STANDALONE_UP_TO` pods, Standalone: never costlier than Karpenter's
+    /// plan, nor (on those batches) than a node per pod.
     Best,
 }
 
-/// How far a planned claim may grow past what its pods would cost alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Growth {
-    /// Joining a claim may raise its price by at most the pod's standalone
-    /// price, so no claim costs more than its pods would on nodes of their own.
-    Standalone,
-    /// As `Standalone`, but a claim may also grow while it can still become
-    /// one of the types that serve this solve's demand most cheaply: on real
-    /// catalogs per-node overheads make the large types cheaper per usable
-    /// CPU, and claims stopped at the standalone rule end up mid-sized.
-    Efficient,
-    /// Each pod is sent to the instance type the guide's linear program
-    /// (see `guide`) chose for it, and claims are filled to that type
-    /// whatever its price: the program already judged the whole demand.
-    /// A pod that cannot be placed so is placed as under `Standalone`.
-    Guided,
-}
+/// The most pods `Strategy::Best` also solves `Standalone` for (a few
+/// milliseconds there; it scans every claim for each pod, so it grows
+/// quadratically).
+pub const STANDALONE_UP_TO: usize = 500;
 
 /// An instance type of a pool that a pod or claim is guided to: (pool, type).
 type Target = (u32, u32);
 
-/// A type is efficient when copies of it serve the solve's demand for at
-/// most this factor of the cheapest type's cost.
-const EFFICIENT_WITHIN: f64 = 1.05;
+/// How a class of pods is placed by a guided solve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Guidance {
+    /// Any claim whose price rises by no more than a node of its own
+    /// would cost the pod (so no claim costs more than its pods would
+    /// alone), else a new claim: for pods the guide gave no type or whose
+    /// type cannot take them (a limit, a topology pin).
+    Free,
+    /// Only into room a claim of this pool already pays for: a guided
+    /// claim's target still holds it, another claim's price does not rise.
+    /// Never opens a claim. The guide's program sees pods as fluid; whole
+    /// pods leave gaps (a node of four 3.5-core pods keeps 1.5 cores idle)
+    /// that smaller pods fill here for nothing before their own type is
+    /// opened. Only the pool the guide chose, so NodePool weights hold.
+    Fill(u32),
+    /// Only claims guided to this type, opening them as needed.
+    To(Target),
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct SolveOptions {
     pub max_instance_types: usize,
-    pub order: ClaimOrder,
+    pub strategy: Strategy,
     pub preferences: PreferencePolicy,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { max_instance_types: MAX_INSTANCE_TYPES, order: ClaimOrder::Best, preferences: PreferencePolicy::Respect }
+        SolveOptions { max_instance_types: MAX_INSTANCE_TYPES, strategy: Strategy::Best, preferences: PreferencePolicy::Respect }
     }
 }
 
@@ -223,24 +243,13 @@ pub fn solve(
     daemonsets: &[SchedPod],
     options: &SolveOptions,
 ) -> Plan {
-    match options.order {
-        ClaimOrder::FirstFit | ClaimOrder::FewestPods => {
-            Solver::new(pods, nodes, pools, daemonsets, options, options.order, Growth::Standalone).run()
+    let run = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy).run();
+    match options.strategy {
+        Strategy::Best => {
+            let best = better(run(Strategy::Guided), run(Strategy::Karpenter));
+            if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
         }
-        ClaimOrder::Best => {
-            let (a, stopped_short) =
-                Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Standalone).run_noting_growth();
-            let b = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FewestPods, Growth::Standalone).run();
-            let mut best = better(a, b);
-            // Growing claims pays only when the standalone plan left claims on
-            // types that serve the demand dearly; otherwise it plans the same.
-            if stopped_short {
-                let c = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Efficient).run();
-                best = better(best, c);
-            }
-            let d = Solver::new(pods, nodes, pools, daemonsets, options, ClaimOrder::FirstFit, Growth::Guided).run();
-            better(best, d)
-        }
+        strategy => run(strategy),
     }
 }
 
@@ -282,8 +291,8 @@ struct Class {
     alone: Vec<Option<f64>>,
     /// Per pool: the pool generation at which its limits left no type for this class.
     limited_at: Vec<Option<u64>>,
-    /// Only claims guided to this type take it (`Growth::Guided`).
-    target: Option<Target>,
+    /// Where it may go in a guided solve.
+    guidance: Guidance,
 }
 
 /// What makes two pods place alike: the same constraints, requests and
@@ -296,7 +305,30 @@ struct ShapeKey {
     requests: Resources,
     ports: Vec<HostPort>,
     topo: PodTopology,
-    target: Option<Target>,
+}
+
+impl Class {
+    /// The same pods under another guidance, with nothing yet refused.
+    fn guided(&self, guidance: Guidance) -> Class {
+        Class {
+            constraints: self.constraints.clone(),
+            requests: self.requests.clone(),
+            ports: self.ports.clone(),
+            topo: self.topo.clone(),
+            host_level: self.host_level,
+            domain_only: self.domain_only,
+            req_id: self.req_id,
+            tolerates: self.tolerates.clone(),
+            claim_cursor: 0,
+            node_cursor: 0,
+            refused: FixedBitSet::new(),
+            refused_at: FxHashMap::default(),
+            compat: self.compat.clone(),
+            alone: self.alone.clone(),
+            limited_at: vec![None; self.limited_at.len()],
+            guidance,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -306,7 +338,6 @@ struct ClassKey {
     namespace: String,
     labels: BTreeMap<String, String>,
     ports: Vec<HostPort>,
-    target: Option<Target>,
 }
 
 #[derive(Debug)]
@@ -434,9 +465,7 @@ struct Claim {
     /// The cheapest type's price under the claim's requirements, and that type.
     price: f64,
     cheapest: usize,
-    /// The compatible types of the class that opened it (see `Solver::efficient`).
-    opened_by: u32,
-    /// The type the claim is filled to (`Growth::Guided`): its pods always fit it.
+    /// The type the claim is filled to (guided solves): its pods always fit it.
     target: Option<u32>,
 }
 
@@ -450,26 +479,35 @@ struct NodeState {
 #[derive(Debug, Clone, Copy)]
 struct Refused {
     permanent: bool,
+    /// The refusal holds while the claim keeps its pods, whatever the
+    /// topology counts do (a price refusal: narrowing can only raise it).
+    stable: bool,
 }
 
-const FINAL: Refused = Refused { permanent: true };
+const FINAL: Refused = Refused { permanent: true, stable: true };
+const FOR_NOW: Refused = Refused { permanent: false, stable: false };
 
 struct Solver<'a> {
     pods: &'a [SchedPod],
     nodes: &'a [ExistingNode],
     options: &'a SolveOptions,
-    order: ClaimOrder,
+    /// `Karpenter` or `Guided`.
+    strategy: Strategy,
     pools: Vec<PoolState<'a>>,
     /// Pools by weight (high first), then name.
     pool_order: Vec<usize>,
     node_state: Vec<NodeState>,
     claims: Vec<Claim>,
-    /// For the fewest-pods order: claim indices by pod count, each bucket by age.
+    /// For Karpenter's order: claim indices by pod count, each bucket by age.
     by_pods: Vec<Vec<u32>>,
     topology: Topology,
     classes: Vec<Class>,
     class_index: FxHashMap<ClassKey, usize>,
     class_by_shape: FxHashMap<ShapeKey, usize>,
+    /// (Free class, guidance) → its guided variant.
+    guided_classes: FxHashMap<(u32, Guidance), usize>,
+    /// Per pod, its Free class at its first relaxation, once known.
+    pod_class: Vec<Option<u32>>,
     /// `zone_scope` by the requirements it narrows and the pools tolerated.
     zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
     req_index: FxHashMap<Requirements, u32>,
@@ -477,12 +515,7 @@ struct Solver<'a> {
     compat_index: FxHashMap<(usize, u32), u32>,
     /// Per pool and node requirements: the instance types that satisfy them.
     compat_sets: Vec<FixedBitSet>,
-    growth: Growth,
-    /// Per compat set, computed on first use: its efficient types.
-    efficient_sets: Vec<Option<FixedBitSet>>,
-    /// Σ of every pending pod's requests, the demand efficiency is judged on.
-    demand: Resources,
-    /// Per pod, the type the guide sends it to (`Growth::Guided` only).
+    /// Per pod, the type the guide sends it to (guided solves only).
     targets: Vec<Option<Target>>,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
@@ -501,8 +534,7 @@ impl<'a> Solver<'a> {
         pools: &'a [PoolInput],
         daemonsets: &'a [SchedPod],
         options: &'a SolveOptions,
-        order: ClaimOrder,
-        growth: Growth,
+        strategy: Strategy,
     ) -> Self {
         let pool_states: Vec<PoolState<'a>> = pools.iter().map(|p| PoolState::new(p, daemonsets)).collect();
         let mut pool_order: Vec<usize> = (0..pools.len()).collect();
@@ -525,7 +557,7 @@ impl<'a> Solver<'a> {
             pods,
             nodes,
             options,
-            order,
+            strategy,
             pools: pool_states,
             pool_order,
             node_state: nodes.iter().map(|n| NodeState { used: n.requested.clone(), ports: Vec::new() }).collect(),
@@ -535,16 +567,12 @@ impl<'a> Solver<'a> {
             classes: Vec::new(),
             class_index: FxHashMap::default(),
             class_by_shape: FxHashMap::default(),
+            guided_classes: FxHashMap::default(),
+            pod_class: vec![None; pods.len()],
             zone_scopes: FxHashMap::default(),
             req_index: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
-            growth,
-            efficient_sets: Vec::new(),
-            demand: pods.iter().fold(Resources::new(0, 0, pods.len() as i64), |mut d, p| {
-                d.add(&Resources::new(p.requests.cpu_millis, p.requests.memory_bytes, 0));
-                d
-            }),
             any_prefer_no_schedule,
             targets: Vec::new(),
             bindings: Vec::new(),
@@ -578,39 +606,20 @@ impl<'a> Solver<'a> {
         self.into_plan(failed)
     }
 
-    /// The plan, and whether a claim stopped short of an efficient type it
-    /// could have grown into (then a `Growth::Efficient` solve may be cheaper).
-    fn run_noting_growth(mut self) -> (Plan, bool) {
-        let failed = self.place_all();
-        let claims = std::mem::take(&mut self.claims);
-        let stopped_short = claims.iter().any(|c| {
-            let efficient = self.efficient(c.pool, c.opened_by as usize);
-            !efficient.contains(c.cheapest) && !efficient.is_disjoint(&c.types)
-        });
-        self.claims = claims;
-        (self.into_plan(failed), stopped_short)
-    }
-
     /// Places every pod it can; returns those it could not.
     fn place_all(&mut self) -> Vec<usize> {
         let mut failed = Vec::new();
-        match self.order {
-            _ if self.growth == Growth::Guided => {
+        let order = match self.strategy {
+            Strategy::Guided => {
                 let (targets, order) = self.guide();
                 self.targets = targets;
-                for i in order {
-                    if !self.schedule(i) {
-                        failed.push(i);
-                    }
-                }
+                order
             }
-            ClaimOrder::FirstFit => self.place_balanced(&mut failed),
-            _ => {
-                for i in self.pod_order() {
-                    if !self.schedule(i) {
-                        failed.push(i);
-                    }
-                }
+            _ => self.pod_order(),
+        };
+        for i in order {
+            if !self.schedule(i) {
+                failed.push(i);
             }
         }
         // Pods whose affinity peers were placed later get another chance.
@@ -631,38 +640,6 @@ impl<'a> Solver<'a> {
         Plan { bindings: self.bindings, claims, unschedulable }
     }
 
-    /// The types of compat set `id` (of `pool`) whose copies would serve the
-    /// whole solve's demand for at most `EFFICIENT_WITHIN` × the cheapest
-    /// such cost: the sizes worth growing a claim into.
-    fn efficient(&mut self, pool: usize, id: usize) -> &FixedBitSet {
-        if self.efficient_sets.len() <= id {
-            self.efficient_sets.resize(id + 1, None);
-        }
-        if self.efficient_sets[id].is_none() {
-            let ps = &self.pools[pool];
-            let set = &self.compat_sets[id];
-            let d = &self.demand;
-            let need = |want: i64, have: i64| if want <= 0 { 0.0 } else if have <= 0 { f64::INFINITY } else { want as f64 / have as f64 };
-            let nodes_for = |room: &Resources| -> f64 {
-                need(d.cpu_millis, room.cpu_millis).max(need(d.memory_bytes, room.memory_bytes)).max(need(d.pods, room.pods)).ceil().max(1.0)
-            };
-            let costs: Vec<(usize, f64)> = ps
-                .priced_types(set, &ps.input.pool.requirements)
-                .into_iter()
-                .map(|(price, t, _)| (t, price * nodes_for(&ps.room[t])))
-                .collect();
-            let best = costs.iter().map(|(_, c)| *c).fold(f64::INFINITY, f64::min);
-            let mut efficient = FixedBitSet::with_capacity(set.len());
-            for (t, cost) in costs {
-                if cost.is_finite() && cost <= best * EFFICIENT_WITHIN {
-                    efficient.insert(t);
-                }
-            }
-            self.efficient_sets[id] = Some(efficient);
-        }
-        self.efficient_sets[id].as_ref().expect("computed above")
-    }
-
     /// The type each pod is guided to: pods are grouped by the first pool
     /// (by weight) that can take them, the types of it they fit and what
     /// their requirements allow of zones and capacity types, and the guide's
@@ -677,11 +654,8 @@ impl<'a> Solver<'a> {
         let mut supply_target: Vec<Target> = Vec::new();
         let mut supply_index: FxHashMap<(usize, usize, OfferingKey), usize> = FxHashMap::default();
         for i in 0..self.pods.len() {
-            let r = match self.options.preferences {
-                PreferencePolicy::Respect => Relaxation::default(),
-                PreferencePolicy::Ignore => self.pods[i].without_preferences(),
-            };
-            let k = self.class_for(i, &r, None);
+            let r = self.first_relaxation(i);
+            let k = self.class_for(i, &r, Guidance::Free);
             let Some(p) = self.pool_order.clone().into_iter().find(|&p| {
                 let cls = &self.classes[k];
                 cls.tolerates[p]
@@ -730,6 +704,13 @@ impl<'a> Solver<'a> {
         let Some(split) = guide::split(&kept, &supplies) else {
             return (targets, self.pod_order());
         };
+        if std::env::var("NW_DEBUG").is_ok() {
+            for (&g, shares) in servable.iter().zip(&split) {
+                let d = &demands[g];
+                let desc: Vec<String> = shares.iter().map(|(c, n)| { let (p, t) = supply_target[*c]; format!("{}x{} @{:.4} room {:?}", n, self.pools[p as usize].input.instance_types[t as usize].name, supplies[*c].price, supplies[*c].room) }).collect();
+                eprintln!("DBG demand {:?} x{}: {}", d.request, d.count, desc.join(", "));
+            }
+        }
         // Per supply, its pods by demand.
         let mut by_supply: Vec<Vec<Vec<usize>>> = vec![Vec::new(); supplies.len()];
         for (&g, shares) in servable.iter().zip(split) {
@@ -773,84 +754,21 @@ impl<'a> Solver<'a> {
         order
     }
 
-    /// First-fit's pod order. Pods are split into CPU-heavy and
-    /// memory-heavy ones (against the catalog's typical memory per core),
-    /// each queue largest first by dominant share; the next pod comes from
-    /// the queue that evens out the newest claim's use of CPU and memory.
-    /// Sorting by CPU alone fills claims with pods of one shape, which run
-    /// out of one resource while half of the other stays idle.
-    fn place_balanced(&mut self, failed: &mut Vec<usize>) {
-        let per_core = self.typical_memory_per_core();
-        let shares = |p: &SchedPod| (p.requests.cpu_millis as f64 / 1000.0, p.requests.memory_bytes as f64 / per_core);
-        let mut queues: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
-        for i in self.pod_order() {
-            let (c, m) = shares(&self.pods[i]);
-            queues[usize::from(m > c)].push(i);
-        }
-        let pods = self.pods;
-        for q in &mut queues {
-            // Stable: equal shares keep Karpenter's order.
-            q.sort_by(|&a, &b| {
-                let (ca, ma) = shares(&pods[a]);
-                let (cb, mb) = shares(&pods[b]);
-                cb.max(mb).total_cmp(&ca.max(ma))
-            });
-            q.reverse(); // pop from the back
-        }
-        loop {
-            let pick = match (queues[0].last(), queues[1].last()) {
-                (None, None) => break,
-                (Some(_), None) => 0,
-                (None, Some(_)) => 1,
-                (Some(_), Some(_)) => match self.claims.last() {
-                    Some(c) if c.max_room.cpu_millis > 0 && c.max_room.memory_bytes > 0 => {
-                        let cpu_use = c.used.cpu_millis as f64 / c.max_room.cpu_millis as f64;
-                        let mem_use = c.used.memory_bytes as f64 / c.max_room.memory_bytes as f64;
-                        usize::from(mem_use < cpu_use)
-                    }
-                    _ => 0,
-                },
-            };
-            if let Some(i) = queues[pick].pop() {
-                if !self.schedule(i) {
-                    failed.push(i);
-                }
-            }
-        }
-    }
-
-    /// Median allocatable memory per core over all pools' types (bytes).
-    fn typical_memory_per_core(&self) -> f64 {
-        let mut ratios: Vec<f64> = self
-            .pools
-            .iter()
-            .flat_map(|p| p.input.instance_types.iter())
-            .filter(|t| t.allocatable().cpu_millis > 0)
-            .map(|t| t.allocatable().memory_bytes as f64 / (t.allocatable().cpu_millis as f64 / 1000.0))
-            .collect();
-        if ratios.is_empty() {
-            return (4u64 << 30) as f64;
-        }
-        ratios.sort_by(f64::total_cmp);
-        ratios[ratios.len() / 2]
-    }
-
     /// Places one pod, relaxing its preferences as long as it does not fit.
     fn schedule(&mut self, i: usize) -> bool {
         let pod = &self.pods[i];
-        let mut r = match self.options.preferences {
-            PreferencePolicy::Respect => Relaxation::default(),
-            PreferencePolicy::Ignore => pod.without_preferences(),
-        };
+        let mut r = self.first_relaxation(i);
         let target = self.targets.get(i).copied().flatten();
         loop {
-            if target.is_some() {
-                let k = self.class_for(i, &r, target);
-                if self.place(i, k) {
-                    return true;
+            if let Some(target) = target {
+                for guidance in [Guidance::Fill(target.0), Guidance::To(target)] {
+                    let k = self.class_for(i, &r, guidance);
+                    if self.place(i, k) {
+                        return true;
+                    }
                 }
             }
-            let k = self.class_for(i, &r, None);
+            let k = self.class_for(i, &r, Guidance::Free);
             if self.place(i, k) {
                 return true;
             }
@@ -864,7 +782,29 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn class_for(&mut self, i: usize, r: &Relaxation, target: Option<Target>) -> usize {
+    /// The class of pod `i` at relaxation `r`, placed with `guidance`.
+    fn class_for(&mut self, i: usize, r: &Relaxation, guidance: Guidance) -> usize {
+        let base = self.base_class(i, r);
+        if guidance == Guidance::Free {
+            return base;
+        }
+        if let Some(&k) = self.guided_classes.get(&(base as u32, guidance)) {
+            return k;
+        }
+        let k = self.classes.len();
+        let variant = self.classes[base].guided(guidance);
+        self.classes.push(variant);
+        self.guided_classes.insert((base as u32, guidance), k);
+        k
+    }
+
+    /// The `Guidance::Free` class of pod `i` at relaxation `r`; remembered
+    /// per pod for its first relaxation, which most pods never leave.
+    fn base_class(&mut self, i: usize, r: &Relaxation) -> usize {
+        let first = *r == self.first_relaxation(i);
+        if first && let Some(k) = self.pod_class[i] {
+            return k as usize;
+        }
         let pod = &self.pods[i];
         let key = ClassKey {
             constraints: pod.constraints(r),
@@ -872,13 +812,28 @@ impl<'a> Solver<'a> {
             namespace: pod.pod.namespace.clone(),
             labels: pod.labels.clone(),
             ports: pod.host_ports.clone(),
-            target,
         };
-        if let Some(k) = self.class_index.get(&key) {
-            return *k;
+        let k = match self.class_index.get(&key) {
+            Some(&k) => k,
+            None => self.new_class(key),
+        };
+        if first {
+            self.pod_class[i] = Some(k as u32);
         }
+        k
+    }
+
+    /// The relaxation a pod is first tried at.
+    fn first_relaxation(&self, i: usize) -> Relaxation {
+        match self.options.preferences {
+            PreferencePolicy::Respect => Relaxation::default(),
+            PreferencePolicy::Ignore => self.pods[i].without_preferences(),
+        }
+    }
+
+    fn new_class(&mut self, key: ClassKey) -> usize {
         let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
-        let shape = ShapeKey { constraints: key.constraints.clone(), requests: key.requests.clone(), ports: key.ports.clone(), topo, target };
+        let shape = ShapeKey { constraints: key.constraints.clone(), requests: key.requests.clone(), ports: key.ports.clone(), topo };
         if let Some(&k) = self.class_by_shape.get(&shape) {
             self.class_index.insert(key, k);
             return k;
@@ -926,7 +881,7 @@ impl<'a> Solver<'a> {
             compat: vec![None; self.pools.len()],
             alone: vec![None; self.pools.len()],
             limited_at: vec![None; self.pools.len()],
-            target,
+            guidance: Guidance::Free,
         });
         self.class_index.insert(key, k);
         self.class_by_shape.insert(shape, k);
@@ -977,7 +932,7 @@ impl<'a> Solver<'a> {
             }
         }
         // Then claims planned in this solve.
-        if self.order == ClaimOrder::FewestPods {
+        if self.strategy == Strategy::Karpenter {
             // Claims by pod count, then age; a bucket per count.
             let mut count = 0;
             while count < self.by_pods.len() {
@@ -988,7 +943,7 @@ impl<'a> Solver<'a> {
                         match self.try_claim(i, k, ci) {
                             Ok(()) => return true,
                             Err(r) if r.permanent => self.refuse(k, ci),
-                            Err(_) => self.refuse_for_now(k, ci),
+                            Err(r) => self.refuse_for_now(k, ci, r),
                         }
                     }
                     pos += 1;
@@ -1011,9 +966,9 @@ impl<'a> Solver<'a> {
                                 self.refuse(k, ci);
                             }
                         }
-                        Err(_) => {
+                        Err(r) => {
                             advancing = false;
-                            self.refuse_for_now(k, ci);
+                            self.refuse_for_now(k, ci, r);
                         }
                     }
                 } else if advancing {
@@ -1033,12 +988,14 @@ impl<'a> Solver<'a> {
     }
 
     fn refused_for_now(&self, k: usize, ci: usize) -> bool {
-        let cls = &self.classes[k];
-        cls.topo.is_empty() && cls.refused_at.get(&(ci as u32)) == Some(&(self.claims[ci].pods.len() as u32))
+        self.classes[k].refused_at.get(&(ci as u32)) == Some(&(self.claims[ci].pods.len() as u32))
     }
 
-    fn refuse_for_now(&mut self, k: usize, ci: usize) {
-        if self.classes[k].topo.is_empty() {
+    /// Remembers a transient refusal while the claim's pods stay the same:
+    /// without topology any refusal depends only on the claim, and a stable
+    /// one does whatever the topology counts.
+    fn refuse_for_now(&mut self, k: usize, ci: usize, r: Refused) {
+        if self.classes[k].topo.is_empty() || r.stable {
             let pods = self.claims[ci].pods.len() as u32;
             self.classes[k].refused_at.insert(ci as u32, pods);
         }
@@ -1070,7 +1027,7 @@ impl<'a> Solver<'a> {
         if !cls.topo.is_empty() {
             self.topology
                 .admit(&cls.topo, &cls.constraints, cand)
-                .map_err(|r| Refused { permanent: r.permanent })?;
+                .map_err(|r| Refused { permanent: r.permanent, stable: false })?;
         }
         let state = &mut self.node_state[n];
         state.used.add(&cls.requests);
@@ -1129,7 +1086,12 @@ impl<'a> Solver<'a> {
             if ports_conflict(&c.ports, &cls.ports) {
                 return Err(FINAL);
             }
-            if cls.target.is_some_and(|(p, t)| p as usize != c.pool || c.target != Some(t)) {
+            let elsewhere = match cls.guidance {
+                Guidance::To((p, t)) => p as usize != c.pool || c.target != Some(t),
+                Guidance::Fill(p) => p as usize != c.pool,
+                Guidance::Free => false,
+            };
+            if elsewhere {
                 return Err(FINAL);
             }
             if c.target.is_some_and(|t| !c.used.fits_with(&cls.requests, &self.pools[c.pool].room[t as usize])) {
@@ -1138,16 +1100,13 @@ impl<'a> Solver<'a> {
         }
         let pool = self.claims[ci].pool;
         let compat_id = self.compat_id(pool, k);
-        if self.classes[k].alone[pool].is_none() {
+        if self.strategy != Strategy::Karpenter && self.classes[k].alone[pool].is_none() {
             let cls = &self.classes[k];
             let ps = &self.pools[pool];
             let reqs = ps.input.pool.requirements.intersection(&cls.constraints.node);
             let fits: FixedBitSet = self.compat_sets[compat_id].ones().filter(|&t| cls.requests.fits_in(&ps.room[t])).collect();
             let alone = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
             self.classes[k].alone[pool] = Some(alone);
-        }
-        if self.growth == Growth::Efficient {
-            self.efficient(pool, compat_id);
         }
         let compat = &self.compat_sets[compat_id];
         let cls = &self.classes[k];
@@ -1168,7 +1127,7 @@ impl<'a> Solver<'a> {
             } else {
                 self.topology.admit(&cls.topo, &cls.constraints, cand)
             };
-            answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level })?
+            answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level, stable: false })?
         };
         // Most joins add nothing the claim does not already require.
         let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
@@ -1199,7 +1158,7 @@ impl<'a> Solver<'a> {
         let off_target = c.target.is_some_and(|t| !kept.contains(t as usize));
         if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
             // Only a topology decision (a pinned zone) can make this transient.
-            return Err(Refused { permanent: extra.is_empty() || cls.host_level });
+            return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false });
         }
         // kept ⊆ c.types: the maxima change only if a removed type attained one.
         let removed_attains = c.types.difference(&kept).any(|t| {
@@ -1216,27 +1175,26 @@ impl<'a> Solver<'a> {
         } else {
             (c.max_room.clone(), c.max_capacity.clone())
         };
-        // Joining must not cost more than a node of its own would: the
-        // claim's price may rise by at most the pod's standalone price
-        // (under `Growth::Efficient`, more while it can still become an
-        // efficient type).
-        let (price, cheapest) = if kept.contains(c.cheapest) && !offerings_changed {
+        // Guided solves judge price; Karpenter's algorithm does not.
+        let judged = self.strategy != Strategy::Karpenter && c.target.is_none();
+        let (price, cheapest) = if !judged || (kept.contains(c.cheapest) && !offerings_changed) {
             (c.price, c.cheapest)
         } else {
             ps.cheapest_in(&kept, reqs).unwrap_or((f64::INFINITY, usize::MAX))
         };
-        // A guided claim grows to its target whatever the price.
-        if !c.pods.is_empty() && c.target.is_none() {
-            let alone = cls.alone[pool].unwrap_or(f64::INFINITY);
-            let efficient = self.efficient_sets.get(compat_id).and_then(Option::as_ref).filter(|_| self.growth == Growth::Efficient);
-            // Without an efficient type left to grow into, a claim on an
-            // efficient type also stays on one: the pod that would overfill
-            // it by a few MiB onto a dearer type goes elsewhere.
-            let may_grow = efficient.is_some_and(|e| !e.is_disjoint(&kept));
-            let rises_too_much = price - c.price > alone + 1e-9;
-            let leaves_efficient = efficient.is_some_and(|e| e.contains(c.cheapest) && !e.contains(cheapest));
-            if !may_grow && (rises_too_much || leaves_efficient) {
-                return Err(Refused { permanent: false });
+        if judged {
+            // Filling uses room the claim already pays for; otherwise the
+            // claim's price may rise by at most what the pod would cost on
+            // a node of its own. (A guided claim grows to its target.)
+            let allowed = match cls.guidance {
+                Guidance::Fill(_) => 0.0,
+                _ if c.pods.is_empty() => f64::INFINITY,
+                _ => cls.alone[pool].unwrap_or(f64::INFINITY),
+            };
+            if price - c.price > allowed + 1e-9 {
+                // Narrower zones or capacity types only raise the price, so a
+                // refusal with none added stands until the claim changes.
+                return Err(Refused { permanent: false, stable: !offerings_changed });
             }
         }
         let max_capacity = if ps.input.pool.limits.is_empty() {
@@ -1250,7 +1208,7 @@ impl<'a> Solver<'a> {
                 others.add(&ps.reserved.saturating_sub(&c.max_capacity));
                 let nodes = ps.input.nodes_in_use + ps.claims - 1;
                 if ps.input.pool.limits.exceeded_by(&others, nodes, &capacity).is_some() {
-                    return Err(Refused { permanent: false });
+                    return Err(FOR_NOW);
                 }
             }
             capacity
@@ -1278,7 +1236,7 @@ impl<'a> Solver<'a> {
         c.max_capacity = max_capacity;
         c.pods.push(i);
         c.ports.extend(ports);
-        if self.order == ClaimOrder::FewestPods {
+        if self.strategy == Strategy::Karpenter {
             self.move_bucket(ci, old_pods, old_pods + 1);
         }
         let cls = &self.classes[k];
@@ -1317,7 +1275,11 @@ impl<'a> Solver<'a> {
 
     /// Opens a claim from pool `p` for pod `i`; keeps it if the pod fits.
     fn new_claim(&mut self, i: usize, k: usize, p: usize) -> bool {
-        let target = self.classes[k].target;
+        let target = match self.classes[k].guidance {
+            Guidance::Fill(_) => return false,
+            Guidance::To(target) => Some(target),
+            Guidance::Free => None,
+        };
         if !self.classes[k].tolerates[p] || target.is_some_and(|(tp, _)| tp as usize != p) {
             return false;
         }
@@ -1351,13 +1313,11 @@ impl<'a> Solver<'a> {
         }
         let ci = self.claims.len();
         let signature = self.signature(&self.pools[p].input.pool.requirements.clone());
-        let opened_by = self.compat_id(p, k) as u32;
         let ps = &self.pools[p];
         self.claims.push(Claim {
             signature,
             price: 0.0,
             cheapest: usize::MAX,
-            opened_by,
             target: target.map(|(_, t)| t),
             pool: p,
             host: (self.nodes.len() + ci) as HostId,
@@ -1373,7 +1333,7 @@ impl<'a> Solver<'a> {
         ps.reserved.add(&max_capacity);
         ps.claims += 1;
         ps.generation += 1;
-        if self.order == ClaimOrder::FewestPods {
+        if self.strategy == Strategy::Karpenter {
             self.move_bucket(ci, usize::MAX, 0);
         }
         if self.try_claim(i, k, ci).is_ok() {
@@ -1381,7 +1341,7 @@ impl<'a> Solver<'a> {
         }
         // Undo the tentative claim.
         let c = self.claims.pop();
-        if self.order == ClaimOrder::FewestPods {
+        if self.strategy == Strategy::Karpenter {
             self.move_bucket(ci, 0, usize::MAX);
         }
         let ps = &mut self.pools[p];
@@ -1440,7 +1400,7 @@ impl<'a> Solver<'a> {
         while let Some(n) = pod.relax(&r) {
             r = n;
         }
-        let k = self.class_for(i, &r, None);
+        let k = self.class_for(i, &r, Guidance::Free);
         if self.pools.is_empty() {
             return "no NodePool exists".to_owned();
         }

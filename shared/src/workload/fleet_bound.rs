@@ -61,7 +61,7 @@ pub struct FleetBound {
 }
 
 /// Requests per admit set: the groups, then the DaemonSets.
-type BoundKey = (Vec<(usize, Resources)>, Vec<(usize, Resources)>);
+type BoundKey = (Vec<(usize, Resources, i64)>, Vec<(usize, Resources)>);
 
 impl FleetBound {
     pub fn new(pools: &[NodePool], catalog: &CloudCatalog) -> Self {
@@ -112,7 +112,7 @@ impl FleetBound {
 
     /// The bound in USD per hour for these pods (DaemonSet pods among them
     /// are charged to every node they would run on, once per DaemonSet;
-    /// pods no column admits are left out; when the pods need more than the
+    /// pods no column admits, or no node of it can hold, are left out; when the pods need more than the
     /// pools' limits allow, the limits are left out). `None` only when the
     /// LP has no solution even then.
     pub fn bound(&mut self, pods: &[SchedPod]) -> Option<f64> {
@@ -128,7 +128,7 @@ impl FleetBound {
                 *groups.entry((set, r.cpu_millis, r.memory_bytes, r.pods)).or_default() += 1;
             }
         }
-        let groups = groups.into_iter().map(|((set, cpu, memory, pods), n)| (set, Resources::new(cpu * n, memory * n, pods * n)));
+        let groups = groups.into_iter().map(|((set, cpu, memory, pods), n)| (set, Resources::new(cpu, memory, pods), n));
         let key = (groups.collect::<Vec<_>>(), daemons.into_values().collect::<Vec<_>>());
         if let Some((k, b)) = &self.last
             && *k == key
@@ -142,7 +142,7 @@ impl FleetBound {
         b
     }
 
-    fn solve(&self, groups: &[(usize, Resources)], daemons: &[(usize, Resources)], with_limits: bool) -> Option<f64> {
+    fn solve(&self, groups: &[(usize, Resources, i64)], daemons: &[(usize, Resources)], with_limits: bool) -> Option<f64> {
         if groups.is_empty() {
             return Some(0.0);
         }
@@ -155,7 +155,22 @@ impl FleetBound {
                 }
             }
         }
-        let groups: Vec<(&Vec<bool>, &Resources)> = groups.iter().map(|(set, r)| (&self.admit_sets[*set], r)).collect();
+        // A pod is never split over nodes: its group may use only the
+        // columns one such pod fits on (else 3.5-CPU pods would fill tiny
+        // burstable nodes in fractions, a fleet no one can launch).
+        let groups: Vec<(Vec<bool>, Resources)> = groups
+            .iter()
+            .map(|(set, one, n)| {
+                let admits = self.admit_sets[*set].iter().zip(&allocatable).map(|(a, room)| *a && one.fits_in(room)).collect();
+                (admits, Resources::new(one.cpu_millis * n, one.memory_bytes * n, one.pods * n))
+            })
+            // Pods no node can hold are left out, as those no column admits.
+            .filter(|(admits, _): &(Vec<bool>, Resources)| admits.iter().any(|a| *a))
+            .collect();
+        if groups.is_empty() {
+            return Some(0.0);
+        }
+        let groups: Vec<(&Vec<bool>, &Resources)> = groups.iter().map(|(a, r)| (a, r)).collect();
         let kept = self.undominated(&groups, &allocatable);
 
         let mut lp = Problem::new(OptimizationDirection::Minimize);
@@ -395,6 +410,24 @@ mod tests {
         let arm = pods(5, "1", "2Gi", json!({"nodeSelector": {"kubernetes.io/arch": "arm64"}, "tolerations": [{"operator": "Exists"}]}));
         let any = pods(5, "1", "2Gi", json!({"tolerations": [{"operator": "Exists"}]}));
         assert!(fb.bound(&arm).expect("feasible") >= fb.bound(&any).expect("feasible") - 1e-9);
+    }
+
+    #[test]
+    fn a_pod_is_never_split_over_nodes() {
+        let catalog = catalog();
+        // The whole catalog, spot: small burstable types are the cheapest per core.
+        let pools = [crate::workload::w2::pool(crate::workload::w2::Capacity::SpotAndOnDemand, crate::workload::w2::PoolRequirements::Open)];
+        let mut fb = FleetBound::new(&pools, &catalog);
+        // The same 21 cores and 6 GiB: as 3.5-core pods, which no 2- or
+        // 4-vCPU node holds, and as 42 half-core pods, which those take.
+        let big = pods(6, "3500m", "1Gi", json!({}));
+        let small = pods(42, "500m", "146Mi", json!({}));
+        let (b_big, b_small) = (fb.bound(&big).expect("feasible"), fb.bound(&small).expect("feasible"));
+        assert!(b_big > b_small * 1.05, "{b_big} vs {b_small}");
+        // A pod no node can hold is left out, as one no column admits.
+        let mut with_huge = big.clone();
+        with_huge.push(pod("huge", "5000", "1Gi", json!({})));
+        assert_eq!(fb.bound(&with_huge), Some(b_big));
     }
 
     impl FleetBound {

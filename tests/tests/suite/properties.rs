@@ -1,9 +1,10 @@
 //! Property tests: the requirement algebra behaves as set algebra, and
-//! every plan respects every hard constraint, places no pod twice, is
-//! deterministic, and never costs more than one node per pod.
+//! every plan respects every hard constraint, places no pod twice and is
+//! deterministic; the best plan never costs more than Karpenter's, nor (on
+//! batches this small) more than one node per pod.
 
 use nodewright::scheduling::requirements::{Operator, Requirement};
-use nodewright::scheduling::solver::{ClaimOrder, PoolInput, SolveOptions, solve};
+use nodewright::scheduling::solver::{PoolInput, SolveOptions, Strategy as Solving, solve};
 use nodewright::scheduling::SchedPod;
 use nodewright_tests::*;
 use proptest::prelude::*;
@@ -123,8 +124,8 @@ proptest! {
             None => json!({}),
         };
         let pools = vec![PoolInput::new(nodepool("default", spec), catalog())];
-        for order in [ClaimOrder::FirstFit, ClaimOrder::FewestPods, ClaimOrder::Best] {
-            let options = SolveOptions { order, ..SolveOptions::default() };
+        for strategy in [Solving::Guided, Solving::Karpenter, Solving::Standalone, Solving::Best] {
+            let options = SolveOptions { strategy, ..SolveOptions::default() };
             let plan = solve(&pods, &[], &pools, &[], &options);
             check_plan(&pods, &pools, &plan);
             if cpu_limit.is_none() {
@@ -137,9 +138,13 @@ proptest! {
                 prop_assert_eq!(&a.pods, &b.pods);
                 prop_assert_eq!(&a.options, &b.options);
             }
-            let placed: Vec<usize> = plan.claims.iter().flat_map(|c| c.pods.iter().copied()).collect();
-            let trivial = one_node_per_pod(&pods, &placed, &pools[0]);
-            prop_assert!(plan.cost_per_hour() <= trivial + 1e-9, "{:?}: plan {} > one node per pod {}", order, plan.cost_per_hour(), trivial);
+            // Karpenter's algorithm grows claims whatever the price, and
+            // the guided one to the types the program chose.
+            if matches!(strategy, Solving::Standalone | Solving::Best) {
+                let placed: Vec<usize> = plan.claims.iter().flat_map(|c| c.pods.iter().copied()).collect();
+                let trivial = one_node_per_pod(&pods, &placed, &pools[0]);
+                prop_assert!(plan.cost_per_hour() <= trivial + 1e-9, "{:?}: plan {} > one node per pod {}", strategy, plan.cost_per_hour(), trivial);
+            }
         }
     }
 
@@ -147,7 +152,7 @@ proptest! {
     fn best_is_never_costlier_than_karpenters_order(pods in pods(60)) {
         let pools = vec![PoolInput::new(nodepool("default", json!({})), catalog())];
         let best = solve(&pods, &[], &pools, &[], &SolveOptions::default());
-        let karpenter = solve(&pods, &[], &pools, &[], &SolveOptions { order: ClaimOrder::FewestPods, ..SolveOptions::default() });
+        let karpenter = solve(&pods, &[], &pools, &[], &SolveOptions { strategy: Solving::Karpenter, ..SolveOptions::default() });
         prop_assert!(best.scheduled() >= karpenter.scheduled());
         prop_assert!(best.cost_per_hour() <= karpenter.cost_per_hour() + 1e-9);
     }
@@ -238,7 +243,7 @@ mod real_catalog {
                 pool.pool.limits.resources.insert("cpu".into(), i64::from(l) * 1000);
             }
             let pools = vec![pool];
-            let karpenter = solve(&pods, &[], &pools, daemons, &SolveOptions { order: ClaimOrder::FewestPods, ..SolveOptions::default() });
+            let karpenter = solve(&pods, &[], &pools, daemons, &SolveOptions { strategy: Solving::Karpenter, ..SolveOptions::default() });
             let plan = solve(&pods, &[], &pools, daemons, &SolveOptions::default());
             check_plan(&pods, &pools, &plan);
             check_overhead(&pods, daemons, &pools[0], &plan);

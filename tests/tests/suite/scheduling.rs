@@ -3,7 +3,7 @@
 //! re-verifies all hard constraints independently.
 
 use nodewright::scheduling::labels;
-use nodewright::scheduling::solver::{ExistingNode, PoolInput, SolveOptions, solve};
+use nodewright::scheduling::solver::{ExistingNode, PoolInput, SolveOptions, Strategy, solve};
 use nodewright_tests::*;
 use serde_json::json;
 
@@ -109,6 +109,26 @@ fn hostname_anti_affinity_gives_each_pod_its_own_node() {
     let (plan, _) = solve_simple(&pods, vec![open_pool()]);
     assert_eq!(plan.claims.len(), 4);
     assert!(plan.claims.iter().all(|c| c.pods.len() == 1));
+}
+
+#[test]
+fn a_preferred_anti_affinity_binds_only_its_own_pod() {
+    // The lead prefers no peer in its zone; the follower, pinned to the same
+    // zone, has no such term. As in Karpenter (and kube-scheduler, where a
+    // preference is only a score), the lead's preference never repels the
+    // follower, whichever is placed first.
+    let zone = json!({"topology.kubernetes.io/zone": "us-east-1a"});
+    let lead = pod_with_labels("lead", "2", "1Gi", json!({"app": "x"}), json!({"nodeSelector": zone, "affinity": {"podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm":
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "x"}}}}]}}}));
+    let follower = pod_with_labels("follower", "1", "1Gi", json!({"app": "x"}), json!({"nodeSelector": zone}));
+    let pods = vec![lead, follower];
+    for strategy in [Strategy::Karpenter, Strategy::Guided, Strategy::Best] {
+        let pools = vec![PoolInput::new(open_pool(), catalog())];
+        let plan = solve(&pods, &[], &pools, &[], &SolveOptions { strategy, ..SolveOptions::default() });
+        check_plan(&pods, &pools, &plan);
+        assert!(plan.unschedulable.is_empty(), "{strategy:?}: {:?}", plan.unschedulable);
+    }
 }
 
 #[test]
