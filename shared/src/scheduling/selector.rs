@@ -36,6 +36,13 @@ impl LabelSelector {
         LabelSelector { terms: labels.iter().map(|(k, v)| (k.clone(), Requirement::single(v.clone()))).collect() }
     }
 
+    /// A label (key, value) every pod this selector matches carries, if
+    /// there is one (a `matchLabels` entry or a one-value `In`): an index
+    /// key, so a pod is checked only against selectors that can match it.
+    pub fn required_label(&self) -> Option<(&str, &str)> {
+        self.terms.iter().find_map(|(k, r)| r.single_value().filter(|_| !r.allows_absence()).map(|v| (k.as_str(), v)))
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.terms.iter().all(|(k, r)| match labels.get(k) {
             Some(v) => r.has(v),
@@ -69,6 +76,8 @@ mod tests {
         assert!(!sel.matches(&labels(&[("app", "web"), ("canary", "1")])));
         assert!(!sel.matches(&labels(&[("app", "api")])));
         assert!(LabelSelector::from_k8s(&K8sSelector::default()).expect("empty").matches(&labels(&[])));
+        assert_eq!(sel.required_label(), Some(("app", "web")));
+        assert_eq!(LabelSelector::from_k8s(&K8sSelector::default()).expect("empty").required_label(), None);
         let bad = K8sSelector {
             match_expressions: Some(vec![LabelSelectorRequirement { key: "a".into(), operator: "Gt".into(), values: Some(vec!["1".into()]) }]),
             ..Default::default()

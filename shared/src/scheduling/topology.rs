@@ -163,7 +163,10 @@ pub struct Topology {
     index: FxHashMap<GroupKey, GroupId>,
     /// Topology key → every value a new or existing node can have.
     universe: FxHashMap<String, Vec<String>>,
-    matched_cache: FxHashMap<(String, BTreeMap<String, String>), (Vec<GroupId>, Vec<GroupId>)>,
+    /// Groups by a label every pod their selector matches carries, and the
+    /// groups without one: a pod is checked against those only.
+    by_label: FxHashMap<String, FxHashMap<String, Vec<GroupId>>>,
+    unindexed: Vec<GroupId>,
 }
 
 impl Topology {
@@ -198,8 +201,11 @@ impl Topology {
             matched: Counts::default(),
             owners: Counts::default(),
         });
+        match key.selector.required_label() {
+            Some((k, v)) => self.by_label.entry(k.to_owned()).or_default().entry(v.to_owned()).or_default().push(id),
+            None => self.unindexed.push(id),
+        }
         self.index.insert(key, id);
-        self.matched_cache.clear();
         id
     }
 
@@ -232,22 +238,26 @@ impl Topology {
         PodTopology { owned, matched, inverse, repels }
     }
 
-    fn matching(&mut self, namespace: &str, pod_labels: &BTreeMap<String, String>) -> (Vec<GroupId>, Vec<GroupId>) {
-        let cache_key = (namespace.to_owned(), pod_labels.clone());
-        if let Some(hit) = self.matched_cache.get(&cache_key) {
-            return hit.clone();
+    fn matching(&self, namespace: &str, pod_labels: &BTreeMap<String, String>) -> (Vec<GroupId>, Vec<GroupId>) {
+        let mut candidates: Vec<GroupId> = self.unindexed.clone();
+        for (k, v) in pod_labels {
+            if let Some(ids) = self.by_label.get(k).and_then(|values| values.get(v)) {
+                candidates.extend_from_slice(ids);
+            }
         }
+        candidates.sort_unstable();
+        candidates.dedup();
         let mut matched = Vec::new();
         let mut inverse = Vec::new();
-        for (id, g) in self.groups.iter().enumerate() {
+        for id in candidates {
+            let g = &self.groups[id as usize];
             if g.key.namespaces.iter().any(|n| n == namespace) && g.key.selector.matches(pod_labels) {
-                matched.push(id as GroupId);
+                matched.push(id);
                 if g.key.kind == Kind::AntiAffinity {
-                    inverse.push(id as GroupId);
+                    inverse.push(id);
                 }
             }
         }
-        self.matched_cache.insert(cache_key, (matched.clone(), inverse.clone()));
         (matched, inverse)
     }
 
