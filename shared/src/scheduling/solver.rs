@@ -704,13 +704,6 @@ impl<'a> Solver<'a> {
         let Some(split) = guide::split(&kept, &supplies) else {
             return (targets, self.pod_order());
         };
-        if std::env::var("NW_DEBUG").is_ok() {
-            for (&g, shares) in servable.iter().zip(&split) {
-                let d = &demands[g];
-                let desc: Vec<String> = shares.iter().map(|(c, n)| { let (p, t) = supply_target[*c]; format!("{}x{} @{:.4} room {:?}", n, self.pools[p as usize].input.instance_types[t as usize].name, supplies[*c].price, supplies[*c].room) }).collect();
-                eprintln!("DBG demand {:?} x{}: {}", d.request, d.count, desc.join(", "));
-            }
-        }
         // Per supply, its pods by demand.
         let mut by_supply: Vec<Vec<Vec<usize>>> = vec![Vec::new(); supplies.len()];
         for (&g, shares) in servable.iter().zip(split) {
