@@ -1,7 +1,7 @@
 //! `nodewright bench scheduling --catalog REGION`: the W2 mixes planned on a
 //! region's real catalog, with the LP lower bound of the pods on the
 //! NodePool (DaemonSets and kube-reserved included) and the same input under
-//! Karpenter's claim order, the stand-in for Karpenter.
+//! Karpenter's algorithm (`Strategy::Karpenter`), the stand-in for Karpenter.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -128,7 +128,7 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
             None => println!("LP lower bound    none (the pool cannot hold the pods)"),
         }
         println!(
-            "Karpenter order   {:.2} $/hour, {} nodes (ours {:.1} % cheaper)",
+            "Karpenter algo    {:.2} $/hour, {} nodes (ours {:.1} % cheaper)",
             f("karpenter_order_cost_per_hour"),
             report["karpenter_order_nodes"],
             100.0 * f("saving_over_karpenter_order")
