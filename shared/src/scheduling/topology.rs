@@ -245,8 +245,9 @@ impl Topology {
                 candidates.extend_from_slice(ids);
             }
         }
+        // Each group sits in one bucket and a pod has one value per key, so
+        // no group comes twice; sorted, groups are matched in id order.
         candidates.sort_unstable();
-        candidates.dedup();
         let mut matched = Vec::new();
         let mut inverse = Vec::new();
         for id in candidates {
