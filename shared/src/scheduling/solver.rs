@@ -63,6 +63,8 @@ use crate::cloud::InstanceType;
 use crate::config::NodePool;
 use crate::resources::{self, Resources};
 
+mod repair;
+
 /// The most instance types one claim offers CreateFleet.
 pub const MAX_INSTANCE_TYPES: usize = 60;
 
@@ -396,6 +398,9 @@ struct OfferingMasks {
     masks: Vec<u128>,
     /// Per type, per offering: its pair's bit index (unavailable offerings: none).
     offering_bits: Vec<Vec<Option<u8>>>,
+    /// Per zone, and per capacity type, the bits of its pairs.
+    by_zone: Vec<(String, u128)>,
+    by_capacity_type: Vec<(String, u128)>,
 }
 
 impl OfferingMasks {
@@ -405,7 +410,13 @@ impl OfferingMasks {
             .flat_map(|t| t.offerings.iter().filter(|o| o.available).map(|o| (o.zone.clone(), o.capacity_type.clone())))
             .collect();
         if pairs.len() > 128 {
-            return OfferingMasks { pairs: None, masks: Vec::new(), offering_bits: Vec::new() };
+            return OfferingMasks {
+                pairs: None,
+                masks: Vec::new(),
+                offering_bits: Vec::new(),
+                by_zone: Vec::new(),
+                by_capacity_type: Vec::new(),
+            };
         }
         let pairs: Vec<(String, String)> = pairs.into_iter().collect();
         let offering_bits: Vec<Vec<Option<u8>>> = types
@@ -423,7 +434,19 @@ impl OfferingMasks {
             })
             .collect();
         let masks = offering_bits.iter().map(|bits| bits.iter().flatten().fold(0u128, |m, i| m | (1 << i))).collect();
-        OfferingMasks { pairs: Some(pairs), masks, offering_bits }
+        let bits_by = |value: &dyn Fn(&(String, String)) -> &String| {
+            let mut out: Vec<(String, u128)> = Vec::new();
+            for (i, pair) in pairs.iter().enumerate() {
+                match out.iter_mut().find(|(v, _)| v == value(pair)) {
+                    Some((_, bits)) => *bits |= 1 << i,
+                    None => out.push((value(pair).clone(), 1 << i)),
+                }
+            }
+            out
+        };
+        let by_zone = bits_by(&|(zone, _)| zone);
+        let by_capacity_type = bits_by(&|(_, capacity_type)| capacity_type);
+        OfferingMasks { pairs: Some(pairs), masks, offering_bits, by_zone, by_capacity_type }
     }
 
     /// True when offering `oi` of type `t` is available and allowed.
@@ -434,11 +457,14 @@ impl OfferingMasks {
         }
     }
 
-    /// The pairs the requirements allow.
+    /// The pairs the requirements allow: those of an allowed zone and an
+    /// allowed capacity type (a few set lookups, not one per pair).
     fn allowed(&self, reqs: &Requirements) -> u128 {
-        self.pairs.iter().flatten().enumerate().fold(0u128, |m, (i, (z, c))| {
-            if reqs.allows(labels::ZONE, Some(z)) && reqs.allows(labels::CAPACITY_TYPE, Some(c)) { m | (1 << i) } else { m }
-        })
+        let pick = |key: &str, masks: &[(String, u128)]| match reqs.get(key) {
+            None => u128::MAX,
+            Some(r) => masks.iter().filter(|(v, _)| r.has(v)).fold(0, |m, (_, bits)| m | bits),
+        };
+        pick(labels::ZONE, &self.by_zone) & pick(labels::CAPACITY_TYPE, &self.by_capacity_type)
     }
 
     fn offered(&self, t: usize, allowed: &u128, it: &InstanceType, reqs: &Requirements) -> bool {
@@ -508,6 +534,12 @@ struct Solver<'a> {
     guided_classes: FxHashMap<(u32, Guidance), usize>,
     /// Per pod, its Free class at its first relaxation, once known.
     pod_class: Vec<Option<u32>>,
+    /// Per placed pod, the Free class it was placed as (at the relaxation
+    /// it was placed at).
+    placed: Vec<Option<u32>>,
+    /// Split candidates by (pool, the pods' compatibility sets, the claim's
+    /// requirements): see `repair`.
+    split_memo: FxHashMap<(usize, Vec<u32>, Requirements), std::rc::Rc<[(f64, usize)]>>,
     /// `zone_scope` by the requirements it narrows and the pools tolerated.
     zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
     req_index: FxHashMap<Requirements, u32>,
@@ -569,6 +601,8 @@ impl<'a> Solver<'a> {
             class_by_shape: FxHashMap::default(),
             guided_classes: FxHashMap::default(),
             pod_class: vec![None; pods.len()],
+            placed: vec![None; pods.len()],
+            split_memo: FxHashMap::default(),
             zone_scopes: FxHashMap::default(),
             req_index: FxHashMap::default(),
             compat_index: FxHashMap::default(),
@@ -603,6 +637,9 @@ impl<'a> Solver<'a> {
 
     fn run(mut self) -> Plan {
         let failed = self.place_all();
+        if self.strategy != Strategy::Karpenter {
+            self.split_claims();
+        }
         self.into_plan(failed)
     }
 
@@ -757,12 +794,14 @@ impl<'a> Solver<'a> {
                 for guidance in [Guidance::Fill(target.0), Guidance::To(target)] {
                     let k = self.class_for(i, &r, guidance);
                     if self.place(i, k) {
+                        self.placed[i] = Some(self.base_class(i, &r) as u32);
                         return true;
                     }
                 }
             }
             let k = self.class_for(i, &r, Guidance::Free);
             if self.place(i, k) {
+                self.placed[i] = Some(k as u32);
                 return true;
             }
             match pod.relax(&r) {
@@ -778,6 +817,11 @@ impl<'a> Solver<'a> {
     /// The class of pod `i` at relaxation `r`, placed with `guidance`.
     fn class_for(&mut self, i: usize, r: &Relaxation, guidance: Guidance) -> usize {
         let base = self.base_class(i, r);
+        self.variant(base, guidance)
+    }
+
+    /// Class `base` (a Free class) under `guidance`.
+    fn variant(&mut self, base: usize, guidance: Guidance) -> usize {
         if guidance == Guidance::Free {
             return base;
         }
@@ -1372,7 +1416,9 @@ impl<'a> Solver<'a> {
     /// `max_instance_types`, keeping `minValues` satisfied.
     fn finish(&self, c: Claim) -> NewClaim {
         let ps = &self.pools[c.pool];
-        let cheapest = ps.priced_types(&c.types, &c.reqs);
+        // minValues may reach past the first options for a missing value.
+        let first = c.reqs.iter().all(|(_, r)| r.min_values.is_none()).then_some(self.options.max_instance_types);
+        let cheapest = ps.priced_types(&c.types, &c.reqs, first);
         let types = &ps.input.instance_types;
         let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
         let options = kept
@@ -1481,8 +1527,10 @@ impl Requirements {
 
 impl<'a> PoolState<'a> {
     /// (price, type, offering) of each type's cheapest allowed offering,
-    /// cheapest first (ties by name): the order launch options take.
-    fn priced_types(&self, types: &FixedBitSet, reqs: &Requirements) -> Vec<(f64, usize, usize)> {
+    /// cheapest first (ties by name): the order launch options take. With
+    /// `first`, only that many of the cheapest (no full sort of a whole
+    /// catalog's types for 60 options).
+    fn priced_types(&self, types: &FixedBitSet, reqs: &Requirements, first: Option<usize>) -> Vec<(f64, usize, usize)> {
         let allowed = self.offerings.allowed(reqs);
         let mut priced: Vec<(f64, usize, usize)> = types
             .ones()
@@ -1497,7 +1545,12 @@ impl<'a> PoolState<'a> {
             })
             .collect();
         let types = &self.input.instance_types;
-        priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| types[a.1].name.cmp(&types[b.1].name)));
+        let order = |a: &(f64, usize, usize), b: &(f64, usize, usize)| a.0.total_cmp(&b.0).then_with(|| types[a.1].name.cmp(&types[b.1].name));
+        if let Some(n) = first.filter(|&n| n > 0 && n < priced.len()) {
+            priced.select_nth_unstable_by(n - 1, order);
+            priced.truncate(n);
+        }
+        priced.sort_by(order);
         priced
     }
 
@@ -1508,7 +1561,7 @@ impl<'a> PoolState<'a> {
     /// admit three claims for 1-CPU pods.
     fn launch_capacity(&self, types: &FixedBitSet, reqs: &Requirements, max_types: usize) -> Resources {
         let mut capacity = Resources::default();
-        for (_, t, _) in self.priced_types(types, reqs).into_iter().take(max_types) {
+        for (_, t, _) in self.priced_types(types, reqs, Some(max_types)) {
             capacity.max_each(&self.input.instance_types[t].capacity);
         }
         capacity

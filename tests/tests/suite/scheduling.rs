@@ -284,3 +284,28 @@ fn volume_zones_bind_the_pod_but_not_the_domains_its_spread_counts() {
     assert_eq!(plan.claims.len(), 1, "{:?}", plan.unschedulable);
     assert!(plan.claims[0].options.iter().all(|o| o.zone.as_ref() == "us-east-1b"));
 }
+
+/// Eleven 1-CPU pods: the guide fills a c6g.2xlarge (7 of them) and sends
+/// the other four to a second one, where they leave half of it idle. The
+/// repair splits that node into a c6g.xlarge and a c6g.large, a quarter
+/// cheaper; every strategy alone leaves a dearer plan.
+#[test]
+fn a_half_empty_node_is_split_onto_smaller_ones() {
+    let pool = nodepool("graviton", json!({"template": {"spec": {"requirements": [
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["c6g"]}]}}}));
+    let pods: Vec<_> = (0..11).map(|i| pod(&format!("p{i}"), "1", "1Gi", json!({}))).collect();
+    let (plan, inputs) = solve_simple(&pods, vec![pool]);
+    let price = |name: &str| {
+        let it = inputs[0].instance_types.iter().find(|t| t.name == name).expect("type");
+        it.offerings.iter().map(|o| o.price).fold(f64::INFINITY, f64::min)
+    };
+    let mut types: Vec<&str> = plan.claims.iter().map(|c| c.options[0].instance_type.as_ref()).collect();
+    types.sort();
+    assert_eq!(types, ["c6g.2xlarge", "c6g.large", "c6g.xlarge"]);
+    let expected = price("c6g.2xlarge") + price("c6g.xlarge") + price("c6g.large");
+    assert!((plan.cost_per_hour() - expected).abs() < 1e-9, "{} vs {expected}", plan.cost_per_hour());
+    for strategy in [Strategy::Karpenter, Strategy::Standalone] {
+        let alone = solve(&pods, &[], &inputs, &[], &SolveOptions { strategy, ..SolveOptions::default() });
+        assert!(alone.cost_per_hour() > plan.cost_per_hour() + 1e-9, "{strategy:?}: {}", alone.cost_per_hour());
+    }
+}

@@ -1,0 +1,203 @@
+//! Repair after placement: a claim whose pods fit more cheaply on smaller
+//! nodes is split.
+//!
+//! The guide's program buys fractions of nodes, so it sends each kind of
+//! pod to the type that is cheapest per usable unit — on real catalogs the
+//! largest of a family, where per-node overheads weigh least. The last node
+//! of each type is then often far from full: 22 cores of pods on a 32-core
+//! node, say, where a 16-core and an 8-core node cost a quarter less. Here
+//! each claim's pods are packed again, first fit with the largest first,
+//! onto nodes of each smaller type the pods all admit; each node is
+//! right-sized, and the cheapest packing replaces the claim when it costs
+//! less. Only pods outside every topology group move (their groups judged
+//! them on the claim they joined), and only in pools without limits (each
+//! new claim reserves against them) and claims without host ports.
+//!
+//! It runs on the guided and standalone solves only: Karpenter's algorithm
+//! is the stand-in for Karpenter and stays as Karpenter plans.
+
+use std::rc::Rc;
+
+use fixedbitset::FixedBitSet;
+
+use super::{Claim, HostId, Solver, min_values_hold, units};
+use crate::resources::Resources;
+
+/// A claim's pods re-packed onto smaller nodes: per node, its pods and
+/// what they request.
+struct Split {
+    nodes: Vec<(Vec<usize>, Resources)>,
+    cost: f64,
+}
+
+impl Solver<'_> {
+    /// Every pod of the claim was placed and belongs to no topology group.
+    fn movable(&self, ci: usize) -> bool {
+        let c = &self.claims[ci];
+        !c.pods.is_empty()
+            && c.pods.iter().all(|&i| self.placed[i].is_some_and(|k| self.classes[k as usize].topo.is_empty()))
+    }
+
+    /// What the claim launches at: its cheapest type under its requirements.
+    fn launch_price(&self, c: &Claim) -> f64 {
+        self.pools[c.pool].cheapest_in(&c.types, &c.reqs).map_or(f64::INFINITY, |(p, _)| p)
+    }
+
+    /// Splits every claim it can onto cheaper smaller nodes.
+    pub(super) fn split_claims(&mut self) {
+        for ci in 0..self.claims.len() {
+            if self.splittable(ci)
+                && let Some(split) = self.best_split(ci)
+            {
+                self.apply_split(ci, split);
+            }
+        }
+    }
+
+    fn splittable(&self, ci: usize) -> bool {
+        let c = &self.claims[ci];
+        c.pods.len() >= 2 && c.ports.is_empty() && self.pools[c.pool].input.pool.limits.is_empty() && self.movable(ci)
+    }
+
+    /// The types the claim's pods all admit under its requirements, offered
+    /// there, cheapest first with their prices. Claims of one kind share
+    /// the answer.
+    fn split_types(&mut self, ci: usize) -> Rc<[(f64, usize)]> {
+        let pool = self.claims[ci].pool;
+        let mut classes: Vec<usize> = self.claims[ci].pods.iter().map(|&i| self.placed[i].expect("placed") as usize).collect();
+        classes.sort_unstable();
+        classes.dedup();
+        let mut compat: Vec<u32> = classes.iter().map(|&k| self.compat_id(pool, k) as u32).collect();
+        compat.sort_unstable();
+        compat.dedup();
+        let key = (pool, compat, self.claims[ci].reqs.clone());
+        if let Some(types) = self.split_memo.get(&key) {
+            return types.clone();
+        }
+        let mut types = self.compat_sets[key.1[0] as usize].clone();
+        for &id in &key.1[1..] {
+            types.intersect_with(&self.compat_sets[id as usize]);
+        }
+        let ps = &self.pools[pool];
+        let mut priced: Vec<(f64, usize)> =
+            types.ones().filter(|&t| ps.room[t].pods > 0).filter_map(|t| ps.price_of(t, &key.2).map(|p| (p, t))).collect();
+        priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let priced: Rc<[(f64, usize)]> = priced.into();
+        self.split_memo.insert(key, priced.clone());
+        priced
+    }
+
+    /// The cheapest re-packing of the claim's pods (first fit, largest pods
+    /// first, onto nodes of one smaller type, each node then right-sized),
+    /// if it costs less than the claim.
+    fn best_split(&mut self, ci: usize) -> Option<Split> {
+        let price = self.launch_price(&self.claims[ci]);
+        let types = self.split_types(ci);
+        let c = &self.claims[ci];
+        let ps = &self.pools[c.pool];
+        // No re-packing beats the pods' fluid cost on the cheapest type per unit.
+        let used = units(&c.used);
+        let fluid = types
+            .iter()
+            .map(|&(p, t)| {
+                let room = units(&ps.room[t]);
+                p * (0..3).map(|r| if used[r] > 0.0 { used[r] / room[r] } else { 0.0 }).fold(0.0, f64::max)
+            })
+            .fold(f64::INFINITY, f64::min);
+        // Nor can two nodes cost less than twice the cheapest type.
+        let two = 2.0 * types.first().map_or(f64::INFINITY, |(p, _)| *p);
+        if fluid.max(two) >= price - 1e-9 {
+            return None;
+        }
+        let mut pods = c.pods.clone();
+        pods.sort_by(|&a, &b| {
+            let (ra, rb) = (&self.pods[a].requests, &self.pods[b].requests);
+            rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
+        });
+        let mut best: Option<Split> = None;
+        for &(p, t) in types.iter().rev().filter(|(p, t)| *p < price && !c.used.fits_in(&ps.room[*t])) {
+            if best.as_ref().is_some_and(|b| p >= b.cost) {
+                continue;
+            }
+            let room = &ps.room[t];
+            let mut nodes: Vec<(Vec<usize>, Resources)> = Vec::new();
+            let mut fits = true;
+            for &i in &pods {
+                let r = &self.pods[i].requests;
+                match nodes.iter_mut().find(|(_, used)| used.fits_with(r, room)) {
+                    Some((members, used)) => {
+                        members.push(i);
+                        used.add(r);
+                    }
+                    None if r.fits_in(room) => nodes.push((vec![i], r.clone())),
+                    None => {
+                        fits = false;
+                        break;
+                    }
+                }
+            }
+            if !fits {
+                continue;
+            }
+            // Each node right-sized: the cheapest type that holds its pods.
+            let mut cost = 0.0;
+            for (_, used) in &nodes {
+                match types.iter().find(|(_, t)| used.fits_in(&ps.room[*t])) {
+                    Some((p, _)) => cost += p,
+                    None => cost = f64::INFINITY,
+                }
+            }
+            if cost < price - 1e-9 && best.as_ref().is_none_or(|b| cost < b.cost) {
+                best = Some(Split { nodes, cost });
+            }
+        }
+        best
+    }
+
+    /// Replaces claim `ci` by one claim per node of the split.
+    fn apply_split(&mut self, ci: usize, split: Split) {
+        let types = self.split_types(ci);
+        let pool = self.claims[ci].pool;
+        let original = self.claims[ci].clone();
+        let mut claims = Vec::with_capacity(split.nodes.len());
+        for (pods, used) in split.nodes {
+            let ps = &self.pools[pool];
+            let mut set = FixedBitSet::with_capacity(ps.input.instance_types.len());
+            let mut max_room = Resources::default();
+            let mut max_capacity = Resources::default();
+            for &(_, t) in types.iter().filter(|(_, t)| used.fits_in(&ps.room[*t])) {
+                set.insert(t);
+                max_room.max_each(&ps.room[t]);
+                max_capacity.max_each(&ps.input.instance_types[t].capacity);
+            }
+            if !min_values_hold(&original.reqs, &set, &ps.input.instance_types) {
+                return;
+            }
+            let (price, cheapest) = ps.cheapest_in(&set, &original.reqs).unwrap_or((f64::INFINITY, usize::MAX));
+            claims.push(Claim {
+                types: set,
+                used,
+                max_room,
+                max_capacity,
+                pods,
+                price,
+                cheapest,
+                target: None,
+                ..original.clone()
+            });
+        }
+        let ps = &mut self.pools[pool];
+        ps.reserved = ps.reserved.saturating_sub(&original.max_capacity);
+        for c in &claims {
+            ps.reserved.add(&c.max_capacity);
+        }
+        ps.claims += claims.len() as i64 - 1;
+        ps.generation += 1;
+        let mut claims = claims.into_iter();
+        self.claims[ci] = claims.next().expect("a split has a node");
+        for mut c in claims {
+            c.host = (self.nodes.len() + self.claims.len()) as HostId;
+            self.claims.push(c);
+        }
+    }
+}
