@@ -28,7 +28,9 @@
 //!   the program's proportions, each first into room a claim already pays
 //!   for, then onto claims of its type; a pod its type cannot take (a limit,
 //!   a topology pin) joins a claim only if the claim's price rises by no
-//!   more than a node of its own would cost.
+//!   more than a node of its own would cost. After placement a repair pass
+//!   (`repair`) splits each claim whose pods fit more cheaply on smaller
+//!   nodes — typically the last, half-full node of a type.
 //!
 //! `Strategy::Best` (the default) solves both and keeps the cheaper plan,
 //! so no plan is costlier than Karpenter's on the same input. On batches of
@@ -45,7 +47,10 @@
 //! type is a bitset computed once. Per class, a cursor skips the prefix of
 //! claims that refused it for good (capacity only shrinks, requirements only
 //! narrow, host-level topology counts only grow), and a claim that refused
-//! it for now is not asked again until its pods change.
+//! it for now is not asked again until its pods change. Refusals for
+//! capacity, requirements or guidance are shared by every class with the
+//! same requests, requirements and guidance (`AlikeKey`): the pods of 500
+//! apps in 500 spreads ask each full claim once, not 500 times.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -295,6 +300,8 @@ struct Class {
     limited_at: Vec<Option<u64>>,
     /// Where it may go in a guided solve.
     guidance: Guidance,
+    /// Index into `Solver::alike`.
+    alike: u32,
 }
 
 /// What makes two pods place alike: the same constraints, requests and
@@ -329,6 +336,7 @@ impl Class {
             alone: self.alone.clone(),
             limited_at: vec![None; self.limited_at.len()],
             guidance,
+            alike: u32::MAX,
         }
     }
 }
@@ -508,10 +516,37 @@ struct Refused {
     /// The refusal holds while the claim keeps its pods, whatever the
     /// topology counts do (a price refusal: narrowing can only raise it).
     stable: bool,
+    /// A permanent refusal that holds for every class placed alike (see
+    /// `AlikeKey`), whatever its topology: remembered once for all of them.
+    alike: bool,
 }
 
-const FINAL: Refused = Refused { permanent: true, stable: true };
-const FOR_NOW: Refused = Refused { permanent: false, stable: false };
+const FINAL: Refused = Refused { permanent: true, stable: true, alike: false };
+/// Refused for its requests, node requirements, tolerations, ports or
+/// guidance: every class alike is refused too, for good.
+const FINAL_ALIKE: Refused = Refused { permanent: true, stable: true, alike: true };
+const FOR_NOW: Refused = Refused { permanent: false, stable: false, alike: false };
+
+/// Claims that refused the classes of one `AlikeKey` for good: all before
+/// `cursor`, and those in `refused`.
+#[derive(Debug)]
+struct Alike {
+    cursor: usize,
+    refused: FixedBitSet,
+}
+
+/// What a claim's refusals before topology depend on. Pods of different
+/// apps in zone or hostname spreads are classes of their own (each its own
+/// group), but alike in this: claims that refused one of them for capacity
+/// refuse the others too, so a new class starts past them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct AlikeKey {
+    requests: Resources,
+    req_id: u32,
+    tolerates: Vec<bool>,
+    ports: Vec<HostPort>,
+    guidance: Guidance,
+}
 
 struct Solver<'a> {
     pods: &'a [SchedPod],
@@ -547,6 +582,9 @@ struct Solver<'a> {
     compat_index: FxHashMap<(usize, u32), u32>,
     /// Per pool and node requirements: the instance types that satisfy them.
     compat_sets: Vec<FixedBitSet>,
+    /// Per `AlikeKey`, the claims that refused its classes for good.
+    alike: Vec<Alike>,
+    alike_index: FxHashMap<AlikeKey, u32>,
     /// Per pod, the type the guide sends it to (guided solves only).
     targets: Vec<Option<Target>>,
     any_prefer_no_schedule: bool,
@@ -609,6 +647,8 @@ impl<'a> Solver<'a> {
             compat_sets: Vec::new(),
             any_prefer_no_schedule,
             targets: Vec::new(),
+            alike: Vec::new(),
+            alike_index: FxHashMap::default(),
             bindings: Vec::new(),
             admit_memo: Vec::new(),
             topo_keys: Vec::new(),
@@ -831,6 +871,7 @@ impl<'a> Solver<'a> {
         let k = self.classes.len();
         let variant = self.classes[base].guided(guidance);
         self.classes.push(variant);
+        self.set_alike(k);
         self.guided_classes.insert((base as u32, guidance), k);
         k
     }
@@ -919,10 +960,30 @@ impl<'a> Solver<'a> {
             alone: vec![None; self.pools.len()],
             limited_at: vec![None; self.pools.len()],
             guidance: Guidance::Free,
+            alike: u32::MAX,
         });
+        self.set_alike(k);
         self.class_index.insert(key, k);
         self.class_by_shape.insert(shape, k);
         k
+    }
+
+    /// Files class `k` under its `AlikeKey`.
+    fn set_alike(&mut self, k: usize) {
+        let cls = &self.classes[k];
+        let key = AlikeKey {
+            requests: cls.requests.clone(),
+            req_id: cls.req_id,
+            tolerates: cls.tolerates.clone(),
+            ports: cls.ports.clone(),
+            guidance: cls.guidance,
+        };
+        let next = self.alike.len() as u32;
+        let id = *self.alike_index.entry(key).or_insert(next);
+        if id == next {
+            self.alike.push(Alike { cursor: 0, refused: FixedBitSet::new() });
+        }
+        self.classes[k].alike = id;
     }
 
     /// The domains a zone spread counts, as kube-scheduler does with
@@ -989,17 +1050,30 @@ impl<'a> Solver<'a> {
             }
         } else {
             let mut advancing = true;
-            let mut ci = self.classes[k].claim_cursor;
+            let a = self.classes[k].alike as usize;
+            let mut ci = self.classes[k].claim_cursor.max(self.alike[a].cursor);
+            self.classes[k].claim_cursor = ci;
             while ci < self.claims.len() {
-                if self.refused_for_now(k, ci) {
+                let alike_refused = self.alike[a].refused.contains(ci);
+                if alike_refused || self.classes[k].refused.contains(ci) {
+                    if alike_refused && self.alike[a].cursor == ci {
+                        self.alike[a].cursor = ci + 1;
+                    }
+                    if advancing {
+                        self.classes[k].claim_cursor = ci + 1;
+                    }
+                } else if self.refused_for_now(k, ci) {
                     advancing = false;
-                } else if !self.classes[k].refused.contains(ci) {
+                } else {
                     match self.try_claim(i, k, ci) {
                         Ok(()) => return true,
                         Err(r) if r.permanent => {
+                            if r.alike {
+                                self.refuse_alike(a, ci);
+                            }
                             if advancing {
                                 self.classes[k].claim_cursor = ci + 1;
-                            } else {
+                            } else if !r.alike {
                                 self.refuse(k, ci);
                             }
                         }
@@ -1008,8 +1082,6 @@ impl<'a> Solver<'a> {
                             self.refuse_for_now(k, ci, r);
                         }
                     }
-                } else if advancing {
-                    self.classes[k].claim_cursor = ci + 1;
                 }
                 ci += 1;
             }
@@ -1039,6 +1111,19 @@ impl<'a> Solver<'a> {
     }
 
     /// Remembers that claim `ci` refuses class `k` for good.
+    /// Remembers that claim `ci` refuses every class of `AlikeKey` `a` for good.
+    fn refuse_alike(&mut self, a: usize, ci: usize) {
+        let alike = &mut self.alike[a];
+        if alike.cursor == ci {
+            alike.cursor = ci + 1;
+        } else {
+            if alike.refused.len() <= ci {
+                alike.refused.grow(self.claims.len().max(ci + 1));
+            }
+            alike.refused.insert(ci);
+        }
+    }
+
     fn refuse(&mut self, k: usize, ci: usize) {
         let refused = &mut self.classes[k].refused;
         if refused.len() <= ci {
@@ -1064,7 +1149,7 @@ impl<'a> Solver<'a> {
         if !cls.topo.is_empty() {
             self.topology
                 .admit(&cls.topo, &cls.constraints, cand)
-                .map_err(|r| Refused { permanent: r.permanent, stable: false })?;
+                .map_err(|r| Refused { permanent: r.permanent, stable: false, alike: false })?;
         }
         let state = &mut self.node_state[n];
         state.used.add(&cls.requests);
@@ -1115,13 +1200,13 @@ impl<'a> Solver<'a> {
             let c = &self.claims[ci];
             let cls = &self.classes[k];
             if !c.used.fits_with(&cls.requests, &c.max_room) || !cls.tolerates[c.pool] {
-                return Err(FINAL);
+                return Err(FINAL_ALIKE);
             }
             if !cls.constraints.node.is_empty() && c.reqs.compatible(&cls.constraints.node, Undefined::WellKnownOnly).is_err() {
-                return Err(FINAL);
+                return Err(FINAL_ALIKE);
             }
             if ports_conflict(&c.ports, &cls.ports) {
-                return Err(FINAL);
+                return Err(FINAL_ALIKE);
             }
             let elsewhere = match cls.guidance {
                 Guidance::To((p, t)) => p as usize != c.pool || c.target != Some(t),
@@ -1129,10 +1214,10 @@ impl<'a> Solver<'a> {
                 Guidance::Free => false,
             };
             if elsewhere {
-                return Err(FINAL);
+                return Err(FINAL_ALIKE);
             }
             if c.target.is_some_and(|t| !c.used.fits_with(&cls.requests, &self.pools[c.pool].room[t as usize])) {
-                return Err(FINAL);
+                return Err(FINAL_ALIKE);
             }
         }
         let pool = self.claims[ci].pool;
@@ -1164,7 +1249,7 @@ impl<'a> Solver<'a> {
             } else {
                 self.topology.admit(&cls.topo, &cls.constraints, cand)
             };
-            answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level, stable: false })?
+            answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level, stable: false, alike: false })?
         };
         // Most joins add nothing the claim does not already require.
         let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
@@ -1181,21 +1266,21 @@ impl<'a> Solver<'a> {
         let ps = &self.pools[pool];
         let mut need = c.used.clone();
         need.add(&cls.requests);
-        let mut types = c.types.clone();
-        types.intersect_with(compat);
         let reqs = new_reqs.as_ref().unwrap_or(&c.reqs);
         let offered = offerings_changed.then(|| ps.offerings.allowed(reqs));
-        let mut kept = FixedBitSet::with_capacity(types.len());
-        for t in types.ones() {
+        // The claim's types that the pod admits, that still hold the pods
+        // and are offered (one copy: this runs for every claim tried).
+        let mut kept = c.types.clone();
+        for t in c.types.ones() {
             let it = &ps.input.instance_types[t];
-            if need.fits_in(&ps.room[t]) && offered.as_ref().is_none_or(|m| ps.offerings.offered(t, m, it, reqs)) {
-                kept.insert(t);
+            if !compat.contains(t) || !need.fits_in(&ps.room[t]) || offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, it, reqs)) {
+                kept.set(t, false);
             }
         }
         let off_target = c.target.is_some_and(|t| !kept.contains(t as usize));
         if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
             // Only a topology decision (a pinned zone) can make this transient.
-            return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false });
+            return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false, alike: extra.is_empty() });
         }
         // kept ⊆ c.types: the maxima change only if a removed type attained one.
         let removed_attains = c.types.difference(&kept).any(|t| {
@@ -1231,7 +1316,7 @@ impl<'a> Solver<'a> {
             if price - c.price > allowed + 1e-9 {
                 // Narrower zones or capacity types only raise the price, so a
                 // refusal with none added stands until the claim changes.
-                return Err(Refused { permanent: false, stable: !offerings_changed });
+                return Err(Refused { permanent: false, stable: !offerings_changed, alike: false });
             }
         }
         let max_capacity = if ps.input.pool.limits.is_empty() {
@@ -1532,25 +1617,40 @@ impl<'a> PoolState<'a> {
     /// catalog's types for 60 options).
     fn priced_types(&self, types: &FixedBitSet, reqs: &Requirements, first: Option<usize>) -> Vec<(f64, usize, usize)> {
         let allowed = self.offerings.allowed(reqs);
-        let mut priced: Vec<(f64, usize, usize)> = types
-            .ones()
-            .filter_map(|t| {
-                let it = &self.input.instance_types[t];
-                it.offerings
-                    .iter()
-                    .enumerate()
-                    .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, allowed, o, reqs))
-                    .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
-                    .map(|(oi, o)| (o.price, t, oi))
-            })
-            .collect();
-        let types = &self.input.instance_types;
-        let order = |a: &(f64, usize, usize), b: &(f64, usize, usize)| a.0.total_cmp(&b.0).then_with(|| types[a.1].name.cmp(&types[b.1].name));
-        if let Some(n) = first.filter(|&n| n > 0 && n < priced.len()) {
-            priced.select_nth_unstable_by(n - 1, order);
-            priced.truncate(n);
+        let cheapest_offering = |t: usize| {
+            self.input.instance_types[t]
+                .offerings
+                .iter()
+                .enumerate()
+                .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, allowed, o, reqs))
+                .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
+                .map(|(oi, o)| (o.price, t, oi))
+        };
+        let types_ = &self.input.instance_types;
+        let order = |a: &(f64, usize, usize), b: &(f64, usize, usize)| a.0.total_cmp(&b.0).then_with(|| types_[a.1].name.cmp(&types_[b.1].name));
+        let Some(n) = first.filter(|&n| n > 0) else {
+            let mut priced: Vec<(f64, usize, usize)> = types.ones().filter_map(cheapest_offering).collect();
+            priced.sort_by(order);
+            return priced;
+        };
+        // Types in order of their cheapest price anywhere: once n are found
+        // and the next type's floor is above the n-th price, none can enter.
+        let mut priced: Vec<(f64, usize, usize)> = Vec::with_capacity(n + 1);
+        for &t in &self.by_price {
+            if priced.len() == n && self.floor_price[t] > priced[n - 1].0 {
+                break;
+            }
+            if !types.contains(t) {
+                continue;
+            }
+            if let Some(option) = cheapest_offering(t) {
+                let at = priced.partition_point(|p| order(p, &option).is_lt());
+                if at < n {
+                    priced.insert(at, option);
+                    priced.truncate(n);
+                }
+            }
         }
-        priced.sort_by(order);
         priced
     }
 
