@@ -115,7 +115,10 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
         let k8s_pods = w1::pods(args.pods, mix, args.seed);
         drop(result.take()); // free the previous run before measuring the next
         let start = Instant::now();
-        let pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+        let mut pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+        // The collect reuses the Kubernetes pods' buffer, several times larger
+        // than the pods it now holds: give the rest back.
+        pods.shrink_to_fit();
         let plan = solve(&pods, &[], &pools, &[], &options);
         times.push(start.elapsed().as_secs_f64());
         result = Some((pods, plan));

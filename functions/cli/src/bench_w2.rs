@@ -53,7 +53,10 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         let k8s_pods = w2::pods(args.pods, mix, args.seed, &zones);
         drop(result.take());
         let start = Instant::now();
-        let pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+        let mut pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+        // The collect reuses the Kubernetes pods' buffer, several times larger
+        // than the pods it now holds: give the rest back.
+        pods.shrink_to_fit();
         let plan = solve(&pods, &[], &pools, &daemons, &options);
         times.push(start.elapsed().as_secs_f64());
         result = Some((pods, plan));
