@@ -115,10 +115,7 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
         let k8s_pods = w1::pods(args.pods, mix, args.seed);
         drop(result.take()); // free the previous run before measuring the next
         let start = Instant::now();
-        let mut pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
-        // The collect reuses the Kubernetes pods' buffer, several times larger
-        // than the pods it now holds: give the rest back.
-        pods.shrink_to_fit();
+        let pods = sched_pods(k8s_pods)?;
         let plan = solve(&pods, &[], &pools, &[], &options);
         times.push(start.elapsed().as_secs_f64());
         result = Some((pods, plan));
@@ -178,6 +175,16 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
 }
 
 /// The solver options the flags ask for.
+/// The solver's view of the pods, each Kubernetes pod dropped as soon as it
+/// is read (as a provisioner reading pages from the API would).
+pub(crate) fn sched_pods(k8s_pods: Vec<k8s_openapi::api::core::v1::Pod>) -> anyhow::Result<Vec<SchedPod>> {
+    let mut pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+    // The collect reuses the Kubernetes pods' buffer, several times larger
+    // than the pods it now holds: give the rest back before solving.
+    pods.shrink_to_fit();
+    Ok(pods)
+}
+
 pub(crate) fn solve_options(args: &SchedulingArgs) -> SolveOptions {
     SolveOptions {
         strategy: match args.strategy {

@@ -15,7 +15,7 @@ use nodewright::workload::fleet_bound::FleetBound;
 use nodewright::workload::w2::{self, Capacity, Mix, PoolRequirements};
 use serde_json::json;
 
-use crate::bench::{SchedulingArgs, dump, peak_rss_mb, solve_options};
+use crate::bench::{SchedulingArgs, dump, peak_rss_mb, sched_pods, solve_options};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum CapacityArg {
@@ -53,10 +53,7 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         let k8s_pods = w2::pods(args.pods, mix, args.seed, &zones);
         drop(result.take());
         let start = Instant::now();
-        let mut pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
-        // The collect reuses the Kubernetes pods' buffer, several times larger
-        // than the pods it now holds: give the rest back.
-        pods.shrink_to_fit();
+        let pods = sched_pods(k8s_pods)?;
         let plan = solve(&pods, &[], &pools, &daemons, &options);
         times.push(start.elapsed().as_secs_f64());
         result = Some((pods, plan));

@@ -28,6 +28,8 @@ use crate::resources::Resources;
 struct Split {
     nodes: Vec<(Vec<usize>, Resources)>,
     cost: f64,
+    /// The types the pods all admit, cheapest first (`split_types`).
+    types: Rc<[(f64, usize)]>,
 }
 
 impl Solver<'_> {
@@ -148,7 +150,7 @@ impl Solver<'_> {
                 }
             }
             if cost < price - 1e-9 && best.as_ref().is_none_or(|b| cost < b.cost) {
-                best = Some(Split { nodes, cost });
+                best = Some(Split { nodes, cost, types: types.clone() });
             }
         }
         best
@@ -156,7 +158,7 @@ impl Solver<'_> {
 
     /// Replaces claim `ci` by one claim per node of the split.
     fn apply_split(&mut self, ci: usize, split: Split) {
-        let types = self.split_types(ci);
+        let types = split.types;
         let pool = self.claims[ci].pool;
         let original = self.claims[ci].clone();
         let mut claims = Vec::with_capacity(split.nodes.len());
