@@ -2,6 +2,7 @@
 //! Pure: takes snapshots, returns plans, does no I/O.
 
 pub mod guide;
+pub mod knapsack;
 pub mod labels;
 pub mod pod;
 pub mod requirements;
