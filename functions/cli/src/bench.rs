@@ -174,7 +174,6 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The solver options the flags ask for.
 /// The solver's view of the pods, each Kubernetes pod dropped as soon as it
 /// is read (as a provisioner reading pages from the API would).
 pub(crate) fn sched_pods(k8s_pods: Vec<k8s_openapi::api::core::v1::Pod>) -> anyhow::Result<Vec<SchedPod>> {
@@ -185,6 +184,7 @@ pub(crate) fn sched_pods(k8s_pods: Vec<k8s_openapi::api::core::v1::Pod>) -> anyh
     Ok(pods)
 }
 
+/// The solver options the flags ask for.
 pub(crate) fn solve_options(args: &SchedulingArgs) -> SolveOptions {
     SolveOptions {
         strategy: match args.strategy {

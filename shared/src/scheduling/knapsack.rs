@@ -88,7 +88,7 @@ impl Search<'_> {
         let fit = (0..3).filter(|&r| it.weight[r] > 0).map(|r| (rem[r] / it.weight[r]) as u32).min().unwrap_or(it.max);
         let top = fit.min(it.max);
         for n in (0..=top).rev() {
-            let left = [rem[0] - it.weight[0] * i64::from(n), rem[1] - it.weight[1] * i64::from(n), rem[2] - it.weight[2] * i64::from(n)];
+            let left = [0, 1, 2].map(|r| rem[r] - it.weight[r] * i64::from(n));
             self.counts[i] = n;
             self.explore(depth + 1, left, value + it.value * f64::from(n));
             if self.budget == 0 {
