@@ -57,8 +57,9 @@ pub struct SchedulingArgs {
     /// Solve this many times and report the median time.
     #[arg(long, default_value_t = 1)]
     pub(crate) runs: usize,
-    /// How to plan: best (the cheapest of guided, karpenter and, up to 500
-    /// pods, standalone), guided (the linear program's types), karpenter
+    /// How to plan: best (the cheapest of patterns, guided, karpenter and,
+    /// up to 500 pods, standalone), guided (the fluid linear program's
+    /// types), patterns (the whole-pod program's nodes), karpenter
     /// (Karpenter's algorithm: fewest-pods claim order, no price judgement)
     /// or standalone (no claim dearer than its pods on nodes of their own).
     #[arg(long, value_enum, default_value_t = StrategyArg::Best)]
@@ -85,6 +86,7 @@ pub(crate) enum Preferences {
 pub(crate) enum StrategyArg {
     Best,
     Guided,
+    Patterns,
     Karpenter,
     Standalone,
 }
@@ -190,6 +192,7 @@ pub(crate) fn solve_options(args: &SchedulingArgs) -> SolveOptions {
         strategy: match args.strategy {
             StrategyArg::Best => Strategy::Best,
             StrategyArg::Guided => Strategy::Guided,
+            StrategyArg::Patterns => Strategy::Patterns,
             StrategyArg::Karpenter => Strategy::Karpenter,
             StrategyArg::Standalone => Strategy::Standalone,
         },

@@ -92,6 +92,21 @@ pub fn split(demands: &[Demand], supplies: &[Supply]) -> Option<Vec<Vec<(usize, 
     Some(demands.iter().zip(&vars).map(|(d, row)| round(d.count, row.iter().map(|(c, v)| (*c, solution.var_value(*v))))).collect())
 }
 
+/// What a split costs in fractional nodes: per supply, its price times
+/// the nodes its busiest resource needs.
+pub fn cost(demands: &[Demand], supplies: &[Supply], split: &[Vec<(usize, u32)>]) -> f64 {
+    let mut load = vec![[0.0f64; 3]; supplies.len()];
+    for (d, shares) in demands.iter().zip(split) {
+        for &(c, n) in shares {
+            for r in 0..3 {
+                load[c][r] += d.request[r] * f64::from(n);
+            }
+        }
+    }
+    let nodes = |c: usize| (0..3).filter(|&r| supplies[c].room[r] > 0.0).map(|r| load[c][r] / supplies[c].room[r]).fold(0.0, f64::max);
+    (0..supplies.len()).map(|c| supplies[c].price * nodes(c)).sum()
+}
+
 /// Whole pods from a fractional split: floors, then the pods left over to
 /// the largest fractions (ties to the earlier supply).
 fn round(count: u32, shares: impl Iterator<Item = (usize, f64)>) -> Vec<(usize, u32)> {
@@ -180,19 +195,6 @@ fn copies(a: &Supply, b: &Supply) -> Option<f64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    fn cost(demands: &[Demand], supplies: &[Supply], split: &[Vec<(usize, u32)>]) -> f64 {
-        // Fluid nodes per supply: the most any resource needs.
-        let mut need = vec![[0.0f64; 3]; supplies.len()];
-        for (d, row) in demands.iter().zip(split) {
-            for (c, n) in row {
-                for r in 0..3 {
-                    need[*c][r] += d.request[r] * f64::from(*n);
-                }
-            }
-        }
-        need.iter().zip(supplies).map(|(n, s)| s.price * (0..3).map(|r| n[r] / s.room[r]).fold(0.0, f64::max)).sum()
-    }
 
     #[test]
     fn cpu_heavy_pods_go_to_the_cpu_type_and_memory_heavy_ones_to_the_memory_type() {

@@ -1,7 +1,6 @@
-//! The pricing step of a whole-pod pattern guide (work in progress, not yet
-//! wired into the solver): the most valuable set of whole pods one node of a
-//! supply can hold, given a value per pod of each demand (the duals of the
-//! pattern program).
+//! The pricing step of the whole-pod pattern guide (`patterns`): the most
+//! valuable set of whole pods one node of a supply can hold, given a value
+//! per pod of each demand (the duals of the pattern program).
 //!
 //! A bounded knapsack in three resources (millicores, bytes, pod slots),
 //! solved depth first with a node budget. The bound at each node is the
@@ -23,23 +22,33 @@ pub struct Item {
 pub struct Pattern {
     pub value: f64,
     pub counts: Vec<u32>,
+    /// Search nodes the answer took (at most the budget).
+    pub searched: usize,
 }
 
-/// The most valuable whole-pod packing of `items` into `room` that the
-/// search finds within `budget` nodes (the optimum when the budget is not
-/// reached).
-pub fn best(items: &[Item], room: [i64; 3], budget: usize) -> Pattern {
+/// The most valuable whole-pod packing of `items` into `room` worth more
+/// than `beat` that the search finds within `budget` nodes (the optimum
+/// when the budget is not reached). None found: value `beat`, no pods.
+/// (The pattern program asks only for packings worth more than the node's
+/// price, and the search prunes every branch that cannot beat it.)
+pub fn best(items: &[Item], room: [i64; 3], beat: f64, budget: usize) -> Pattern {
     // Search order: value per share of the node, densest first.
     let share = |it: &Item| (0..3).map(|r| it.weight[r] as f64 / room[r].max(1) as f64).sum::<f64>();
     let mut order: Vec<usize> = (0..items.len()).filter(|&i| items[i].value > 0.0 && items[i].max > 0).collect();
     order.sort_by(|&a, &b| (items[b].value / share(&items[b])).total_cmp(&(items[a].value / share(&items[a]))).then(a.cmp(&b)));
-    // Per resource, the items by value per unit of it, densest first.
-    let per_unit: Vec<Vec<usize>> = (0..3)
-        .map(|r| {
-            let mut o = order.clone();
-            let density = |i: usize| items[i].value / items[i].weight[r].max(1) as f64;
-            o.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
-            o
+    // The bounds: fractional knapsacks in one resource, or in a sum of
+    // resources each scaled by the room (a surrogate: any packing meets
+    // it); each with its items by value per unit, densest first.
+    let scale = room.map(|r| 1.0 / r.max(1) as f64);
+    let surrogates: Vec<Surrogate> = SURROGATES
+        .iter()
+        .map(|mask| {
+            let lambda: [f64; 3] = [0, 1, 2].map(|r| if mask[r] { if mask.iter().filter(|m| **m).count() == 1 { 1.0 } else { scale[r] } } else { 0.0 });
+            let weight: Vec<f64> = items.iter().map(|it| (0..3).map(|r| lambda[r] * it.weight[r] as f64).sum()).collect();
+            let mut by_density = order.clone();
+            let density = |i: usize| items[i].value / weight[i].max(f64::MIN_POSITIVE);
+            by_density.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
+            Surrogate { lambda, weight, by_density }
         })
         .collect();
     let mut search = Search {
@@ -52,20 +61,20 @@ pub fn best(items: &[Item], room: [i64; 3], budget: usize) -> Pattern {
             }
             d
         },
-        per_unit,
+        surrogates,
         counts: vec![0; items.len()],
-        best: Pattern { value: 0.0, counts: vec![0; items.len()] },
+        best: Pattern { value: beat, counts: vec![0; items.len()], searched: 0 },
         budget,
     };
     search.explore(0, room, 0.0);
-    search.best
+    Pattern { searched: budget - search.budget, ..search.best }
 }
 
 struct Search<'a> {
     items: &'a [Item],
     order: &'a [usize],
     depth_of: Vec<usize>,
-    per_unit: Vec<Vec<usize>>,
+    surrogates: Vec<Surrogate>,
     counts: Vec<u32>,
     best: Pattern,
     budget: usize,
@@ -74,13 +83,13 @@ struct Search<'a> {
 impl Search<'_> {
     fn explore(&mut self, depth: usize, rem: [i64; 3], value: f64) {
         if value > self.best.value + 1e-12 {
-            self.best = Pattern { value, counts: self.counts.clone() };
+            self.best = Pattern { value, counts: self.counts.clone(), searched: 0 };
         }
         if depth == self.order.len() || self.budget == 0 {
             return;
         }
         self.budget -= 1;
-        if value + self.bound(depth, rem) <= self.best.value + 1e-12 {
+        if self.bound(depth, rem, self.best.value + 1e-12 - value) <= self.best.value + 1e-12 - value {
             return;
         }
         let i = self.order[depth];
@@ -98,19 +107,20 @@ impl Search<'_> {
         self.counts[i] = 0;
     }
 
-    /// The least over resources of the fractional knapsack of the items not
-    /// yet decided (depth `depth` on) in what is left of that resource.
-    fn bound(&self, depth: usize, rem: [i64; 3]) -> f64 {
+    /// The least over the surrogates of the fractional knapsack of the
+    /// items not yet decided (depth `depth` on) in what is left of the room;
+    /// it stops at the first one no more than `need`.
+    fn bound(&self, depth: usize, rem: [i64; 3], need: f64) -> f64 {
         let mut least = f64::INFINITY;
-        for r in 0..3 {
-            let mut cap = rem[r] as f64;
+        for sur in &self.surrogates {
+            let mut cap: f64 = (0..3).map(|r| sur.lambda[r] * rem[r] as f64).sum();
             let mut v = 0.0;
-            for &i in &self.per_unit[r] {
+            for &i in &sur.by_density {
                 if self.depth_of[i] < depth {
                     continue;
                 }
                 let it = &self.items[i];
-                let w = it.weight[r] as f64;
+                let w = sur.weight[i];
                 let all = f64::from(it.max);
                 if w <= 0.0 {
                     v += it.value * all;
@@ -124,9 +134,31 @@ impl Search<'_> {
                 }
             }
             least = least.min(v);
+            if least <= need {
+                break;
+            }
         }
         least
     }
+}
+
+/// Which resources each bound sums (scaled by the room when several).
+const SURROGATES: [[bool; 3]; 7] = [
+    [true, false, false],
+    [false, true, false],
+    [false, false, true],
+    [true, true, false],
+    [true, false, true],
+    [false, true, true],
+    [true, true, true],
+];
+
+/// One bound: its multipliers per resource, each item's weight in it, and
+/// the items by value per unit of that weight, densest first.
+struct Surrogate {
+    lambda: [f64; 3],
+    weight: Vec<f64>,
+    by_density: Vec<usize>,
 }
 
 #[cfg(test)]
@@ -162,7 +194,7 @@ mod tests {
             Item { value: 1.0, weight: [2000, 1, 1], max: 10 },
             Item { value: 1.5, weight: [0, 12, 1], max: 10 },
         ];
-        let p = best(&items, [8000, 16, 20], 10_000);
+        let p = best(&items, [8000, 16, 20], 0.0, 10_000);
         assert_eq!(p.counts, vec![4, 1]);
         assert!((p.value - 5.5).abs() < 1e-9);
     }
@@ -172,10 +204,11 @@ mod tests {
         fn finds_the_optimum_within_budget(
             raw in proptest::collection::vec((0.0f64..3.0, 1i64..8, 1i64..8, 0u32..4), 1..5),
             cpu in 1i64..20, mem in 1i64..20, slots in 1i64..8,
+            beat in prop_oneof![Just(0.0f64), 0.0f64..6.0],
         ) {
             let items: Vec<Item> = raw.into_iter().map(|(value, c, m, max)| Item { value, weight: [c, m, 1], max }).collect();
             let room = [cpu, mem, slots];
-            let p = best(&items, room, usize::MAX);
+            let p = best(&items, room, beat, usize::MAX);
             // Feasible, within the counts, its value as claimed, and optimal.
             for r in 0..3 {
                 let used: i64 = items.iter().zip(&p.counts).map(|(it, n)| it.weight[r] * i64::from(*n)).sum();
@@ -183,8 +216,15 @@ mod tests {
             }
             prop_assert!(items.iter().zip(&p.counts).all(|(it, n)| *n <= it.max));
             let v: f64 = items.iter().zip(&p.counts).map(|(it, n)| it.value * f64::from(*n)).sum();
-            prop_assert!((v - p.value).abs() < 1e-9);
-            prop_assert!((p.value - brute(&items, room)).abs() < 1e-9);
+            let found = p.counts.iter().any(|n| *n > 0);
+            // The optimum when it beats the threshold, else nothing.
+            let optimum = brute(&items, room);
+            if optimum > beat + 1e-9 {
+                prop_assert!(found && (v - p.value).abs() < 1e-9);
+                prop_assert!((p.value - optimum).abs() < 1e-9);
+            } else if optimum < beat - 1e-9 {
+                prop_assert!(!found && p.value == beat);
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod guide;
 pub mod knapsack;
 pub mod labels;
+pub mod patterns;
 pub mod pod;
 pub mod requirements;
 pub mod selector;

@@ -60,6 +60,7 @@ use rustc_hash::FxHashMap;
 
 use super::guide;
 use super::labels;
+use super::patterns;
 use super::pod::{Constraints, HostPort, Relaxation, SchedPod};
 use super::requirements::{Requirement, Requirements, Undefined};
 use super::taints::{Effect, Taint, first_untolerated};
@@ -113,8 +114,12 @@ pub enum Strategy {
     /// (whatever that type costs), else a new claim; each claim launches as
     /// the cheapest type that holds its pods.
     Karpenter,
-    /// The guide's linear program picks the types (see `Solver::guide`).
+    /// The guide's fluid linear program picks the types and how many pods
+    /// of each kind each takes (see `Solver::guide`).
     Guided,
+    /// The guide's whole-pod program (`scheduling::patterns`) picks the
+    /// nodes and the pods each holds; the fluid split where it has no plan.
+    Patterns,
     /// Pods largest first, each into the oldest claim whose price rises by
     /// no more than a node of its own would cost the pod: no claim costs
     /// more than its pods would alone. Sound on small batches, where whole
@@ -125,6 +130,10 @@ pub enum Strategy {
     /// plan, nor (on those batches) than a node per pod.
     Best,
 }
+
+/// How far over the fluid bound a `Strategy::Patterns` plan may be for
+/// `Strategy::Best` to skip `Strategy::Guided`.
+const CLOSE_TO_BOUND: f64 = 0.03;
 
 /// The most pods `Strategy::Best` also solves `Standalone` for (a few
 /// milliseconds there; it scans every claim for each pod, so it grows
@@ -253,7 +262,13 @@ pub fn solve(
     let run = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy).run();
     match options.strategy {
         Strategy::Best => {
-            let best = better(run(Strategy::Guided), run(Strategy::Karpenter));
+            let (patterns, fluid_cost) = Solver::new(pods, nodes, pools, daemonsets, options, Strategy::Patterns).run_with_bound();
+            // The whole-pod plan within a few per cent of the fluid bound
+            // is kept without the fluid guide's solve (as dear as this one
+            // again, and seldom cheaper there); else both are tried.
+            let close = fluid_cost.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
+            let guided = if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) };
+            let best = better(guided, run(Strategy::Karpenter));
             if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
         }
         strategy => run(strategy),
@@ -587,6 +602,9 @@ struct Solver<'a> {
     alike_index: FxHashMap<AlikeKey, u32>,
     /// Per pod, the type the guide sends it to (guided solves only).
     targets: Vec<Option<Target>>,
+    /// The fluid program's cost for the pods it serves (guided solves): a
+    /// lower bound on what any plan pays for them.
+    fluid_cost: Option<f64>,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
     /// Topology answers within one `place` call (topology does not change
@@ -647,6 +665,7 @@ impl<'a> Solver<'a> {
             compat_sets: Vec::new(),
             any_prefer_no_schedule,
             targets: Vec::new(),
+            fluid_cost: None,
             alike: Vec::new(),
             alike_index: FxHashMap::default(),
             bindings: Vec::new(),
@@ -675,19 +694,25 @@ impl<'a> Solver<'a> {
         solver
     }
 
-    fn run(mut self) -> Plan {
+    fn run(self) -> Plan {
+        self.run_with_bound().0
+    }
+
+    /// The plan, and the fluid program's cost of the pods it guided.
+    fn run_with_bound(mut self) -> (Plan, Option<f64>) {
         let failed = self.place_all();
         if self.strategy != Strategy::Karpenter {
             self.split_claims();
         }
-        self.into_plan(failed)
+        let bound = self.fluid_cost;
+        (self.into_plan(failed), bound)
     }
 
     /// Places every pod it can; returns those it could not.
     fn place_all(&mut self) -> Vec<usize> {
         let mut failed = Vec::new();
         let order = match self.strategy {
-            Strategy::Guided => {
+            Strategy::Guided | Strategy::Patterns => {
                 let (targets, order) = self.guide();
                 self.targets = targets;
                 order
@@ -778,7 +803,12 @@ impl<'a> Solver<'a> {
         // Demands no type can hold are left out: those pods are reported.
         let servable: Vec<usize> = (0..demands.len()).filter(|&g| !demands[g].supplies.is_empty()).collect();
         let kept: Vec<guide::Demand> = servable.iter().map(|&g| demands[g].clone()).collect();
-        let Some(split) = guide::split(&kept, &supplies) else {
+        let split = guide::split(&kept, &supplies);
+        self.fluid_cost = split.as_deref().map(|split| guide::cost(&kept, &supplies, split));
+        if let Some(nodes) = (self.strategy == Strategy::Patterns).then(|| patterns::plan(&kept, &supplies, split.as_deref())).flatten() {
+            return self.follow(nodes, &servable, &members, &supply_target, &supplies, targets);
+        }
+        let Some(split) = split else {
             return (targets, self.pod_order());
         };
         // Per supply, its pods by demand.
@@ -803,6 +833,41 @@ impl<'a> Solver<'a> {
         let mut order = Vec::with_capacity(self.pods.len());
         for c in supply_order {
             order.extend(interleave(&by_supply[c]));
+        }
+        order.extend(self.pod_order().into_iter().filter(|&i| targets[i].is_none()));
+        (targets, order)
+    }
+
+    /// Targets and order from the pattern plan: node by node, the dearest
+    /// supplies first, each node's pods together (larger first) so the
+    /// claims fill as the program packed them.
+    fn follow(
+        &self,
+        mut nodes: Vec<patterns::Node>,
+        servable: &[usize],
+        members: &[Vec<usize>],
+        supply_target: &[Target],
+        supplies: &[guide::Supply],
+        mut targets: Vec<Option<Target>>,
+    ) -> (Vec<Option<Target>>, Vec<usize>) {
+        nodes.sort_by(|a, b| supplies[b.supply].price.total_cmp(&supplies[a.supply].price).then(a.supply.cmp(&b.supply)));
+        let mut next: Vec<usize> = vec![0; servable.len()];
+        let mut order = Vec::with_capacity(self.pods.len());
+        for n in &nodes {
+            let start = order.len();
+            for &(g, k) in &n.pods {
+                let pods = &members[servable[g]][next[g]..next[g] + k as usize];
+                next[g] += k as usize;
+                for &i in pods {
+                    targets[i] = Some(supply_target[n.supply]);
+                }
+                order.extend_from_slice(pods);
+            }
+            let pods = self.pods;
+            order[start..].sort_by(|&a, &b| {
+                let (pa, pb) = (&pods[a].requests, &pods[b].requests);
+                pb.cpu_millis.cmp(&pa.cpu_millis).then(pb.memory_bytes.cmp(&pa.memory_bytes)).then(a.cmp(&b))
+            });
         }
         order.extend(self.pod_order().into_iter().filter(|&i| targets[i].is_none()));
         (targets, order)
