@@ -89,19 +89,22 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         return None;
     }
     let priced = undominated(&open, &rooms, supplies);
+    // The supply of demand g that fits one of its pods and costs least by `cost`.
+    let cheapest = |g: usize, cost: &dyn Fn(usize) -> f64| {
+        demands[g]
+            .supplies
+            .iter()
+            .copied()
+            .filter(|&s| fit(g, s) > 0)
+            .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(a.cmp(&b)))
+            .expect("checked above: some supply fits")
+    };
 
     // The start: each demand alone on the supply that holds it most cheaply per pod.
     let mut patterns: Vec<Pattern> = active
         .iter()
         .map(|&g| {
-            let per_pod = |s: usize| supplies[s].price / f64::from(fit(g, s).max(1));
-            let s = demands[g]
-                .supplies
-                .iter()
-                .copied()
-                .filter(|&s| fit(g, s) > 0)
-                .min_by(|&a, &b| per_pod(a).total_cmp(&per_pod(b)).then(a.cmp(&b)))
-                .expect("checked above: some supply fits");
+            let s = cheapest(g, &|s| supplies[s].price / f64::from(fit(g, s)));
             Pattern { supply: s, pods: vec![(g, fit(g, s))] }
         })
         .collect();
@@ -175,14 +178,7 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         .iter()
         .flat_map(|&g| {
             let count = demands[g].count;
-            let whole = |s: usize| supplies[s].price * f64::from(count.div_ceil(fit(g, s)));
-            let s = demands[g]
-                .supplies
-                .iter()
-                .copied()
-                .filter(|&s| fit(g, s) > 0)
-                .min_by(|&a, &b| whole(a).total_cmp(&whole(b)).then(a.cmp(&b)))
-                .expect("checked above: some supply fits");
+            let s = cheapest(g, &|s| supplies[s].price * f64::from(count.div_ceil(fit(g, s))));
             let per = fit(g, s);
             (0..count.div_ceil(per)).map(move |k| Node { supply: s, pods: vec![(g, per.min(count - k * per))] })
         })

@@ -15,7 +15,7 @@
 //! reported with a reason. At the end each claim is right-sized: its launch
 //! options are the cheapest types that hold its pods.
 //!
-//! ## Two strategies, the cheaper plan kept
+//! ## Strategies, the cheapest plan kept
 //! - **Karpenter's algorithm** (`Strategy::Karpenter`): pods largest first
 //!   (CPU, then memory, then age), each into the claim with the fewest pods
 //!   that still has a type holding it, whatever that type costs.
@@ -32,7 +32,13 @@
 //!   (`repair`) splits each claim whose pods fit more cheaply on smaller
 //!   nodes — typically the last, half-full node of a type.
 //!
-//! `Strategy::Best` (the default) solves both and keeps the cheaper plan,
+//! - **Patterns** (`Strategy::Patterns`): the guide's whole-pod program
+//!   (`scheduling::patterns`) chooses the nodes and the pods each holds,
+//!   so whole pods leave less idle room; pods are placed node by node.
+//!
+//! `Strategy::Best` (the default) solves Patterns, and Guided too unless
+//! the Patterns plan is within `CLOSE_TO_BOUND` of the fluid bound, and
+//! Karpenter's, and keeps the cheapest plan,
 //! so no plan is costlier than Karpenter's on the same input. On batches of
 //! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
 //! which a pod joins a claim only if the claim's price rises by no more
@@ -259,10 +265,11 @@ pub fn solve(
     daemonsets: &[SchedPod],
     options: &SolveOptions,
 ) -> Plan {
-    let run = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy).run();
+    let run_with_bound = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy).run_with_bound();
+    let run = |strategy| run_with_bound(strategy).0;
     match options.strategy {
         Strategy::Best => {
-            let (patterns, fluid_cost) = Solver::new(pods, nodes, pools, daemonsets, options, Strategy::Patterns).run_with_bound();
+            let (patterns, fluid_cost) = run_with_bound(Strategy::Patterns);
             // The whole-pod plan within a few per cent of the fluid bound
             // is kept without the fluid guide's solve (as dear as this one
             // again, and seldom cheaper there); else both are tried.
@@ -692,10 +699,6 @@ impl<'a> Solver<'a> {
             }
         }
         solver
-    }
-
-    fn run(self) -> Plan {
-        self.run_with_bound().0
     }
 
     /// The plan, and the fluid program's cost of the pods it guided.
