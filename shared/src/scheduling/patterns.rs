@@ -38,6 +38,17 @@ pub struct Node {
     pub pods: Vec<(usize, u32)>,
 }
 
+/// The plan, and what the program proves of every plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub nodes: Vec<Node>,
+    /// When the generation ran to its end (no supply has a node worth more
+    /// than its price, every knapsack searched to its optimum): the
+    /// program's optimum, a lower bound on the cost of any whole-pod plan
+    /// for these demands, and at least the fluid one.
+    pub bound: Option<f64>,
+}
+
 /// Pricing rounds at most (each adds up to `PER_ROUND` patterns).
 const MAX_ROUNDS: usize = 80;
 /// New patterns per round at most: the most profitable, one per supply.
@@ -64,7 +75,7 @@ struct Pattern {
 /// fluid program's split (`guide::split`): per demand, (supply, pods); its
 /// per-node mixes start the program, so the generation begins near the
 /// fluid optimum instead of searching its way there.
-pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize, u32)>]>) -> Option<Vec<Node>> {
+pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize, u32)>]>) -> Option<Planned> {
     if demands.iter().any(|d| d.count > 0 && d.supplies.is_empty()) {
         return None;
     }
@@ -132,12 +143,15 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         _ => None,
     };
     let mut work = 0usize;
+    let mut bound = None;
     for _ in 0..MAX_ROUNDS {
         let Some(current) = solution.as_ref() else { break };
         let pi: Vec<f64> = values.iter().map(|v| v.map_or(0.0, |v| current.var_value(v).max(0.0))).collect();
         let mut found: Vec<(f64, Pattern)> = Vec::new();
+        let mut exhaustive = true;
         for &s in &priced {
             if work >= WORK_BUDGET {
+                exhaustive = false;
                 break;
             }
             let items: Vec<Item> =
@@ -145,6 +159,7 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
             let price = supplies[s].price;
             let best = knapsack::best(&items, rooms[s], price * (1.0 + PROFIT), KNAPSACK_BUDGET);
             work += best.searched;
+            exhaustive &= best.searched < KNAPSACK_BUDGET;
             if best.counts.iter().all(|n| *n == 0) {
                 continue;
             }
@@ -153,6 +168,12 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         }
         found.retain(|(_, p)| !seen.contains(p));
         if found.is_empty() {
+            // The values π are then feasible for the program over every
+            // pattern once shrunk by the tolerance a pattern had to beat,
+            // so Σ count·π bounds it from below (weak duality).
+            if exhaustive {
+                bound = Some(current.objective() / (1.0 + PROFIT));
+            }
             break;
         }
         found.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.supply.cmp(&b.1.supply)));
@@ -184,7 +205,8 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         })
         .collect();
     let cost = |nodes: &[Node]| nodes.iter().map(|n| supplies[n.supply].price).sum::<f64>();
-    Some(if cost(&alone) < cost(&mixed) - 1e-9 { alone } else { mixed })
+    let nodes = if cost(&alone) < cost(&mixed) - 1e-9 { alone } else { mixed };
+    Some(Planned { nodes, bound })
 }
 
 /// One node's share of each supply's pods in a fluid split: the supply
@@ -354,7 +376,7 @@ mod tests {
             Demand { count: 8, request: [0.5, 14.0, 1.0], supplies: vec![0] },
         ];
         let supplies = vec![Supply { price: 1.0, room: [16.0, 64.0, 58.0] }];
-        let nodes = plan(&demands, &supplies, None).unwrap();
+        let nodes = plan(&demands, &supplies, None).unwrap().nodes;
         check(&demands, &supplies, &nodes).unwrap();
         assert_eq!(nodes.len(), 2);
         assert!(nodes.iter().all(|n| n.pods == vec![(0, 4), (1, 4)]));
@@ -398,8 +420,14 @@ mod tests {
             let fluid = guide::split(&demands, &supplies);
             match plan(&demands, &supplies, fluid.as_deref()) {
                 None => prop_assert!(!demands.iter().all(fits)),
-                Some(nodes) => {
+                Some(Planned { nodes, bound }) => {
                     check(&demands, &supplies, &nodes)?;
+                    // The whole-pod bound is one: at least the fluid bound, at most the plan.
+                    if let (Some(bound), Some(split)) = (bound, fluid.as_deref()) {
+                        let fluid_cost = guide::cost(&demands, &supplies, split);
+                        prop_assert!(bound >= fluid_cost * (1.0 - 1e-3) - 1e-9, "bound {bound} < fluid {fluid_cost}");
+                        prop_assert!(bound <= cost(&supplies, &nodes) + 1e-9, "bound {bound} > plan {}", cost(&supplies, &nodes));
+                    }
                     // No dearer than each demand alone on its best supply.
                     let alone: f64 = demands
                         .iter()
@@ -417,7 +445,7 @@ mod tests {
                         .sum();
                     prop_assert!(cost(&supplies, &nodes) <= alone + 1e-9, "{} > {}", cost(&supplies, &nodes), alone);
                     // Deterministic.
-                    prop_assert_eq!(plan(&demands, &supplies, fluid.as_deref()), Some(nodes));
+                    prop_assert_eq!(plan(&demands, &supplies, fluid.as_deref()), Some(Planned { nodes, bound }));
                 }
             }
         }

@@ -37,7 +37,8 @@
 //!   so whole pods leave less idle room; pods are placed node by node.
 //!
 //! `Strategy::Best` (the default) solves Patterns, and Guided too unless
-//! the Patterns plan is within `CLOSE_TO_BOUND` of the fluid bound, and
+//! the Patterns plan is within `CLOSE_TO_BOUND` of the guide's bound (the
+//! whole-pod program's where proven, else the fluid one), and
 //! Karpenter's, and keeps the cheapest plan,
 //! so no plan is costlier than Karpenter's on the same input. On batches of
 //! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
@@ -137,7 +138,7 @@ pub enum Strategy {
     Best,
 }
 
-/// How far over the fluid bound a `Strategy::Patterns` plan may be for
+/// How far over the guide's bound a `Strategy::Patterns` plan may be for
 /// `Strategy::Best` to skip `Strategy::Guided`.
 const CLOSE_TO_BOUND: f64 = 0.03;
 
@@ -269,11 +270,11 @@ pub fn solve(
     let run = |strategy| run_with_bound(strategy).0;
     match options.strategy {
         Strategy::Best => {
-            let (patterns, fluid_cost) = run_with_bound(Strategy::Patterns);
-            // The whole-pod plan within a few per cent of the fluid bound
+            let (patterns, bound) = run_with_bound(Strategy::Patterns);
+            // The whole-pod plan within a few per cent of the guide's bound
             // is kept without the fluid guide's solve (as dear as this one
             // again, and seldom cheaper there); else both are tried.
-            let close = fluid_cost.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
+            let close = bound.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
             let guided = if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) };
             let best = better(guided, run(Strategy::Karpenter));
             if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
@@ -597,6 +598,8 @@ struct Solver<'a> {
     /// Split candidates by (pool, the pods' compatibility sets, the claim's
     /// requirements): see `repair`.
     split_memo: FxHashMap<(usize, Vec<u32>, Requirements), std::rc::Rc<[(f64, usize)]>>,
+    /// Re-packings by what decides them: see `repair::RepackKey`.
+    repack_memo: FxHashMap<repair::RepackKey, Option<repair::Repack>>,
     /// `zone_scope` by the requirements it narrows and the pools tolerated.
     zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
     req_index: FxHashMap<Requirements, u32>,
@@ -609,9 +612,10 @@ struct Solver<'a> {
     alike_index: FxHashMap<AlikeKey, u32>,
     /// Per pod, the type the guide sends it to (guided solves only).
     targets: Vec<Option<Target>>,
-    /// The fluid program's cost for the pods it serves (guided solves): a
-    /// lower bound on what any plan pays for them.
-    fluid_cost: Option<f64>,
+    /// A lower bound on what any plan pays for the pods the guide serves
+    /// (guided solves): the fluid program's cost, or the whole-pod
+    /// program's where it proves more (`patterns::Planned::bound`).
+    bound: Option<f64>,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
     /// Topology answers within one `place` call (topology does not change
@@ -666,13 +670,14 @@ impl<'a> Solver<'a> {
             pod_class: vec![None; pods.len()],
             placed: vec![None; pods.len()],
             split_memo: FxHashMap::default(),
+            repack_memo: FxHashMap::default(),
             zone_scopes: FxHashMap::default(),
             req_index: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
             any_prefer_no_schedule,
             targets: Vec::new(),
-            fluid_cost: None,
+            bound: None,
             alike: Vec::new(),
             alike_index: FxHashMap::default(),
             bindings: Vec::new(),
@@ -704,10 +709,11 @@ impl<'a> Solver<'a> {
     /// The plan, and the fluid program's cost of the pods it guided.
     fn run_with_bound(mut self) -> (Plan, Option<f64>) {
         let failed = self.place_all();
+        self.settle_types();
         if self.strategy != Strategy::Karpenter {
             self.split_claims();
         }
-        let bound = self.fluid_cost;
+        let bound = self.bound;
         (self.into_plan(failed), bound)
     }
 
@@ -736,6 +742,26 @@ impl<'a> Solver<'a> {
             }
         }
         failed
+    }
+
+    /// Drops from each guided claim the types that cannot hold its pods
+    /// (`try_claim` leaves that to now), and takes its maxima again.
+    fn settle_types(&mut self) {
+        for c in self.claims.iter_mut().filter(|c| c.target.is_some()) {
+            let ps = &self.pools[c.pool];
+            let mut room = Resources::default();
+            let mut capacity = Resources::default();
+            for t in c.types.clone().ones() {
+                if c.used.fits_in(&ps.room[t]) {
+                    room.max_each(&ps.room[t]);
+                    capacity.max_each(&ps.input.instance_types[t].capacity);
+                } else {
+                    c.types.set(t, false);
+                }
+            }
+            c.max_room = room;
+            c.max_capacity = capacity;
+        }
     }
 
     fn into_plan(mut self, failed: Vec<usize>) -> Plan {
@@ -807,9 +833,13 @@ impl<'a> Solver<'a> {
         let servable: Vec<usize> = (0..demands.len()).filter(|&g| !demands[g].supplies.is_empty()).collect();
         let kept: Vec<guide::Demand> = servable.iter().map(|&g| demands[g].clone()).collect();
         let split = guide::split(&kept, &supplies);
-        self.fluid_cost = split.as_deref().map(|split| guide::cost(&kept, &supplies, split));
-        if let Some(nodes) = (self.strategy == Strategy::Patterns).then(|| patterns::plan(&kept, &supplies, split.as_deref())).flatten() {
-            return self.follow(nodes, &servable, &members, &supply_target, &supplies, targets);
+        self.bound = split.as_deref().map(|split| guide::cost(&kept, &supplies, split));
+        if let Some(planned) = (self.strategy == Strategy::Patterns).then(|| patterns::plan(&kept, &supplies, split.as_deref())).flatten() {
+            // The whole-pod bound is the tighter where it is proven.
+            if let Some(bound) = planned.bound {
+                self.bound = Some(self.bound.map_or(bound, |fluid| fluid.max(bound)));
+            }
+            return self.follow(planned.nodes, &servable, &members, &supply_target, &supplies, targets);
         }
         let Some(split) = split else {
             return (targets, self.pod_order());
@@ -899,7 +929,13 @@ impl<'a> Solver<'a> {
         let target = self.targets.get(i).copied().flatten();
         loop {
             if let Some(target) = target {
-                for guidance in [Guidance::Fill(target.0), Guidance::To(target)] {
+                // Pods in topology groups are not filled in: their groups
+                // judge every claim anew (no refusal is remembered), so each
+                // would scan every claim: on the W2 zonal mix that took three
+                // times as long, for a plan within 1 % of the same cost.
+                let base = self.base_class(i, &r);
+                let fill = self.classes[base].topo.is_empty().then_some(Guidance::Fill(target.0));
+                for guidance in fill.into_iter().chain([Guidance::To(target)]) {
                     let k = self.class_for(i, &r, guidance);
                     if self.place(i, k) {
                         self.placed[i] = Some(self.base_class(i, &r) as u32);
@@ -1337,11 +1373,24 @@ impl<'a> Solver<'a> {
         let reqs = new_reqs.as_ref().unwrap_or(&c.reqs);
         let offered = offerings_changed.then(|| ps.offerings.allowed(reqs));
         // The claim's types that the pod admits, that still hold the pods
-        // and are offered (one copy: this runs for every claim tried).
+        // and are offered (one copy: this runs for every claim tried). A
+        // guided claim holds its target (checked above), prices by it and
+        // reserves no limit, so which of its types still hold the pods can
+        // wait until placement ends (`settle_types`): pods only join, and a
+        // type that cannot hold them now never will. Without minValues,
+        // whose count needs the exact set.
+        let deferred = c.target.is_some() && ps.input.pool.limits.is_empty() && reqs.iter().all(|(_, r)| r.min_values.is_none());
+        let not_offered = |t: usize| offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs));
         let mut kept = c.types.clone();
-        for t in c.types.ones() {
-            let it = &ps.input.instance_types[t];
-            if !compat.contains(t) || !need.fits_in(&ps.room[t]) || offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, it, reqs)) {
+        if deferred {
+            kept.intersect_with(compat);
+            if offered.is_some() {
+                for t in c.types.ones().filter(|&t| not_offered(t)) {
+                    kept.set(t, false);
+                }
+            }
+        } else {
+            for t in c.types.ones().filter(|&t| !compat.contains(t) || !need.fits_in(&ps.room[t]) || not_offered(t)) {
                 kept.set(t, false);
             }
         }

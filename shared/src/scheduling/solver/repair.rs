@@ -27,9 +27,26 @@ use crate::resources::Resources;
 /// what they request.
 struct Split {
     nodes: Vec<(Vec<usize>, Resources)>,
-    cost: f64,
     /// The types the pods all admit, cheapest first (`split_types`).
     types: Rc<[(f64, usize)]>,
+}
+
+/// What decides a claim's re-packing: the types its pods admit (the
+/// `split_types` answer, by identity), the price to beat, and its pods'
+/// requests, largest first.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(super) struct RepackKey {
+    types: usize,
+    price: u64,
+    requests: Vec<Resources>,
+}
+
+/// A re-packing by position in `RepackKey::requests`: per node, the
+/// positions and what they request; and its cost.
+#[derive(Debug, Clone)]
+pub(super) struct Repack {
+    nodes: Vec<(Vec<u32>, Resources)>,
+    cost: f64,
 }
 
 impl Solver<'_> {
@@ -95,6 +112,38 @@ impl Solver<'_> {
     fn best_split(&mut self, ci: usize) -> Option<Split> {
         let price = self.launch_price(&self.claims[ci]);
         let types = self.split_types(ci);
+        let mut pods = self.claims[ci].pods.clone();
+        pods.sort_by(|&a, &b| {
+            let (ra, rb) = (&self.pods[a].requests, &self.pods[b].requests);
+            rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
+        });
+        // Claims of one pattern repeat: the same requests in the same order
+        // on the same types at the same price re-pack the same way.
+        let key = RepackKey {
+            types: Rc::as_ptr(&types) as *const () as usize,
+            price: price.to_bits(),
+            requests: pods.iter().map(|&i| self.pods[i].requests.clone()).collect(),
+        };
+        let repack = match self.repack_memo.get(&key) {
+            Some(repack) => repack.clone(),
+            None => {
+                let repack = self.repack(ci, price, &types, &key.requests);
+                self.repack_memo.insert(key, repack.clone());
+                repack
+            }
+        };
+        let repack = repack?;
+        let nodes = repack
+            .nodes
+            .into_iter()
+            .map(|(at, used)| (at.into_iter().map(|k| pods[k as usize]).collect(), used))
+            .collect();
+        Some(Split { nodes, types })
+    }
+
+    /// The cheapest re-packing of `requests` (largest first) below `price`,
+    /// by position in `requests`.
+    fn repack(&self, ci: usize, price: f64, types: &[(f64, usize)], requests: &[Resources]) -> Option<Repack> {
         let c = &self.claims[ci];
         let ps = &self.pools[c.pool];
         // No re-packing beats the pods' fluid cost on the cheapest type per unit.
@@ -111,27 +160,21 @@ impl Solver<'_> {
         if fluid.max(two) >= price - 1e-9 {
             return None;
         }
-        let mut pods = c.pods.clone();
-        pods.sort_by(|&a, &b| {
-            let (ra, rb) = (&self.pods[a].requests, &self.pods[b].requests);
-            rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
-        });
-        let mut best: Option<Split> = None;
+        let mut best: Option<Repack> = None;
         for &(p, t) in types.iter().rev().filter(|(p, t)| *p < price && !c.used.fits_in(&ps.room[*t])) {
             if best.as_ref().is_some_and(|b| p >= b.cost) {
                 continue;
             }
             let room = &ps.room[t];
-            let mut nodes: Vec<(Vec<usize>, Resources)> = Vec::new();
+            let mut nodes: Vec<(Vec<u32>, Resources)> = Vec::new();
             let mut fits = true;
-            for &i in &pods {
-                let r = &self.pods[i].requests;
+            for (k, r) in requests.iter().enumerate() {
                 match nodes.iter_mut().find(|(_, used)| used.fits_with(r, room)) {
                     Some((members, used)) => {
-                        members.push(i);
+                        members.push(k as u32);
                         used.add(r);
                     }
-                    None if r.fits_in(room) => nodes.push((vec![i], r.clone())),
+                    None if r.fits_in(room) => nodes.push((vec![k as u32], r.clone())),
                     None => {
                         fits = false;
                         break;
@@ -150,7 +193,7 @@ impl Solver<'_> {
                 }
             }
             if cost < price - 1e-9 && best.as_ref().is_none_or(|b| cost < b.cost) {
-                best = Some(Split { nodes, cost, types: types.clone() });
+                best = Some(Repack { nodes, cost });
             }
         }
         best
