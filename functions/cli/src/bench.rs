@@ -114,8 +114,8 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     for _ in 0..args.runs {
         // Generated outside the clock; each Kubernetes pod is dropped as soon
         // as it is read, as a provisioner reading pages from the API would.
-        let k8s_pods = w1::pods(args.pods, mix, args.seed);
         drop(result.take()); // free the previous run before measuring the next
+        let k8s_pods = w1::pods(args.pods, mix, args.seed);
         let start = Instant::now();
         let pods = sched_pods(k8s_pods)?;
         let plan = solve(&pods, &[], &pools, &[], &options);
