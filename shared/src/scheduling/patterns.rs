@@ -55,9 +55,12 @@ const MAX_ROUNDS: usize = 80;
 const PER_ROUND: usize = 32;
 /// Search nodes of one knapsack.
 const KNAPSACK_BUDGET: usize = 20_000;
-/// Search nodes of all knapsacks of one plan: past it, the patterns found
-/// so far are used (still a feasible plan, only less cheap).
-const WORK_BUDGET: usize = 1_500_000;
+/// Search nodes of all knapsacks of one plan, per pod, and at least and at
+/// most: past it, the patterns found so far are used (still a feasible
+/// plan, only less cheap). A small batch is not worth a long search: what
+/// the search saves is a share of the batch's cost, what it costs is not.
+const WORK_PER_POD: usize = 150;
+const WORK_BUDGET: (usize, usize) = (400_000, 1_500_000);
 /// A pattern must beat its price by this share to join: the duals are
 /// only as exact as the simplex's tolerances.
 const PROFIT: f64 = 1e-3;
@@ -142,6 +145,8 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         Ok(SolveOutcome::Solution(s)) => Some(s),
         _ => None,
     };
+    let pods: usize = active.iter().map(|&g| demands[g].count as usize).sum();
+    let budget = (pods * WORK_PER_POD).clamp(WORK_BUDGET.0, WORK_BUDGET.1);
     let mut work = 0usize;
     let mut bound = None;
     for _ in 0..MAX_ROUNDS {
@@ -150,7 +155,7 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         let mut found: Vec<(f64, Pattern)> = Vec::new();
         let mut exhaustive = true;
         for &s in &priced {
-            if work >= WORK_BUDGET {
+            if work >= budget {
                 exhaustive = false;
                 break;
             }
@@ -186,7 +191,7 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
             seen.insert(p.clone());
             patterns.push(p);
         }
-        if work >= WORK_BUDGET {
+        if work >= budget {
             break;
         }
     }

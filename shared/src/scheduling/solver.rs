@@ -37,8 +37,8 @@
 //!   so whole pods leave less idle room; pods are placed node by node.
 //!
 //! `Strategy::Best` (the default) solves Patterns, and Guided too unless
-//! the Patterns plan is within `CLOSE_TO_BOUND` of the guide's bound (the
-//! whole-pod program's where proven, else the fluid one), and
+//! the Patterns plan is within `CLOSE_TO_BOUND` of the whole-pod bound
+//! the pattern program proves (when it does), and
 //! Karpenter's, and keeps the cheapest plan,
 //! so no plan is costlier than Karpenter's on the same input. On batches of
 //! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
@@ -138,9 +138,11 @@ pub enum Strategy {
     Best,
 }
 
-/// How far over the guide's bound a `Strategy::Patterns` plan may be for
-/// `Strategy::Best` to skip `Strategy::Guided`.
-const CLOSE_TO_BOUND: f64 = 0.03;
+/// How far over the whole-pod bound a `Strategy::Patterns` plan may be for
+/// `Strategy::Best` to skip `Strategy::Guided`: no plan of those pods can
+/// then be cheaper by more. (The fluid bound is no test: a plan 0.07 %
+/// over it may still be beaten by a tenth of that.)
+const CLOSE_TO_BOUND: f64 = 0.005;
 
 /// The most pods `Strategy::Best` also solves `Standalone` for (a few
 /// milliseconds there; it scans every claim for each pod, so it grows
@@ -271,9 +273,9 @@ pub fn solve(
     match options.strategy {
         Strategy::Best => {
             let (patterns, bound) = run_with_bound(Strategy::Patterns);
-            // The whole-pod plan within a few per cent of the guide's bound
-            // is kept without the fluid guide's solve (as dear as this one
-            // again, and seldom cheaper there); else both are tried.
+            // The whole-pod plan within a hair of its proven bound is kept
+            // without the fluid guide's solve (as dear as this one again);
+            // else both are tried.
             let close = bound.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
             let guided = if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) };
             let best = better(guided, run(Strategy::Karpenter));
@@ -612,9 +614,8 @@ struct Solver<'a> {
     alike_index: FxHashMap<AlikeKey, u32>,
     /// Per pod, the type the guide sends it to (guided solves only).
     targets: Vec<Option<Target>>,
-    /// A lower bound on what any plan pays for the pods the guide serves
-    /// (guided solves): the fluid program's cost, or the whole-pod
-    /// program's where it proves more (`patterns::Planned::bound`).
+    /// What any whole-pod plan pays at least for the pods the guide
+    /// serves, when the pattern program proves it (`patterns::Planned::bound`).
     bound: Option<f64>,
     any_prefer_no_schedule: bool,
     bindings: Vec<(usize, String)>,
@@ -706,7 +707,7 @@ impl<'a> Solver<'a> {
         solver
     }
 
-    /// The plan, and the fluid program's cost of the pods it guided.
+    /// The plan, and the whole-pod bound on the pods it guided, if proven.
     fn run_with_bound(mut self) -> (Plan, Option<f64>) {
         let failed = self.place_all();
         self.settle_types();
@@ -833,12 +834,8 @@ impl<'a> Solver<'a> {
         let servable: Vec<usize> = (0..demands.len()).filter(|&g| !demands[g].supplies.is_empty()).collect();
         let kept: Vec<guide::Demand> = servable.iter().map(|&g| demands[g].clone()).collect();
         let split = guide::split(&kept, &supplies);
-        self.bound = split.as_deref().map(|split| guide::cost(&kept, &supplies, split));
         if let Some(planned) = (self.strategy == Strategy::Patterns).then(|| patterns::plan(&kept, &supplies, split.as_deref())).flatten() {
-            // The whole-pod bound is the tighter where it is proven.
-            if let Some(bound) = planned.bound {
-                self.bound = Some(self.bound.map_or(bound, |fluid| fluid.max(bound)));
-            }
+            self.bound = planned.bound;
             return self.follow(planned.nodes, &servable, &members, &supply_target, &supplies, targets);
         }
         let Some(split) = split else {
