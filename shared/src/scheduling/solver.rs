@@ -272,6 +272,15 @@ pub fn solve(
     let run = |strategy| run_with_bound(strategy).0;
     match options.strategy {
         Strategy::Best => {
+            // Pods in spreads or (anti-)affinity go where their groups let
+            // them, not where the pattern program packs them: where they
+            // are most of the batch (four fifths of W1's Karpenter mix) its
+            // plan has not been the cheaper one, and only guided is solved.
+            let grouped = pods.iter().filter(|p| !p.spreads.is_empty() || !p.affinity.is_empty()).count();
+            if 2 * grouped > pods.len() {
+                let best = better(run(Strategy::Guided), run(Strategy::Karpenter));
+                return if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best };
+            }
             let (patterns, bound) = run_with_bound(Strategy::Patterns);
             // The whole-pod plan within a hair of its proven bound is kept
             // without the fluid guide's solve (as dear as this one again);
