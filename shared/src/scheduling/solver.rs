@@ -754,11 +754,14 @@ impl<'a> Solver<'a> {
         failed
     }
 
-    /// Drops from each guided claim the types that cannot hold its pods
-    /// (`try_claim` leaves that to now), and takes its maxima again.
+    /// Drops from each claim that `settles_late` the types that cannot hold
+    /// its pods (`try_claim` leaves that to now), and takes its maxima again.
     fn settle_types(&mut self) {
-        for c in self.claims.iter_mut().filter(|c| c.target.is_some()) {
+        for c in &mut self.claims {
             let ps = &self.pools[c.pool];
+            if !settles_late(ps, c.target, &c.reqs) {
+                continue;
+            }
             let mut room = Resources::default();
             let mut capacity = Resources::default();
             for t in c.types.clone().ones() {
@@ -1385,7 +1388,7 @@ impl<'a> Solver<'a> {
         // wait until placement ends (`settle_types`): pods only join, and a
         // type that cannot hold them now never will. Without minValues,
         // whose count needs the exact set.
-        let deferred = c.target.is_some() && ps.input.pool.limits.is_empty() && reqs.iter().all(|(_, r)| r.min_values.is_none());
+        let deferred = settles_late(ps, c.target, reqs);
         let not_offered = |t: usize| offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs));
         let mut kept = c.types.clone();
         if deferred {
@@ -1929,6 +1932,14 @@ fn interleave(lists: &[Vec<usize>]) -> Vec<usize> {
 }
 
 /// Cores, GiB and pods: the guide's units.
+/// Whether a claim's types are checked against its pods only once placement
+/// ends (`Solver::settle_types`): a guided claim, in a pool without limits
+/// (whose reservations need the exact set) and without `minValues` (whose
+/// count does).
+fn settles_late(ps: &PoolState, target: Option<u32>, reqs: &Requirements) -> bool {
+    target.is_some() && ps.input.pool.limits.is_empty() && reqs.iter().all(|(_, r)| r.min_values.is_none())
+}
+
 fn units(r: &Resources) -> [f64; 3] {
     [r.cpu_millis as f64 / 1000.0, r.memory_bytes as f64 / resources::GIB as f64, r.pods as f64]
 }
