@@ -277,16 +277,16 @@ pub fn solve(
             // are most of the batch (four fifths of W1's Karpenter mix) its
             // plan has not been the cheaper one, and only guided is solved.
             let grouped = pods.iter().filter(|p| !p.spreads.is_empty() || !p.affinity.is_empty()).count();
-            if 2 * grouped > pods.len() {
-                let best = better(run(Strategy::Guided), run(Strategy::Karpenter));
-                return if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best };
-            }
-            let (patterns, bound) = run_with_bound(Strategy::Patterns);
-            // The whole-pod plan within a hair of its proven bound is kept
-            // without the fluid guide's solve (as dear as this one again);
-            // else both are tried.
-            let close = bound.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
-            let guided = if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) };
+            let guided = if 2 * grouped > pods.len() {
+                run(Strategy::Guided)
+            } else {
+                let (patterns, bound) = run_with_bound(Strategy::Patterns);
+                // The whole-pod plan within a hair of its proven bound is
+                // kept without the fluid guide's solve (as dear as this one
+                // again); else both are tried.
+                let close = bound.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
+                if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) }
+            };
             let best = better(guided, run(Strategy::Karpenter));
             if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
         }
@@ -905,11 +905,7 @@ impl<'a> Solver<'a> {
                 }
                 order.extend_from_slice(pods);
             }
-            let pods = self.pods;
-            order[start..].sort_by(|&a, &b| {
-                let (pa, pb) = (&pods[a].requests, &pods[b].requests);
-                pb.cpu_millis.cmp(&pa.cpu_millis).then(pb.memory_bytes.cmp(&pa.memory_bytes)).then(a.cmp(&b))
-            });
+            order[start..].sort_by(|&a, &b| larger_first(self.pods, a, b));
         }
         order.extend(self.pod_order().into_iter().filter(|&i| targets[i].is_none()));
         (targets, order)
@@ -1938,6 +1934,12 @@ fn interleave(lists: &[Vec<usize>]) -> Vec<usize> {
 /// count does).
 fn settles_late(ps: &PoolState, target: Option<u32>, reqs: &Requirements) -> bool {
     target.is_some() && ps.input.pool.limits.is_empty() && reqs.iter().all(|(_, r)| r.min_values.is_none())
+}
+
+/// Pods by CPU, then memory, descending; then by index.
+fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
+    let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+    rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
 }
 
 fn units(r: &Resources) -> [f64; 3] {

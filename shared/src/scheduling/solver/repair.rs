@@ -20,7 +20,7 @@ use std::rc::Rc;
 
 use fixedbitset::FixedBitSet;
 
-use super::{Claim, HostId, Solver, min_values_hold, units};
+use super::{Claim, HostId, Solver, larger_first, min_values_hold, units};
 use crate::resources::Resources;
 
 /// A claim's pods re-packed onto smaller nodes: per node, its pods and
@@ -113,10 +113,7 @@ impl Solver<'_> {
         let price = self.launch_price(&self.claims[ci]);
         let types = self.split_types(ci);
         let mut pods = self.claims[ci].pods.clone();
-        pods.sort_by(|&a, &b| {
-            let (ra, rb) = (&self.pods[a].requests, &self.pods[b].requests);
-            rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
-        });
+        pods.sort_by(|&a, &b| larger_first(self.pods, a, b));
         // Claims of one pattern repeat: the same requests in the same order
         // on the same types at the same price re-pack the same way.
         let key = RepackKey {
@@ -127,7 +124,7 @@ impl Solver<'_> {
         let repack = match self.repack_memo.get(&key) {
             Some(repack) => repack.clone(),
             None => {
-                let repack = self.repack(ci, price, &types, &key.requests);
+                let repack = self.repack(self.claims[ci].pool, price, &types, &key.requests);
                 self.repack_memo.insert(key, repack.clone());
                 repack
             }
@@ -141,13 +138,17 @@ impl Solver<'_> {
         Some(Split { nodes, types })
     }
 
-    /// The cheapest re-packing of `requests` (largest first) below `price`,
-    /// by position in `requests`.
-    fn repack(&self, ci: usize, price: f64, types: &[(f64, usize)], requests: &[Resources]) -> Option<Repack> {
-        let c = &self.claims[ci];
-        let ps = &self.pools[c.pool];
+    /// The cheapest re-packing of `requests` (largest first) below `price`
+    /// on nodes of `pool`, by position in `requests`: it depends on nothing
+    /// else, so claims with the same key share it.
+    fn repack(&self, pool: usize, price: f64, types: &[(f64, usize)], requests: &[Resources]) -> Option<Repack> {
+        let ps = &self.pools[pool];
+        let mut total = Resources::default();
+        for r in requests {
+            total.add(r);
+        }
         // No re-packing beats the pods' fluid cost on the cheapest type per unit.
-        let used = units(&c.used);
+        let used = units(&total);
         let fluid = types
             .iter()
             .map(|&(p, t)| {
@@ -161,7 +162,7 @@ impl Solver<'_> {
             return None;
         }
         let mut best: Option<Repack> = None;
-        for &(p, t) in types.iter().rev().filter(|(p, t)| *p < price && !c.used.fits_in(&ps.room[*t])) {
+        for &(p, t) in types.iter().rev().filter(|(p, t)| *p < price && !total.fits_in(&ps.room[*t])) {
             if best.as_ref().is_some_and(|b| p >= b.cost) {
                 continue;
             }
