@@ -399,6 +399,11 @@ struct PoolState<'a> {
     generation: u64,
     offerings: OfferingMasks,
     names: SharedNames,
+    /// The types sold in a set of (zone, capacity type) pairs, by the pairs'
+    /// mask (`OfferingMasks::allowed`): a claim pinned to a zone drops the
+    /// types not sold there in one intersection, not a scan of its types.
+    offered_index: FxHashMap<u128, usize>,
+    offered_sets: Vec<FixedBitSet>,
     /// Types by `floor_price`, cheapest first.
     by_price: Vec<usize>,
     /// Per type: its cheapest available offering's price (any zone or capacity type).
@@ -1372,11 +1377,12 @@ impl<'a> Solver<'a> {
         let offerings_changed = new_reqs.as_ref().is_some_and(|r| {
             r.get(labels::ZONE) != c.reqs.get(labels::ZONE) || r.get(labels::CAPACITY_TYPE) != c.reqs.get(labels::CAPACITY_TYPE)
         });
-        let ps = &self.pools[pool];
         let mut need = c.used.clone();
         need.add(&cls.requests);
         let reqs = new_reqs.as_ref().unwrap_or(&c.reqs);
-        let offered = offerings_changed.then(|| ps.offerings.allowed(reqs));
+        let offered = offerings_changed.then(|| self.pools[pool].offerings.allowed(reqs));
+        let offered_types = offered.and_then(|allowed| self.pools[pool].offered_types(allowed));
+        let ps = &self.pools[pool];
         // The claim's types that the pod admits, that still hold the pods
         // and are offered (one copy: this runs for every claim tried). A
         // guided claim holds its target (checked above), prices by it and
@@ -1385,14 +1391,21 @@ impl<'a> Solver<'a> {
         // type that cannot hold them now never will. Without minValues,
         // whose count needs the exact set.
         let deferred = settles_late(ps, c.target, reqs);
-        let not_offered = |t: usize| offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs));
+        let not_offered = |t: usize| match offered_types {
+            Some(set) => !ps.offered_sets[set].contains(t),
+            None => offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs)),
+        };
         let mut kept = c.types.clone();
         if deferred {
             kept.intersect_with(compat);
-            if offered.is_some() {
-                for t in c.types.ones().filter(|&t| not_offered(t)) {
-                    kept.set(t, false);
+            match offered_types {
+                Some(set) => kept.intersect_with(&ps.offered_sets[set]),
+                None if offered.is_some() => {
+                    for t in c.types.ones().filter(|&t| not_offered(t)) {
+                        kept.set(t, false);
+                    }
                 }
+                None => {}
             }
         } else {
             for t in c.types.ones().filter(|&t| !compat.contains(t) || !need.fits_in(&ps.room[t]) || not_offered(t)) {
@@ -1869,9 +1882,27 @@ impl<'a> PoolState<'a> {
             generation: 0,
             offerings: OfferingMasks::new(&input.instance_types),
             names: SharedNames::new(&input.instance_types),
+            offered_index: FxHashMap::default(),
+            offered_sets: Vec::new(),
             by_price,
             floor_price,
         }
+    }
+
+    /// The index in `offered_sets` of the types with an offering among the
+    /// `allowed` pairs; none when the pool has too many pairs for masks.
+    fn offered_types(&mut self, allowed: u128) -> Option<usize> {
+        self.offerings.pairs.as_ref()?;
+        if let Some(&id) = self.offered_index.get(&allowed) {
+            return Some(id);
+        }
+        let mut set = FixedBitSet::with_capacity(self.input.instance_types.len());
+        for (t, mask) in self.offerings.masks.iter().enumerate() {
+            set.set(t, mask & allowed != 0);
+        }
+        self.offered_sets.push(set);
+        self.offered_index.insert(allowed, self.offered_sets.len() - 1);
+        Some(self.offered_sets.len() - 1)
     }
 }
 
