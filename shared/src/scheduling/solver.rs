@@ -522,6 +522,15 @@ impl OfferingMasks {
     }
 }
 
+/// How a class's node requirements join a claim's requirements.
+#[derive(Debug, Clone, Copy)]
+struct Join {
+    /// The claim can satisfy both.
+    compatible: bool,
+    /// The claim already requires each of them: joining adds nothing.
+    implied: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Claim {
     pool: usize,
@@ -535,6 +544,8 @@ struct Claim {
     ports: Vec<HostPort>,
     /// Interned requirements on the topology keys (see `Solver::signature`).
     signature: u32,
+    /// Its requirements, interned with the classes' (`Solver::req_id`).
+    req_id: u32,
     /// The cheapest type's price under the claim's requirements, and that type.
     price: f64,
     cheapest: usize,
@@ -618,7 +629,10 @@ struct Solver<'a> {
     repack_memo: FxHashMap<repair::RepackKey, Option<repair::Repack>>,
     /// `zone_scope` by the requirements it narrows and the pools tolerated.
     zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
+    /// Node requirements of classes and requirements of claims, interned.
     req_index: FxHashMap<Requirements, u32>,
+    /// (claim's, class's requirements) → how they join (see `Join`).
+    joins: FxHashMap<(u32, u32), Join>,
     /// (pool, interned node requirements) → index into `compat_sets`.
     compat_index: FxHashMap<(usize, u32), u32>,
     /// Per pool and node requirements: the instance types that satisfy them.
@@ -688,6 +702,7 @@ impl<'a> Solver<'a> {
             repack_memo: FxHashMap::default(),
             zone_scopes: FxHashMap::default(),
             req_index: FxHashMap::default(),
+            joins: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
             any_prefer_no_schedule,
@@ -1033,8 +1048,7 @@ impl<'a> Solver<'a> {
         let topo = shape.topo.clone();
         let host_level = self.topology.host_level_only(&topo);
         let domain_only = !topo.is_empty() && self.topology.domain_only(&topo);
-        let next_req = self.req_index.len() as u32;
-        let req_id = *self.req_index.entry(key.constraints.node.clone()).or_insert(next_req);
+        let req_id = self.req_id(&key.constraints.node);
         let tolerates: Vec<bool> = self
             .pools
             .iter()
@@ -1316,7 +1330,12 @@ impl<'a> Solver<'a> {
             if !c.used.fits_with(&cls.requests, &c.max_room) || !cls.tolerates[c.pool] {
                 return Err(FINAL_ALIKE);
             }
-            if !cls.constraints.node.is_empty() && c.reqs.compatible(&cls.constraints.node, Undefined::WellKnownOnly).is_err() {
+        }
+        let join = self.join(ci, k);
+        {
+            let c = &self.claims[ci];
+            let cls = &self.classes[k];
+            if !join.compatible {
                 return Err(FINAL_ALIKE);
             }
             if ports_conflict(&c.ports, &cls.ports) {
@@ -1367,7 +1386,7 @@ impl<'a> Solver<'a> {
         };
         // Most joins add nothing the claim does not already require.
         let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
-        let new_reqs = if implied(&cls.constraints.node) && implied(&extra) {
+        let new_reqs = if join.implied && implied(&extra) {
             None
         } else {
             let mut r = c.reqs.intersection(&cls.constraints.node);
@@ -1480,9 +1499,11 @@ impl<'a> Solver<'a> {
         ps.generation += 1;
         if let Some(r) = new_reqs {
             let signature = self.signature(&r);
+            let req_id = self.req_id(&r);
             let c = &mut self.claims[ci];
             c.reqs = r;
             c.signature = signature;
+            c.req_id = req_id;
         }
         let c = &mut self.claims[ci];
         c.types = kept;
@@ -1502,6 +1523,29 @@ impl<'a> Solver<'a> {
             self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
         }
         Ok(())
+    }
+
+    /// The interned id of node requirements (a class's) or requirements (a claim's).
+    fn req_id(&mut self, reqs: &Requirements) -> u32 {
+        if let Some(&id) = self.req_index.get(reqs) {
+            return id;
+        }
+        let id = self.req_index.len() as u32;
+        self.req_index.insert(reqs.clone(), id);
+        id
+    }
+
+    /// How class `k`'s node requirements join claim `ci`'s requirements;
+    /// asked at every join, answered once per pair of requirements.
+    fn join(&mut self, ci: usize, k: usize) -> Join {
+        let (c, cls) = (&self.claims[ci], &self.classes[k]);
+        *self.joins.entry((c.req_id, cls.req_id)).or_insert_with(|| {
+            let node = &cls.constraints.node;
+            Join {
+                compatible: node.is_empty() || c.reqs.compatible(node, Undefined::WellKnownOnly).is_ok(),
+                implied: node.iter().all(|(key, r)| c.reqs.get(key) == Some(r)),
+            }
+        })
     }
 
     /// The interned requirements on every topology key: claims with the same
@@ -1569,10 +1613,13 @@ impl<'a> Solver<'a> {
             max_capacity = ps.launch_capacity(&types, &ps.input.pool.requirements, self.options.max_instance_types);
         }
         let ci = self.claims.len();
-        let signature = self.signature(&self.pools[p].input.pool.requirements.clone());
+        let input = self.pools[p].input;
+        let signature = self.signature(&input.pool.requirements);
+        let req_id = self.req_id(&input.pool.requirements);
         let ps = &self.pools[p];
         self.claims.push(Claim {
             signature,
+            req_id,
             price: 0.0,
             cheapest: usize::MAX,
             target: target.map(|(_, t)| t),
