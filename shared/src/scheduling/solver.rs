@@ -1410,21 +1410,20 @@ impl<'a> Solver<'a> {
         // type that cannot hold them now never will. Without minValues,
         // whose count needs the exact set.
         let deferred = settles_late(ps, c.target, reqs);
-        let not_offered = |t: usize| match offered_types {
-            Some(set) => !ps.offered_sets[set].contains(t),
-            None => offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs)),
-        };
         let mut kept = c.types.clone();
+        if let Some(set) = offered_types {
+            kept.intersect_with(&ps.offered_sets[set]);
+        }
+        // Only pools too varied for offering masks check type by type.
+        let not_offered = |t: usize| {
+            offered_types.is_none() && offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs))
+        };
         if deferred {
             kept.intersect_with(compat);
-            match offered_types {
-                Some(set) => kept.intersect_with(&ps.offered_sets[set]),
-                None if offered.is_some() => {
-                    for t in c.types.ones().filter(|&t| not_offered(t)) {
-                        kept.set(t, false);
-                    }
+            if offered_types.is_none() && offered.is_some() {
+                for t in c.types.ones().filter(|&t| not_offered(t)) {
+                    kept.set(t, false);
                 }
-                None => {}
             }
         } else {
             for t in c.types.ones().filter(|&t| !compat.contains(t) || !need.fits_in(&ps.room[t]) || not_offered(t)) {
@@ -2005,7 +2004,6 @@ fn interleave(lists: &[Vec<usize>]) -> Vec<usize> {
     out
 }
 
-/// Cores, GiB and pods: the guide's units.
 /// Whether a claim's types are checked against its pods only once placement
 /// ends (`Solver::settle_types`): a guided claim, in a pool without limits
 /// (whose reservations need the exact set) and without `minValues` (whose
@@ -2020,6 +2018,7 @@ fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
     rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
 }
 
+/// Cores, GiB and pods: the guide's units.
 fn units(r: &Resources) -> [f64; 3] {
     [r.cpu_millis as f64 / 1000.0, r.memory_bytes as f64 / resources::GIB as f64, r.pods as f64]
 }
