@@ -637,6 +637,8 @@ struct Solver<'a> {
     compat_index: FxHashMap<(usize, u32), u32>,
     /// Per pool and node requirements: the instance types that satisfy them.
     compat_sets: Vec<FixedBitSet>,
+    /// (compatibility set, requests) → `alone_price`.
+    alone_prices: FxHashMap<(u32, Resources), f64>,
     /// Per `AlikeKey`, the claims that refused its classes for good.
     alike: Vec<Alike>,
     alike_index: FxHashMap<AlikeKey, u32>,
@@ -705,6 +707,7 @@ impl<'a> Solver<'a> {
             joins: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
+            alone_prices: FxHashMap::default(),
             any_prefer_no_schedule,
             targets: Vec::new(),
             bound: None,
@@ -1356,11 +1359,7 @@ impl<'a> Solver<'a> {
         let pool = self.claims[ci].pool;
         let compat_id = self.compat_id(pool, k);
         if self.strategy != Strategy::Karpenter && self.classes[k].alone[pool].is_none() {
-            let cls = &self.classes[k];
-            let ps = &self.pools[pool];
-            let reqs = ps.input.pool.requirements.intersection(&cls.constraints.node);
-            let fits: FixedBitSet = self.compat_sets[compat_id].ones().filter(|&t| cls.requests.fits_in(&ps.room[t])).collect();
-            let alone = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
+            let alone = self.alone_price(pool, compat_id, k);
             self.classes[k].alone[pool] = Some(alone);
         }
         let compat = &self.compat_sets[compat_id];
@@ -1522,6 +1521,27 @@ impl<'a> Solver<'a> {
             self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
         }
         Ok(())
+    }
+
+    /// The price of the cheapest node of `pool` that holds one pod of class
+    /// `k` alone; the same for every class with its requests and node
+    /// requirements (`compat_id` stands for the pool and the requirements).
+    fn alone_price(&mut self, pool: usize, compat_id: usize, k: usize) -> f64 {
+        let cls = &self.classes[k];
+        let key = (compat_id as u32, cls.requests.clone());
+        if let Some(&price) = self.alone_prices.get(&key) {
+            return price;
+        }
+        let ps = &self.pools[pool];
+        let reqs = ps.input.pool.requirements.intersection(&cls.constraints.node);
+        let compat = &self.compat_sets[compat_id];
+        let mut fits = compat.clone();
+        for t in compat.ones().filter(|&t| !cls.requests.fits_in(&ps.room[t])) {
+            fits.set(t, false);
+        }
+        let price = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
+        self.alone_prices.insert(key, price);
+        price
     }
 
     /// The interned id of node requirements (a class's) or requirements (a claim's).
