@@ -231,8 +231,10 @@ impl From<&LaunchOption> for crate::ports::PricedOffering {
 #[derive(Debug, Clone)]
 pub struct NewClaim {
     pub pool: String,
-    /// NodePool template ∩ every pod's requirements ∩ topology decisions.
-    pub requirements: Requirements,
+    /// NodePool template ∩ every pod's requirements ∩ topology decisions;
+    /// shared by the claims that require the same (a plan of thousands of
+    /// claims holds a few hundred distinct sets).
+    pub requirements: Arc<Requirements>,
     /// Cheapest first, at most `max_instance_types`.
     pub options: Vec<LaunchOption>,
     /// Pod indices.
@@ -535,7 +537,8 @@ struct Join {
 struct Claim {
     pool: usize,
     host: HostId,
-    reqs: Requirements,
+    /// Interned (`Solver::intern`): claims with equal requirements share them.
+    reqs: Arc<Requirements>,
     types: FixedBitSet,
     used: Resources,
     max_room: Resources,
@@ -624,13 +627,15 @@ struct Solver<'a> {
     placed: Vec<Option<u32>>,
     /// Split candidates by (pool, the pods' compatibility sets, the claim's
     /// requirements): see `repair`.
-    split_memo: FxHashMap<(usize, Vec<u32>, Requirements), std::rc::Rc<[(f64, usize)]>>,
+    split_memo: FxHashMap<(usize, Vec<u32>, u32), std::rc::Rc<[(f64, usize)]>>,
     /// Re-packings by what decides them: see `repair::RepackKey`.
     repack_memo: FxHashMap<repair::RepackKey, Option<repair::Repack>>,
     /// `zone_scope` by the requirements it narrows and the pools tolerated.
     zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
-    /// Node requirements of classes and requirements of claims, interned.
-    req_index: FxHashMap<Requirements, u32>,
+    /// Node requirements of classes and requirements of claims, interned:
+    /// their ids, and by id the one shared copy.
+    req_index: FxHashMap<Arc<Requirements>, u32>,
+    req_table: Vec<Arc<Requirements>>,
     /// (claim's, class's requirements) → how they join (see `Join`).
     joins: FxHashMap<(u32, u32), Join>,
     /// (pool, interned node requirements) → index into `compat_sets`.
@@ -704,6 +709,7 @@ impl<'a> Solver<'a> {
             repack_memo: FxHashMap::default(),
             zone_scopes: FxHashMap::default(),
             req_index: FxHashMap::default(),
+            req_table: Vec::new(),
             joins: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
@@ -1497,7 +1503,7 @@ impl<'a> Solver<'a> {
         ps.generation += 1;
         if let Some(r) = new_reqs {
             let signature = self.signature(&r);
-            let req_id = self.req_id(&r);
+            let (req_id, r) = self.intern(r);
             let c = &mut self.claims[ci];
             c.reqs = r;
             c.signature = signature;
@@ -1546,12 +1552,22 @@ impl<'a> Solver<'a> {
 
     /// The interned id of node requirements (a class's) or requirements (a claim's).
     fn req_id(&mut self, reqs: &Requirements) -> u32 {
-        if let Some(&id) = self.req_index.get(reqs) {
-            return id;
+        match self.req_index.get(reqs) {
+            Some(&id) => id,
+            None => self.intern(reqs.clone()).0,
         }
-        let id = self.req_index.len() as u32;
-        self.req_index.insert(reqs.clone(), id);
-        id
+    }
+
+    /// Requirements' interned id and their shared copy.
+    fn intern(&mut self, reqs: Requirements) -> (u32, Arc<Requirements>) {
+        if let Some(&id) = self.req_index.get(&reqs) {
+            return (id, self.req_table[id as usize].clone());
+        }
+        let id = self.req_table.len() as u32;
+        let shared = Arc::new(reqs);
+        self.req_index.insert(shared.clone(), id);
+        self.req_table.push(shared.clone());
+        (id, shared)
     }
 
     /// How class `k`'s node requirements join claim `ci`'s requirements;
@@ -1635,7 +1651,7 @@ impl<'a> Solver<'a> {
         let input = self.pools[p].input;
         let signature = self.signature(&input.pool.requirements);
         let req_id = self.req_id(&input.pool.requirements);
-        let ps = &self.pools[p];
+        let reqs = self.req_table[req_id as usize].clone();
         self.claims.push(Claim {
             signature,
             req_id,
@@ -1644,7 +1660,7 @@ impl<'a> Solver<'a> {
             target: target.map(|(_, t)| t),
             pool: p,
             host: (self.nodes.len() + ci) as HostId,
-            reqs: ps.input.pool.requirements.clone(),
+            reqs,
             types,
             used: Resources::default(),
             max_room,

@@ -89,7 +89,7 @@ impl Solver<'_> {
         let mut compat: Vec<u32> = classes.iter().map(|&k| self.compat_id(pool, k) as u32).collect();
         compat.sort_unstable();
         compat.dedup();
-        let key = (pool, compat, self.claims[ci].reqs.clone());
+        let key = (pool, compat, self.claims[ci].req_id);
         if let Some(types) = self.split_memo.get(&key) {
             return types.clone();
         }
@@ -99,7 +99,7 @@ impl Solver<'_> {
         }
         let ps = &self.pools[pool];
         let mut priced: Vec<(f64, usize)> =
-            types.ones().filter(|&t| ps.room[t].pods > 0).filter_map(|t| ps.price_of(t, &key.2).map(|p| (p, t))).collect();
+            types.ones().filter(|&t| ps.room[t].pods > 0).filter_map(|t| ps.price_of(t, &self.claims[ci].reqs).map(|p| (p, t))).collect();
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let priced: Rc<[(f64, usize)]> = priced.into();
         self.split_memo.insert(key, priced.clone());
