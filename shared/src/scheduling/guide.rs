@@ -20,10 +20,12 @@
 //! It is a guide, not a plan: zones, spreads and affinity are not seen, and
 //! pods are fluid. The solver keeps the guided plan only when it is cheaper.
 
+use std::cell::RefCell;
+
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOutcome, Variable};
 
 /// Pods of one size that admit the same supplies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Demand {
     pub count: u32,
     /// Of one pod: cores, GiB, pods.
@@ -33,17 +35,40 @@ pub struct Demand {
 }
 
 /// One kind of node: an instance type at its price under some requirements.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Supply {
     pub price: f64,
     /// Room for pods on one node: cores, GiB, pods.
     pub room: [f64; 3],
 }
 
+/// A split per demand: (supply, pods) pairs.
+pub type Split = Vec<Vec<(usize, u32)>>;
+
+/// The last program split, with its answer: the solves of one batch pose
+/// the same program (the pattern and the guided solve), and it is solved
+/// once.
+#[derive(Debug, Default)]
+pub struct SplitMemo(RefCell<Option<(Vec<Demand>, Vec<Supply>, Option<Split>)>>);
+
+impl SplitMemo {
+    /// `split`, or its answer for the same program asked last.
+    pub fn split(&self, demands: &[Demand], supplies: &[Supply]) -> Option<Split> {
+        if let Some((d, s, answer)) = &*self.0.borrow() {
+            if d == demands && s == supplies {
+                return answer.clone();
+            }
+        }
+        let answer = split(demands, supplies);
+        *self.0.borrow_mut() = Some((demands.to_vec(), supplies.to_vec(), answer.clone()));
+        answer
+    }
+}
+
 /// Per demand, the pods each supply takes: (supply, pods), summing to the
 /// demand's count. `None` when the program has no solution (a demand with
 /// no supply) or the solver fails.
-pub fn split(demands: &[Demand], supplies: &[Supply]) -> Option<Vec<Vec<(usize, u32)>>> {
+pub fn split(demands: &[Demand], supplies: &[Supply]) -> Option<Split> {
     if demands.iter().any(|d| d.count > 0 && d.supplies.is_empty()) {
         return None;
     }

@@ -40,7 +40,9 @@
 //! the Patterns plan is within `CLOSE_TO_BOUND` of the whole-pod bound
 //! the pattern program proves (when it does), and
 //! Karpenter's, and keeps the cheapest plan,
-//! so no plan is costlier than Karpenter's on the same input. On batches of
+//! so no plan is costlier than Karpenter's on the same input (Karpenter's
+//! solve stops as soon as its claims cost more than the plan it would
+//! have to beat). On batches of
 //! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
 //! which a pod joins a claim only if the claim's price rises by no more
 //! than a node of its own would cost: a few pods on few nodes are where the
@@ -270,7 +272,9 @@ pub fn solve(
     daemonsets: &[SchedPod],
     options: &SolveOptions,
 ) -> Plan {
-    let run_with_bound = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy).run_with_bound();
+    let splits = guide::SplitMemo::default();
+    let solver = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy, &splits);
+    let run_with_bound = |strategy| solver(strategy).run_with_bound();
     let run = |strategy| run_with_bound(strategy).0;
     match options.strategy {
         Strategy::Best => {
@@ -289,7 +293,18 @@ pub fn solve(
                 let close = bound.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
                 if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) }
             };
-            let best = better(guided, run(Strategy::Karpenter));
+            // Karpenter's plan can only win by scheduling more pods or
+            // costing less: with every pod placed, its solve stops once it
+            // costs more.
+            let karpenter = solver(Strategy::Karpenter);
+            let best = if guided.unschedulable.is_empty() {
+                match karpenter.run_within(guided.cost_per_hour()) {
+                    Some(karpenter) => better(guided, karpenter),
+                    None => guided,
+                }
+            } else {
+                better(guided, karpenter.run_with_bound().0)
+            };
             if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
         }
         strategy => run(strategy),
@@ -660,6 +675,12 @@ struct Solver<'a> {
     /// Every non-hostname topology key; a claim's requirements on them, interned, are its signature.
     topo_keys: Vec<String>,
     signatures: FxHashMap<Vec<Option<Requirement>>, u32>,
+    /// What a plan of Karpenter's algorithm may cost before the solve is
+    /// abandoned (`run_within`), and what its claims cost at least so far.
+    budget: f64,
+    committed: f64,
+    /// The guide's split, shared by the solves of one batch.
+    splits: &'a guide::SplitMemo,
 }
 
 impl<'a> Solver<'a> {
@@ -670,6 +691,7 @@ impl<'a> Solver<'a> {
         daemonsets: &'a [SchedPod],
         options: &'a SolveOptions,
         strategy: Strategy,
+        splits: &'a guide::SplitMemo,
     ) -> Self {
         let pool_states: Vec<PoolState<'a>> = pools.iter().map(|p| PoolState::new(p, daemonsets)).collect();
         let mut pool_order: Vec<usize> = (0..pools.len()).collect();
@@ -723,6 +745,9 @@ impl<'a> Solver<'a> {
             admit_memo: Vec::new(),
             topo_keys: Vec::new(),
             signatures: FxHashMap::default(),
+            budget: f64::INFINITY,
+            committed: 0.0,
+            splits,
         };
         solver.topo_keys = solver.topology.domain_keys_all();
         // Pods already running count towards topology.
@@ -748,12 +773,33 @@ impl<'a> Solver<'a> {
     /// The plan, and the whole-pod bound on the pods it guided, if proven.
     fn run_with_bound(mut self) -> (Plan, Option<f64>) {
         let failed = self.place_all();
+        let bound = self.bound;
+        (self.conclude(failed), bound)
+    }
+
+    /// The plan of Karpenter's algorithm, unless it would cost more than
+    /// `budget`: the solve stops as soon as its claims cost more. A claim's
+    /// price only rises as pods join it (its types and offerings only
+    /// narrow) and nothing is repaired after, so what the claims cost so
+    /// far is a lower bound of what the plan will cost.
+    fn run_within(mut self, budget: f64) -> Option<Plan> {
+        debug_assert_eq!(self.strategy, Strategy::Karpenter);
+        self.budget = budget;
+        let failed = self.place_all();
+        (!self.over_budget()).then(|| self.conclude(failed))
+    }
+
+    fn over_budget(&self) -> bool {
+        // The margin absorbs the rounding of a running sum.
+        self.committed > self.budget + 1e-6
+    }
+
+    fn conclude(mut self, failed: Vec<usize>) -> Plan {
         self.settle_types();
         if self.strategy != Strategy::Karpenter {
             self.split_claims();
         }
-        let bound = self.bound;
-        (self.into_plan(failed), bound)
+        self.into_plan(failed)
     }
 
     /// Places every pod it can; returns those it could not.
@@ -768,12 +814,15 @@ impl<'a> Solver<'a> {
             _ => self.pod_order(),
         };
         for i in order {
+            if self.over_budget() {
+                return failed;
+            }
             if !self.schedule(i) {
                 failed.push(i);
             }
         }
         // Pods whose affinity peers were placed later get another chance.
-        while !failed.is_empty() {
+        while !failed.is_empty() && !self.over_budget() {
             let before = failed.len();
             failed.retain(|&i| !self.schedule(i));
             if failed.len() == before {
@@ -874,7 +923,7 @@ impl<'a> Solver<'a> {
         // Demands no type can hold are left out: those pods are reported.
         let servable: Vec<usize> = (0..demands.len()).filter(|&g| !demands[g].supplies.is_empty()).collect();
         let kept: Vec<guide::Demand> = servable.iter().map(|&g| demands[g].clone()).collect();
-        let split = guide::split(&kept, &supplies);
+        let split = self.splits.split(&kept, &supplies);
         if let Some(planned) = (self.strategy == Strategy::Patterns).then(|| patterns::plan(&kept, &supplies, split.as_deref())).flatten() {
             self.bound = planned.bound;
             return self.follow(planned.nodes, &servable, &members, &supply_target, &supplies, targets);
@@ -1457,7 +1506,8 @@ impl<'a> Solver<'a> {
         };
         // Guided solves judge price; Karpenter's algorithm does not.
         let judged = self.strategy != Strategy::Karpenter && c.target.is_none();
-        let (price, cheapest) = if !judged || (kept.contains(c.cheapest) && !offerings_changed) {
+        let priced = judged || self.budget.is_finite();
+        let (price, cheapest) = if !priced || (kept.contains(c.cheapest) && !offerings_changed) {
             (c.price, c.cheapest)
         } else {
             ps.cheapest_in(&kept, reqs).unwrap_or((f64::INFINITY, usize::MAX))
@@ -1510,6 +1560,9 @@ impl<'a> Solver<'a> {
             c.req_id = req_id;
         }
         let c = &mut self.claims[ci];
+        if self.budget.is_finite() {
+            self.committed += price - c.price;
+        }
         c.types = kept;
         c.price = price;
         c.cheapest = cheapest;
@@ -2137,4 +2190,40 @@ fn truncate_keeping_min_values(
         rest = remaining;
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provisioning::plan::instance_types;
+    use crate::workload::w2::{self, Capacity, Mix, PoolRequirements};
+
+    /// What Karpenter's claims cost so far never exceeds what its plan
+    /// costs in the end (else `Strategy::Best` would drop a plan that
+    /// could win), and a budget under that cost does stop the solve.
+    #[test]
+    fn karpenters_running_cost_bounds_its_plan() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
+        for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
+            let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
+            let zones = w2::zones(&pool, &catalog);
+            let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
+            let daemons: Vec<SchedPod> = w2::daemon_pods().iter().map(|p| SchedPod::from_pod(p).expect("daemon pod")).collect();
+            for mix in Mix::ALL {
+                for seed in 1..3 {
+                    let pods: Vec<SchedPod> =
+                        w2::pods(300, mix, seed, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
+                    let options = SolveOptions::default();
+                    let splits = guide::SplitMemo::default();
+                    let solver = || Solver::new(&pods, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
+                    let plan = solver().run_with_bound().0;
+                    let cost = plan.cost_per_hour();
+                    let within = solver().run_within(cost).unwrap_or_else(|| panic!("{} seed {seed}: abandoned at its own cost", mix.name()));
+                    assert_eq!(within.claims.len(), plan.claims.len());
+                    assert!(within.claims.iter().zip(&plan.claims).all(|(a, b)| a.pods == b.pods && a.options == b.options));
+                    assert!(solver().run_within(cost * 0.99 - 1e-3).is_none(), "{} seed {seed}: not stopped under its cost", mix.name());
+                }
+            }
+        }
+    }
 }
