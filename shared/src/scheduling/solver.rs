@@ -556,7 +556,14 @@ struct Claim {
     reqs: Arc<Requirements>,
     types: FixedBitSet,
     used: Resources,
+    /// Per resource, the most room any of its types has: a bound that
+    /// refuses a pod before its types are looked at. After types are
+    /// dropped it may be stale (`room_stale`), still an upper bound, and
+    /// is taken again when a pod passes it.
     max_room: Resources,
+    room_stale: bool,
+    /// What the claim reserves against its pool's limits: under limits the
+    /// capacity of its launch options; without, nothing reads it.
     max_capacity: Resources,
     pods: Vec<usize>,
     ports: Vec<HostPort>,
@@ -851,6 +858,7 @@ impl<'a> Solver<'a> {
                 }
             }
             c.max_room = room;
+            c.room_stale = false;
             c.max_capacity = capacity;
         }
     }
@@ -1382,12 +1390,8 @@ impl<'a> Solver<'a> {
     }
 
     fn try_claim(&mut self, i: usize, k: usize, ci: usize) -> Result<(), Refused> {
-        {
-            let c = &self.claims[ci];
-            let cls = &self.classes[k];
-            if !c.used.fits_with(&cls.requests, &c.max_room) || !cls.tolerates[c.pool] {
-                return Err(FINAL_ALIKE);
-            }
+        if !self.fits_max_room(k, ci) {
+            return Err(FINAL_ALIKE);
         }
         let join = self.join(ci, k);
         {
@@ -1489,21 +1493,8 @@ impl<'a> Solver<'a> {
             // Only a topology decision (a pinned zone) can make this transient.
             return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false, alike: extra.is_empty() });
         }
-        // kept ⊆ c.types: the maxima change only if a removed type attained one.
-        let removed_attains = c.types.difference(&kept).any(|t| {
-            attains(&ps.room[t], &c.max_room) || attains(&ps.input.instance_types[t].capacity, &c.max_capacity)
-        });
-        let (max_room, max_capacity) = if removed_attains {
-            let mut room = Resources::default();
-            let mut capacity = Resources::default();
-            for t in kept.ones() {
-                room.max_each(&ps.room[t]);
-                capacity.max_each(&ps.input.instance_types[t].capacity);
-            }
-            (room, capacity)
-        } else {
-            (c.max_room.clone(), c.max_capacity.clone())
-        };
+        // Types dropped may have held the most room: taken again when needed.
+        let room_stale = c.room_stale || kept.count_ones(..) != c.types.count_ones(..);
         // Guided solves judge price; Karpenter's algorithm does not.
         let judged = self.strategy != Strategy::Karpenter && c.target.is_none();
         let priced = judged || self.budget.is_finite();
@@ -1528,7 +1519,7 @@ impl<'a> Solver<'a> {
             }
         }
         let max_capacity = if ps.input.pool.limits.is_empty() {
-            max_capacity
+            c.max_capacity.clone()
         } else {
             // The launch's options move to larger types as the claim grows,
             // and so does what it reserves: the pool's limits must still hold.
@@ -1567,7 +1558,7 @@ impl<'a> Solver<'a> {
         c.price = price;
         c.cheapest = cheapest;
         c.used = need;
-        c.max_room = max_room;
+        c.room_stale = room_stale;
         c.max_capacity = max_capacity;
         c.pods.push(i);
         c.ports.extend(ports);
@@ -1580,6 +1571,28 @@ impl<'a> Solver<'a> {
             self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
         }
         Ok(())
+    }
+
+    /// Whether claim `ci` may have room for a pod of class `k` (and tolerates
+    /// it): its pods and the pod fit the most room of its types.
+    fn fits_max_room(&mut self, k: usize, ci: usize) -> bool {
+        let cls = &self.classes[k];
+        let c = &self.claims[ci];
+        if !cls.tolerates[c.pool] || !c.used.fits_with(&cls.requests, &c.max_room) {
+            return false;
+        }
+        if !c.room_stale {
+            return true;
+        }
+        let room = &self.pools[c.pool].room;
+        let mut max_room = Resources::default();
+        for t in c.types.ones() {
+            max_room.max_each(&room[t]);
+        }
+        let c = &mut self.claims[ci];
+        c.max_room = max_room;
+        c.room_stale = false;
+        c.used.fits_with(&cls.requests, &c.max_room)
     }
 
     /// The price of the cheapest node of `pool` that holds one pod of class
@@ -1717,6 +1730,7 @@ impl<'a> Solver<'a> {
             types,
             used: Resources::default(),
             max_room,
+            room_stale: false,
             max_capacity: max_capacity.clone(),
             pods: Vec::new(),
             ports: Vec::new(),
@@ -2120,15 +2134,6 @@ fn labels_satisfy(node_labels: &BTreeMap<String, String>, reqs: &Requirements) -
         Some(v) => r.has(v),
         None => r.allows_absence(),
     })
-}
-
-fn attains(r: &Resources, max: &Resources) -> bool {
-    let at = |v: i64, m: i64| m > 0 && v == m;
-    at(r.cpu_millis, max.cpu_millis)
-        || at(r.memory_bytes, max.memory_bytes)
-        || at(r.pods, max.pods)
-        || at(r.ephemeral_bytes, max.ephemeral_bytes)
-        || r.extended.iter().any(|(n, v)| at(*v, max.extended(n)))
 }
 
 fn ports_conflict(used: &[HostPort], wanted: &[HostPort]) -> bool {

@@ -224,6 +224,7 @@ impl Solver<'_> {
                 types: set,
                 used,
                 max_room,
+                room_stale: false,
                 max_capacity,
                 pods,
                 price,
