@@ -1444,22 +1444,45 @@ impl<'a> Solver<'a> {
         };
         // Most joins add nothing the claim does not already require.
         let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
-        let new_reqs = if join.implied && implied(&extra) {
-            None
-        } else {
+        let adds = !(join.implied && implied(&extra));
+        // Most tries are refused, so the whole join is built only once the
+        // pod is admitted: until then offerings need only its zones and
+        // capacity types, and minValues (rare) the whole of it.
+        let joined = || {
             let mut r = c.reqs.intersection(&cls.constraints.node);
             r.add_all(&extra);
-            Some(r)
+            r
         };
-        let offerings_changed = new_reqs.as_ref().is_some_and(|r| {
+        let min_values = |r: &Requirements| r.iter().any(|(_, r)| r.min_values.is_some());
+        let full = (adds && (min_values(&c.reqs) || min_values(&cls.constraints.node) || min_values(&extra))).then(joined);
+        let offering_join = adds.then(|| match &full {
+            Some(full) => offering_keys(full),
+            None => {
+                let mut r = offering_keys(&c.reqs);
+                r.add_all(&offering_keys(&cls.constraints.node));
+                r.add_all(&offering_keys(&extra));
+                r
+            }
+        });
+        let offerings_changed = offering_join.as_ref().is_some_and(|r| {
             r.get(labels::ZONE) != c.reqs.get(labels::ZONE) || r.get(labels::CAPACITY_TYPE) != c.reqs.get(labels::CAPACITY_TYPE)
         });
-        let mut need = c.used.clone();
-        need.add(&cls.requests);
-        let reqs = new_reqs.as_ref().unwrap_or(&c.reqs);
-        let offered = offerings_changed.then(|| self.pools[pool].offerings.allowed(reqs));
+        // Offerings are judged by `offering_reqs` (its zones and capacity
+        // types are the join's), minValues and limits by `reqs`: the join's
+        // where any minValues is set, else the claim's, which then has
+        // none either.
+        let offering_reqs = offering_join.as_ref().unwrap_or(&c.reqs);
+        let reqs = full.as_ref().unwrap_or(&c.reqs);
+        let offered = offerings_changed.then(|| self.pools[pool].offerings.allowed(offering_reqs));
         let offered_types = offered.and_then(|allowed| self.pools[pool].offered_types(allowed));
         let ps = &self.pools[pool];
+        // A target not offered under the join: refused before any copy.
+        let target_lost = |t: u32| !compat.contains(t as usize) || offered_types.is_some_and(|set| !ps.offered_sets[set].contains(t as usize));
+        if c.target.is_some_and(target_lost) {
+            return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false, alike: extra.is_empty() });
+        }
+        let mut need = c.used.clone();
+        need.add(&cls.requests);
         // The claim's types that the pod admits, that still hold the pods
         // and are offered (one copy: this runs for every claim tried). A
         // guided claim holds its target (checked above), prices by it and
@@ -1474,7 +1497,8 @@ impl<'a> Solver<'a> {
         }
         // Only pools too varied for offering masks check type by type.
         let not_offered = |t: usize| {
-            offered_types.is_none() && offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], reqs))
+            offered_types.is_none()
+                && offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], offering_reqs))
         };
         if deferred {
             kept.intersect_with(compat);
@@ -1501,7 +1525,7 @@ impl<'a> Solver<'a> {
         let (price, cheapest) = if !priced || (kept.contains(c.cheapest) && !offerings_changed) {
             (c.price, c.cheapest)
         } else {
-            ps.cheapest_in(&kept, reqs).unwrap_or((f64::INFINITY, usize::MAX))
+            ps.cheapest_in(&kept, offering_reqs).unwrap_or((f64::INFINITY, usize::MAX))
         };
         if judged {
             // Filling uses room the claim already pays for; otherwise the
@@ -1523,7 +1547,7 @@ impl<'a> Solver<'a> {
         } else {
             // The launch's options move to larger types as the claim grows,
             // and so does what it reserves: the pool's limits must still hold.
-            let capacity = ps.launch_capacity(&kept, reqs, self.options.max_instance_types);
+            let capacity = ps.launch_capacity(&kept, offering_reqs, self.options.max_instance_types);
             if !capacity.fits_in(&c.max_capacity) {
                 let mut others = ps.input.in_use.clone();
                 others.add(&ps.reserved.saturating_sub(&c.max_capacity));
@@ -1534,6 +1558,7 @@ impl<'a> Solver<'a> {
             }
             capacity
         };
+        let new_reqs = adds.then(|| full.unwrap_or_else(joined));
         let ports = cls.ports.clone();
         let host = c.host;
         let old_pods = c.pods.len();
@@ -2122,6 +2147,17 @@ fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
 }
 
 /// Cores, GiB and pods: the guide's units.
+/// Only the zone and capacity-type requirements: all that offerings depend on.
+fn offering_keys(reqs: &Requirements) -> Requirements {
+    let mut out = Requirements::new();
+    for key in [labels::ZONE, labels::CAPACITY_TYPE] {
+        if let Some(r) = reqs.get(key) {
+            out.add(key, r.clone());
+        }
+    }
+    out
+}
+
 fn units(r: &Resources) -> [f64; 3] {
     [r.cpu_millis as f64 / 1000.0, r.memory_bytes as f64 / resources::GIB as f64, r.pods as f64]
 }
