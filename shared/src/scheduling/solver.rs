@@ -2146,7 +2146,6 @@ fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
     rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
 }
 
-/// Cores, GiB and pods: the guide's units.
 /// Only the zone and capacity-type requirements: all that offerings depend on.
 fn offering_keys(reqs: &Requirements) -> Requirements {
     let mut out = Requirements::new();
@@ -2158,6 +2157,7 @@ fn offering_keys(reqs: &Requirements) -> Requirements {
     out
 }
 
+/// Cores, GiB and pods: the guide's units.
 fn units(r: &Resources) -> [f64; 3] {
     [r.cpu_millis as f64 / 1000.0, r.memory_bytes as f64 / resources::GIB as f64, r.pods as f64]
 }
