@@ -273,7 +273,10 @@ pub fn solve(
     options: &SolveOptions,
 ) -> Plan {
     let splits = guide::SplitMemo::default();
-    let solver = |strategy| Solver::new(pods, nodes, pools, daemonsets, options, strategy, &splits);
+    let keys = PodKeys::new(pods);
+    let mut prototype = Solver::new(pods, &keys, nodes, pools, daemonsets, options, options.strategy, &splits);
+    prototype.classify();
+    let solver = |strategy| prototype.fork(strategy);
     let run_with_bound = |strategy| solver(strategy).run_with_bound();
     let run = |strategy| run_with_bound(strategy).0;
     match options.strategy {
@@ -311,6 +314,7 @@ pub fn solve(
     }
 }
 
+
 /// The plan that schedules more pods, then costs less, then has fewer
 /// claims; `a` on a tie.
 fn better(a: Plan, b: Plan) -> Plan {
@@ -318,9 +322,10 @@ fn better(a: Plan, b: Plan) -> Plan {
     if key(&b) > key(&a) { b } else { a }
 }
 
-/// The shared view of pods with identical constraints, labels and requests.
+/// What decides where a class's pods may go. Fixed for a batch: built
+/// once and shared by every solve's copy of the class (`Solver::fork`).
 #[derive(Debug)]
-struct Class {
+struct Shape {
     constraints: Constraints,
     requests: Resources,
     ports: Vec<HostPort>,
@@ -333,6 +338,13 @@ struct Class {
     req_id: u32,
     /// Per pool: tolerates its taints.
     tolerates: Vec<bool>,
+}
+
+/// The shared view of pods with identical constraints, labels and requests,
+/// and what one solve has learnt of where they fit.
+#[derive(Debug)]
+struct Class {
+    shape: Arc<Shape>,
     /// Claims (and nodes) before these indices refused this class for good.
     claim_cursor: usize,
     node_cursor: usize,
@@ -370,15 +382,14 @@ struct ShapeKey {
 impl Class {
     /// The same pods under another guidance, with nothing yet refused.
     fn guided(&self, guidance: Guidance) -> Class {
+        Class { guidance, alike: u32::MAX, ..self.forked() }
+    }
+
+    /// The same class for another solve: nothing refused, what depends on
+    /// the class and pools alone (`compat`, `alone`) kept.
+    fn forked(&self) -> Class {
         Class {
-            constraints: self.constraints.clone(),
-            requests: self.requests.clone(),
-            ports: self.ports.clone(),
-            topo: self.topo.clone(),
-            host_level: self.host_level,
-            domain_only: self.domain_only,
-            req_id: self.req_id,
-            tolerates: self.tolerates.clone(),
+            shape: self.shape.clone(),
             claim_cursor: 0,
             node_cursor: 0,
             refused: FixedBitSet::new(),
@@ -386,8 +397,8 @@ impl Class {
             compat: self.compat.clone(),
             alone: self.alone.clone(),
             limited_at: vec![None; self.limited_at.len()],
-            guidance,
-            alike: u32::MAX,
+            guidance: self.guidance,
+            alike: self.alike,
         }
     }
 }
@@ -401,7 +412,69 @@ struct ClassKey {
     ports: Vec<HostPort>,
 }
 
+/// A pod's fields that decide its `ClassKey` at its first relaxation, by
+/// reference: pods equal in these are placed alike, so their key is built
+/// once (pods equal in their keys but not in these only cost a lookup).
+#[derive(PartialEq, Eq, Hash)]
+struct PodFields<'a> {
+    requests: &'a Resources,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    node_selector: &'a Requirements,
+    required_terms: &'a [Requirements],
+    preferred_terms: &'a [(i32, Requirements)],
+    tolerations: &'a [super::taints::Toleration],
+    spreads: &'a [super::pod::Spread],
+    affinity: &'a [super::pod::AffinityTerm],
+    host_ports: &'a [HostPort],
+    volume: &'a Requirements,
+}
+
+impl<'a> PodFields<'a> {
+    fn of(p: &'a SchedPod) -> Self {
+        PodFields {
+            requests: &p.requests,
+            namespace: &p.pod.namespace,
+            labels: &p.labels,
+            node_selector: &p.node_selector,
+            required_terms: &p.required_terms,
+            preferred_terms: &p.preferred_terms,
+            tolerations: &p.tolerations,
+            spreads: &p.spreads,
+            affinity: &p.affinity,
+            host_ports: &p.host_ports,
+            volume: &p.volume,
+        }
+    }
+}
+
+/// The batch's pods grouped by `PodFields`, worked out once and read by
+/// every strategy's solve: per pod its group, per group one member.
 #[derive(Debug)]
+struct PodKeys {
+    of_pod: Vec<u32>,
+    representative: Vec<u32>,
+}
+
+impl PodKeys {
+    fn new(pods: &[SchedPod]) -> Self {
+        let mut index: FxHashMap<PodFields, u32> = FxHashMap::default();
+        let mut representative = Vec::new();
+        let of_pod = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                *index.entry(PodFields::of(p)).or_insert_with(|| {
+                    representative.push(i as u32);
+                    representative.len() as u32 - 1
+                })
+            })
+            .collect();
+        PodKeys { of_pod, representative }
+    }
+}
+
+#[derive(Debug, Clone)]
 struct PoolState<'a> {
     input: &'a PoolInput,
     /// Allocatable minus the DaemonSet pods that would run there, per type.
@@ -428,7 +501,7 @@ struct PoolState<'a> {
 }
 
 /// Instance type, zone and capacity type names as shared strings.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SharedNames {
     types: Vec<Arc<str>>,
     /// Per type, per offering: (zone, capacity type).
@@ -455,7 +528,7 @@ impl SharedNames {
 /// Each type's available offerings as a bit mask over the pool's (zone,
 /// capacity type) pairs, so "does this type still have an offering in the
 /// zones left" is one AND instead of string comparisons.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct OfferingMasks {
     /// The pairs, at most 128; `None` when there are more (then checks fall back to strings).
     pairs: Option<Vec<(String, String)>>,
@@ -578,7 +651,7 @@ struct Claim {
     target: Option<u32>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct NodeState {
     used: Resources,
     ports: Vec<HostPort>,
@@ -638,12 +711,16 @@ struct Solver<'a> {
     by_pods: Vec<Vec<u32>>,
     topology: Topology,
     classes: Vec<Class>,
-    class_index: FxHashMap<ClassKey, usize>,
-    class_by_shape: FxHashMap<ShapeKey, usize>,
+    /// Shared by the solves forked from one (`Solver::fork`), copied on
+    /// the first write of one (a class made for a relaxed pod).
+    class_index: Arc<FxHashMap<ClassKey, usize>>,
+    class_by_shape: Arc<FxHashMap<ShapeKey, usize>>,
     /// (Free class, guidance) → its guided variant.
     guided_classes: FxHashMap<(u32, Guidance), usize>,
-    /// Per pod, its Free class at its first relaxation, once known.
-    pod_class: Vec<Option<u32>>,
+    /// The batch's pods grouped by what decides their class (`PodKeys`).
+    keys: &'a PodKeys,
+    /// Per `PodKeys` group, its Free class at its first relaxation, once known.
+    group_class: Vec<Option<u32>>,
     /// Per placed pod, the Free class it was placed as (at the relaxation
     /// it was placed at).
     placed: Vec<Option<u32>>,
@@ -691,8 +768,10 @@ struct Solver<'a> {
 }
 
 impl<'a> Solver<'a> {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         pods: &'a [SchedPod],
+        keys: &'a PodKeys,
         nodes: &'a [ExistingNode],
         pools: &'a [PoolInput],
         daemonsets: &'a [SchedPod],
@@ -705,7 +784,9 @@ impl<'a> Solver<'a> {
         pool_order.sort_by(|a, b| pools[*b].pool.weight.cmp(&pools[*a].pool.weight).then_with(|| pools[*a].pool.name.cmp(&pools[*b].pool.name)));
 
         let mut topology = Topology::new(domain_universe(pools, nodes));
-        for p in pods {
+        // Pods of one group carry the same constraints: one registers them.
+        for &i in &keys.representative {
+            let p = &pods[i as usize];
             topology.register(&p.spreads, &p.affinity, &p.pod.namespace);
         }
         for n in nodes {
@@ -729,10 +810,11 @@ impl<'a> Solver<'a> {
             by_pods: Vec::new(),
             topology,
             classes: Vec::new(),
-            class_index: FxHashMap::default(),
-            class_by_shape: FxHashMap::default(),
+            class_index: Arc::default(),
+            class_by_shape: Arc::default(),
             guided_classes: FxHashMap::default(),
-            pod_class: vec![None; pods.len()],
+            keys,
+            group_class: vec![None; keys.representative.len()],
             placed: vec![None; pods.len()],
             split_memo: FxHashMap::default(),
             repack_memo: FxHashMap::default(),
@@ -775,6 +857,65 @@ impl<'a> Solver<'a> {
             }
         }
         solver
+    }
+
+    /// Works out the class of every pod at its first relaxation (one pod of
+    /// each `PodKeys` group), so that the solves forked from this one share
+    /// them instead of each making its own.
+    fn classify(&mut self) {
+        for g in 0..self.keys.representative.len() {
+            let i = self.keys.representative[g] as usize;
+            let r = self.first_relaxation(i);
+            self.base_class(i, &r);
+        }
+    }
+
+    /// A solve of the same batch with `strategy`, from this one before it
+    /// placed anything: what depends only on the batch (topology groups and
+    /// counts of running pods, classes, interned requirements, compatible
+    /// types) is shared or copied, what a solve learns starts empty.
+    fn fork(&self, strategy: Strategy) -> Solver<'a> {
+        debug_assert!(self.claims.is_empty() && self.bindings.is_empty(), "forked after placing");
+        Solver {
+            pods: self.pods,
+            nodes: self.nodes,
+            options: self.options,
+            strategy,
+            pools: self.pools.clone(),
+            pool_order: self.pool_order.clone(),
+            node_state: self.node_state.clone(),
+            claims: Vec::new(),
+            by_pods: Vec::new(),
+            topology: self.topology.clone(),
+            classes: self.classes.iter().map(Class::forked).collect(),
+            class_index: self.class_index.clone(),
+            class_by_shape: self.class_by_shape.clone(),
+            guided_classes: FxHashMap::default(),
+            keys: self.keys,
+            group_class: self.group_class.clone(),
+            placed: vec![None; self.pods.len()],
+            split_memo: FxHashMap::default(),
+            repack_memo: FxHashMap::default(),
+            zone_scopes: self.zone_scopes.clone(),
+            req_index: self.req_index.clone(),
+            req_table: self.req_table.clone(),
+            joins: self.joins.clone(),
+            compat_index: self.compat_index.clone(),
+            compat_sets: self.compat_sets.clone(),
+            alone_prices: self.alone_prices.clone(),
+            alike: self.alike.iter().map(|_| Alike { cursor: 0, refused: FixedBitSet::new() }).collect(),
+            alike_index: self.alike_index.clone(),
+            targets: Vec::new(),
+            bound: None,
+            any_prefer_no_schedule: self.any_prefer_no_schedule,
+            bindings: Vec::new(),
+            admit_memo: Vec::new(),
+            topo_keys: self.topo_keys.clone(),
+            signatures: self.signatures.clone(),
+            budget: f64::INFINITY,
+            committed: 0.0,
+            splits: self.splits,
+        }
     }
 
     /// The plan, and the whole-pod bound on the pods it guided, if proven.
@@ -883,27 +1024,38 @@ impl<'a> Solver<'a> {
         let mut supplies: Vec<guide::Supply> = Vec::new();
         let mut supply_target: Vec<Target> = Vec::new();
         let mut supply_index: FxHashMap<(usize, usize, OfferingKey), usize> = FxHashMap::default();
+        // Per class, its demand (none when no pool can take it): pods of
+        // one class always share one.
+        let mut class_demand: FxHashMap<usize, Option<usize>> = FxHashMap::default();
         for i in 0..self.pods.len() {
             let r = self.first_relaxation(i);
             let k = self.class_for(i, &r, Guidance::Free);
+            if let Some(&g) = class_demand.get(&k) {
+                if let Some(g) = g {
+                    demands[g].count += 1;
+                    members[g].push(i);
+                }
+                continue;
+            }
             let Some(p) = self.pool_order.clone().into_iter().find(|&p| {
                 let cls = &self.classes[k];
-                cls.tolerates[p]
-                    && self.pools[p].input.pool.requirements.compatible(&cls.constraints.node, Undefined::WellKnownOnly).is_ok()
+                cls.shape.tolerates[p]
+                    && self.pools[p].input.pool.requirements.compatible(&cls.shape.constraints.node, Undefined::WellKnownOnly).is_ok()
                     && !self.compat(p, k).is_clear()
             }) else {
+                class_demand.insert(k, None);
                 continue;
             };
             let compat_id = self.compat_id(p, k);
             let cls = &self.classes[k];
-            let reqs = self.pools[p].input.pool.requirements.intersection(&cls.constraints.node);
+            let reqs = self.pools[p].input.pool.requirements.intersection(&cls.shape.constraints.node);
             let offering_key: OfferingKey = (reqs.get(labels::ZONE).cloned(), reqs.get(labels::CAPACITY_TYPE).cloned());
-            let key = (p, compat_id, cls.requests.clone(), offering_key.clone());
+            let key = (p, compat_id, cls.shape.requests.clone(), offering_key.clone());
             let g = match demand_index.get(&key) {
                 Some(&g) => g,
                 None => {
                     let ps = &self.pools[p];
-                    let requests = &cls.requests;
+                    let requests = &cls.shape.requests;
                     let mut open = Vec::new();
                     for t in self.compat_sets[compat_id].ones().filter(|&t| requests.fits_in(&ps.room[t])) {
                         let c = match supply_index.get(&(p, t, offering_key.clone())) {
@@ -924,6 +1076,7 @@ impl<'a> Solver<'a> {
                     demands.len() - 1
                 }
             };
+            class_demand.insert(k, Some(g));
             demands[g].count += 1;
             members[g].push(i);
         }
@@ -1025,7 +1178,7 @@ impl<'a> Solver<'a> {
                 // would scan every claim: on the W2 zonal mix that took three
                 // times as long, for a plan within 1 % of the same cost.
                 let base = self.base_class(i, &r);
-                let fill = self.classes[base].topo.is_empty().then_some(Guidance::Fill(target.0));
+                let fill = self.classes[base].shape.topo.is_empty().then_some(Guidance::Fill(target.0));
                 for guidance in fill.into_iter().chain([Guidance::To(target)]) {
                     let k = self.class_for(i, &r, guidance);
                     if self.place(i, k) {
@@ -1075,7 +1228,8 @@ impl<'a> Solver<'a> {
     /// per pod for its first relaxation, which most pods never leave.
     fn base_class(&mut self, i: usize, r: &Relaxation) -> usize {
         let first = *r == self.first_relaxation(i);
-        if first && let Some(k) = self.pod_class[i] {
+        let group = self.keys.of_pod[i] as usize;
+        if first && let Some(k) = self.group_class[group] {
             return k as usize;
         }
         let pod = &self.pods[i];
@@ -1091,7 +1245,7 @@ impl<'a> Solver<'a> {
             None => self.new_class(key),
         };
         if first {
-            self.pod_class[i] = Some(k as u32);
+            self.group_class[group] = Some(k as u32);
         }
         k
     }
@@ -1106,12 +1260,12 @@ impl<'a> Solver<'a> {
 
     fn new_class(&mut self, key: ClassKey) -> usize {
         let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
-        let shape = ShapeKey { constraints: key.constraints.clone(), requests: key.requests.clone(), ports: key.ports.clone(), topo };
-        if let Some(&k) = self.class_by_shape.get(&shape) {
-            self.class_index.insert(key, k);
+        let shape_key = ShapeKey { constraints: key.constraints.clone(), requests: key.requests.clone(), ports: key.ports.clone(), topo };
+        if let Some(&k) = self.class_by_shape.get(&shape_key) {
+            Arc::make_mut(&mut self.class_index).insert(key, k);
             return k;
         }
-        let topo = shape.topo.clone();
+        let topo = shape_key.topo.clone();
         let host_level = self.topology.host_level_only(&topo);
         let domain_only = !topo.is_empty() && self.topology.domain_only(&topo);
         let req_id = self.req_id(&key.constraints.node);
@@ -1137,7 +1291,7 @@ impl<'a> Solver<'a> {
             constraints.spread_scope = Some(scope);
         }
         let k = self.classes.len();
-        self.classes.push(Class {
+        let shape = Arc::new(Shape {
             constraints,
             requests: key.requests.clone(),
             ports: key.ports.clone(),
@@ -1146,6 +1300,9 @@ impl<'a> Solver<'a> {
             domain_only,
             req_id,
             tolerates,
+        });
+        self.classes.push(Class {
+            shape,
             claim_cursor: 0,
             refused_at: FxHashMap::default(),
             node_cursor: 0,
@@ -1157,8 +1314,8 @@ impl<'a> Solver<'a> {
             alike: u32::MAX,
         });
         self.set_alike(k);
-        self.class_index.insert(key, k);
-        self.class_by_shape.insert(shape, k);
+        Arc::make_mut(&mut self.class_index).insert(key, k);
+        Arc::make_mut(&mut self.class_by_shape).insert(shape_key, k);
         k
     }
 
@@ -1166,10 +1323,10 @@ impl<'a> Solver<'a> {
     fn set_alike(&mut self, k: usize) {
         let cls = &self.classes[k];
         let key = AlikeKey {
-            requests: cls.requests.clone(),
-            req_id: cls.req_id,
-            tolerates: cls.tolerates.clone(),
-            ports: cls.ports.clone(),
+            requests: cls.shape.requests.clone(),
+            req_id: cls.shape.req_id,
+            tolerates: cls.shape.tolerates.clone(),
+            ports: cls.shape.ports.clone(),
             guidance: cls.guidance,
         };
         let next = self.alike.len() as u32;
@@ -1298,7 +1455,7 @@ impl<'a> Solver<'a> {
     /// without topology any refusal depends only on the claim, and a stable
     /// one does whatever the topology counts.
     fn refuse_for_now(&mut self, k: usize, ci: usize, r: Refused) {
-        if self.classes[k].topo.is_empty() || r.stable {
+        if self.classes[k].shape.topo.is_empty() || r.stable {
             let pods = self.claims[ci].pods.len() as u32;
             self.classes[k].refused_at.insert(ci as u32, pods);
         }
@@ -1330,26 +1487,26 @@ impl<'a> Solver<'a> {
         let node = &self.nodes[n];
         let cls = &self.classes[k];
         let state = &self.node_state[n];
-        if node.unschedulable || !state.used.fits_with(&cls.requests, &node.allocatable) {
+        if node.unschedulable || !state.used.fits_with(&cls.shape.requests, &node.allocatable) {
             return Err(FINAL);
         }
-        if first_untolerated(&node.taints, &cls.constraints.tolerations, cls.constraints.ignore_prefer_no_schedule).is_some() {
+        if first_untolerated(&node.taints, &cls.shape.constraints.tolerations, cls.shape.constraints.ignore_prefer_no_schedule).is_some() {
             return Err(FINAL);
         }
-        if !labels_satisfy(&node.labels, &cls.constraints.node) || ports_conflict(&state.ports, &cls.ports) {
+        if !labels_satisfy(&node.labels, &cls.shape.constraints.node) || ports_conflict(&state.ports, &cls.shape.ports) {
             return Err(FINAL);
         }
         let cand = Candidate::Node { host: n as HostId, labels: &node.labels };
-        if !cls.topo.is_empty() {
+        if !cls.shape.topo.is_empty() {
             self.topology
-                .admit(&cls.topo, &cls.constraints, cand)
+                .admit(&cls.shape.topo, &cls.shape.constraints, cand)
                 .map_err(|r| Refused { permanent: r.permanent, stable: false, alike: false })?;
         }
         let state = &mut self.node_state[n];
-        state.used.add(&cls.requests);
-        state.ports.extend(cls.ports.iter().copied());
-        if !cls.topo.is_empty() {
-            self.topology.record(&cls.topo, cand);
+        state.used.add(&cls.shape.requests);
+        state.ports.extend(cls.shape.ports.iter().copied());
+        if !cls.shape.topo.is_empty() {
+            self.topology.record(&cls.shape.topo, cand);
         }
         self.bindings.push((i, node.name.clone()));
         Ok(())
@@ -1360,11 +1517,11 @@ impl<'a> Solver<'a> {
         if let Some(id) = self.classes[k].compat[pool] {
             return id as usize;
         }
-        let req_id = self.classes[k].req_id;
+        let req_id = self.classes[k].shape.req_id;
         let id = match self.compat_index.get(&(pool, req_id)) {
             Some(id) => *id,
             None => {
-                let node = &self.classes[k].constraints.node;
+                let node = &self.classes[k].shape.constraints.node;
                 let ps = &self.pools[pool];
                 let combined = ps.input.pool.requirements.intersection(node);
                 let mut set = FixedBitSet::with_capacity(ps.input.instance_types.len());
@@ -1400,7 +1557,7 @@ impl<'a> Solver<'a> {
             if !join.compatible {
                 return Err(FINAL_ALIKE);
             }
-            if ports_conflict(&c.ports, &cls.ports) {
+            if ports_conflict(&c.ports, &cls.shape.ports) {
                 return Err(FINAL_ALIKE);
             }
             let elsewhere = match cls.guidance {
@@ -1411,7 +1568,7 @@ impl<'a> Solver<'a> {
             if elsewhere {
                 return Err(FINAL_ALIKE);
             }
-            if c.target.is_some_and(|t| !c.used.fits_with(&cls.requests, &self.pools[c.pool].room[t as usize])) {
+            if c.target.is_some_and(|t| !c.used.fits_with(&cls.shape.requests, &self.pools[c.pool].room[t as usize])) {
                 return Err(FINAL_ALIKE);
             }
         }
@@ -1424,23 +1581,23 @@ impl<'a> Solver<'a> {
         let compat = &self.compat_sets[compat_id];
         let cls = &self.classes[k];
         let c = &self.claims[ci];
-        let extra = if cls.topo.is_empty() {
+        let extra = if cls.shape.topo.is_empty() {
             Requirements::new()
         } else {
             let cand = Candidate::Claim { host: c.host, requirements: &c.reqs };
-            let answer = if cls.domain_only {
+            let answer = if cls.shape.domain_only {
                 match self.admit_memo.iter().find(|(sig, _)| *sig == c.signature) {
                     Some((_, answer)) => answer.clone(),
                     None => {
-                        let answer = self.topology.admit(&cls.topo, &cls.constraints, cand);
+                        let answer = self.topology.admit(&cls.shape.topo, &cls.shape.constraints, cand);
                         self.admit_memo.push((c.signature, answer.clone()));
                         answer
                     }
                 }
             } else {
-                self.topology.admit(&cls.topo, &cls.constraints, cand)
+                self.topology.admit(&cls.shape.topo, &cls.shape.constraints, cand)
             };
-            answer.map_err(|r| Refused { permanent: r.permanent || cls.host_level, stable: false, alike: false })?
+            answer.map_err(|r| Refused { permanent: r.permanent || cls.shape.host_level, stable: false, alike: false })?
         };
         // Most joins add nothing the claim does not already require.
         let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
@@ -1449,17 +1606,17 @@ impl<'a> Solver<'a> {
         // pod is admitted: until then offerings need only its zones and
         // capacity types, and minValues (rare) the whole of it.
         let joined = || {
-            let mut r = c.reqs.intersection(&cls.constraints.node);
+            let mut r = c.reqs.intersection(&cls.shape.constraints.node);
             r.add_all(&extra);
             r
         };
         let min_values = |r: &Requirements| r.iter().any(|(_, r)| r.min_values.is_some());
-        let full = (adds && (min_values(&c.reqs) || min_values(&cls.constraints.node) || min_values(&extra))).then(joined);
+        let full = (adds && (min_values(&c.reqs) || min_values(&cls.shape.constraints.node) || min_values(&extra))).then(joined);
         let offering_join = adds.then(|| match &full {
             Some(full) => offering_keys(full),
             None => {
                 let mut r = offering_keys(&c.reqs);
-                r.add_all(&offering_keys(&cls.constraints.node));
+                r.add_all(&offering_keys(&cls.shape.constraints.node));
                 r.add_all(&offering_keys(&extra));
                 r
             }
@@ -1479,10 +1636,10 @@ impl<'a> Solver<'a> {
         // A target not offered under the join: refused before any copy.
         let target_lost = |t: u32| !compat.contains(t as usize) || offered_types.is_some_and(|set| !ps.offered_sets[set].contains(t as usize));
         if c.target.is_some_and(target_lost) {
-            return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false, alike: extra.is_empty() });
+            return Err(Refused { permanent: extra.is_empty() || cls.shape.host_level, stable: false, alike: extra.is_empty() });
         }
         let mut need = c.used.clone();
-        need.add(&cls.requests);
+        need.add(&cls.shape.requests);
         // The claim's types that the pod admits, that still hold the pods
         // and are offered (one copy: this runs for every claim tried). A
         // guided claim holds its target (checked above), prices by it and
@@ -1515,7 +1672,7 @@ impl<'a> Solver<'a> {
         let off_target = c.target.is_some_and(|t| !kept.contains(t as usize));
         if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
             // Only a topology decision (a pinned zone) can make this transient.
-            return Err(Refused { permanent: extra.is_empty() || cls.host_level, stable: false, alike: extra.is_empty() });
+            return Err(Refused { permanent: extra.is_empty() || cls.shape.host_level, stable: false, alike: extra.is_empty() });
         }
         // Types dropped may have held the most room: taken again when needed.
         let room_stale = c.room_stale || kept.count_ones(..) != c.types.count_ones(..);
@@ -1559,7 +1716,7 @@ impl<'a> Solver<'a> {
             capacity
         };
         let new_reqs = adds.then(|| full.unwrap_or_else(joined));
-        let ports = cls.ports.clone();
+        let ports = cls.shape.ports.clone();
         let host = c.host;
         let old_pods = c.pods.len();
         let old_capacity = c.max_capacity.clone();
@@ -1591,9 +1748,9 @@ impl<'a> Solver<'a> {
             self.move_bucket(ci, old_pods, old_pods + 1);
         }
         let cls = &self.classes[k];
-        if !cls.topo.is_empty() {
+        if !cls.shape.topo.is_empty() {
             let c = &self.claims[ci];
-            self.topology.record(&cls.topo, Candidate::Claim { host, requirements: &c.reqs });
+            self.topology.record(&cls.shape.topo, Candidate::Claim { host, requirements: &c.reqs });
         }
         Ok(())
     }
@@ -1603,7 +1760,7 @@ impl<'a> Solver<'a> {
     fn fits_max_room(&mut self, k: usize, ci: usize) -> bool {
         let cls = &self.classes[k];
         let c = &self.claims[ci];
-        if !cls.tolerates[c.pool] || !c.used.fits_with(&cls.requests, &c.max_room) {
+        if !cls.shape.tolerates[c.pool] || !c.used.fits_with(&cls.shape.requests, &c.max_room) {
             return false;
         }
         if !c.room_stale {
@@ -1617,7 +1774,7 @@ impl<'a> Solver<'a> {
         let c = &mut self.claims[ci];
         c.max_room = max_room;
         c.room_stale = false;
-        c.used.fits_with(&cls.requests, &c.max_room)
+        c.used.fits_with(&cls.shape.requests, &c.max_room)
     }
 
     /// The price of the cheapest node of `pool` that holds one pod of class
@@ -1625,15 +1782,15 @@ impl<'a> Solver<'a> {
     /// requirements (`compat_id` stands for the pool and the requirements).
     fn alone_price(&mut self, pool: usize, compat_id: usize, k: usize) -> f64 {
         let cls = &self.classes[k];
-        let key = (compat_id as u32, cls.requests.clone());
+        let key = (compat_id as u32, cls.shape.requests.clone());
         if let Some(&price) = self.alone_prices.get(&key) {
             return price;
         }
         let ps = &self.pools[pool];
-        let reqs = ps.input.pool.requirements.intersection(&cls.constraints.node);
+        let reqs = ps.input.pool.requirements.intersection(&cls.shape.constraints.node);
         let compat = &self.compat_sets[compat_id];
         let mut fits = compat.clone();
-        for t in compat.ones().filter(|&t| !cls.requests.fits_in(&ps.room[t])) {
+        for t in compat.ones().filter(|&t| !cls.shape.requests.fits_in(&ps.room[t])) {
             fits.set(t, false);
         }
         let price = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
@@ -1665,8 +1822,8 @@ impl<'a> Solver<'a> {
     /// asked at every join, answered once per pair of requirements.
     fn join(&mut self, ci: usize, k: usize) -> Join {
         let (c, cls) = (&self.claims[ci], &self.classes[k]);
-        *self.joins.entry((c.req_id, cls.req_id)).or_insert_with(|| {
-            let node = &cls.constraints.node;
+        *self.joins.entry((c.req_id, cls.shape.req_id)).or_insert_with(|| {
+            let node = &cls.shape.constraints.node;
             Join {
                 compatible: node.is_empty() || c.reqs.compatible(node, Undefined::WellKnownOnly).is_ok(),
                 implied: node.iter().all(|(key, r)| c.reqs.get(key) == Some(r)),
@@ -1707,11 +1864,11 @@ impl<'a> Solver<'a> {
             Guidance::To(target) => Some(target),
             Guidance::Free => None,
         };
-        if !self.classes[k].tolerates[p] || target.is_some_and(|(tp, _)| tp as usize != p) {
+        if !self.classes[k].shape.tolerates[p] || target.is_some_and(|(tp, _)| tp as usize != p) {
             return false;
         }
         let ps = &self.pools[p];
-        if ps.input.pool.requirements.compatible(&self.classes[k].constraints.node, Undefined::WellKnownOnly).is_err() {
+        if ps.input.pool.requirements.compatible(&self.classes[k].shape.constraints.node, Undefined::WellKnownOnly).is_err() {
             return false;
         }
         let generation = self.pools[p].generation;
@@ -1852,14 +2009,14 @@ impl<'a> Solver<'a> {
         let ps = &self.pools[p];
         let name = &ps.input.pool.name;
         let cls = &self.classes[k];
-        if let Some(t) = first_untolerated(&ps.input.pool.taints, &cls.constraints.tolerations, true) {
+        if let Some(t) = first_untolerated(&ps.input.pool.taints, &cls.shape.constraints.tolerations, true) {
             return format!("did not tolerate taint {t} of NodePool {name}");
         }
-        if let Err(e) = ps.input.pool.requirements.compatible(&cls.constraints.node, Undefined::WellKnownOnly) {
+        if let Err(e) = ps.input.pool.requirements.compatible(&cls.shape.constraints.node, Undefined::WellKnownOnly) {
             return format!("incompatible with NodePool {name}: {e}");
         }
-        let combined = ps.input.pool.requirements.intersection(&cls.constraints.node);
-        let wanted = cls.constraints.node.summary_or(&combined);
+        let combined = ps.input.pool.requirements.intersection(&cls.shape.constraints.node);
+        let wanted = cls.shape.constraints.node.summary_or(&combined);
         if compat.is_clear() {
             let any_type = ps.input.instance_types.iter().any(|t| t.requirements.intersects(&combined));
             return if any_type {
@@ -1868,7 +2025,7 @@ impl<'a> Solver<'a> {
                 format!("no instance type satisfies {wanted} in NodePool {name}")
             };
         }
-        let requests = &cls.requests;
+        let requests = &cls.shape.requests;
         let fitting: Vec<usize> = compat.ones().filter(|&t| requests.fits_in(&ps.room[t])).collect();
         if fitting.is_empty() {
             let largest = compat.ones().map(|t| &ps.room[t]).max_by_key(|r| (r.cpu_millis, r.memory_bytes));
@@ -1899,10 +2056,10 @@ impl<'a> Solver<'a> {
                 return format!("NodePool {name} limit {res} {shown} reached");
             }
         }
-        if !cls.topo.is_empty() {
+        if !cls.shape.topo.is_empty() {
             let host = (self.nodes.len() + self.claims.len()) as HostId;
             let cand = Candidate::Claim { host, requirements: &ps.input.pool.requirements };
-            if let Err(t) = self.topology.admit(&cls.topo, &cls.constraints, cand) {
+            if let Err(t) = self.topology.admit(&cls.shape.topo, &cls.shape.constraints, cand) {
                 return format!("would violate {} in NodePool {name}", self.topology.describe(&t));
             }
         }
@@ -2256,7 +2413,8 @@ mod tests {
                         w2::pods(300, mix, seed, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
                     let options = SolveOptions::default();
                     let splits = guide::SplitMemo::default();
-                    let solver = || Solver::new(&pods, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
+                    let keys = PodKeys::new(&pods);
+                    let solver = || Solver::new(&pods, &keys, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
                     let plan = solver().run_with_bound().0;
                     let cost = plan.cost_per_hour();
                     let within = solver().run_within(cost).unwrap_or_else(|| panic!("{} seed {seed}: abandoned at its own cost", mix.name()));

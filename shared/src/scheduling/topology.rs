@@ -157,7 +157,7 @@ pub struct TopologyReject {
     pub permanent: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Topology {
     groups: Vec<Group>,
     index: FxHashMap<GroupKey, GroupId>,

@@ -54,7 +54,7 @@ impl Solver<'_> {
     fn movable(&self, ci: usize) -> bool {
         let c = &self.claims[ci];
         !c.pods.is_empty()
-            && c.pods.iter().all(|&i| self.placed[i].is_some_and(|k| self.classes[k as usize].topo.is_empty()))
+            && c.pods.iter().all(|&i| self.placed[i].is_some_and(|k| self.classes[k as usize].shape.topo.is_empty()))
     }
 
     /// What the claim launches at: its cheapest type under its requirements.
