@@ -279,7 +279,7 @@ pub fn solve(
     let solver = |strategy| prototype.fork(strategy);
     let run_with_bound = |strategy| solver(strategy).run_with_bound();
     let run = |strategy| run_with_bound(strategy).0;
-    match options.strategy {
+    let outcome = match options.strategy {
         Strategy::Best => {
             // Pods in spreads or (anti-)affinity go where their groups let
             // them, not where the pattern program packs them: where they
@@ -293,7 +293,7 @@ pub fn solve(
                 // The whole-pod plan within a hair of its proven bound is
                 // kept without the fluid guide's solve (as dear as this one
                 // again); else both are tried.
-                let close = bound.is_some_and(|bound| patterns.cost_per_hour() <= bound * (1.0 + CLOSE_TO_BOUND));
+                let close = bound.is_some_and(|bound| patterns.cost <= bound * (1.0 + CLOSE_TO_BOUND));
                 if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) }
             };
             // Karpenter's plan can only win by scheduling more pods or
@@ -301,7 +301,7 @@ pub fn solve(
             // costs more.
             let karpenter = solver(Strategy::Karpenter);
             let best = if guided.unschedulable.is_empty() {
-                match karpenter.run_within(guided.cost_per_hour()) {
+                match karpenter.run_within(guided.cost) {
                     Some(karpenter) => better(guided, karpenter),
                     None => guided,
                 }
@@ -311,15 +311,62 @@ pub fn solve(
             if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
         }
         strategy => run(strategy),
-    }
+    };
+    outcome.finish()
 }
 
 
-/// The plan that schedules more pods, then costs less, then has fewer
+/// The outcome that schedules more pods, then costs less, then has fewer
 /// claims; `a` on a tie.
-fn better(a: Plan, b: Plan) -> Plan {
-    let key = |p: &Plan| (p.scheduled(), -p.cost_per_hour(), -(p.claims.len() as i64));
+fn better<'a>(a: Outcome<'a>, b: Outcome<'a>) -> Outcome<'a> {
+    let key = |o: &Outcome| (o.scheduled(), -o.cost, -(o.claims.len() as i64));
     if key(&b) > key(&a) { b } else { a }
+}
+
+/// A solve's plan before its claims are turned into launch requests:
+/// enough to compare with another strategy's. Only the one kept is
+/// finished (thousands of claims × 60 launch options).
+struct Outcome<'a> {
+    pools: Vec<PoolState<'a>>,
+    options: &'a SolveOptions,
+    claims: Vec<Claim>,
+    bindings: Vec<(usize, String)>,
+    unschedulable: Vec<(usize, String)>,
+    /// What the finished plan's `cost_per_hour` will be: per claim, the
+    /// price of its cheapest type (its first launch option).
+    cost: f64,
+}
+
+impl Outcome<'_> {
+    fn scheduled(&self) -> usize {
+        self.bindings.len() + self.claims.iter().map(|c| c.pods.len()).sum::<usize>()
+    }
+
+    fn finish(mut self) -> Plan {
+        let claims = std::mem::take(&mut self.claims);
+        let claims = claims.into_iter().map(|c| self.launch_request(c)).collect();
+        Plan { bindings: self.bindings, claims, unschedulable: self.unschedulable }
+    }
+
+    /// Turns a claim into its launch request: types cheapest first, at most
+    /// `max_instance_types`, keeping `minValues` satisfied.
+    fn launch_request(&self, c: Claim) -> NewClaim {
+        let ps = &self.pools[c.pool];
+        // minValues may reach past the first options for a missing value.
+        let first = c.reqs.iter().all(|(_, r)| r.min_values.is_none()).then_some(self.options.max_instance_types);
+        let cheapest = ps.priced_types(&c.types, &c.reqs, first);
+        let types = &ps.input.instance_types;
+        let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
+        let options = kept
+            .into_iter()
+            .map(|(price, t, oi)| {
+                let (zone, capacity_type) = ps.names.offering(t, oi);
+                LaunchOption { instance_type: ps.names.types[t].clone(), zone, capacity_type, price }
+            })
+            .collect();
+        NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
+    }
+
 }
 
 /// What decides where a class's pods may go. Fixed for a batch: built
@@ -919,7 +966,7 @@ impl<'a> Solver<'a> {
     }
 
     /// The plan, and the whole-pod bound on the pods it guided, if proven.
-    fn run_with_bound(mut self) -> (Plan, Option<f64>) {
+    fn run_with_bound(mut self) -> (Outcome<'a>, Option<f64>) {
         let failed = self.place_all();
         let bound = self.bound;
         (self.conclude(failed), bound)
@@ -930,7 +977,7 @@ impl<'a> Solver<'a> {
     /// price only rises as pods join it (its types and offerings only
     /// narrow) and nothing is repaired after, so what the claims cost so
     /// far is a lower bound of what the plan will cost.
-    fn run_within(mut self, budget: f64) -> Option<Plan> {
+    fn run_within(mut self, budget: f64) -> Option<Outcome<'a>> {
         debug_assert_eq!(self.strategy, Strategy::Karpenter);
         self.budget = budget;
         let failed = self.place_all();
@@ -942,12 +989,12 @@ impl<'a> Solver<'a> {
         self.committed > self.budget + 1e-6
     }
 
-    fn conclude(mut self, failed: Vec<usize>) -> Plan {
+    fn conclude(mut self, failed: Vec<usize>) -> Outcome<'a> {
         self.settle_types();
         if self.strategy != Strategy::Karpenter {
             self.split_claims();
         }
-        self.into_plan(failed)
+        self.into_outcome(failed)
     }
 
     /// Places every pod it can; returns those it could not.
@@ -1004,11 +1051,18 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn into_plan(mut self, failed: Vec<usize>) -> Plan {
+    fn into_outcome(mut self, failed: Vec<usize>) -> Outcome<'a> {
         let unschedulable = failed.iter().map(|&i| (i, self.diagnose(i))).collect();
-        let claims = std::mem::take(&mut self.claims);
-        let claims = claims.into_iter().map(|c| self.finish(c)).collect();
-        Plan { bindings: self.bindings, claims, unschedulable }
+        // What each claim launches at: the price of its first option once finished.
+        let cost = self.claims.iter().map(|c| self.pools[c.pool].cheapest_in(&c.types, &c.reqs).map_or(0.0, |(p, _)| p)).sum();
+        Outcome {
+            pools: std::mem::take(&mut self.pools),
+            options: self.options,
+            claims: std::mem::take(&mut self.claims),
+            bindings: std::mem::take(&mut self.bindings),
+            unschedulable,
+            cost,
+        }
     }
 
     /// The type each pod is guided to: pods are grouped by the first pool
@@ -1963,25 +2017,6 @@ impl<'a> Solver<'a> {
         (!types.is_clear()).then_some(types)
     }
 
-    /// Turns a claim into its launch request: types cheapest first, at most
-    /// `max_instance_types`, keeping `minValues` satisfied.
-    fn finish(&self, c: Claim) -> NewClaim {
-        let ps = &self.pools[c.pool];
-        // minValues may reach past the first options for a missing value.
-        let first = c.reqs.iter().all(|(_, r)| r.min_values.is_none()).then_some(self.options.max_instance_types);
-        let cheapest = ps.priced_types(&c.types, &c.reqs, first);
-        let types = &ps.input.instance_types;
-        let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
-        let options = kept
-            .into_iter()
-            .map(|(price, t, oi)| {
-                let (zone, capacity_type) = ps.names.offering(t, oi);
-                LaunchOption { instance_type: ps.names.types[t].clone(), zone, capacity_type, price }
-            })
-            .collect();
-        NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
-    }
-
     /// Why a pod fits nowhere, in words a Karpenter user recognises.
     fn diagnose(&mut self, i: usize) -> String {
         let pod = &self.pods[i];
@@ -2415,9 +2450,10 @@ mod tests {
                     let splits = guide::SplitMemo::default();
                     let keys = PodKeys::new(&pods);
                     let solver = || Solver::new(&pods, &keys, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
-                    let plan = solver().run_with_bound().0;
+                    let plan = solver().run_with_bound().0.finish();
                     let cost = plan.cost_per_hour();
-                    let within = solver().run_within(cost).unwrap_or_else(|| panic!("{} seed {seed}: abandoned at its own cost", mix.name()));
+                    let within =
+                        solver().run_within(cost).unwrap_or_else(|| panic!("{} seed {seed}: abandoned at its own cost", mix.name())).finish();
                     assert_eq!(within.claims.len(), plan.claims.len());
                     assert!(within.claims.iter().zip(&plan.claims).all(|(a, b)| a.pods == b.pods && a.options == b.options));
                     assert!(solver().run_within(cost * 0.99 - 1e-3).is_none(), "{} seed {seed}: not stopped under its cost", mix.name());
