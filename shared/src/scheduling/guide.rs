@@ -69,6 +69,18 @@ impl SplitMemo {
 /// demand's count. `None` when the program has no solution (a demand with
 /// no supply) or the solver fails.
 pub fn split(demands: &[Demand], supplies: &[Supply]) -> Option<Split> {
+    let (_, shares) = solve(demands, supplies)?;
+    Some(demands.iter().zip(shares).map(|(d, row)| round(d.count, row.into_iter())).collect())
+}
+
+/// The program's optimum: what the fluid pods cost at least, so no plan of
+/// whole pods costs less. (A rounded split's `cost` may be a little more.)
+pub fn optimum(demands: &[Demand], supplies: &[Supply]) -> Option<f64> {
+    solve(demands, supplies).map(|(optimum, _)| optimum)
+}
+
+/// The program's optimum and, per demand, the fractional pods each supply takes.
+fn solve(demands: &[Demand], supplies: &[Supply]) -> Option<(f64, Vec<Vec<(usize, f64)>>)> {
     if demands.iter().any(|d| d.count > 0 && d.supplies.is_empty()) {
         return None;
     }
@@ -114,7 +126,8 @@ pub fn split(demands: &[Demand], supplies: &[Supply]) -> Option<Split> {
         Ok(SolveOutcome::Solution(s)) => s,
         _ => return None,
     };
-    Some(demands.iter().zip(&vars).map(|(d, row)| round(d.count, row.iter().map(|(c, v)| (*c, solution.var_value(*v))))).collect())
+    let shares = vars.iter().map(|row| row.iter().map(|(c, v)| (*c, solution.var_value(*v))).collect()).collect();
+    Some((solution.objective(), shares))
 }
 
 /// What a split costs in fractional nodes: per supply, its price times
