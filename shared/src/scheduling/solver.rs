@@ -79,6 +79,7 @@ use crate::config::NodePool;
 use crate::resources::{self, Resources};
 
 mod repair;
+mod room_index;
 
 /// The most instance types one claim offers CreateFleet.
 pub const MAX_INSTANCE_TYPES: usize = 60;
@@ -526,6 +527,8 @@ struct PoolState<'a> {
     input: &'a PoolInput,
     /// Allocatable minus the DaemonSet pods that would run there, per type.
     room: Vec<Resources>,
+    /// The types by their room: which hold a request (shared by forks).
+    room_index: Arc<room_index::RoomIndex>,
     /// Types that the template allows, with an available offering and room.
     base: FixedBitSet,
     /// Σ over this solve's claims of the per-resource max capacity of their types.
@@ -1028,26 +1031,16 @@ impl<'a> Solver<'a> {
     }
 
     /// Drops from each claim that `settles_late` the types that cannot hold
-    /// its pods (`try_claim` leaves that to now), and takes its maxima again.
+    /// its pods (`try_claim` leaves that to now). Its most room is then
+    /// stale, and no one reads it after placement; nor its capacity, which
+    /// only limits read (such claims are in pools without).
     fn settle_types(&mut self) {
         for c in &mut self.claims {
             let ps = &self.pools[c.pool];
-            if !settles_late(ps, c.target, &c.reqs) {
-                continue;
+            if settles_late(ps, c.target, &c.reqs) {
+                ps.room_index.keep_holding(&c.used, &mut c.types, &ps.room);
+                c.room_stale = true;
             }
-            let mut room = Resources::default();
-            let mut capacity = Resources::default();
-            for t in c.types.clone().ones() {
-                if c.used.fits_in(&ps.room[t]) {
-                    room.max_each(&ps.room[t]);
-                    capacity.max_each(&ps.input.instance_types[t].capacity);
-                } else {
-                    c.types.set(t, false);
-                }
-            }
-            c.max_room = room;
-            c.room_stale = false;
-            c.max_capacity = capacity;
         }
     }
 
@@ -1711,15 +1704,12 @@ impl<'a> Solver<'a> {
             offered_types.is_none()
                 && offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], offering_reqs))
         };
-        if deferred {
-            kept.intersect_with(compat);
-            if offered_types.is_none() && offered.is_some() {
-                for t in c.types.ones().filter(|&t| not_offered(t)) {
-                    kept.set(t, false);
-                }
-            }
-        } else {
-            for t in c.types.ones().filter(|&t| !compat.contains(t) || !need.fits_in(&ps.room[t]) || not_offered(t)) {
+        kept.intersect_with(compat);
+        if !deferred {
+            ps.room_index.keep_holding(&need, &mut kept, &ps.room);
+        }
+        if offered_types.is_none() && offered.is_some() {
+            for t in c.types.ones().filter(|&t| not_offered(t)) {
                 kept.set(t, false);
             }
         }
@@ -1844,9 +1834,7 @@ impl<'a> Solver<'a> {
         let reqs = ps.input.pool.requirements.intersection(&cls.shape.constraints.node);
         let compat = &self.compat_sets[compat_id];
         let mut fits = compat.clone();
-        for t in compat.ones().filter(|&t| !cls.shape.requests.fits_in(&ps.room[t])) {
-            fits.set(t, false);
-        }
+        ps.room_index.keep_holding(&cls.shape.requests, &mut fits, &ps.room);
         let price = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
         self.alone_prices.insert(key, price);
         price
@@ -2241,6 +2229,7 @@ impl<'a> PoolState<'a> {
         by_price.sort_by(|a, b| floor_price[*a].total_cmp(&floor_price[*b]).then_with(|| a.cmp(b)));
         PoolState {
             input,
+            room_index: Arc::new(room_index::RoomIndex::new(&room)),
             room,
             base,
             reserved: Resources::default(),

@@ -1,0 +1,113 @@
+//! Which instance types have room for a request, as bitset intersections.
+//!
+//! Per resource the pool's types are ordered by their room, and for each
+//! position the set of types with at least that much is kept, so "the
+//! types that still hold these pods" is three intersections (CPU, memory,
+//! pods) instead of a fits check per type: a guided claim on the whole
+//! catalog keeps a thousand types, and every claim is checked again at the
+//! end of placement.
+
+use fixedbitset::FixedBitSet;
+
+use crate::resources::Resources;
+
+/// For one resource: the types with at least a given room.
+#[derive(Debug)]
+struct Thresholds {
+    /// Every type's room, ascending.
+    values: Vec<i64>,
+    /// `at_least[k]`: the types whose room is at least `values[k]`;
+    /// `at_least[values.len()]` is empty.
+    at_least: Vec<FixedBitSet>,
+}
+
+impl Thresholds {
+    fn new(room: &[Resources], value: impl Fn(&Resources) -> i64) -> Self {
+        let mut order: Vec<usize> = (0..room.len()).collect();
+        order.sort_by_key(|&t| value(&room[t]));
+        let values: Vec<i64> = order.iter().map(|&t| value(&room[t])).collect();
+        let mut at_least = vec![FixedBitSet::with_capacity(room.len())];
+        for &t in order.iter().rev() {
+            let mut set = at_least[at_least.len() - 1].clone();
+            set.insert(t);
+            at_least.push(set);
+        }
+        at_least.reverse();
+        Thresholds { values, at_least }
+    }
+
+    /// The types whose room is at least `need`.
+    fn holding(&self, need: i64) -> &FixedBitSet {
+        &self.at_least[self.values.partition_point(|&v| v < need)]
+    }
+}
+
+/// A pool's types by their room (allocatable less DaemonSets).
+#[derive(Debug)]
+pub(super) struct RoomIndex {
+    cpu: Thresholds,
+    memory: Thresholds,
+    pods: Thresholds,
+}
+
+impl RoomIndex {
+    pub(super) fn new(room: &[Resources]) -> Self {
+        RoomIndex {
+            cpu: Thresholds::new(room, |r| r.cpu_millis),
+            memory: Thresholds::new(room, |r| r.memory_bytes),
+            pods: Thresholds::new(room, |r| r.pods),
+        }
+    }
+
+    /// Keeps in `types` those whose room holds `need` (`Resources::fits_in`).
+    /// Ephemeral storage and extended resources, rarely requested, are
+    /// checked type by type among those left.
+    pub(super) fn keep_holding(&self, need: &Resources, types: &mut FixedBitSet, room: &[Resources]) {
+        types.intersect_with(self.cpu.holding(need.cpu_millis));
+        types.intersect_with(self.memory.holding(need.memory_bytes));
+        types.intersect_with(self.pods.holding(need.pods));
+        if need.ephemeral_bytes != 0 || !need.extended.is_empty() {
+            let short: Vec<usize> = types.ones().filter(|&t| !need.fits_in(&room[t])).collect();
+            for t in short {
+                types.set(t, false);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn resources() -> impl Strategy<Value = Resources> {
+        (0i64..8, 0i64..8, 0i64..4, 0i64..3, proptest::option::of(0i64..3)).prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
+            let mut r = Resources::new(cpu * 500, memory << 30, pods);
+            r.ephemeral_bytes = ephemeral << 30;
+            if let Some(gpu) = gpu.filter(|&g| g > 0) {
+                r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
+            }
+            r
+        })
+    }
+
+    proptest! {
+        /// The index keeps exactly the types a fits check per type keeps,
+        /// ties and ephemeral storage (0 = not modelled) included.
+        #[test]
+        fn keeps_exactly_the_types_that_fit(
+            room in proptest::collection::vec(resources(), 0..40),
+            need in resources(),
+            start in proptest::collection::vec(any::<bool>(), 40),
+        ) {
+            let index = RoomIndex::new(&room);
+            let mut types = FixedBitSet::with_capacity(room.len());
+            for t in 0..room.len() {
+                types.set(t, start[t]);
+            }
+            let expected: Vec<usize> = types.ones().filter(|&t| need.fits_in(&room[t])).collect();
+            index.keep_holding(&need, &mut types, &room);
+            prop_assert_eq!(types.ones().collect::<Vec<_>>(), expected);
+        }
+    }
+}
