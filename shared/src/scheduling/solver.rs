@@ -1452,15 +1452,20 @@ impl<'a> Solver<'a> {
             let mut ci = self.classes[k].claim_cursor.max(self.alike[a].cursor);
             self.classes[k].claim_cursor = ci;
             while ci < self.claims.len() {
-                let alike_refused = self.alike[a].refused.contains(ci);
-                if alike_refused || self.classes[k].refused.contains(ci) {
-                    if alike_refused && self.alike[a].cursor == ci {
-                        self.alike[a].cursor = ci + 1;
+                // Claims refused for good are skipped a word at a time: a pod
+                // in a spread of its own may have thousands behind it.
+                let free = next_unrefused(&self.alike[a].refused, &self.classes[k].refused, ci, self.claims.len());
+                if free > ci {
+                    if self.alike[a].cursor == ci {
+                        self.alike[a].cursor = next_unrefused(&self.alike[a].refused, &FixedBitSet::new(), ci, free);
                     }
                     if advancing {
-                        self.classes[k].claim_cursor = ci + 1;
+                        self.classes[k].claim_cursor = free;
                     }
-                } else if self.refused_for_now(k, ci) {
+                    ci = free;
+                    continue;
+                }
+                if self.refused_for_now(k, ci) {
                     advancing = false;
                 } else {
                     match self.try_claim(i, k, ci) {
@@ -1810,11 +1815,8 @@ impl<'a> Solver<'a> {
         if !c.room_stale {
             return true;
         }
-        let room = &self.pools[c.pool].room;
-        let mut max_room = Resources::default();
-        for t in c.types.ones() {
-            max_room.max_each(&room[t]);
-        }
+        let ps = &self.pools[c.pool];
+        let max_room = ps.room_index.max_room(&c.types, &ps.room);
         let c = &mut self.claims[ci];
         c.max_room = max_room;
         c.room_stale = false;
@@ -1928,15 +1930,13 @@ impl<'a> Solver<'a> {
             return false;
         }
         let ps = &self.pools[p];
-        let mut max_room = Resources::default();
-        let mut max_capacity = Resources::default();
-        for t in types.ones() {
-            max_room.max_each(&ps.room[t]);
-            max_capacity.max_each(&ps.input.instance_types[t].capacity);
-        }
-        if !ps.input.pool.limits.is_empty() {
-            max_capacity = ps.launch_capacity(&types, &ps.input.pool.requirements, self.options.max_instance_types);
-        }
+        let max_room = ps.room_index.max_room(&types, &ps.room);
+        // Only limits read what a claim reserves.
+        let max_capacity = if ps.input.pool.limits.is_empty() {
+            Resources::default()
+        } else {
+            ps.launch_capacity(&types, &ps.input.pool.requirements, self.options.max_instance_types)
+        };
         let ci = self.claims.len();
         let input = self.pools[p].input;
         let signature = self.signature(&input.pool.requirements);
@@ -2325,6 +2325,25 @@ fn settles_late(ps: &PoolState, target: Option<u32>, reqs: &Requirements) -> boo
 fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
     let (ra, rb) = (&pods[a].requests, &pods[b].requests);
     rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
+}
+
+/// The first index in `from..end` in neither set (`end` when none), a word
+/// at a time.
+fn next_unrefused(a: &FixedBitSet, b: &FixedBitSet, from: usize, end: usize) -> usize {
+    let (a, b) = (a.as_slice(), b.as_slice());
+    let bits = usize::BITS as usize;
+    let mut word = from / bits;
+    let mut mask = usize::MAX << (from % bits);
+    while word * bits < end {
+        let refused = a.get(word).copied().unwrap_or(0) | b.get(word).copied().unwrap_or(0);
+        let free = !refused & mask;
+        if free != 0 {
+            return (word * bits + free.trailing_zeros() as usize).min(end);
+        }
+        word += 1;
+        mask = usize::MAX;
+    }
+    end
 }
 
 /// Only the zone and capacity-type requirements: all that offerings depend on.

@@ -3,9 +3,10 @@
 //! Per resource the pool's types are ordered by their room, and for each
 //! position the set of types with at least that much is kept, so "the
 //! types that still hold these pods" is three intersections (CPU, memory,
-//! pods) instead of a fits check per type: a guided claim on the whole
-//! catalog keeps a thousand types, and every claim is checked again at the
-//! end of placement.
+//! pods) instead of a fits check per type, and "the most room any of these
+//! types has" is found from the roomiest type down: a guided claim on the
+//! whole catalog keeps a thousand types, and every claim is checked again
+//! at the end of placement.
 
 use fixedbitset::FixedBitSet;
 
@@ -14,7 +15,8 @@ use crate::resources::Resources;
 /// For one resource: the types with at least a given room.
 #[derive(Debug)]
 struct Thresholds {
-    /// Every type's room, ascending.
+    /// The types by their room, ascending, and that room.
+    order: Vec<usize>,
     values: Vec<i64>,
     /// `at_least[k]`: the types whose room is at least `values[k]`;
     /// `at_least[values.len()]` is empty.
@@ -33,7 +35,12 @@ impl Thresholds {
             at_least.push(set);
         }
         at_least.reverse();
-        Thresholds { values, at_least }
+        Thresholds { order, values, at_least }
+    }
+
+    /// The most room any of `types` has (0 for none).
+    fn max_in(&self, types: &FixedBitSet) -> i64 {
+        self.order.iter().rev().position(|&t| types.contains(t)).map_or(0, |k| self.values[self.values.len() - 1 - k])
     }
 
     /// The types whose room is at least `need`.
@@ -48,6 +55,9 @@ pub(super) struct RoomIndex {
     cpu: Thresholds,
     memory: Thresholds,
     pods: Thresholds,
+    ephemeral: Thresholds,
+    /// The types with extended resources (GPUs, accelerators): few.
+    with_extended: FixedBitSet,
 }
 
 impl RoomIndex {
@@ -56,7 +66,26 @@ impl RoomIndex {
             cpu: Thresholds::new(room, |r| r.cpu_millis),
             memory: Thresholds::new(room, |r| r.memory_bytes),
             pods: Thresholds::new(room, |r| r.pods),
+            ephemeral: Thresholds::new(room, |r| r.ephemeral_bytes),
+            with_extended: room.iter().enumerate().filter(|(_, r)| !r.extended.is_empty()).map(|(t, _)| t).collect(),
         }
+    }
+
+    /// Per resource, the most room any of `types` has (what
+    /// `Resources::max_each` over their rooms gives).
+    pub(super) fn max_room(&self, types: &FixedBitSet, room: &[Resources]) -> Resources {
+        let mut max = Resources::new(self.cpu.max_in(types), self.memory.max_in(types), self.pods.max_in(types));
+        max.ephemeral_bytes = self.ephemeral.max_in(types);
+        if !self.with_extended.is_disjoint(types) {
+            for t in self.with_extended.intersection(types) {
+                for (name, v) in &room[t].extended {
+                    if *v > max.extended(name) {
+                        max.set_extended(name, *v);
+                    }
+                }
+            }
+        }
+        max
     }
 
     /// Keeps in `types` those whose room holds `need` (`Resources::fits_in`).
@@ -108,6 +137,22 @@ mod tests {
             let expected: Vec<usize> = types.ones().filter(|&t| need.fits_in(&room[t])).collect();
             index.keep_holding(&need, &mut types, &room);
             prop_assert_eq!(types.ones().collect::<Vec<_>>(), expected);
+        }
+
+        /// The most room per resource is what `max_each` over the types gives.
+        #[test]
+        fn max_room_is_the_maximum_over_the_types(
+            room in proptest::collection::vec(resources(), 0..40),
+            start in proptest::collection::vec(any::<bool>(), 40),
+        ) {
+            let index = RoomIndex::new(&room);
+            let mut types = FixedBitSet::with_capacity(room.len());
+            let mut expected = Resources::default();
+            for t in (0..room.len()).filter(|&t| start[t]) {
+                types.insert(t);
+                expected.max_each(&room[t]);
+            }
+            prop_assert_eq!(index.max_room(&types, &room), expected);
         }
     }
 }
