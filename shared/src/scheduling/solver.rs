@@ -61,7 +61,9 @@
 //! same requests, requirements and guidance (`AlikeKey`): the pods of 500
 //! apps in 500 spreads ask each full claim once, not 500 times.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use fixedbitset::FixedBitSet;
@@ -355,7 +357,7 @@ impl Outcome<'_> {
         let ps = &self.pools[c.pool];
         // minValues may reach past the first options for a missing value.
         let first = c.reqs.iter().all(|(_, r)| r.min_values.is_none()).then_some(self.options.max_instance_types);
-        let cheapest = ps.priced_types(&c.types, &c.reqs, first);
+        let cheapest = ps.priced_types(&c.types, ps.offerings.of(&c.reqs), first);
         let types = &ps.input.instance_types;
         let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
         let options = kept
@@ -548,6 +550,10 @@ struct PoolState<'a> {
     by_price: Vec<usize>,
     /// Per type: its cheapest available offering's price (any zone or capacity type).
     floor_price: Vec<f64>,
+    /// Per mask of allowed offerings, the types with such an offering by
+    /// their cheapest allowed price, then by `by_price`: the cheapest type
+    /// of a set is its first member here. Made on first use.
+    cheapest_orders: RefCell<FxHashMap<u128, Rc<[(f64, u32)]>>>,
 }
 
 /// Instance type, zone and capacity type names as shared strings.
@@ -636,11 +642,19 @@ impl OfferingMasks {
         OfferingMasks { pairs: Some(pairs), masks, offering_bits, by_zone, by_capacity_type }
     }
 
-    /// True when offering `oi` of type `t` is available and allowed.
-    fn offering_allowed(&self, t: usize, oi: usize, allowed: u128, o: &crate::cloud::Offering, reqs: &Requirements) -> bool {
+    /// What the requirements allow of the pool's offerings.
+    fn of<'r>(&self, reqs: &'r Requirements) -> Offered<'r> {
         match self.pairs {
-            Some(_) => self.offering_bits[t][oi].is_some_and(|b| allowed & (1 << b) != 0),
-            None => o.allowed_by(reqs),
+            Some(_) => Offered::Mask(self.allowed(reqs)),
+            None => Offered::Reqs(reqs),
+        }
+    }
+
+    /// True when offering `oi` of type `t` is available and allowed.
+    fn offering_allowed(&self, t: usize, oi: usize, offered: Offered, o: &crate::cloud::Offering) -> bool {
+        match offered {
+            Offered::Mask(allowed) => self.offering_bits[t][oi].is_some_and(|b| allowed & (1 << b) != 0),
+            Offered::Reqs(reqs) => o.allowed_by(reqs),
         }
     }
 
@@ -654,12 +668,22 @@ impl OfferingMasks {
         pick(labels::ZONE, &self.by_zone) & pick(labels::CAPACITY_TYPE, &self.by_capacity_type)
     }
 
-    fn offered(&self, t: usize, allowed: &u128, it: &InstanceType, reqs: &Requirements) -> bool {
-        match self.pairs {
-            Some(_) => self.masks[t] & allowed != 0,
-            None => it.has_offering(reqs),
+    fn offered(&self, t: usize, offered: Offered, it: &InstanceType) -> bool {
+        match offered {
+            Offered::Mask(allowed) => self.masks[t] & allowed != 0,
+            Offered::Reqs(reqs) => it.has_offering(reqs),
         }
     }
+}
+
+/// The offerings a claim may launch as: a mask over its pool's (zone,
+/// capacity type) pairs (`OfferingMasks::allowed`; the mask of a join of
+/// requirements is the AND of theirs), or, in a pool with too many pairs
+/// for masks, the requirements themselves.
+#[derive(Debug, Clone, Copy)]
+enum Offered<'r> {
+    Mask(u128),
+    Reqs(&'r Requirements),
 }
 
 /// How a class's node requirements join a claim's requirements.
@@ -694,6 +718,9 @@ struct Claim {
     signature: u32,
     /// Its requirements, interned with the classes' (`Solver::req_id`).
     req_id: u32,
+    /// What its requirements allow of the pool's offerings
+    /// (`OfferingMasks::allowed`; unused in pools without masks).
+    offer_mask: u128,
     /// The cheapest type's price under the claim's requirements, and that type.
     price: f64,
     cheapest: usize,
@@ -776,7 +803,7 @@ struct Solver<'a> {
     placed: Vec<Option<u32>>,
     /// Split candidates by (pool, the pods' compatibility sets, the claim's
     /// requirements): see `repair`.
-    split_memo: FxHashMap<(usize, Vec<u32>, u32), std::rc::Rc<[(f64, usize)]>>,
+    split_memo: FxHashMap<(usize, Vec<u32>, u32), Rc<[(f64, usize)]>>,
     /// Re-packings by what decides them: see `repair::RepackKey`.
     repack_memo: FxHashMap<repair::RepackKey, Option<repair::Repack>>,
     /// `zone_scope` by the requirements it narrows and the pools tolerated.
@@ -789,8 +816,10 @@ struct Solver<'a> {
     joins: FxHashMap<(u32, u32), Join>,
     /// (pool, interned node requirements) → index into `compat_sets`.
     compat_index: FxHashMap<(usize, u32), u32>,
-    /// Per pool and node requirements: the instance types that satisfy them.
+    /// Per pool and node requirements: the instance types that satisfy them,
+    /// and what the requirements allow of the pool's offerings.
     compat_sets: Vec<FixedBitSet>,
+    compat_masks: Vec<u128>,
     /// (compatibility set, requests) → `alone_price`.
     alone_prices: FxHashMap<(u32, Resources), f64>,
     /// Per `AlikeKey`, the claims that refused its classes for good.
@@ -874,6 +903,7 @@ impl<'a> Solver<'a> {
             joins: FxHashMap::default(),
             compat_index: FxHashMap::default(),
             compat_sets: Vec::new(),
+            compat_masks: Vec::new(),
             alone_prices: FxHashMap::default(),
             any_prefer_no_schedule,
             targets: Vec::new(),
@@ -952,6 +982,7 @@ impl<'a> Solver<'a> {
             joins: self.joins.clone(),
             compat_index: self.compat_index.clone(),
             compat_sets: self.compat_sets.clone(),
+            compat_masks: self.compat_masks.clone(),
             alone_prices: self.alone_prices.clone(),
             alike: self.alike.iter().map(|_| Alike { cursor: 0, refused: FixedBitSet::new() }).collect(),
             alike_index: self.alike_index.clone(),
@@ -1585,6 +1616,7 @@ impl<'a> Solver<'a> {
                 }
                 let id = self.compat_sets.len() as u32;
                 self.compat_sets.push(set);
+                self.compat_masks.push(ps.offerings.allowed(node));
                 self.compat_index.insert((pool, req_id), id);
                 id
             }
@@ -1664,26 +1696,40 @@ impl<'a> Solver<'a> {
         };
         let min_values = |r: &Requirements| r.iter().any(|(_, r)| r.min_values.is_some());
         let full = (adds && (min_values(&c.reqs) || min_values(&cls.shape.constraints.node) || min_values(&extra))).then(joined);
-        let offering_join = adds.then(|| match &full {
-            Some(full) => offering_keys(full),
-            None => {
-                let mut r = offering_keys(&c.reqs);
-                r.add_all(&offering_keys(&cls.shape.constraints.node));
-                r.add_all(&offering_keys(&extra));
-                r
-            }
-        });
-        let offerings_changed = offering_join.as_ref().is_some_and(|r| {
-            r.get(labels::ZONE) != c.reqs.get(labels::ZONE) || r.get(labels::CAPACITY_TYPE) != c.reqs.get(labels::CAPACITY_TYPE)
-        });
-        // Offerings are judged by `offering_reqs` (its zones and capacity
-        // types are the join's), minValues and limits by `reqs`: the join's
-        // where any minValues is set, else the claim's, which then has
-        // none either.
-        let offering_reqs = offering_join.as_ref().unwrap_or(&c.reqs);
+        // What the join allows of the pool's offerings. With masks it is the
+        // AND of what the claim, the class and the topology allow, nothing
+        // built; pools too varied for masks build the join's zone and
+        // capacity-type requirements.
+        let masks = self.pools[pool].offerings.pairs.is_some();
+        let offering_join;
+        let (offered, offerings_changed) = if !adds {
+            (if masks { Offered::Mask(c.offer_mask) } else { Offered::Reqs(&c.reqs) }, false)
+        } else if masks {
+            let offerings = &self.pools[pool].offerings;
+            let extra_mask = if extra.is_empty() { u128::MAX } else { offerings.allowed(&extra) };
+            let allowed = c.offer_mask & self.compat_masks[compat_id] & extra_mask;
+            (Offered::Mask(allowed), allowed != c.offer_mask)
+        } else {
+            offering_join = match &full {
+                Some(full) => offering_keys(full),
+                None => {
+                    let mut r = offering_keys(&c.reqs);
+                    r.add_all(&offering_keys(&cls.shape.constraints.node));
+                    r.add_all(&offering_keys(&extra));
+                    r
+                }
+            };
+            let changed = offering_join.get(labels::ZONE) != c.reqs.get(labels::ZONE)
+                || offering_join.get(labels::CAPACITY_TYPE) != c.reqs.get(labels::CAPACITY_TYPE);
+            (Offered::Reqs(&offering_join), changed)
+        };
+        // minValues and limits are judged by `reqs`: the join's where any
+        // minValues is set, else the claim's, which then has none either.
         let reqs = full.as_ref().unwrap_or(&c.reqs);
-        let offered = offerings_changed.then(|| self.pools[pool].offerings.allowed(offering_reqs));
-        let offered_types = offered.and_then(|allowed| self.pools[pool].offered_types(allowed));
+        let offered_types = match offered {
+            Offered::Mask(allowed) if offerings_changed => self.pools[pool].offered_types(allowed),
+            _ => None,
+        };
         let ps = &self.pools[pool];
         // A target not offered under the join: refused before any copy.
         let target_lost = |t: u32| !compat.contains(t as usize) || offered_types.is_some_and(|set| !ps.offered_sets[set].contains(t as usize));
@@ -1704,17 +1750,13 @@ impl<'a> Solver<'a> {
         if let Some(set) = offered_types {
             kept.intersect_with(&ps.offered_sets[set]);
         }
-        // Only pools too varied for offering masks check type by type.
-        let not_offered = |t: usize| {
-            offered_types.is_none()
-                && offered.as_ref().is_some_and(|m| !ps.offerings.offered(t, m, &ps.input.instance_types[t], offering_reqs))
-        };
         kept.intersect_with(compat);
         if !deferred {
             ps.room_index.keep_holding(&need, &mut kept, &ps.room);
         }
-        if offered_types.is_none() && offered.is_some() {
-            for t in c.types.ones().filter(|&t| not_offered(t)) {
+        // Only pools too varied for offering masks check type by type.
+        if offerings_changed && offered_types.is_none() {
+            for t in c.types.ones().filter(|&t| !ps.offerings.offered(t, offered, &ps.input.instance_types[t])) {
                 kept.set(t, false);
             }
         }
@@ -1731,7 +1773,7 @@ impl<'a> Solver<'a> {
         let (price, cheapest) = if !priced || (kept.contains(c.cheapest) && !offerings_changed) {
             (c.price, c.cheapest)
         } else {
-            ps.cheapest_in(&kept, offering_reqs).unwrap_or((f64::INFINITY, usize::MAX))
+            ps.cheapest_offered(&kept, offered).unwrap_or((f64::INFINITY, usize::MAX))
         };
         if judged {
             // Filling uses room the claim already pays for; otherwise the
@@ -1753,7 +1795,7 @@ impl<'a> Solver<'a> {
         } else {
             // The launch's options move to larger types as the claim grows,
             // and so does what it reserves: the pool's limits must still hold.
-            let capacity = ps.launch_capacity(&kept, offering_reqs, self.options.max_instance_types);
+            let capacity = ps.launch_capacity(&kept, offered, self.options.max_instance_types);
             if !capacity.fits_in(&c.max_capacity) {
                 let mut others = ps.input.in_use.clone();
                 others.add(&ps.reserved.saturating_sub(&c.max_capacity));
@@ -1775,8 +1817,10 @@ impl<'a> Solver<'a> {
         ps.generation += 1;
         if let Some(r) = new_reqs {
             let signature = self.signature(&r);
+            let offer_mask = self.pools[pool].offerings.allowed(&r);
             let (req_id, r) = self.intern(r);
             let c = &mut self.claims[ci];
+            c.offer_mask = offer_mask;
             c.reqs = r;
             c.signature = signature;
             c.req_id = req_id;
@@ -1935,16 +1979,18 @@ impl<'a> Solver<'a> {
         let max_capacity = if ps.input.pool.limits.is_empty() {
             Resources::default()
         } else {
-            ps.launch_capacity(&types, &ps.input.pool.requirements, self.options.max_instance_types)
+            ps.launch_capacity(&types, ps.offerings.of(&ps.input.pool.requirements), self.options.max_instance_types)
         };
         let ci = self.claims.len();
         let input = self.pools[p].input;
         let signature = self.signature(&input.pool.requirements);
         let req_id = self.req_id(&input.pool.requirements);
         let reqs = self.req_table[req_id as usize].clone();
+        let offer_mask = self.pools[p].offerings.allowed(&reqs);
         self.claims.push(Claim {
             signature,
             req_id,
+            offer_mask,
             price: 0.0,
             cheapest: usize::MAX,
             target: target.map(|(_, t)| t),
@@ -2104,14 +2150,13 @@ impl<'a> PoolState<'a> {
     /// cheapest first (ties by name): the order launch options take. With
     /// `first`, only that many of the cheapest (no full sort of a whole
     /// catalog's types for 60 options).
-    fn priced_types(&self, types: &FixedBitSet, reqs: &Requirements, first: Option<usize>) -> Vec<(f64, usize, usize)> {
-        let allowed = self.offerings.allowed(reqs);
+    fn priced_types(&self, types: &FixedBitSet, offered: Offered, first: Option<usize>) -> Vec<(f64, usize, usize)> {
         let cheapest_offering = |t: usize| {
             self.input.instance_types[t]
                 .offerings
                 .iter()
                 .enumerate()
-                .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, allowed, o, reqs))
+                .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o))
                 .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
                 .map(|(oi, o)| (o.price, t, oi))
         };
@@ -2148,9 +2193,9 @@ impl<'a> PoolState<'a> {
     /// cheapest), which is every type CreateFleet could pick. Reserving the
     /// largest of *all* remaining types instead would let a 1,000-CPU limit
     /// admit three claims for 1-CPU pods.
-    fn launch_capacity(&self, types: &FixedBitSet, reqs: &Requirements, max_types: usize) -> Resources {
+    fn launch_capacity(&self, types: &FixedBitSet, offered: Offered, max_types: usize) -> Resources {
         let mut capacity = Resources::default();
-        for (_, t, _) in self.priced_types(types, reqs, Some(max_types)) {
+        for (_, t, _) in self.priced_types(types, offered, Some(max_types)) {
             capacity.max_each(&self.input.instance_types[t].capacity);
         }
         capacity
@@ -2158,21 +2203,30 @@ impl<'a> PoolState<'a> {
 
     /// The price of type `t`'s cheapest offering the requirements allow.
     fn price_of(&self, t: usize, reqs: &Requirements) -> Option<f64> {
-        let allowed = self.offerings.allowed(reqs);
+        let offered = self.offerings.of(reqs);
         self.input.instance_types[t]
             .offerings
             .iter()
             .enumerate()
-            .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, allowed, o, reqs))
+            .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o))
             .map(|(_, o)| o.price)
             .min_by(f64::total_cmp)
     }
 
     /// The cheapest (price, type) among `types` under the requirements.
-    /// Types are visited by their cheapest price over all offerings, so the
-    /// scan stops as soon as no later type can beat the best found.
     fn cheapest_in(&self, types: &FixedBitSet, reqs: &Requirements) -> Option<(f64, usize)> {
-        let allowed = self.offerings.allowed(reqs);
+        self.cheapest_offered(types, self.offerings.of(reqs))
+    }
+
+    /// The cheapest (price, type) among `types` with an offering allowed;
+    /// of equal prices, the type first by `by_price`. Types are visited by
+    /// their cheapest price over all offerings, so the scan stops as soon
+    /// as no later type can beat the best found.
+    fn cheapest_offered(&self, types: &FixedBitSet, offered: Offered) -> Option<(f64, usize)> {
+        if let Offered::Mask(allowed) = offered {
+            let order = self.cheapest_order(allowed);
+            return order.iter().find(|(_, t)| types.contains(*t as usize)).map(|&(price, t)| (price, t as usize));
+        }
         let mut best: Option<(f64, usize)> = None;
         for &t in &self.by_price {
             if best.is_some_and(|(p, _)| self.floor_price[t] >= p) {
@@ -2183,12 +2237,35 @@ impl<'a> PoolState<'a> {
             }
             let it = &self.input.instance_types[t];
             for (oi, o) in it.offerings.iter().enumerate() {
-                if self.offerings.offering_allowed(t, oi, allowed, o, reqs) && best.is_none_or(|(p, _)| o.price < p) {
+                if self.offerings.offering_allowed(t, oi, offered, o) && best.is_none_or(|(p, _)| o.price < p) {
                     best = Some((o.price, t));
                 }
             }
         }
         best
+    }
+
+    /// The types with an offering `allowed` by the mask, cheapest first
+    /// (see `cheapest_orders`).
+    fn cheapest_order(&self, allowed: u128) -> Rc<[(f64, u32)]> {
+        if let Some(order) = self.cheapest_orders.borrow().get(&allowed) {
+            return order.clone();
+        }
+        let offered = Offered::Mask(allowed);
+        let mut order: Vec<(f64, usize, u32)> = self
+            .by_price
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, &t)| {
+                let offerings = self.input.instance_types[t].offerings.iter().enumerate();
+                let price = offerings.filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o)).map(|(_, o)| o.price).min_by(f64::total_cmp);
+                price.map(|price| (price, rank, t as u32))
+            })
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let order: Rc<[(f64, u32)]> = order.into_iter().map(|(price, _, t)| (price, t)).collect();
+        self.cheapest_orders.borrow_mut().insert(allowed, order.clone());
+        order
     }
 
     fn new(input: &'a PoolInput, daemonsets: &[SchedPod]) -> Self {
@@ -2241,6 +2318,7 @@ impl<'a> PoolState<'a> {
             offered_sets: Vec::new(),
             by_price,
             floor_price,
+            cheapest_orders: RefCell::default(),
         }
     }
 
@@ -2438,6 +2516,47 @@ mod tests {
     use super::*;
     use crate::provisioning::plan::instance_types;
     use crate::workload::w2::{self, Capacity, Mix, PoolRequirements};
+
+    /// Pools with more (zone, capacity type) pairs than a mask holds judge
+    /// offerings by requirements: the same answers as masks give. Each
+    /// strategy is solved twice on one batch, once with the pool's masks
+    /// taken away, and the plans must be the same.
+    #[test]
+    fn offerings_are_judged_alike_with_and_without_masks() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
+        let daemons: Vec<SchedPod> = w2::daemon_pods().iter().map(|p| SchedPod::from_pod(p).expect("daemon pod")).collect();
+        for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
+            let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
+            let zones = w2::zones(&pool, &catalog);
+            let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
+            for mix in [Mix::Zonal, Mix::Mixed] {
+                let pods: Vec<SchedPod> = w2::pods(400, mix, 3, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
+                let options = SolveOptions::default();
+                let splits = guide::SplitMemo::default();
+                let keys = PodKeys::new(&pods);
+                let mut prototype = Solver::new(&pods, &keys, &[], &pools, &daemons, &options, Strategy::Best, &splits);
+                prototype.classify();
+                for strategy in [Strategy::Guided, Strategy::Patterns, Strategy::Karpenter, Strategy::Standalone] {
+                    let masked = prototype.fork(strategy).run_with_bound().0.finish();
+                    let mut unmasked = prototype.fork(strategy);
+                    for ps in &mut unmasked.pools {
+                        ps.offerings = OfferingMasks::new(&[]);
+                        ps.offerings.pairs = None;
+                    }
+                    for c in &mut unmasked.compat_masks {
+                        *c = 0;
+                    }
+                    let unmasked = unmasked.run_with_bound().0.finish();
+                    let what = format!("{} {requirements:?} {strategy:?}", mix.name());
+                    assert!(masked.scheduled() > 0, "{what}: nothing placed");
+                    assert_eq!(masked.claims.len(), unmasked.claims.len(), "{what}");
+                    for (a, b) in masked.claims.iter().zip(&unmasked.claims) {
+                        assert_eq!((&a.pods, &a.options), (&b.pods, &b.options), "{what}");
+                    }
+                }
+            }
+        }
+    }
 
     /// What Karpenter's claims cost so far never exceeds what its plan
     /// costs in the end (else `Strategy::Best` would drop a plan that
