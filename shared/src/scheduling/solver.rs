@@ -498,12 +498,15 @@ impl<'a> PodFields<'a> {
     }
 }
 
-/// The batch's pods grouped by `PodFields`, worked out once and read by
-/// every strategy's solve: per pod its group, per group one member.
+/// The batch's pods as every strategy's solve reads them, worked out once:
+/// grouped by `PodFields` (per pod its group, per group one member), and
+/// in Karpenter's order.
 #[derive(Debug)]
 struct PodKeys {
     of_pod: Vec<u32>,
     representative: Vec<u32>,
+    /// Karpenter's pod order: CPU, then memory, descending; then age, then name.
+    largest_first: Vec<usize>,
 }
 
 impl PodKeys {
@@ -520,7 +523,17 @@ impl PodKeys {
                 })
             })
             .collect();
-        PodKeys { of_pod, representative }
+        let mut largest_first: Vec<usize> = (0..pods.len()).collect();
+        largest_first.sort_by(|&a, &b| {
+            let (pa, pb) = (&pods[a], &pods[b]);
+            pb.requests
+                .cpu_millis
+                .cmp(&pa.requests.cpu_millis)
+                .then_with(|| pb.requests.memory_bytes.cmp(&pa.requests.memory_bytes))
+                .then_with(|| pa.created_millis.cmp(&pb.created_millis))
+                .then_with(|| pa.pod.cmp(&pb.pod))
+        });
+        PodKeys { of_pod, representative, largest_first }
     }
 }
 
@@ -1228,20 +1241,9 @@ impl<'a> Solver<'a> {
         (targets, order)
     }
 
-    /// Karpenter's pod order: CPU, then memory, descending; then age.
+    /// Karpenter's pod order (`PodKeys::largest_first`).
     fn pod_order(&self) -> Vec<usize> {
-        let pods = self.pods;
-        let mut order: Vec<usize> = (0..pods.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (pa, pb) = (&pods[a], &pods[b]);
-            pb.requests
-                .cpu_millis
-                .cmp(&pa.requests.cpu_millis)
-                .then_with(|| pb.requests.memory_bytes.cmp(&pa.requests.memory_bytes))
-                .then_with(|| pa.created_millis.cmp(&pb.created_millis))
-                .then_with(|| pa.pod.cmp(&pb.pod))
-        });
-        order
+        self.keys.largest_first.clone()
     }
 
     /// Places one pod, relaxing its preferences as long as it does not fit.
@@ -2167,6 +2169,22 @@ impl<'a> PoolState<'a> {
             priced.sort_by(order);
             return priced;
         };
+        if let Offered::Mask(allowed) = offered {
+            // The mask's types by price: the first n of `types`, and any
+            // priced as the n-th (names break the tie), are the n cheapest.
+            let mut priced: Vec<(f64, usize, usize)> = Vec::with_capacity(n + 1);
+            for &(price, t) in self.cheapest_order(allowed).iter() {
+                if priced.len() >= n && price > priced[n - 1].0 {
+                    break;
+                }
+                if types.contains(t as usize) {
+                    priced.extend(cheapest_offering(t as usize));
+                }
+            }
+            priced.sort_by(order);
+            priced.truncate(n);
+            return priced;
+        }
         // Types in order of their cheapest price anywhere: once n are found
         // and the next type's floor is above the n-th price, none can enter.
         let mut priced: Vec<(f64, usize, usize)> = Vec::with_capacity(n + 1);
