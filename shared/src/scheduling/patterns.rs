@@ -321,17 +321,33 @@ fn commit(p: &Pattern, left: &mut [u32], nodes: &mut Vec<Node>) {
 /// The supplies worth pricing: one is dropped when another is open to
 /// every demand it is open to, has at least its room in each resource and
 /// costs no more (ties: the lower index stays). Any pattern of the dropped
-/// one is a pattern of the other at no more cost.
+/// one is a pattern of the other at no more cost. In ascending order.
+///
+/// Supplies are visited so that whatever beats one comes before it (no
+/// dearer, then roomier, then the lower index), and beating is transitive,
+/// so each is compared with the undominated ones before it only, not with
+/// every supply (the whole catalog under a few zone pins is thousands).
 fn undominated(open: &[Vec<usize>], rooms: &[[i64; 3]], supplies: &[Supply]) -> Vec<usize> {
-    let used: Vec<usize> = (0..supplies.len()).filter(|&s| !open[s].is_empty()).collect();
-    let covers = |i: usize, j: usize| open[j].iter().all(|g| open[i].binary_search(g).is_ok());
-    let beats = |i: usize, j: usize| {
-        let (pi, pj) = (supplies[i].price, supplies[j].price);
-        let roomier = (0..3).all(|r| rooms[i][r] >= rooms[j][r]);
-        let same = pi == pj && rooms[i] == rooms[j];
-        roomier && pi <= pj && (!same || i < j) && covers(i, j)
-    };
-    used.iter().copied().filter(|&j| !used.iter().any(|&i| i != j && beats(i, j))).collect()
+    let mut order: Vec<usize> = (0..supplies.len()).filter(|&s| !open[s].is_empty()).collect();
+    order.sort_by(|&a, &b| supplies[a].price.total_cmp(&supplies[b].price).then_with(|| rooms[b].cmp(&rooms[a])).then(a.cmp(&b)));
+    let mut kept: Vec<usize> = Vec::new();
+    for j in order {
+        if !kept.iter().any(|&i| beats(open, rooms, supplies, i, j)) {
+            kept.push(j);
+        }
+    }
+    kept.sort_unstable();
+    kept
+}
+
+/// Supply `i` stands for `j`: open to every demand `j` is open to, at
+/// least its room in each resource, no dearer (the same node: the lower
+/// index stands for the other).
+fn beats(open: &[Vec<usize>], rooms: &[[i64; 3]], supplies: &[Supply], i: usize, j: usize) -> bool {
+    let (pi, pj) = (supplies[i].price, supplies[j].price);
+    let roomier = (0..3).all(|r| rooms[i][r] >= rooms[j][r]);
+    let same = pi == pj && rooms[i] == rooms[j];
+    i != j && roomier && pi <= pj && (!same || i < j) && open[j].iter().all(|g| open[i].binary_search(g).is_ok())
 }
 
 /// Millicores, bytes and pod slots from the guide's cores, GiB and pods.
@@ -344,6 +360,20 @@ mod tests {
     use super::*;
     use crate::scheduling::guide;
     use proptest::prelude::*;
+
+    proptest! {
+        /// The supplies kept are exactly those no other supply beats.
+        #[test]
+        fn undominated_keeps_exactly_what_nothing_beats(
+            supplies in proptest::collection::vec((1u32..4, 1u32..4, 1u32..4, 1u32..4, 0u8..8), 1..24),
+        ) {
+            let rooms: Vec<[i64; 3]> = supplies.iter().map(|&(c, m, p, _, _)| [i64::from(c), i64::from(m), i64::from(p)]).collect();
+            let priced: Vec<Supply> = supplies.iter().map(|&(c, m, p, price, _)| Supply { price: f64::from(price) / 4.0, room: [f64::from(c), f64::from(m), f64::from(p)] }).collect();
+            let open: Vec<Vec<usize>> = supplies.iter().map(|&(.., mask)| (0..3).filter(|g| mask & (1 << g) != 0).collect()).collect();
+            let everyone = (0..priced.len()).filter(|&j| !open[j].is_empty() && !(0..priced.len()).any(|i| !open[i].is_empty() && beats(&open, &rooms, &priced, i, j)));
+            prop_assert_eq!(undominated(&open, &rooms, &priced), everyone.collect::<Vec<_>>());
+        }
+    }
 
     fn cost(supplies: &[Supply], nodes: &[Node]) -> f64 {
         nodes.iter().map(|n| supplies[n.supply].price).sum()
