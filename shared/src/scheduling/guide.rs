@@ -79,8 +79,11 @@ pub fn optimum(demands: &[Demand], supplies: &[Supply]) -> Option<f64> {
     solve(demands, supplies).map(|(optimum, _)| optimum)
 }
 
-/// The program's optimum and, per demand, the fractional pods each supply takes.
-fn solve(demands: &[Demand], supplies: &[Supply]) -> Option<(f64, Vec<Vec<(usize, f64)>>)> {
+/// Per demand, the fractional pods each supply takes: (supply, pods).
+type Shares = Vec<Vec<(usize, f64)>>;
+
+/// The program's optimum and its shares.
+fn solve(demands: &[Demand], supplies: &[Supply]) -> Option<(f64, Shares)> {
     if demands.iter().any(|d| d.count > 0 && d.supplies.is_empty()) {
         return None;
     }

@@ -566,8 +566,11 @@ struct PoolState<'a> {
     /// Per mask of allowed offerings, the types with such an offering by
     /// their cheapest allowed price, then by `by_price`: the cheapest type
     /// of a set is its first member here. Made on first use.
-    cheapest_orders: RefCell<FxHashMap<u128, Rc<[(f64, u32)]>>>,
+    cheapest_orders: RefCell<FxHashMap<u128, PriceOrder>>,
 }
+
+/// Types as (price, type), cheapest first (`PoolState::cheapest_order`).
+type PriceOrder = Rc<[(f64, u32)]>;
 
 /// Instance type, zone and capacity type names as shared strings.
 #[derive(Debug, Clone)]
@@ -2265,7 +2268,7 @@ impl<'a> PoolState<'a> {
 
     /// The types with an offering `allowed` by the mask, cheapest first
     /// (see `cheapest_orders`).
-    fn cheapest_order(&self, allowed: u128) -> Rc<[(f64, u32)]> {
+    fn cheapest_order(&self, allowed: u128) -> PriceOrder {
         if let Some(order) = self.cheapest_orders.borrow().get(&allowed) {
             return order.clone();
         }
@@ -2281,7 +2284,7 @@ impl<'a> PoolState<'a> {
             })
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let order: Rc<[(f64, u32)]> = order.into_iter().map(|(price, _, t)| (price, t)).collect();
+        let order: PriceOrder = order.into_iter().map(|(price, _, t)| (price, t)).collect();
         self.cheapest_orders.borrow_mut().insert(allowed, order.clone());
         order
     }
