@@ -52,11 +52,16 @@
 //! ## Why it is fast
 //! Pods with identical constraints, requests and part in every topology
 //! group share a *class* (pods of different apps with no topology share
-//! one). Compatibility of a class's node requirements with each instance
-//! type is a bitset computed once. Per class, a cursor skips the prefix of
-//! claims that refused it for good (capacity only shrinks, requirements only
-//! narrow, host-level topology counts only grow), and a claim that refused
-//! it for now is not asked again until its pods change. Refusals for
+//! one); classes are made once per batch and shared by every strategy's
+//! solve (`Solver::fork`), and only the plan kept becomes launch requests.
+//! Compatibility of a class's node requirements with each instance type is
+//! a bitset computed once; which types still hold a claim's pods, which
+//! offerings a join leaves (masks over zone and capacity type) and the
+//! cheapest type left are bitset and mask arithmetic. Per class, a cursor
+//! skips the prefix of claims that refused it for good (capacity only
+//! shrinks, requirements only narrow, host-level topology counts only
+//! grow), and a claim that refused it for now is not asked again until its
+//! pods change. Refusals for
 //! capacity, requirements or guidance are shared by every class with the
 //! same requests, requirements and guidance (`AlikeKey`): the pods of 500
 //! apps in 500 spreads ask each full claim once, not 500 times.
@@ -276,8 +281,8 @@ pub fn solve(
     options: &SolveOptions,
 ) -> Plan {
     let splits = guide::SplitMemo::default();
-    let keys = PodKeys::new(pods);
-    let mut prototype = Solver::new(pods, &keys, nodes, pools, daemonsets, options, options.strategy, &splits);
+    let batch = BatchPods::new(pods);
+    let mut prototype = Solver::new(pods, &batch, nodes, pools, daemonsets, options, options.strategy, &splits);
     prototype.classify();
     let solver = |strategy| prototype.fork(strategy);
     let run_with_bound = |strategy| solver(strategy).run_with_bound();
@@ -317,7 +322,6 @@ pub fn solve(
     };
     outcome.finish()
 }
-
 
 /// The outcome that schedules more pods, then costs less, then has fewer
 /// claims; `a` on a tie.
@@ -369,7 +373,6 @@ impl Outcome<'_> {
             .collect();
         NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
     }
-
 }
 
 /// What decides where a class's pods may go. Fixed for a batch: built
@@ -502,24 +505,24 @@ impl<'a> PodFields<'a> {
 /// grouped by `PodFields` (per pod its group, per group one member), and
 /// in Karpenter's order.
 #[derive(Debug)]
-struct PodKeys {
-    of_pod: Vec<u32>,
-    representative: Vec<u32>,
+struct BatchPods {
+    group_of: Vec<u32>,
+    representatives: Vec<u32>,
     /// Karpenter's pod order: CPU, then memory, descending; then age, then name.
     largest_first: Vec<usize>,
 }
 
-impl PodKeys {
+impl BatchPods {
     fn new(pods: &[SchedPod]) -> Self {
         let mut index: FxHashMap<PodFields, u32> = FxHashMap::default();
-        let mut representative = Vec::new();
-        let of_pod = pods
+        let mut representatives = Vec::new();
+        let group_of = pods
             .iter()
             .enumerate()
             .map(|(i, p)| {
                 *index.entry(PodFields::of(p)).or_insert_with(|| {
-                    representative.push(i as u32);
-                    representative.len() as u32 - 1
+                    representatives.push(i as u32);
+                    representatives.len() as u32 - 1
                 })
             })
             .collect();
@@ -533,7 +536,7 @@ impl PodKeys {
                 .then_with(|| pa.created_millis.cmp(&pb.created_millis))
                 .then_with(|| pa.pod.cmp(&pb.pod))
         });
-        PodKeys { of_pod, representative, largest_first }
+        BatchPods { group_of, representatives, largest_first }
     }
 }
 
@@ -810,9 +813,9 @@ struct Solver<'a> {
     class_by_shape: Arc<FxHashMap<ShapeKey, usize>>,
     /// (Free class, guidance) → its guided variant.
     guided_classes: FxHashMap<(u32, Guidance), usize>,
-    /// The batch's pods grouped by what decides their class (`PodKeys`).
-    keys: &'a PodKeys,
-    /// Per `PodKeys` group, its Free class at its first relaxation, once known.
+    /// The batch's pods grouped by what decides their class (`BatchPods`).
+    batch: &'a BatchPods,
+    /// Per `BatchPods` group, its Free class at its first relaxation, once known.
     group_class: Vec<Option<u32>>,
     /// Per placed pod, the Free class it was placed as (at the relaxation
     /// it was placed at).
@@ -866,7 +869,7 @@ impl<'a> Solver<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         pods: &'a [SchedPod],
-        keys: &'a PodKeys,
+        batch: &'a BatchPods,
         nodes: &'a [ExistingNode],
         pools: &'a [PoolInput],
         daemonsets: &'a [SchedPod],
@@ -880,7 +883,7 @@ impl<'a> Solver<'a> {
 
         let mut topology = Topology::new(domain_universe(pools, nodes));
         // Pods of one group carry the same constraints: one registers them.
-        for &i in &keys.representative {
+        for &i in &batch.representatives {
             let p = &pods[i as usize];
             topology.register(&p.spreads, &p.affinity, &p.pod.namespace);
         }
@@ -908,8 +911,8 @@ impl<'a> Solver<'a> {
             class_index: Arc::default(),
             class_by_shape: Arc::default(),
             guided_classes: FxHashMap::default(),
-            keys,
-            group_class: vec![None; keys.representative.len()],
+            batch,
+            group_class: vec![None; batch.representatives.len()],
             placed: vec![None; pods.len()],
             split_memo: FxHashMap::default(),
             repack_memo: FxHashMap::default(),
@@ -956,11 +959,11 @@ impl<'a> Solver<'a> {
     }
 
     /// Works out the class of every pod at its first relaxation (one pod of
-    /// each `PodKeys` group), so that the solves forked from this one share
+    /// each `BatchPods` group), so that the solves forked from this one share
     /// them instead of each making its own.
     fn classify(&mut self) {
-        for g in 0..self.keys.representative.len() {
-            let i = self.keys.representative[g] as usize;
+        for g in 0..self.batch.representatives.len() {
+            let i = self.batch.representatives[g] as usize;
             let r = self.first_relaxation(i);
             self.base_class(i, &r);
         }
@@ -987,7 +990,7 @@ impl<'a> Solver<'a> {
             class_index: self.class_index.clone(),
             class_by_shape: self.class_by_shape.clone(),
             guided_classes: FxHashMap::default(),
-            keys: self.keys,
+            batch: self.batch,
             group_class: self.group_class.clone(),
             placed: vec![None; self.pods.len()],
             split_memo: FxHashMap::default(),
@@ -1244,9 +1247,9 @@ impl<'a> Solver<'a> {
         (targets, order)
     }
 
-    /// Karpenter's pod order (`PodKeys::largest_first`).
+    /// Karpenter's pod order (`BatchPods::largest_first`).
     fn pod_order(&self) -> Vec<usize> {
-        self.keys.largest_first.clone()
+        self.batch.largest_first.clone()
     }
 
     /// Places one pod, relaxing its preferences as long as it does not fit.
@@ -1311,7 +1314,7 @@ impl<'a> Solver<'a> {
     /// per pod for its first relaxation, which most pods never leave.
     fn base_class(&mut self, i: usize, r: &Relaxation) -> usize {
         let first = *r == self.first_relaxation(i);
-        let group = self.keys.of_pod[i] as usize;
+        let group = self.batch.group_of[i] as usize;
         if first && let Some(k) = self.group_class[group] {
             return k as usize;
         }
@@ -2554,8 +2557,8 @@ mod tests {
                 let pods: Vec<SchedPod> = w2::pods(400, mix, 3, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
                 let options = SolveOptions::default();
                 let splits = guide::SplitMemo::default();
-                let keys = PodKeys::new(&pods);
-                let mut prototype = Solver::new(&pods, &keys, &[], &pools, &daemons, &options, Strategy::Best, &splits);
+                let batch = BatchPods::new(&pods);
+                let mut prototype = Solver::new(&pods, &batch, &[], &pools, &daemons, &options, Strategy::Best, &splits);
                 prototype.classify();
                 for strategy in [Strategy::Guided, Strategy::Patterns, Strategy::Karpenter, Strategy::Standalone] {
                     let masked = prototype.fork(strategy).run_with_bound().0.finish();
@@ -2596,8 +2599,8 @@ mod tests {
                         w2::pods(300, mix, seed, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
                     let options = SolveOptions::default();
                     let splits = guide::SplitMemo::default();
-                    let keys = PodKeys::new(&pods);
-                    let solver = || Solver::new(&pods, &keys, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
+                    let batch = BatchPods::new(&pods);
+                    let solver = || Solver::new(&pods, &batch, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
                     let plan = solver().run_with_bound().0.finish();
                     let cost = plan.cost_per_hour();
                     let within =
