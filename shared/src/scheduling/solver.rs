@@ -1493,10 +1493,10 @@ impl<'a> Solver<'a> {
             while ci < self.claims.len() {
                 // Claims refused for good are skipped a word at a time: a pod
                 // in a spread of its own may have thousands behind it.
-                let free = next_unrefused(&self.alike[a].refused, &self.classes[k].refused, ci, self.claims.len());
+                let free = next_unrefused(&[&self.alike[a].refused, &self.classes[k].refused], ci, self.claims.len());
                 if free > ci {
                     if self.alike[a].cursor == ci {
-                        self.alike[a].cursor = next_unrefused(&self.alike[a].refused, &FixedBitSet::new(), ci, free);
+                        self.alike[a].cursor = next_unrefused(&[&self.alike[a].refused], ci, free);
                     }
                     if advancing {
                         self.classes[k].claim_cursor = free;
@@ -2429,15 +2429,14 @@ fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
     rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
 }
 
-/// The first index in `from..end` in neither set (`end` when none), a word
-/// at a time.
-fn next_unrefused(a: &FixedBitSet, b: &FixedBitSet, from: usize, end: usize) -> usize {
-    let (a, b) = (a.as_slice(), b.as_slice());
+/// The first index in `from..end` in none of the sets (`end` when none), a
+/// word at a time.
+fn next_unrefused(sets: &[&FixedBitSet], from: usize, end: usize) -> usize {
     let bits = usize::BITS as usize;
     let mut word = from / bits;
     let mut mask = usize::MAX << (from % bits);
     while word * bits < end {
-        let refused = a.get(word).copied().unwrap_or(0) | b.get(word).copied().unwrap_or(0);
+        let refused = sets.iter().fold(0, |all, set| all | set.as_slice().get(word).copied().unwrap_or(0));
         let free = !refused & mask;
         if free != 0 {
             return (word * bits + free.trailing_zeros() as usize).min(end);
@@ -2540,6 +2539,24 @@ mod tests {
     use super::*;
     use crate::provisioning::plan::instance_types;
     use crate::workload::w2::{self, Capacity, Mix, PoolRequirements};
+
+    proptest::proptest! {
+        /// The word-at-a-time skip finds what a bit-by-bit scan finds, sets
+        /// shorter than the range included.
+        #[test]
+        fn next_unrefused_is_the_first_index_in_no_set(
+            a in proptest::collection::vec(proptest::bool::ANY, 0..200),
+            b in proptest::collection::vec(proptest::bool::ANY, 0..200),
+            from in 0usize..220,
+            len in 0usize..220,
+        ) {
+            let set = |bits: &[bool]| bits.iter().enumerate().filter(|(_, b)| **b).map(|(i, _)| i).collect::<FixedBitSet>();
+            let (a, b) = (set(&a), set(&b));
+            let end = from + len;
+            let expected = (from..end).find(|&i| !a.contains(i) && !b.contains(i)).unwrap_or(end);
+            proptest::prop_assert_eq!(next_unrefused(&[&a, &b], from, end), expected);
+        }
+    }
 
     /// Pools with more (zone, capacity type) pairs than a mask holds judge
     /// offerings by requirements: the same answers as masks give. Each
