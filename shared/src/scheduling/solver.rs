@@ -352,7 +352,10 @@ impl Outcome<'_> {
     fn finish(mut self) -> Plan {
         let claims = std::mem::take(&mut self.claims);
         let claims = claims.into_iter().map(|c| self.launch_request(c)).collect();
-        Plan { bindings: self.bindings, claims, unschedulable: self.unschedulable }
+        let plan = Plan { bindings: self.bindings, claims, unschedulable: self.unschedulable };
+        // Strategies were compared by this cost: it must be the plan's.
+        debug_assert!((plan.cost_per_hour() - self.cost).abs() <= 1e-9 * self.cost.max(1.0), "{} vs {}", plan.cost_per_hour(), self.cost);
+        plan
     }
 
     /// Turns a claim into its launch request: types cheapest first, at most
