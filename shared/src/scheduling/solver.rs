@@ -2162,15 +2162,7 @@ impl<'a> PoolState<'a> {
     /// `first`, only that many of the cheapest (no full sort of a whole
     /// catalog's types for 60 options).
     fn priced_types(&self, types: &FixedBitSet, offered: Offered, first: Option<usize>) -> Vec<(f64, usize, usize)> {
-        let cheapest_offering = |t: usize| {
-            self.input.instance_types[t]
-                .offerings
-                .iter()
-                .enumerate()
-                .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o))
-                .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
-                .map(|(oi, o)| (o.price, t, oi))
-        };
+        let cheapest_offering = |t: usize| self.cheapest_offering(t, offered).map(|(price, oi)| (price, t, oi));
         let types_ = &self.input.instance_types;
         let order = |a: &(f64, usize, usize), b: &(f64, usize, usize)| a.0.total_cmp(&b.0).then_with(|| types_[a.1].name.cmp(&types_[b.1].name));
         let Some(n) = first.filter(|&n| n > 0) else {
@@ -2228,16 +2220,21 @@ impl<'a> PoolState<'a> {
         capacity
     }
 
-    /// The price of type `t`'s cheapest offering the requirements allow.
-    fn price_of(&self, t: usize, reqs: &Requirements) -> Option<f64> {
-        let offered = self.offerings.of(reqs);
+    /// Type `t`'s cheapest offering allowed, as (price, offering index);
+    /// of equal prices, the first zone by name.
+    fn cheapest_offering(&self, t: usize, offered: Offered) -> Option<(f64, usize)> {
         self.input.instance_types[t]
             .offerings
             .iter()
             .enumerate()
             .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o))
-            .map(|(_, o)| o.price)
-            .min_by(f64::total_cmp)
+            .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
+            .map(|(oi, o)| (o.price, oi))
+    }
+
+    /// The price of type `t`'s cheapest offering the requirements allow.
+    fn price_of(&self, t: usize, reqs: &Requirements) -> Option<f64> {
+        self.cheapest_offering(t, self.offerings.of(reqs)).map(|(price, _)| price)
     }
 
     /// The cheapest (price, type) among `types` under the requirements.
@@ -2262,11 +2259,10 @@ impl<'a> PoolState<'a> {
             if !types.contains(t) {
                 continue;
             }
-            let it = &self.input.instance_types[t];
-            for (oi, o) in it.offerings.iter().enumerate() {
-                if self.offerings.offering_allowed(t, oi, offered, o) && best.is_none_or(|(p, _)| o.price < p) {
-                    best = Some((o.price, t));
-                }
+            if let Some((price, _)) = self.cheapest_offering(t, offered)
+                && best.is_none_or(|(p, _)| price < p)
+            {
+                best = Some((price, t));
             }
         }
         best
@@ -2283,11 +2279,7 @@ impl<'a> PoolState<'a> {
             .by_price
             .iter()
             .enumerate()
-            .filter_map(|(rank, &t)| {
-                let offerings = self.input.instance_types[t].offerings.iter().enumerate();
-                let price = offerings.filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o)).map(|(_, o)| o.price).min_by(f64::total_cmp);
-                price.map(|price| (price, rank, t as u32))
-            })
+            .filter_map(|(rank, &t)| self.cheapest_offering(t, offered).map(|(price, _)| (price, rank, t as u32)))
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let order: PriceOrder = order.into_iter().map(|(price, _, t)| (price, t)).collect();
