@@ -38,8 +38,12 @@ fn text(data: &[u8]) -> Option<&str> {
 /// them empty.
 pub fn event_message(data: &[u8]) {
     let Some(body) = text(data) else { return };
-    let Ok(json) = serde_json::from_str::<serde_json::Value>(body) else { return };
-    let Ok((_, message)) = crate::interruption::parse(&json) else { return };
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(body) else {
+        return;
+    };
+    let Ok((_, message)) = crate::interruption::parse(&json) else {
+        return;
+    };
     use crate::interruption::Message::*;
     let ids: Vec<&String> = match &message {
         StateChange { instance_id, .. }
@@ -48,7 +52,10 @@ pub fn event_message(data: &[u8]) {
         | CapacityReservationInterruption { instance_id } => vec![instance_id],
         ScheduledChange { instance_ids, .. } => instance_ids.iter().collect(),
     };
-    assert!(!ids.is_empty() && ids.iter().all(|id| !id.is_empty()), "{message:?} names no instance");
+    assert!(
+        !ids.is_empty() && ids.iter().all(|id| !id.is_empty()),
+        "{message:?} names no instance"
+    );
 }
 
 /// A configuration file, as `nodewright config apply` and `validate` read
@@ -59,7 +66,10 @@ pub fn config_documents(data: &[u8]) {
     let Some(yaml) = text(data) else { return };
     if let Err(errors) = ConfigSet::parse(yaml) {
         assert!(!errors.is_empty(), "a refusal without a reason");
-        assert!(errors.iter().all(|e| !e.to_string().trim().is_empty()), "{errors:?}");
+        assert!(
+            errors.iter().all(|e| !e.to_string().trim().is_empty()),
+            "{errors:?}"
+        );
     }
 }
 
@@ -72,13 +82,21 @@ pub fn quantity(data: &[u8]) {
     if let Ok(milli) = parse_milli(s)
         && milli >= 0
     {
-        assert_eq!(parse_milli(&format_cpu(milli)), Ok(milli), "{s:?} → {milli}m → {}", format_cpu(milli));
+        assert_eq!(
+            parse_milli(&format_cpu(milli)),
+            Ok(milli),
+            "{s:?} → {milli}m → {}",
+            format_cpu(milli)
+        );
     }
     if let (Ok(whole), Ok(milli)) = (parse_whole(s), parse_milli(s))
         && whole > 0
         && milli < i64::MAX
     {
-        assert!(milli >= whole, "{s:?}: {whole} whole units but {milli} thousandths");
+        assert!(
+            milli >= whole,
+            "{s:?}: {whole} whole units but {milli} thousandths"
+        );
     }
 }
 
@@ -86,7 +104,9 @@ pub fn quantity(data: &[u8]) {
 /// and every duration in it read.
 pub fn scenario(data: &[u8]) {
     let Some(yaml) = text(data) else { return };
-    let Ok(s) = crate::sim::scenario::parse(yaml) else { return };
+    let Ok(s) = crate::sim::scenario::parse(yaml) else {
+        return;
+    };
     let _ = crate::sim::scenario::validate(&s);
     let _ = crate::sim::scenario::parse_duration(&s.run);
 }
@@ -96,7 +116,11 @@ pub fn scenario(data: &[u8]) {
 pub fn cron(data: &[u8]) {
     let Some(s) = text(data) else { return };
     if let Ok(schedule) = crate::config::cron::Schedule::parse(s) {
-        assert_eq!(schedule.as_str(), s.trim(), "a parsed schedule keeps its text");
+        assert_eq!(
+            schedule.as_str(),
+            s.trim(),
+            "a parsed schedule keeps its text"
+        );
         let at = crate::ports::Timestamp::from_second(1_767_225_600).expect("2026-01-01");
         let _ = schedule.is_active(at, crate::ports::SignedDuration::from_hours(24));
     }
@@ -119,18 +143,55 @@ mod tests {
 
     /// Pieces of JSON, YAML, quantities and cron the mutator splices in.
     const TOKENS: &[&[u8]] = &[
-        b"{", b"}", b"[", b"]", b"\"", b":", b",", b"null", b"true", b"-1", b"1e400", b"\\u0000", b"\n- ", b"\n---\n",
-        b": &a [*a, *a]", b"*a", b"!!binary", b"Gi", b"Ki", b"m", b"e9", b".", b"*/", b"-", b"@", b"9999999999999999999",
-        b"instance-id", b"detail-type", b"apiVersion: karpenter.sh/v1\n", b"kind: NodePool\n", b"\t", b"\xff",
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b"\"",
+        b":",
+        b",",
+        b"null",
+        b"true",
+        b"-1",
+        b"1e400",
+        b"\\u0000",
+        b"\n- ",
+        b"\n---\n",
+        b": &a [*a, *a]",
+        b"*a",
+        b"!!binary",
+        b"Gi",
+        b"Ki",
+        b"m",
+        b"e9",
+        b".",
+        b"*/",
+        b"-",
+        b"@",
+        b"9999999999999999999",
+        b"instance-id",
+        b"detail-type",
+        b"apiVersion: karpenter.sh/v1\n",
+        b"kind: NodePool\n",
+        b"\t",
+        b"\xff",
     ];
 
     fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/corpus")
+            .join(target);
         let mut inputs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|entry| {
                 let path = entry.expect("corpus entry").path();
-                (path.file_name().expect("named").to_string_lossy().into_owned(), std::fs::read(&path).expect("readable"))
+                (
+                    path.file_name()
+                        .expect("named")
+                        .to_string_lossy()
+                        .into_owned(),
+                    std::fs::read(&path).expect("readable"),
+                )
             })
             .collect();
         inputs.sort();
@@ -154,7 +215,11 @@ mod tests {
                 3 => {
                     let other = &rng.pick(seeds).1;
                     let from = rng.range(0, other.len() as u64) as usize;
-                    let piece = other[from..].iter().take(rng.range(1, 256) as usize).copied().collect::<Vec<u8>>();
+                    let piece = other[from..]
+                        .iter()
+                        .take(rng.range(1, 256) as usize)
+                        .copied()
+                        .collect::<Vec<u8>>();
                     data.splice(at..at, piece);
                 }
                 4 => {
@@ -174,7 +239,10 @@ mod tests {
 
     fn run(target: &str, body: fn(&[u8]), name: &str, data: &[u8]) {
         if catch_unwind(AssertUnwindSafe(|| body(data))).is_err() {
-            panic!("fuzz target {target} panicked on {name}: {:?}", String::from_utf8_lossy(&data[..data.len().min(2_000)]));
+            panic!(
+                "fuzz target {target} panicked on {name}: {:?}",
+                String::from_utf8_lossy(&data[..data.len().min(2_000)])
+            );
         }
     }
 
@@ -182,7 +250,11 @@ mod tests {
     fn every_fuzz_target_survives_its_corpus_and_mutations_of_it() {
         for (target, body) in TARGETS {
             let seeds = corpus(target);
-            assert!(seeds.len() >= 4, "{target}: a corpus of {} input(s)", seeds.len());
+            assert!(
+                seeds.len() >= 4,
+                "{target}: a corpus of {} input(s)",
+                seeds.len()
+            );
             for (name, data) in &seeds {
                 run(target, *body, name, data);
             }
@@ -199,11 +271,21 @@ mod tests {
     /// assertion would fail the run above).
     #[test]
     fn an_event_with_an_empty_instance_id_is_refused() {
-        let event = corpus("event_message").into_iter().find(|(n, _)| n == "spot-interruption").expect("seed").1;
+        let event = corpus("event_message")
+            .into_iter()
+            .find(|(n, _)| n == "spot-interruption")
+            .expect("seed")
+            .1;
         let event: serde_json::Value = serde_json::from_slice(&event).expect("json");
-        assert!(crate::interruption::parse(&event).is_ok(), "the seed parses");
+        assert!(
+            crate::interruption::parse(&event).is_ok(),
+            "the seed parses"
+        );
         let mut emptied = event.clone();
         emptied["detail"]["instance-id"] = "".into();
-        assert!(crate::interruption::parse(&emptied).is_err(), "an empty instance id is refused");
+        assert!(
+            crate::interruption::parse(&emptied).is_err(),
+            "an empty instance id is refused"
+        );
     }
 }

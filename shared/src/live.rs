@@ -44,14 +44,24 @@ pub struct FunctionEnv {
 
 impl FunctionEnv {
     pub fn from_env() -> Result<FunctionEnv, String> {
-        let cluster_name = std::env::var("NODEWRIGHT_CLUSTER_NAME")
-            .map_err(|_| "NODEWRIGHT_CLUSTER_NAME is not set: name the EKS cluster to manage".to_owned())?;
-        let prefix = std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
-        let kubeconfig = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
-        let kube_context = std::env::var("NODEWRIGHT_KUBE_CONTEXT").ok().filter(|c| !c.is_empty());
-        let default_instance_profile = std::env::var("NODEWRIGHT_DEFAULT_INSTANCE_PROFILE").ok().filter(|p| !p.is_empty());
-        let provisioner_runs_disruption =
-            flag("NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION", std::env::var("NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION").ok())?;
+        let cluster_name = std::env::var("NODEWRIGHT_CLUSTER_NAME").map_err(|_| {
+            "NODEWRIGHT_CLUSTER_NAME is not set: name the EKS cluster to manage".to_owned()
+        })?;
+        let prefix =
+            std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
+        let kubeconfig = std::env::var_os("KUBECONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let kube_context = std::env::var("NODEWRIGHT_KUBE_CONTEXT")
+            .ok()
+            .filter(|c| !c.is_empty());
+        let default_instance_profile = std::env::var("NODEWRIGHT_DEFAULT_INSTANCE_PROFILE")
+            .ok()
+            .filter(|p| !p.is_empty());
+        let provisioner_runs_disruption = flag(
+            "NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION",
+            std::env::var("NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION").ok(),
+        )?;
         Ok(FunctionEnv {
             cluster_name,
             tables: DynamoTables::with_prefix(&prefix),
@@ -79,20 +89,32 @@ pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, Str
 }
 
 /// [`connect`] with AWS client options (the CLI's `--region`).
-pub async fn connect_with(env: &FunctionEnv, function: &str, options: &ClientOptions) -> Result<LivePorts, String> {
+pub async fn connect_with(
+    env: &FunctionEnv,
+    function: &str,
+    options: &ClientOptions,
+) -> Result<LivePorts, String> {
     let sdk = sdk_config(options).await;
-    let region = sdk.region().map(|r| r.to_string()).ok_or("no AWS region: set AWS_REGION")?;
+    let region = sdk
+        .region()
+        .map(|r| r.to_string())
+        .ok_or("no AWS region: set AWS_REGION")?;
     let store = DynamoStore::new(&sdk, env.tables.clone());
     // NodeClasses are not read here: each launch carries the validated class
     // the provisioner read from the configuration that tick (live reload).
     let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
     settings.default_instance_profile = env.default_instance_profile.clone();
     let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
-    let client_settings = ClientSettings { reporting_instance: function.to_owned(), ..Default::default() };
+    let client_settings = ClientSettings {
+        reporting_instance: function.to_owned(),
+        ..Default::default()
+    };
     let cluster = match &env.kubeconfig {
-        Some(path) => KubeCluster::from_kubeconfig(Some(path), env.kube_context.as_deref(), client_settings)
-            .await
-            .map_err(|e| e.to_string())?,
+        Some(path) => {
+            KubeCluster::from_kubeconfig(Some(path), env.kube_context.as_deref(), client_settings)
+                .await
+                .map_err(|e| e.to_string())?
+        }
         None => {
             let eks = aws_sdk_eks::Client::new(&sdk);
             let described = eks
@@ -100,8 +122,16 @@ pub async fn connect_with(env: &FunctionEnv, function: &str, options: &ClientOpt
                 .name(&env.cluster_name)
                 .send()
                 .await
-                .map_err(|e| format!("eks:DescribeCluster {}: {}", env.cluster_name, aws_sdk_eks::error::DisplayErrorContext(e)))?;
-            let c = described.cluster().ok_or_else(|| format!("EKS cluster {} not found", env.cluster_name))?;
+                .map_err(|e| {
+                    format!(
+                        "eks:DescribeCluster {}: {}",
+                        env.cluster_name,
+                        aws_sdk_eks::error::DisplayErrorContext(e)
+                    )
+                })?;
+            let c = described
+                .cluster()
+                .ok_or_else(|| format!("EKS cluster {} not found", env.cluster_name))?;
             let info = EksClusterInfo::from_describe(
                 &env.cluster_name,
                 c.endpoint(),
@@ -109,13 +139,22 @@ pub async fn connect_with(env: &FunctionEnv, function: &str, options: &ClientOpt
                 c.version(),
             )
             .map_err(|e| e.to_string())?;
-            let credentials = sdk.credentials_provider().ok_or("no AWS credentials provider")?;
-            let tokens = EksTokenSource::new(&env.cluster_name, region.clone(), credentials, SystemClock);
-            info.connect(tokens, client_settings).map_err(|e| e.to_string())?
+            let credentials = sdk
+                .credentials_provider()
+                .ok_or("no AWS credentials provider")?;
+            let tokens =
+                EksTokenSource::new(&env.cluster_name, region.clone(), credentials, SystemClock);
+            info.connect(tokens, client_settings)
+                .map_err(|e| e.to_string())?
         }
     };
     info!(cluster = %env.cluster_name, %region, function, "adapters ready");
-    Ok(Ports { cloud, cluster, store, clock: SystemClock })
+    Ok(Ports {
+        cloud,
+        cluster,
+        store,
+        clock: SystemClock,
+    })
 }
 
 #[cfg(test)]
@@ -129,6 +168,9 @@ mod tests {
         assert_eq!(flag("X", Some("false".into())), Ok(false));
         assert_eq!(flag("X", Some("true".into())), Ok(true));
         let refused = flag("X", Some("yes".into())).expect_err("not a boolean");
-        assert!(refused.contains("X must be true or false") && refused.contains("yes"), "{refused}");
+        assert!(
+            refused.contains("X must be true or false") && refused.contains("yes"),
+            "{refused}"
+        );
     }
 }

@@ -58,7 +58,11 @@ pub struct OfferingKey {
 
 impl std::fmt::Display for OfferingKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}", self.capacity_type, self.instance_type, self.zone)
+        write!(
+            f,
+            "{}:{}:{}",
+            self.capacity_type, self.instance_type, self.zone
+        )
     }
 }
 
@@ -172,7 +176,10 @@ pub struct Launched {
 pub enum CloudError {
     /// Every option failed for lack of capacity; each is worth avoiding for a while.
     #[error("insufficient capacity for all {} option(s): {message}", offerings.len())]
-    InsufficientCapacity { offerings: Vec<OfferingKey>, message: String },
+    InsufficientCapacity {
+        offerings: Vec<OfferingKey>,
+        message: String,
+    },
     /// Throttling, a 5xx, a timeout: worth retrying later.
     #[error("transient cloud error: {0}")]
     Transient(String),
@@ -193,16 +200,25 @@ pub trait Cloud: Send + Sync {
     /// Instance types, zones and prices of the region (cached by the adapter).
     fn catalog(&self) -> impl Future<Output = Result<Arc<CloudCatalog>, CloudError>> + Send;
     /// Buys one instance for a claim. Idempotent per `client_token`.
-    fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Launched, CloudError>> + Send;
+    fn launch(
+        &self,
+        request: &LaunchRequest,
+    ) -> impl Future<Output = Result<Launched, CloudError>> + Send;
     /// Terminates instances; unknown or already terminated ids are not an error.
-    fn terminate(&self, instance_ids: &[String]) -> impl Future<Output = Result<(), CloudError>> + Send;
+    fn terminate(
+        &self,
+        instance_ids: &[String],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// Our instances (cluster tag) that are not terminated.
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
     /// What a NodeClass resolves to now (AMIs, subnets, security groups),
     /// for drift. The default knows nothing (every list empty), which
     /// drift reads as "not compared": an adapter that does not resolve
     /// selectors never drifts a node on them.
-    fn resolved_class(&self, class: &NodeClass) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
+    fn resolved_class(
+        &self,
+        class: &NodeClass,
+    ) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
         let _ = class;
         async { Ok(crate::disruption::ResolvedClass::default()) }
     }
@@ -214,16 +230,25 @@ impl<C: Cloud> Cloud for Arc<C> {
     fn catalog(&self) -> impl Future<Output = Result<Arc<CloudCatalog>, CloudError>> + Send {
         (**self).catalog()
     }
-    fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Launched, CloudError>> + Send {
+    fn launch(
+        &self,
+        request: &LaunchRequest,
+    ) -> impl Future<Output = Result<Launched, CloudError>> + Send {
         (**self).launch(request)
     }
-    fn terminate(&self, instance_ids: &[String]) -> impl Future<Output = Result<(), CloudError>> + Send {
+    fn terminate(
+        &self,
+        instance_ids: &[String],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
         (**self).terminate(instance_ids)
     }
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
         (**self).instances()
     }
-    fn resolved_class(&self, class: &NodeClass) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
+    fn resolved_class(
+        &self,
+        class: &NodeClass,
+    ) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
         (**self).resolved_class(class)
     }
 }
@@ -243,7 +268,11 @@ pub struct PodKey {
 impl PodKey {
     pub fn of(pod: &Pod) -> PodKey {
         PodKey {
-            namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
         }
@@ -314,7 +343,10 @@ pub trait Cluster: Send + Sync {
     /// Pods bound to a node that have not finished.
     fn scheduled_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// Pods bound to `node` that have not finished (what a drain evicts).
-    fn pods_on_node(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
+    fn pods_on_node(
+        &self,
+        node: &str,
+    ) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
     fn daemon_sets(&self) -> impl Future<Output = Result<Vec<DaemonSet>, ClusterError>> + Send;
     fn pod_disruption_budgets(
@@ -322,24 +354,50 @@ pub trait Cluster: Send + Sync {
     ) -> impl Future<Output = Result<Vec<PodDisruptionBudget>, ClusterError>> + Send;
     /// PersistentVolumeClaims of every namespace. The three volume listings
     /// are read only when a pod to place has a PVC-backed volume.
-    fn persistent_volume_claims(&self)
-    -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, ClusterError>> + Send;
-    fn persistent_volumes(&self) -> impl Future<Output = Result<Vec<PersistentVolume>, ClusterError>> + Send;
-    fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, ClusterError>> + Send;
+    fn persistent_volume_claims(
+        &self,
+    ) -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, ClusterError>> + Send;
+    fn persistent_volumes(
+        &self,
+    ) -> impl Future<Output = Result<Vec<PersistentVolume>, ClusterError>> + Send;
+    fn storage_classes(
+        &self,
+    ) -> impl Future<Output = Result<Vec<StorageClass>, ClusterError>> + Send;
     /// Binds a pending pod to a node (the Binding subresource).
-    fn bind(&self, pod: &PodKey, node: &str) -> impl Future<Output = Result<BindOutcome, ClusterError>> + Send;
+    fn bind(
+        &self,
+        pod: &PodKey,
+        node: &str,
+    ) -> impl Future<Output = Result<BindOutcome, ClusterError>> + Send;
     /// Adds a taint unless the node already has one with that key and effect.
-    fn add_taint(&self, node: &str, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    fn add_taint(
+        &self,
+        node: &str,
+        taint: &Taint,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Removes every taint with that key; a node without it is left alone.
-    fn remove_taint(&self, node: &str, key: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    fn remove_taint(
+        &self,
+        node: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Evicts through the Eviction API, so PodDisruptionBudgets are honoured.
-    fn evict(&self, pod: &PodKey) -> impl Future<Output = Result<EvictOutcome, ClusterError>> + Send;
-    fn delete_pod(&self, pod: &PodKey, grace_seconds: Option<i64>)
-    -> impl Future<Output = Result<(), ClusterError>> + Send;
+    fn evict(
+        &self,
+        pod: &PodKey,
+    ) -> impl Future<Output = Result<EvictOutcome, ClusterError>> + Send;
+    fn delete_pod(
+        &self,
+        pod: &PodKey,
+        grace_seconds: Option<i64>,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Deletes a Node; returns false when it did not exist.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<bool, ClusterError>> + Send;
-    fn record_event(&self, event: &ClusterEvent) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    fn record_event(
+        &self,
+        event: &ClusterEvent,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
 }
 
 // ---------------------------------------------------------------- store
@@ -367,7 +425,9 @@ impl ConfigKind {
     pub fn parse(s: &str) -> Option<ConfigKind> {
         match s.to_ascii_lowercase().as_str() {
             "nodepool" | "nodepools" | "np" => Some(ConfigKind::NodePool),
-            "nodeclass" | "nodeclasses" | "ec2nodeclass" | "ec2nodeclasses" | "ec2nc" => Some(ConfigKind::NodeClass),
+            "nodeclass" | "nodeclasses" | "ec2nodeclass" | "ec2nodeclasses" | "ec2nc" => {
+                Some(ConfigKind::NodeClass)
+            }
             "settings" | "setting" => Some(ConfigKind::Settings),
             _ => None,
         }
@@ -394,7 +454,11 @@ pub enum ConfigWrite {
     /// As [`Store::put_config_item`]: the stored version must be `item.version - 1` (absent for 1).
     Put(ConfigItem),
     /// Deletes the item if its stored version is still `version`.
-    Delete { kind: ConfigKind, name: String, version: u64 },
+    Delete {
+        kind: ConfigKind,
+        name: String,
+        version: u64,
+    },
 }
 
 impl ConfigWrite {
@@ -444,19 +508,31 @@ pub trait Store: Send + Sync {
     /// One strongly consistent read, so each tick can afford it.
     fn config_version(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Writes `item` if the stored version is `item.version - 1` (absent for version 1).
-    fn put_config_item(&self, item: &ConfigItem) -> impl Future<Output = Result<(), StoreError>> + Send;
-    fn delete_config_item(&self, kind: ConfigKind, name: &str)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn put_config_item(
+        &self,
+        item: &ConfigItem,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn delete_config_item(
+        &self,
+        kind: ConfigKind,
+        name: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Applies every change and moves the version counter, or none of them:
     /// `Conflict` naming an item whose version is not the one expected.
     /// At most [`MAX_CONFIG_WRITES`] changes.
-    fn write_config(&self, writes: &[ConfigWrite]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn write_config(
+        &self,
+        writes: &[ConfigWrite],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     fn claims(&self) -> impl Future<Output = Result<Vec<Claim>, StoreError>> + Send;
     /// Writes a new claim and adds its reservation to its pool's usage in one
     /// atomic step; refuses if the claim exists or a limit would be exceeded.
-    fn create_claim(&self, claim: &Claim, limits: &Limits)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn create_claim(
+        &self,
+        claim: &Claim,
+        limits: &Limits,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Replaces `previous` (same id, same version) by `next` (version + 1),
     /// moving the pool's usage by the change in reservation; a grown
     /// reservation is checked against `limits`.
@@ -470,35 +546,58 @@ pub trait Store: Send + Sync {
     /// claim that is already gone is not an error.
     fn delete_claim(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Reserved usage per pool (sum of its claims' reservations).
-    fn pool_usage(&self) -> impl Future<Output = Result<BTreeMap<String, Usage>, StoreError>> + Send;
+    fn pool_usage(
+        &self,
+    ) -> impl Future<Output = Result<BTreeMap<String, Usage>, StoreError>> + Send;
 
     fn batch(&self) -> impl Future<Output = Result<Option<Batch>, StoreError>> + Send;
     /// Writes `next` if the stored batch is `previous` (by version; `None` = absent).
-    fn put_batch(&self, previous: Option<&Batch>, next: &Batch)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn put_batch(
+        &self,
+        previous: Option<&Batch>,
+        next: &Batch,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Deletes the batch if it is still `batch` (by version).
     fn delete_batch(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Takes or renews the lease when it is free, expired, or already ours.
-    fn acquire_lease(&self, lease: &Lease, now: Timestamp)
-    -> impl Future<Output = Result<bool, StoreError>> + Send;
-    fn release_lease(&self, name: &str, holder: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn acquire_lease(
+        &self,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn release_lease(
+        &self,
+        name: &str,
+        holder: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Removal commands in progress (`command#<id>`, one per claim).
     fn commands(&self) -> impl Future<Output = Result<Vec<Command>, StoreError>> + Send;
     /// Writes `next` if the stored command is `previous` (by version);
     /// `None` means it must not exist yet, so a node gets one command only.
-    fn put_command(&self, previous: Option<&Command>, next: &Command)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn put_command(
+        &self,
+        previous: Option<&Command>,
+        next: &Command,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Deletes the command if it is still `command` (by version); a command
     /// that is already gone is not an error.
-    fn delete_command(&self, command: &Command) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn delete_command(
+        &self,
+        command: &Command,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn mark_unavailable(
+        &self,
+        offering: &OfferingKey,
+        until: Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Offerings still marked unavailable at `now`.
-    fn unavailable_offerings(&self, now: Timestamp)
-    -> impl Future<Output = Result<Vec<OfferingKey>, StoreError>> + Send;
+    fn unavailable_offerings(
+        &self,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<OfferingKey>, StoreError>> + Send;
 }
 
 /// A command write keeps its id and moves one version up (1 when created),

@@ -28,7 +28,10 @@ pub struct QuantityError {
 /// Parses a Kubernetes quantity (`"1.5"`, `"250m"`, `"4Gi"`, `"1e3"`, `"2k"`)
 /// into thousandths of its unit, rounded up as the API server rounds.
 pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
-    let err = |reason| QuantityError { input: input.to_owned(), reason };
+    let err = |reason| QuantityError {
+        input: input.to_owned(),
+        reason,
+    };
     let s = input.trim();
     if s.is_empty() {
         return Err(err("empty"));
@@ -38,7 +41,9 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    let number_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let number_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (number, suffix) = s.split_at(number_end);
     if number.is_empty() || number == "." || number.matches('.').count() > 1 {
         return Err(err("no number"));
@@ -50,7 +55,11 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     if digits.len() > 30 {
         return Err(err("too many digits"));
     }
-    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| err("no number"))? };
+    let mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| err("no number"))?
+    };
     let mut exp10: i32 = -(frac_part.len() as i32);
     let mut exp2: u32 = 0;
     match suffix {
@@ -81,11 +90,19 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     }
     // Work in thousandths: one more factor of 10^3.
     exp10 += 3;
-    let scaled = mantissa.checked_mul(1i128 << exp2).ok_or_else(|| err("too large"))?;
+    let scaled = mantissa
+        .checked_mul(1i128 << exp2)
+        .ok_or_else(|| err("too large"))?;
     let value = if exp10 >= 0 {
-        scaled.checked_mul(10i128.checked_pow(exp10 as u32).ok_or_else(|| err("too large"))?)
+        scaled.checked_mul(
+            10i128
+                .checked_pow(exp10 as u32)
+                .ok_or_else(|| err("too large"))?,
+        )
     } else {
-        let div = 10i128.checked_pow((-exp10) as u32).ok_or_else(|| err("too small"))?;
+        let div = 10i128
+            .checked_pow((-exp10) as u32)
+            .ok_or_else(|| err("too small"))?;
         Some((scaled + div - 1) / div)
     }
     .ok_or_else(|| err("too large"))?;
@@ -115,7 +132,12 @@ pub struct Resources {
 
 impl Resources {
     pub fn new(cpu_millis: i64, memory_bytes: i64, pods: i64) -> Self {
-        Resources { cpu_millis, memory_bytes, pods, ..Default::default() }
+        Resources {
+            cpu_millis,
+            memory_bytes,
+            pods,
+            ..Default::default()
+        }
     }
 
     /// Reads a Kubernetes resource list (`requests`, `capacity`, `limits`).
@@ -140,7 +162,10 @@ impl Resources {
     }
 
     pub fn set_extended(&mut self, name: &str, value: i64) {
-        match self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+        match self
+            .extended
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+        {
             Ok(i) if value == 0 => {
                 self.extended.remove(i);
             }
@@ -175,7 +200,10 @@ impl Resources {
             && self.memory_bytes <= capacity.memory_bytes
             && self.pods <= capacity.pods
             && (capacity.ephemeral_bytes == 0 || self.ephemeral_bytes <= capacity.ephemeral_bytes)
-            && self.extended.iter().all(|(n, v)| *v <= capacity.extended(n))
+            && self
+                .extended
+                .iter()
+                .all(|(n, v)| *v <= capacity.extended(n))
     }
 
     /// True when `self + extra` fits in `capacity`, without allocating.
@@ -184,8 +212,12 @@ impl Resources {
         self.cpu_millis + extra.cpu_millis <= capacity.cpu_millis
             && self.memory_bytes + extra.memory_bytes <= capacity.memory_bytes
             && self.pods + extra.pods <= capacity.pods
-            && (capacity.ephemeral_bytes == 0 || self.ephemeral_bytes + extra.ephemeral_bytes <= capacity.ephemeral_bytes)
-            && extra.extended.iter().all(|(n, v)| self.extended(n) + v <= capacity.extended(n))
+            && (capacity.ephemeral_bytes == 0
+                || self.ephemeral_bytes + extra.ephemeral_bytes <= capacity.ephemeral_bytes)
+            && extra
+                .extended
+                .iter()
+                .all(|(n, v)| self.extended(n) + v <= capacity.extended(n))
     }
 
     pub fn add(&mut self, other: &Resources) {
@@ -253,9 +285,19 @@ impl Resources {
 
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cpu={} memory={} pods={}", format_cpu(self.cpu_millis), format_bytes(self.memory_bytes), self.pods)?;
+        write!(
+            f,
+            "cpu={} memory={} pods={}",
+            format_cpu(self.cpu_millis),
+            format_bytes(self.memory_bytes),
+            self.pods
+        )?;
         if self.ephemeral_bytes > 0 {
-            write!(f, " ephemeral-storage={}", format_bytes(self.ephemeral_bytes))?;
+            write!(
+                f,
+                " ephemeral-storage={}",
+                format_bytes(self.ephemeral_bytes)
+            )?;
         }
         for (n, v) in &self.extended {
             write!(f, " {n}={v}")?;
@@ -266,12 +308,21 @@ impl fmt::Display for Resources {
 
 /// `1500` → `"1500m"`, `2000` → `"2"`.
 pub fn format_cpu(millis: i64) -> String {
-    if millis % 1000 == 0 { format!("{}", millis / 1000) } else { format!("{millis}m") }
+    if millis % 1000 == 0 {
+        format!("{}", millis / 1000)
+    } else {
+        format!("{millis}m")
+    }
 }
 
 /// Bytes in the largest binary unit that divides them exactly.
 pub fn format_bytes(bytes: i64) -> String {
-    const UNITS: [(&str, i64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+    const UNITS: [(&str, i64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
     for (suffix, size) in UNITS {
         if bytes != 0 && bytes % size == 0 {
             return format!("{}{suffix}", bytes / size);
@@ -311,7 +362,17 @@ mod tests {
 
     #[test]
     fn rejects_malformed_quantities() {
-        for bad in ["", "abc", "1.2.3", "5Xi", "1e", "Gi", "1e400", "99999999999999999999999Ei", "."] {
+        for bad in [
+            "",
+            "abc",
+            "1.2.3",
+            "5Xi",
+            "1e",
+            "Gi",
+            "1e400",
+            "99999999999999999999999Ei",
+            ".",
+        ] {
             let e = parse_milli(bad).expect_err(bad);
             assert_eq!(e.input, bad);
         }
@@ -326,13 +387,19 @@ mod tests {
         let mut cap_gpu = cap.clone();
         cap_gpu.set_extended("nvidia.com/gpu", 1);
         assert!(a.fits_in(&cap_gpu));
-        assert!(a.fits_with(&Resources::new(500, GIB, 1), &cap_gpu), "cpu and memory exactly full");
+        assert!(
+            a.fits_with(&Resources::new(500, GIB, 1), &cap_gpu),
+            "cpu and memory exactly full"
+        );
         assert!(!a.fits_with(&a, &cap_gpu), "a second gpu does not fit");
         assert_eq!(a.exceeding(&cap), vec!["nvidia.com/gpu"]);
         let mut sum = a.clone();
         sum.add(&a);
         assert_eq!(sum.extended("nvidia.com/gpu"), 2);
         assert_eq!(sum.cpu_millis, 1000);
-        assert_eq!(format!("{}", Resources::new(1500, 4 * GIB, 3)), "cpu=1500m memory=4Gi pods=3");
+        assert_eq!(
+            format!("{}", Resources::new(1500, 4 * GIB, 3)),
+            "cpu=1500m memory=4Gi pods=3"
+        );
     }
 }

@@ -5,13 +5,13 @@
 use lambda_runtime::LambdaEvent;
 use tracing::{error, info, warn};
 
+use crate::handlers::HandlerError;
+use crate::handlers::config as config_loader;
 use crate::handlers::config::ConfigReader;
 use crate::handlers::disruption::{Disruption, DisruptionSettings, Memory};
-use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::interruption::{self as interruption_handler, InterruptionSettings, Record};
+use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change;
-use crate::handlers::config as config_loader;
-use crate::handlers::HandlerError;
 use crate::ports::{PortSet, SignedDuration, Timestamp};
 
 pub use crate::live::{FunctionEnv, LivePorts, connect};
@@ -25,7 +25,9 @@ pub const DEADLINE_MARGIN: SignedDuration = SignedDuration::from_secs(5);
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     if std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some() {
         builder.json().without_time().init();
     } else {
@@ -40,10 +42,16 @@ pub const DEFAULT_INVOCATION: SignedDuration = SignedDuration::from_secs(60);
 /// The Lambda deadline of an invocation.
 fn deadline_of<T>(event: &LambdaEvent<T>) -> Timestamp {
     let now = Timestamp::now();
-    match i64::try_from(event.context.deadline).ok().and_then(|ms| Timestamp::from_millisecond(ms).ok()) {
+    match i64::try_from(event.context.deadline)
+        .ok()
+        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+    {
         Some(deadline) if deadline > now => deadline,
         _ => {
-            warn!(deadline_ms = event.context.deadline, "the runtime gave no deadline ahead of now; assuming 60 s");
+            warn!(
+                deadline_ms = event.context.deadline,
+                "the runtime gave no deadline ahead of now; assuming 60 s"
+            );
             now + DEFAULT_INVOCATION
         }
     }
@@ -63,17 +71,32 @@ pub async fn provisioner(
     let deadline = deadline_of(&event);
     let remaining = deadline.duration_since(Timestamp::now());
     if remaining < DEADLINE_MARGIN + SignedDuration::from_secs(5) {
-        warn!(remaining_s = remaining.as_secs_f64(), "the invocation has under 10 s left: give the provisioner a 60-s timeout");
+        warn!(
+            remaining_s = remaining.as_secs_f64(),
+            "the invocation has under 10 s left: give the provisioner a 60-s timeout"
+        );
     }
     let before = ports.store.requests();
-    let ticks = scheduled_invocation(ports, &event.context.request_id, deadline - DEADLINE_MARGIN, with_disruption)
-        .await
-        .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    let ticks = scheduled_invocation(
+        ports,
+        &event.context.request_id,
+        deadline - DEADLINE_MARGIN,
+        with_disruption,
+    )
+    .await
+    .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
     // What the running cost counts: in a quiet minute, no Scan of the
     // state table and a few GetItems per tick (see aws::dynamo's state view).
     let dynamodb = ports.store.requests() - before;
-    info!(?ticks, ?dynamodb, remaining_at_start_s = remaining.as_secs_f64(), "provisioner invocation done");
-    Ok(serde_json::json!({ "ticks": ticks.provisioner, "disruption_ticks": ticks.disruption, "dynamodb": dynamodb }))
+    info!(
+        ?ticks,
+        ?dynamodb,
+        remaining_at_start_s = remaining.as_secs_f64(),
+        "provisioner invocation done"
+    );
+    Ok(
+        serde_json::json!({ "ticks": ticks.provisioner, "disruption_ticks": ticks.disruption, "dynamodb": dynamodb }),
+    )
 }
 
 /// Ticks of one scheduled invocation, per loop.
@@ -96,24 +119,34 @@ pub async fn scheduled_invocation<P: PortSet>(
     with_disruption: bool,
 ) -> Result<Ticks, HandlerError> {
     let sleep = |d: SignedDuration| tokio::time::sleep(d.unsigned_abs());
-    let mut p = Provisioner::new(&ports, ProvisionerSettings::default(), holder).with_config_reader(PROVISIONER_CONFIG.clone());
+    let mut p = Provisioner::new(&ports, ProvisionerSettings::default(), holder)
+        .with_config_reader(PROVISIONER_CONFIG.clone());
     if !with_disruption {
         let provisioner = p.run_until(until, sleep).await?;
-        return Ok(Ticks { provisioner, disruption: None });
+        return Ok(Ticks {
+            provisioner,
+            disruption: None,
+        });
     }
     let mut d = disruption_loop(&ports, holder);
-    let (provisioner, disruption) = tokio::join!(p.run_until(until, sleep), d.run_until(until, sleep));
+    let (provisioner, disruption) =
+        tokio::join!(p.run_until(until, sleep), d.run_until(until, sleep));
     let disruption = disruption
         .inspect_err(|e| error!(error = %e, "the disruption loop stopped; provisioning went on"))
         .unwrap_or(0);
-    Ok(Ticks { provisioner: provisioner?, disruption: Some(disruption) })
+    Ok(Ticks {
+        provisioner: provisioner?,
+        disruption: Some(disruption),
+    })
 }
 
 // One reader and one memory per container, whichever function runs the
 // loop: a warm container re-reads only what changed and remembers when the
 // next disruption decision is due.
-static PROVISIONER_CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
-static DISRUPTION_CONFIG: std::sync::LazyLock<ConfigReader> = std::sync::LazyLock::new(ConfigReader::new);
+static PROVISIONER_CONFIG: std::sync::LazyLock<ConfigReader> =
+    std::sync::LazyLock::new(ConfigReader::new);
+static DISRUPTION_CONFIG: std::sync::LazyLock<ConfigReader> =
+    std::sync::LazyLock::new(ConfigReader::new);
 static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
 
 /// The disruption loop with the container's reader and memory, whichever
@@ -129,7 +162,10 @@ fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>) -> Disruptio
 /// invocation still running makes this one exit at once). What the
 /// container remembers between invocations (when the next decision is
 /// due, the reasons already logged) lives as long as the container.
-pub async fn disruption(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
+pub async fn disruption(
+    ports: &LivePorts,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
     let deadline = deadline_of(&event);
     let until = deadline - DEADLINE_MARGIN;
     let remaining = deadline.duration_since(Timestamp::now());
@@ -142,14 +178,22 @@ pub async fn disruption(ports: &LivePorts, event: LambdaEvent<serde_json::Value>
     // What the running cost counts: in a quiet minute, no Scan of the
     // state table and a few GetItems per tick (see aws::dynamo's state view).
     let dynamodb = ports.store.requests() - before;
-    info!(ticks, ?dynamodb, remaining_at_start_s = remaining.as_secs_f64(), "disruption invocation done");
+    info!(
+        ticks,
+        ?dynamodb,
+        remaining_at_start_s = remaining.as_secs_f64(),
+        "disruption invocation done"
+    );
     Ok(serde_json::json!({ "ticks": ticks, "dynamodb": dynamodb }))
 }
 
 /// The state-change function: one EventBridge event. A malformed event is
 /// logged and dropped (returning an error would only make EventBridge retry
 /// it); a failure worth retrying is returned as an error.
-pub async fn state_change(ports: &LivePorts, event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
+pub async fn state_change(
+    ports: &LivePorts,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
     match state_change::handle(ports, &event.payload).await {
         Ok(outcome) => Ok(serde_json::json!({ "outcome": format!("{outcome:?}") })),
         Err(e) if e.is_retryable() => Err(lambda_runtime::Error::from(e.to_string())),
@@ -174,7 +218,10 @@ pub async fn interruption(
         .payload
         .records
         .into_iter()
-        .map(|m| Record { message_id: m.message_id.unwrap_or_default(), body: m.body.unwrap_or_default() })
+        .map(|m| Record {
+            message_id: m.message_id.unwrap_or_default(),
+            body: m.body.unwrap_or_default(),
+        })
         .collect();
     let options = InterruptionSettings::default();
     let mut response = aws_lambda_events::event::sqs::SqsBatchResponse::default();
@@ -196,15 +243,24 @@ pub async fn interruption(
     for id in &report.failures {
         response.add_failure(id.clone());
     }
-    let passes = interruption_handler::drive_until(ports, &config, &options.launch, deadline - DEADLINE_MARGIN, |d| {
-        tokio::time::sleep(d.unsigned_abs())
-    })
+    let passes = interruption_handler::drive_until(
+        ports,
+        &config,
+        &options.launch,
+        deadline - DEADLINE_MARGIN,
+        |d| tokio::time::sleep(d.unsigned_abs()),
+    )
     .await
     .unwrap_or_else(|e| {
         // The commands are stored; the provisioner's tick or the next message resumes them.
         warn!(error = %e, "stopped driving removals");
         0
     });
-    info!(messages = records.len(), failures = report.failures.len(), passes, "interruption invocation done");
+    info!(
+        messages = records.len(),
+        failures = report.failures.len(),
+        passes,
+        "interruption invocation done"
+    );
     Ok(response)
 }

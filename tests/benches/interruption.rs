@@ -35,7 +35,13 @@ async fn cluster_with_a_full_spot_node() -> KubeSim {
     let mut sim = on_apiserver(&s.region, SimSettings::default()).await;
     scenario::load(&mut sim, &s).await.expect("scenario loads");
     sim.run_for(SignedDuration::from_mins(3)).await;
-    let pods = sim.cluster.all_pods().await.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
+    let pods = sim
+        .cluster
+        .all_pods()
+        .await
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .count();
     assert_eq!(pods, 112, "110 pods on the spot node and 2 on the other");
     sim
 }
@@ -49,12 +55,20 @@ fn main() {
     // `cargo test --all-targets` (the test command) builds this and runs it
     // without `--bench`: it is compiled there, measured only by `cargo bench`.
     if !std::env::args().any(|a| a == "--bench") {
-        println!("interruption benchmark: run it with `cargo bench -p nodewright-tests --bench interruption`");
+        println!(
+            "interruption benchmark: run it with `cargo bench -p nodewright-tests --bench interruption`"
+        );
         return;
     }
     // RUST_LOG=nodewright=debug shows where the time goes.
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let mut warning = Vec::new();
         let mut drain = Vec::new();

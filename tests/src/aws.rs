@@ -22,7 +22,9 @@ use aws_sdk_ec2::config::Credentials;
 use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
 use nodewright::aws::{ClientOptions, DynamoStore, DynamoTables, Ec2CloudSettings};
 use nodewright::config::NodeClass;
-use nodewright::config::nodeclass::{AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec};
+use nodewright::config::nodeclass::{
+    AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
+};
 
 /// A spec validated as NodeClass `name`, as the runtime validates stored
 /// items; panics with the field and reason.
@@ -32,7 +34,10 @@ pub fn node_class(name: &str, spec: &EC2NodeClassSpec) -> NodeClass {
 
 /// An `amiSelectorTerms` entry `alias: <alias>`.
 pub fn ami_alias(alias: &str) -> AmiSelectorTermSpec {
-    AmiSelectorTermSpec { alias: Some(alias.to_owned()), ..Default::default() }
+    AmiSelectorTermSpec {
+        alias: Some(alias.to_owned()),
+        ..Default::default()
+    }
 }
 
 /// A running emulator.
@@ -46,11 +51,15 @@ pub struct Moto {
 static MOTO: OnceLock<Result<Moto, String>> = OnceLock::new();
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     Ok(text
         .lines()
         .filter_map(|l| l.split_once('='))
@@ -59,26 +68,42 @@ fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, String> {
 }
 
 fn reachable(endpoint: &str) -> bool {
-    let hostport = endpoint.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/');
+    let hostport = endpoint
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches('/');
     use std::net::ToSocketAddrs;
     hostport
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .is_some_and(|addr| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok())
+        .is_some_and(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+        })
 }
 
 fn start() -> Result<Moto, String> {
     if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
         if !reachable(&endpoint) {
-            return Err(format!("AWS_ENDPOINT_URL={endpoint} is set but nothing answers there"));
+            return Err(format!(
+                "AWS_ENDPOINT_URL={endpoint} is set but nothing answers there"
+            ));
         }
-        return Ok(Moto { endpoint, dir: None });
+        return Ok(Moto {
+            endpoint,
+            dir: None,
+        });
     }
     if let Ok(dir) = std::env::var("NODEWRIGHT_MOTO_DIR") {
         let env = read_env_file(&Path::new(&dir).join("env"))?;
-        let endpoint = env.get("AWS_ENDPOINT_URL").cloned().ok_or("no AWS_ENDPOINT_URL in the env file")?;
-        return Ok(Moto { endpoint, dir: None });
+        let endpoint = env
+            .get("AWS_ENDPOINT_URL")
+            .cloned()
+            .ok_or("no AWS_ENDPOINT_URL in the env file")?;
+        return Ok(Moto {
+            endpoint,
+            dir: None,
+        });
     }
     let script = repo_root().join("tests/harness/aws/moto.sh");
     let dir = std::env::temp_dir().join(format!("nodewright-moto-{}", std::process::id()));
@@ -89,7 +114,11 @@ fn start() -> Result<Moto, String> {
         .status()
         .map_err(|e| format!("running {}: {e}", script.display()))?;
     if !status.success() {
-        return Err(format!("{} start {} failed ({status})", script.display(), dir.display()));
+        return Err(format!(
+            "{} start {} failed ({status})",
+            script.display(),
+            dir.display()
+        ));
     }
     // Stop the server when this test process is gone.
     let watchdog = "while kill -0 \"$0\" 2>/dev/null; do sleep 1; done; exec \"$1\" stop \"$2\" >/dev/null 2>&1";
@@ -104,8 +133,14 @@ fn start() -> Result<Moto, String> {
         .stderr(std::process::Stdio::null())
         .spawn();
     let env = read_env_file(&dir.join("env"))?;
-    let endpoint = env.get("AWS_ENDPOINT_URL").cloned().ok_or("no AWS_ENDPOINT_URL in the env file")?;
-    Ok(Moto { endpoint, dir: Some(dir) })
+    let endpoint = env
+        .get("AWS_ENDPOINT_URL")
+        .cloned()
+        .ok_or("no AWS_ENDPOINT_URL in the env file")?;
+    Ok(Moto {
+        endpoint,
+        dir: Some(dir),
+    })
 }
 
 /// The emulator, found or started once per test process. Panics with the
@@ -113,15 +148,24 @@ fn start() -> Result<Moto, String> {
 pub fn moto() -> &'static Moto {
     match MOTO.get_or_init(start) {
         Ok(m) => m,
-        Err(e) => panic!("the AWS emulator is not available: {e} (run ./tests/run, or tests/harness/aws/moto.sh start DIR and export DIR/env)"),
+        Err(e) => panic!(
+            "the AWS emulator is not available: {e} (run ./tests/run, or tests/harness/aws/moto.sh start DIR and export DIR/env)"
+        ),
     }
 }
 
 /// A name no other test (or earlier run against the same server) uses.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    format!("{prefix}-{}-{}-{:x}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed), nanos % 0x10000)
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{prefix}-{}-{}-{:x}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        nanos % 0x10000
+    )
 }
 
 /// SDK configuration pointing at the emulator, with the adapter's retry
@@ -162,7 +206,12 @@ pub struct Ec2Fixture {
 fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
     TagSpecification::builder()
         .resource_type(resource)
-        .set_tags(Some(pairs.iter().map(|(k, v)| Tag::builder().key(*k).value(*v).build()).collect()))
+        .set_tags(Some(
+            pairs
+                .iter()
+                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
         .build()
 }
 
@@ -176,7 +225,10 @@ impl Ec2Fixture {
         let discovery = unique("disc");
         let cluster = unique("cluster");
         let member_key = format!("nodewright.test/{discovery}");
-        let disc = [("karpenter.sh/discovery", discovery.as_str()), (member_key.as_str(), "member")];
+        let disc = [
+            ("karpenter.sh/discovery", discovery.as_str()),
+            (member_key.as_str(), "member"),
+        ];
         let octet = 16 + NEXT_CIDR.fetch_add(1, Ordering::Relaxed) % 200;
         let vpc = ec2
             .create_vpc()
@@ -247,12 +299,23 @@ impl Ec2Fixture {
             .version(k8s)
             .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
             .resources_vpc_config(
-                aws_sdk_eks::types::VpcConfigRequest::builder().set_subnet_ids(Some(best_subnet.values().cloned().collect())).build(),
+                aws_sdk_eks::types::VpcConfigRequest::builder()
+                    .set_subnet_ids(Some(best_subnet.values().cloned().collect()))
+                    .build(),
             )
             .send()
             .await
             .expect("CreateCluster");
-        Ec2Fixture { region: region.to_owned(), config, cluster, discovery, zones, best_subnet, small_subnet, security_group }
+        Ec2Fixture {
+            region: region.to_owned(),
+            config,
+            cluster,
+            discovery,
+            zones,
+            best_subnet,
+            small_subnet,
+            security_group,
+        }
     }
 
     /// A tag key only this fixture's subnets and security group carry (value `member`).
@@ -264,11 +327,18 @@ impl Ec2Fixture {
     /// group: AL2023 (latest), no instance profile (`defaultInstanceProfile`
     /// with none in the adapter's settings), tag `team=adapters`.
     pub fn node_class_spec(&self) -> EC2NodeClassSpec {
-        let tags: BTreeMap<String, String> = [("karpenter.sh/discovery".to_owned(), self.discovery.clone())].into();
+        let tags: BTreeMap<String, String> =
+            [("karpenter.sh/discovery".to_owned(), self.discovery.clone())].into();
         EC2NodeClassSpec {
             ami_selector_terms: vec![ami_alias("al2023@latest")],
-            subnet_selector_terms: vec![SubnetSelectorTermSpec { tags: tags.clone(), ..Default::default() }],
-            security_group_selector_terms: vec![SecurityGroupSelectorTermSpec { tags, ..Default::default() }],
+            subnet_selector_terms: vec![SubnetSelectorTermSpec {
+                tags: tags.clone(),
+                ..Default::default()
+            }],
+            security_group_selector_terms: vec![SecurityGroupSelectorTermSpec {
+                tags,
+                ..Default::default()
+            }],
             default_instance_profile: true,
             tags: [("team".to_owned(), "adapters".to_owned())].into(),
             ..Default::default()
@@ -288,7 +358,10 @@ impl Ec2Fixture {
             .expect("the scenario's NodeClass `default`");
         class.spec = serde_json::to_value(self.node_class_spec()).expect("spec");
         class.version += 1;
-        store.put_config_item(&class).await.expect("fixture class stored");
+        store
+            .put_config_item(&class)
+            .await
+            .expect("fixture class stored");
     }
 
     /// [`Self::node_class_spec`] validated as NodeClass `default`.
@@ -310,16 +383,27 @@ impl Ec2Fixture {
         let out = self
             .ec2()
             .describe_instances()
-            .filters(Filter::builder().name("tag:karpenter.sh/nodeclaim").values(claim).build())
+            .filters(
+                Filter::builder()
+                    .name("tag:karpenter.sh/nodeclaim")
+                    .values(claim)
+                    .build(),
+            )
             .send()
             .await
             .expect("DescribeInstances");
-        out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances().iter().cloned())
+            .collect()
     }
 
     /// The filter on this fixture's cluster tag.
     fn owned(&self) -> Filter {
-        Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build()
+        Filter::builder()
+            .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
+            .values("owned")
+            .build()
     }
 
     /// Every instance (any state) tagged as this fixture's cluster's.
@@ -331,7 +415,10 @@ impl Ec2Fixture {
             .send()
             .await
             .expect("DescribeInstances");
-        out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances().iter().cloned())
+            .collect()
     }
 
     /// Launch templates carrying this fixture's cluster tag.

@@ -48,10 +48,22 @@ pub struct NewPod<'a> {
 
 impl<'a> NewPod<'a> {
     pub fn running(name: &'a str, app: &'a str, node: &'a str) -> Self {
-        NewPod { name, app, node: Some(node), phase: Phase::Running, grace: None }
+        NewPod {
+            name,
+            app,
+            node: Some(node),
+            phase: Phase::Running,
+            grace: None,
+        }
     }
     pub fn pending(name: &'a str, app: &'a str) -> Self {
-        NewPod { name, app, node: None, phase: Phase::Pending, grace: None }
+        NewPod {
+            name,
+            app,
+            node: None,
+            phase: Phase::Pending,
+            grace: None,
+        }
     }
 }
 
@@ -127,7 +139,11 @@ pub struct SimFixture {
 impl SimFixture {
     pub fn new(base: &str) -> SimFixture {
         let clock = SimClock::default();
-        SimFixture { cluster: SimCluster::new(clock.clone()), clock, namespace: base.to_owned() }
+        SimFixture {
+            cluster: SimCluster::new(clock.clone()),
+            clock,
+            namespace: base.to_owned(),
+        }
     }
 }
 
@@ -144,22 +160,31 @@ impl ContractCluster for SimFixture {
 
     async fn create_node(&self, base: &str) -> String {
         let name = format!("{}-{base}", self.namespace);
-        self.cluster.add_node(serde_json::from_value(node_object(&name)).expect("node"));
+        self.cluster
+            .add_node(serde_json::from_value(node_object(&name)).expect("node"));
         name
     }
 
     async fn create_pod(&self, pod: NewPod<'_>) -> PodKey {
-        self.cluster.apply(&pod_object(&self.namespace, &pod)).expect("apply pod");
+        self.cluster
+            .apply(&pod_object(&self.namespace, &pod))
+            .expect("apply pod");
         let key = |c: &SimCluster| {
             c.all_pods()
                 .iter()
-                .find(|p| p.metadata.namespace.as_deref() == Some(self.namespace.as_str()) && p.metadata.name.as_deref() == Some(pod.name))
+                .find(|p| {
+                    p.metadata.namespace.as_deref() == Some(self.namespace.as_str())
+                        && p.metadata.name.as_deref() == Some(pod.name)
+                })
                 .map(PodKey::of)
                 .expect("the pod just applied")
         };
         let k = key(&self.cluster);
         if let Some(node) = pod.node {
-            assert_eq!(self.cluster.bind(&k, node).await, Ok(nodewright::ports::BindOutcome::Bound));
+            assert_eq!(
+                self.cluster.bind(&k, node).await,
+                Ok(nodewright::ports::BindOutcome::Bound)
+            );
         }
         if pod.phase == Phase::Succeeded {
             self.cluster.update_pod(&self.namespace, pod.name, |p| {
@@ -173,7 +198,9 @@ impl ContractCluster for SimFixture {
     }
 
     async fn create_pdb(&self, name: &str, app: &str, min_available: i32) {
-        self.cluster.apply(&pdb_object(&self.namespace, name, app, min_available)).expect("apply pdb");
+        self.cluster
+            .apply(&pdb_object(&self.namespace, name, app, min_available))
+            .expect("apply pdb");
     }
 
     async fn reconcile(&self) {
@@ -185,10 +212,10 @@ impl ContractCluster for SimFixture {
     }
 
     async fn pod(&self, name: &str) -> Option<Pod> {
-        self.cluster
-            .all_pods()
-            .into_iter()
-            .find(|p| p.metadata.namespace.as_deref() == Some(self.namespace.as_str()) && p.metadata.name.as_deref() == Some(name))
+        self.cluster.all_pods().into_iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(self.namespace.as_str())
+                && p.metadata.name.as_deref() == Some(name)
+        })
     }
 
     async fn pdb(&self, name: &str) -> Option<PodDisruptionBudget> {
@@ -196,7 +223,10 @@ impl ContractCluster for SimFixture {
     }
 
     async fn node(&self, name: &str) -> Option<Node> {
-        self.cluster.all_nodes().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
+        self.cluster
+            .all_nodes()
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
     }
 
     async fn events(&self) -> Vec<ClusterEvent> {
@@ -221,7 +251,9 @@ pub struct KubeFixture {
 
 impl std::fmt::Debug for KubeFixture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeFixture").field("namespace", &self.namespace).finish_non_exhaustive()
+        f.debug_struct("KubeFixture")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
     }
 }
 
@@ -233,7 +265,12 @@ impl KubeFixture {
         let admin = env.admin_client();
         let namespace = unique(base);
         create_namespace(&admin, &namespace).await;
-        KubeFixture { admin, function: env.function(ClientSettings::default()), namespace, skew: Mutex::new(SignedDuration::ZERO) }
+        KubeFixture {
+            admin,
+            function: env.function(ClientSettings::default()),
+            namespace,
+            skew: Mutex::new(SignedDuration::ZERO),
+        }
     }
 
     fn now(&self) -> Timestamp {
@@ -246,7 +283,11 @@ impl KubeFixture {
 
     async fn set_status(&self, name: &str, status: Value) {
         self.pods_api()
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&json!({ "status": status })))
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(&json!({ "status": status })),
+            )
             .await
             .expect("pod status");
     }
@@ -267,14 +308,20 @@ impl ContractCluster for KubeFixture {
         let name = format!("{}-{base}", self.namespace);
         let node: Node = serde_json::from_value(node_object(&name)).expect("node");
         let nodes = Api::<Node>::all(self.admin.clone());
-        nodes.create(&PostParams::default(), &node).await.expect("create node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
         // The server's admission (TaintNodesByCondition) puts
         // `node.kubernetes.io/not-ready` on every new node; the node
         // lifecycle controller takes it off once the kubelet reports Ready.
         // There is no such controller here: do its part, so both clusters
         // start from the same node.
         let ready = json!({"spec": {"taints": node.spec.as_ref().and_then(|s| s.taints.clone())}});
-        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&ready)).await.expect("untaint the new node");
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&ready))
+            .await
+            .expect("untaint the new node");
         name
     }
 
@@ -284,24 +331,36 @@ impl ContractCluster for KubeFixture {
             object["spec"]["nodeName"] = json!(node);
         }
         let object: Pod = serde_json::from_value(object).expect("pod");
-        let created = self.pods_api().create(&PostParams::default(), &object).await.expect("create pod");
+        let created = self
+            .pods_api()
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("create pod");
         let now = Timestamp::now().to_string();
         match pod.phase {
             Phase::Pending => {}
             Phase::Running => {
-                self.set_status(pod.name, json!({ "phase": "Running", "conditions": [
-                    { "type": "Ready", "status": "True", "lastTransitionTime": now },
-                    { "type": "PodScheduled", "status": "True", "lastTransitionTime": now }
-                ]}))
+                self.set_status(
+                    pod.name,
+                    json!({ "phase": "Running", "conditions": [
+                        { "type": "Ready", "status": "True", "lastTransitionTime": now },
+                        { "type": "PodScheduled", "status": "True", "lastTransitionTime": now }
+                    ]}),
+                )
                 .await;
             }
-            Phase::Succeeded => self.set_status(pod.name, json!({ "phase": "Succeeded" })).await,
+            Phase::Succeeded => {
+                self.set_status(pod.name, json!({ "phase": "Succeeded" }))
+                    .await
+            }
         }
         PodKey::of(&created)
     }
 
     async fn create_pdb(&self, name: &str, app: &str, min_available: i32) {
-        let pdb: PodDisruptionBudget = serde_json::from_value(pdb_object(&self.namespace, name, app, min_available)).expect("pdb");
+        let pdb: PodDisruptionBudget =
+            serde_json::from_value(pdb_object(&self.namespace, name, app, min_available))
+                .expect("pdb");
         Api::<PodDisruptionBudget>::namespaced(self.admin.clone(), &self.namespace)
             .create(&PostParams::default(), &pdb)
             .await
@@ -310,23 +369,51 @@ impl ContractCluster for KubeFixture {
 
     async fn reconcile(&self) {
         let now = self.now();
-        let pods = self.pods_api().list(&ListParams::default()).await.expect("pods").items;
-        let nodes = Api::<Node>::all(self.admin.clone()).list(&ListParams::default()).await.expect("nodes").items;
-        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), now, ..ClusterView::default() };
+        let pods = self
+            .pods_api()
+            .list(&ListParams::default())
+            .await
+            .expect("pods")
+            .items;
+        let nodes = Api::<Node>::all(self.admin.clone())
+            .list(&ListParams::default())
+            .await
+            .expect("nodes")
+            .items;
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: nodes.iter().collect(),
+            now,
+            ..ClusterView::default()
+        };
         for action in controllers::reconcile_workloads(&view) {
             match action {
-                ControllerAction::RemovePod(key) => remove_pod(&self.admin, &key).await.expect("remove pod"),
+                ControllerAction::RemovePod(key) => {
+                    remove_pod(&self.admin, &key).await.expect("remove pod")
+                }
                 other => panic!("the contract's pods need no {other:?}"),
             }
         }
-        let pods = self.pods_api().list(&ListParams::default()).await.expect("pods").items;
+        let pods = self
+            .pods_api()
+            .list(&ListParams::default())
+            .await
+            .expect("pods")
+            .items;
         let pdbs = Api::<PodDisruptionBudget>::namespaced(self.admin.clone(), &self.namespace)
             .list(&ListParams::default())
             .await
             .expect("pdbs")
             .items;
-        let view = ClusterView { pods: pods.iter().collect(), pdbs: pdbs.iter().collect(), now, ..ClusterView::default() };
-        write_pdb_statuses(&self.admin, &pdbs, controllers::disruption_budgets(&view)).await.expect("pdb status");
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            pdbs: pdbs.iter().collect(),
+            now,
+            ..ClusterView::default()
+        };
+        write_pdb_statuses(&self.admin, &pdbs, controllers::disruption_budgets(&view))
+            .await
+            .expect("pdb status");
     }
 
     async fn advance(&self, seconds: i64) {
@@ -339,11 +426,17 @@ impl ContractCluster for KubeFixture {
     }
 
     async fn pdb(&self, name: &str) -> Option<PodDisruptionBudget> {
-        Api::<PodDisruptionBudget>::namespaced(self.admin.clone(), &self.namespace).get_opt(name).await.expect("get pdb")
+        Api::<PodDisruptionBudget>::namespaced(self.admin.clone(), &self.namespace)
+            .get_opt(name)
+            .await
+            .expect("get pdb")
     }
 
     async fn node(&self, name: &str) -> Option<Node> {
-        Api::<Node>::all(self.admin.clone()).get_opt(name).await.expect("get node")
+        Api::<Node>::all(self.admin.clone())
+            .get_opt(name)
+            .await
+            .expect("get node")
     }
 
     async fn events(&self) -> Vec<ClusterEvent> {
@@ -352,8 +445,12 @@ impl ContractCluster for KubeFixture {
             .await
             .expect("events")
             .items;
-        let mut events: Vec<Event> =
-            events.into_iter().filter(|e| e.reporting_controller.as_deref() == Some(nodewright::kube::CONTROLLER_NAME)).collect();
+        let mut events: Vec<Event> = events
+            .into_iter()
+            .filter(|e| {
+                e.reporting_controller.as_deref() == Some(nodewright::kube::CONTROLLER_NAME)
+            })
+            .collect();
         events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
         let mut out = Vec::new();
         for e in events {

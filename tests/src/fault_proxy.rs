@@ -51,8 +51,11 @@ impl fmt::Debug for Fault {
 
 /// Maps a caller's `Authorization` header to the one forwarded upstream,
 /// or rejects the request (401) with a reason.
-pub type Authenticator =
-    Arc<dyn Fn(Option<String>) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+pub type Authenticator = Arc<
+    dyn Fn(Option<String>) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 #[derive(Debug)]
 struct Rule {
@@ -81,7 +84,10 @@ struct State {
 
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("State").field("rules", &self.rules).field("seen", &self.seen.len()).finish_non_exhaustive()
+        f.debug_struct("State")
+            .field("rules", &self.rules)
+            .field("seen", &self.seen.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -103,16 +109,24 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
         let state = Arc::new(Mutex::new(State::default()));
-        let proxy = FaultProxy { url: format!("http://{addr}"), state: state.clone() };
+        let proxy = FaultProxy {
+            url: format!("http://{addr}"),
+            state: state.clone(),
+        };
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let upstream = upstream.clone();
                 let state = state.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |req| handle(req, upstream.clone(), state.clone()));
+                    let service =
+                        service_fn(move |req| handle(req, upstream.clone(), state.clone()));
                     // An error here is a connection we dropped on purpose (or the client gave up).
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
                 });
             }
         });
@@ -122,7 +136,12 @@ impl FaultProxy {
     /// Applies `fault` to the next `times` requests with `method` whose
     /// `path?query` contains `path_contains`. Rules are tried in order.
     pub fn inject(&self, method: Method, path_contains: &str, times: usize, fault: Fault) {
-        self.lock().rules.push(Rule { method, path_contains: path_contains.to_owned(), remaining: times, fault });
+        self.lock().rules.push(Rule {
+            method,
+            path_contains: path_contains.to_owned(),
+            remaining: times,
+            fault,
+        });
     }
 
     /// Authenticates every request with `authenticator` from now on.
@@ -175,21 +194,38 @@ impl fmt::Display for Dropped {
 }
 impl std::error::Error for Dropped {}
 
-async fn handle(req: Request<Incoming>, upstream: Client, state: Arc<Mutex<State>>) -> Result<Response<Body>, Dropped> {
+async fn handle(
+    req: Request<Incoming>,
+    upstream: Client,
+    state: Arc<Mutex<State>>,
+) -> Result<Response<Body>, Dropped> {
     let method = req.method().clone();
-    let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
     let (fault, authenticator) = {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
         let fault = s
             .rules
             .iter_mut()
-            .find(|r| r.remaining > 0 && r.method == method && path_and_query.contains(&r.path_contains))
+            .find(|r| {
+                r.remaining > 0 && r.method == method && path_and_query.contains(&r.path_contains)
+            })
             .map(|r| {
                 r.remaining -= 1;
                 r.fault.clone()
             });
-        let outcome = fault.as_ref().map(|f| format!("{f:?}")).unwrap_or_else(|| "forwarded".to_owned());
-        s.seen.push(Seen { method: method.clone(), path_and_query: path_and_query.clone(), outcome });
+        let outcome = fault
+            .as_ref()
+            .map(|f| format!("{f:?}"))
+            .unwrap_or_else(|| "forwarded".to_owned());
+        s.seen.push(Seen {
+            method: method.clone(),
+            path_and_query: path_and_query.clone(),
+            outcome,
+        });
         (fault, s.authenticator.clone())
     };
     match fault {
@@ -201,7 +237,11 @@ async fn handle(req: Request<Incoming>, upstream: Client, state: Arc<Mutex<State
     }
     let mut req = req;
     if let Some(authenticate) = authenticator {
-        let presented = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let presented = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         match authenticate(presented).await {
             Ok(header) => {
                 let value = http::HeaderValue::from_str(&header).map_err(|_| Dropped)?;
@@ -216,7 +256,10 @@ async fn handle(req: Request<Incoming>, upstream: Client, state: Arc<Mutex<State
 fn status_response(code: u16, message: &str) -> Response<Body> {
     let mut resp = Response::new(status_body(code, message));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     resp
 }
 

@@ -9,11 +9,12 @@
 use k8s_openapi::api::core::v1::Node;
 use nodewright::handlers::config as config_loader;
 use nodewright::handlers::interruption::{self, BatchReport, InterruptionSettings, Record};
-use nodewright::ports::{Cloud, Cluster, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp};
+use nodewright::ports::{
+    Cloud, Cluster, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp,
+};
 use nodewright::provisioning::claim::Claim;
 use nodewright::sim::{ClusterDriver, FaultyCloud, Simulation};
 use nodewright::termination::DISRUPTED_TAINT_KEY;
-
 
 /// Any simulation whose cloud can be made to fail.
 pub type AnySim<C, S, K> = Simulation<FaultyCloud<C>, S, K>;
@@ -24,7 +25,10 @@ pub const PLACEHOLDER: &str = "i-0123456789abcdef0";
 pub const FIXTURE_TIME: &str = "2026-12-01T09:00:00Z";
 
 pub fn fixture(name: &str) -> serde_json::Value {
-    let path = format!("{}/../functions/interruption/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../functions/interruption/events/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
@@ -39,7 +43,11 @@ pub fn records(name: &str, instance: &str, now: Timestamp) -> Vec<Record> {
         .iter()
         .map(|r| Record {
             message_id: r["messageId"].as_str().expect("messageId").to_owned(),
-            body: r["body"].as_str().expect("body").replace(PLACEHOLDER, instance).replace(FIXTURE_TIME, &now),
+            body: r["body"]
+                .as_str()
+                .expect("body")
+                .replace(PLACEHOLDER, instance)
+                .replace(FIXTURE_TIME, &now),
         })
         .collect()
 }
@@ -53,17 +61,33 @@ where
     K: ClusterDriver,
 {
     let config = config_loader::load(&sim.store).await.expect("config");
-    interruption::handle_batch(&sim.ports(), &config, &config.settings, &InterruptionSettings::default(), rs).await.expect("batch")
+    interruption::handle_batch(
+        &sim.ports(),
+        &config,
+        &config.settings,
+        &InterruptionSettings::default(),
+        rs,
+    )
+    .await
+    .expect("batch")
 }
 
 /// The named fixture for `claim`'s instance, delivered now.
-pub async fn deliver_fixture<C, S, K>(sim: &AnySim<C, S, K>, name: &str, claim: &Claim) -> BatchReport
+pub async fn deliver_fixture<C, S, K>(
+    sim: &AnySim<C, S, K>,
+    name: &str,
+    claim: &Claim,
+) -> BatchReport
 where
     C: Cloud + Clone,
     S: Store + Clone,
     K: ClusterDriver,
 {
-    deliver(sim, &records(name, claim.instance_id().expect("launched"), sim.now())).await
+    deliver(
+        sim,
+        &records(name, claim.instance_id().expect("launched"), sim.now()),
+    )
+    .await
 }
 
 pub fn kinds(report: &BatchReport) -> Vec<&'static str> {
@@ -94,7 +118,10 @@ where
         .into_iter()
         .find(|i| i.kind == ConfigKind::NodePool && i.name == "spot")
         .expect("the spot NodePool");
-    pool.annotations.insert("nodewright.io/rebalance-policy".to_owned(), policy.to_owned());
+    pool.annotations.insert(
+        "nodewright.io/rebalance-policy".to_owned(),
+        policy.to_owned(),
+    );
     pool.version += 1;
     pool.updated_at = sim.now();
     sim.store.put_config_item(&pool).await.expect("pool stored");
@@ -112,7 +139,10 @@ where
     let report = deliver_fixture(sim, "rebalance-recommendation.json", claim).await;
     assert_eq!(kinds(&report), ["ignored"], "{report:?}");
     sim.run_for(SignedDuration::from_secs(30)).await;
-    assert!(!node_tainted(&sim.cluster.all_nodes().await, claim.node_name.as_deref().expect("node")));
+    assert!(!node_tainted(
+        &sim.cluster.all_nodes().await,
+        claim.node_name.as_deref().expect("node")
+    ));
     assert!(sim.store.commands().await.expect("commands").is_empty());
 }
 
@@ -131,8 +161,21 @@ where
     let node = claim.node_name.as_deref().expect("node");
     assert!(node_tainted(&sim.cluster.all_nodes().await, node));
     assert!(sim.store.commands().await.expect("commands").is_empty());
-    assert_eq!(sim.cloud.launch_calls(), launches, "no replacement under Cordon");
-    assert_eq!(sim.cluster.port().pods_on_node(node).await.expect("pods").len(), 10, "nothing evicted");
+    assert_eq!(
+        sim.cloud.launch_calls(),
+        launches,
+        "no replacement under Cordon"
+    );
+    assert_eq!(
+        sim.cluster
+            .port()
+            .pods_on_node(node)
+            .await
+            .expect("pods")
+            .len(),
+        10,
+        "nothing evicted"
+    );
 }
 
 /// `Replace`: a replacement first, then a drain with no deadline; the pods
@@ -147,13 +190,32 @@ where
     let launches = sim.cloud.launch_calls();
     let report = deliver_fixture(sim, "rebalance-recommendation.json", claim).await;
     assert_eq!(kinds(&report), ["removing"], "{report:?}");
-    let command = sim.store.commands().await.expect("commands").pop().expect("command");
-    assert_eq!(command.spec.deadline, None, "no hard deadline: budgets are always respected");
+    let command = sim
+        .store
+        .commands()
+        .await
+        .expect("commands")
+        .pop()
+        .expect("command");
+    assert_eq!(
+        command.spec.deadline, None,
+        "no hard deadline: budgets are always respected"
+    );
     sim.run_for(SignedDuration::from_mins(4)).await;
     let nodes = sim.cluster.all_nodes().await;
-    assert_eq!(nodes.len(), 1, "the old node is gone, the replacement stays: {:?}", nodes.iter().map(|n| &n.metadata.name).collect::<Vec<_>>());
+    assert_eq!(
+        nodes.len(),
+        1,
+        "the old node is gone, the replacement stays: {:?}",
+        nodes.iter().map(|n| &n.metadata.name).collect::<Vec<_>>()
+    );
     assert_ne!(nodes[0].metadata.name, claim.node_name);
-    let on_new = sim.cluster.port().pods_on_node(nodes[0].metadata.name.as_deref().expect("name")).await.expect("pods");
+    let on_new = sim
+        .cluster
+        .port()
+        .pods_on_node(nodes[0].metadata.name.as_deref().expect("name"))
+        .await
+        .expect("pods");
     assert_eq!(on_new.len(), 10);
     assert_eq!(sim.cloud.launch_calls(), launches + 1, "one replacement");
     assert!(sim.store.commands().await.expect("commands").is_empty());
@@ -173,7 +235,11 @@ where
         "spec": {"minAvailable": 10, "selector": {"matchLabels": {"app": "app"}}}});
     sim.cluster.apply(&pdb).await.expect("pdb");
     for o in sim.cloud.catalog().await.expect("catalog").offerings.iter() {
-        sim.cloud.remove_capacity(OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() });
+        sim.cloud.remove_capacity(OfferingKey {
+            capacity_type: o.capacity_type.clone(),
+            instance_type: o.instance_type.clone(),
+            zone: o.zone.clone(),
+        });
     }
     // Let the disruption controller see the budget's new floor.
     sim.run_for(SignedDuration::from_secs(2)).await;
@@ -181,15 +247,50 @@ where
     deliver_fixture(sim, "spot-interruption.json", claim).await;
     sim.run_for(SignedDuration::from_secs(60)).await;
     let node = claim.node_name.clone().expect("node");
-    assert!(sim.cluster.all_nodes().await.iter().any(|n| n.metadata.name.as_deref() == Some(node.as_str())), "still draining");
-    let blocked: Vec<_> = sim.cluster.events().await.into_iter().filter(|(_, e)| e.reason == "FailedDraining").collect();
-    assert_eq!(blocked.len(), 10, "one FailedDraining per blocked pod: {blocked:#?}");
-    assert!(blocked.iter().all(|(_, e)| e.message.contains("app")), "the event names the budget: {blocked:#?}");
+    assert!(
+        sim.cluster
+            .all_nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node.as_str())),
+        "still draining"
+    );
+    let blocked: Vec<_> = sim
+        .cluster
+        .events()
+        .await
+        .into_iter()
+        .filter(|(_, e)| e.reason == "FailedDraining")
+        .collect();
+    assert_eq!(
+        blocked.len(),
+        10,
+        "one FailedDraining per blocked pod: {blocked:#?}"
+    );
+    assert!(
+        blocked.iter().all(|(_, e)| e.message.contains("app")),
+        "the event names the budget: {blocked:#?}"
+    );
     sim.run_for(SignedDuration::from_mins(2)).await;
     // Past the deadline (warning + 2 min − margin) the pods were deleted and the node went.
-    assert!(sim.cluster.all_nodes().await.iter().all(|n| n.metadata.name.as_deref() != Some(node.as_str())), "node removed");
+    assert!(
+        sim.cluster
+            .all_nodes()
+            .await
+            .iter()
+            .all(|n| n.metadata.name.as_deref() != Some(node.as_str())),
+        "node removed"
+    );
     assert!(sim.store.commands().await.expect("commands").is_empty());
-    assert!(sim.store.claims().await.expect("claims").iter().all(|c| c.id != claim.id), "claim released");
+    assert!(
+        sim.store
+            .claims()
+            .await
+            .expect("claims")
+            .iter()
+            .all(|c| c.id != claim.id),
+        "claim released"
+    );
     assert!(sim.now().duration_since(started) >= SignedDuration::from_secs(105));
 }
 
@@ -206,16 +307,27 @@ where
     let mut spot: Vec<_> = catalog
         .offerings
         .iter()
-        .filter(|o| o.capacity_type == "spot" && ["m5.xlarge", "m5a.xlarge", "m6i.xlarge"].contains(&o.instance_type.as_str()))
+        .filter(|o| {
+            o.capacity_type == "spot"
+                && ["m5.xlarge", "m5a.xlarge", "m6i.xlarge"].contains(&o.instance_type.as_str())
+        })
         .collect();
     spot.sort_by(|a, b| a.price.total_cmp(&b.price));
     let dry: Vec<OfferingKey> = spot
         .iter()
         .filter(|o| !(o.instance_type == first.instance_type && o.zone == first.zone))
         .take(3)
-        .map(|o| OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() })
+        .map(|o| OfferingKey {
+            capacity_type: o.capacity_type.clone(),
+            instance_type: o.instance_type.clone(),
+            zone: o.zone.clone(),
+        })
         .collect();
-    assert_eq!(dry.len(), 3, "the catalog offers the pool's types in several zones");
+    assert_eq!(
+        dry.len(),
+        3,
+        "the catalog offers the pool's types in several zones"
+    );
     for o in &dry {
         sim.cloud.remove_capacity(o.clone());
     }
@@ -224,9 +336,25 @@ where
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1, "the replacement only: {claims:#?}");
     let bought = claims[0].instance.clone().expect("replacement");
-    let key = OfferingKey { capacity_type: bought.capacity_type.clone(), instance_type: bought.instance_type.clone(), zone: bought.zone.clone() };
+    let key = OfferingKey {
+        capacity_type: bought.capacity_type.clone(),
+        instance_type: bought.instance_type.clone(),
+        zone: bought.zone.clone(),
+    };
     assert!(!dry.contains(&key), "bought a dry offering: {key:?}");
-    assert_ne!((bought.instance_type.as_str(), bought.zone.as_str()), (first.instance_type.as_str(), first.zone.as_str()), "avoided the interrupted offering");
+    assert_ne!(
+        (bought.instance_type.as_str(), bought.zone.as_str()),
+        (first.instance_type.as_str(), first.zone.as_str()),
+        "avoided the interrupted offering"
+    );
     let node = claims[0].node_name.as_deref().expect("registered");
-    assert_eq!(sim.cluster.port().pods_on_node(node).await.expect("pods").len(), 10);
+    assert_eq!(
+        sim.cluster
+            .port()
+            .pods_on_node(node)
+            .await
+            .expect("pods")
+            .len(),
+        10
+    );
 }

@@ -41,7 +41,10 @@ pub const ENV_VAR: &str = "NODEWRIGHT_KUBE_ENV";
 
 /// The repository root (the tests crate sits one level below it).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".."))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
 }
 
 /// Parses `KEY=value` lines; values may be single-quoted (`'\''` for a quote).
@@ -62,10 +65,18 @@ pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
 
 impl KubeEnv {
     pub fn from_file(path: &Path) -> KubeEnv {
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("cannot read the kube harness env file {}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the kube harness env file {}: {e}",
+                path.display()
+            )
+        });
         let vars = parse_env_file(&text);
-        let get = |k: &str| vars.get(k).cloned().unwrap_or_else(|| panic!("{} has no {k}", path.display()));
+        let get = |k: &str| {
+            vars.get(k)
+                .cloned()
+                .unwrap_or_else(|| panic!("{} has no {k}", path.display()))
+        };
         KubeEnv {
             url: get("KUBE_APISERVER_URL"),
             ca_file: PathBuf::from(get("KUBE_CA_FILE")),
@@ -86,13 +97,19 @@ impl KubeEnv {
     }
 
     pub fn ca_pem(&self) -> Vec<u8> {
-        std::fs::read(&self.ca_file).unwrap_or_else(|e| panic!("reading {}: {e}", self.ca_file.display()))
+        std::fs::read(&self.ca_file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.ca_file.display()))
     }
 
     /// The cluster as the test admin (`system:masters`).
     pub fn admin(&self) -> KubeCluster {
-        KubeCluster::with_static_token(&self.url, &self.ca_file, &self.admin_token, ClientSettings::default())
-            .expect("admin client")
+        KubeCluster::with_static_token(
+            &self.url,
+            &self.ca_file,
+            &self.admin_token,
+            ClientSettings::default(),
+        )
+        .expect("admin client")
     }
 
     pub fn admin_client(&self) -> Client {
@@ -109,7 +126,10 @@ impl KubeEnv {
 fn start_own_server() -> KubeEnv {
     let script = repo_root().join("tests/harness/kube/kube.sh");
     let dir = std::env::temp_dir().join(format!("nodewright-kube-{}", std::process::id()));
-    eprintln!("{ENV_VAR} is not set: starting a kube-apiserver for this test binary in {}", dir.display());
+    eprintln!(
+        "{ENV_VAR} is not set: starting a kube-apiserver for this test binary in {}",
+        dir.display()
+    );
     let out = Command::new("bash")
         .arg(&script)
         .arg("start")
@@ -154,14 +174,19 @@ fn start_own_server() -> KubeEnv {
 /// A name unique to this process: `<base>-<pid>-<n>`.
 pub fn unique(base: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{base}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{base}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// Applies `infra/rbac/clusterrole.yaml` (server-side apply, idempotent) and
 /// waits until the function identity can list nodes.
 pub async fn apply_rbac(env: &KubeEnv) {
     let admin = env.admin_client();
-    let text = std::fs::read_to_string(repo_root().join("infra/rbac/clusterrole.yaml")).expect("RBAC file");
+    let text = std::fs::read_to_string(repo_root().join("infra/rbac/clusterrole.yaml"))
+        .expect("RBAC file");
     let pp = PatchParams::apply("nodewright-tests").force();
     for doc in serde_norway::Deserializer::from_str(&text) {
         let value: Value = serde::Deserialize::deserialize(doc).expect("RBAC YAML");
@@ -169,11 +194,15 @@ pub async fn apply_rbac(env: &KubeEnv) {
         match value["kind"].as_str() {
             Some("ClusterRole") => {
                 let api: Api<ClusterRole> = Api::all(admin.clone());
-                api.patch(&name, &pp, &Patch::Apply(&value)).await.expect("apply ClusterRole");
+                api.patch(&name, &pp, &Patch::Apply(&value))
+                    .await
+                    .expect("apply ClusterRole");
             }
             Some("ClusterRoleBinding") => {
                 let api: Api<ClusterRoleBinding> = Api::all(admin.clone());
-                api.patch(&name, &pp, &Patch::Apply(&value)).await.expect("apply ClusterRoleBinding");
+                api.patch(&name, &pp, &Patch::Apply(&value))
+                    .await
+                    .expect("apply ClusterRoleBinding");
             }
             other => panic!("unexpected kind {other:?} in the RBAC file"),
         }
@@ -195,8 +224,11 @@ pub async fn apply_rbac(env: &KubeEnv) {
 
 pub async fn create_namespace(admin: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(admin.clone());
-    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).expect("namespace");
-    api.create(&PostParams::default(), &ns).await.expect("create namespace");
+    let ns: Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": name } })).expect("namespace");
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
 }
 
 /// A minimal pod (pause image, small requests) with `labels`.
@@ -217,7 +249,9 @@ pub fn pod(namespace: &str, name: &str, labels: Value) -> Pod {
 pub async fn create_pod(admin: &Client, pod: &Pod) -> Pod {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    api.create(&PostParams::default(), pod).await.expect("create pod")
+    api.create(&PostParams::default(), pod)
+        .await
+        .expect("create pod")
 }
 
 /// A Node object as a kubelet would register it (ready, some capacity).
@@ -228,7 +262,9 @@ pub async fn create_node(admin: &Client, name: &str) -> Node {
         "spec": { "providerID": format!("aws:///eu-west-1a/i-{name}") },
     }))
     .expect("node");
-    api.create(&PostParams::default(), &node).await.expect("create node")
+    api.create(&PostParams::default(), &node)
+        .await
+        .expect("create node")
 }
 
 /// Plays the kubelet: marks a bound pod Running and Ready (through `/status`).
@@ -243,5 +279,7 @@ pub async fn mark_running(admin: &Client, namespace: &str, name: &str) {
             ]
         }
     });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status");
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("pod status");
 }

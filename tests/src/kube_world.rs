@@ -23,15 +23,15 @@ use std::sync::Arc;
 use futures_util::future::try_join_all;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Resource};
 use nodewright::kube::{ClientSettings, KubeCluster};
 use nodewright::ports::{ClusterEvent, PodKey, Timestamp};
-use nodewright::sim::ClusterDriver;
 use nodewright::scheduling::volumes::VolumeIndex;
+use nodewright::sim::ClusterDriver;
 use nodewright::sim::controllers::{self, ClusterView, ControllerAction, PdbStatusUpdate};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -57,7 +57,9 @@ pub struct ApiServerCluster {
 
 impl std::fmt::Debug for ApiServerCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiServerCluster").field("function", &self.function).finish_non_exhaustive()
+        f.debug_struct("ApiServerCluster")
+            .field("function", &self.function)
+            .finish_non_exhaustive()
     }
 }
 
@@ -76,7 +78,11 @@ where
     K::DynamicType: Default,
 {
     let api: Api<K> = Api::all(admin.clone());
-    Ok(api.list(&ListParams::default()).await.map_err(err("list"))?.items)
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .map_err(err("list"))?
+        .items)
 }
 
 impl ApiServerCluster {
@@ -84,7 +90,11 @@ impl ApiServerCluster {
     /// nodes left by earlier tests, and applies the shipped RBAC.
     pub async fn exclusive(env: &KubeEnv) -> ApiServerCluster {
         static LOCK: std::sync::OnceLock<Arc<Mutex<()>>> = std::sync::OnceLock::new();
-        let guard = LOCK.get_or_init(|| Arc::new(Mutex::new(()))).clone().lock_owned().await;
+        let guard = LOCK
+            .get_or_init(|| Arc::new(Mutex::new(())))
+            .clone()
+            .lock_owned()
+            .await;
         apply_rbac(env).await;
         let admin = env.admin_client();
         wipe(&admin).await.expect("emptying the cluster");
@@ -98,7 +108,8 @@ impl ApiServerCluster {
 
     async fn ensure_namespace(&self, ns: &str) -> Result<(), String> {
         let api: Api<Namespace> = Api::all(self.admin.clone());
-        let object: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| e.to_string())?;
+        let object: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| e.to_string())?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(()),
             Err(e) if is_code(&e, 409) => Ok(()),
@@ -108,31 +119,54 @@ impl ApiServerCluster {
 
     async fn apply_namespaced<K>(&self, object: &Value) -> Result<(), String>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
         K::DynamicType: Default,
     {
-        let ns = object["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
-        let name = object["metadata"]["name"].as_str().ok_or("an object without metadata.name")?.to_owned();
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .ok_or("an object without metadata.name")?
+            .to_owned();
         self.ensure_namespace(&ns).await?;
         let api: Api<K> = Api::namespaced(self.admin.clone(), &ns);
         let mut object = object.clone();
         object["metadata"]["namespace"] = json!(ns);
-        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object))
-            .await
-            .map_err(err(&format!("apply {ns}/{name}")))?;
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(err(&format!("apply {ns}/{name}")))?;
         Ok(())
     }
 
     async fn apply_cluster_scoped<K>(&self, object: &Value) -> Result<(), String>
     where
-        K: Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
         K::DynamicType: Default,
     {
-        let name = object["metadata"]["name"].as_str().ok_or("an object without metadata.name")?.to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .ok_or("an object without metadata.name")?
+            .to_owned();
         let api: Api<K> = Api::all(self.admin.clone());
-        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
-            .await
-            .map_err(err(&format!("apply {name}")))?;
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .map_err(err(&format!("apply {name}")))?;
         Ok(())
     }
 
@@ -140,7 +174,11 @@ impl ApiServerCluster {
     async fn act(&self, action: ControllerAction) -> Result<(), String> {
         match action {
             ControllerAction::CreatePod(pod) => {
-                let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+                let ns = pod
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_owned());
                 let running = controllers::phase(&pod) == Some("Running");
                 let api: Api<Pod> = Api::namespaced(self.admin.clone(), &ns);
                 match api.create(&PostParams::default(), &pod).await {
@@ -159,7 +197,15 @@ impl ApiServerCluster {
                     "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node}
                 });
-                match api.create_subresource::<Value, Value>("binding", &pod.name, &PostParams::default(), &binding).await {
+                match api
+                    .create_subresource::<Value, Value>(
+                        "binding",
+                        &pod.name,
+                        &PostParams::default(),
+                        &binding,
+                    )
+                    .await
+                {
                     Ok(_) => self.start(&pod).await,
                     // Bound meanwhile (by the provisioner), or gone.
                     Err(e) if is_code(&e, 409) || is_code(&e, 404) => Ok(()),
@@ -189,7 +235,14 @@ impl ApiServerCluster {
 
     async fn patch_status(&self, pod: &PodKey, status: &Value) -> Result<(), String> {
         let api: Api<Pod> = Api::namespaced(self.admin.clone(), &pod.namespace);
-        match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(status)).await {
+        match api
+            .patch_status(
+                &pod.name,
+                &PatchParams::default(),
+                &Patch::Strategic(status),
+            )
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if is_code(&e, 404) => Ok(()),
             Err(e) => Err(format!("pod status {pod}: {e}")),
@@ -197,7 +250,9 @@ impl ApiServerCluster {
     }
 
     async fn act_all(&self, actions: Vec<ControllerAction>) -> Result<(), String> {
-        try_join_all(actions.into_iter().map(|a| self.act(a))).await.map(drop)
+        try_join_all(actions.into_iter().map(|a| self.act(a)))
+            .await
+            .map(drop)
     }
 
     async fn snapshot(&self) -> Result<Snapshot, String> {
@@ -222,7 +277,10 @@ pub async fn remove_pod(admin: &Client, key: &PodKey) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(admin.clone(), &key.namespace);
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
-        preconditions: (!key.uid.is_empty()).then(|| Preconditions { uid: Some(key.uid.clone()), resource_version: None }),
+        preconditions: (!key.uid.is_empty()).then(|| Preconditions {
+            uid: Some(key.uid.clone()),
+            resource_version: None,
+        }),
         ..DeleteParams::default()
     };
     match api.delete(&key.name, &dp).await {
@@ -236,12 +294,19 @@ pub async fn remove_pod(admin: &Client, key: &PodKey) -> Result<(), String> {
 /// status subresource, on the resourceVersion it was computed from. A
 /// conflict means an eviction decremented the budget meanwhile: that write
 /// is dropped, and the next round recomputes from the new status.
-pub async fn write_pdb_statuses(admin: &Client, pdbs: &[PodDisruptionBudget], updates: Vec<PdbStatusUpdate>) -> Result<(), String> {
+pub async fn write_pdb_statuses(
+    admin: &Client,
+    pdbs: &[PodDisruptionBudget],
+    updates: Vec<PdbStatusUpdate>,
+) -> Result<(), String> {
     try_join_all(updates.into_iter().map(|u| async move {
         let api: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), &u.namespace);
         let Some(mut object) = pdbs
             .iter()
-            .find(|p| p.metadata.namespace.as_deref() == Some(u.namespace.as_str()) && p.metadata.name.as_deref() == Some(u.name.as_str()))
+            .find(|p| {
+                p.metadata.namespace.as_deref() == Some(u.namespace.as_str())
+                    && p.metadata.name.as_deref() == Some(u.name.as_str())
+            })
             .cloned()
         else {
             return Ok(());
@@ -249,7 +314,10 @@ pub async fn write_pdb_statuses(admin: &Client, pdbs: &[PodDisruptionBudget], up
         object.metadata.resource_version = u.resource_version.clone();
         object.metadata.managed_fields = None;
         object.status = Some(u.status);
-        match api.replace_status(&u.name, &PostParams::default(), &object).await {
+        match api
+            .replace_status(&u.name, &PostParams::default(), &object)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if is_code(&e, 409) || is_code(&e, 404) => Ok(()),
             Err(e) => Err(format!("pdb status {}/{}: {e}", u.namespace, u.name)),
@@ -269,22 +337,43 @@ struct Snapshot {
 
 /// Deletes every pod, Deployment, DaemonSet, PDB, PVC, PV, StorageClass and Node.
 async fn wipe(admin: &Client) -> Result<(), String> {
-    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
     for d in list::<Deployment>(admin).await? {
-        let api: Api<Deployment> = Api::namespaced(admin.clone(), d.metadata.namespace.as_deref().unwrap_or("default"));
-        api.delete(d.metadata.name.as_deref().unwrap_or_default(), &now).await.map_err(err("delete deployment"))?;
+        let api: Api<Deployment> = Api::namespaced(
+            admin.clone(),
+            d.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        api.delete(d.metadata.name.as_deref().unwrap_or_default(), &now)
+            .await
+            .map_err(err("delete deployment"))?;
     }
     for d in list::<DaemonSet>(admin).await? {
-        let api: Api<DaemonSet> = Api::namespaced(admin.clone(), d.metadata.namespace.as_deref().unwrap_or("default"));
-        api.delete(d.metadata.name.as_deref().unwrap_or_default(), &now).await.map_err(err("delete daemonset"))?;
+        let api: Api<DaemonSet> = Api::namespaced(
+            admin.clone(),
+            d.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        api.delete(d.metadata.name.as_deref().unwrap_or_default(), &now)
+            .await
+            .map_err(err("delete daemonset"))?;
     }
     for p in list::<PodDisruptionBudget>(admin).await? {
-        let api: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), p.metadata.namespace.as_deref().unwrap_or("default"));
-        api.delete(p.metadata.name.as_deref().unwrap_or_default(), &now).await.map_err(err("delete pdb"))?;
+        let api: Api<PodDisruptionBudget> = Api::namespaced(
+            admin.clone(),
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        api.delete(p.metadata.name.as_deref().unwrap_or_default(), &now)
+            .await
+            .map_err(err("delete pdb"))?;
     }
     let pods: Vec<Pod> = list(admin).await?;
     try_join_all(pods.iter().map(|p| {
-        let api: Api<Pod> = Api::namespaced(admin.clone(), p.metadata.namespace.as_deref().unwrap_or("default"));
+        let api: Api<Pod> = Api::namespaced(
+            admin.clone(),
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+        );
         let name = p.metadata.name.clone().unwrap_or_default();
         let now = now.clone();
         async move {
@@ -300,24 +389,45 @@ async fn wipe(admin: &Client) -> Result<(), String> {
     // would keep deleted claims and volumes around for good.
     let no_finalizers = json!({"metadata": {"finalizers": null}});
     for c in list::<PersistentVolumeClaim>(admin).await? {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), c.metadata.namespace.as_deref().unwrap_or("default"));
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(
+            admin.clone(),
+            c.metadata.namespace.as_deref().unwrap_or("default"),
+        );
         let name = c.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.map_err(err("unprotect pvc"))?;
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&no_finalizers),
+        )
+        .await
+        .map_err(err("unprotect pvc"))?;
         let _ = api.delete(&name, &now).await;
     }
     let volumes: Api<PersistentVolume> = Api::all(admin.clone());
     for v in list::<PersistentVolume>(admin).await? {
         let name = v.metadata.name.clone().unwrap_or_default();
-        volumes.patch(&name, &PatchParams::default(), &Patch::Merge(&no_finalizers)).await.map_err(err("unprotect pv"))?;
+        volumes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&no_finalizers),
+            )
+            .await
+            .map_err(err("unprotect pv"))?;
         let _ = volumes.delete(&name, &now).await;
     }
     let classes: Api<StorageClass> = Api::all(admin.clone());
     for c in list::<StorageClass>(admin).await? {
-        let _ = classes.delete(c.metadata.name.as_deref().unwrap_or_default(), &now).await;
+        let _ = classes
+            .delete(c.metadata.name.as_deref().unwrap_or_default(), &now)
+            .await;
     }
     let nodes: Api<Node> = Api::all(admin.clone());
     for n in list::<Node>(admin).await? {
-        match nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &now).await {
+        match nodes
+            .delete(n.metadata.name.as_deref().unwrap_or_default(), &now)
+            .await
+        {
             Ok(_) => {}
             Err(e) if is_code(&e, 404) => {}
             Err(e) => return Err(format!("delete node: {e}")),
@@ -342,14 +452,18 @@ impl ClusterDriver for ApiServerCluster {
             "PersistentVolumeClaim" => self.apply_namespaced::<PersistentVolumeClaim>(object).await,
             "PersistentVolume" => self.apply_cluster_scoped::<PersistentVolume>(object).await,
             "StorageClass" => self.apply_cluster_scoped::<StorageClass>(object).await,
-            other => Err(format!("the API-server driver does not apply kind {other:?}")),
+            other => Err(format!(
+                "the API-server driver does not apply kind {other:?}"
+            )),
         }
     }
 
     async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
         let api: Api<Deployment> = Api::namespaced(self.admin.clone(), namespace);
         let patch = json!({"spec": {"replicas": replicas}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(err(&format!("scale {namespace}/{name}")))?;
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(err(&format!("scale {namespace}/{name}")))?;
         Ok(())
     }
 
@@ -363,18 +477,33 @@ impl ClusterDriver for ApiServerCluster {
         };
         // Admission taints every new node not-ready; the node lifecycle
         // controller lifts that once the node reports Ready, as this one does.
-        let taints = created.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        let taints = created
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
         if taints.iter().any(|t| t.key == NOT_READY_TAINT) {
-            let wanted: Vec<_> = taints.into_iter().filter(|t| t.key != NOT_READY_TAINT).collect();
+            let wanted: Vec<_> = taints
+                .into_iter()
+                .filter(|t| t.key != NOT_READY_TAINT)
+                .collect();
             let name = created.metadata.name.clone().unwrap_or_default();
             let patch = json!({"spec": {"taints": wanted}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(err("lift not-ready"))?;
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(err("lift not-ready"))?;
         }
         Ok(())
     }
 
     async fn reconcile(&self) -> Result<(), String> {
-        let Snapshot { pods, nodes, deployments, daemon_sets, volumes } = self.snapshot().await?;
+        let Snapshot {
+            pods,
+            nodes,
+            deployments,
+            daemon_sets,
+            volumes,
+        } = self.snapshot().await?;
         let now = Timestamp::now();
         let view = ClusterView {
             pods: pods.iter().collect(),
@@ -387,7 +516,11 @@ impl ClusterDriver for ApiServerCluster {
         let actions = controllers::reconcile_workloads(&view);
         let changed = !actions.is_empty();
         self.act_all(actions).await?;
-        let pods: Vec<Pod> = if changed { list(&self.admin).await? } else { pods };
+        let pods: Vec<Pod> = if changed {
+            list(&self.admin).await?
+        } else {
+            pods
+        };
         // The disruption controller, on the pods as they are now.
         let pdbs: Vec<PodDisruptionBudget> = list(&self.admin).await?;
         let view = ClusterView {
@@ -398,7 +531,13 @@ impl ClusterDriver for ApiServerCluster {
             ..ClusterView::default()
         };
         write_pdb_statuses(&self.admin, &pdbs, controllers::disruption_budgets(&view)).await?;
-        let view = ClusterView { pods: pods.iter().collect(), nodes: nodes.iter().collect(), volumes, now, ..ClusterView::default() };
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: nodes.iter().collect(),
+            volumes,
+            now,
+            ..ClusterView::default()
+        };
         self.act_all(controllers::schedule(&view)).await
     }
 
@@ -417,7 +556,9 @@ impl ClusterDriver for ApiServerCluster {
             if e.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER) {
                 continue;
             }
-            let Some(at) = e.event_time.as_ref().map(|t| t.0) else { continue };
+            let Some(at) = e.event_time.as_ref().map(|t| t.0) else {
+                continue;
+            };
             if at < self.since {
                 continue;
             }

@@ -18,7 +18,8 @@ use crate::kube_world::ApiServerCluster;
 
 pub const REGION: &str = "us-east-1";
 
-pub type RealSim = Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, DynamoStore, ApiServerCluster>;
+pub type RealSim =
+    Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, DynamoStore, ApiServerCluster>;
 
 /// Prices for the scenarios' instance types in every zone (spot at 32 %,
 /// 35 %, … of on-demand, zone by zone).
@@ -35,7 +36,8 @@ pub fn seeded(zones: &[String]) -> SeededPrices {
     ] {
         p.on_demand.insert(ty.to_owned(), od);
         for (i, z) in zones.iter().enumerate() {
-            p.spot.insert((ty.to_owned(), z.clone()), od * (0.32 + 0.03 * i as f64));
+            p.spot
+                .insert((ty.to_owned(), z.clone()), od * (0.32 + 0.03 * i as f64));
         }
     }
     p

@@ -4,7 +4,9 @@
 
 use nodewright::ports::Timestamp;
 use nodewright::sim::scenario::{self, Scenario};
-use nodewright::sim::{FaultyCloud, FaultyStore, MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog};
+use nodewright::sim::{
+    FaultyCloud, FaultyStore, MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog,
+};
 
 use crate::kube_harness::KubeEnv;
 use crate::kube_world::ApiServerCluster;
@@ -15,8 +17,17 @@ pub type MemSim = Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>>;
 
 pub fn in_memory(region: &str, settings: SimSettings) -> MemSim {
     let clock = SimClock::default();
-    let sim_cloud = SimCloud::new(catalog::catalog(region).expect("region in the simulator's catalog"), clock.clone());
-    Simulation::new(clock, FaultyCloud::new(sim_cloud.clone()), Some(sim_cloud), FaultyStore::new(MemStore::new()), settings)
+    let sim_cloud = SimCloud::new(
+        catalog::catalog(region).expect("region in the simulator's catalog"),
+        clock.clone(),
+    );
+    Simulation::new(
+        clock,
+        FaultyCloud::new(sim_cloud.clone()),
+        Some(sim_cloud),
+        FaultyStore::new(MemStore::new()),
+        settings,
+    )
 }
 
 /// A scenario shipped under `tests/scenarios/`.
@@ -29,8 +40,12 @@ pub fn scenario_file(name: &str) -> Scenario {
 /// Loads, runs and checks a scenario on the in-memory adapters.
 pub async fn run(scenario: &Scenario, settings: SimSettings) -> (MemSim, Vec<String>) {
     let mut sim = in_memory(&scenario.region, settings);
-    scenario::load(&mut sim, scenario).await.expect("scenario loads");
-    scenario::run(&mut sim, scenario).await.expect("scenario runs");
+    scenario::load(&mut sim, scenario)
+        .await
+        .expect("scenario loads");
+    scenario::run(&mut sim, scenario)
+        .await
+        .expect("scenario runs");
     let failures = scenario::check(&sim, &scenario.expect).await;
     (sim, failures)
 }
@@ -45,7 +60,10 @@ pub type KubeSim = Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>, ApiS
 pub async fn on_apiserver(region: &str, settings: SimSettings) -> KubeSim {
     let cluster = ApiServerCluster::exclusive(KubeEnv::get()).await;
     let clock = SimClock::starting_at(Timestamp::now());
-    let sim_cloud = SimCloud::new(catalog::catalog(region).expect("region in the simulator's catalog"), clock.clone());
+    let sim_cloud = SimCloud::new(
+        catalog::catalog(region).expect("region in the simulator's catalog"),
+        clock.clone(),
+    );
     Simulation::with_cluster(
         clock,
         FaultyCloud::new(sim_cloud.clone()),
@@ -57,10 +75,17 @@ pub async fn on_apiserver(region: &str, settings: SimSettings) -> KubeSim {
 }
 
 /// Loads, runs and checks a scenario against the real API server.
-pub async fn run_on_apiserver(scenario: &Scenario, settings: SimSettings) -> (KubeSim, Vec<String>) {
+pub async fn run_on_apiserver(
+    scenario: &Scenario,
+    settings: SimSettings,
+) -> (KubeSim, Vec<String>) {
     let mut sim = on_apiserver(&scenario.region, settings).await;
-    scenario::load(&mut sim, scenario).await.expect("scenario loads");
-    scenario::run(&mut sim, scenario).await.expect("scenario runs");
+    scenario::load(&mut sim, scenario)
+        .await
+        .expect("scenario loads");
+    scenario::run(&mut sim, scenario)
+        .await
+        .expect("scenario runs");
     let failures = scenario::check(&sim, &scenario.expect).await;
     (sim, failures)
 }

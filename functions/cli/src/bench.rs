@@ -10,8 +10,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use nodewright::config::NodePool;
 use nodewright::resources::Resources;
-use nodewright::scheduling::solver::{Plan, PoolInput, PreferencePolicy, SolveOptions, Strategy, solve};
 use nodewright::scheduling::SchedPod;
+use nodewright::scheduling::solver::{
+    Plan, PoolInput, PreferencePolicy, SolveOptions, Strategy, solve,
+};
 use nodewright::workload::lower_bound::{Candidate, lp_lower_bound};
 use nodewright::workload::w1::{self, Mix};
 use serde_json::json;
@@ -104,7 +106,12 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
     if let Some(region) = &args.catalog {
         return crate::bench_w2::run(args, region);
     }
-    let mix: Mix = args.mix.as_deref().unwrap_or("karpenter").parse().map_err(anyhow::Error::msg)?;
+    let mix: Mix = args
+        .mix
+        .as_deref()
+        .unwrap_or("karpenter")
+        .parse()
+        .map_err(anyhow::Error::msg)?;
     let types = w1::instance_types(args.instance_types);
     let pools = vec![PoolInput::new(NodePool::open("default"), types)];
     let options = solve_options(args);
@@ -135,8 +142,16 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
             .instance_types
             .iter()
             .filter_map(|t| {
-                let price = t.offerings.iter().filter(|o| o.available).map(|o| o.price).min_by(f64::total_cmp)?;
-                Some(Candidate { price, allocatable: t.allocatable().clone() })
+                let price = t
+                    .offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .map(|o| o.price)
+                    .min_by(f64::total_cmp)?;
+                Some(Candidate {
+                    price,
+                    allocatable: t.allocatable().clone(),
+                })
             })
             .collect();
         lp_lower_bound(&total, &candidates)
@@ -163,7 +178,13 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
         "peak_rss_mb": peak_rss_mb(),
     });
     if let Some(dir) = &args.dump {
-        dump(dir, &w1::pods(args.pods, mix, args.seed), &pools[0], &pods, &plan)?;
+        dump(
+            dir,
+            &w1::pods(args.pods, mix, args.seed),
+            &pools[0],
+            &pods,
+            &plan,
+        )?;
     }
     if args.json {
         println!("{report}");
@@ -178,8 +199,13 @@ fn scheduling(args: &SchedulingArgs) -> anyhow::Result<()> {
 
 /// The solver's view of the pods, each Kubernetes pod dropped as soon as it
 /// is read (as a provisioner reading pages from the API would).
-pub(crate) fn sched_pods(k8s_pods: Vec<k8s_openapi::api::core::v1::Pod>) -> anyhow::Result<Vec<SchedPod>> {
-    let mut pods = k8s_pods.into_iter().map(|p| SchedPod::from_pod(&p)).collect::<Result<Vec<_>, _>>()?;
+pub(crate) fn sched_pods(
+    k8s_pods: Vec<k8s_openapi::api::core::v1::Pod>,
+) -> anyhow::Result<Vec<SchedPod>> {
+    let mut pods = k8s_pods
+        .into_iter()
+        .map(|p| SchedPod::from_pod(&p))
+        .collect::<Result<Vec<_>, _>>()?;
     // The collect reuses the Kubernetes pods' buffer, several times larger
     // than the pods it now holds: give the rest back before solving.
     pods.shrink_to_fit();
@@ -204,7 +230,6 @@ pub(crate) fn solve_options(args: &SchedulingArgs) -> SolveOptions {
     }
 }
 
-
 fn print_text(r: &serde_json::Value) {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     println!(
@@ -217,11 +242,18 @@ fn print_text(r: &serde_json::Value) {
     println!("pods              {}", r["pods"]);
     println!("pods scheduled    {}", r["scheduled"]);
     println!("nodes             {}", r["nodes"]);
-    println!("seconds           {:.3} (median of {})", f("seconds"), r["runs"]);
+    println!(
+        "seconds           {:.3} (median of {})",
+        f("seconds"),
+        r["runs"]
+    );
     println!("pods per second   {:.0}", f("pods_per_second"));
     println!("fleet $/hour      {:.2}", f("cost_per_hour"));
     if let Some(b) = r["lower_bound_cost_per_hour"].as_f64() {
-        println!("LP lower bound    {b:.2} $/hour (plan = {:.4} × bound)", f("cost_over_lower_bound"));
+        println!(
+            "LP lower bound    {b:.2} $/hour (plan = {:.4} × bound)",
+            f("cost_over_lower_bound")
+        );
     }
     if let Some(m) = r["peak_rss_mb"].as_f64() {
         println!("peak RSS          {m:.0} MB");
@@ -246,9 +278,13 @@ pub(crate) fn dump(
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, value: serde_json::Value| -> anyhow::Result<()> {
         let path = dir.join(name);
-        std::fs::write(&path, serde_json::to_vec_pretty(&value)?).with_context(|| format!("writing {}", path.display()))
+        std::fs::write(&path, serde_json::to_vec_pretty(&value)?)
+            .with_context(|| format!("writing {}", path.display()))
     };
-    write("pods.json", json!({"apiVersion": "v1", "kind": "List", "items": k8s_pods}))?;
+    write(
+        "pods.json",
+        json!({"apiVersion": "v1", "kind": "List", "items": k8s_pods}),
+    )?;
     let res = |r: &Resources| json!({"cpu": nodewright::resources::format_cpu(r.cpu_millis), "memory": nodewright::resources::format_bytes(r.memory_bytes), "pods": r.pods.to_string()});
     let types: Vec<_> = pool
         .instance_types
@@ -280,8 +316,14 @@ pub(crate) fn dump(
             })
         })
         .collect();
-    let unschedulable: Vec<_> =
-        plan.unschedulable.iter().map(|(i, r)| json!({"pod": pods[*i].pod.name, "reason": r})).collect();
-    write("plan.json", json!({"cost_per_hour": plan.cost_per_hour(), "claims": claims, "unschedulable": unschedulable}))?;
+    let unschedulable: Vec<_> = plan
+        .unschedulable
+        .iter()
+        .map(|(i, r)| json!({"pod": pods[*i].pod.name, "reason": r}))
+        .collect();
+    write(
+        "plan.json",
+        json!({"cost_per_hour": plan.cost_per_hour(), "claims": claims, "unschedulable": unschedulable}),
+    )?;
     Ok(())
 }

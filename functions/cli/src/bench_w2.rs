@@ -31,7 +31,12 @@ pub(crate) enum RequirementsArg {
 }
 
 pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
-    let mix: Mix = args.mix.as_deref().unwrap_or("mixed").parse().map_err(anyhow::Error::msg)?;
+    let mix: Mix = args
+        .mix
+        .as_deref()
+        .unwrap_or("mixed")
+        .parse()
+        .map_err(anyhow::Error::msg)?;
     let catalog = nodewright::sim::catalog::catalog(region)?;
     let capacity = match args.capacity {
         CapacityArg::Spot => Capacity::SpotAndOnDemand,
@@ -42,9 +47,15 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         RequirementsArg::Open => PoolRequirements::Open,
     };
     let pool = w2::pool(capacity, requirements);
-    let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
+    let pools = vec![PoolInput::new(
+        pool.clone(),
+        instance_types(&pool, &catalog, &[]),
+    )];
     let zones = w2::zones(&pool, &catalog);
-    let daemons = w2::daemon_pods().iter().map(SchedPod::from_pod).collect::<Result<Vec<_>, _>>()?;
+    let daemons = w2::daemon_pods()
+        .iter()
+        .map(SchedPod::from_pod)
+        .collect::<Result<Vec<_>, _>>()?;
     let options = solve_options(args);
 
     let mut times = Vec::with_capacity(args.runs);
@@ -64,7 +75,16 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
     times.sort_by(f64::total_cmp);
     let seconds = times[times.len() / 2];
 
-    let karpenter = solve(&pods, &[], &pools, &daemons, &SolveOptions { strategy: Strategy::Karpenter, ..options });
+    let karpenter = solve(
+        &pods,
+        &[],
+        &pools,
+        &daemons,
+        &SolveOptions {
+            strategy: Strategy::Karpenter,
+            ..options
+        },
+    );
     let mut everything = pods.clone();
     everything.extend(daemons.iter().cloned().map(|mut d| {
         d.daemon = true;
@@ -76,7 +96,13 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         plan.claims
             .iter()
             .filter_map(|c| c.options.first())
-            .map(|o| (o.instance_type.to_string(), o.zone.to_string(), o.capacity_type.to_string()))
+            .map(|o| {
+                (
+                    o.instance_type.to_string(),
+                    o.zone.to_string(),
+                    o.capacity_type.to_string(),
+                )
+            })
             .collect()
     };
     let report = json!({
@@ -106,7 +132,13 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         "peak_rss_mb": peak_rss,
     });
     if let Some(dir) = &args.dump {
-        dump(dir, &w2::pods(args.pods, mix, args.seed, &zones), &pools[0], &pods, &plan)?;
+        dump(
+            dir,
+            &w2::pods(args.pods, mix, args.seed, &zones),
+            &pools[0],
+            &pods,
+            &plan,
+        )?;
     }
     if args.json {
         println!("{report}");
@@ -120,12 +152,22 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
             report["instance_types"],
             args.seed
         );
-        println!("pods              {} ({} scheduled)", report["pods"], report["scheduled"]);
+        println!(
+            "pods              {} ({} scheduled)",
+            report["pods"], report["scheduled"]
+        );
         println!("nodes             {}", report["nodes"]);
-        println!("seconds           {:.3} (median of {})", f("seconds"), args.runs);
+        println!(
+            "seconds           {:.3} (median of {})",
+            f("seconds"),
+            args.runs
+        );
         println!("fleet $/hour      {:.2}", f("cost_per_hour"));
         match bound {
-            Some(b) => println!("LP lower bound    {b:.2} $/hour (plan = {:.4} × bound)", f("cost_over_lower_bound")),
+            Some(b) => println!(
+                "LP lower bound    {b:.2} $/hour (plan = {:.4} × bound)",
+                f("cost_over_lower_bound")
+            ),
             None => println!("LP lower bound    none (the pool cannot hold the pods)"),
         }
         println!(
@@ -134,7 +176,10 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
             report["karpenter_order_nodes"],
             100.0 * f("saving_over_karpenter_order")
         );
-        println!("spot pools        {} distinct (type, zone), the plan launched on the simulated EC2", report["spot_pools_launched"]);
+        println!(
+            "spot pools        {} distinct (type, zone), the plan launched on the simulated EC2",
+            report["spot_pools_launched"]
+        );
         if let Some(m) = peak_rss {
             println!("peak RSS          {m:.0} MB");
         }
@@ -148,9 +193,13 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
 /// The distinct spot pools (type, zone) the plan's claims land on when each
 /// is launched, as the provisioner would, on the simulated EC2 (its default
 /// pool depths and price-capacity-optimized spot).
-fn spot_pools_launched(catalog: &nodewright::ports::CloudCatalog, plan: &Plan) -> anyhow::Result<usize> {
+fn spot_pools_launched(
+    catalog: &nodewright::ports::CloudCatalog,
+    plan: &Plan,
+) -> anyhow::Result<usize> {
     use nodewright::ports::{Cloud, LaunchRequest, PricedOffering};
-    let cloud = nodewright::sim::SimCloud::new(catalog.clone(), nodewright::sim::SimClock::default());
+    let cloud =
+        nodewright::sim::SimCloud::new(catalog.clone(), nodewright::sim::SimClock::default());
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let mut pools = BTreeSet::new();
     for (i, c) in plan.claims.iter().enumerate() {
@@ -165,7 +214,9 @@ fn spot_pools_launched(catalog: &nodewright::ports::CloudCatalog, plan: &Plan) -
             taints: Vec::new(),
             kubelet: Default::default(),
         };
-        let launched = runtime.block_on(cloud.launch(&request)).with_context(|| format!("launching claim {i} of the plan"))?;
+        let launched = runtime
+            .block_on(cloud.launch(&request))
+            .with_context(|| format!("launching claim {i} of the plan"))?;
         if launched.instance.capacity_type == nodewright::scheduling::labels::CAPACITY_TYPE_SPOT {
             pools.insert((launched.instance.instance_type, launched.instance.zone));
         }

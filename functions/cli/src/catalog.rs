@@ -37,14 +37,19 @@ pub struct CatalogArgs {
 }
 
 pub fn run(args: CatalogArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(run_async(args))
 }
 
 /// A NodePool from a manifest or a bare spec.
 fn pool_from_file(path: &PathBuf) -> anyhow::Result<NodePool> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let doc: serde_json::Value = serde_norway::from_str(&text).with_context(|| format!("{}: not YAML or JSON", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: serde_json::Value = serde_norway::from_str(&text)
+        .with_context(|| format!("{}: not YAML or JSON", path.display()))?;
     let (name, spec) = match doc.get("spec") {
         Some(spec) if doc.get("kind").is_some() || doc.get("metadata").is_some() => {
             if let Some(kind) = doc.get("kind").and_then(|k| k.as_str())
@@ -52,26 +57,49 @@ fn pool_from_file(path: &PathBuf) -> anyhow::Result<NodePool> {
             {
                 bail!("{}: kind {kind:?} is not a NodePool", path.display());
             }
-            let name = doc.pointer("/metadata/name").and_then(|n| n.as_str()).unwrap_or("default").to_owned();
+            let name = doc
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or("default")
+                .to_owned();
             (name, spec.clone())
         }
-        _ => (path.file_stem().map_or_else(|| "default".to_owned(), |s| s.to_string_lossy().into_owned()), doc),
+        _ => (
+            path.file_stem().map_or_else(
+                || "default".to_owned(),
+                |s| s.to_string_lossy().into_owned(),
+            ),
+            doc,
+        ),
     };
-    let spec: NodePoolSpec = serde_json::from_value(spec).with_context(|| format!("{}: nodepool/{name}: spec", path.display()))?;
+    let spec: NodePoolSpec = serde_json::from_value(spec)
+        .with_context(|| format!("{}: nodepool/{name}: spec", path.display()))?;
     Ok(NodePool::from_spec(&name, &spec)?)
 }
 
 /// The stored NodePool as the functions read it (its NodeClass's kubelet merged in).
-async fn pool_from_store(config: &aws_config::SdkConfig, tables: DynamoTables, name: &str) -> anyhow::Result<NodePool> {
+async fn pool_from_store(
+    config: &aws_config::SdkConfig,
+    tables: DynamoTables,
+    name: &str,
+) -> anyhow::Result<NodePool> {
     let table = tables.config.clone();
     let store = DynamoStore::new(config, tables);
-    let items = store.config_items().await.with_context(|| format!("reading the config table {table}"))?;
+    let items = store
+        .config_items()
+        .await
+        .with_context(|| format!("reading the config table {table}"))?;
     let resolved = nodewright::config::resolve_items(&items);
     if let Some(pool) = resolved.set.node_pools.into_iter().find(|p| p.name == name) {
         return Ok(pool);
     }
     let item = format!("nodepool/{name}");
-    if let Some(e) = resolved.errors.iter().chain(&resolved.not_ready).find(|e| e.item == item) {
+    if let Some(e) = resolved
+        .errors
+        .iter()
+        .chain(&resolved.not_ready)
+        .find(|e| e.item == item)
+    {
         bail!("{e}");
     }
     bail!("no nodepool {name:?} in the config table {table}")
@@ -92,7 +120,10 @@ struct Row {
 }
 
 async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
-    let options = ClientOptions { region: args.target.region.clone(), ..ClientOptions::default() };
+    let options = ClientOptions {
+        region: args.target.region.clone(),
+        ..ClientOptions::default()
+    };
     let config = nodewright::aws::sdk_config(&options).await;
     let pool = match (&args.nodepool, &args.file) {
         (Some(name), _) => pool_from_store(&config, args.target.tables(), name).await?,
@@ -101,21 +132,44 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
     };
     let cluster = args.target.cluster_name.clone().unwrap_or_default();
     let cloud = Ec2Cloud::new(&config, Ec2CloudSettings::new(cluster))?;
-    let catalog = cloud.catalog().await.context("reading the instance-type catalog")?;
+    let catalog = cloud
+        .catalog()
+        .await
+        .context("reading the instance-type catalog")?;
     let origin = cloud.price_origin().await;
 
-    let infos: BTreeMap<&str, &nodewright::cloud::InstanceTypeInfo> =
-        catalog.instance_types.iter().map(|i| (i.name.as_str(), i)).collect();
+    let infos: BTreeMap<&str, &nodewright::cloud::InstanceTypeInfo> = catalog
+        .instance_types
+        .iter()
+        .map(|i| (i.name.as_str(), i))
+        .collect();
     let mut rows = Vec::new();
     for it in plan::instance_types(&pool, &catalog, &[]) {
-        let Some(info) = infos.get(it.name.as_str()) else { continue };
+        let Some(info) = infos.get(it.name.as_str()) else {
+            continue;
+        };
         let mut zones: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
-        for o in it.offerings.iter().filter(|o| o.allowed_by(&pool.requirements)) {
+        for o in it
+            .offerings
+            .iter()
+            .filter(|o| o.allowed_by(&pool.requirements))
+        {
             let e = zones.entry(o.zone.clone()).or_default();
-            let slot = if o.capacity_type == labels::CAPACITY_TYPE_SPOT { &mut e.0 } else { &mut e.1 };
+            let slot = if o.capacity_type == labels::CAPACITY_TYPE_SPOT {
+                &mut e.0
+            } else {
+                &mut e.1
+            };
             *slot = Some(slot.map_or(o.price, |p: f64| p.min(o.price)));
         }
-        let Some(cheapest) = zones.values().flat_map(|(s, d)| [*s, *d]).flatten().min_by(f64::total_cmp) else { continue };
+        let Some(cheapest) = zones
+            .values()
+            .flat_map(|(s, d)| [*s, *d])
+            .flatten()
+            .min_by(f64::total_cmp)
+        else {
+            continue;
+        };
         let alloc = it.allocatable();
         rows.push(Row {
             name: it.name.clone(),
@@ -129,10 +183,16 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
             cheapest,
         });
     }
-    rows.sort_by(|a, b| a.cheapest.total_cmp(&b.cheapest).then_with(|| a.name.cmp(&b.name)));
+    rows.sort_by(|a, b| {
+        a.cheapest
+            .total_cmp(&b.cheapest)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     let price_source = match &origin {
         Some(PriceOrigin::PricingApi) => "Pricing API".to_owned(),
-        Some(PriceOrigin::StaticTable { table_region, .. }) => format!("static table ({table_region})"),
+        Some(PriceOrigin::StaticTable { table_region, .. }) => {
+            format!("static table ({table_region})")
+        }
         Some(PriceOrigin::Seeded) => "seeded".to_owned(),
         None => "unknown".to_owned(),
     };
@@ -169,7 +229,10 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
         pool.name,
         catalog.region
     );
-    let mut header = format!("{:<22} {:>5} {:>9} {:>10} {:>10} {:>5} {:<6}", "TYPE", "VCPU", "MEMORY", "ALLOC CPU", "ALLOC MEM", "PODS", "ARCH");
+    let mut header = format!(
+        "{:<22} {:>5} {:>9} {:>10} {:>10} {:>5} {:<6}",
+        "TYPE", "VCPU", "MEMORY", "ALLOC CPU", "ALLOC MEM", "PODS", "ARCH"
+    );
     for z in &zones {
         header.push_str(&format!("  {z:>21}"));
     }

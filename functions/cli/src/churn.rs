@@ -114,7 +114,13 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
     if karpenter_like {
         settings.disruption.tuning.balanced = false;
     }
-    let mut sim = Simulation::new(clock.clone(), cloud.clone(), Some(cloud.clone()), MemStore::new(), settings);
+    let mut sim = Simulation::new(
+        clock.clone(),
+        cloud.clone(),
+        Some(cloud.clone()),
+        MemStore::new(),
+        settings,
+    );
     let s = scenario::Scenario {
         name: "churn".into(),
         description: String::new(),
@@ -126,7 +132,9 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
         spot_pools: scenario::SpotPoolsSpec::default(),
         expect: scenario::Expect::default(),
     };
-    scenario::load(&mut sim, &s).await.context("loading the churn workload")?;
+    scenario::load(&mut sim, &s)
+        .await
+        .context("loading the churn workload")?;
     // The workload is re-drawn every 15 minutes; the fleet's cost sampled every minute.
     let mut noise = Rng::new(seed ^ 0x5eed);
     let mut dollar_hours = 0.0;
@@ -134,7 +142,9 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
         if minute % 15 == 0 && minute > 0 {
             for w in &workloads {
                 let n = replicas(w, minute, &mut noise);
-                sim.cluster.scale("default", &w.name, n).map_err(anyhow::Error::msg)?;
+                sim.cluster
+                    .scale("default", &w.name, n)
+                    .map_err(anyhow::Error::msg)?;
             }
         }
         sim.run_for(SignedDuration::from_mins(1)).await;
@@ -146,7 +156,12 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
             .sum();
         dollar_hours += live / 60.0;
     }
-    let evicted = sim.cluster.events().iter().filter(|(_, e)| e.reason == "Evicted").count();
+    let evicted = sim
+        .cluster
+        .events()
+        .iter()
+        .filter(|(_, e)| e.reason == "Evicted")
+        .count();
     Ok(Figures {
         replacements: sim.replacements.len(),
         removals: sim.removed_nodes.len(),
@@ -163,7 +178,11 @@ pub struct Seeds(Vec<u64>);
 fn parse_seeds(text: &str) -> Result<Seeds, String> {
     let mut seeds = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let number = |n: &str| n.trim().parse::<u64>().map_err(|_| format!("{n:?} is not a seed"));
+        let number = |n: &str| {
+            n.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{n:?} is not a seed"))
+        };
         match part.split_once('-') {
             Some((lo, hi)) => {
                 let (lo, hi) = (number(lo)?, number(hi)?);
@@ -190,13 +209,23 @@ struct Pair {
 }
 
 fn compare(evicted: (usize, usize), dollar_hours: (f64, f64)) -> (f64, f64) {
-    let fewer = if evicted.1 == 0 { 0.0 } else { 1.0 - evicted.0 as f64 / evicted.1 as f64 };
-    let dearer = if dollar_hours.1 == 0.0 { 0.0 } else { dollar_hours.0 / dollar_hours.1 - 1.0 };
+    let fewer = if evicted.1 == 0 {
+        0.0
+    } else {
+        1.0 - evicted.0 as f64 / evicted.1 as f64
+    };
+    let dearer = if dollar_hours.1 == 0.0 {
+        0.0
+    } else {
+        dollar_hours.0 / dollar_hours.1 - 1.0
+    };
     (fewer, dearer)
 }
 
 fn run_pair(seed: u64, hours: i64) -> anyhow::Result<Pair> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let ours = runtime.block_on(run_one(seed, hours, false))?;
     let theirs = runtime.block_on(run_one(seed, hours, true))?;
     Ok(Pair { seed, ours, theirs })
@@ -213,7 +242,10 @@ fn run_all(seeds: &[u64], hours: i64, threads: usize) -> anyhow::Result<Vec<Pair
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(seed) = seeds.get(i) else { break };
                     let pair = run_pair(*seed, hours);
-                    results.lock().unwrap_or_else(|e| e.into_inner()).push((i, pair));
+                    results
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((i, pair));
                 }
             });
         }
@@ -238,7 +270,10 @@ pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
         launches: pairs.iter().map(|p| pick(p).launches).sum(),
     };
     let (ours, theirs) = (total(|p| p.ours), total(|p| p.theirs));
-    let (fewer, dearer) = compare((ours.evicted, theirs.evicted), (ours.dollar_hours, theirs.dollar_hours));
+    let (fewer, dearer) = compare(
+        (ours.evicted, theirs.evicted),
+        (ours.dollar_hours, theirs.dollar_hours),
+    );
     let fig = |f: &Figures| {
         json!({"replacements": f.replacements, "removals": f.removals, "pods_evicted": f.evicted,
                "fleet_dollar_hours": (f.dollar_hours * 100.0).round() / 100.0, "launches": f.launches})
@@ -247,7 +282,10 @@ pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
         let per_seed: Vec<serde_json::Value> = pairs
             .iter()
             .map(|p| {
-                let (fewer, dearer) = compare((p.ours.evicted, p.theirs.evicted), (p.ours.dollar_hours, p.theirs.dollar_hours));
+                let (fewer, dearer) = compare(
+                    (p.ours.evicted, p.theirs.evicted),
+                    (p.ours.dollar_hours, p.theirs.dollar_hours),
+                );
                 json!({"seed": p.seed, "nodewright": fig(&p.ours), "karpenter_like": fig(&p.theirs),
                        "fewer_evictions": fewer, "extra_cost": dearer})
             })
@@ -267,7 +305,11 @@ pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
     }
     println!(
         "churn benchmark: seed(s) {}, {} simulated hour(s), 8 Deployments re-scaled every 15 min",
-        seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+        seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         args.hours
     );
     println!(
@@ -283,17 +325,33 @@ pub fn run(args: &ChurnArgs) -> anyhow::Result<()> {
     let many = pairs.len() > 1;
     for p in &pairs {
         row(&p.seed.to_string(), "nodewright (defaults)", &p.ours);
-        row(&p.seed.to_string(), "threshold 0 + spot-to-spot (Karpenter)", &p.theirs);
+        row(
+            &p.seed.to_string(),
+            "threshold 0 + spot-to-spot (Karpenter)",
+            &p.theirs,
+        );
         if many {
-            let (fewer, dearer) = compare((p.ours.evicted, p.theirs.evicted), (p.ours.dollar_hours, p.theirs.dollar_hours));
-            println!("{:<6} evictions {:.0} % fewer, cost {:+.1} %", p.seed, fewer * 100.0, dearer * 100.0);
+            let (fewer, dearer) = compare(
+                (p.ours.evicted, p.theirs.evicted),
+                (p.ours.dollar_hours, p.theirs.dollar_hours),
+            );
+            println!(
+                "{:<6} evictions {:.0} % fewer, cost {:+.1} %",
+                p.seed,
+                fewer * 100.0,
+                dearer * 100.0
+            );
         }
     }
     if many {
         row("all", "nodewright (defaults)", &ours);
         row("all", "threshold 0 + spot-to-spot (Karpenter)", &theirs);
     }
-    println!("evictions: {:.0} % fewer; cost: {:+.1} %  ({wall:.0} s wall)", fewer * 100.0, dearer * 100.0);
+    println!(
+        "evictions: {:.0} % fewer; cost: {:+.1} %  ({wall:.0} s wall)",
+        fewer * 100.0,
+        dearer * 100.0
+    );
     Ok(())
 }
 
@@ -321,7 +379,10 @@ mod tests {
     fn the_command_line_reads_seeds() {
         let cli = Cli::try_parse_from(["churn", "--seeds", "1-2,11"]).expect("parses");
         assert_eq!(cli.churn.seeds, Some(Seeds(vec![1, 2, 11])));
-        assert!(Cli::try_parse_from(["churn", "--seeds", "1", "--seed", "2"]).is_err(), "one or the other");
+        assert!(
+            Cli::try_parse_from(["churn", "--seeds", "1", "--seed", "2"]).is_err(),
+            "one or the other"
+        );
         let one = Cli::try_parse_from(["churn"]).expect("parses");
         assert_eq!((one.churn.seed, one.churn.seeds), (7, None));
     }

@@ -83,7 +83,9 @@ pub struct InitArgs {
 fn read(file: &str) -> anyhow::Result<(String, String)> {
     if file == "-" {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).context("reading stdin")?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading stdin")?;
         return Ok(("(stdin)".to_owned(), text));
     }
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
@@ -101,15 +103,27 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
     match cmd {
         ConfigCommand::Validate(a) => {
             let (name, text) = read(&a.file)?;
-            let (docs, others) = config_write::validate_text(&name, &text, true).map_err(|e| invalid(&e))?;
-            let others = if others > 0 { format!(" ({others} other document(s) are not configuration: ignored)") } else { String::new() };
-            println!("{name}: {} configuration document(s) valid{others}", docs.len());
+            let (docs, others) =
+                config_write::validate_text(&name, &text, true).map_err(|e| invalid(&e))?;
+            let others = if others > 0 {
+                format!(" ({others} other document(s) are not configuration: ignored)")
+            } else {
+                String::new()
+            };
+            println!(
+                "{name}: {} configuration document(s) valid{others}",
+                docs.len()
+            );
             Ok(())
         }
         ConfigCommand::Convert(a) => {
             let (name, text) = read(&a.file)?;
-            let (docs, _) = config_write::validate_text(&name, &text, false).map_err(|e| invalid(&e))?;
-            print!("{}", manifests_yaml(&docs.iter().map(|d| d.to_manifest()).collect::<Vec<_>>())?);
+            let (docs, _) =
+                config_write::validate_text(&name, &text, false).map_err(|e| invalid(&e))?;
+            print!(
+                "{}",
+                manifests_yaml(&docs.iter().map(|d| d.to_manifest()).collect::<Vec<_>>())?
+            );
             Ok(())
         }
         #[cfg(feature = "aws")]
@@ -130,23 +144,35 @@ fn manifests_yaml(docs: &[serde_json::Value]) -> anyhow::Result<String> {
 pub fn init(args: InitArgs) -> anyhow::Result<()> {
     block_on(async {
         let store = args.target.store().await;
-        store.ensure_tables().await.with_context(|| format!("creating the tables {}-config and {}-state", args.target.table_prefix, args.target.table_prefix))?;
-        println!("tables {}-config and {}-state are ready", args.target.table_prefix, args.target.table_prefix);
+        store.ensure_tables().await.with_context(|| {
+            format!(
+                "creating the tables {}-config and {}-state",
+                args.target.table_prefix, args.target.table_prefix
+            )
+        })?;
+        println!(
+            "tables {}-config and {}-state are ready",
+            args.target.table_prefix, args.target.table_prefix
+        );
         Ok(())
     })
 }
 
 #[cfg(feature = "aws")]
 fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?.block_on(f)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(f)
 }
 
 #[cfg(feature = "aws")]
 mod stored {
     use super::*;
+    use anyhow::bail;
     use config_write::WriteError;
     use nodewright::config::{ConfigDocument, resolve_items};
-    use anyhow::bail;
     use nodewright::ports::{ConfigKind, Store, Timestamp};
 
     pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
@@ -171,7 +197,9 @@ mod stored {
     async fn apply(a: &FileArgs, dry_run: bool) -> anyhow::Result<()> {
         let (name, text) = read(&a.file)?;
         let store = a.target.store().await;
-        let changes = config_write::plan(&store, &name, &text).await.map_err(write_error)?;
+        let changes = config_write::plan(&store, &name, &text)
+            .await
+            .map_err(write_error)?;
         print!("{}", config_write::diff(&changes));
         if dry_run {
             return Ok(());
@@ -180,7 +208,10 @@ mod stored {
             Ok(0) => println!("nothing to change"),
             Ok(n) => println!("{n} item(s) written"),
             Err(nodewright::ports::StoreError::Conflict(m)) => {
-                bail!("{m}: nothing was changed; run `nodewright config diff -f {}` and apply again", a.file)
+                bail!(
+                    "{m}: nothing was changed; run `nodewright config diff -f {}` and apply again",
+                    a.file
+                )
             }
             Err(e) => return Err(e.into()),
         }
@@ -188,9 +219,17 @@ mod stored {
     }
 
     async fn delete(a: &DeleteArgs) -> anyhow::Result<()> {
-        let kind = ConfigKind::parse(&a.kind).with_context(|| format!("unknown kind {:?} (nodepool, ec2nodeclass, settings)", a.kind))?;
+        let kind = ConfigKind::parse(&a.kind).with_context(|| {
+            format!(
+                "unknown kind {:?} (nodepool, ec2nodeclass, settings)",
+                a.kind
+            )
+        })?;
         let store = a.target.store().await;
-        if config_write::delete(&store, kind, &a.name).await.map_err(write_error)? {
+        if config_write::delete(&store, kind, &a.name)
+            .await
+            .map_err(write_error)?
+        {
             println!("{}/{} deleted", kind.as_str(), a.name);
         } else {
             println!("{}/{} not found", kind.as_str(), a.name);
@@ -200,11 +239,16 @@ mod stored {
 
     async fn get(a: &GetArgs) -> anyhow::Result<()> {
         let kind = match &a.kind {
-            Some(k) => Some(ConfigKind::parse(k).with_context(|| format!("unknown kind {k:?} (nodepool, ec2nodeclass, settings)"))?),
+            Some(k) => Some(ConfigKind::parse(k).with_context(|| {
+                format!("unknown kind {k:?} (nodepool, ec2nodeclass, settings)")
+            })?),
             None => None,
         };
         let store = a.target.store().await;
-        let items = store.config_items().await.with_context(|| format!("reading {}-config", a.target.table_prefix))?;
+        let items = store
+            .config_items()
+            .await
+            .with_context(|| format!("reading {}-config", a.target.table_prefix))?;
         let resolved = resolve_items(&items);
         let mut items: Vec<_> = items
             .into_iter()
@@ -227,7 +271,11 @@ mod stored {
             if a.output.as_deref() == Some("json") {
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
-                let stored = if items.is_empty() { "not stored: the defaults" } else { "stored, defaults filled in" };
+                let stored = if items.is_empty() {
+                    "not stored: the defaults"
+                } else {
+                    "stored, defaults filled in"
+                };
                 println!("# settings/default ({stored})");
                 print!("{}", manifests_yaml(&[doc])?);
             }
@@ -235,7 +283,13 @@ mod stored {
         }
         let problems = |i: &nodewright::ports::ConfigItem| {
             let name = format!("{}/{}", i.kind.as_str(), i.name);
-            resolved.errors.iter().chain(&resolved.not_ready).filter(|e| e.item == name).map(|e| format!("{}: {}", e.field, e.reason)).collect::<Vec<_>>()
+            resolved
+                .errors
+                .iter()
+                .chain(&resolved.not_ready)
+                .filter(|e| e.item == name)
+                .map(|e| format!("{}: {}", e.field, e.reason))
+                .collect::<Vec<_>>()
         };
         match a.output.as_deref() {
             Some("yaml") | Some("json") => {
@@ -247,18 +301,36 @@ mod stored {
                     })
                     .collect();
                 if a.output.as_deref() == Some("json") {
-                    println!("{}", serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs}))?);
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(
+                            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs})
+                        )?
+                    );
                 } else {
                     print!("{}", manifests_yaml(&docs)?);
                 }
             }
             Some(other) => bail!("unknown output {other:?}: yaml or json"),
             None => {
-                println!("{:<10} {:<32} {:>7}  {:<26} STATUS", "KIND", "NAME", "VERSION", "UPDATED");
+                println!(
+                    "{:<10} {:<32} {:>7}  {:<26} STATUS",
+                    "KIND", "NAME", "VERSION", "UPDATED"
+                );
                 for i in &items {
                     let p = problems(i);
-                    let status = if p.is_empty() { "valid".to_owned() } else { format!("INVALID: {}", p.join("; ")) };
-                    println!("{:<10} {:<32} {:>7}  {:<26} {status}", i.kind.as_str(), i.name, i.version, i.updated_at.to_string());
+                    let status = if p.is_empty() {
+                        "valid".to_owned()
+                    } else {
+                        format!("INVALID: {}", p.join("; "))
+                    };
+                    println!(
+                        "{:<10} {:<32} {:>7}  {:<26} {status}",
+                        i.kind.as_str(),
+                        i.name,
+                        i.version,
+                        i.updated_at.to_string()
+                    );
                 }
                 if items.is_empty() {
                     println!("(no items)");

@@ -33,14 +33,22 @@ pub struct InvocationArgs {
 }
 
 /// The burst's Deployments: name, CPU, memory, share of the pods.
-const SHAPES: [(&str, &str, &str, f64); 4] =
-    [("web", "250m", "512Mi", 0.4), ("api", "1", "2Gi", 0.3), ("worker", "2", "4Gi", 0.2), ("cache", "500m", "8Gi", 0.1)];
+const SHAPES: [(&str, &str, &str, f64); 4] = [
+    ("web", "250m", "512Mi", 0.4),
+    ("api", "1", "2Gi", 0.3),
+    ("worker", "2", "4Gi", 0.2),
+    ("cache", "500m", "8Gi", 0.1),
+];
 
 fn objects(pods: usize) -> Vec<serde_json::Value> {
     let mut objects = crate::churn::pool_and_class();
     let mut left = pods;
     for (i, (name, cpu, memory, share)) in SHAPES.iter().enumerate() {
-        let replicas = if i + 1 == SHAPES.len() { left } else { ((pods as f64 * share).round() as usize).min(left) };
+        let replicas = if i + 1 == SHAPES.len() {
+            left
+        } else {
+            ((pods as f64 * share).round() as usize).min(left)
+        };
         left -= replicas;
         objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"}, "spec": {
             "replicas": replicas, "selector": {"matchLabels": {"app": name}},
@@ -54,7 +62,11 @@ fn objects(pods: usize) -> Vec<serde_json::Value> {
 fn memory() -> Option<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb * 1024)
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
@@ -68,14 +80,22 @@ struct Tick {
 
 pub fn run(args: &InvocationArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.pods >= 1, "--pods must be at least 1");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(invocation(args))
 }
 
 async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
     let clock = SimClock::default();
     let cloud = SimCloud::new(catalog::catalog("us-east-1")?, clock.clone());
-    let mut sim = Simulation::new(clock.clone(), cloud.clone(), Some(cloud.clone()), MemStore::new(), SimSettings::default());
+    let mut sim = Simulation::new(
+        clock.clone(),
+        cloud.clone(),
+        Some(cloud.clone()),
+        MemStore::new(),
+        SimSettings::default(),
+    );
     let s = scenario::Scenario {
         name: "invocation".into(),
         description: String::new(),
@@ -87,7 +107,9 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
         spot_pools: scenario::SpotPoolsSpec::default(),
         expect: scenario::Expect::default(),
     };
-    scenario::load(&mut sim, &s).await.context("loading the burst")?;
+    scenario::load(&mut sim, &s)
+        .await
+        .context("loading the burst")?;
     sim.cluster.reconcile(); // the ReplicaSet controller creates the pods
     sim.cluster.reconcile(); // kube-scheduler finds no node for them
     // What one listing of the pending pods holds (the function lists them
@@ -95,11 +117,22 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
     let unlisted = memory();
     let listing = sim.cluster.pending_pods().await?;
     let listed = memory();
-    anyhow::ensure!(listing.len() == args.pods, "{} pods pending, {} expected", listing.len(), args.pods);
+    anyhow::ensure!(
+        listing.len() == args.pods,
+        "{} pods pending, {} expected",
+        listing.len(),
+        args.pods
+    );
     drop(listing);
 
-    let ports = Ports { cloud: cloud.clone(), cluster: sim.cluster.clone(), store: sim.store.clone(), clock: clock.clone() };
-    let mut provisioner = Provisioner::new(&ports, ProvisionerSettings::default(), "bench-invocation");
+    let ports = Ports {
+        cloud: cloud.clone(),
+        cluster: sim.cluster.clone(),
+        store: sim.store.clone(),
+        clock: clock.clone(),
+    };
+    let mut provisioner =
+        Provisioner::new(&ports, ProvisionerSettings::default(), "bench-invocation");
     let before = memory();
     let mut ticks = Vec::new();
     // The Lambda loop: tick, sleep until the tick's wake time; here the
@@ -108,24 +141,53 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
     for _ in 0..60 {
         let started = std::time::Instant::now();
         let report = provisioner.tick().await.context("a provisioner tick")?;
-        ticks.push(Tick { seconds: started.elapsed().as_secs_f64(), solved: report.solved, launched: report.launched.len() });
+        ticks.push(Tick {
+            seconds: started.elapsed().as_secs_f64(),
+            solved: report.solved,
+            launched: report.launched.len(),
+        });
         if !report.launched.is_empty() {
             break;
         }
         let now = clock.now();
-        let wake = report.wake_at.unwrap_or(now + SignedDuration::from_secs(1)).max(now + SignedDuration::from_millis(50));
+        let wake = report
+            .wake_at
+            .unwrap_or(now + SignedDuration::from_secs(1))
+            .max(now + SignedDuration::from_millis(50));
         clock.advance(wake.duration_since(now));
     }
     let after = memory();
-    anyhow::ensure!(ticks.iter().any(|t| t.launched > 0), "no launch within a minute of ticks");
+    anyhow::ensure!(
+        ticks.iter().any(|t| t.launched > 0),
+        "no launch within a minute of ticks"
+    );
 
     let instances = cloud.all_instances();
     let dollars: f64 = instances.iter().map(|i| i.instance.price).sum();
-    let spot = instances.iter().filter(|i| i.instance.capacity_type == "spot").count();
-    let batch = ports.store.batch().await?.map(|b| serde_json::to_string(&b).map(|j| j.len())).transpose()?.unwrap_or(0);
+    let spot = instances
+        .iter()
+        .filter(|i| i.instance.capacity_type == "spot")
+        .count();
+    let batch = ports
+        .store
+        .batch()
+        .await?
+        .map(|b| serde_json::to_string(&b).map(|j| j.len()))
+        .transpose()?
+        .unwrap_or(0);
     let claims = ports.store.claims().await?;
-    let largest_claim = claims.iter().map(|c| serde_json::to_string(c).map(|j| j.len())).collect::<Result<Vec<_>, _>>()?.into_iter().max().unwrap_or(0);
-    let solve = ticks.iter().filter(|t| t.solved).map(|t| t.seconds).sum::<f64>();
+    let largest_claim = claims
+        .iter()
+        .map(|c| serde_json::to_string(c).map(|j| j.len()))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let solve = ticks
+        .iter()
+        .filter(|t| t.solved)
+        .map(|t| t.seconds)
+        .sum::<f64>();
     let total = ticks.iter().map(|t| t.seconds).sum::<f64>();
     let slowest = ticks.iter().map(|t| t.seconds).fold(0.0, f64::max);
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
@@ -133,7 +195,9 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
         (Some((rss, _)), Some((_, hwm))) => (Some(mib(rss)), Some(mib(hwm))),
         _ => (None, None),
     };
-    let listing_mib = unlisted.zip(listed).map(|((a, _), (b, _))| mib(b.saturating_sub(a)));
+    let listing_mib = unlisted
+        .zip(listed)
+        .map(|((a, _), (b, _))| mib(b.saturating_sub(a)));
     if args.json {
         println!(
             "{}",
@@ -146,17 +210,31 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    println!("one provisioner invocation, {} pending pods (us-east-1 catalog, in-memory adapters)", args.pods);
-    println!("  ticks until launch: {} ({total:.3} s in all; slowest {slowest:.3} s; solving {solve:.3} s)", ticks.len());
-    println!("  launched: {} nodes ({spot} spot), {dollars:.2} $/h, {} claims", instances.len(), claims.len());
+    println!(
+        "one provisioner invocation, {} pending pods (us-east-1 catalog, in-memory adapters)",
+        args.pods
+    );
+    println!(
+        "  ticks until launch: {} ({total:.3} s in all; slowest {slowest:.3} s; solving {solve:.3} s)",
+        ticks.len()
+    );
+    println!(
+        "  launched: {} nodes ({spot} spot), {dollars:.2} $/h, {} claims",
+        instances.len(),
+        claims.len()
+    );
     match (rss_before, peak) {
-        (Some(b), Some(p)) => println!("  resident memory: {b:.1} MiB before the first tick (pods in the simulated API server included), {p:.1} MiB at the peak"),
+        (Some(b), Some(p)) => println!(
+            "  resident memory: {b:.1} MiB before the first tick (pods in the simulated API server included), {p:.1} MiB at the peak"
+        ),
         _ => println!("  resident memory: not readable on this system (/proc/self/status)"),
     }
     if let Some(l) = listing_mib {
         println!("  one listing of the pending pods: {l:.1} MiB");
     }
-    println!("  store items: batch record {batch} B, largest claim {largest_claim} B (DynamoDB's limit: 400 KB)");
+    println!(
+        "  store items: batch record {batch} B, largest claim {largest_claim} B (DynamoDB's limit: 400 KB)"
+    );
     Ok(())
 }
 
@@ -167,15 +245,26 @@ mod tests {
     #[test]
     fn the_burst_has_exactly_the_pods_asked_for() {
         for pods in [1, 7, 1000, 20_001] {
-            let replicas: u64 = objects(pods).iter().filter_map(|o| o["spec"]["replicas"].as_u64()).sum();
+            let replicas: u64 = objects(pods)
+                .iter()
+                .filter_map(|o| o["spec"]["replicas"].as_u64())
+                .sum();
             assert_eq!(replicas, pods as u64);
         }
     }
 
     #[test]
     fn a_small_burst_is_launched_for_in_one_invocation() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let args = InvocationArgs { pods: 60, json: true };
-        runtime.block_on(invocation(&args)).expect("an invocation that launches");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let args = InvocationArgs {
+            pods: 60,
+            json: true,
+        };
+        runtime
+            .block_on(invocation(&args))
+            .expect("an invocation that launches");
     }
 }

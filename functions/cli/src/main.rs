@@ -3,6 +3,8 @@
 
 mod bench;
 mod bench_w2;
+#[cfg(feature = "aws")]
+mod catalog;
 mod churn;
 mod config;
 mod invocation;
@@ -13,13 +15,15 @@ mod status;
 #[cfg(feature = "aws")]
 mod status_live;
 mod target;
-#[cfg(feature = "aws")]
-mod catalog;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "nodewright", version, about = "Groupless node autoscaling for Amazon EKS, run as AWS Lambda functions")]
+#[command(
+    name = "nodewright",
+    version,
+    about = "Groupless node autoscaling for Amazon EKS, run as AWS Lambda functions"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -93,7 +93,13 @@ impl PlanSnapshot {
             pods: sim.cluster.all_pods(),
             pdbs: port.pod_disruption_budgets().await?,
             daemon_sets: port.daemon_sets().await?,
-            unavailable: sim.store.unavailable_offerings(now).await?.into_iter().map(|o| (o, until)).collect(),
+            unavailable: sim
+                .store
+                .unavailable_offerings(now)
+                .await?
+                .into_iter()
+                .map(|o| (o, until))
+                .collect(),
         })
     }
 }
@@ -108,15 +114,27 @@ pub async fn plan_of(snap: &PlanSnapshot) -> anyhow::Result<DryRun> {
     }
     let store = MemStore::new();
     for item in &snap.config {
-        store.put_config_item(&ConfigItem { version: 1, ..item.clone() }).await.context("loading a configuration item")?;
+        store
+            .put_config_item(&ConfigItem {
+                version: 1,
+                ..item.clone()
+            })
+            .await
+            .context("loading a configuration item")?;
     }
     for claim in &snap.claims {
-        store.create_claim(claim, &Limits::default()).await.with_context(|| format!("loading claim {}", claim.id))?;
+        store
+            .create_claim(claim, &Limits::default())
+            .await
+            .with_context(|| format!("loading claim {}", claim.id))?;
     }
     for command in &snap.commands {
         let mut c = command.clone();
         c.version = 1;
-        store.put_command(None, &c).await.with_context(|| format!("loading command {}", c.id))?;
+        store
+            .put_command(None, &c)
+            .await
+            .with_context(|| format!("loading command {}", c.id))?;
     }
     for (offering, until) in &snap.unavailable {
         store.mark_unavailable(offering, *until).await?;
@@ -132,19 +150,29 @@ pub async fn plan_of(snap: &PlanSnapshot) -> anyhow::Result<DryRun> {
         cluster.restore_pdb(p.clone());
     }
     for d in &snap.daemon_sets {
-        cluster.apply(&serde_json::to_value(d)?).map_err(anyhow::Error::msg)?;
+        cluster
+            .apply(&serde_json::to_value(d)?)
+            .map_err(anyhow::Error::msg)?;
     }
-    let ports = Ports { cloud, cluster, store, clock };
+    let ports = Ports {
+        cloud,
+        cluster,
+        store,
+        clock,
+    };
     Ok(dry_run(&ports, Tuning::default()).await?)
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let plan = match &args.snapshot {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let snap: PlanSnapshot =
-                serde_json::from_str(&text).with_context(|| format!("{} is not a plan snapshot", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let snap: PlanSnapshot = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a plan snapshot", path.display()))?;
             runtime.block_on(plan_of(&snap))?
         }
         None => runtime.block_on(live_plan(&args))?,
@@ -153,12 +181,19 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
         print!("{}", plan.render());
-        let counts = plan.nodes.iter().fold(BTreeMap::<&str, usize>::new(), |mut m, n| {
-            *m.entry(n.action.as_str()).or_default() += 1;
-            m
-        });
+        let counts = plan
+            .nodes
+            .iter()
+            .fold(BTreeMap::<&str, usize>::new(), |mut m, n| {
+                *m.entry(n.action.as_str()).or_default() += 1;
+                m
+            });
         let summary: Vec<String> = counts.iter().map(|(a, n)| format!("{a} {n}")).collect();
-        println!("{} launch(es); nodes: {}", plan.launches.len(), summary.join(", "));
+        println!(
+            "{} launch(es); nodes: {}",
+            plan.launches.len(),
+            summary.join(", ")
+        );
     }
     Ok(())
 }
@@ -168,8 +203,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
 async fn live_plan(args: &PlanArgs) -> anyhow::Result<DryRun> {
     let ports = args.live.connect("nodewright-plan").await?;
     if let Some(path) = &args.save_snapshot {
-        let snap = capture_live(&ports, args.live.region().as_deref().unwrap_or("us-east-1")).await?;
-        std::fs::write(path, serde_json::to_string_pretty(&snap)?).with_context(|| format!("writing {}", path.display()))?;
+        let snap =
+            capture_live(&ports, args.live.region().as_deref().unwrap_or("us-east-1")).await?;
+        std::fs::write(path, serde_json::to_string_pretty(&snap)?)
+            .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("snapshot written to {}", path.display());
     }
     Ok(dry_run(&ports, Tuning::default()).await?)
@@ -177,13 +214,18 @@ async fn live_plan(args: &PlanArgs) -> anyhow::Result<DryRun> {
 
 #[cfg(not(feature = "aws"))]
 async fn live_plan(_: &PlanArgs) -> anyhow::Result<DryRun> {
-    anyhow::bail!("no --snapshot given: reading a live cluster needs the CLI built with `--features aws`")
+    anyhow::bail!(
+        "no --snapshot given: reading a live cluster needs the CLI built with `--features aws`"
+    )
 }
 
 /// What the live cluster, the tables and EC2 hold now, as a snapshot. (The
 /// offline plan prices it with the simulator's catalog for `region`.)
 #[cfg(feature = "aws")]
-async fn capture_live(ports: &nodewright::live::LivePorts, region: &str) -> anyhow::Result<PlanSnapshot> {
+async fn capture_live(
+    ports: &nodewright::live::LivePorts,
+    region: &str,
+) -> anyhow::Result<PlanSnapshot> {
     let now = Timestamp::now();
     let mut pods = ports.cluster.scheduled_pods().await?;
     pods.extend(ports.cluster.pending_pods().await?);
@@ -199,6 +241,12 @@ async fn capture_live(ports: &nodewright::live::LivePorts, region: &str) -> anyh
         pods,
         pdbs: ports.cluster.pod_disruption_budgets().await?,
         daemon_sets: ports.cluster.daemon_sets().await?,
-        unavailable: ports.store.unavailable_offerings(now).await?.into_iter().map(|o| (o, until)).collect(),
+        unavailable: ports
+            .store
+            .unavailable_offerings(now)
+            .await?
+            .into_iter()
+            .map(|o| (o, until))
+            .collect(),
     })
 }

@@ -52,23 +52,35 @@ impl FormatTime for SimTime {
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.list {
         for (name, text) in scenario::BUILT_IN {
-            let description = scenario::parse(text).map(|s| s.description).unwrap_or_default();
+            let description = scenario::parse(text)
+                .map(|s| s.description)
+                .unwrap_or_default();
             println!("{name:<16} {description}");
         }
         return Ok(());
     }
-    let built_in = |name: &str| scenario::BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, t)| (*t).to_owned());
+    let built_in = |name: &str| {
+        scenario::BUILT_IN
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| (*t).to_owned())
+    };
     let text = match &args.scenario {
         None => scenario::WALKTHROUGH_1.to_owned(),
         Some(path) if !path.exists() && built_in(&path.to_string_lossy()).is_some() => {
             built_in(&path.to_string_lossy()).unwrap_or_default()
         }
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
     };
     let mut scenario = scenario::parse(&text)?;
     for at in &args.plan_at {
         scenario::parse_duration(at)?;
-        scenario.actions.push(scenario::Action { at: at.clone(), what: scenario::ActionKind::Plan {} });
+        scenario.actions.push(scenario::Action {
+            at: at.clone(),
+            what: scenario::ActionKind::Plan {},
+        });
     }
     let clock = SimClock::default();
     let level = if args.json {
@@ -86,10 +98,18 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let sim_cloud = SimCloud::new(catalog::catalog(&scenario.region)?, clock.clone());
-        let mut sim = Simulation::new(clock.clone(), sim_cloud.clone(), Some(sim_cloud), MemStore::new(), SimSettings::default());
+        let mut sim = Simulation::new(
+            clock.clone(),
+            sim_cloud.clone(),
+            Some(sim_cloud),
+            MemStore::new(),
+            SimSettings::default(),
+        );
         let started = std::time::Instant::now();
         let start = sim.now();
         scenario::load(&mut sim, &scenario).await?;
@@ -97,7 +117,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         let failures = scenario::check(&sim, &scenario.expect).await;
         if let Some(path) = &args.save_snapshot {
             let snap = crate::plan::PlanSnapshot::capture(&sim, &scenario.region).await?;
-            std::fs::write(path, serde_json::to_string_pretty(&snap)?).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(path, serde_json::to_string_pretty(&snap)?)
+                .with_context(|| format!("writing {}", path.display()))?;
         }
         let instances = sim.cloud.instances().await?;
         let catalog = sim.cloud.catalog().await?;
@@ -141,7 +162,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             print!("{}", crate::status::render(&snapshot));
         }
         if !failures.is_empty() {
-            anyhow::bail!("{} expectation(s) of scenario {} failed", failures.len(), scenario.name);
+            anyhow::bail!(
+                "{} expectation(s) of scenario {} failed",
+                failures.len(),
+                scenario.name
+            );
         }
         Ok(())
     })
@@ -152,21 +177,36 @@ struct Report<'a> {
     nodes: Vec<Node>,
     pods: Vec<Pod>,
     instances: Vec<Instance>,
-    events: Vec<(nodewright::ports::Timestamp, nodewright::ports::ClusterEvent)>,
+    events: Vec<(
+        nodewright::ports::Timestamp,
+        nodewright::ports::ClusterEvent,
+    )>,
     simulated: f64,
     wall: f64,
 }
 
 fn label<'n>(n: &'n Node, key: &str) -> &'n str {
-    n.metadata.labels.as_ref().and_then(|l| l.get(key)).map_or("", String::as_str)
+    n.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
 }
 
 fn pod_node(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+    p.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
 }
 
 fn pod_name(p: &Pod) -> String {
-    format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""))
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
 }
 
 impl Report<'_> {
@@ -174,24 +214,47 @@ impl Report<'_> {
     /// for it (current), else the scheduler's condition (set once, when the
     /// pod was first found unschedulable, so often stale).
     fn pending_reason(&self, p: &Pod) -> Option<String> {
-        let (ns, name) = (p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""));
+        let (ns, name) = (
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or(""),
+        );
         let from_event = self
             .events
             .iter()
             .rev()
-            .find(|(_, e)| e.kind == "Pod" && e.reason == "FailedScheduling" && e.name == name && e.namespace.as_deref().unwrap_or("default") == ns)
-            .map(|(_, e)| e.message.strip_prefix("Failed to schedule pod, ").unwrap_or(&e.message).to_owned());
+            .find(|(_, e)| {
+                e.kind == "Pod"
+                    && e.reason == "FailedScheduling"
+                    && e.name == name
+                    && e.namespace.as_deref().unwrap_or("default") == ns
+            })
+            .map(|(_, e)| {
+                e.message
+                    .strip_prefix("Failed to schedule pod, ")
+                    .unwrap_or(&e.message)
+                    .to_owned()
+            });
         from_event.or_else(|| crate::status::scheduler_reason(p))
     }
 
     fn price(&self, n: &Node) -> f64 {
-        let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
-        self.instances.iter().find(|i| i.provider_id == pid).map_or(0.0, |i| i.price)
+        let pid = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .unwrap_or_default();
+        self.instances
+            .iter()
+            .find(|i| i.provider_id == pid)
+            .map_or(0.0, |i| i.price)
     }
 
     fn pods_on<'p>(&'p self, n: &Node) -> Vec<&'p Pod> {
         let name = n.metadata.name.as_deref().unwrap_or_default();
-        self.pods.iter().filter(|p| pod_node(p) == Some(name)).collect()
+        self.pods
+            .iter()
+            .filter(|p| pod_node(p) == Some(name))
+            .collect()
     }
 
     fn print(&self, failures: &[String]) {
@@ -231,8 +294,20 @@ impl Report<'_> {
             }
             total_cpu.0 += used.cpu_millis;
             total_cpu.1 += alloc.cpu_millis;
-            let share = if alloc.cpu_millis > 0 { used.cpu_millis as f64 / alloc.cpu_millis as f64 } else { 0.0 };
-            let bar: String = (0..20).map(|i| if (i as f64) < share * 20.0 { '█' } else { '░' }).collect();
+            let share = if alloc.cpu_millis > 0 {
+                used.cpu_millis as f64 / alloc.cpu_millis as f64
+            } else {
+                0.0
+            };
+            let bar: String = (0..20)
+                .map(|i| {
+                    if (i as f64) < share * 20.0 {
+                        '█'
+                    } else {
+                        '░'
+                    }
+                })
+                .collect();
             let price = self.price(n);
             cost += price;
             println!(
@@ -253,7 +328,10 @@ impl Report<'_> {
             pending,
             cost * 730.0
         );
-        println!("scenario {}: {:.0}s simulated in {:.2}s", self.name, self.simulated, self.wall);
+        println!(
+            "scenario {}: {:.0}s simulated in {:.2}s",
+            self.name, self.simulated, self.wall
+        );
         if failures.is_empty() {
             println!("expectations: all met");
         } else {

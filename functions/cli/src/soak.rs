@@ -28,15 +28,23 @@ pub struct SoakArgs {
 }
 
 pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.hours > 0.0 && args.hours <= 24.0 * 90.0, "--hours must be above 0 and at most 2160");
+    anyhow::ensure!(
+        args.hours > 0.0 && args.hours <= 24.0 * 90.0,
+        "--hours must be above 0 and at most 2160"
+    );
     if let Some(stop) = args.stop_after {
-        anyhow::ensure!(stop > 0.0 && stop <= args.hours, "--stop-after must be above 0 and at most --hours");
+        anyhow::ensure!(
+            stop > 0.0 && stop <= args.hours,
+            "--stop-after must be above 0 and at most --hours"
+        );
     }
     let options = SoakOptions {
         seed: args.seed,
         duration: SignedDuration::from_secs_f64(args.hours * 3600.0),
         faults: !args.no_faults,
-        stop_after: args.stop_after.map(|h| SignedDuration::from_secs_f64(h * 3600.0)),
+        stop_after: args
+            .stop_after
+            .map(|h| SignedDuration::from_secs_f64(h * 3600.0)),
         ..SoakOptions::default()
     };
     // `RUST_LOG=nodewright::sim::soak=info` shows each fault as it strikes.
@@ -46,7 +54,9 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .init();
     }
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let started = std::time::Instant::now();
     let report = runtime.block_on(soak::run(options))?;
     let wall = started.elapsed().as_secs_f64();
@@ -58,7 +68,11 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
         print!("{}", render(&report));
         println!("({wall:.0} s wall)");
     }
-    anyhow::ensure!(report.total_violations() == 0, "{} invariant violation(s)", report.total_violations());
+    anyhow::ensure!(
+        report.total_violations() == 0,
+        "{} invariant violation(s)",
+        report.total_violations()
+    );
     Ok(())
 }
 
@@ -66,7 +80,11 @@ fn render(r: &SoakReport) -> String {
     use std::fmt::Write;
     let f = &r.figures;
     let mut out = String::new();
-    let _ = writeln!(out, "chaos soak: seed {}, {:.1} simulated hour(s), {} checks", r.seed, r.hours, f.checks);
+    let _ = writeln!(
+        out,
+        "chaos soak: seed {}, {:.1} simulated hour(s), {} checks",
+        r.seed, r.hours, f.checks
+    );
     let _ = writeln!(out, "\nviolations ({} in all)", r.total_violations());
     for (kind, n) in &r.violations {
         let _ = writeln!(out, "  {kind:<36} {n:>6}");
@@ -74,34 +92,76 @@ fn render(r: &SoakReport) -> String {
             let _ = writeln!(out, "      {e}");
         }
     }
-    let _ = writeln!(out, "\nfaults injected ({} in all)", r.faults.values().sum::<usize>());
+    let _ = writeln!(
+        out,
+        "\nfaults injected ({} in all)",
+        r.faults.values().sum::<usize>()
+    );
     for (kind, n) in &r.faults {
         let _ = writeln!(out, "  {kind:<36} {n:>6}");
     }
     let _ = writeln!(out, "\nworkload");
-    let _ = writeln!(out, "  peak pods / nodes                    {:>6} / {}", f.peak_pods, f.peak_nodes);
+    let _ = writeln!(
+        out,
+        "  peak pods / nodes                    {:>6} / {}",
+        f.peak_pods, f.peak_nodes
+    );
     let _ = writeln!(
         out,
         "  job pods created / completed / rerun {:>6} / {} / {}",
         f.job_pods_created, f.job_pods_completed, f.job_pods_rerun
     );
-    let _ = writeln!(out, "  launches (CreateFleet calls)         {:>6} ({})", f.launches, f.launch_calls);
+    let _ = writeln!(
+        out,
+        "  launches (CreateFleet calls)         {:>6} ({})",
+        f.launches, f.launch_calls
+    );
     let removals: Vec<String> = f.removals.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(out, "  removals                             {}", removals.join(", "));
-    let _ = writeln!(out, "  rolled back                          {:>6}", f.rolled_back);
-    let _ = writeln!(out, "  pods evicted                         {:>6}", f.pods_evicted);
-    let messages: Vec<String> = f.interruption_messages.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(out, "  interruption messages                {} (lost: {})", messages.join(", "), f.queue_messages_lost);
+    let _ = writeln!(
+        out,
+        "  removals                             {}",
+        removals.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "  rolled back                          {:>6}",
+        f.rolled_back
+    );
+    let _ = writeln!(
+        out,
+        "  pods evicted                         {:>6}",
+        f.pods_evicted
+    );
+    let messages: Vec<String> = f
+        .interruption_messages
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  interruption messages                {} (lost: {})",
+        messages.join(", "),
+        f.queue_messages_lost
+    );
     let _ = writeln!(
         out,
         "  store writes throttled / conflicts   {:>6} / {}",
         f.store_writes_throttled, f.store_write_conflicts
     );
-    let _ = writeln!(out, "  longest pending                      {:>6} s (bound {} s)", f.longest_pending_seconds, r.bounds.pending.as_secs());
+    let _ = writeln!(
+        out,
+        "  longest pending                      {:>6} s (bound {} s)",
+        f.longest_pending_seconds,
+        r.bounds.pending.as_secs()
+    );
     let _ = writeln!(
         out,
         "  fleet $-hours / LP bound             {:>6.2} / {:.2} = {:.2}× (worst hour {:.2}×, factor {})",
-        f.fleet_dollar_hours, f.lower_bound_dollar_hours, f.cost_ratio, f.worst_hour_cost_ratio, r.bounds.cost_factor
+        f.fleet_dollar_hours,
+        f.lower_bound_dollar_hours,
+        f.cost_ratio,
+        f.worst_hour_cost_ratio,
+        r.bounds.cost_factor
     );
     let _ = writeln!(out, "\nnot modelled");
     for n in &r.not_modelled {

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use nodewright::ports::{Instance, Timestamp};
 use nodewright::provisioning::claim::Claim;
 use nodewright::resources::{Resources, format_bytes, format_cpu};
-use nodewright::termination::Command;
 use nodewright::scheduling::{SchedPod, labels};
+use nodewright::termination::Command;
 use serde_json::json;
 
 /// Everything the view shows, read once.
@@ -49,19 +49,33 @@ pub struct NodeRow {
 }
 
 fn label<'n>(n: &'n Node, key: &str) -> &'n str {
-    n.metadata.labels.as_ref().and_then(|l| l.get(key)).map_or("", String::as_str)
+    n.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
 }
 
 pub fn pod_node(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+    p.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
 }
 
 pub fn pod_name(p: &Pod) -> String {
-    format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or(""))
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
 }
 
 /// (instance type, zone) → on-demand $/hour, from a catalog's offerings.
-pub fn on_demand_prices(catalog: &nodewright::ports::CloudCatalog) -> HashMap<(String, String), f64> {
+pub fn on_demand_prices(
+    catalog: &nodewright::ports::CloudCatalog,
+) -> HashMap<(String, String), f64> {
     catalog
         .offerings
         .iter()
@@ -75,7 +89,10 @@ pub fn scheduler_reason(p: &Pod) -> Option<String> {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
         .and_then(|c| c.message.clone())
 }
 
@@ -86,25 +103,44 @@ impl FleetSnapshot {
             .iter()
             .map(|n| {
                 let name = n.metadata.name.clone().unwrap_or_default();
-                let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+                let pid = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .unwrap_or_default();
                 let instance = self.instances.iter().find(|i| i.provider_id == pid);
-                let (it, zone) = (label(n, labels::INSTANCE_TYPE).to_owned(), label(n, labels::ZONE).to_owned());
+                let (it, zone) = (
+                    label(n, labels::INSTANCE_TYPE).to_owned(),
+                    label(n, labels::ZONE).to_owned(),
+                );
                 let price = instance.map_or(0.0, |i| i.price);
-                let on_demand_price = self.on_demand.get(&(it.clone(), zone.clone())).copied().unwrap_or(price);
+                let on_demand_price = self
+                    .on_demand
+                    .get(&(it.clone(), zone.clone()))
+                    .copied()
+                    .unwrap_or(price);
                 let allocatable = n
                     .status
                     .as_ref()
                     .and_then(|s| s.allocatable.as_ref())
                     .and_then(|a| Resources::from_list(a).ok())
                     .unwrap_or_default();
-                let on: Vec<&Pod> = self.pods.iter().filter(|p| pod_node(p) == Some(name.as_str())).collect();
+                let on: Vec<&Pod> = self
+                    .pods
+                    .iter()
+                    .filter(|p| pod_node(p) == Some(name.as_str()))
+                    .collect();
                 let mut requested = Resources::default();
                 for p in &on {
                     if let Ok(sp) = SchedPod::from_pod(p) {
                         requested.add(&sp.requests);
                     }
                 }
-                let created = n.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
+                let created = n
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_second());
                 NodeRow {
                     pool: label(n, labels::NODEPOOL).to_owned(),
                     instance_type: it,
@@ -130,7 +166,11 @@ impl FleetSnapshot {
             .filter(|p| pod_node(p).is_none())
             .map(|p| {
                 let name = pod_name(p);
-                let reason = self.pending_reasons.get(&name).cloned().unwrap_or_else(|| "no reason recorded yet".to_owned());
+                let reason = self
+                    .pending_reasons
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| "no reason recorded yet".to_owned());
                 (name, reason)
             })
             .collect()
@@ -138,7 +178,10 @@ impl FleetSnapshot {
 
     /// Claims launched or launching whose node has not registered.
     pub fn in_flight(&self) -> Vec<&Claim> {
-        self.claims.iter().filter(|c| c.node_name.is_none()).collect()
+        self.claims
+            .iter()
+            .filter(|c| c.node_name.is_none())
+            .collect()
     }
 }
 
@@ -155,13 +198,23 @@ pub fn spot_pools(rows: &[NodeRow]) -> usize {
 
 /// `████░░░░` for `used` of `total`, `width` cells.
 pub fn bar(used: i64, total: i64, width: usize) -> String {
-    let share = if total > 0 { (used as f64 / total as f64).clamp(0.0, 1.0) } else { 0.0 };
+    let share = if total > 0 {
+        (used as f64 / total as f64).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let full = (share * width as f64).round() as usize;
-    (0..width).map(|i| if i < full { '█' } else { '░' }).collect()
+    (0..width)
+        .map(|i| if i < full { '█' } else { '░' })
+        .collect()
 }
 
 fn pct(used: i64, total: i64) -> f64 {
-    if total > 0 { used as f64 * 100.0 / total as f64 } else { 0.0 }
+    if total > 0 {
+        used as f64 * 100.0 / total as f64
+    } else {
+        0.0
+    }
 }
 
 fn age(s: Option<i64>) -> String {
@@ -188,8 +241,15 @@ pub fn render(snap: &FleetSnapshot) -> String {
         let od: f64 = rows.iter().map(|r| r.on_demand_price).sum();
         fleet += cost;
         fleet_od += od;
-        let shown = if pool.is_empty() { "(no NodePool)" } else { pool };
-        out.push_str(&format!("NodePool {shown}: {} node(s), ${cost:.4}/hour\n", rows.len()));
+        let shown = if pool.is_empty() {
+            "(no NodePool)"
+        } else {
+            pool
+        };
+        out.push_str(&format!(
+            "NodePool {shown}: {} node(s), ${cost:.4}/hour\n",
+            rows.len()
+        ));
         for r in rows {
             out.push_str(&format!(
                 "  {:<44} {:<14} {:<12} {:<9} {:>4} {:>3} pods  cpu {} {:>3.0}% {}/{}  mem {} {:>3.0}% {}/{}  ${:.4}/h\n",
@@ -211,14 +271,21 @@ pub fn render(snap: &FleetSnapshot) -> String {
             ));
         }
     }
-    let savings = if fleet_od > 0.0 { (fleet_od - fleet) / fleet_od * 100.0 } else { 0.0 };
+    let savings = if fleet_od > 0.0 {
+        (fleet_od - fleet) / fleet_od * 100.0
+    } else {
+        0.0
+    };
     out.push_str(&format!(
         "fleet: {} node(s), {} pod(s), ${fleet:.4}/hour (${:.2}/month); spot saves {savings:.0}% against on-demand (${fleet_od:.4}/hour)\n",
         rows.len(),
         snap.pods.len(),
         fleet * 730.0
     ));
-    out.push_str(&format!("spot pools: {} distinct (instance type, zone)\n", spot_pools(&rows)));
+    out.push_str(&format!(
+        "spot pools: {} distinct (instance type, zone)\n",
+        spot_pools(&rows)
+    ));
     let pending = snap.pending();
     out.push_str(&format!("pending pods: {}\n", pending.len()));
     for (name, reason) in &pending {
@@ -227,13 +294,24 @@ pub fn render(snap: &FleetSnapshot) -> String {
     let flight = snap.in_flight();
     out.push_str(&format!("claims in flight: {}\n", flight.len()));
     for c in flight {
-        let instance = c.instance.as_ref().map_or_else(|| "launching".to_owned(), |i| format!("{i:?}"));
-        out.push_str(&format!("  {} (NodePool {}, {} pod(s)): {instance}\n", c.id, c.pool, c.pods.len()));
+        let instance = c
+            .instance
+            .as_ref()
+            .map_or_else(|| "launching".to_owned(), |i| format!("{i:?}"));
+        out.push_str(&format!(
+            "  {} (NodePool {}, {} pod(s)): {instance}\n",
+            c.id,
+            c.pool,
+            c.pods.len()
+        ));
     }
     out.push_str(&format!("removals in progress: {}\n", snap.commands.len()));
     for c in &snap.commands {
         let node = c.spec.node.as_deref().unwrap_or("(no node)");
-        let deadline = c.spec.deadline.map_or_else(|| "no deadline".to_owned(), |d| format!("deadline {d}"));
+        let deadline = c
+            .spec
+            .deadline
+            .map_or_else(|| "no deadline".to_owned(), |d| format!("deadline {d}"));
         out.push_str(&format!(
             "  {} (NodePool {}, node {node}): {}, step {:?}, {deadline}, {} replacement(s)\n",
             c.id,
@@ -333,7 +411,11 @@ mod tests {
             pods: vec![pod("a", Some("n1")), pod("b", Some("n1")), pod("c", None)],
             instances: vec![instance],
             on_demand: [(("m5.large".to_owned(), "us-east-1a".to_owned()), 0.096)].into(),
-            pending_reasons: [("default/c".to_owned(), "NodePool general limit cpu 1 reached".to_owned())].into(),
+            pending_reasons: [(
+                "default/c".to_owned(),
+                "NodePool general limit cpu 1 reached".to_owned(),
+            )]
+            .into(),
             ..Default::default()
         };
         let rows = snap.rows();
@@ -341,10 +423,16 @@ mod tests {
         assert_eq!(rows[0].allocatable.cpu_millis, 1930);
         assert_eq!(rows[0].pods, 2);
         let text = render(&snap);
-        assert!(text.contains("NodePool general: 1 node(s), $0.0400/hour"), "{text}");
+        assert!(
+            text.contains("NodePool general: 1 node(s), $0.0400/hour"),
+            "{text}"
+        );
         assert!(text.contains("52%"), "{text}");
         assert!(text.contains("spot saves 58%"), "{text}");
-        assert!(text.contains("default/c: NodePool general limit cpu 1 reached"), "{text}");
+        assert!(
+            text.contains("default/c: NodePool general limit cpu 1 reached"),
+            "{text}"
+        );
         assert!(text.contains("spot pools: 1 distinct"), "{text}");
         let v = to_json(&snap);
         assert_eq!(v["spot_pools"], 1);

@@ -33,12 +33,19 @@ pub struct LiveArgs {
 
 impl LiveArgs {
     pub fn cluster_name(&self) -> anyhow::Result<String> {
-        self.target.cluster_name.clone().context("name the cluster: --cluster-name or NODEWRIGHT_CLUSTER_NAME")
+        self.target
+            .cluster_name
+            .clone()
+            .context("name the cluster: --cluster-name or NODEWRIGHT_CLUSTER_NAME")
     }
 
     /// The region the commands talk to: `--region`, else the SDK's variables.
     pub fn region(&self) -> Option<String> {
-        self.target.region.clone().or_else(|| std::env::var("AWS_REGION").ok()).or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+        self.target
+            .region
+            .clone()
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
     }
 
     /// The functions' adapters, built as they build them.
@@ -51,8 +58,13 @@ impl LiveArgs {
             default_instance_profile: None,
             provisioner_runs_disruption: false,
         };
-        let options = ClientOptions { region: self.target.region.clone(), ..Default::default() };
-        nodewright::live::connect_with(&env, who, &options).await.map_err(anyhow::Error::msg)
+        let options = ClientOptions {
+            region: self.target.region.clone(),
+            ..Default::default()
+        };
+        nodewright::live::connect_with(&env, who, &options)
+            .await
+            .map_err(anyhow::Error::msg)
     }
 }
 
@@ -69,7 +81,10 @@ pub struct StatusArgs {
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     rt.block_on(async move {
         let cluster_name = args.live.cluster_name()?;
         let ports = args.live.connect("nodewright-status").await?;
@@ -82,10 +97,15 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
                     // Clear the screen and go home, as `watch` does.
                     print!("\x1b[2J\x1b[H");
                 }
-                println!("{cluster_name} at {}", snap.now.map(|t| t.to_string()).unwrap_or_default());
+                println!(
+                    "{cluster_name} at {}",
+                    snap.now.map(|t| t.to_string()).unwrap_or_default()
+                );
                 print!("{}", render(&snap));
             }
-            let Some(every) = args.watch else { return Ok(()) };
+            let Some(every) = args.watch else {
+                return Ok(());
+            };
             tokio::time::sleep(Duration::from_secs(every.max(1))).await;
         }
     })
@@ -93,13 +113,29 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
 
 /// Everything the view shows, read once (the reads run concurrently).
 pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
-    let (nodes, pending, scheduled) =
-        tokio::try_join!(ports.cluster.nodes(), ports.cluster.pending_pods(), ports.cluster.scheduled_pods()).context("reading the cluster")?;
-    let (claims, commands, batch) =
-        tokio::try_join!(ports.store.claims(), ports.store.commands(), ports.store.batch()).context("reading the state table")?;
+    let (nodes, pending, scheduled) = tokio::try_join!(
+        ports.cluster.nodes(),
+        ports.cluster.pending_pods(),
+        ports.cluster.scheduled_pods()
+    )
+    .context("reading the cluster")?;
+    let (claims, commands, batch) = tokio::try_join!(
+        ports.store.claims(),
+        ports.store.commands(),
+        ports.store.batch()
+    )
+    .context("reading the state table")?;
     // The catalog first: instances are priced from it.
-    let catalog = ports.cloud.catalog().await.context("reading the EC2 catalog")?;
-    let instances = ports.cloud.instances().await.context("reading EC2 instances")?;
+    let catalog = ports
+        .cloud
+        .catalog()
+        .await
+        .context("reading the EC2 catalog")?;
+    let instances = ports
+        .cloud
+        .instances()
+        .await
+        .context("reading EC2 instances")?;
     let mut pods = scheduled;
     pods.extend(pending);
     let mut snap = FleetSnapshot {
@@ -123,7 +159,13 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
             .map(|x| x.reason.clone())
             .or_else(|| {
                 // Parked by hash (beyond the record's budget for reasons).
-                batch.parked_more.iter().any(|g| g.pods.contains(&hash)).then(|| "fits nowhere (the reason is in its FailedScheduling event)".to_owned())
+                batch
+                    .parked_more
+                    .iter()
+                    .any(|g| g.pods.contains(&hash))
+                    .then(|| {
+                        "fits nowhere (the reason is in its FailedScheduling event)".to_owned()
+                    })
             })
             .or_else(|| {
                 snap.claims

@@ -10,7 +10,12 @@ pub struct Target {
     #[arg(long, env = "NODEWRIGHT_CLUSTER_NAME", global = true)]
     pub cluster_name: Option<String>,
     /// The tables are `<prefix>-config` and `<prefix>-state`.
-    #[arg(long, env = "NODEWRIGHT_TABLE_PREFIX", default_value = "nodewright", global = true)]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_TABLE_PREFIX",
+        default_value = "nodewright",
+        global = true
+    )]
     pub table_prefix: String,
     /// AWS region (default: from the environment).
     #[arg(long, global = true)]
@@ -24,7 +29,10 @@ impl Target {
     }
 
     pub async fn store(&self) -> nodewright::aws::DynamoStore {
-        let options = nodewright::aws::ClientOptions { region: self.region.clone(), ..Default::default() };
+        let options = nodewright::aws::ClientOptions {
+            region: self.region.clone(),
+            ..Default::default()
+        };
         let sdk = nodewright::aws::sdk_config(&options).await;
         nodewright::aws::DynamoStore::new(&sdk, self.tables())
     }

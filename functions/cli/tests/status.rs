@@ -12,10 +12,10 @@ use nodewright::ports::Store;
 use nodewright::resources::Resources;
 use nodewright::scheduling::SchedPod;
 use nodewright::sim::ClusterDriver;
+use nodewright_tests::aws::Ec2Fixture;
 use nodewright_tests::aws::{moto, sdk_config, unique};
 use nodewright_tests::interruption::deliver_fixture;
 use nodewright_tests::kube_harness::KubeEnv;
-use nodewright_tests::aws::Ec2Fixture;
 use nodewright_tests::real::{self, REGION, RealSim};
 use nodewright_tests::sim::scenario_file;
 use serde_json::Value;
@@ -36,7 +36,11 @@ fn cli(args: &[&str], prefix: &str, cluster: &str) -> Value {
         .output()
         .expect("runs the nodewright binary");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{args:?} failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
@@ -44,7 +48,10 @@ fn cli(args: &[&str], prefix: &str, cluster: &str) -> Value {
 /// (their prefix is what the CLI is pointed at).
 async fn spot_drain() -> (String, RealSim, Ec2Fixture) {
     let prefix = unique("nw");
-    let store = DynamoStore::new(&sdk_config(REGION).await, DynamoTables::with_prefix(&prefix));
+    let store = DynamoStore::new(
+        &sdk_config(REGION).await,
+        DynamoTables::with_prefix(&prefix),
+    );
     store.ensure_tables().await.expect("tables");
     let (sim, f) = Box::pin(real::run_scenario(store, &scenario_file("spot-drain.yaml"))).await;
     (prefix, sim, f)
@@ -55,7 +62,13 @@ fn node_of(p: &Pod) -> Option<&str> {
 }
 
 fn allocatable(n: &Node) -> Resources {
-    Resources::from_list(n.status.as_ref().and_then(|s| s.allocatable.as_ref()).expect("allocatable")).expect("quantities")
+    Resources::from_list(
+        n.status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .expect("allocatable"),
+    )
+    .expect("quantities")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,8 +79,16 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
     let huge = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge", "namespace": "default"},
         "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "64"}}}]}});
     sim.cluster.apply(&huge).await.expect("pod");
-    sim.run_for(nodewright::ports::SignedDuration::from_secs(5)).await;
-    let claim = sim.store.claims().await.expect("claims").into_iter().next().expect("the spot node's claim");
+    sim.run_for(nodewright::ports::SignedDuration::from_secs(5))
+        .await;
+    let claim = sim
+        .store
+        .claims()
+        .await
+        .expect("claims")
+        .into_iter()
+        .next()
+        .expect("the spot node's claim");
     let report = deliver_fixture(&sim, "spot-interruption.json", &claim).await;
     assert!(report.failures.is_empty(), "{report:?}");
 
@@ -79,7 +100,10 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
     let mut fleet = 0.0;
     for n in &nodes {
         let name = n.metadata.name.as_deref().expect("name");
-        let row = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name} missing: {v:#}"));
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {v:#}"));
         let on: Vec<&Pod> = pods.iter().filter(|p| node_of(p) == Some(name)).collect();
         assert_eq!(row["pods"], on.len(), "{name}");
         let mut requested = Resources::default();
@@ -87,12 +111,23 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
             requested.add(&SchedPod::from_pod(p).expect("pod").requests);
         }
         assert_eq!(row["cpu_requested_millis"], requested.cpu_millis, "{name}");
-        assert_eq!(row["memory_requested_bytes"], requested.memory_bytes, "{name}");
+        assert_eq!(
+            row["memory_requested_bytes"], requested.memory_bytes,
+            "{name}"
+        );
         let alloc = allocatable(n);
         assert_eq!(row["cpu_allocatable_millis"], alloc.cpu_millis, "{name}");
-        assert_eq!(row["memory_allocatable_bytes"], alloc.memory_bytes, "{name}");
+        assert_eq!(
+            row["memory_allocatable_bytes"], alloc.memory_bytes,
+            "{name}"
+        );
         let labels = n.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(row["instance_type"].as_str(), labels.get("node.kubernetes.io/instance-type").map(String::as_str));
+        assert_eq!(
+            row["instance_type"].as_str(),
+            labels
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str)
+        );
         assert_eq!(row["capacity_type"].as_str(), Some("spot"));
         let price = row["price_per_hour"].as_f64().expect("price");
         assert!(price > 0.0, "{name}: the instance's price from EC2: {row}");
@@ -100,9 +135,21 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
     }
     assert!((v["cost_per_hour"].as_f64().expect("cost") - fleet).abs() < 1e-9);
     let pending = v["pending"].as_array().expect("pending");
-    assert_eq!(pending.len(), pods.iter().filter(|p| node_of(p).is_none()).count(), "{v:#}");
-    let huge = pending.iter().find(|p| p["name"] == "default/huge").expect("the huge pod is pending");
-    assert!(huge["reason"].as_str().is_some_and(|r| !r.is_empty() && r != "no reason recorded yet"), "{huge}");
+    assert_eq!(
+        pending.len(),
+        pods.iter().filter(|p| node_of(p).is_none()).count(),
+        "{v:#}"
+    );
+    let huge = pending
+        .iter()
+        .find(|p| p["name"] == "default/huge")
+        .expect("the huge pod is pending");
+    assert!(
+        huge["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty() && r != "no reason recorded yet"),
+        "{huge}"
+    );
     let removals = v["removals"].as_array().expect("removals");
     let commands = sim.store.commands().await.expect("commands");
     assert_eq!(removals.len(), commands.len());
@@ -114,11 +161,23 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_plan_is_the_handlers_dry_run() {
     let (prefix, sim, f) = spot_drain().await;
-    let claim = sim.store.claims().await.expect("claims").into_iter().next().expect("claim");
+    let claim = sim
+        .store
+        .claims()
+        .await
+        .expect("claims")
+        .into_iter()
+        .next()
+        .expect("claim");
     deliver_fixture(&sim, "spot-interruption.json", &claim).await;
 
     let live = cli(&["plan", "--json"], &prefix, &f.cluster);
-    let ours = nodewright::handlers::disruption::dry_run(&sim.ports(), nodewright::disruption::Tuning::default()).await.expect("dry run");
+    let ours = nodewright::handlers::disruption::dry_run(
+        &sim.ports(),
+        nodewright::disruption::Tuning::default(),
+    )
+    .await
+    .expect("dry run");
     let actions = |nodes: Vec<(String, String)>| {
         let mut n = nodes;
         n.sort();
@@ -129,13 +188,26 @@ async fn the_live_plan_is_the_handlers_dry_run() {
             .as_array()
             .expect("nodes")
             .iter()
-            .map(|n| (n["node"].as_str().expect("node").to_owned(), n["action"].as_str().expect("action").to_owned()))
+            .map(|n| {
+                (
+                    n["node"].as_str().expect("node").to_owned(),
+                    n["action"].as_str().expect("action").to_owned(),
+                )
+            })
             .collect(),
     );
-    let our_nodes = actions(ours.nodes.iter().map(|n| (n.node.clone(), n.action.clone())).collect());
+    let our_nodes = actions(
+        ours.nodes
+            .iter()
+            .map(|n| (n.node.clone(), n.action.clone()))
+            .collect(),
+    );
     assert_eq!(live_nodes, our_nodes, "{live:#}");
     let node = claim.node_name.clone().expect("registered");
-    assert!(live_nodes.contains(&(node, "removing".to_owned())), "the interrupted node shows as being removed: {live:#}");
+    assert!(
+        live_nodes.contains(&(node, "removing".to_owned())),
+        "the interrupted node shows as being removed: {live:#}"
+    );
     // Acting on nothing: the command is where the handler left it.
     assert_eq!(sim.store.commands().await.expect("commands").len(), 1);
 }

@@ -9,5 +9,8 @@ use nodewright::runtime;
 async fn main() -> Result<(), Error> {
     runtime::init_tracing();
     let ports = runtime::connect(&runtime::FunctionEnv::from_env()?, "disruption").await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| runtime::disruption(&ports, event))).await
+    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
+        runtime::disruption(&ports, event)
+    }))
+    .await
 }

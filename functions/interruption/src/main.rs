@@ -10,5 +10,8 @@ use nodewright::runtime;
 async fn main() -> Result<(), Error> {
     runtime::init_tracing();
     let ports = runtime::connect(&runtime::FunctionEnv::from_env()?, "interruption").await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| runtime::interruption(&ports, event))).await
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
+        runtime::interruption(&ports, event)
+    }))
+    .await
 }

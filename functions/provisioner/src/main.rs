@@ -12,6 +12,8 @@ async fn main() -> Result<(), Error> {
     let env = runtime::FunctionEnv::from_env()?;
     let ports = runtime::connect(&env, "provisioner").await?;
     let with_disruption = env.provisioner_runs_disruption;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| runtime::provisioner(&ports, with_disruption, event)))
-        .await
+    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
+        runtime::provisioner(&ports, with_disruption, event)
+    }))
+    .await
 }

@@ -9,5 +9,8 @@ use nodewright::runtime;
 async fn main() -> Result<(), Error> {
     runtime::init_tracing();
     let ports = runtime::connect(&runtime::FunctionEnv::from_env()?, "state-change").await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| runtime::state_change(&ports, event))).await
+    lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
+        runtime::state_change(&ports, event)
+    }))
+    .await
 }

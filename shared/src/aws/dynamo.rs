@@ -55,7 +55,8 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, Delete, KeySchemaElement, KeyType, Put,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification, TransactWriteItem, Update,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
+    TransactWriteItem, Update,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -63,7 +64,10 @@ use tracing::debug;
 
 use super::ApiError;
 use crate::config::Limits;
-use crate::ports::{ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError, Timestamp, Usage};
+use crate::ports::{
+    ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError,
+    Timestamp, Usage,
+};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, exceeded_limit};
 use crate::termination::Command;
@@ -78,7 +82,10 @@ pub struct DynamoTables {
 impl DynamoTables {
     /// `<prefix>-config` and `<prefix>-state`.
     pub fn with_prefix(prefix: &str) -> DynamoTables {
-        DynamoTables { config: format!("{prefix}-config"), state: format!("{prefix}-state") }
+        DynamoTables {
+            config: format!("{prefix}-config"),
+            state: format!("{prefix}-state"),
+        }
     }
 }
 
@@ -222,12 +229,16 @@ fn ttl_seconds(t: Timestamp) -> i64 {
 }
 
 fn body_of<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
-    let key = item.get(PK).and_then(|v| v.as_s().ok()).map_or("?", String::as_str);
+    let key = item
+        .get(PK)
+        .and_then(|v| v.as_s().ok())
+        .map_or("?", String::as_str);
     let body = item
         .get(BODY)
         .and_then(|v| v.as_s().ok())
         .ok_or_else(|| StoreError::Invalid(format!("item {key}: no body attribute")))?;
-    serde_json::from_str(body).map_err(|e| StoreError::Invalid(format!("item {key}: unreadable body: {e}")))
+    serde_json::from_str(body)
+        .map_err(|e| StoreError::Invalid(format!("item {key}: unreadable body: {e}")))
 }
 
 fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
@@ -235,7 +246,9 @@ fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
 }
 
 fn number(item: &Item, attr: &str) -> Option<i64> {
-    item.get(attr).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+    item.get(attr)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 /// `ADD version 1` on the counter item `key` of `table`, as a transaction item.
@@ -271,7 +284,12 @@ fn usage_from_item(item: &Item) -> Usage {
 
 /// An update of `usage#<pool>` adding `delta`, conditional on every grown
 /// limited resource staying within its limit. `None` when there is nothing to add.
-fn usage_update(table: &str, pool: &str, delta: &Usage, limits: &Limits) -> Result<Option<Update>, StoreError> {
+fn usage_update(
+    table: &str,
+    pool: &str,
+    delta: &Usage,
+    limits: &Limits,
+) -> Result<Option<Update>, StoreError> {
     let delta: Vec<(&String, &i64)> = delta.iter().filter(|(_, v)| **v != 0).collect();
     if delta.is_empty() {
         return Ok(None);
@@ -298,7 +316,10 @@ fn usage_update(table: &str, pool: &str, delta: &Usage, limits: &Limits) -> Resu
     let mut update = Update::builder()
         .table_name(table)
         .key(PK, s(usage_key(pool)))
-        .update_expression(format!("SET #kind = :kind, #pool = :pool ADD {}", adds.join(", ")))
+        .update_expression(format!(
+            "SET #kind = :kind, #pool = :pool ADD {}",
+            adds.join(", ")
+        ))
         .set_expression_attribute_names(Some(names))
         .set_expression_attribute_values(Some(values))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
@@ -313,7 +334,10 @@ fn usage_update(table: &str, pool: &str, delta: &Usage, limits: &Limits) -> Resu
 enum TxOutcome {
     Done,
     /// Item `index` failed its condition; the old item if DynamoDB returned it.
-    ConditionFailed { index: usize, old: Option<Item> },
+    ConditionFailed {
+        index: usize,
+        old: Option<Item>,
+    },
     /// Lost to a concurrent transaction or throttled: try again.
     Retry(String),
 }
@@ -385,9 +409,19 @@ impl DynamoStore {
                 .table_name(table)
                 .billing_mode(BillingMode::PayPerRequest)
                 .attribute_definitions(
-                    AttributeDefinition::builder().attribute_name(PK).attribute_type(ScalarAttributeType::S).build().map_err(build_err)?,
+                    AttributeDefinition::builder()
+                        .attribute_name(PK)
+                        .attribute_type(ScalarAttributeType::S)
+                        .build()
+                        .map_err(build_err)?,
                 )
-                .key_schema(KeySchemaElement::builder().attribute_name(PK).key_type(KeyType::Hash).build().map_err(build_err)?)
+                .key_schema(
+                    KeySchemaElement::builder()
+                        .attribute_name(PK)
+                        .key_type(KeyType::Hash)
+                        .build()
+                        .map_err(build_err)?,
+                )
                 .send()
                 .await;
             match created {
@@ -401,8 +435,19 @@ impl DynamoStore {
             }
             self.wait_active(table).await?;
             if ttl {
-                let spec = TimeToLiveSpecification::builder().enabled(true).attribute_name(TTL_ATTRIBUTE).build().map_err(build_err)?;
-                if let Err(e) = self.client.update_time_to_live().table_name(table).time_to_live_specification(spec).send().await {
+                let spec = TimeToLiveSpecification::builder()
+                    .enabled(true)
+                    .attribute_name(TTL_ATTRIBUTE)
+                    .build()
+                    .map_err(build_err)?;
+                if let Err(e) = self
+                    .client
+                    .update_time_to_live()
+                    .table_name(table)
+                    .time_to_live_specification(spec)
+                    .send()
+                    .await
+                {
                     let e = ApiError::from_sdk("UpdateTimeToLive", e);
                     // Already enabled is fine.
                     if !e.message.contains("already enabled") && !e.is("ValidationException") {
@@ -423,17 +468,28 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(|e| StoreError::from(ApiError::from_sdk("DescribeTable", e)))?;
-            if out.table().and_then(|t| t.table_status()).is_some_and(|s| s.as_str() == "ACTIVE") {
+            if out
+                .table()
+                .and_then(|t| t.table_status())
+                .is_some_and(|s| s.as_str() == "ACTIVE")
+            {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        Err(StoreError::Transient(format!("table {table} did not become active")))
+        Err(StoreError::Transient(format!(
+            "table {table} did not become active"
+        )))
     }
 
     /// Every item of `table` whose key starts with `prefix` (all pages, consistent).
     async fn scan(&self, table: &str, prefix: Option<&str>) -> Result<Vec<Item>, StoreError> {
-        let mut req = self.client.scan().table_name(table).consistent_read(true).set_limit(self.page_size);
+        let mut req = self
+            .client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_limit(self.page_size);
         if let Some(p) = prefix {
             req = req
                 .filter_expression("begins_with(#pk, :prefix)")
@@ -465,8 +521,20 @@ impl DynamoStore {
     }
 
     /// A conditional put; `Ok(false)` when the condition failed.
-    async fn put_if(&self, table: &str, item: Item, condition: &str, names: &[(&str, &str)], values: Vec<(&str, AttributeValue)>) -> Result<bool, StoreError> {
-        let mut req = self.client.put_item().table_name(table).set_item(Some(item)).condition_expression(condition);
+    async fn put_if(
+        &self,
+        table: &str,
+        item: Item,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<bool, StoreError> {
+        let mut req = self
+            .client
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .condition_expression(condition);
         for (k, v) in names {
             req = req.expression_attribute_names(*k, *v);
         }
@@ -476,7 +544,14 @@ impl DynamoStore {
         count(&self.counters.put_item);
         match req.send().await {
             Ok(_) => Ok(true),
-            Err(e) if matches!(e.as_service_error(), Some(PutItemError::ConditionalCheckFailedException(_))) => Ok(false),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(PutItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                Ok(false)
+            }
             Err(e) => Err(ApiError::from_sdk("PutItem", e).into()),
         }
     }
@@ -509,7 +584,9 @@ impl DynamoStore {
         match req.send().await {
             Ok(_) => Ok(Ok(())),
             Err(e) => match e.as_service_error() {
-                Some(DeleteItemError::ConditionalCheckFailedException(c)) => Ok(Err(c.item().cloned())),
+                Some(DeleteItemError::ConditionalCheckFailedException(c)) => {
+                    Ok(Err(c.item().cloned()))
+                }
                 _ => Err(ApiError::from_sdk("DeleteItem", e).into()),
             },
         }
@@ -517,16 +594,38 @@ impl DynamoStore {
 
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<TxOutcome, StoreError> {
         count(&self.counters.transact_write);
-        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
             Ok(_) => Ok(TxOutcome::Done),
             Err(e) => {
-                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
+                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
+                    e.as_service_error()
+                {
                     let reasons = c.cancellation_reasons();
-                    if let Some((index, r)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
-                        return Ok(TxOutcome::ConditionFailed { index, old: r.item().cloned() });
+                    if let Some((index, r)) = reasons
+                        .iter()
+                        .enumerate()
+                        .find(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
+                    {
+                        return Ok(TxOutcome::ConditionFailed {
+                            index,
+                            old: r.item().cloned(),
+                        });
                     }
-                    let codes: Vec<&str> = reasons.iter().filter_map(|r| r.code()).filter(|c| *c != "None").collect();
-                    return Ok(TxOutcome::Retry(format!("transaction cancelled: {}", codes.join(", "))));
+                    let codes: Vec<&str> = reasons
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .filter(|c| *c != "None")
+                        .collect();
+                    return Ok(TxOutcome::Retry(format!(
+                        "transaction cancelled: {}",
+                        codes.join(", ")
+                    )));
                 }
                 let e = ApiError::from_sdk("TransactWriteItems", e);
                 if e.is("TransactionConflictException") || e.is("TransactionInProgressException") {
@@ -550,7 +649,11 @@ impl DynamoStore {
 
     /// `write` and the marker's bump as one transaction, retried while it
     /// loses to a concurrent one; `Ok(Err(old))` when `write`'s condition failed.
-    async fn write_with_marker(&self, write: TransactWriteItem, what: &str) -> Result<Result<(), Option<Item>>, StoreError> {
+    async fn write_with_marker(
+        &self,
+        write: TransactWriteItem,
+        what: &str,
+    ) -> Result<Result<(), Option<Item>>, StoreError> {
         let bump = self.bump_state_version()?;
         let mut last = String::new();
         for attempt in 0..TRANSACTION_ATTEMPTS {
@@ -567,12 +670,25 @@ impl DynamoStore {
     /// The state view, read again only when `state#version` moved.
     async fn state_view(&self) -> Result<Arc<StateView>, StoreError> {
         let marker = self.get(&self.tables.state, STATE_VERSION_KEY).await?;
-        let version = match marker.as_ref().and_then(|i| i.get(VERSION)).and_then(|v| v.as_n().ok()) {
+        let version = match marker
+            .as_ref()
+            .and_then(|i| i.get(VERSION))
+            .and_then(|v| v.as_n().ok())
+        {
             None => 0,
-            Some(v) => v.parse::<u64>().map_err(|e| StoreError::Invalid(format!("{STATE_VERSION_KEY}: version: {e}")))?,
+            Some(v) => v
+                .parse::<u64>()
+                .map_err(|e| StoreError::Invalid(format!("{STATE_VERSION_KEY}: version: {e}")))?,
         };
-        let fresh = |v: &&Arc<StateView>| v.version == version && v.read_at.elapsed() < MAX_VIEW_AGE;
-        if let Some(view) = self.view.lock().map_err(|_| poisoned())?.as_ref().filter(fresh) {
+        let fresh =
+            |v: &&Arc<StateView>| v.version == version && v.read_at.elapsed() < MAX_VIEW_AGE;
+        if let Some(view) = self
+            .view
+            .lock()
+            .map_err(|_| poisoned())?
+            .as_ref()
+            .filter(fresh)
+        {
             return Ok(Arc::clone(view));
         }
         // Read after the marker: what the Scan sees is at least `version`,
@@ -581,9 +697,19 @@ impl DynamoStore {
         let read_at = std::time::Instant::now();
         count(&self.counters.state_scans);
         let items = self.scan(&self.tables.state, None).await?;
-        let mut view = StateView { version, read_at, claims: Vec::new(), usage: BTreeMap::new(), commands: Vec::new(), unavailable: Vec::new() };
+        let mut view = StateView {
+            version,
+            read_at,
+            claims: Vec::new(),
+            usage: BTreeMap::new(),
+            commands: Vec::new(),
+            unavailable: Vec::new(),
+        };
         for item in &items {
-            let key = item.get(PK).and_then(|v| v.as_s().ok()).map_or("", String::as_str);
+            let key = item
+                .get(PK)
+                .and_then(|v| v.as_s().ok())
+                .map_or("", String::as_str);
             if key.starts_with("claim#") {
                 view.claims.push(body_of(item)?);
             } else if key.starts_with("usage#") {
@@ -596,11 +722,13 @@ impl DynamoStore {
             } else if key.starts_with(COMMAND_PREFIX) {
                 view.commands.push(body_of(item)?);
             } else if key.starts_with("unavailable#") {
-                view.unavailable.push((body_of(item)?, number(item, "until_ms").unwrap_or(i64::MIN)));
+                view.unavailable
+                    .push((body_of(item)?, number(item, "until_ms").unwrap_or(i64::MIN)));
             }
         }
         view.claims.sort_by(|a, b| a.id.cmp(&b.id));
-        view.commands.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        view.commands
+            .sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         let view = Arc::new(view);
         *self.view.lock().map_err(|_| poisoned())? = Some(Arc::clone(&view));
         Ok(view)
@@ -614,7 +742,13 @@ impl DynamoStore {
     }
 
     /// Which limited resource `usage#<pool>` (as `old`, or as read now) cannot take `extra`.
-    async fn exceeded_resource(&self, pool: &str, old: Option<Item>, limits: &Limits, extra: &Usage) -> Result<Option<String>, StoreError> {
+    async fn exceeded_resource(
+        &self,
+        pool: &str,
+        old: Option<Item>,
+        limits: &Limits,
+        extra: &Usage,
+    ) -> Result<Option<String>, StoreError> {
         let item = match old {
             Some(i) => Some(i),
             None => self.get(&self.tables.state, &usage_key(pool)).await?,
@@ -629,18 +763,28 @@ impl Store for DynamoStore {
         let items = self.scan(&self.tables.config, None).await?;
         items
             .iter()
-            .filter(|i| i.get(PK).and_then(|v| v.as_s().ok()).is_none_or(|k| k != CONFIG_VERSION_KEY))
+            .filter(|i| {
+                i.get(PK)
+                    .and_then(|v| v.as_s().ok())
+                    .is_none_or(|k| k != CONFIG_VERSION_KEY)
+            })
             .map(body_of)
             .collect()
     }
 
     async fn config_version(&self) -> Result<u64, StoreError> {
         let item = self.get(&self.tables.config, CONFIG_VERSION_KEY).await?;
-        let version = item.as_ref().and_then(|i| i.get(VERSION)).and_then(|v| v.as_n().ok()).map(|n| n.parse::<u64>());
+        let version = item
+            .as_ref()
+            .and_then(|i| i.get(VERSION))
+            .and_then(|v| v.as_n().ok())
+            .map(|n| n.parse::<u64>());
         match version {
             None => Ok(0),
             Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(StoreError::Invalid(format!("{CONFIG_VERSION_KEY}: version: {e}"))),
+            Some(Err(e)) => Err(StoreError::Invalid(format!(
+                "{CONFIG_VERSION_KEY}: version: {e}"
+            ))),
         }
     }
 
@@ -650,8 +794,15 @@ impl Store for DynamoStore {
 
     async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
         let key = config_key(kind, name);
-        let delete = Delete::builder().table_name(&self.tables.config).key(PK, s(&key)).build().map_err(build_err)?;
-        let tx = vec![TransactWriteItem::builder().delete(delete).build(), self.bump_config_version()?];
+        let delete = Delete::builder()
+            .table_name(&self.tables.config)
+            .key(PK, s(&key))
+            .build()
+            .map_err(build_err)?;
+        let tx = vec![
+            TransactWriteItem::builder().delete(delete).build(),
+            self.bump_config_version()?,
+        ];
         for attempt in 0..TRANSACTION_ATTEMPTS {
             match self.transact(tx.clone()).await? {
                 TxOutcome::Done => return Ok(()),
@@ -662,12 +813,17 @@ impl Store for DynamoStore {
                 }
             }
         }
-        Err(StoreError::Transient(format!("{key}: delete kept losing to concurrent writes")))
+        Err(StoreError::Transient(format!(
+            "{key}: delete kept losing to concurrent writes"
+        )))
     }
 
     async fn write_config(&self, writes: &[ConfigWrite]) -> Result<(), StoreError> {
         if writes.len() > MAX_CONFIG_WRITES {
-            return Err(StoreError::Invalid(format!("{} changes in one write; at most {MAX_CONFIG_WRITES}", writes.len())));
+            return Err(StoreError::Invalid(format!(
+                "{} changes in one write; at most {MAX_CONFIG_WRITES}",
+                writes.len()
+            )));
         }
         if writes.is_empty() {
             return Ok(());
@@ -685,28 +841,39 @@ impl Store for DynamoStore {
                         (BODY.to_owned(), s(json(item)?)),
                     ]
                     .into();
-                    let put = Put::builder().table_name(&self.tables.config).set_item(Some(record));
+                    let put = Put::builder()
+                        .table_name(&self.tables.config)
+                        .set_item(Some(record));
                     let put = if item.version <= 1 {
-                        put.condition_expression("attribute_not_exists(#pk)").expression_attribute_names("#pk", PK)
+                        put.condition_expression("attribute_not_exists(#pk)")
+                            .expression_attribute_names("#pk", PK)
                     } else {
                         put.condition_expression("#v = :prev")
                             .expression_attribute_names("#v", VERSION)
                             .expression_attribute_values(":prev", n(item.version - 1))
                     };
                     let put = put
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .return_values_on_condition_check_failure(
+                            ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
                         .build()
                         .map_err(build_err)?;
                     TransactWriteItem::builder().put(put).build()
                 }
-                ConfigWrite::Delete { kind, name, version } => {
+                ConfigWrite::Delete {
+                    kind,
+                    name,
+                    version,
+                } => {
                     let delete = Delete::builder()
                         .table_name(&self.tables.config)
                         .key(PK, s(config_key(*kind, name)))
                         .condition_expression("#v = :prev")
                         .expression_attribute_names("#v", VERSION)
                         .expression_attribute_values(":prev", n(version))
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .return_values_on_condition_check_failure(
+                            ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
                         .build()
                         .map_err(build_err)?;
                     TransactWriteItem::builder().delete(delete).build()
@@ -719,7 +886,9 @@ impl Store for DynamoStore {
                 TxOutcome::Done => return Ok(()),
                 TxOutcome::ConditionFailed { index, old } => {
                     let Some(w) = writes.get(index) else {
-                        return Err(StoreError::Conflict("the configuration version counter refused the write".into()));
+                        return Err(StoreError::Conflict(
+                            "the configuration version counter refused the write".into(),
+                        ));
                     };
                     let (kind, name) = w.key();
                     let stored = old
@@ -743,7 +912,9 @@ impl Store for DynamoStore {
                 }
             }
         }
-        Err(StoreError::Transient("configuration write kept losing to concurrent writes".into()))
+        Err(StoreError::Transient(
+            "configuration write kept losing to concurrent writes".into(),
+        ))
     }
 
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
@@ -751,9 +922,17 @@ impl Store for DynamoStore {
     }
 
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
-        let reservation: Usage = claim.reservation.iter().filter(|(_, v)| **v != 0).map(|(k, v)| (k.clone(), *v)).collect();
+        let reservation: Usage = claim
+            .reservation
+            .iter()
+            .filter(|(_, v)| **v != 0)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
         if let Some(resource) = exceeded_limit(limits, &Usage::new(), &reservation) {
-            return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource });
+            return Err(StoreError::LimitExceeded {
+                pool: claim.pool.clone(),
+                resource,
+            });
         }
         let put = Put::builder()
             .table_name(&self.tables.state)
@@ -765,18 +944,32 @@ impl Store for DynamoStore {
         let update = usage_update(&self.tables.state, &claim.pool, &reservation, limits)?;
         let mut last = String::new();
         for attempt in 0..TRANSACTION_ATTEMPTS {
-            let mut items = vec![TransactWriteItem::builder().put(put.clone()).build(), self.bump_state_version()?];
+            let mut items = vec![
+                TransactWriteItem::builder().put(put.clone()).build(),
+                self.bump_state_version()?,
+            ];
             if let Some(u) = &update {
                 items.push(TransactWriteItem::builder().update(u.clone()).build());
             }
             match self.transact(items).await? {
                 TxOutcome::Done => return Ok(()),
                 TxOutcome::ConditionFailed { index: 0, .. } => {
-                    return Err(StoreError::Conflict(format!("nodeclaim {} already exists", claim.id)));
+                    return Err(StoreError::Conflict(format!(
+                        "nodeclaim {} already exists",
+                        claim.id
+                    )));
                 }
                 TxOutcome::ConditionFailed { old, .. } => {
-                    match self.exceeded_resource(&claim.pool, old, limits, &reservation).await? {
-                        Some(resource) => return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource }),
+                    match self
+                        .exceeded_resource(&claim.pool, old, limits, &reservation)
+                        .await?
+                    {
+                        Some(resource) => {
+                            return Err(StoreError::LimitExceeded {
+                                pool: claim.pool.clone(),
+                                resource,
+                            });
+                        }
                         // The usage changed between the failure and our read: try again.
                         None => last = "usage changed concurrently".into(),
                     }
@@ -785,11 +978,22 @@ impl Store for DynamoStore {
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!("creating nodeclaim {}: {last}", claim.id)))
+        Err(StoreError::Transient(format!(
+            "creating nodeclaim {}: {last}",
+            claim.id
+        )))
     }
 
-    async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
-        if previous.id != next.id || previous.pool != next.pool || next.version != previous.version + 1 {
+    async fn update_claim(
+        &self,
+        previous: &Claim,
+        next: &Claim,
+        limits: &Limits,
+    ) -> Result<(), StoreError> {
+        if previous.id != next.id
+            || previous.pool != next.pool
+            || next.version != previous.version + 1
+        {
             return Err(StoreError::Invalid(format!(
                 "update of nodeclaim {} must keep id and pool and bump the version by one ({} → {})",
                 previous.id, previous.version, next.version
@@ -806,15 +1010,28 @@ impl Store for DynamoStore {
                 .build()
                 .map_err(build_err)
         };
-        let conflict = || StoreError::Conflict(format!("nodeclaim {} is no longer at version {}", previous.id, previous.version));
+        let conflict = || {
+            StoreError::Conflict(format!(
+                "nodeclaim {} is no longer at version {}",
+                previous.id, previous.version
+            ))
+        };
         let Some(update) = usage_update(&self.tables.state, &next.pool, &delta, limits)? else {
-            let put = TransactWriteItem::builder().put(condition_put(claim_item(next)?)?).build();
+            let put = TransactWriteItem::builder()
+                .put(condition_put(claim_item(next)?)?)
+                .build();
             let what = format!("updating nodeclaim {}", next.id);
-            return self.write_with_marker(put, &what).await?.map_err(|_| conflict());
+            return self
+                .write_with_marker(put, &what)
+                .await?
+                .map_err(|_| conflict());
         };
         if let Some(resource) = exceeded_limit(limits, &Usage::new(), &delta) {
             // Growing by more than the whole limit can never fit.
-            return Err(StoreError::LimitExceeded { pool: next.pool.clone(), resource });
+            return Err(StoreError::LimitExceeded {
+                pool: next.pool.clone(),
+                resource,
+            });
         }
         let put = condition_put(claim_item(next)?)?;
         let mut last = String::new();
@@ -827,15 +1044,26 @@ impl Store for DynamoStore {
             match self.transact(items).await? {
                 TxOutcome::Done => return Ok(()),
                 TxOutcome::ConditionFailed { index: 0, .. } => return Err(conflict()),
-                TxOutcome::ConditionFailed { old, .. } => match self.exceeded_resource(&next.pool, old, limits, &delta).await? {
-                    Some(resource) => return Err(StoreError::LimitExceeded { pool: next.pool.clone(), resource }),
+                TxOutcome::ConditionFailed { old, .. } => match self
+                    .exceeded_resource(&next.pool, old, limits, &delta)
+                    .await?
+                {
+                    Some(resource) => {
+                        return Err(StoreError::LimitExceeded {
+                            pool: next.pool.clone(),
+                            resource,
+                        });
+                    }
                     None => last = "usage changed concurrently".into(),
                 },
                 TxOutcome::Retry(why) => last = why,
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!("updating nodeclaim {}: {last}", next.id)))
+        Err(StoreError::Transient(format!(
+            "updating nodeclaim {}: {last}",
+            next.id
+        )))
     }
 
     async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
@@ -856,18 +1084,31 @@ impl Store for DynamoStore {
                 .expression_attribute_values(":v", n(stored.version))
                 .build()
                 .map_err(build_err)?;
-            let mut items = vec![TransactWriteItem::builder().delete(delete).build(), self.bump_state_version()?];
-            if let Some(u) = usage_update(&self.tables.state, &stored.pool, &negated(&stored.reservation), &Limits::default())? {
+            let mut items = vec![
+                TransactWriteItem::builder().delete(delete).build(),
+                self.bump_state_version()?,
+            ];
+            if let Some(u) = usage_update(
+                &self.tables.state,
+                &stored.pool,
+                &negated(&stored.reservation),
+                &Limits::default(),
+            )? {
                 items.push(TransactWriteItem::builder().update(u).build());
             }
             match self.transact(items).await? {
                 TxOutcome::Done => return Ok(()),
-                TxOutcome::ConditionFailed { .. } => last = "the claim changed while deleting".into(),
+                TxOutcome::ConditionFailed { .. } => {
+                    last = "the claim changed while deleting".into()
+                }
                 TxOutcome::Retry(why) => last = why,
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!("deleting nodeclaim {}: {last}", claim.id)))
+        Err(StoreError::Transient(format!(
+            "deleting nodeclaim {}: {last}",
+            claim.id
+        )))
     }
 
     async fn pool_usage(&self) -> Result<BTreeMap<String, Usage>, StoreError> {
@@ -875,7 +1116,11 @@ impl Store for DynamoStore {
     }
 
     async fn batch(&self) -> Result<Option<Batch>, StoreError> {
-        self.get(&self.tables.state, BATCH_KEY).await?.as_ref().map(body_of).transpose()
+        self.get(&self.tables.state, BATCH_KEY)
+            .await?
+            .as_ref()
+            .map(body_of)
+            .transpose()
     }
 
     async fn put_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<(), StoreError> {
@@ -887,8 +1132,26 @@ impl Store for DynamoStore {
         ]
         .into();
         let ok = match previous {
-            None => self.put_if(&self.tables.state, item, "attribute_not_exists(#pk)", &[("#pk", PK)], vec![]).await?,
-            Some(p) => self.put_if(&self.tables.state, item, "#v = :prev", &[("#v", VERSION)], vec![(":prev", n(p.version))]).await?,
+            None => {
+                self.put_if(
+                    &self.tables.state,
+                    item,
+                    "attribute_not_exists(#pk)",
+                    &[("#pk", PK)],
+                    vec![],
+                )
+                .await?
+            }
+            Some(p) => {
+                self.put_if(
+                    &self.tables.state,
+                    item,
+                    "#v = :prev",
+                    &[("#v", VERSION)],
+                    vec![(":prev", n(p.version))],
+                )
+                .await?
+            }
         };
         if ok {
             Ok(())
@@ -902,11 +1165,20 @@ impl Store for DynamoStore {
 
     async fn delete_batch(&self, batch: &Batch) -> Result<(), StoreError> {
         let outcome = self
-            .delete_if(&self.tables.state, BATCH_KEY, Some("#v = :v"), &[("#v", VERSION)], vec![(":v", n(batch.version))])
+            .delete_if(
+                &self.tables.state,
+                BATCH_KEY,
+                Some("#v = :v"),
+                &[("#v", VERSION)],
+                vec![(":v", n(batch.version))],
+            )
             .await?;
         match outcome {
             Ok(()) | Err(None) => Ok(()),
-            Err(Some(_)) => Err(StoreError::Conflict(format!("the batch is no longer at version {}", batch.version))),
+            Err(Some(_)) => Err(StoreError::Conflict(format!(
+                "the batch is no longer at version {}",
+                batch.version
+            ))),
         }
     }
 
@@ -914,7 +1186,11 @@ impl Store for DynamoStore {
         Ok(self.state_view().await?.commands.clone())
     }
 
-    async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+    async fn put_command(
+        &self,
+        previous: Option<&Command>,
+        next: &Command,
+    ) -> Result<(), StoreError> {
         crate::ports::check_command_write(previous, next)?;
         let item: Item = [
             (PK.to_owned(), s(command_key(&next.id))),
@@ -924,18 +1200,30 @@ impl Store for DynamoStore {
             (BODY.to_owned(), s(json(next)?)),
         ]
         .into();
-        let put = Put::builder().table_name(&self.tables.state).set_item(Some(item));
+        let put = Put::builder()
+            .table_name(&self.tables.state)
+            .set_item(Some(item));
         let put = match previous {
-            None => put.condition_expression("attribute_not_exists(#pk)").expression_attribute_names("#pk", PK),
-            Some(p) => put.condition_expression("#v = :prev").expression_attribute_names("#v", VERSION).expression_attribute_values(":prev", n(p.version)),
+            None => put
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", PK),
+            Some(p) => put
+                .condition_expression("#v = :prev")
+                .expression_attribute_names("#v", VERSION)
+                .expression_attribute_values(":prev", n(p.version)),
         };
-        let write = TransactWriteItem::builder().put(put.build().map_err(build_err)?).build();
-        match self.write_with_marker(write, &format!("writing command {}", next.id)).await? {
+        let write = TransactWriteItem::builder()
+            .put(put.build().map_err(build_err)?)
+            .build();
+        match self
+            .write_with_marker(write, &format!("writing command {}", next.id))
+            .await?
+        {
             Ok(()) => Ok(()),
             Err(_) => Err(StoreError::Conflict(match previous {
                 None => format!("command {} exists", next.id),
                 Some(p) => format!("command {} is no longer at version {}", next.id, p.version),
-            }))
+            })),
         }
     }
 
@@ -949,14 +1237,27 @@ impl Store for DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(build_err)?;
-        let outcome = self.write_with_marker(TransactWriteItem::builder().delete(delete).build(), &format!("deleting command {}", command.id)).await?;
-        let conflict = || StoreError::Conflict(format!("command {} is no longer at version {}", command.id, command.version));
+        let outcome = self
+            .write_with_marker(
+                TransactWriteItem::builder().delete(delete).build(),
+                &format!("deleting command {}", command.id),
+            )
+            .await?;
+        let conflict = || {
+            StoreError::Conflict(format!(
+                "command {} is no longer at version {}",
+                command.id, command.version
+            ))
+        };
         match outcome {
             Ok(()) => Ok(()),
             Err(Some(_)) => Err(conflict()),
             // Gone already (done), unless the failure came without the old
             // item: then look.
-            Err(None) => match self.get(&self.tables.state, &command_key(&command.id)).await? {
+            Err(None) => match self
+                .get(&self.tables.state, &command_key(&command.id))
+                .await?
+            {
                 None => Ok(()),
                 Some(_) => Err(conflict()),
             },
@@ -968,7 +1269,10 @@ impl Store for DynamoStore {
             (PK.to_owned(), s(lease_key(&lease.name))),
             ("kind".to_owned(), s("lease")),
             ("holder".to_owned(), s(&lease.holder)),
-            ("expires_ms".to_owned(), n(lease.expires_at.as_millisecond())),
+            (
+                "expires_ms".to_owned(),
+                n(lease.expires_at.as_millisecond()),
+            ),
             (TTL_ATTRIBUTE.to_owned(), n(ttl_seconds(lease.expires_at))),
             (BODY.to_owned(), s(json(lease)?)),
         ]
@@ -978,7 +1282,10 @@ impl Store for DynamoStore {
             item,
             "attribute_not_exists(#pk) OR #holder = :holder OR #exp <= :now",
             &[("#pk", PK), ("#holder", "holder"), ("#exp", "expires_ms")],
-            vec![(":holder", s(&lease.holder)), (":now", n(now.as_millisecond()))],
+            vec![
+                (":holder", s(&lease.holder)),
+                (":now", n(now.as_millisecond())),
+            ],
         )
         .await
     }
@@ -986,12 +1293,22 @@ impl Store for DynamoStore {
     async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
         // Not ours (or gone): nothing to release.
         let _ = self
-            .delete_if(&self.tables.state, &lease_key(name), Some("#holder = :holder"), &[("#holder", "holder")], vec![(":holder", s(holder))])
+            .delete_if(
+                &self.tables.state,
+                &lease_key(name),
+                Some("#holder = :holder"),
+                &[("#holder", "holder")],
+                vec![(":holder", s(holder))],
+            )
             .await?;
         Ok(())
     }
 
-    async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+    async fn mark_unavailable(
+        &self,
+        offering: &OfferingKey,
+        until: Timestamp,
+    ) -> Result<(), StoreError> {
         let item: Item = [
             (PK.to_owned(), s(unavailable_key(offering))),
             ("kind".to_owned(), s("unavailable")),
@@ -1010,14 +1327,25 @@ impl Store for DynamoStore {
             .expression_attribute_values(":until", n(until.as_millisecond()))
             .build()
             .map_err(build_err)?;
-        let _ = self.write_with_marker(TransactWriteItem::builder().put(put).build(), &format!("marking {offering} unavailable")).await?;
+        let _ = self
+            .write_with_marker(
+                TransactWriteItem::builder().put(put).build(),
+                &format!("marking {offering} unavailable"),
+            )
+            .await?;
         Ok(())
     }
 
     async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
         let now_ms = now.as_millisecond();
-        let mut out: Vec<OfferingKey> =
-            self.state_view().await?.unavailable.iter().filter(|(_, until)| *until > now_ms).map(|(o, _)| o.clone()).collect();
+        let mut out: Vec<OfferingKey> = self
+            .state_view()
+            .await?
+            .unavailable
+            .iter()
+            .filter(|(_, until)| *until > now_ms)
+            .map(|(o, _)| o.clone())
+            .collect();
         out.sort();
         Ok(out)
     }
@@ -1031,22 +1359,57 @@ mod tests {
     fn usage_update_conditions_only_limited_growth() {
         let mut limits = Limits::default();
         limits.resources.insert("cpu".into(), 20_000);
-        let delta: Usage = [("cpu".to_owned(), 1000), ("memory".to_owned(), 5), ("nodes".to_owned(), 1)].into();
-        let u = usage_update("t", "default", &delta, &limits).expect("builds").expect("non-empty");
-        assert_eq!(u.condition_expression(), Some("(attribute_not_exists(#r0) OR #r0 <= :m0)"));
-        assert_eq!(u.expression_attribute_values().and_then(|v| v.get(":m0")), Some(&n(19_000)));
-        assert_eq!(u.expression_attribute_names().and_then(|v| v.get("#r1")).map(String::as_str), Some("r:memory"));
+        let delta: Usage = [
+            ("cpu".to_owned(), 1000),
+            ("memory".to_owned(), 5),
+            ("nodes".to_owned(), 1),
+        ]
+        .into();
+        let u = usage_update("t", "default", &delta, &limits)
+            .expect("builds")
+            .expect("non-empty");
+        assert_eq!(
+            u.condition_expression(),
+            Some("(attribute_not_exists(#r0) OR #r0 <= :m0)")
+        );
+        assert_eq!(
+            u.expression_attribute_values().and_then(|v| v.get(":m0")),
+            Some(&n(19_000))
+        );
+        assert_eq!(
+            u.expression_attribute_names()
+                .and_then(|v| v.get("#r1"))
+                .map(String::as_str),
+            Some("r:memory")
+        );
         let shrink: Usage = [("cpu".to_owned(), -1000)].into();
-        let u = usage_update("t", "default", &shrink, &limits).expect("builds").expect("non-empty");
-        assert_eq!(u.condition_expression(), None, "shrinking is always allowed");
-        assert!(usage_update("t", "default", &Usage::new(), &limits).expect("builds").is_none());
+        let u = usage_update("t", "default", &shrink, &limits)
+            .expect("builds")
+            .expect("non-empty");
+        assert_eq!(
+            u.condition_expression(),
+            None,
+            "shrinking is always allowed"
+        );
+        assert!(
+            usage_update("t", "default", &Usage::new(), &limits)
+                .expect("builds")
+                .is_none()
+        );
     }
 
     #[test]
     fn keys_and_ttl() {
-        let o = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+        let o = OfferingKey {
+            capacity_type: "spot".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+        };
         assert_eq!(unavailable_key(&o), "unavailable#spot:m5.large:us-east-1a");
-        assert_eq!(config_key(ConfigKind::NodePool, "default"), "nodepool#default");
+        assert_eq!(
+            config_key(ConfigKind::NodePool, "default"),
+            "nodepool#default"
+        );
         let t = Timestamp::from_millisecond(1_500).expect("valid");
         assert_eq!(ttl_seconds(t), 2);
     }

@@ -144,18 +144,28 @@ impl ApiError {
             SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
             SdkError::ResponseError(_) => status.is_none_or(|s| s >= 500 || s == 429),
             SdkError::ServiceError(_) => {
-                code.as_deref().is_some_and(|c| TRANSIENT_CODES.contains(&c)) || status.is_some_and(|s| s >= 500 || s == 429)
+                code.as_deref()
+                    .is_some_and(|c| TRANSIENT_CODES.contains(&c))
+                    || status.is_some_and(|s| s >= 500 || s == 429)
             }
             _ => false,
         };
         let message = match err.message() {
             Some(m) => m.to_owned(),
             None => match (&err, status) {
-                (SdkError::ServiceError(_) | SdkError::ResponseError(_), Some(s)) => format!("HTTP {s} without an AWS error"),
+                (SdkError::ServiceError(_) | SdkError::ResponseError(_), Some(s)) => {
+                    format!("HTTP {s} without an AWS error")
+                }
                 _ => aws_sdk_ec2::error::DisplayErrorContext(&err).to_string(),
             },
         };
-        ApiError { op, code, message, status, transient }
+        ApiError {
+            op,
+            code,
+            message,
+            status,
+            transient,
+        }
     }
 
     pub fn is(&self, code: &str) -> bool {
@@ -174,12 +184,20 @@ impl std::fmt::Display for ApiError {
 
 impl From<ApiError> for CloudError {
     fn from(e: ApiError) -> CloudError {
-        if e.transient { CloudError::Transient(e.to_string()) } else { CloudError::Invalid(e.to_string()) }
+        if e.transient {
+            CloudError::Transient(e.to_string())
+        } else {
+            CloudError::Invalid(e.to_string())
+        }
     }
 }
 
 impl From<ApiError> for StoreError {
     fn from(e: ApiError) -> StoreError {
-        if e.transient { StoreError::Transient(e.to_string()) } else { StoreError::Invalid(e.to_string()) }
+        if e.transient {
+            StoreError::Transient(e.to_string())
+        } else {
+            StoreError::Invalid(e.to_string())
+        }
     }
 }

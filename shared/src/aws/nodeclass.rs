@@ -14,23 +14,38 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::nodeclass::{AmiSelector, NodeIdentity};
 #[cfg(test)]
 use crate::config::nodeclass::EC2NodeClassSpec;
+use crate::config::nodeclass::{AmiSelector, NodeIdentity};
 use crate::config::{AmiFamily, ConfigError, NodeClass};
 use crate::ports::{ConfigItem, ConfigKind};
 
 /// The families the launch path can bootstrap.
-pub const LAUNCH_FAMILIES: [AmiFamily; 3] = [AmiFamily::AL2023, AmiFamily::AL2, AmiFamily::Bottlerocket];
+pub const LAUNCH_FAMILIES: [AmiFamily; 3] =
+    [AmiFamily::AL2023, AmiFamily::AL2, AmiFamily::Bottlerocket];
 
 /// The NodeClasses among stored configuration items (`nodeclass#<name>`),
 /// validated, keyed by name, for [`crate::aws::Ec2CloudSettings::node_classes`].
 /// An item that does not parse or validate is returned as an error naming
 /// the item, the field and the reason, and left out.
-pub fn node_classes_from_items(items: &[ConfigItem]) -> (BTreeMap<String, NodeClass>, Vec<ConfigError>) {
-    let classes: Vec<ConfigItem> = items.iter().filter(|i| i.kind == ConfigKind::NodeClass).cloned().collect();
+pub fn node_classes_from_items(
+    items: &[ConfigItem],
+) -> (BTreeMap<String, NodeClass>, Vec<ConfigError>) {
+    let classes: Vec<ConfigItem> = items
+        .iter()
+        .filter(|i| i.kind == ConfigKind::NodeClass)
+        .cloned()
+        .collect();
     let resolved = crate::config::resolve_items(&classes);
-    (resolved.set.node_classes.into_iter().map(|c| (c.name.clone(), c)).collect(), resolved.errors)
+    (
+        resolved
+            .set
+            .node_classes
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
+            .collect(),
+        resolved.errors,
+    )
 }
 
 /// The family a launch bootstraps and looks AMIs up for, and the version an
@@ -39,7 +54,10 @@ pub fn launch_family(class: &NodeClass) -> Result<(AmiFamily, Option<String>), S
     let family = class.ami_family;
     if !LAUNCH_FAMILIES.contains(&family) {
         let supported: Vec<&str> = LAUNCH_FAMILIES.iter().map(|f| f.as_str()).collect();
-        return Err(format!("amiFamily {family} is not supported by the launch path yet ({})", supported.join(", ")));
+        return Err(format!(
+            "amiFamily {family} is not supported by the launch path yet ({})",
+            supported.join(", ")
+        ));
     }
     let pinned = class.ami_selector_terms.iter().find_map(|t| match t {
         AmiSelector::Alias { version, .. } if version != "latest" => Some(version.clone()),
@@ -51,7 +69,10 @@ pub fn launch_family(class: &NodeClass) -> Result<(AmiFamily, Option<String>), S
 /// The instance profile the launch template names: the NodeClass's own, or
 /// one named like its role (the deployment creates it), or the adapter's
 /// default for a NodeClass that asks for it (none: the template names none).
-pub fn instance_profile_name<'a>(class: &'a NodeClass, default: Option<&'a str>) -> Option<&'a str> {
+pub fn instance_profile_name<'a>(
+    class: &'a NodeClass,
+    default: Option<&'a str>,
+) -> Option<&'a str> {
     match &class.identity {
         NodeIdentity::InstanceProfile(p) => Some(p),
         NodeIdentity::Role(r) => Some(r),
@@ -65,7 +86,14 @@ mod tests {
     use crate::ports::Timestamp;
 
     fn item(kind: ConfigKind, name: &str, spec: serde_json::Value) -> ConfigItem {
-        ConfigItem { kind, name: name.into(), spec, annotations: Default::default(), version: 1, updated_at: Timestamp::UNIX_EPOCH }
+        ConfigItem {
+            kind,
+            name: name.into(),
+            spec,
+            annotations: Default::default(),
+            version: 1,
+            updated_at: Timestamp::UNIX_EPOCH,
+        }
     }
 
     fn valid() -> serde_json::Value {
@@ -83,17 +111,34 @@ mod tests {
         no_subnets["subnetSelectorTerms"] = serde_json::json!([]);
         let items = [
             item(ConfigKind::NodeClass, "default", valid()),
-            item(ConfigKind::NodeClass, "broken", serde_json::json!({"subnetSelectorTerms": "not a list"})),
+            item(
+                ConfigKind::NodeClass,
+                "broken",
+                serde_json::json!({"subnetSelectorTerms": "not a list"}),
+            ),
             item(ConfigKind::NodeClass, "empty", no_subnets),
             item(ConfigKind::NodePool, "default", serde_json::json!({})),
         ];
         let (classes, errors) = node_classes_from_items(&items);
         assert_eq!(classes.keys().collect::<Vec<_>>(), ["default"]);
-        assert_eq!(launch_family(&classes["default"]), Ok((AmiFamily::AL2, None)));
+        assert_eq!(
+            launch_family(&classes["default"]),
+            Ok((AmiFamily::AL2, None))
+        );
         assert_eq!(errors.len(), 2);
-        assert_eq!((errors[0].item.as_str(), errors[0].field.as_str()), ("nodeclass/broken", "spec.subnetSelectorTerms"));
-        assert_eq!((errors[1].item.as_str(), errors[1].field.as_str()), ("nodeclass/empty", "spec.subnetSelectorTerms"));
-        assert!(errors[1].reason.contains("at least one term"), "{}", errors[1].reason);
+        assert_eq!(
+            (errors[0].item.as_str(), errors[0].field.as_str()),
+            ("nodeclass/broken", "spec.subnetSelectorTerms")
+        );
+        assert_eq!(
+            (errors[1].item.as_str(), errors[1].field.as_str()),
+            ("nodeclass/empty", "spec.subnetSelectorTerms")
+        );
+        assert!(
+            errors[1].reason.contains("at least one term"),
+            "{}",
+            errors[1].reason
+        );
     }
 
     #[test]
@@ -108,19 +153,35 @@ mod tests {
         };
         let c = class(serde_json::json!({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}));
         assert_eq!(launch_family(&c), Ok((AmiFamily::Bottlerocket, None)));
-        assert_eq!(instance_profile_name(&c, Some("fallback")), Some("KarpenterNodeRole-demo"));
+        assert_eq!(
+            instance_profile_name(&c, Some("fallback")),
+            Some("KarpenterNodeRole-demo")
+        );
         let c = class(serde_json::json!({"amiSelectorTerms": [{"alias": "al2@v20240807"}]}));
-        assert_eq!(launch_family(&c), Ok((AmiFamily::AL2, Some("v20240807".into()))));
-        let c = class(serde_json::json!({"amiFamily": "AL2023", "amiSelectorTerms": [{"id": "ami-1"}]}));
+        assert_eq!(
+            launch_family(&c),
+            Ok((AmiFamily::AL2, Some("v20240807".into())))
+        );
+        let c = class(
+            serde_json::json!({"amiFamily": "AL2023", "amiSelectorTerms": [{"id": "ami-1"}]}),
+        );
         assert_eq!(launch_family(&c), Ok((AmiFamily::AL2023, None)));
         let c = class(serde_json::json!({"amiSelectorTerms": [{"alias": "windows2022@latest"}]}));
         assert!(launch_family(&c).is_err_and(|e| e.contains("Windows2022")));
-        let c = class(serde_json::json!({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-1"}]}));
+        let c = class(
+            serde_json::json!({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-1"}]}),
+        );
         assert!(launch_family(&c).is_err_and(|e| e.contains("Custom")));
         let c = class(serde_json::json!({"role": null, "instanceProfile": "profile-a"}));
-        assert_eq!(instance_profile_name(&c, Some("fallback")), Some("profile-a"));
+        assert_eq!(
+            instance_profile_name(&c, Some("fallback")),
+            Some("profile-a")
+        );
         let c = class(serde_json::json!({"role": null, "defaultInstanceProfile": true}));
-        assert_eq!(instance_profile_name(&c, Some("fallback")), Some("fallback"));
+        assert_eq!(
+            instance_profile_name(&c, Some("fallback")),
+            Some("fallback")
+        );
         assert_eq!(instance_profile_name(&c, None), None);
     }
 }

@@ -35,7 +35,10 @@ pub type SpotPrices = HashMap<(String, String), f64>;
 pub enum PriceOrigin {
     PricingApi,
     /// The shipped table of `table_region` (the Pricing API failed: `reason`).
-    StaticTable { table_region: String, reason: String },
+    StaticTable {
+        table_region: String,
+        reason: String,
+    },
     Seeded,
 }
 
@@ -69,9 +72,15 @@ impl StaticPrices {
         let mut tables: HashMap<String, OnDemandPrices> = HashMap::new();
         for line in US_EAST_1_CSV.lines().skip(1) {
             let mut cols = line.split(',');
-            let (Some(region), Some(ty), Some(price)) = (cols.next(), cols.next(), cols.next()) else { continue };
+            let (Some(region), Some(ty), Some(price)) = (cols.next(), cols.next(), cols.next())
+            else {
+                continue;
+            };
             if let Ok(p) = price.trim().parse::<f64>() {
-                tables.entry(region.trim().to_owned()).or_default().insert(ty.trim().to_owned(), p);
+                tables
+                    .entry(region.trim().to_owned())
+                    .or_default()
+                    .insert(ty.trim().to_owned(), p);
             }
         }
         StaticPrices { tables }
@@ -82,7 +91,10 @@ impl StaticPrices {
     pub fn for_region(&self, region: &str) -> (String, OnDemandPrices) {
         match self.tables.get(region) {
             Some(t) => (region.to_owned(), t.clone()),
-            None => ("us-east-1".to_owned(), self.tables.get("us-east-1").cloned().unwrap_or_default()),
+            None => (
+                "us-east-1".to_owned(),
+                self.tables.get("us-east-1").cloned().unwrap_or_default(),
+            ),
         }
     }
 }
@@ -99,7 +111,10 @@ pub struct SeededPrices {
 
 impl PriceSource for SeededPrices {
     async fn on_demand(&self, _region: &str) -> Result<OnDemand, CloudError> {
-        Ok(OnDemand { prices: self.on_demand.clone(), origin: PriceOrigin::Seeded })
+        Ok(OnDemand {
+            prices: self.on_demand.clone(),
+            origin: PriceOrigin::Seeded,
+        })
     }
 
     async fn spot(&self, _region: &str) -> Result<SpotPrices, CloudError> {
@@ -123,7 +138,11 @@ pub struct AwsPrices {
 pub fn pricing_endpoint_region(region: &str) -> &'static str {
     if region.starts_with("ap-") {
         "ap-south-1"
-    } else if region.starts_with("eu-") || region.starts_with("me-") || region.starts_with("af-") || region.starts_with("il-") {
+    } else if region.starts_with("eu-")
+        || region.starts_with("me-")
+        || region.starts_with("af-")
+        || region.starts_with("il-")
+    {
         "eu-central-1"
     } else if region.starts_with("cn-") {
         "cn-northwest-1"
@@ -138,26 +157,43 @@ impl AwsPrices {
     /// so there is no point in waiting through the full retry budget).
     pub fn new(config: &aws_config::SdkConfig, region: &str) -> AwsPrices {
         static EMBEDDED: LazyLock<StaticPrices> = LazyLock::new(StaticPrices::embedded);
-        let options = ClientOptions { max_attempts: 2, operation_timeout: Duration::from_secs(60), ..ClientOptions::default() };
+        let options = ClientOptions {
+            max_attempts: 2,
+            operation_timeout: Duration::from_secs(60),
+            ..ClientOptions::default()
+        };
         let pricing_conf = aws_sdk_pricing::config::Builder::from(config)
             .region(aws_config::Region::new(pricing_endpoint_region(region)))
             .retry_config(options.retry_config())
             .timeout_config(options.timeout_config())
             .build();
-        AwsPrices { pricing: aws_sdk_pricing::Client::from_conf(pricing_conf), ec2: aws_sdk_ec2::Client::new(config), fallback: &EMBEDDED }
+        AwsPrices {
+            pricing: aws_sdk_pricing::Client::from_conf(pricing_conf),
+            ec2: aws_sdk_ec2::Client::new(config),
+            fallback: &EMBEDDED,
+        }
     }
 
     async fn pricing_api(&self, region: &str) -> Result<OnDemandPrices, ApiError> {
         let term = |field: &str, value: &str| {
-            Filter::builder().r#type(FilterType::TermMatch).field(field).value(value).build().map_err(|e| ApiError {
-                op: "GetProducts",
-                code: None,
-                message: e.to_string(),
-                status: None,
-                transient: false,
-            })
+            Filter::builder()
+                .r#type(FilterType::TermMatch)
+                .field(field)
+                .value(value)
+                .build()
+                .map_err(|e| ApiError {
+                    op: "GetProducts",
+                    code: None,
+                    message: e.to_string(),
+                    status: None,
+                    transient: false,
+                })
         };
-        let mut req = self.pricing.get_products().service_code("AmazonEC2").format_version("aws_v1");
+        let mut req = self
+            .pricing
+            .get_products()
+            .service_code("AmazonEC2")
+            .format_version("aws_v1");
         for (field, value) in [
             ("operatingSystem", "Linux"),
             ("tenancy", "Shared"),
@@ -174,7 +210,10 @@ impl AwsPrices {
             for doc in page.price_list() {
                 if let Some((ty, price)) = parse_price_document(doc) {
                     // Several SKUs can match (license models): keep the cheapest.
-                    prices.entry(ty).and_modify(|p: &mut f64| *p = p.min(price)).or_insert(price);
+                    prices
+                        .entry(ty)
+                        .and_modify(|p: &mut f64| *p = p.min(price))
+                        .or_insert(price);
                 }
             }
         }
@@ -185,13 +224,21 @@ impl AwsPrices {
 /// One Pricing API product document → (instance type, on-demand USD/hour).
 pub fn parse_price_document(doc: &str) -> Option<(String, f64)> {
     let v: serde_json::Value = serde_json::from_str(doc).ok()?;
-    let ty = v.pointer("/product/attributes/instanceType")?.as_str()?.to_owned();
+    let ty = v
+        .pointer("/product/attributes/instanceType")?
+        .as_str()?
+        .to_owned();
     let terms = v.pointer("/terms/OnDemand")?.as_object()?;
     let price = terms
         .values()
         .filter_map(|t| t.get("priceDimensions")?.as_object())
         .flat_map(|dims| dims.values())
-        .filter_map(|d| d.pointer("/pricePerUnit/USD")?.as_str()?.parse::<f64>().ok())
+        .filter_map(|d| {
+            d.pointer("/pricePerUnit/USD")?
+                .as_str()?
+                .parse::<f64>()
+                .ok()
+        })
         .find(|p| *p > 0.0)?;
     Some((ty, price))
 }
@@ -200,15 +247,28 @@ impl PriceSource for AwsPrices {
     async fn on_demand(&self, region: &str) -> Result<OnDemand, CloudError> {
         let reason = match self.pricing_api(region).await {
             Ok(prices) if !prices.is_empty() => {
-                debug!(region, types = prices.len(), "on-demand prices from the Pricing API");
-                return Ok(OnDemand { prices, origin: PriceOrigin::PricingApi });
+                debug!(
+                    region,
+                    types = prices.len(),
+                    "on-demand prices from the Pricing API"
+                );
+                return Ok(OnDemand {
+                    prices,
+                    origin: PriceOrigin::PricingApi,
+                });
             }
             Ok(_) => "the Pricing API returned no prices".to_owned(),
             Err(e) => e.to_string(),
         };
         let (table_region, prices) = self.fallback.for_region(region);
         warn!(region, %reason, table = %table_region, types = prices.len(), "Pricing API unavailable; using the static on-demand price table");
-        Ok(OnDemand { prices, origin: PriceOrigin::StaticTable { table_region, reason } })
+        Ok(OnDemand {
+            prices,
+            origin: PriceOrigin::StaticTable {
+                table_region,
+                reason,
+            },
+        })
     }
 
     async fn spot(&self, _region: &str) -> Result<SpotPrices, CloudError> {
@@ -222,12 +282,17 @@ impl PriceSource for AwsPrices {
             .send();
         let mut latest: HashMap<(String, String), (i64, f64)> = HashMap::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSpotPriceHistory", e)))?;
+            let page = page
+                .map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSpotPriceHistory", e)))?;
             for sp in page.spot_price_history() {
-                let (Some(ty), Some(zone), Some(price)) = (sp.instance_type(), sp.availability_zone(), sp.spot_price()) else {
+                let (Some(ty), Some(zone), Some(price)) =
+                    (sp.instance_type(), sp.availability_zone(), sp.spot_price())
+                else {
                     continue;
                 };
-                let Ok(price) = price.parse::<f64>() else { continue };
+                let Ok(price) = price.parse::<f64>() else {
+                    continue;
+                };
                 let at = sp.timestamp().map_or(0, |t| t.secs());
                 let key = (ty.as_str().to_owned(), zone.to_owned());
                 match latest.get(&key) {
@@ -254,7 +319,10 @@ mod tests {
         assert_eq!(t.get("m5.large"), Some(&0.096));
         assert!(t.len() > 1000);
         let (region, t) = s.for_region("ap-south-1");
-        assert_eq!(region, "us-east-1", "other regions fall back to the us-east-1 table");
+        assert_eq!(
+            region, "us-east-1",
+            "other regions fall back to the us-east-1 table"
+        );
         assert!(t.contains_key("r6gd.xlarge"));
     }
 

@@ -44,9 +44,9 @@ pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
         AmiFamily::AL2023 => al2023(b),
         AmiFamily::AL2 => Ok(al2(b)),
         AmiFamily::Bottlerocket => bottlerocket(b),
-        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => {
-            Err(format!("no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket)"))
-        }
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => Err(format!(
+            "no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket)"
+        )),
     }
 }
 
@@ -54,8 +54,12 @@ pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
 pub fn cluster_dns_ip(service_cidr: &str) -> Option<String> {
     let base = service_cidr.split('/').next()?.trim();
     match base.parse::<IpAddr>().ok()? {
-        IpAddr::V4(v4) => Some(std::net::Ipv4Addr::from(u32::from(v4).checked_add(10)?).to_string()),
-        IpAddr::V6(v6) => Some(std::net::Ipv6Addr::from(u128::from(v6).checked_add(10)?).to_string()),
+        IpAddr::V4(v4) => {
+            Some(std::net::Ipv4Addr::from(u32::from(v4).checked_add(10)?).to_string())
+        }
+        IpAddr::V6(v6) => {
+            Some(std::net::Ipv6Addr::from(u128::from(v6).checked_add(10)?).to_string())
+        }
     }
 }
 
@@ -67,11 +71,19 @@ fn dns_servers(b: &Bootstrap<'_>) -> Vec<String> {
 }
 
 fn label_list(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn taint_list(taints: &[Taint]) -> String {
-    taints.iter().map(Taint::to_string).collect::<Vec<_>>().join(",")
+    taints
+        .iter()
+        .map(Taint::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 // ------------------------------------------------------------------ AL2023
@@ -102,7 +114,10 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
     let mut kubelet = serde_json::Map::new();
     kubelet.insert("config".into(), serde_json::Value::Object(config));
     if !b.labels.is_empty() {
-        kubelet.insert("flags".into(), vec![format!("--node-labels={}", label_list(b.labels))].into());
+        kubelet.insert(
+            "flags".into(),
+            vec![format!("--node-labels={}", label_list(b.labels))].into(),
+        );
     }
     let node_config = serde_json::json!({
         "apiVersion": "node.eks.aws/v1alpha1",
@@ -119,7 +134,10 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
     });
     let yaml = serde_norway::to_string(&node_config).map_err(|e| format!("NodeConfig: {e}"))?;
     let mut parts = user_parts(b.user_data)?;
-    parts.push(MimePart { content_type: "application/node.eks.aws".into(), body: yaml });
+    parts.push(MimePart {
+        content_type: "application/node.eks.aws".into(),
+        body: yaml,
+    });
     Ok(mime(&parts))
 }
 
@@ -135,7 +153,9 @@ fn al2(b: &Bootstrap<'_>) -> String {
     }
     extra.push(format!("--max-pods={}", b.max_pods));
     let mut script = String::from("#!/bin/bash -xe\n");
-    script.push_str("exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n");
+    script.push_str(
+        "exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
+    );
     script.push_str(&format!(
         "/etc/eks/bootstrap.sh {} --apiserver-endpoint {} --b64-cluster-ca {}",
         sh_quote(b.cluster_name),
@@ -146,12 +166,25 @@ fn al2(b: &Bootstrap<'_>) -> String {
         script.push_str(&format!(" \\\n  --dns-cluster-ip {}", sh_quote(dns)));
     }
     script.push_str(" \\\n  --use-max-pods false");
-    script.push_str(&format!(" \\\n  --kubelet-extra-args {}\n", sh_quote(&extra.join(" "))));
+    script.push_str(&format!(
+        " \\\n  --kubelet-extra-args {}\n",
+        sh_quote(&extra.join(" "))
+    ));
     // An AL2 user script of the user's is kept verbatim as its own part.
     let mut parts = user_parts(b.user_data).unwrap_or_else(|_| {
-        b.user_data.map(|u| vec![MimePart { content_type: guess_type(u).into(), body: u.to_owned() }]).unwrap_or_default()
+        b.user_data
+            .map(|u| {
+                vec![MimePart {
+                    content_type: guess_type(u).into(),
+                    body: u.to_owned(),
+                }]
+            })
+            .unwrap_or_default()
     });
-    parts.push(MimePart { content_type: "text/x-shellscript; charset=\"us-ascii\"".into(), body: script });
+    parts.push(MimePart {
+        content_type: "text/x-shellscript; charset=\"us-ascii\"".into(),
+        body: script,
+    });
     mime(&parts)
 }
 
@@ -164,7 +197,9 @@ pub fn sh_quote(s: &str) -> String {
 
 fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
     let mut root: toml::Table = match b.user_data.map(str::trim).filter(|u| !u.is_empty()) {
-        Some(u) => u.parse::<toml::Table>().map_err(|e| format!("userData is not valid Bottlerocket TOML: {e}"))?,
+        Some(u) => u
+            .parse::<toml::Table>()
+            .map_err(|e| format!("userData is not valid Bottlerocket TOML: {e}"))?,
         None => toml::Table::new(),
     };
     let settings = sub_table(&mut root, "settings")?;
@@ -180,7 +215,10 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
             k8s.insert("cluster-dns-ip".into(), one.clone().into());
         }
         many => {
-            k8s.insert("cluster-dns-ip".into(), toml::Value::Array(many.iter().cloned().map(Into::into).collect()));
+            k8s.insert(
+                "cluster-dns-ip".into(),
+                toml::Value::Array(many.iter().cloned().map(Into::into).collect()),
+            );
         }
     }
     if !b.labels.is_empty() {
@@ -193,7 +231,10 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
         let taints = sub_table(k8s, "node-taints")?;
         let mut by_key: BTreeMap<&str, Vec<toml::Value>> = BTreeMap::new();
         for t in b.taints {
-            by_key.entry(&t.key).or_default().push(format!("{}:{}", t.value, t.effect.as_str()).into());
+            by_key
+                .entry(&t.key)
+                .or_default()
+                .push(format!("{}:{}", t.value, t.effect.as_str()).into());
         }
         for (k, v) in by_key {
             taints.insert(k.to_owned(), toml::Value::Array(v));
@@ -220,9 +261,14 @@ pub struct MimePart {
 
 /// Writes a `multipart/mixed` document.
 pub fn mime(parts: &[MimePart]) -> String {
-    let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n");
+    let mut out = format!(
+        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n"
+    );
     for p in parts {
-        out.push_str(&format!("--{MIME_BOUNDARY}\nContent-Type: {}\n\n{}", p.content_type, p.body));
+        out.push_str(&format!(
+            "--{MIME_BOUNDARY}\nContent-Type: {}\n\n{}",
+            p.content_type, p.body
+        ));
         if !p.body.ends_with('\n') {
             out.push('\n');
         }
@@ -238,10 +284,15 @@ pub fn user_parts(user_data: Option<&str>) -> Result<Vec<MimePart>, String> {
     };
     let text = text.replace("\r\n", "\n");
     let (headers, _) = text.split_once("\n\n").unwrap_or((&text, ""));
-    let is_mime = headers.lines().any(|l| l.to_ascii_lowercase().starts_with("mime-version:"))
+    let is_mime = headers
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("mime-version:"))
         && headers.to_ascii_lowercase().contains("multipart/");
     if !is_mime {
-        return Ok(vec![MimePart { content_type: guess_type(&text).into(), body: text }]);
+        return Ok(vec![MimePart {
+            content_type: guess_type(&text).into(),
+            body: text,
+        }]);
     }
     let boundary = boundary_of(headers).ok_or("userData: MIME document without a boundary")?;
     let delimiter = format!("--{boundary}");
@@ -256,10 +307,15 @@ pub fn user_parts(user_data: Option<&str>) -> Result<Vec<MimePart>, String> {
             .lines()
             .find_map(|l| {
                 let (k, v) = l.split_once(':')?;
-                k.trim().eq_ignore_ascii_case("content-type").then(|| v.trim().to_owned())
+                k.trim()
+                    .eq_ignore_ascii_case("content-type")
+                    .then(|| v.trim().to_owned())
             })
             .unwrap_or_else(|| "text/x-shellscript".to_owned());
-        parts.push(MimePart { content_type, body: body.to_owned() });
+        parts.push(MimePart {
+            content_type,
+            body: body.to_owned(),
+        });
     }
     if parts.is_empty() {
         return Err("userData: MIME document without parts".into());
@@ -295,7 +351,11 @@ mod tests {
     use super::*;
     use crate::scheduling::taints::Effect;
 
-    fn input<'a>(labels: &'a BTreeMap<String, String>, taints: &'a [Taint], user: Option<&'a str>) -> Bootstrap<'a> {
+    fn input<'a>(
+        labels: &'a BTreeMap<String, String>,
+        taints: &'a [Taint],
+        user: Option<&'a str>,
+    ) -> Bootstrap<'a> {
         Bootstrap {
             cluster_name: "demo",
             endpoint: "https://ABC.gr7.us-east-1.eks.amazonaws.com",
@@ -310,13 +370,23 @@ mod tests {
     }
 
     fn labels() -> BTreeMap<String, String> {
-        [("karpenter.sh/capacity-type".to_owned(), "spot".to_owned()), ("team".to_owned(), "a".to_owned())].into()
+        [
+            ("karpenter.sh/capacity-type".to_owned(), "spot".to_owned()),
+            ("team".to_owned(), "a".to_owned()),
+        ]
+        .into()
     }
 
     #[test]
     fn cluster_dns_is_base_plus_ten() {
-        assert_eq!(cluster_dns_ip("10.100.0.0/16").as_deref(), Some("10.100.0.10"));
-        assert_eq!(cluster_dns_ip("172.20.0.0/16").as_deref(), Some("172.20.0.10"));
+        assert_eq!(
+            cluster_dns_ip("10.100.0.0/16").as_deref(),
+            Some("10.100.0.10")
+        );
+        assert_eq!(
+            cluster_dns_ip("172.20.0.0/16").as_deref(),
+            Some("172.20.0.10")
+        );
         assert_eq!(cluster_dns_ip("fd00:1::/108").as_deref(), Some("fd00:1::a"));
         assert_eq!(cluster_dns_ip("nonsense"), None);
     }
@@ -324,7 +394,10 @@ mod tests {
     #[test]
     fn al2023_nodeconfig_carries_everything_after_user_parts() {
         let l = labels();
-        let t = [Taint::new("karpenter.sh/unregistered", "", Effect::NoExecute), Taint::new("gpu", "yes", Effect::NoSchedule)];
+        let t = [
+            Taint::new("karpenter.sh/unregistered", "", Effect::NoExecute),
+            Taint::new("gpu", "yes", Effect::NoSchedule),
+        ];
         let user = "#!/bin/bash\necho hello\n";
         let out = render(AmiFamily::AL2023, &input(&l, &t, Some(user))).expect("renders");
         assert!(out.starts_with("MIME-Version: 1.0\n"));
@@ -338,10 +411,22 @@ mod tests {
         assert_eq!(cfg["spec"]["cluster"]["cidr"], "10.100.0.0/16");
         assert_eq!(cfg["spec"]["cluster"]["certificateAuthority"], "Q0E=");
         assert_eq!(cfg["spec"]["kubelet"]["config"]["maxPods"], 29);
-        assert_eq!(cfg["spec"]["kubelet"]["config"]["clusterDNS"][0], "10.100.0.10");
-        assert_eq!(cfg["spec"]["kubelet"]["config"]["registerWithTaints"][0]["effect"], "NoExecute");
-        assert_eq!(cfg["spec"]["kubelet"]["config"]["registerWithTaints"][1]["value"], "yes");
-        assert_eq!(cfg["spec"]["kubelet"]["flags"][0], "--node-labels=karpenter.sh/capacity-type=spot,team=a");
+        assert_eq!(
+            cfg["spec"]["kubelet"]["config"]["clusterDNS"][0],
+            "10.100.0.10"
+        );
+        assert_eq!(
+            cfg["spec"]["kubelet"]["config"]["registerWithTaints"][0]["effect"],
+            "NoExecute"
+        );
+        assert_eq!(
+            cfg["spec"]["kubelet"]["config"]["registerWithTaints"][1]["value"],
+            "yes"
+        );
+        assert_eq!(
+            cfg["spec"]["kubelet"]["flags"][0],
+            "--node-labels=karpenter.sh/capacity-type=spot,team=a"
+        );
     }
 
     #[test]
@@ -371,20 +456,29 @@ mod tests {
     #[test]
     fn bottlerocket_merges_over_user_toml() {
         let l = labels();
-        let t = [Taint::new("a", "1", Effect::NoSchedule), Taint::new("a", "2", Effect::NoExecute)];
+        let t = [
+            Taint::new("a", "1", Effect::NoSchedule),
+            Taint::new("a", "2", Effect::NoExecute),
+        ];
         let user = "[settings.kubernetes]\ncluster-name = \"wrong\"\nimage-gc-high-threshold-percent = \"85\"\n[settings.kubernetes.node-labels]\nmine = \"yes\"\n[settings.host-containers.admin]\nenabled = true\n";
         let out = render(AmiFamily::Bottlerocket, &input(&l, &t, Some(user))).expect("renders");
         let v: toml::Table = out.parse().expect("valid toml");
         let k = &v["settings"]["kubernetes"];
         assert_eq!(k["cluster-name"].as_str(), Some("demo"));
         assert_eq!(k["image-gc-high-threshold-percent"].as_str(), Some("85"));
-        assert_eq!(k["api-server"].as_str(), Some("https://ABC.gr7.us-east-1.eks.amazonaws.com"));
+        assert_eq!(
+            k["api-server"].as_str(),
+            Some("https://ABC.gr7.us-east-1.eks.amazonaws.com")
+        );
         assert_eq!(k["cluster-dns-ip"].as_str(), Some("10.100.0.10"));
         assert_eq!(k["max-pods"].as_integer(), Some(29));
         assert_eq!(k["node-labels"]["mine"].as_str(), Some("yes"));
         assert_eq!(k["node-labels"]["team"].as_str(), Some("a"));
         assert_eq!(k["node-taints"]["a"].as_array().map(Vec::len), Some(2));
-        assert_eq!(v["settings"]["host-containers"]["admin"]["enabled"].as_bool(), Some(true));
+        assert_eq!(
+            v["settings"]["host-containers"]["admin"]["enabled"].as_bool(),
+            Some(true)
+        );
         assert!(render(AmiFamily::Bottlerocket, &input(&l, &t, Some("not = [toml"))).is_err());
     }
 }

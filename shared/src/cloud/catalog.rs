@@ -111,7 +111,10 @@ impl InstanceTypeInfo {
     /// `m5.large` → (`m`, `m5`, 5, `large`).
     pub fn name_parts(&self) -> (String, String, Option<u32>, String) {
         let (family, size) = self.name.split_once('.').unwrap_or((&self.name, ""));
-        let category: String = family.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+        let category: String = family
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect();
         let generation = family[category.len()..]
             .chars()
             .take_while(char::is_ascii_digit)
@@ -160,11 +163,21 @@ impl InstanceTypeInfo {
     /// resource) + `systemReserved` + the memory eviction threshold
     /// (100 MiB, or the kubelet's), as Karpenter computes allocatable.
     pub fn overhead(&self, kubelet: &KubeletConfig) -> Resources {
-        let kube_cpu = kubelet.kube_reserved.cpu_millis.unwrap_or_else(|| kube_reserved_cpu_millis(self.vcpu));
-        let kube_memory = kubelet.kube_reserved.memory_bytes.unwrap_or((11 * self.max_pods(kubelet) + 255) * MIB);
+        let kube_cpu = kubelet
+            .kube_reserved
+            .cpu_millis
+            .unwrap_or_else(|| kube_reserved_cpu_millis(self.vcpu));
+        let kube_memory = kubelet
+            .kube_reserved
+            .memory_bytes
+            .unwrap_or((11 * self.max_pods(kubelet) + 255) * MIB);
         let capacity_memory = self.capacity(kubelet).memory_bytes;
-        let hard = kubelet.eviction_hard_memory.map_or(100 * MIB, |t| t.of(capacity_memory));
-        let soft = kubelet.eviction_soft_memory.map_or(0, |t| t.of(capacity_memory));
+        let hard = kubelet
+            .eviction_hard_memory
+            .map_or(100 * MIB, |t| t.of(capacity_memory));
+        let soft = kubelet
+            .eviction_soft_memory
+            .map_or(0, |t| t.of(capacity_memory));
         let eviction = hard.max(soft);
         let cpu = kube_cpu + kubelet.system_reserved.cpu_millis.unwrap_or(0);
         let memory = kube_memory + kubelet.system_reserved.memory_bytes.unwrap_or(0) + eviction;
@@ -180,29 +193,61 @@ impl InstanceTypeInfo {
         r.add(labels::INSTANCE_CATEGORY, Requirement::single(category));
         r.add(labels::INSTANCE_FAMILY, Requirement::single(family));
         if let Some(g) = generation {
-            r.add(labels::INSTANCE_GENERATION, Requirement::single(g.to_string()));
+            r.add(
+                labels::INSTANCE_GENERATION,
+                Requirement::single(g.to_string()),
+            );
         }
         if !size.is_empty() {
             r.add(labels::INSTANCE_SIZE, Requirement::single(size));
         }
-        r.add(labels::INSTANCE_CPU, Requirement::single(self.vcpu.to_string()));
-        r.add(labels::INSTANCE_MEMORY, Requirement::single(self.memory_mib.to_string()));
+        r.add(
+            labels::INSTANCE_CPU,
+            Requirement::single(self.vcpu.to_string()),
+        );
+        r.add(
+            labels::INSTANCE_MEMORY,
+            Requirement::single(self.memory_mib.to_string()),
+        );
         // Absent values are DoesNotExist so that `Exists`/`In` pods skip these types.
-        let optional = |v: Option<String>| v.map_or_else(Requirement::does_not_exist, Requirement::single);
-        r.add(labels::INSTANCE_HYPERVISOR, optional(self.hypervisor.clone().filter(|h| !h.is_empty())));
-        r.add(labels::INSTANCE_GPU_COUNT, Requirement::single(self.gpu_count.to_string()));
-        r.add(labels::INSTANCE_GPU_NAME, optional(self.gpu_name.clone().map(|n| n.to_lowercase())));
+        let optional =
+            |v: Option<String>| v.map_or_else(Requirement::does_not_exist, Requirement::single);
+        r.add(
+            labels::INSTANCE_HYPERVISOR,
+            optional(self.hypervisor.clone().filter(|h| !h.is_empty())),
+        );
+        r.add(
+            labels::INSTANCE_GPU_COUNT,
+            Requirement::single(self.gpu_count.to_string()),
+        );
+        r.add(
+            labels::INSTANCE_GPU_NAME,
+            optional(self.gpu_name.clone().map(|n| n.to_lowercase())),
+        );
         r.add(
             labels::INSTANCE_LOCAL_NVME,
             optional((self.local_nvme_gb > 0).then(|| self.local_nvme_gb.to_string())),
         );
-        r.add(labels::INSTANCE_NETWORK_BANDWIDTH, optional(self.network_bandwidth_mbps.map(|b| b.to_string())));
+        r.add(
+            labels::INSTANCE_NETWORK_BANDWIDTH,
+            optional(self.network_bandwidth_mbps.map(|b| b.to_string())),
+        );
         r
     }
 
     /// The packer's view of this type with the given offerings.
-    pub fn to_instance_type(&self, offerings: Vec<Offering>, kubelet: &KubeletConfig) -> InstanceType {
-        InstanceType::new(&self.name, self.requirements(), offerings, self.capacity(kubelet), self.overhead(kubelet))
+    pub fn to_instance_type(
+        &self,
+        offerings: Vec<Offering>,
+        kubelet: &KubeletConfig,
+    ) -> InstanceType {
+        InstanceType::new(
+            &self.name,
+            self.requirements(),
+            offerings,
+            self.capacity(kubelet),
+            self.overhead(kubelet),
+        )
     }
 }
 
@@ -212,10 +257,10 @@ pub fn kube_reserved_cpu_millis(vcpu: u32) -> i64 {
     let mut reserved_hundredths_of_milli = 0i64; // in 1/100 millicore
     for core in 1..=i64::from(vcpu) {
         reserved_hundredths_of_milli += match core {
-            1 => 6000,   // 6 % of 1000m = 60m
-            2 => 1000,   // 1 % = 10m
+            1 => 6000,    // 6 % of 1000m = 60m
+            2 => 1000,    // 1 % = 10m
             3 | 4 => 500, // 0.5 % = 5m
-            _ => 250,    // 0.25 % = 2.5m
+            _ => 250,     // 0.25 % = 2.5m
         };
     }
     (reserved_hundredths_of_milli + 99) / 100
@@ -261,11 +306,26 @@ mod tests {
         let t = it.to_instance_type(vec![Offering::new("us-east-1a", "on-demand", 0.096)], &kc);
         assert_eq!(t.capacity.memory_bytes, (8192 - 615) * MIB);
         assert_eq!(t.allocatable().cpu_millis, 1930);
-        assert_eq!(t.allocatable().memory_bytes, (8192 - 615 - (11 * 29 + 255) - 100) * MIB);
+        assert_eq!(
+            t.allocatable().memory_bytes,
+            (8192 - 615 - (11 * 29 + 255) - 100) * MIB
+        );
         assert_eq!(t.allocatable().pods, 29);
-        assert!(t.requirements.get(labels::INSTANCE_FAMILY).is_some_and(|r| r.has("m5")));
-        assert!(t.requirements.get(labels::INSTANCE_GENERATION).is_some_and(|r| r.has("5")));
-        assert!(t.requirements.get(labels::ZONE).is_some_and(|r| r.has("us-east-1a")));
+        assert!(
+            t.requirements
+                .get(labels::INSTANCE_FAMILY)
+                .is_some_and(|r| r.has("m5"))
+        );
+        assert!(
+            t.requirements
+                .get(labels::INSTANCE_GENERATION)
+                .is_some_and(|r| r.has("5"))
+        );
+        assert!(
+            t.requirements
+                .get(labels::ZONE)
+                .is_some_and(|r| r.has("us-east-1a"))
+        );
     }
 
     #[test]
@@ -273,21 +333,39 @@ mod tests {
         let it = info("m5.large", 2, 8192, "amd64", 3, 10);
         let capacity = (8192 - 615) * MIB;
         // systemReserved adds to the default kube-reserved.
-        let kc = KubeletConfig { system_reserved: Reserved { cpu_millis: Some(300), memory_bytes: Some(200 * MIB) }, ..Default::default() };
+        let kc = KubeletConfig {
+            system_reserved: Reserved {
+                cpu_millis: Some(300),
+                memory_bytes: Some(200 * MIB),
+            },
+            ..Default::default()
+        };
         let t = it.to_instance_type(vec![], &kc);
         assert_eq!(t.allocatable().cpu_millis, 2000 - 70 - 300);
-        assert_eq!(t.allocatable().memory_bytes, capacity - (11 * 29 + 255) * MIB - 200 * MIB - 100 * MIB);
+        assert_eq!(
+            t.allocatable().memory_bytes,
+            capacity - (11 * 29 + 255) * MIB - 200 * MIB - 100 * MIB
+        );
         // kubeReserved replaces the default per resource; evictionHard replaces 100Mi.
         let kc = KubeletConfig {
-            kube_reserved: Reserved { cpu_millis: Some(500), memory_bytes: None },
+            kube_reserved: Reserved {
+                cpu_millis: Some(500),
+                memory_bytes: None,
+            },
             eviction_hard_memory: Some(Threshold::Basis(1000)),
             ..Default::default()
         };
         let t = it.to_instance_type(vec![], &kc);
         assert_eq!(t.allocatable().cpu_millis, 1500);
-        assert_eq!(t.allocatable().memory_bytes, capacity - (11 * 29 + 255) * MIB - capacity / 10);
+        assert_eq!(
+            t.allocatable().memory_bytes,
+            capacity - (11 * 29 + 255) * MIB - capacity / 10
+        );
         // The larger of the hard and soft thresholds counts.
-        let kc = KubeletConfig { eviction_soft_memory: Some(Threshold::Bytes(500 * MIB)), ..Default::default() };
+        let kc = KubeletConfig {
+            eviction_soft_memory: Some(Threshold::Bytes(500 * MIB)),
+            ..Default::default()
+        };
         assert_eq!(it.overhead(&kc).memory_bytes, (11 * 29 + 255 + 500) * MIB);
     }
 
@@ -297,9 +375,27 @@ mod tests {
         let kc = KubeletConfig::default();
         assert_eq!(it.capacity(&kc).memory_bytes, (32768 - 64 - 2458) * MIB);
         assert_eq!(it.max_pods(&kc), 58);
-        assert_eq!(it.max_pods(&KubeletConfig { max_pods: Some(20), ..Default::default() }), 20);
-        assert_eq!(it.max_pods(&KubeletConfig { pods_per_core: Some(4), ..Default::default() }), 16);
-        assert_eq!(info("x.big", 2, 1024, "amd64", 0, 0).max_pods(&kc), DEFAULT_MAX_PODS);
-        assert_eq!(it.name_parts(), ("r".into(), "r6gd".into(), Some(6), "xlarge".into()));
+        assert_eq!(
+            it.max_pods(&KubeletConfig {
+                max_pods: Some(20),
+                ..Default::default()
+            }),
+            20
+        );
+        assert_eq!(
+            it.max_pods(&KubeletConfig {
+                pods_per_core: Some(4),
+                ..Default::default()
+            }),
+            16
+        );
+        assert_eq!(
+            info("x.big", 2, 1024, "amd64", 0, 0).max_pods(&kc),
+            DEFAULT_MAX_PODS
+        );
+        assert_eq!(
+            it.name_parts(),
+            ("r".into(), "r6gd".into(), Some(6), "xlarge".into())
+        );
     }
 }

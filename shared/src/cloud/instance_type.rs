@@ -24,7 +24,12 @@ pub struct Offering {
 
 impl Offering {
     pub fn new(zone: &str, capacity_type: &str, price: f64) -> Self {
-        Offering { zone: zone.to_owned(), capacity_type: capacity_type.to_owned(), price, available: true }
+        Offering {
+            zone: zone.to_owned(),
+            capacity_type: capacity_type.to_owned(),
+            price,
+            available: true,
+        }
     }
 
     /// True when the offering is available and its zone and capacity type are allowed.
@@ -65,7 +70,14 @@ impl InstanceType {
         let cts: Vec<&str> = offerings.iter().map(|o| o.capacity_type.as_str()).collect();
         requirements.add(labels::CAPACITY_TYPE, Requirement::any_of(cts));
         let allocatable = capacity.saturating_sub(&overhead);
-        InstanceType { name: name.to_owned(), requirements, offerings, capacity, overhead, allocatable }
+        InstanceType {
+            name: name.to_owned(),
+            requirements,
+            offerings,
+            capacity,
+            overhead,
+            allocatable,
+        }
     }
 
     /// What pods can use: capacity − overhead.
@@ -79,7 +91,11 @@ impl InstanceType {
         self.offerings
             .iter()
             .filter(|o| o.allowed_by(reqs))
-            .min_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)))
+            .min_by(|a, b| {
+                a.price
+                    .total_cmp(&b.price)
+                    .then_with(|| a.zone.cmp(&b.zone))
+            })
     }
 
     /// True when some available offering is allowed by the requirements.

@@ -19,12 +19,12 @@ use serde::{Deserialize, Serialize};
 use super::ConfigError;
 use super::disruption::{BudgetSpec, DisruptionSpec};
 use super::nodeclass::{
-    AmiFamily, AmiSelectorTermSpec, EC2NodeClassSpec, KubeletSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
-    string_map,
+    AmiFamily, AmiSelectorTermSpec, EC2NodeClassSpec, KubeletSpec, SecurityGroupSelectorTermSpec,
+    SubnetSelectorTermSpec, string_map,
 };
 use super::nodepool::{
-    NODE_CLASS_GROUP, NODE_CLASS_KIND, NodeClaimTemplate, NodeClaimTemplateSpec, NodeClassRef, NodePoolSpec, RequirementSpec,
-    TaintSpec, TemplateMetadata,
+    NODE_CLASS_GROUP, NODE_CLASS_KIND, NodeClaimTemplate, NodeClaimTemplateSpec, NodeClassRef,
+    NodePoolSpec, RequirementSpec, TaintSpec, TemplateMetadata,
 };
 
 /// `spec` of a `karpenter.sh/v1alpha5 Provisioner`.
@@ -98,12 +98,24 @@ pub struct AwsProviderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Tag key → value (`*`: any value); `aws::ids` (or `aws-ids`) lists ids.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_string_map")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_string_map"
+    )]
     pub subnet_selector: Option<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_string_map")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_string_map"
+    )]
     pub security_group_selector: Option<BTreeMap<String, String>>,
     /// Tags, plus `aws::ids`, `aws::name`, `aws::owners`.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_string_map")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_string_map"
+    )]
     pub ami_selector: Option<BTreeMap<String, String>>,
     /// `AL2` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,9 +217,20 @@ type IdOrTags = Vec<(Option<String>, BTreeMap<String, String>)>;
 /// Expiry: v1alpha5 documented `ttlSecondsUntilExpired` as "if omitted, the
 /// feature is disabled and nodes will never expire" (it had no default, unlike
 /// v1's 720h), so absence becomes `expireAfter: Never`.
-pub fn provisioner_to_v1(name: &str, spec: &ProvisionerSpec) -> Result<ConvertedProvisioner, ConfigError> {
-    let err = |(field, reason): Fail| ConfigError { item: format!("provisioner/{name}"), field, reason };
-    let consolidation = spec.consolidation.as_ref().and_then(|c| c.enabled).unwrap_or(false);
+pub fn provisioner_to_v1(
+    name: &str,
+    spec: &ProvisionerSpec,
+) -> Result<ConvertedProvisioner, ConfigError> {
+    let err = |(field, reason): Fail| ConfigError {
+        item: format!("provisioner/{name}"),
+        field,
+        reason,
+    };
+    let consolidation = spec
+        .consolidation
+        .as_ref()
+        .and_then(|c| c.enabled)
+        .unwrap_or(false);
     let (policy, after) = match (spec.ttl_seconds_after_empty, consolidation) {
         (Some(_), true) => {
             return Err(err((
@@ -215,7 +238,10 @@ pub fn provisioner_to_v1(name: &str, spec: &ProvisionerSpec) -> Result<Converted
                 "ttlSecondsAfterEmpty and consolidation.enabled are mutually exclusive".into(),
             )));
         }
-        (Some(n), false) => ("WhenEmpty", seconds(n, "spec.ttlSecondsAfterEmpty").map_err(err)?),
+        (Some(n), false) => (
+            "WhenEmpty",
+            seconds(n, "spec.ttlSecondsAfterEmpty").map_err(err)?,
+        ),
         (None, true) => ("WhenEmptyOrUnderutilized", "0s".to_owned()),
         (None, false) => ("WhenEmpty", "Never".to_owned()),
     };
@@ -229,12 +255,21 @@ pub fn provisioner_to_v1(name: &str, spec: &ProvisionerSpec) -> Result<Converted
     };
     let (node_class, class_name) = match (&spec.provider, &spec.provider_ref) {
         (Some(_), Some(_)) => {
-            return Err(err(("spec.providerRef".into(), "provider and providerRef are mutually exclusive".into())));
+            return Err(err((
+                "spec.providerRef".into(),
+                "provider and providerRef are mutually exclusive".into(),
+            )));
         }
-        (Some(provider), None) => (Some(aws_provider_to_v1(provider, "spec.provider").map_err(err)?), name.to_owned()),
+        (Some(provider), None) => (
+            Some(aws_provider_to_v1(provider, "spec.provider").map_err(err)?),
+            name.to_owned(),
+        ),
         (None, Some(r)) => {
             if let Some(kind) = r.kind.as_deref().filter(|k| *k != "AWSNodeTemplate") {
-                return Err(err(("spec.providerRef.kind".into(), format!("unsupported kind {kind:?} (expected AWSNodeTemplate)"))));
+                return Err(err((
+                    "spec.providerRef.kind".into(),
+                    format!("unsupported kind {kind:?} (expected AWSNodeTemplate)"),
+                )));
             }
             (None, r.name.clone())
         }
@@ -247,7 +282,10 @@ pub fn provisioner_to_v1(name: &str, spec: &ProvisionerSpec) -> Result<Converted
     };
     let node_pool = NodePoolSpec {
         template: NodeClaimTemplate {
-            metadata: TemplateMetadata { labels: spec.labels.clone(), annotations: spec.annotations.clone() },
+            metadata: TemplateMetadata {
+                labels: spec.labels.clone(),
+                annotations: spec.annotations.clone(),
+            },
             spec: NodeClaimTemplateSpec {
                 requirements: spec.requirements.clone(),
                 taints: spec.taints.clone(),
@@ -263,10 +301,17 @@ pub fn provisioner_to_v1(name: &str, spec: &ProvisionerSpec) -> Result<Converted
             consolidate_after: Some(after),
             budgets: None,
         }),
-        limits: spec.limits.as_ref().map(|l| l.resources.clone()).unwrap_or_default(),
+        limits: spec
+            .limits
+            .as_ref()
+            .map(|l| l.resources.clone())
+            .unwrap_or_default(),
         weight: spec.weight,
     };
-    Ok(ConvertedProvisioner { node_pool, node_class })
+    Ok(ConvertedProvisioner {
+        node_pool,
+        node_class,
+    })
 }
 
 /// `karpenter.sh/v1beta1 NodePool` → v1: `WhenUnderutilized` becomes
@@ -274,10 +319,22 @@ pub fn provisioner_to_v1(name: &str, spec: &ProvisionerSpec) -> Result<Converted
 /// with it), `disruption.expireAfter` moves to `template.spec.expireAfter`
 /// (v1beta1's default, 720h, is v1's too), and the `nodeClassRef`'s
 /// `apiVersion` becomes a `group`.
-pub fn v1beta1_nodepool_to_v1(name: &str, spec: &V1beta1NodePoolSpec) -> Result<NodePoolSpec, ConfigError> {
-    let err = |(field, reason): Fail| ConfigError { item: format!("nodepool/{name}"), field, reason };
+pub fn v1beta1_nodepool_to_v1(
+    name: &str,
+    spec: &V1beta1NodePoolSpec,
+) -> Result<NodePoolSpec, ConfigError> {
+    let err = |(field, reason): Fail| ConfigError {
+        item: format!("nodepool/{name}"),
+        field,
+        reason,
+    };
     let d = spec.disruption.clone().unwrap_or_default();
-    let (policy, after) = match (d.consolidation_policy.as_deref().unwrap_or("WhenUnderutilized"), d.consolidate_after) {
+    let (policy, after) = match (
+        d.consolidation_policy
+            .as_deref()
+            .unwrap_or("WhenUnderutilized"),
+        d.consolidate_after,
+    ) {
         ("WhenUnderutilized", None) => ("WhenEmptyOrUnderutilized", "0s".to_owned()),
         ("WhenUnderutilized", Some(_)) => {
             return Err(err((
@@ -287,7 +344,10 @@ pub fn v1beta1_nodepool_to_v1(name: &str, spec: &V1beta1NodePoolSpec) -> Result<
         }
         ("WhenEmpty", Some(after)) => ("WhenEmpty", after),
         ("WhenEmpty", None) => {
-            return Err(err(("spec.disruption.consolidateAfter".into(), "required with consolidationPolicy WhenEmpty".into())));
+            return Err(err((
+                "spec.disruption.consolidateAfter".into(),
+                "required with consolidationPolicy WhenEmpty".into(),
+            )));
         }
         (other, _) => {
             return Err(err((
@@ -299,7 +359,9 @@ pub fn v1beta1_nodepool_to_v1(name: &str, spec: &V1beta1NodePoolSpec) -> Result<
     let t = &spec.template.spec;
     let node_class_ref = match &t.node_class_ref {
         None => None,
-        Some(r) => Some(ref_to_v1(r, "EC2NodeClass", "spec.template.spec.nodeClassRef").map_err(err)?),
+        Some(r) => {
+            Some(ref_to_v1(r, "EC2NodeClass", "spec.template.spec.nodeClassRef").map_err(err)?)
+        }
     };
     let kubelet = match &t.kubelet {
         None => None,
@@ -332,8 +394,15 @@ pub fn v1beta1_nodepool_to_v1(name: &str, spec: &V1beta1NodePoolSpec) -> Result<
 /// fields are a superset) → v1: without `amiSelectorTerms`, v1beta1 used the
 /// family's latest EKS-optimized AMI, which v1 spells `alias: <family>@latest`;
 /// without `metadataOptions`, v1beta1's defaults (hop limit 2) are kept.
-pub fn v1beta1_nodeclass_to_v1(name: &str, spec: &EC2NodeClassSpec) -> Result<EC2NodeClassSpec, ConfigError> {
-    let err = |(field, reason): Fail| ConfigError { item: format!("nodeclass/{name}"), field, reason };
+pub fn v1beta1_nodeclass_to_v1(
+    name: &str,
+    spec: &EC2NodeClassSpec,
+) -> Result<EC2NodeClassSpec, ConfigError> {
+    let err = |(field, reason): Fail| ConfigError {
+        item: format!("nodeclass/{name}"),
+        field,
+        reason,
+    };
     let Some(family) = spec.ami_family.as_deref() else {
         return Err(err(("spec.amiFamily".into(), "required in v1beta1".into())));
     };
@@ -342,13 +411,21 @@ pub fn v1beta1_nodeclass_to_v1(name: &str, spec: &EC2NodeClassSpec) -> Result<EC
     if out.ami_selector_terms.is_empty() {
         out.ami_selector_terms = vec![latest_alias(family, "spec.amiSelectorTerms").map_err(err)?];
     }
-    out.metadata_options.get_or_insert_with(legacy_metadata_options);
+    out.metadata_options
+        .get_or_insert_with(legacy_metadata_options);
     Ok(out)
 }
 
 /// `karpenter.k8s.aws/v1alpha1 AWSNodeTemplate` → v1 EC2NodeClass.
-pub fn aws_node_template_to_v1(name: &str, spec: &AwsProviderSpec) -> Result<EC2NodeClassSpec, ConfigError> {
-    aws_provider_to_v1(spec, "spec").map_err(|(field, reason)| ConfigError { item: format!("awsnodetemplate/{name}"), field, reason })
+pub fn aws_node_template_to_v1(
+    name: &str,
+    spec: &AwsProviderSpec,
+) -> Result<EC2NodeClassSpec, ConfigError> {
+    aws_provider_to_v1(spec, "spec").map_err(|(field, reason)| ConfigError {
+        item: format!("awsnodetemplate/{name}"),
+        field,
+        reason,
+    })
 }
 
 /// v1alpha5 AWS settings → v1 EC2NodeClass; `prefix` is where they were
@@ -360,14 +437,23 @@ fn aws_provider_to_v1(p: &AwsProviderSpec, prefix: &str) -> Result<EC2NodeClassS
             "launch templates are not supported (Karpenter v1 removed them): set the AMI, security groups, user data and block devices in the node class instead".into(),
         ));
     }
-    let family = legacy_family(p.ami_family.as_deref().unwrap_or("AL2"), &format!("{prefix}.amiFamily"))?;
+    let family = legacy_family(
+        p.ami_family.as_deref().unwrap_or("AL2"),
+        &format!("{prefix}.amiFamily"),
+    )?;
     let subnet_field = format!("{prefix}.subnetSelector");
     let Some(subnets) = &p.subnet_selector else {
-        return Err((subnet_field, "required: the subnets to launch nodes in (tags, or aws::ids)".into()));
+        return Err((
+            subnet_field,
+            "required: the subnets to launch nodes in (tags, or aws::ids)".into(),
+        ));
     };
     let sg_field = format!("{prefix}.securityGroupSelector");
     let Some(groups) = &p.security_group_selector else {
-        return Err((sg_field, "required: the security groups of the nodes (tags, or aws::ids)".into()));
+        return Err((
+            sg_field,
+            "required: the security groups of the nodes (tags, or aws::ids)".into(),
+        ));
     };
     let subnet_selector_terms = selector_terms(subnets, &subnet_field)?
         .into_iter()
@@ -375,7 +461,11 @@ fn aws_provider_to_v1(p: &AwsProviderSpec, prefix: &str) -> Result<EC2NodeClassS
         .collect();
     let security_group_selector_terms = selector_terms(groups, &sg_field)?
         .into_iter()
-        .map(|(id, tags)| SecurityGroupSelectorTermSpec { id, name: None, tags })
+        .map(|(id, tags)| SecurityGroupSelectorTermSpec {
+            id,
+            name: None,
+            tags,
+        })
         .collect();
     let ami_field = format!("{prefix}.amiSelector");
     let ami_selector_terms = match &p.ami_selector {
@@ -394,7 +484,11 @@ fn aws_provider_to_v1(p: &AwsProviderSpec, prefix: &str) -> Result<EC2NodeClassS
         kubelet: None,
         block_device_mappings: p.block_device_mappings.clone(),
         instance_store_policy: None,
-        metadata_options: Some(p.metadata_options.clone().unwrap_or_else(legacy_metadata_options)),
+        metadata_options: Some(
+            p.metadata_options
+                .clone()
+                .unwrap_or_else(legacy_metadata_options),
+        ),
         associate_public_ip_address: None,
         detailed_monitoring: p.detailed_monitoring,
         context: p.context.clone(),
@@ -411,18 +505,28 @@ fn seconds(n: i64, field: &str) -> Result<String, Fail> {
 }
 
 fn v1_ref(name: &str) -> NodeClassRef {
-    NodeClassRef { group: Some(NODE_CLASS_GROUP.into()), kind: Some(NODE_CLASS_KIND.into()), name: name.into() }
+    NodeClassRef {
+        group: Some(NODE_CLASS_GROUP.into()),
+        kind: Some(NODE_CLASS_KIND.into()),
+        name: name.into(),
+    }
 }
 
 /// `{apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name}` → `{group, kind, name}`.
 fn ref_to_v1(r: &LegacyRef, expected_kind: &str, field: &str) -> Result<NodeClassRef, Fail> {
     if let Some(kind) = r.kind.as_deref().filter(|k| *k != expected_kind) {
-        return Err((format!("{field}.kind"), format!("unsupported kind {kind:?} (expected {expected_kind})")));
+        return Err((
+            format!("{field}.kind"),
+            format!("unsupported kind {kind:?} (expected {expected_kind})"),
+        ));
     }
     if let Some(api) = &r.api_version {
         let group = api.split_once('/').map_or(api.as_str(), |(g, _)| g);
         if group != NODE_CLASS_GROUP {
-            return Err((format!("{field}.apiVersion"), format!("unsupported API group {group:?} (expected {NODE_CLASS_GROUP})")));
+            return Err((
+                format!("{field}.apiVersion"),
+                format!("unsupported API group {group:?} (expected {NODE_CLASS_GROUP})"),
+            ));
         }
     }
     if r.name.is_empty() {
@@ -456,8 +560,14 @@ fn legacy_family(s: &str, field: &str) -> Result<AmiFamily, Fail> {
 
 fn latest_alias(family: AmiFamily, field: &str) -> Result<AmiSelectorTermSpec, Fail> {
     match family.alias_name() {
-        Some(alias) => Ok(AmiSelectorTermSpec { alias: Some(format!("{alias}@latest")), ..AmiSelectorTermSpec::default() }),
-        None => Err((field.into(), "required with amiFamily Custom: Custom nodes need their AMI selected".into())),
+        Some(alias) => Ok(AmiSelectorTermSpec {
+            alias: Some(format!("{alias}@latest")),
+            ..AmiSelectorTermSpec::default()
+        }),
+        None => Err((
+            field.into(),
+            "required with amiFamily Custom: Custom nodes need their AMI selected".into(),
+        )),
     }
 }
 
@@ -472,7 +582,11 @@ fn legacy_metadata_options() -> serde_json::Value {
 }
 
 fn split_list(s: &str) -> Vec<String> {
-    s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_owned).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 const ID_KEYS: [&str; 2] = ["aws::ids", "aws-ids"];
@@ -481,7 +595,10 @@ const ID_KEYS: [&str; 2] = ["aws::ids", "aws-ids"];
 /// term per id; the other keys are one tags term (`*` values kept: any value).
 fn selector_terms(map: &BTreeMap<String, String>, field: &str) -> Result<IdOrTags, Fail> {
     if map.is_empty() {
-        return Err((field.into(), "must select something (tags, or aws::ids)".into()));
+        return Err((
+            field.into(),
+            "must select something (tags, or aws::ids)".into(),
+        ));
     }
     let mut ids = Vec::new();
     let mut tags = BTreeMap::new();
@@ -489,7 +606,10 @@ fn selector_terms(map: &BTreeMap<String, String>, field: &str) -> Result<IdOrTag
         if ID_KEYS.contains(&k.as_str()) {
             ids.extend(split_list(v));
         } else if k.starts_with("aws::") {
-            return Err((format!("{field}[{k}]"), format!("unsupported selector key {k:?} (aws::ids or tags)")));
+            return Err((
+                format!("{field}[{k}]"),
+                format!("unsupported selector key {k:?} (aws::ids or tags)"),
+            ));
         } else {
             tags.insert(k.clone(), v.clone());
         }
@@ -503,12 +623,21 @@ fn selector_terms(map: &BTreeMap<String, String>, field: &str) -> Result<IdOrTag
     if ids.is_empty() && tags.is_empty() {
         return Err((field.into(), "aws::ids lists no id".into()));
     }
-    Ok(if tags.is_empty() { ids.into_iter().map(|id| (Some(id), BTreeMap::new())).collect() } else { vec![(None, tags)] })
+    Ok(if tags.is_empty() {
+        ids.into_iter()
+            .map(|id| (Some(id), BTreeMap::new()))
+            .collect()
+    } else {
+        vec![(None, tags)]
+    })
 }
 
 /// A v1alpha5 `amiSelector` → v1 AMI terms: `aws::ids` → one id term each;
 /// `aws::name`, `aws::owners` and tags → one term per owner.
-fn ami_terms(map: &BTreeMap<String, String>, field: &str) -> Result<Vec<AmiSelectorTermSpec>, Fail> {
+fn ami_terms(
+    map: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<Vec<AmiSelectorTermSpec>, Fail> {
     let mut ids = Vec::new();
     let mut name = None;
     let mut owners = Vec::new();
@@ -519,7 +648,12 @@ fn ami_terms(map: &BTreeMap<String, String>, field: &str) -> Result<Vec<AmiSelec
             "aws::name" => name = Some(v.clone()),
             "aws::owners" => owners.extend(split_list(v)),
             other if other.starts_with("aws::") => {
-                return Err((format!("{field}[{k}]"), format!("unsupported selector key {k:?} (aws::ids, aws::name, aws::owners or tags)")));
+                return Err((
+                    format!("{field}[{k}]"),
+                    format!(
+                        "unsupported selector key {k:?} (aws::ids, aws::name, aws::owners or tags)"
+                    ),
+                ));
             }
             _ => {
                 tags.insert(k.clone(), v.clone());
@@ -530,19 +664,39 @@ fn ami_terms(map: &BTreeMap<String, String>, field: &str) -> Result<Vec<AmiSelec
         if name.is_some() || !owners.is_empty() || !tags.is_empty() {
             return Err((field.into(), "aws::ids cannot be combined with other keys: v1 id terms stand alone; list only the ids".into()));
         }
-        return Ok(ids.into_iter().map(|id| AmiSelectorTermSpec { id: Some(id), ..AmiSelectorTermSpec::default() }).collect());
+        return Ok(ids
+            .into_iter()
+            .map(|id| AmiSelectorTermSpec {
+                id: Some(id),
+                ..AmiSelectorTermSpec::default()
+            })
+            .collect());
     }
     if name.is_none() && tags.is_empty() {
-        return Err((field.into(), "must select something (tags, aws::name or aws::ids)".into()));
+        return Err((
+            field.into(),
+            "must select something (tags, aws::name or aws::ids)".into(),
+        ));
     }
-    let owners: Vec<Option<String>> = if owners.is_empty() { vec![None] } else { owners.into_iter().map(Some).collect() };
+    let owners: Vec<Option<String>> = if owners.is_empty() {
+        vec![None]
+    } else {
+        owners.into_iter().map(Some).collect()
+    };
     Ok(owners
         .into_iter()
-        .map(|owner| AmiSelectorTermSpec { name: name.clone(), owner, tags: tags.clone(), ..AmiSelectorTermSpec::default() })
+        .map(|owner| AmiSelectorTermSpec {
+            name: name.clone(),
+            owner,
+            tags: tags.clone(),
+            ..AmiSelectorTermSpec::default()
+        })
         .collect())
 }
 
-fn opt_string_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+fn opt_string_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
     string_map(d).map(Some)
 }
 
@@ -585,23 +739,52 @@ mod tests {
         .expect("converts");
         let pool = NodePool::from_spec("default", &c.node_pool).expect("valid pool");
         assert_eq!(pool.disruption.policy, ConsolidationPolicy::WhenEmpty);
-        assert_eq!(pool.disruption.consolidate_after, Some(SignedDuration::from_secs(30)));
+        assert_eq!(
+            pool.disruption.consolidate_after,
+            Some(SignedDuration::from_secs(30))
+        );
         assert_eq!(pool.expire_after, Some(SignedDuration::from_secs(1800)));
         assert_eq!(pool.kubelet.max_pods, Some(30));
-        assert_eq!(pool.launch_kubelet.cluster_dns, vec!["10.0.0.10".to_string()]);
+        assert_eq!(
+            pool.launch_kubelet.cluster_dns,
+            vec!["10.0.0.10".to_string()]
+        );
         assert_eq!(pool.node_class.as_deref(), Some("default"));
         assert_eq!(pool.limits.resources.get("cpu"), Some(&1_000_000));
         assert_eq!(pool.weight, 5);
         assert_eq!(pool.labels.get("team").map(String::as_str), Some("a"));
         assert_eq!(pool.taints.len(), 1);
-        let class = NodeClass::from_spec("default", &c.node_class.expect("inline provider")).expect("valid class");
+        let class = NodeClass::from_spec("default", &c.node_class.expect("inline provider"))
+            .expect("valid class");
         assert_eq!(class.ami_family, AmiFamily::AL2);
-        assert_eq!(class.ami_selector_terms, vec![AmiSelector::Alias { family: AmiFamily::AL2, version: "latest".into() }]);
-        let any: BTreeMap<String, String> = [("kubernetes.io/cluster/demo".to_string(), "*".to_string())].into();
-        assert_eq!(class.subnet_selector_terms, vec![SelectorTerm::Tags(any.clone())]);
-        assert_eq!(class.security_group_selector_terms, vec![SelectorTerm::Tags(any)]);
-        assert_eq!(class.identity, NodeIdentity::InstanceProfile("KarpenterNodeInstanceProfile".into()));
-        assert_eq!(class.metadata_options.as_ref().and_then(|m| m.get("httpPutResponseHopLimit")), Some(&serde_json::json!(2)));
+        assert_eq!(
+            class.ami_selector_terms,
+            vec![AmiSelector::Alias {
+                family: AmiFamily::AL2,
+                version: "latest".into()
+            }]
+        );
+        let any: BTreeMap<String, String> =
+            [("kubernetes.io/cluster/demo".to_string(), "*".to_string())].into();
+        assert_eq!(
+            class.subnet_selector_terms,
+            vec![SelectorTerm::Tags(any.clone())]
+        );
+        assert_eq!(
+            class.security_group_selector_terms,
+            vec![SelectorTerm::Tags(any)]
+        );
+        assert_eq!(
+            class.identity,
+            NodeIdentity::InstanceProfile("KarpenterNodeInstanceProfile".into())
+        );
+        assert_eq!(
+            class
+                .metadata_options
+                .as_ref()
+                .and_then(|m| m.get("httpPutResponseHopLimit")),
+            Some(&serde_json::json!(2))
+        );
     }
 
     #[test]
@@ -617,35 +800,105 @@ mod tests {
         };
         let none = with(serde_json::json!({}));
         assert_eq!(none.disruption.policy, ConsolidationPolicy::WhenEmpty);
-        assert_eq!(none.disruption.consolidate_after, None, "no emptiness TTL, no consolidation: Never");
-        assert_eq!(none.expire_after, None, "v1alpha5 nodes never expired by default");
+        assert_eq!(
+            none.disruption.consolidate_after, None,
+            "no emptiness TTL, no consolidation: Never"
+        );
+        assert_eq!(
+            none.expire_after, None,
+            "v1alpha5 nodes never expired by default"
+        );
         assert_eq!(none.node_class.as_deref(), Some("tmpl"));
-        let consolidating = with(serde_json::json!({"consolidation": {"enabled": true}, "ttlSecondsUntilExpired": 2592000}));
-        assert_eq!(consolidating.disruption.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
-        assert_eq!(consolidating.disruption.consolidate_after, Some(SignedDuration::ZERO));
-        assert_eq!(consolidating.expire_after.map(format_duration).as_deref(), Some("720h"));
+        let consolidating = with(
+            serde_json::json!({"consolidation": {"enabled": true}, "ttlSecondsUntilExpired": 2592000}),
+        );
+        assert_eq!(
+            consolidating.disruption.policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(
+            consolidating.disruption.consolidate_after,
+            Some(SignedDuration::ZERO)
+        );
+        assert_eq!(
+            consolidating.expire_after.map(format_duration).as_deref(),
+            Some("720h")
+        );
     }
 
     #[test]
     fn provisioner_errors_name_the_old_field() {
         let cases = [
-            (serde_json::json!({"provider": {"securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}), "spec.provider.subnetSelector", "required"),
-            (serde_json::json!({"provider": {"subnetSelector": {"a": "b"}, "instanceProfile": "p"}}), "spec.provider.securityGroupSelector", "required"),
-            (serde_json::json!({"provider": {"launchTemplate": "lt", "subnetSelector": {"a": "b"}}}), "spec.provider.launchTemplate", "not supported"),
-            (serde_json::json!({"provider": {"amiFamily": "Ubuntu", "subnetSelector": {"a": "b"}}}), "spec.provider.amiFamily", "dropped Ubuntu"),
-            (serde_json::json!({"provider": {"amiFamily": "Custom", "subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}), "spec.provider.amiSelector", "Custom"),
-            (serde_json::json!({"provider": {"subnetSelector": {"aws::ids": "subnet-1", "a": "b"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}), "spec.provider.subnetSelector", "cannot be combined"),
-            (serde_json::json!({"provider": {"subnetSelector": {"aws::bogus": "x"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}), "spec.provider.subnetSelector[aws::bogus]", "unsupported selector key"),
-            (serde_json::json!({"provider": inline(), "providerRef": {"name": "x"}}), "spec.providerRef", "mutually exclusive"),
+            (
+                serde_json::json!({"provider": {"securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}),
+                "spec.provider.subnetSelector",
+                "required",
+            ),
+            (
+                serde_json::json!({"provider": {"subnetSelector": {"a": "b"}, "instanceProfile": "p"}}),
+                "spec.provider.securityGroupSelector",
+                "required",
+            ),
+            (
+                serde_json::json!({"provider": {"launchTemplate": "lt", "subnetSelector": {"a": "b"}}}),
+                "spec.provider.launchTemplate",
+                "not supported",
+            ),
+            (
+                serde_json::json!({"provider": {"amiFamily": "Ubuntu", "subnetSelector": {"a": "b"}}}),
+                "spec.provider.amiFamily",
+                "dropped Ubuntu",
+            ),
+            (
+                serde_json::json!({"provider": {"amiFamily": "Custom", "subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}),
+                "spec.provider.amiSelector",
+                "Custom",
+            ),
+            (
+                serde_json::json!({"provider": {"subnetSelector": {"aws::ids": "subnet-1", "a": "b"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}),
+                "spec.provider.subnetSelector",
+                "cannot be combined",
+            ),
+            (
+                serde_json::json!({"provider": {"subnetSelector": {"aws::bogus": "x"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}),
+                "spec.provider.subnetSelector[aws::bogus]",
+                "unsupported selector key",
+            ),
+            (
+                serde_json::json!({"provider": inline(), "providerRef": {"name": "x"}}),
+                "spec.providerRef",
+                "mutually exclusive",
+            ),
             (serde_json::json!({}), "spec.providerRef", "is required"),
-            (serde_json::json!({"providerRef": {"kind": "EC2NodeClass", "name": "x"}}), "spec.providerRef.kind", "AWSNodeTemplate"),
-            (serde_json::json!({"providerRef": {"name": "x"}, "ttlSecondsAfterEmpty": 30, "consolidation": {"enabled": true}}), "spec.ttlSecondsAfterEmpty", "mutually exclusive"),
-            (serde_json::json!({"providerRef": {"name": "x"}, "ttlSecondsUntilExpired": -1}), "spec.ttlSecondsUntilExpired", "negative"),
-            (serde_json::json!({"providerRef": {"name": "x"}, "kubeletConfiguration": {"containerRuntime": "dockerd"}}), "spec.kubeletConfiguration.containerRuntime", "containerd"),
-            (serde_json::json!({"providerRef": {"name": "x"}, "kubeletConfiguration": {"maxPod": 3}}), "spec.kubeletConfiguration", "unknown field"),
+            (
+                serde_json::json!({"providerRef": {"kind": "EC2NodeClass", "name": "x"}}),
+                "spec.providerRef.kind",
+                "AWSNodeTemplate",
+            ),
+            (
+                serde_json::json!({"providerRef": {"name": "x"}, "ttlSecondsAfterEmpty": 30, "consolidation": {"enabled": true}}),
+                "spec.ttlSecondsAfterEmpty",
+                "mutually exclusive",
+            ),
+            (
+                serde_json::json!({"providerRef": {"name": "x"}, "ttlSecondsUntilExpired": -1}),
+                "spec.ttlSecondsUntilExpired",
+                "negative",
+            ),
+            (
+                serde_json::json!({"providerRef": {"name": "x"}, "kubeletConfiguration": {"containerRuntime": "dockerd"}}),
+                "spec.kubeletConfiguration.containerRuntime",
+                "containerd",
+            ),
+            (
+                serde_json::json!({"providerRef": {"name": "x"}, "kubeletConfiguration": {"maxPod": 3}}),
+                "spec.kubeletConfiguration",
+                "unknown field",
+            ),
         ];
         for (json, field, reason) in cases {
-            let e = provisioner_to_v1("p", &provisioner(json.clone())).expect_err(&json.to_string());
+            let e =
+                provisioner_to_v1("p", &provisioner(json.clone())).expect_err(&json.to_string());
             assert_eq!(e.item, "provisioner/p");
             assert_eq!(e.field, field, "{json}");
             assert!(e.reason.contains(reason), "{json}: {}", e.reason);
@@ -668,24 +921,43 @@ mod tests {
         .expect("template");
         let v1 = aws_node_template_to_v1("t", &spec).expect("converts");
         let class = NodeClass::from_spec("t", &v1).expect("valid");
-        assert_eq!(class.subnet_selector_terms, vec![SelectorTerm::Id("subnet-1".into()), SelectorTerm::Id("subnet-2".into())]);
-        assert_eq!(class.security_group_selector_terms, vec![SelectorTerm::Id("sg-1".into())]);
+        assert_eq!(
+            class.subnet_selector_terms,
+            vec![
+                SelectorTerm::Id("subnet-1".into()),
+                SelectorTerm::Id("subnet-2".into())
+            ]
+        );
+        assert_eq!(
+            class.security_group_selector_terms,
+            vec![SelectorTerm::Id("sg-1".into())]
+        );
         assert_eq!(class.ami_family, AmiFamily::Bottlerocket);
         assert_eq!(class.ami_selector_terms.len(), 2);
         assert_eq!(
             class.ami_selector_terms[1],
-            AmiSelector::Query { name: Some("my-ami-*".into()), owner: Some("123456789012".into()), tags: [("team".to_string(), "a".to_string())].into() }
+            AmiSelector::Query {
+                name: Some("my-ami-*".into()),
+                owner: Some("123456789012".into()),
+                tags: [("team".to_string(), "a".to_string())].into()
+            }
         );
         assert_eq!(class.user_data.as_deref(), Some("[settings]"));
         assert!(class.detailed_monitoring);
-        assert_eq!(class.metadata_options, Some(serde_json::json!({"httpTokens": "optional"})));
+        assert_eq!(
+            class.metadata_options,
+            Some(serde_json::json!({"httpTokens": "optional"}))
+        );
         let ids: AwsProviderSpec = serde_json::from_value(serde_json::json!({
             "subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "instanceProfile": "p",
             "amiSelector": {"aws::ids": "ami-1", "team": "a"}
         }))
         .expect("template");
         let e = aws_node_template_to_v1("t", &ids).expect_err("ids with tags");
-        assert_eq!((e.item.as_str(), e.field.as_str()), ("awsnodetemplate/t", "spec.amiSelector"));
+        assert_eq!(
+            (e.item.as_str(), e.field.as_str()),
+            ("awsnodetemplate/t", "spec.amiSelector")
+        );
     }
 
     #[test]
@@ -703,30 +975,66 @@ mod tests {
         assert_eq!(v1.template.spec.node_class_ref, Some(v1_ref("default")));
         assert_eq!(v1.template.spec.expire_after.as_deref(), Some("Never"));
         let pool = NodePool::from_spec("default", &v1).expect("valid");
-        assert_eq!(pool.disruption.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
-        assert_eq!(pool.disruption.consolidate_after, Some(SignedDuration::ZERO));
+        assert_eq!(
+            pool.disruption.policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(
+            pool.disruption.consolidate_after,
+            Some(SignedDuration::ZERO)
+        );
         assert_eq!(pool.disruption.budgets.len(), 1);
         assert_eq!(pool.expire_after, None);
         assert_eq!(pool.kubelet.max_pods, Some(110));
-        assert_eq!(pool.launch_kubelet.system_reserved.get("cpu").map(String::as_str), Some("100m"));
+        assert_eq!(
+            pool.launch_kubelet
+                .system_reserved
+                .get("cpu")
+                .map(String::as_str),
+            Some("100m")
+        );
         // No disruption block: v1beta1's defaults (WhenUnderutilized, 720h).
         let bare = v1beta1_nodepool_to_v1("p", &V1beta1NodePoolSpec::default()).expect("converts");
         let pool = NodePool::from_spec("p", &bare).expect("valid");
         assert_eq!(pool.expire_after, Some(SignedDuration::from_hours(720)));
-        assert_eq!(pool.disruption.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
+        assert_eq!(
+            pool.disruption.policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
     }
 
     #[test]
     fn v1beta1_nodepool_errors() {
         let cases = [
-            (serde_json::json!({"disruption": {"consolidationPolicy": "WhenEmpty"}}), "spec.disruption.consolidateAfter", "required"),
-            (serde_json::json!({"disruption": {"consolidateAfter": "30s"}}), "spec.disruption.consolidateAfter", "WhenUnderutilized"),
-            (serde_json::json!({"disruption": {"consolidationPolicy": "Always"}}), "spec.disruption.consolidationPolicy", "unknown policy"),
-            (serde_json::json!({"template": {"spec": {"nodeClassRef": {"kind": "AWSNodeTemplate", "name": "x"}}}}), "spec.template.spec.nodeClassRef.kind", "EC2NodeClass"),
-            (serde_json::json!({"template": {"spec": {"nodeClassRef": {"apiVersion": "example.com/v1", "name": "x"}}}}), "spec.template.spec.nodeClassRef.apiVersion", "API group"),
+            (
+                serde_json::json!({"disruption": {"consolidationPolicy": "WhenEmpty"}}),
+                "spec.disruption.consolidateAfter",
+                "required",
+            ),
+            (
+                serde_json::json!({"disruption": {"consolidateAfter": "30s"}}),
+                "spec.disruption.consolidateAfter",
+                "WhenUnderutilized",
+            ),
+            (
+                serde_json::json!({"disruption": {"consolidationPolicy": "Always"}}),
+                "spec.disruption.consolidationPolicy",
+                "unknown policy",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"nodeClassRef": {"kind": "AWSNodeTemplate", "name": "x"}}}}),
+                "spec.template.spec.nodeClassRef.kind",
+                "EC2NodeClass",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"nodeClassRef": {"apiVersion": "example.com/v1", "name": "x"}}}}),
+                "spec.template.spec.nodeClassRef.apiVersion",
+                "API group",
+            ),
         ];
         for (json, field, reason) in cases {
-            let spec: V1beta1NodePoolSpec = serde_json::from_value(json.clone()).expect("v1beta1 spec");
+            let spec: V1beta1NodePoolSpec =
+                serde_json::from_value(json.clone()).expect("v1beta1 spec");
             let e = v1beta1_nodepool_to_v1("p", &spec).expect_err(&json.to_string());
             assert_eq!(e.item, "nodepool/p");
             assert_eq!(e.field, field, "{json}");
@@ -741,12 +1049,33 @@ mod tests {
             "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"id": "sg-1"}]
         }))
         .expect("spec");
-        let class = NodeClass::from_spec("c", &v1beta1_nodeclass_to_v1("c", &spec).expect("converts")).expect("valid");
-        assert_eq!(class.ami_selector_terms, vec![AmiSelector::Alias { family: AmiFamily::AL2023, version: "latest".into() }]);
-        let custom = EC2NodeClassSpec { ami_family: Some("Custom".into()), ..spec.clone() };
+        let class =
+            NodeClass::from_spec("c", &v1beta1_nodeclass_to_v1("c", &spec).expect("converts"))
+                .expect("valid");
+        assert_eq!(
+            class.ami_selector_terms,
+            vec![AmiSelector::Alias {
+                family: AmiFamily::AL2023,
+                version: "latest".into()
+            }]
+        );
+        let custom = EC2NodeClassSpec {
+            ami_family: Some("Custom".into()),
+            ..spec.clone()
+        };
         let e = v1beta1_nodeclass_to_v1("c", &custom).expect_err("custom needs terms");
         assert_eq!(e.field, "spec.amiSelectorTerms");
-        let e = v1beta1_nodeclass_to_v1("c", &EC2NodeClassSpec { ami_family: None, ..spec }).expect_err("family required");
-        assert_eq!((e.item.as_str(), e.field.as_str()), ("nodeclass/c", "spec.amiFamily"));
+        let e = v1beta1_nodeclass_to_v1(
+            "c",
+            &EC2NodeClassSpec {
+                ami_family: None,
+                ..spec
+            },
+        )
+        .expect_err("family required");
+        assert_eq!(
+            (e.item.as_str(), e.field.as_str()),
+            ("nodeclass/c", "spec.amiFamily")
+        );
     }
 }

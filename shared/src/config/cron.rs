@@ -16,7 +16,9 @@ use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
-const MONTH_NAMES: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+const MONTH_NAMES: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
 const DAY_NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 /// A parsed cron schedule. Each field is a bit set of the values it matches.
@@ -43,11 +45,41 @@ struct Field {
     names_start: u32,
 }
 
-const MINUTE: Field = Field { name: "minute", min: 0, max: 59, names: &[], names_start: 0 };
-const HOUR: Field = Field { name: "hour", min: 0, max: 23, names: &[], names_start: 0 };
-const DAY_OF_MONTH: Field = Field { name: "day of month", min: 1, max: 31, names: &[], names_start: 0 };
-const MONTH: Field = Field { name: "month", min: 1, max: 12, names: &MONTH_NAMES, names_start: 1 };
-const DAY_OF_WEEK: Field = Field { name: "day of week", min: 0, max: 6, names: &DAY_NAMES, names_start: 0 };
+const MINUTE: Field = Field {
+    name: "minute",
+    min: 0,
+    max: 59,
+    names: &[],
+    names_start: 0,
+};
+const HOUR: Field = Field {
+    name: "hour",
+    min: 0,
+    max: 23,
+    names: &[],
+    names_start: 0,
+};
+const DAY_OF_MONTH: Field = Field {
+    name: "day of month",
+    min: 1,
+    max: 31,
+    names: &[],
+    names_start: 0,
+};
+const MONTH: Field = Field {
+    name: "month",
+    min: 1,
+    max: 12,
+    names: &MONTH_NAMES,
+    names_start: 1,
+};
+const DAY_OF_WEEK: Field = Field {
+    name: "day of week",
+    min: 0,
+    max: 6,
+    names: &DAY_NAMES,
+    names_start: 0,
+};
 
 impl Schedule {
     /// Parses a five-field cron expression or an `@` shorthand.
@@ -99,7 +131,12 @@ impl Schedule {
         let month_ok = self.months & (1 << date.month()) != 0;
         let dom_ok = self.days_of_month & (1 << date.day()) != 0;
         let dow_ok = self.days_of_week & (1 << date.weekday().to_sunday_zero_offset()) != 0;
-        month_ok && if self.dom_any || self.dow_any { dom_ok && dow_ok } else { dom_ok || dow_ok }
+        month_ok
+            && if self.dom_any || self.dow_any {
+                dom_ok && dow_ok
+            } else {
+                dom_ok || dow_ok
+            }
     }
 
     /// Whether the schedule fires at this minute (seconds are ignored).
@@ -113,7 +150,11 @@ impl Schedule {
     /// The latest minute at or before `now` at which the schedule fires,
     /// looking back no further than `lookback` (days are scanned, so the
     /// cost grows with `lookback` in days, not minutes).
-    pub fn last_fire_at_or_before(&self, now: Timestamp, lookback: SignedDuration) -> Option<Timestamp> {
+    pub fn last_fire_at_or_before(
+        &self,
+        now: Timestamp,
+        lookback: SignedDuration,
+    ) -> Option<Timestamp> {
         let now_dt = TimeZone::UTC.to_datetime(now);
         let earliest = now.checked_sub(lookback.abs()).unwrap_or(Timestamp::MIN);
         let earliest_date = TimeZone::UTC.to_datetime(earliest).date();
@@ -126,8 +167,15 @@ impl Schedule {
                     if self.hours & (1 << hour) == 0 {
                         continue;
                     }
-                    let last_minute = if today && hour == now_dt.hour() { now_dt.minute() } else { 59 };
-                    if let Some(minute) = (0..=last_minute).rev().find(|m| self.minutes & (1 << m) != 0) {
+                    let last_minute = if today && hour == now_dt.hour() {
+                        now_dt.minute()
+                    } else {
+                        59
+                    };
+                    if let Some(minute) = (0..=last_minute)
+                        .rev()
+                        .find(|m| self.minutes & (1 << m) != 0)
+                    {
                         let fire: DateTime = date.at(hour, minute, 0, 0);
                         let ts = TimeZone::UTC.to_timestamp(fire).ok()?;
                         return (ts >= earliest).then_some(ts);
@@ -164,11 +212,14 @@ fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
     for item in text.split(',') {
         let (range, step) = match item.split_once('/') {
             Some((range, step)) => {
-                let step: u32 = step
-                    .parse()
-                    .map_err(|_| format!("{}: step {step:?} in {item:?} is not a number", field.name))?;
+                let step: u32 = step.parse().map_err(|_| {
+                    format!("{}: step {step:?} in {item:?} is not a number", field.name)
+                })?;
                 if step == 0 {
-                    return Err(format!("{}: step in {item:?} must be at least 1", field.name));
+                    return Err(format!(
+                        "{}: step in {item:?} must be at least 1",
+                        field.name
+                    ));
                 }
                 (range, Some(step))
             }
@@ -188,7 +239,11 @@ fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
         } else {
             let a = value(range, field, item)?;
             // `a/n` means from a to the maximum in steps of n.
-            if step.is_some() { (a, field.max) } else { (a, a) }
+            if step.is_some() {
+                (a, field.max)
+            } else {
+                (a, a)
+            }
         };
         let step = step.unwrap_or(1);
         let mut v = start;
@@ -205,12 +260,22 @@ fn value(text: &str, field: &Field, item: &str) -> Result<u32, String> {
     let v = match field.names.iter().position(|n| *n == lower) {
         Some(i) => i as u32 + field.names_start,
         None => text.parse::<u32>().map_err(|_| {
-            let names = if field.names.is_empty() { String::new() } else { format!(" or a name ({})", field.names.join(", ")) };
-            format!("{}: {text:?} in {item:?} is not a number{names}", field.name)
+            let names = if field.names.is_empty() {
+                String::new()
+            } else {
+                format!(" or a name ({})", field.names.join(", "))
+            };
+            format!(
+                "{}: {text:?} in {item:?} is not a number{names}",
+                field.name
+            )
         })?,
     };
     if v < field.min || v > field.max {
-        return Err(format!("{}: {v} in {item:?} is outside {}-{}", field.name, field.min, field.max));
+        return Err(format!(
+            "{}: {v} in {item:?} is outside {}-{}",
+            field.name, field.min, field.max
+        ));
     }
     Ok(v)
 }
@@ -290,7 +355,13 @@ mod tests {
         );
         // A yearly window of 30 days.
         let yearly = Schedule::parse("@yearly").expect("valid");
-        assert!(yearly.is_active(ts("2024-01-20T00:00:00Z"), SignedDuration::from_hours(24 * 30)));
-        assert!(!yearly.is_active(ts("2024-03-01T00:00:00Z"), SignedDuration::from_hours(24 * 30)));
+        assert!(yearly.is_active(
+            ts("2024-01-20T00:00:00Z"),
+            SignedDuration::from_hours(24 * 30)
+        ));
+        assert!(!yearly.is_active(
+            ts("2024-03-01T00:00:00Z"),
+            SignedDuration::from_hours(24 * 30)
+        ));
     }
 }

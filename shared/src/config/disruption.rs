@@ -75,7 +75,11 @@ pub enum DisruptionReason {
 }
 
 impl DisruptionReason {
-    pub const ALL: [DisruptionReason; 3] = [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized];
+    pub const ALL: [DisruptionReason; 3] = [
+        DisruptionReason::Empty,
+        DisruptionReason::Drifted,
+        DisruptionReason::Underutilized,
+    ];
 
     pub fn parse(s: &str) -> Option<DisruptionReason> {
         match s {
@@ -139,7 +143,12 @@ pub struct Budget {
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget { nodes: BudgetNodes::Percent(10), schedule: None, duration: None, reasons: Vec::new() }
+        Budget {
+            nodes: BudgetNodes::Percent(10),
+            schedule: None,
+            duration: None,
+            reasons: Vec::new(),
+        }
     }
 }
 
@@ -175,7 +184,12 @@ impl Budget {
 impl Disruption {
     /// How many of the pool's `total_nodes` may be disrupting for `reason` at
     /// `now`: the minimum over active budgets that apply, at most `total_nodes`.
-    pub fn allowed_disruptions(&self, reason: DisruptionReason, total_nodes: usize, now: Timestamp) -> usize {
+    pub fn allowed_disruptions(
+        &self,
+        reason: DisruptionReason,
+        total_nodes: usize,
+        now: Timestamp,
+    ) -> usize {
         self.budgets
             .iter()
             .filter(|b| b.applies_to(reason))
@@ -185,27 +199,43 @@ impl Disruption {
 
     /// Validates `spec.disruption`; errors are `(field, reason)` with `prefix`
     /// (e.g. `spec.disruption`) leading the field path.
-    pub fn from_spec(spec: Option<&DisruptionSpec>, prefix: &str) -> Result<Disruption, (String, String)> {
-        let Some(spec) = spec else { return Ok(Disruption::default()) };
+    pub fn from_spec(
+        spec: Option<&DisruptionSpec>,
+        prefix: &str,
+    ) -> Result<Disruption, (String, String)> {
+        let Some(spec) = spec else {
+            return Ok(Disruption::default());
+        };
         let policy = match spec.consolidation_policy.as_deref() {
             None => ConsolidationPolicy::default(),
             Some(s) => ConsolidationPolicy::parse(s).ok_or_else(|| {
-                let hint = if s == "WhenUnderutilized" { " (v1 renamed WhenUnderutilized)" } else { "" };
+                let hint = if s == "WhenUnderutilized" {
+                    " (v1 renamed WhenUnderutilized)"
+                } else {
+                    ""
+                };
                 (
                     format!("{prefix}.consolidationPolicy"),
-                    format!("unknown policy {s:?}: expected WhenEmpty or WhenEmptyOrUnderutilized{hint}"),
+                    format!(
+                        "unknown policy {s:?}: expected WhenEmpty or WhenEmptyOrUnderutilized{hint}"
+                    ),
                 )
             })?,
         };
         let consolidate_after = match spec.consolidate_after.as_deref() {
             None => Some(SignedDuration::ZERO),
-            Some(s) => parse_duration_or_never(s).map_err(|r| (format!("{prefix}.consolidateAfter"), r))?,
+            Some(s) => {
+                parse_duration_or_never(s).map_err(|r| (format!("{prefix}.consolidateAfter"), r))?
+            }
         };
         let budgets = match &spec.budgets {
             None => vec![Budget::default()],
             Some(list) => {
                 if list.len() > 50 {
-                    return Err((format!("{prefix}.budgets"), format!("at most 50 budgets, got {}", list.len())));
+                    return Err((
+                        format!("{prefix}.budgets"),
+                        format!("at most 50 budgets, got {}", list.len()),
+                    ));
                 }
                 list.iter()
                     .enumerate()
@@ -213,7 +243,11 @@ impl Disruption {
                     .collect::<Result<Vec<_>, _>>()?
             }
         };
-        Ok(Disruption { policy, consolidate_after, budgets })
+        Ok(Disruption {
+            policy,
+            consolidate_after,
+            budgets,
+        })
     }
 }
 
@@ -223,12 +257,26 @@ impl Budget {
         let nodes_field = format!("{prefix}.nodes");
         let nodes = match &spec.nodes {
             None => BudgetNodes::Percent(10),
-            Some(serde_json::Value::String(s)) => parse_budget_nodes(s).map_err(|r| (nodes_field, r))?,
+            Some(serde_json::Value::String(s)) => {
+                parse_budget_nodes(s).map_err(|r| (nodes_field, r))?
+            }
             Some(serde_json::Value::Number(n)) => match n.as_u64() {
                 Some(n) => BudgetNodes::Count(n as usize),
-                None => return Err((nodes_field, format!("expected a non-negative whole number or a percentage, got {n}"))),
+                None => {
+                    return Err((
+                        nodes_field,
+                        format!("expected a non-negative whole number or a percentage, got {n}"),
+                    ));
+                }
             },
-            Some(other) => return Err((nodes_field, format!("expected a count like \"5\" or a percentage like \"10%\", got {other}"))),
+            Some(other) => {
+                return Err((
+                    nodes_field,
+                    format!(
+                        "expected a count like \"5\" or a percentage like \"10%\", got {other}"
+                    ),
+                ));
+            }
         };
         let schedule = match spec.schedule.as_deref() {
             None => None,
@@ -240,26 +288,47 @@ impl Budget {
                 let field = format!("{prefix}.duration");
                 let d = parse_duration(s).map_err(|r| (field.clone(), r))?;
                 if d.as_secs() % 60 != 0 || d.subsec_nanos() != 0 {
-                    return Err((field, format!("{s:?}: budget durations are whole minutes (units h and m)")));
+                    return Err((
+                        field,
+                        format!("{s:?}: budget durations are whole minutes (units h and m)"),
+                    ));
                 }
                 Some(d)
             }
         };
         match (&schedule, &duration) {
-            (Some(_), None) => return Err((format!("{prefix}.duration"), "required when schedule is set".into())),
-            (None, Some(_)) => return Err((format!("{prefix}.schedule"), "required when duration is set".into())),
+            (Some(_), None) => {
+                return Err((
+                    format!("{prefix}.duration"),
+                    "required when schedule is set".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err((
+                    format!("{prefix}.schedule"),
+                    "required when duration is set".into(),
+                ));
+            }
             _ => {}
         }
         let mut reasons = Vec::new();
         for (i, r) in spec.reasons.iter().flatten().enumerate() {
             let reason = DisruptionReason::parse(r).ok_or_else(|| {
-                (format!("{prefix}.reasons[{i}]"), format!("unknown reason {r:?}: expected Empty, Drifted or Underutilized"))
+                (
+                    format!("{prefix}.reasons[{i}]"),
+                    format!("unknown reason {r:?}: expected Empty, Drifted or Underutilized"),
+                )
             })?;
             if !reasons.contains(&reason) {
                 reasons.push(reason);
             }
         }
-        Ok(Budget { nodes, schedule, duration, reasons })
+        Ok(Budget {
+            nodes,
+            schedule,
+            duration,
+            reasons,
+        })
     }
 }
 
@@ -278,7 +347,9 @@ fn parse_budget_nodes(s: &str) -> Result<BudgetNodes, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    s.parse::<usize>().map(BudgetNodes::Count).map_err(|_| bad())
+    s.parse::<usize>()
+        .map(BudgetNodes::Count)
+        .map_err(|_| bad())
 }
 
 /// Parses a Karpenter duration: one or more `<digits><unit>` with units
@@ -319,7 +390,11 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, String> {
 
 /// [`parse_duration`], or `Never` → `None`.
 pub fn parse_duration_or_never(s: &str) -> Result<Option<SignedDuration>, String> {
-    if s == "Never" { Ok(None) } else { parse_duration(s).map(Some) }
+    if s == "Never" {
+        Ok(None)
+    } else {
+        parse_duration(s).map(Some)
+    }
 }
 
 /// Formats a duration the way Karpenter users write it (`1h30m`, `45s`, `0s`).
@@ -375,10 +450,25 @@ mod tests {
         assert_eq!(d, Disruption::default());
         assert_eq!(d.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
         assert_eq!(d.consolidate_after, Some(SignedDuration::ZERO));
-        assert_eq!(d.budgets, vec![Budget { nodes: BudgetNodes::Percent(10), schedule: None, duration: None, reasons: vec![] }]);
-        let d = Disruption::from_spec(Some(&spec(serde_json::json!({"budgets": []}))), "spec.disruption").expect("valid");
+        assert_eq!(
+            d.budgets,
+            vec![Budget {
+                nodes: BudgetNodes::Percent(10),
+                schedule: None,
+                duration: None,
+                reasons: vec![]
+            }]
+        );
+        let d = Disruption::from_spec(
+            Some(&spec(serde_json::json!({"budgets": []}))),
+            "spec.disruption",
+        )
+        .expect("valid");
         assert!(d.budgets.is_empty());
-        assert_eq!(d.allowed_disruptions(DisruptionReason::Drifted, 7, ts("2024-01-01T00:00:00Z")), 7);
+        assert_eq!(
+            d.allowed_disruptions(DisruptionReason::Drifted, 7, ts("2024-01-01T00:00:00Z")),
+            7
+        );
     }
 
     #[test]
@@ -399,16 +489,35 @@ mod tests {
         assert_eq!(d.policy, ConsolidationPolicy::WhenEmpty);
         assert_eq!(d.consolidate_after, None);
         assert_eq!(d.budgets[0].nodes, BudgetNodes::Percent(20));
-        assert_eq!(d.budgets[0].reasons, vec![DisruptionReason::Empty, DisruptionReason::Drifted]);
+        assert_eq!(
+            d.budgets[0].reasons,
+            vec![DisruptionReason::Empty, DisruptionReason::Drifted]
+        );
         assert_eq!(d.budgets[1].duration, Some(SignedDuration::from_hours(8)));
         assert_eq!(d.budgets[2].nodes, BudgetNodes::Count(3));
         // Monday 10:00 UTC: the business-hours budget blocks Underutilized.
         let monday = ts("2024-08-05T10:00:00Z");
-        assert_eq!(d.allowed_disruptions(DisruptionReason::Underutilized, 40, monday), 0);
-        assert_eq!(d.allowed_disruptions(DisruptionReason::Empty, 40, monday), 3);
+        assert_eq!(
+            d.allowed_disruptions(DisruptionReason::Underutilized, 40, monday),
+            0
+        );
+        assert_eq!(
+            d.allowed_disruptions(DisruptionReason::Empty, 40, monday),
+            3
+        );
         // Monday 17:00 is outside the 8h window.
-        assert_eq!(d.allowed_disruptions(DisruptionReason::Underutilized, 40, ts("2024-08-05T17:00:00Z")), 3);
-        assert_eq!(d.allowed_disruptions(DisruptionReason::Drifted, 2, monday), 1);
+        assert_eq!(
+            d.allowed_disruptions(
+                DisruptionReason::Underutilized,
+                40,
+                ts("2024-08-05T17:00:00Z")
+            ),
+            3
+        );
+        assert_eq!(
+            d.allowed_disruptions(DisruptionReason::Drifted, 2, monday),
+            1
+        );
     }
 
     #[test]
@@ -419,7 +528,10 @@ mod tests {
         assert_eq!(b.allowed_disruptions(1, now), Some(1));
         assert_eq!(b.allowed_disruptions(10, now), Some(1));
         assert_eq!(b.allowed_disruptions(11, now), Some(2));
-        let all = Budget { nodes: BudgetNodes::Percent(100), ..Budget::default() };
+        let all = Budget {
+            nodes: BudgetNodes::Percent(100),
+            ..Budget::default()
+        };
         assert_eq!(all.allowed_disruptions(13, now), Some(13));
         let scheduled = Budget {
             nodes: BudgetNodes::Count(0),
@@ -427,29 +539,79 @@ mod tests {
             duration: Some(SignedDuration::from_mins(10)),
             reasons: vec![],
         };
-        assert_eq!(scheduled.allowed_disruptions(5, ts("2024-01-01T00:09:59Z")), Some(0));
-        assert_eq!(scheduled.allowed_disruptions(5, ts("2024-01-01T00:10:00Z")), None);
+        assert_eq!(
+            scheduled.allowed_disruptions(5, ts("2024-01-01T00:09:59Z")),
+            Some(0)
+        );
+        assert_eq!(
+            scheduled.allowed_disruptions(5, ts("2024-01-01T00:10:00Z")),
+            None
+        );
     }
 
     #[test]
     fn invalid_settings_name_the_field() {
         let cases = [
-            (serde_json::json!({"consolidationPolicy": "WhenUnderutilized"}), "spec.disruption.consolidationPolicy", "renamed"),
-            (serde_json::json!({"consolidateAfter": "5 minutes"}), "spec.disruption.consolidateAfter", "expected a duration"),
-            (serde_json::json!({"budgets": [{"nodes": "110%"}]}), "spec.disruption.budgets[0].nodes", "at most 100%"),
-            (serde_json::json!({"budgets": [{}, {"nodes": "ten"}]}), "spec.disruption.budgets[1].nodes", "expected a count"),
-            (serde_json::json!({"budgets": [{"nodes": -1}]}), "spec.disruption.budgets[0].nodes", "non-negative"),
-            (serde_json::json!({"budgets": [{"schedule": "@daily"}]}), "spec.disruption.budgets[0].duration", "required when schedule"),
-            (serde_json::json!({"budgets": [{"duration": "1h"}]}), "spec.disruption.budgets[0].schedule", "required when duration"),
-            (serde_json::json!({"budgets": [{"schedule": "0 25 * * *", "duration": "1h"}]}), "spec.disruption.budgets[0].schedule", "hour: 25"),
-            (serde_json::json!({"budgets": [{"schedule": "@daily", "duration": "90s"}]}), "spec.disruption.budgets[0].duration", "whole minutes"),
-            (serde_json::json!({"budgets": [{"reasons": ["Empty", "Expired"]}]}), "spec.disruption.budgets[0].reasons[1]", "unknown reason"),
+            (
+                serde_json::json!({"consolidationPolicy": "WhenUnderutilized"}),
+                "spec.disruption.consolidationPolicy",
+                "renamed",
+            ),
+            (
+                serde_json::json!({"consolidateAfter": "5 minutes"}),
+                "spec.disruption.consolidateAfter",
+                "expected a duration",
+            ),
+            (
+                serde_json::json!({"budgets": [{"nodes": "110%"}]}),
+                "spec.disruption.budgets[0].nodes",
+                "at most 100%",
+            ),
+            (
+                serde_json::json!({"budgets": [{}, {"nodes": "ten"}]}),
+                "spec.disruption.budgets[1].nodes",
+                "expected a count",
+            ),
+            (
+                serde_json::json!({"budgets": [{"nodes": -1}]}),
+                "spec.disruption.budgets[0].nodes",
+                "non-negative",
+            ),
+            (
+                serde_json::json!({"budgets": [{"schedule": "@daily"}]}),
+                "spec.disruption.budgets[0].duration",
+                "required when schedule",
+            ),
+            (
+                serde_json::json!({"budgets": [{"duration": "1h"}]}),
+                "spec.disruption.budgets[0].schedule",
+                "required when duration",
+            ),
+            (
+                serde_json::json!({"budgets": [{"schedule": "0 25 * * *", "duration": "1h"}]}),
+                "spec.disruption.budgets[0].schedule",
+                "hour: 25",
+            ),
+            (
+                serde_json::json!({"budgets": [{"schedule": "@daily", "duration": "90s"}]}),
+                "spec.disruption.budgets[0].duration",
+                "whole minutes",
+            ),
+            (
+                serde_json::json!({"budgets": [{"reasons": ["Empty", "Expired"]}]}),
+                "spec.disruption.budgets[0].reasons[1]",
+                "unknown reason",
+            ),
         ];
         for (json, field, reason) in cases {
-            let (f, r) = Disruption::from_spec(Some(&spec(json.clone())), "spec.disruption").expect_err(&json.to_string());
+            let (f, r) = Disruption::from_spec(Some(&spec(json.clone())), "spec.disruption")
+                .expect_err(&json.to_string());
             assert_eq!(f, field, "{json}");
             assert!(r.contains(reason), "{json}: {r}");
         }
-        assert!(serde_json::from_value::<DisruptionSpec>(serde_json::json!({"expireAfter": "720h"})).is_err());
+        assert!(
+            serde_json::from_value::<DisruptionSpec>(serde_json::json!({"expireAfter": "720h"}))
+                .is_err()
+        );
     }
 }

@@ -9,19 +9,21 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ConfigError;
-use crate::ports::{ConfigItem, ConfigKind};
-use super::settings::{FeatureGatesSpec, SETTINGS_NAME, Settings, SettingsSpec};
 use super::convert::{
-    self, AwsProviderSpec, LegacyRef, ProvisionerConsolidation, ProvisionerLimits, ProvisionerSpec, V1beta1Disruption,
-    V1beta1NodePoolSpec, V1beta1Template, V1beta1TemplateSpec,
+    self, AwsProviderSpec, LegacyRef, ProvisionerConsolidation, ProvisionerLimits, ProvisionerSpec,
+    V1beta1Disruption, V1beta1NodePoolSpec, V1beta1Template, V1beta1TemplateSpec,
 };
 use super::disruption::{BudgetSpec, DisruptionSpec};
 use super::nodeclass::{
-    AmiSelectorTermSpec, EC2NodeClassSpec, KubeletSpec, NodeClass, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
+    AmiSelectorTermSpec, EC2NodeClassSpec, KubeletSpec, NodeClass, SecurityGroupSelectorTermSpec,
+    SubnetSelectorTermSpec,
 };
 use super::nodepool::{
-    NodeClaimTemplate, NodeClaimTemplateSpec, NodeClassRef, NodePool, NodePoolSpec, RequirementSpec, TaintSpec, TemplateMetadata,
+    NodeClaimTemplate, NodeClaimTemplateSpec, NodeClassRef, NodePool, NodePoolSpec,
+    RequirementSpec, TaintSpec, TemplateMetadata,
 };
+use super::settings::{FeatureGatesSpec, SETTINGS_NAME, Settings, SettingsSpec};
+use crate::ports::{ConfigItem, ConfigKind};
 
 pub const NODEPOOL_V1: &str = "karpenter.sh/v1";
 pub const NODEPOOL_V1BETA1: &str = "karpenter.sh/v1beta1";
@@ -46,7 +48,10 @@ pub enum ConfigDocument {
         /// The `apiVersion` it was written in (`karpenter.sh/v1alpha5` for a Provisioner).
         source_api_version: String,
     },
-    NodeClass { name: String, spec: EC2NodeClassSpec },
+    NodeClass {
+        name: String,
+        spec: EC2NodeClassSpec,
+    },
     /// `nodewright.io/v1alpha1` `Settings` (one, named `default`).
     Settings { name: String, spec: SettingsSpec },
 }
@@ -121,7 +126,11 @@ pub fn from_value(value: &Value, index: usize) -> Result<Vec<ConfigDocument>, Co
 
 fn parse(text: &str, keep_others: bool) -> Result<Vec<Document>, ConfigError> {
     let (docs, mut errors) = parse_all(text, keep_others);
-    if errors.is_empty() { Ok(docs) } else { Err(errors.swap_remove(0)) }
+    if errors.is_empty() {
+        Ok(docs)
+    } else {
+        Err(errors.swap_remove(0))
+    }
 }
 
 /// Every document that reads, and an error for each one that does not (a
@@ -147,7 +156,16 @@ pub fn parse_all(text: &str, keep_others: bool) -> (Vec<Document>, Vec<ConfigErr
 /// [`parse_all`] keeping only configuration documents; others are errors.
 pub fn parse_config_all(text: &str) -> (Vec<ConfigDocument>, Vec<ConfigError>) {
     let (docs, errors) = parse_all(text, false);
-    let docs = docs.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+    let docs = docs
+        .into_iter()
+        .filter_map(|d| {
+            if let Document::Config(c) = d {
+                Some(c)
+            } else {
+                None
+            }
+        })
+        .collect();
     (docs, errors)
 }
 
@@ -171,21 +189,48 @@ fn raw_documents_lenient(text: &str) -> (Vec<Value>, Option<ConfigError>) {
         match Value::deserialize(de) {
             Ok(value) => out.push(value),
             Err(e) => {
-                let field =
-                    e.location().map_or_else(|| "(document)".to_owned(), |l| format!("line {} column {}", l.line(), l.column()));
-                return (out, Some(ConfigError { item: format!("document[{i}]"), field, reason: e.to_string() }));
+                let field = e.location().map_or_else(
+                    || "(document)".to_owned(),
+                    |l| format!("line {} column {}", l.line(), l.column()),
+                );
+                return (
+                    out,
+                    Some(ConfigError {
+                        item: format!("document[{i}]"),
+                        field,
+                        reason: e.to_string(),
+                    }),
+                );
             }
         }
     }
     (out, None)
 }
 
-fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Document>) -> Result<(), ConfigError> {
-    let doc_err = |field: &str, reason: String| ConfigError { item: at.to_owned(), field: field.to_owned(), reason };
-    let Some(obj) = value.as_object() else {
-        return Err(doc_err("(document)", format!("expected an object with apiVersion and kind, got {}", kind_of(value))));
+fn read_object(
+    value: &Value,
+    at: &str,
+    keep_others: bool,
+    out: &mut Vec<Document>,
+) -> Result<(), ConfigError> {
+    let doc_err = |field: &str, reason: String| ConfigError {
+        item: at.to_owned(),
+        field: field.to_owned(),
+        reason,
     };
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let Some(obj) = value.as_object() else {
+        return Err(doc_err(
+            "(document)",
+            format!(
+                "expected an object with apiVersion and kind, got {}",
+                kind_of(value)
+            ),
+        ));
+    };
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
     if api_version.is_empty() {
         return Err(doc_err("apiVersion", "required".into()));
@@ -201,8 +246,13 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
         }
         return Ok(());
     }
-    let karpenter_kind = matches!(kind, "NodePool" | "EC2NodeClass" | "Provisioner" | "AWSNodeTemplate" | "Settings")
-        && matches!(api_version.split('/').next(), Some("karpenter.sh" | "karpenter.k8s.aws" | "nodewright.io"));
+    let karpenter_kind = matches!(
+        kind,
+        "NodePool" | "EC2NodeClass" | "Provisioner" | "AWSNodeTemplate" | "Settings"
+    ) && matches!(
+        api_version.split('/').next(),
+        Some("karpenter.sh" | "karpenter.k8s.aws" | "nodewright.io")
+    );
     let known = matches!(
         (api_version, kind),
         (NODEPOOL_V1 | NODEPOOL_V1BETA1, "NodePool")
@@ -216,10 +266,18 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
             out.push(Document::Other(value.clone()));
             return Ok(());
         }
-        return Err(doc_err("kind", format!("unsupported apiVersion/kind {api_version}/{kind} (supported: {SUPPORTED})")));
+        return Err(doc_err(
+            "kind",
+            format!("unsupported apiVersion/kind {api_version}/{kind} (supported: {SUPPORTED})"),
+        ));
     }
-    let name = obj.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or_default();
-    check_name(name, kind == "NodePool" || kind == "Provisioner").map_err(|r| doc_err("metadata.name", r))?;
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    check_name(name, kind == "NodePool" || kind == "Provisioner")
+        .map_err(|r| doc_err("metadata.name", r))?;
     let empty = Value::Object(serde_json::Map::new());
     let spec = match obj.get("spec") {
         None | Some(Value::Null) => &empty,
@@ -230,23 +288,40 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
         .get("metadata")
         .and_then(|m| m.get("annotations"))
         .and_then(Value::as_object)
-        .map(|a| a.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
         .unwrap_or_default();
     match (api_version, kind) {
         (NODEPOOL_V1, _) => {
             let spec = typed(spec, &format!("nodepool/{name}"), locate_nodepool)?;
-            out.push(Document::Config(ConfigDocument::NodePool { name, spec, annotations: annotations.clone(), source_api_version: api_version.into() }));
+            out.push(Document::Config(ConfigDocument::NodePool {
+                name,
+                spec,
+                annotations: annotations.clone(),
+                source_api_version: api_version.into(),
+            }));
         }
         (NODEPOOL_V1BETA1, _) => {
             let old = typed(spec, &format!("nodepool/{name}"), locate_v1beta1_nodepool)?;
             let spec = convert::v1beta1_nodepool_to_v1(&name, &old)?;
-            out.push(Document::Config(ConfigDocument::NodePool { name, spec, annotations: annotations.clone(), source_api_version: api_version.into() }));
+            out.push(Document::Config(ConfigDocument::NodePool {
+                name,
+                spec,
+                annotations: annotations.clone(),
+                source_api_version: api_version.into(),
+            }));
         }
         (PROVISIONER_V1ALPHA5, _) => {
             let old = typed(spec, &format!("provisioner/{name}"), locate_provisioner)?;
             let converted = convert::provisioner_to_v1(&name, &old)?;
             if let Some(class) = converted.node_class {
-                out.push(Document::Config(ConfigDocument::NodeClass { name: name.clone(), spec: class }));
+                out.push(Document::Config(ConfigDocument::NodeClass {
+                    name: name.clone(),
+                    spec: class,
+                }));
             }
             out.push(Document::Config(ConfigDocument::NodePool {
                 name,
@@ -257,7 +332,10 @@ fn read_object(value: &Value, at: &str, keep_others: bool, out: &mut Vec<Documen
         }
         (SETTINGS_V1ALPHA1, _) => {
             if name != SETTINGS_NAME {
-                return Err(doc_err("metadata.name", format!("{name:?}: the one Settings item is named {SETTINGS_NAME:?}")));
+                return Err(doc_err(
+                    "metadata.name",
+                    format!("{name:?}: the one Settings item is named {SETTINGS_NAME:?}"),
+                ));
             }
             let spec = typed(spec, &format!("settings/{name}"), locate_settings)?;
             out.push(Document::Config(ConfigDocument::Settings { name, spec }));
@@ -320,18 +398,28 @@ type Probe = fn(&Value, &str) -> Option<(String, String)>;
 
 fn typed<T: DeserializeOwned>(spec: &Value, item: &str, locate: Probe) -> Result<T, ConfigError> {
     serde_json::from_value(spec.clone()).map_err(|e| {
-        let (field, reason) = locate(spec, "spec").unwrap_or_else(|| ("spec".into(), e.to_string()));
-        ConfigError { item: item.to_owned(), field, reason }
+        let (field, reason) =
+            locate(spec, "spec").unwrap_or_else(|| ("spec".into(), e.to_string()));
+        ConfigError {
+            item: item.to_owned(),
+            field,
+            reason,
+        }
     })
 }
 
 fn leaf<T: DeserializeOwned>(v: &Value, path: &str) -> Option<(String, String)> {
-    serde_json::from_value::<T>(v.clone()).err().map(|e| (path.to_owned(), e.to_string()))
+    serde_json::from_value::<T>(v.clone())
+        .err()
+        .map(|e| (path.to_owned(), e.to_string()))
 }
 
 fn each<T: DeserializeOwned>(v: &Value, path: &str) -> Option<(String, String)> {
     if let Some(items) = v.as_array()
-        && let Some(e) = items.iter().enumerate().find_map(|(i, x)| leaf::<T>(x, &format!("{path}[{i}]")))
+        && let Some(e) = items
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| leaf::<T>(x, &format!("{path}[{i}]")))
     {
         return Some(e);
     }
@@ -339,7 +427,11 @@ fn each<T: DeserializeOwned>(v: &Value, path: &str) -> Option<(String, String)> 
 }
 
 /// The failing child, or the object itself (unknown or missing fields).
-fn object<T: DeserializeOwned>(v: &Value, path: &str, children: &[(&str, Probe)]) -> Option<(String, String)> {
+fn object<T: DeserializeOwned>(
+    v: &Value,
+    path: &str,
+    children: &[(&str, Probe)],
+) -> Option<(String, String)> {
     let whole = leaf::<T>(v, path)?;
     if let Some(obj) = v.as_object() {
         for (key, probe) in children {
@@ -355,7 +447,14 @@ fn object<T: DeserializeOwned>(v: &Value, path: &str, children: &[(&str, Probe)]
 
 fn locate_nodepool(v: &Value, p: &str) -> Option<(String, String)> {
     fn template(v: &Value, p: &str) -> Option<(String, String)> {
-        object::<NodeClaimTemplate>(v, p, &[("metadata", leaf::<TemplateMetadata>), ("spec", template_spec)])
+        object::<NodeClaimTemplate>(
+            v,
+            p,
+            &[
+                ("metadata", leaf::<TemplateMetadata>),
+                ("spec", template_spec),
+            ],
+        )
     }
     fn template_spec(v: &Value, p: &str) -> Option<(String, String)> {
         object::<NodeClaimTemplateSpec>(
@@ -376,7 +475,11 @@ fn locate_nodepool(v: &Value, p: &str) -> Option<(String, String)> {
         object::<DisruptionSpec>(
             v,
             p,
-            &[("consolidationPolicy", leaf::<String>), ("consolidateAfter", leaf::<String>), ("budgets", each::<BudgetSpec>)],
+            &[
+                ("consolidationPolicy", leaf::<String>),
+                ("consolidateAfter", leaf::<String>),
+                ("budgets", each::<BudgetSpec>),
+            ],
         )
     }
     object::<NodePoolSpec>(
@@ -393,7 +496,14 @@ fn locate_nodepool(v: &Value, p: &str) -> Option<(String, String)> {
 
 fn locate_v1beta1_nodepool(v: &Value, p: &str) -> Option<(String, String)> {
     fn template(v: &Value, p: &str) -> Option<(String, String)> {
-        object::<V1beta1Template>(v, p, &[("metadata", leaf::<TemplateMetadata>), ("spec", template_spec)])
+        object::<V1beta1Template>(
+            v,
+            p,
+            &[
+                ("metadata", leaf::<TemplateMetadata>),
+                ("spec", template_spec),
+            ],
+        )
     }
     fn template_spec(v: &Value, p: &str) -> Option<(String, String)> {
         object::<V1beta1TemplateSpec>(
@@ -413,7 +523,12 @@ fn locate_v1beta1_nodepool(v: &Value, p: &str) -> Option<(String, String)> {
     object::<V1beta1NodePoolSpec>(
         v,
         p,
-        &[("template", template), ("disruption", disruption), ("limits", leaf::<BTreeMap<String, Value>>), ("weight", leaf::<i32>)],
+        &[
+            ("template", template),
+            ("disruption", disruption),
+            ("limits", leaf::<BTreeMap<String, Value>>),
+            ("weight", leaf::<i32>),
+        ],
     )
 }
 
@@ -451,7 +566,10 @@ fn locate_nodeclass(v: &Value, p: &str) -> Option<(String, String)> {
         &[
             ("amiSelectorTerms", each::<AmiSelectorTermSpec>),
             ("subnetSelectorTerms", each::<SubnetSelectorTermSpec>),
-            ("securityGroupSelectorTerms", each::<SecurityGroupSelectorTermSpec>),
+            (
+                "securityGroupSelectorTerms",
+                each::<SecurityGroupSelectorTermSpec>,
+            ),
             ("kubelet", leaf::<KubeletSpec>),
             ("amiFamily", leaf::<String>),
             ("role", leaf::<String>),
@@ -477,12 +595,14 @@ impl ConfigDocument {
                 name,
                 source_api_version: NODEPOOL_V1.to_owned(),
             },
-            ConfigKind::NodeClass => {
-                ConfigDocument::NodeClass { spec: typed(&item.spec, &format!("nodeclass/{name}"), locate_nodeclass)?, name }
-            }
-            ConfigKind::Settings => {
-                ConfigDocument::Settings { spec: typed(&item.spec, &format!("settings/{name}"), locate_settings)?, name }
-            }
+            ConfigKind::NodeClass => ConfigDocument::NodeClass {
+                spec: typed(&item.spec, &format!("nodeclass/{name}"), locate_nodeclass)?,
+                name,
+            },
+            ConfigKind::Settings => ConfigDocument::Settings {
+                spec: typed(&item.spec, &format!("settings/{name}"), locate_settings)?,
+                name,
+            },
         })
     }
 
@@ -511,7 +631,14 @@ impl ConfigDocument {
             ConfigDocument::NodePool { annotations, .. } => annotations.clone(),
             _ => BTreeMap::new(),
         };
-        ConfigItem { kind: self.kind(), name: self.name().to_owned(), spec: self.spec_json(), annotations, version, updated_at: now }
+        ConfigItem {
+            kind: self.kind(),
+            name: self.name().to_owned(),
+            spec: self.spec_json(),
+            annotations,
+            version,
+            updated_at: now,
+        }
     }
 
     /// The v1 YAML document a user can keep (`config get`, `config convert`).
@@ -539,11 +666,15 @@ pub fn resolve_items(items: &[ConfigItem]) -> Resolved {
     }
     let mut r = ConfigSet::resolve(&docs);
     // A pool naming a class whose item does not read: not ready, not missing.
-    let unreadable: BTreeSet<String> =
-        errors.iter().filter_map(|e: &ConfigError| e.item.strip_prefix("nodeclass/").map(str::to_owned)).collect();
+    let unreadable: BTreeSet<String> = errors
+        .iter()
+        .filter_map(|e: &ConfigError| e.item.strip_prefix("nodeclass/").map(str::to_owned))
+        .collect();
     for e in std::mem::take(&mut r.errors) {
         let class_unreadable = e.field == "spec.template.spec.nodeClassRef.name"
-            && unreadable.iter().any(|c| e.reason.starts_with(&format!("EC2NodeClass {c:?} ")));
+            && unreadable
+                .iter()
+                .any(|c| e.reason.starts_with(&format!("EC2NodeClass {c:?} ")));
         if class_unreadable {
             let reason = e.reason.replacen("does not exist", "is invalid", 1);
             r.not_ready.push(ConfigError { reason, ..e });
@@ -587,14 +718,22 @@ impl ConfigSet {
     /// own (a v1beta1 compatibility field) on top.
     pub fn from_documents(docs: &[ConfigDocument]) -> Result<ConfigSet, Vec<ConfigError>> {
         let r = ConfigSet::resolve(docs);
-        if r.errors.is_empty() { Ok(r.set) } else { Err(r.errors) }
+        if r.errors.is_empty() {
+            Ok(r.set)
+        } else {
+            Err(r.errors)
+        }
     }
 
     /// The lenient form the functions use on stored items: whatever is
     /// valid, and what is not. The one place NodePools meet their NodeClass.
     pub fn resolve(docs: &[ConfigDocument]) -> Resolved {
         let mut r = Resolved::default();
-        let duplicate = |item: String| ConfigError { item, field: "metadata.name".into(), reason: "defined more than once".into() };
+        let duplicate = |item: String| ConfigError {
+            item,
+            field: "metadata.name".into(),
+            reason: "defined more than once".into(),
+        };
         let mut class_names = BTreeSet::new();
         let mut settings_seen = false;
         for doc in docs {
@@ -624,7 +763,15 @@ impl ConfigSet {
         }
         let mut pool_names = BTreeSet::new();
         for doc in docs {
-            let ConfigDocument::NodePool { name, spec, annotations, .. } = doc else { continue };
+            let ConfigDocument::NodePool {
+                name,
+                spec,
+                annotations,
+                ..
+            } = doc
+            else {
+                continue;
+            };
             if !pool_names.insert(name.as_str()) {
                 r.errors.push(duplicate(format!("nodepool/{name}")));
                 continue;
@@ -639,7 +786,11 @@ impl ConfigSet {
                     continue;
                 }
             };
-            let err = |field: &str, reason: String| ConfigError { item: format!("nodepool/{name}"), field: field.into(), reason };
+            let err = |field: &str, reason: String| ConfigError {
+                item: format!("nodepool/{name}"),
+                field: field.into(),
+                reason,
+            };
             match pool.node_class.as_deref() {
                 None => r.errors.push(err("spec.template.spec.nodeClassRef", "required: the EC2NodeClass nodes launch with".into())),
                 Some(class) if !class_names.contains(class) => r.errors.push(err(
@@ -727,20 +878,41 @@ mod tests {
         let docs = parse_documents(first).expect("default converts");
         assert_eq!(docs.len(), 2, "an inline provider yields a NodeClass too");
         assert!(matches!(&docs[0], ConfigDocument::NodeClass { name, .. } if name == "default"));
-        assert!(matches!(&docs[1], ConfigDocument::NodePool { source_api_version, .. } if source_api_version == PROVISIONER_V1ALPHA5));
+        assert!(
+            matches!(&docs[1], ConfigDocument::NodePool { source_api_version, .. } if source_api_version == PROVISIONER_V1ALPHA5)
+        );
         let set = ConfigSet::from_documents(&docs).expect("valid");
         let pool = set.node_pool("default").expect("pool");
         assert_eq!(pool.disruption.policy, ConsolidationPolicy::WhenEmpty);
-        assert_eq!(pool.disruption.consolidate_after, Some(SignedDuration::from_secs(30)));
+        assert_eq!(
+            pool.disruption.consolidate_after,
+            Some(SignedDuration::from_secs(30))
+        );
         assert_eq!(pool.expire_after, Some(SignedDuration::from_secs(1800)));
         assert_eq!(pool.limits.resources.get("cpu"), Some(&1_000_000));
-        assert!(pool.requirements.allows(labels::CAPACITY_TYPE, Some("spot")));
-        assert!(pool.requirements.allows(labels::CAPACITY_TYPE, Some("on-demand")));
+        assert!(
+            pool.requirements
+                .allows(labels::CAPACITY_TYPE, Some("spot"))
+        );
+        assert!(
+            pool.requirements
+                .allows(labels::CAPACITY_TYPE, Some("on-demand"))
+        );
         assert!(pool.requirements.allows(labels::ARCH, Some("arm64")));
         let class = set.node_class_of(pool).expect("class");
-        let any: BTreeMap<String, String> = [("kubernetes.io/cluster/karpenter-demo".to_string(), "*".to_string())].into();
-        assert_eq!(class.subnet_selector_terms, vec![SelectorTerm::Tags(any.clone())]);
-        assert_eq!(class.security_group_selector_terms, vec![SelectorTerm::Tags(any)]);
+        let any: BTreeMap<String, String> = [(
+            "kubernetes.io/cluster/karpenter-demo".to_string(),
+            "*".to_string(),
+        )]
+        .into();
+        assert_eq!(
+            class.subnet_selector_terms,
+            vec![SelectorTerm::Tags(any.clone())]
+        );
+        assert_eq!(
+            class.security_group_selector_terms,
+            vec![SelectorTerm::Tags(any)]
+        );
         assert_eq!(class.ami_family, AmiFamily::AL2);
         // The walkthrough relied on the aws.defaultInstanceProfile setting.
         assert_eq!(class.identity, NodeIdentity::DefaultInstanceProfile);
@@ -758,7 +930,9 @@ mod tests {
         assert_eq!(pool.disruption.consolidate_after, None);
         assert_eq!(
             set.node_class("t101").map(|c| c.identity.clone()),
-            Some(NodeIdentity::InstanceProfile("KarpenterNodeInstanceProfile-t101-karpenter".into()))
+            Some(NodeIdentity::InstanceProfile(
+                "KarpenterNodeInstanceProfile-t101-karpenter".into()
+            ))
         );
     }
 
@@ -769,18 +943,40 @@ mod tests {
         let set = ConfigSet::from_documents(&docs).expect("valid");
         let class = set.node_class("default").expect("class");
         assert_eq!(class.ami_family, AmiFamily::AL2);
-        assert_eq!(class.ami_selector_terms, vec![AmiSelector::Alias { family: AmiFamily::AL2, version: "latest".into() }]);
-        assert_eq!(class.identity, NodeIdentity::Role("karpenter-t101-karpenter".into()));
-        assert_eq!(class.tags.get("karpenter.sh/discovery").map(String::as_str), Some("t101-karpenter"));
+        assert_eq!(
+            class.ami_selector_terms,
+            vec![AmiSelector::Alias {
+                family: AmiFamily::AL2,
+                version: "latest".into()
+            }]
+        );
+        assert_eq!(
+            class.identity,
+            NodeIdentity::Role("karpenter-t101-karpenter".into())
+        );
+        assert_eq!(
+            class.tags.get("karpenter.sh/discovery").map(String::as_str),
+            Some("t101-karpenter")
+        );
         let pool = set.node_pool("default").expect("pool");
         assert_eq!(pool.node_class.as_deref(), Some("default"));
         assert_eq!(pool.disruption.policy, ConsolidationPolicy::WhenEmpty);
-        assert_eq!(pool.disruption.consolidate_after, Some(SignedDuration::from_secs(30)));
+        assert_eq!(
+            pool.disruption.consolidate_after,
+            Some(SignedDuration::from_secs(30))
+        );
         assert_eq!(pool.expire_after, Some(SignedDuration::from_hours(720)));
         assert_eq!(pool.disruption.budgets.len(), 1);
         assert_eq!(pool.disruption.budgets[0].nodes, BudgetNodes::Percent(10));
-        assert!(pool.requirements.allows(labels::INSTANCE_GENERATION, Some("3")));
-        assert!(!pool.requirements.allows(labels::INSTANCE_GENERATION, Some("2")));
+        assert!(
+            pool.requirements
+                .allows(labels::INSTANCE_GENERATION, Some("3"))
+        );
+        assert!(
+            !pool
+                .requirements
+                .allows(labels::INSTANCE_GENERATION, Some("2"))
+        );
         assert!(pool.requirements.allows(labels::INSTANCE_CPU, Some("16")));
         assert_eq!(pool.limits.resources.get("cpu"), Some(&1_000_000));
     }
@@ -788,16 +984,44 @@ mod tests {
     #[test]
     fn v1_documents_and_others_in_one_stream() {
         let docs = parse_stream(V1).expect("parses");
-        let others: Vec<&Value> = docs.iter().filter_map(|d| if let Document::Other(v) = d { Some(v) } else { None }).collect();
+        let others: Vec<&Value> = docs
+            .iter()
+            .filter_map(|d| {
+                if let Document::Other(v) = d {
+                    Some(v)
+                } else {
+                    None
+                }
+            })
+            .collect();
         assert_eq!(others.len(), 1);
         assert_eq!(others[0]["kind"], "Deployment");
-        let config: Vec<ConfigDocument> =
-            docs.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+        let config: Vec<ConfigDocument> = docs
+            .into_iter()
+            .filter_map(|d| {
+                if let Document::Config(c) = d {
+                    Some(c)
+                } else {
+                    None
+                }
+            })
+            .collect();
         let set = ConfigSet::from_documents(&config).expect("valid");
         let pool = set.node_pool("general").expect("pool");
-        assert_eq!(pool.kubelet.max_pods, Some(58), "the class's maxPods reaches the allocatable math");
-        assert_eq!(pool.launch_kubelet.pods_per_core, Some(4), "the pool's own setting wins");
-        assert_eq!(pool.termination_grace_period, Some(SignedDuration::from_hours(24)));
+        assert_eq!(
+            pool.kubelet.max_pods,
+            Some(58),
+            "the class's maxPods reaches the allocatable math"
+        );
+        assert_eq!(
+            pool.launch_kubelet.pods_per_core,
+            Some(4),
+            "the pool's own setting wins"
+        );
+        assert_eq!(
+            pool.termination_grace_period,
+            Some(SignedDuration::from_hours(24))
+        );
         assert_eq!(pool.expire_after, None);
         assert_eq!(pool.disruption.budgets.len(), 2);
         assert!(set.node_class("al2023").is_some());
@@ -828,47 +1052,97 @@ mod tests {
             .map(|d| Value::deserialize(d).expect("yaml"))
             .collect();
         let converted = from_value(&docs[0], 0).expect("converts");
-        assert_eq!(converted.iter().map(ConfigDocument::name).collect::<Vec<_>>(), vec!["default", "default"]);
+        assert_eq!(
+            converted
+                .iter()
+                .map(ConfigDocument::name)
+                .collect::<Vec<_>>(),
+            vec!["default", "default"]
+        );
         // What a store keeps (the v1 spec as JSON) reads back to the same spec.
         for doc in &converted {
             match doc {
                 ConfigDocument::NodePool { spec, .. } => {
-                    let back: NodePoolSpec = serde_json::from_value(serde_json::to_value(spec).expect("json")).expect("reads back");
+                    let back: NodePoolSpec =
+                        serde_json::from_value(serde_json::to_value(spec).expect("json"))
+                            .expect("reads back");
                     assert_eq!(&back, spec);
                 }
                 ConfigDocument::NodeClass { spec, .. } => {
-                    let back: EC2NodeClassSpec = serde_json::from_value(serde_json::to_value(spec).expect("json")).expect("reads back");
+                    let back: EC2NodeClassSpec =
+                        serde_json::from_value(serde_json::to_value(spec).expect("json"))
+                            .expect("reads back");
                     assert_eq!(&back, spec);
                     assert!(NodeClass::from_spec("default", &back).is_ok());
                 }
                 ConfigDocument::Settings { .. } => panic!("no settings in a Provisioner"),
             }
             // And through the stored item, the one way the functions read it.
-            let back = ConfigDocument::from_item(&doc.to_item(3, jiff::Timestamp::UNIX_EPOCH)).expect("item reads back");
+            let back = ConfigDocument::from_item(&doc.to_item(3, jiff::Timestamp::UNIX_EPOCH))
+                .expect("item reads back");
             assert_eq!(back.spec_json(), doc.spec_json());
         }
         let e = from_value(&docs[1], 1).expect_err("t101");
         assert_eq!(e.field, "spec.provider.subnetSelector");
-        let e = from_value(&serde_json::json!({"apiVersion": "v1", "kind": "Pod"}), 4).expect_err("a pod");
+        let e = from_value(&serde_json::json!({"apiVersion": "v1", "kind": "Pod"}), 4)
+            .expect_err("a pod");
         assert_eq!((e.item.as_str(), e.field.as_str()), ("document[4]", "kind"));
     }
 
     #[test]
     fn empty_documents_are_skipped() {
         assert_eq!(parse_documents("").expect("empty"), vec![]);
-        assert_eq!(parse_documents("---\n---\n# just a comment\n").expect("empty"), vec![]);
+        assert_eq!(
+            parse_documents("---\n---\n# just a comment\n").expect("empty"),
+            vec![]
+        );
     }
 
     #[test]
     fn document_errors_name_the_position() {
         let cases = [
-            ("---\n---\napiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: x}\n", "document[1]", "kind", "karpenter.sh/v1/NodeClaim"),
-            ("apiVersion: karpenter.sh/v2\nkind: NodePool\nmetadata: {name: x}\n", "document[0]", "kind", "unsupported apiVersion/kind"),
-            ("kind: NodePool\nmetadata: {name: x}\n", "document[0]", "apiVersion", "required"),
-            ("apiVersion: karpenter.sh/v1\nkind: NodePool\n", "document[0]", "metadata.name", "required"),
-            ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: Default}\n", "document[0]", "metadata.name", "not a valid name"),
-            ("- a\n- b\n", "document[0]", "(document)", "expected an object"),
-            ("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec: {limits: [1}\n", "document[0]", "line 4 column", ""),
+            (
+                "---\n---\napiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: x}\n",
+                "document[1]",
+                "kind",
+                "karpenter.sh/v1/NodeClaim",
+            ),
+            (
+                "apiVersion: karpenter.sh/v2\nkind: NodePool\nmetadata: {name: x}\n",
+                "document[0]",
+                "kind",
+                "unsupported apiVersion/kind",
+            ),
+            (
+                "kind: NodePool\nmetadata: {name: x}\n",
+                "document[0]",
+                "apiVersion",
+                "required",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\n",
+                "document[0]",
+                "metadata.name",
+                "required",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: Default}\n",
+                "document[0]",
+                "metadata.name",
+                "not a valid name",
+            ),
+            (
+                "- a\n- b\n",
+                "document[0]",
+                "(document)",
+                "expected an object",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec: {limits: [1}\n",
+                "document[0]",
+                "line 4 column",
+                "",
+            ),
         ];
         for (text, item, field, reason) in cases {
             let e = parse_documents(text).expect_err(text);
@@ -877,13 +1151,19 @@ mod tests {
             assert!(e.reason.contains(reason), "{text}: {}", e.reason);
         }
         // A Karpenter kind of an unknown version is refused even when keeping others.
-        let e = parse_stream("apiVersion: karpenter.sh/v1beta2\nkind: NodePool\nmetadata: {name: x}\n").expect_err("v1beta2");
+        let e =
+            parse_stream("apiVersion: karpenter.sh/v1beta2\nkind: NodePool\nmetadata: {name: x}\n")
+                .expect_err("v1beta2");
         assert_eq!(e.field, "kind");
     }
 
     #[test]
     fn spec_errors_name_the_narrowest_field() {
-        let pool = |spec: &str| format!("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}");
+        let pool = |spec: &str| {
+            format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}"
+            )
+        };
         let cases = [
             (pool("  template:\n    spec:\n      requirements:\n        - {key: a, operator: In, values: [x]}\n        - {key: b, operator: In, value: [x]}\n"), "nodepool/p", "spec.template.spec.requirements[1]", "unknown field `value`"),
             (pool("  disruption:\n    expireAfter: 720h\n"), "nodepool/p", "spec.disruption", "unknown field `expireAfter`"),
@@ -903,18 +1183,96 @@ mod tests {
     #[test]
     fn invalid_items_in_a_set() {
         let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  amiSelectorTerms: [{alias: al2023@latest}]\n  role: r\n  subnetSelectorTerms: [{id: subnet-1}]\n  securityGroupSelectorTerms: [{id: sg-1}]\n";
-        let pool = |name: &str, tmpl: &str| format!("---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    spec:\n{tmpl}");
+        let pool = |name: &str, tmpl: &str| {
+            format!(
+                "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    spec:\n{tmpl}"
+            )
+        };
         let ref_c = "      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}\n";
         let cases = [
-            (format!("{class}{}", pool("p", "      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n")), "nodepool/p", "spec.template.spec.nodeClassRef.name", "does not exist"),
-            (format!("{class}{}", pool("p", "      requirements: []\n")), "nodepool/p", "spec.template.spec.nodeClassRef", "required"),
-            (format!("{class}{}{}", pool("p", ref_c), pool("p", ref_c)), "nodepool/p", "metadata.name", "more than once"),
-            (format!("{class}---\n{class}{}", pool("p", ref_c)), "nodeclass/c", "metadata.name", "more than once"),
-            (format!("{class}{}", pool("p", &format!("{ref_c}      requirements:\n        - {{key: a, operator: In, values: [x]}}\n        - {{key: b, operator: Within, values: [x]}}\n"))), "nodepool/p", "spec.template.spec.requirements[1]", "unknown operator"),
-            (format!("{class}{}", pool("p", &format!("{ref_c}      expireAfter: 30d\n"))), "nodepool/p", "spec.template.spec.expireAfter", "expected a duration"),
-            (format!("{class}{}", pool("p", &format!("{ref_c}      terminationGracePeriod: Never\n"))), "nodepool/p", "spec.template.spec.terminationGracePeriod", "expected a duration"),
-            (format!("{class}{}", pool("p", "      nodeClassRef: {group: karpenter.k8s.aws, kind: AWSNodeTemplate, name: c}\n")), "nodepool/p", "spec.template.spec.nodeClassRef.kind", "unsupported kind"),
-            (class.replace("role: r", "role: r\n  instanceProfile: p") + &pool("p", ref_c), "nodeclass/c", "spec.instanceProfile", "not both"),
+            (
+                format!(
+                    "{class}{}",
+                    pool(
+                        "p",
+                        "      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n"
+                    )
+                ),
+                "nodepool/p",
+                "spec.template.spec.nodeClassRef.name",
+                "does not exist",
+            ),
+            (
+                format!("{class}{}", pool("p", "      requirements: []\n")),
+                "nodepool/p",
+                "spec.template.spec.nodeClassRef",
+                "required",
+            ),
+            (
+                format!("{class}{}{}", pool("p", ref_c), pool("p", ref_c)),
+                "nodepool/p",
+                "metadata.name",
+                "more than once",
+            ),
+            (
+                format!("{class}---\n{class}{}", pool("p", ref_c)),
+                "nodeclass/c",
+                "metadata.name",
+                "more than once",
+            ),
+            (
+                format!(
+                    "{class}{}",
+                    pool(
+                        "p",
+                        &format!(
+                            "{ref_c}      requirements:\n        - {{key: a, operator: In, values: [x]}}\n        - {{key: b, operator: Within, values: [x]}}\n"
+                        )
+                    )
+                ),
+                "nodepool/p",
+                "spec.template.spec.requirements[1]",
+                "unknown operator",
+            ),
+            (
+                format!(
+                    "{class}{}",
+                    pool("p", &format!("{ref_c}      expireAfter: 30d\n"))
+                ),
+                "nodepool/p",
+                "spec.template.spec.expireAfter",
+                "expected a duration",
+            ),
+            (
+                format!(
+                    "{class}{}",
+                    pool(
+                        "p",
+                        &format!("{ref_c}      terminationGracePeriod: Never\n")
+                    )
+                ),
+                "nodepool/p",
+                "spec.template.spec.terminationGracePeriod",
+                "expected a duration",
+            ),
+            (
+                format!(
+                    "{class}{}",
+                    pool(
+                        "p",
+                        "      nodeClassRef: {group: karpenter.k8s.aws, kind: AWSNodeTemplate, name: c}\n"
+                    )
+                ),
+                "nodepool/p",
+                "spec.template.spec.nodeClassRef.kind",
+                "unsupported kind",
+            ),
+            (
+                class.replace("role: r", "role: r\n  instanceProfile: p") + &pool("p", ref_c),
+                "nodeclass/c",
+                "spec.instanceProfile",
+                "not both",
+            ),
         ];
         for (text, item, field, reason) in cases {
             let e = one_error(&text);
@@ -927,7 +1285,10 @@ mod tests {
     fn all_errors_are_collected() {
         let text = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {role: r}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec: {weight: 500, template: {spec: {nodeClassRef: {name: c}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: b}\nspec: {template: {spec: {nodeClassRef: {name: d}}}}\n";
         let errors = ConfigSet::parse(text).expect_err("five errors");
-        let got: Vec<(&str, &str)> = errors.iter().map(|e| (e.item.as_str(), e.field.as_str())).collect();
+        let got: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.item.as_str(), e.field.as_str()))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -951,24 +1312,92 @@ mod never_panics {
     /// values of every type at every place.
     fn value() -> impl Strategy<Value = Value> {
         let keys = prop::sample::select(vec![
-            "apiVersion", "kind", "metadata", "name", "spec", "template", "requirements", "key", "operator", "values",
-            "minValues", "limits", "cpu", "memory", "disruption", "budgets", "nodes", "schedule", "duration",
-            "consolidateAfter", "consolidationPolicy", "expireAfter", "nodeClassRef", "kubelet", "maxPods",
-            "systemReserved", "evictionHard", "amiSelectorTerms", "alias", "subnetSelectorTerms", "tags", "id",
-            "securityGroupSelectorTerms", "role", "provider", "subnetSelector", "ttlSecondsAfterEmpty", "weight",
-            "taints", "effect", "items", "batchIdleDuration", "rebalancePolicy", "featureGates",
+            "apiVersion",
+            "kind",
+            "metadata",
+            "name",
+            "spec",
+            "template",
+            "requirements",
+            "key",
+            "operator",
+            "values",
+            "minValues",
+            "limits",
+            "cpu",
+            "memory",
+            "disruption",
+            "budgets",
+            "nodes",
+            "schedule",
+            "duration",
+            "consolidateAfter",
+            "consolidationPolicy",
+            "expireAfter",
+            "nodeClassRef",
+            "kubelet",
+            "maxPods",
+            "systemReserved",
+            "evictionHard",
+            "amiSelectorTerms",
+            "alias",
+            "subnetSelectorTerms",
+            "tags",
+            "id",
+            "securityGroupSelectorTerms",
+            "role",
+            "provider",
+            "subnetSelector",
+            "ttlSecondsAfterEmpty",
+            "weight",
+            "taints",
+            "effect",
+            "items",
+            "batchIdleDuration",
+            "rebalancePolicy",
+            "featureGates",
         ]);
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
             prop::sample::select(vec![
-                "karpenter.sh/v1", "karpenter.k8s.aws/v1", "karpenter.sh/v1beta1", "karpenter.sh/v1alpha5",
-                "karpenter.k8s.aws/v1alpha1", "karpenter.k8s.aws/v1beta1", "nodewright.io/v1alpha1", "NodePool",
-                "EC2NodeClass", "Provisioner", "AWSNodeTemplate", "Settings", "List", "In", "NotIn", "Gt", "Lt",
-                "Exists", "1x", "8Gx", "-1", "100%", "0 0 * * *", "@daily", "10m", "Never", "default", "al2023@latest",
-                "", "kubernetes.io/arch", "karpenter.sh/nodepool", "WhenEmpty", "*",
+                "karpenter.sh/v1",
+                "karpenter.k8s.aws/v1",
+                "karpenter.sh/v1beta1",
+                "karpenter.sh/v1alpha5",
+                "karpenter.k8s.aws/v1alpha1",
+                "karpenter.k8s.aws/v1beta1",
+                "nodewright.io/v1alpha1",
+                "NodePool",
+                "EC2NodeClass",
+                "Provisioner",
+                "AWSNodeTemplate",
+                "Settings",
+                "List",
+                "In",
+                "NotIn",
+                "Gt",
+                "Lt",
+                "Exists",
+                "1x",
+                "8Gx",
+                "-1",
+                "100%",
+                "0 0 * * *",
+                "@daily",
+                "10m",
+                "Never",
+                "default",
+                "al2023@latest",
+                "",
+                "kubernetes.io/arch",
+                "karpenter.sh/nodepool",
+                "WhenEmpty",
+                "*",
             ])
             .prop_map(Value::from),
             "[a-z0-9./%@* -]{0,12}".prop_map(Value::from),
@@ -976,17 +1405,30 @@ mod never_panics {
         leaf.prop_recursive(5, 64, 8, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::btree_map(keys.clone(), inner, 0..6)
-                    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+                prop::collection::btree_map(keys.clone(), inner, 0..6).prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
             ]
         })
     }
 
     fn exercise(text: &str) {
         let (docs, _) = parse_all(text, true);
-        let config: Vec<ConfigDocument> = docs.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+        let config: Vec<ConfigDocument> = docs
+            .into_iter()
+            .filter_map(|d| {
+                if let Document::Config(c) = d {
+                    Some(c)
+                } else {
+                    None
+                }
+            })
+            .collect();
         let _ = ConfigSet::from_documents(&config);
-        let items: Vec<ConfigItem> = config.iter().map(|d| d.to_item(1, jiff::Timestamp::UNIX_EPOCH)).collect();
+        let items: Vec<ConfigItem> = config
+            .iter()
+            .map(|d| d.to_item(1, jiff::Timestamp::UNIX_EPOCH))
+            .collect();
         let _ = resolve_items(&items);
         let _ = ConfigSet::parse(text);
     }

@@ -11,8 +11,13 @@ pub mod nodeclass;
 pub mod nodepool;
 pub mod settings;
 
-pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec};
-pub use document::{ConfigDocument, ConfigSet, Document, Resolved, parse_all, parse_config_all, parse_documents, parse_stream, resolve_items};
+pub use disruption::{
+    Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec,
+};
+pub use document::{
+    ConfigDocument, ConfigSet, Document, Resolved, parse_all, parse_config_all, parse_documents,
+    parse_stream, resolve_items,
+};
 pub use nodeclass::{AmiFamily, EC2NodeClassSpec, KubeletSpec, NodeClass, NodeIdentity};
 pub use nodepool::{Limits, NodePool, NodePoolSpec};
 pub use settings::{RebalancePolicy, Settings, SettingsSpec};

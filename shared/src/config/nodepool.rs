@@ -136,7 +136,10 @@ pub struct NodePool {
 impl NodePool {
     /// The resolved NodeClass, if it is the one named `name` (a claim's record).
     pub fn class_named(&self, name: Option<&str>) -> Option<NodeClass> {
-        self.resolved_class.as_deref().filter(|c| Some(c.name.as_str()) == name).cloned()
+        self.resolved_class
+            .as_deref()
+            .filter(|c| Some(c.name.as_str()) == name)
+            .cloned()
     }
 }
 
@@ -158,9 +161,18 @@ impl Limits {
     }
 
     /// The first limit that `usage` (plus one more node of `node_capacity`) would exceed.
-    pub fn exceeded_by(&self, usage: &Resources, nodes: i64, node_capacity: &Resources) -> Option<(&str, i64)> {
+    pub fn exceeded_by(
+        &self,
+        usage: &Resources,
+        nodes: i64,
+        node_capacity: &Resources,
+    ) -> Option<(&str, i64)> {
         self.resources.iter().find_map(|(name, limit)| {
-            let would = if name == "nodes" { nodes + 1 } else { usage.get(name) + node_capacity.get(name) };
+            let would = if name == "nodes" {
+                nodes + 1
+            } else {
+                usage.get(name) + node_capacity.get(name)
+            };
             (would > *limit).then_some((name.as_str(), *limit))
         })
     }
@@ -176,7 +188,13 @@ impl NodePool {
     /// pool with five mistakes gets five), never an empty list.
     pub fn from_spec_all(name: &str, spec: &NodePoolSpec) -> Result<NodePool, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        let mut bad = |field: String, reason: String| errors.push(ConfigError { item: format!("nodepool/{name}"), field, reason });
+        let mut bad = |field: String, reason: String| {
+            errors.push(ConfigError {
+                item: format!("nodepool/{name}"),
+                field,
+                reason,
+            })
+        };
         if name.is_empty() {
             bad("metadata.name".into(), "must not be empty".into());
         }
@@ -200,25 +218,35 @@ impl NodePool {
                 continue;
             }
             if requirements.get(k).is_some_and(|r| !r.has(v)) {
-                bad(field, format!("value {v:?} conflicts with the requirements on {k}"));
+                bad(
+                    field,
+                    format!("value {v:?} conflicts with the requirements on {k}"),
+                );
                 continue;
             }
             requirements.add(labels::normalize(k), Requirement::single(v.clone()));
         }
         for (k, r) in requirements.iter() {
             if r.is_empty() && !r.allows_absence() {
-                bad("spec.template.spec.requirements".into(), format!("requirements on {k} allow no value"));
+                bad(
+                    "spec.template.spec.requirements".into(),
+                    format!("requirements on {k} allow no value"),
+                );
             }
         }
         requirements.add(labels::NODEPOOL, Requirement::single(name));
-        let taints = taints_from_spec(&t.spec.taints, "spec.template.spec.taints").unwrap_or_else(|(f, r)| {
-            bad(f, r);
-            Vec::new()
-        });
-        let startup_taints = taints_from_spec(&t.spec.startup_taints, "spec.template.spec.startupTaints").unwrap_or_else(|(f, r)| {
-            bad(f, r);
-            Vec::new()
-        });
+        let taints = taints_from_spec(&t.spec.taints, "spec.template.spec.taints").unwrap_or_else(
+            |(f, r)| {
+                bad(f, r);
+                Vec::new()
+            },
+        );
+        let startup_taints =
+            taints_from_spec(&t.spec.startup_taints, "spec.template.spec.startupTaints")
+                .unwrap_or_else(|(f, r)| {
+                    bad(f, r);
+                    Vec::new()
+                });
         let mut limits = Limits::default();
         for (res, q) in &spec.limits {
             let field = format!("spec.limits.{res}");
@@ -230,7 +258,11 @@ impl NodePool {
                     continue;
                 }
             };
-            let value = if res == resources::CPU { resources::parse_milli(&text) } else { resources::parse_whole(&text) };
+            let value = if res == resources::CPU {
+                resources::parse_milli(&text)
+            } else {
+                resources::parse_whole(&text)
+            };
             match value {
                 Ok(v) if v < 0 => bad(field, "must not be negative".into()),
                 Ok(v) => {
@@ -241,7 +273,10 @@ impl NodePool {
         }
         let weight = spec.weight.unwrap_or(0);
         if !(0..=100).contains(&weight) {
-            bad("spec.weight".into(), format!("must be between 0 and 100, got {weight}"));
+            bad(
+                "spec.weight".into(),
+                format!("must be between 0 and 100, got {weight}"),
+            );
         }
         let launch_kubelet = t.spec.kubelet.clone().unwrap_or_default();
         if let Err((f, r)) = launch_kubelet.validate("spec.template.spec.kubelet") {
@@ -253,16 +288,23 @@ impl NodePool {
                 bad(format!("{field}.name"), "must not be empty".into());
             }
             if let Some(g) = r.group.as_deref().filter(|g| *g != NODE_CLASS_GROUP) {
-                bad(format!("{field}.group"), format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})"));
+                bad(
+                    format!("{field}.group"),
+                    format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})"),
+                );
             }
             if let Some(k) = r.kind.as_deref().filter(|k| *k != NODE_CLASS_KIND) {
-                bad(format!("{field}.kind"), format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})"));
+                bad(
+                    format!("{field}.kind"),
+                    format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})"),
+                );
             }
         }
-        let disruption = Disruption::from_spec(spec.disruption.as_ref(), "spec.disruption").unwrap_or_else(|(f, r)| {
-            bad(f, r);
-            Disruption::default()
-        });
+        let disruption = Disruption::from_spec(spec.disruption.as_ref(), "spec.disruption")
+            .unwrap_or_else(|(f, r)| {
+                bad(f, r);
+                Disruption::default()
+            });
         let expire_after = match t.spec.expire_after.as_deref() {
             None => Some(DEFAULT_EXPIRE_AFTER),
             Some(s) => parse_duration_or_never(s).unwrap_or_else(|r| {
@@ -272,7 +314,9 @@ impl NodePool {
         };
         let termination_grace_period = match t.spec.termination_grace_period.as_deref() {
             None => None,
-            Some(s) => parse_duration(s).map_err(|r| bad("spec.template.spec.terminationGracePeriod".into(), r)).ok(),
+            Some(s) => parse_duration(s)
+                .map_err(|r| bad("spec.template.spec.terminationGracePeriod".into(), r))
+                .ok(),
         };
         if !errors.is_empty() {
             return Err(errors);
@@ -329,12 +373,21 @@ fn requirement_from_spec(r: &RequirementSpec) -> Result<Requirement, Requirement
     let min_values = match r.min_values {
         None => None,
         Some(v) if (1..=50).contains(&v) => Some(v as u32),
-        Some(v) => return Err(RequirementError::MinValuesOutOfRange { key: r.key.clone(), value: v }),
+        Some(v) => {
+            return Err(RequirementError::MinValuesOutOfRange {
+                key: r.key.clone(),
+                value: v,
+            });
+        }
     };
     if let (Some(m), Operator::In) = (min_values, op)
         && (m as usize) > r.values.len()
     {
-        return Err(RequirementError::MinValuesAboveValues { key: r.key.clone(), min_values: m, available: r.values.len() });
+        return Err(RequirementError::MinValuesAboveValues {
+            key: r.key.clone(),
+            min_values: m,
+            available: r.values.len(),
+        });
     }
     Ok(req.with_min_values(min_values))
 }
@@ -345,12 +398,22 @@ fn taints_from_spec(specs: &[TaintSpec], field: &str) -> Result<Vec<Taint>, (Str
         .enumerate()
         .map(|(i, t)| {
             let effect = Effect::parse(&t.effect).ok_or_else(|| {
-                (format!("{field}[{i}].effect"), format!("unknown effect {:?} (NoSchedule, PreferNoSchedule, NoExecute)", t.effect))
+                (
+                    format!("{field}[{i}].effect"),
+                    format!(
+                        "unknown effect {:?} (NoSchedule, PreferNoSchedule, NoExecute)",
+                        t.effect
+                    ),
+                )
             })?;
             if t.key.is_empty() {
                 return Err((format!("{field}[{i}].key"), "must not be empty".into()));
             }
-            Ok(Taint { key: t.key.clone(), value: t.value.clone().unwrap_or_default(), effect })
+            Ok(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect,
+            })
         })
         .collect()
 }
@@ -384,12 +447,26 @@ mod tests {
         let p = NodePool::from_spec("default", &s).expect("valid");
         assert_eq!(p.weight, 10);
         assert_eq!(p.limits.resources.get("cpu"), Some(&1_000_000));
-        assert_eq!(p.limits.resources.get("memory"), Some(&(1000 * resources::GIB)));
-        assert!(p.requirements.allows(labels::INSTANCE_GENERATION, Some("3")));
-        assert!(!p.requirements.allows(labels::INSTANCE_GENERATION, Some("2")));
+        assert_eq!(
+            p.limits.resources.get("memory"),
+            Some(&(1000 * resources::GIB))
+        );
+        assert!(
+            p.requirements
+                .allows(labels::INSTANCE_GENERATION, Some("3"))
+        );
+        assert!(
+            !p.requirements
+                .allows(labels::INSTANCE_GENERATION, Some("2"))
+        );
         assert!(p.requirements.allows("team", Some("a")));
         assert!(p.requirements.allows(labels::NODEPOOL, Some("default")));
-        assert_eq!(p.requirements.get(labels::INSTANCE_TYPE).and_then(|r| r.min_values), Some(10));
+        assert_eq!(
+            p.requirements
+                .get(labels::INSTANCE_TYPE)
+                .and_then(|r| r.min_values),
+            Some(10)
+        );
         assert_eq!(p.taints[0].to_string(), "dedicated=gpu:NoSchedule");
         assert_eq!(p.node_class.as_deref(), Some("default"));
     }
@@ -397,13 +474,41 @@ mod tests {
     #[test]
     fn invalid_items_name_the_field_and_reason() {
         let cases = [
-            (serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "Within", "values": ["x"]}]}}}), "spec.template.spec.requirements[0]", "unknown operator"),
-            (serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "In", "values": ["x"], "minValues": 2}]}}}), "spec.template.spec.requirements[0]", "minValues 2"),
-            (serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "Exists", "minValues": 51}]}}}), "spec.template.spec.requirements[0]", "between 1 and 50"),
-            (serde_json::json!({"template": {"spec": {"taints": [{"key": "a", "effect": "Sometimes"}]}}}), "spec.template.spec.taints[0].effect", "unknown effect"),
-            (serde_json::json!({"limits": {"cpu": "lots"}}), "spec.limits.cpu", "malformed quantity"),
-            (serde_json::json!({"weight": 101}), "spec.weight", "between 0 and 100"),
-            (serde_json::json!({"template": {"metadata": {"labels": {"karpenter.sh/nodepool": "x"}}}}), "spec.template.metadata.labels[karpenter.sh/nodepool]", "restricted"),
+            (
+                serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "Within", "values": ["x"]}]}}}),
+                "spec.template.spec.requirements[0]",
+                "unknown operator",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "In", "values": ["x"], "minValues": 2}]}}}),
+                "spec.template.spec.requirements[0]",
+                "minValues 2",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "Exists", "minValues": 51}]}}}),
+                "spec.template.spec.requirements[0]",
+                "between 1 and 50",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"taints": [{"key": "a", "effect": "Sometimes"}]}}}),
+                "spec.template.spec.taints[0].effect",
+                "unknown effect",
+            ),
+            (
+                serde_json::json!({"limits": {"cpu": "lots"}}),
+                "spec.limits.cpu",
+                "malformed quantity",
+            ),
+            (
+                serde_json::json!({"weight": 101}),
+                "spec.weight",
+                "between 0 and 100",
+            ),
+            (
+                serde_json::json!({"template": {"metadata": {"labels": {"karpenter.sh/nodepool": "x"}}}}),
+                "spec.template.metadata.labels[karpenter.sh/nodepool]",
+                "restricted",
+            ),
         ];
         for (json, field, reason) in cases {
             let e = NodePool::from_spec("p", &spec(json.clone())).expect_err(&json.to_string());
@@ -446,10 +551,23 @@ mod tests {
         );
         assert!(errors[0].reason.contains("Inn"), "{}", errors[0].reason);
         assert!(errors[1].reason.contains("integer"), "{}", errors[1].reason);
-        assert!(errors[2].reason.contains("\"k8s.io\" is restricted"), "{}", errors[2].reason);
-        assert!(errors[3].reason.contains("\"kubernetes.io\" is restricted"), "{}", errors[3].reason);
+        assert!(
+            errors[2].reason.contains("\"k8s.io\" is restricted"),
+            "{}",
+            errors[2].reason
+        );
+        assert!(
+            errors[3].reason.contains("\"kubernetes.io\" is restricted"),
+            "{}",
+            errors[3].reason
+        );
         // The first of them is what `from_spec` reports.
-        assert_eq!(NodePool::from_spec("p", &spec(serde_json::json!({"weight": 101}))).expect_err("weight").field, "spec.weight");
+        assert_eq!(
+            NodePool::from_spec("p", &spec(serde_json::json!({"weight": 101})))
+                .expect_err("weight")
+                .field,
+            "spec.weight"
+        );
     }
 
     #[test]
@@ -470,23 +588,66 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(p.expire_after, None);
-        assert_eq!(p.termination_grace_period, Some(SignedDuration::from_mins(90)));
-        assert_eq!(p.disruption.consolidate_after, Some(SignedDuration::from_mins(5)));
-        assert_eq!(p.disruption.budgets[0].nodes, super::super::disruption::BudgetNodes::Count(3));
-        assert_eq!(p.kubelet, KubeletConfig { max_pods: Some(20), ..Default::default() });
+        assert_eq!(
+            p.termination_grace_period,
+            Some(SignedDuration::from_mins(90))
+        );
+        assert_eq!(
+            p.disruption.consolidate_after,
+            Some(SignedDuration::from_mins(5))
+        );
+        assert_eq!(
+            p.disruption.budgets[0].nodes,
+            super::super::disruption::BudgetNodes::Count(3)
+        );
+        assert_eq!(
+            p.kubelet,
+            KubeletConfig {
+                max_pods: Some(20),
+                ..Default::default()
+            }
+        );
         assert_eq!(p.launch_kubelet.cluster_dns, vec!["10.0.0.10".to_string()]);
     }
 
     #[test]
     fn invalid_disruption_and_template_fields() {
         let cases = [
-            (serde_json::json!({"disruption": {"consolidateAfter": "soon"}}), "spec.disruption.consolidateAfter", "expected a duration"),
-            (serde_json::json!({"disruption": {"budgets": [{"nodes": "10%", "schedule": "@weekly"}]}}), "spec.disruption.budgets[0].duration", "required"),
-            (serde_json::json!({"template": {"spec": {"expireAfter": "1y"}}}), "spec.template.spec.expireAfter", "expected a duration"),
-            (serde_json::json!({"template": {"spec": {"terminationGracePeriod": "Never"}}}), "spec.template.spec.terminationGracePeriod", "expected a duration"),
-            (serde_json::json!({"template": {"spec": {"kubelet": {"podsPerCore": -2}}}}), "spec.template.spec.kubelet.podsPerCore", "between 0"),
-            (serde_json::json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.sh", "name": "x"}}}}), "spec.template.spec.nodeClassRef.group", "unsupported group"),
-            (serde_json::json!({"template": {"spec": {"nodeClassRef": {"name": ""}}}}), "spec.template.spec.nodeClassRef.name", "empty"),
+            (
+                serde_json::json!({"disruption": {"consolidateAfter": "soon"}}),
+                "spec.disruption.consolidateAfter",
+                "expected a duration",
+            ),
+            (
+                serde_json::json!({"disruption": {"budgets": [{"nodes": "10%", "schedule": "@weekly"}]}}),
+                "spec.disruption.budgets[0].duration",
+                "required",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"expireAfter": "1y"}}}),
+                "spec.template.spec.expireAfter",
+                "expected a duration",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"terminationGracePeriod": "Never"}}}),
+                "spec.template.spec.terminationGracePeriod",
+                "expected a duration",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"kubelet": {"podsPerCore": -2}}}}),
+                "spec.template.spec.kubelet.podsPerCore",
+                "between 0",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.sh", "name": "x"}}}}),
+                "spec.template.spec.nodeClassRef.group",
+                "unsupported group",
+            ),
+            (
+                serde_json::json!({"template": {"spec": {"nodeClassRef": {"name": ""}}}}),
+                "spec.template.spec.nodeClassRef.name",
+                "empty",
+            ),
         ];
         for (json, field, reason) in cases {
             let e = NodePool::from_spec("p", &spec(json.clone())).expect_err(&json.to_string());
@@ -499,7 +660,10 @@ mod tests {
             serde_json::json!({"template": {"metadata": {"label": {}}}}),
             serde_json::json!({"disruption": {"expireAfter": "720h"}}),
         ] {
-            assert!(serde_json::from_value::<NodePoolSpec>(json.clone()).is_err(), "{json}");
+            assert!(
+                serde_json::from_value::<NodePoolSpec>(json.clone()).is_err(),
+                "{json}"
+            );
         }
     }
 
@@ -522,7 +686,13 @@ mod tests {
         l.resources.insert("nodes".into(), 2);
         let node = Resources::new(2000, 0, 0);
         assert_eq!(l.exceeded_by(&Resources::new(2000, 0, 0), 1, &node), None);
-        assert_eq!(l.exceeded_by(&Resources::new(2001, 0, 0), 1, &node), Some(("cpu", 4000)));
-        assert_eq!(l.exceeded_by(&Resources::new(0, 0, 0), 2, &node), Some(("nodes", 2)));
+        assert_eq!(
+            l.exceeded_by(&Resources::new(2001, 0, 0), 1, &node),
+            Some(("cpu", 4000))
+        );
+        assert_eq!(
+            l.exceeded_by(&Resources::new(0, 0, 0), 2, &node),
+            Some(("nodes", 2))
+        );
     }
 }

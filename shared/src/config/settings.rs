@@ -116,10 +116,17 @@ impl Settings {
         let item = "settings/default";
         let mut errors = Vec::new();
         let mut err = |field: &str, reason: String| {
-            errors.push(ConfigError { item: item.to_owned(), field: format!("spec.{field}"), reason })
+            errors.push(ConfigError {
+                item: item.to_owned(),
+                field: format!("spec.{field}"),
+                reason,
+            })
         };
         let mut s = Settings::default();
-        let duration = |field: &str, v: &Option<String>, into: &mut SignedDuration, err: &mut dyn FnMut(&str, String)| {
+        let duration = |field: &str,
+                        v: &Option<String>,
+                        into: &mut SignedDuration,
+                        err: &mut dyn FnMut(&str, String)| {
             if let Some(text) = v {
                 match parse_duration(text) {
                     Ok(d) if d > SignedDuration::ZERO => *into = d,
@@ -128,21 +135,40 @@ impl Settings {
                 }
             }
         };
-        duration("batchIdleDuration", &spec.batch_idle_duration, &mut s.batch_idle, &mut err);
-        duration("batchMaxDuration", &spec.batch_max_duration, &mut s.batch_max, &mut err);
+        duration(
+            "batchIdleDuration",
+            &spec.batch_idle_duration,
+            &mut s.batch_idle,
+            &mut err,
+        );
+        duration(
+            "batchMaxDuration",
+            &spec.batch_max_duration,
+            &mut s.batch_max,
+            &mut err,
+        );
         if s.batch_idle > s.batch_max {
-            err("batchIdleDuration", "must not be longer than batchMaxDuration".to_owned());
+            err(
+                "batchIdleDuration",
+                "must not be longer than batchMaxDuration".to_owned(),
+            );
         }
         if let Some(p) = &spec.rebalance_policy {
             match RebalancePolicy::parse(p) {
                 Some(p) => s.rebalance_policy = p,
-                None => err("rebalancePolicy", format!("unknown policy {p:?}: expected Ignore, Cordon or Replace")),
+                None => err(
+                    "rebalancePolicy",
+                    format!("unknown policy {p:?}: expected Ignore, Cordon or Replace"),
+                ),
             }
         }
         if let Some(v) = &spec.consolidation_savings_threshold {
             match parse_share(v) {
                 Some(t) if (0.0..=1.0).contains(&t) => s.consolidation_savings_threshold = t,
-                _ => err("consolidationSavingsThreshold", format!("{v} is not a share between 0% and 100%")),
+                _ => err(
+                    "consolidationSavingsThreshold",
+                    format!("{v} is not a share between 0% and 100%"),
+                ),
             }
         }
         s.interruption_queue = spec.interruption_queue.clone().filter(|q| !q.is_empty());
@@ -150,7 +176,11 @@ impl Settings {
             s.spot_to_spot_consolidation = g.spot_to_spot_consolidation.unwrap_or(false);
             s.node_repair = g.node_repair.unwrap_or(false);
         }
-        if errors.is_empty() { Ok(s) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(s)
+        } else {
+            Err(errors)
+        }
     }
 }
 
@@ -173,7 +203,10 @@ mod tests {
 
     #[test]
     fn defaults_when_nothing_is_set() {
-        assert_eq!(Settings::from_spec(&SettingsSpec::default()), Ok(Settings::default()));
+        assert_eq!(
+            Settings::from_spec(&SettingsSpec::default()),
+            Ok(Settings::default())
+        );
     }
 
     #[test]
@@ -201,6 +234,13 @@ mod tests {
         .expect("spec");
         let errors = Settings::from_spec(&spec).expect_err("invalid");
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["spec.batchIdleDuration", "spec.rebalancePolicy", "spec.consolidationSavingsThreshold"]);
+        assert_eq!(
+            fields,
+            [
+                "spec.batchIdleDuration",
+                "spec.rebalancePolicy",
+                "spec.consolidationSavingsThreshold"
+            ]
+        );
     }
 }

@@ -45,17 +45,40 @@ fn pod_start(p: &Pod, fallback: Timestamp) -> Timestamp {
 
 /// Why `facts`' node must not be voluntarily disrupted now, if anything stops it.
 pub fn do_not_disrupt(facts: &NodeFacts<'_>, now: Timestamp) -> Option<String> {
-    if let Some(v) = facts.node.metadata.annotations.as_ref().and_then(|a| a.get(DO_NOT_DISRUPT)) {
-        let created = facts.node.metadata.creation_timestamp.as_ref().map_or(facts.created_at, |t| t.0);
+    if let Some(v) = facts
+        .node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DO_NOT_DISRUPT))
+    {
+        let created = facts
+            .node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(facts.created_at, |t| t.0);
         if let Some(until) = blocks_until(v, created, now) {
-            return Some(format!("do-not-disrupt on node {}{}", facts.name, until_text(until)));
+            return Some(format!(
+                "do-not-disrupt on node {}{}",
+                facts.name,
+                until_text(until)
+            ));
         }
     }
     for p in &facts.pods {
-        if let Some(v) = p.metadata.annotations.as_ref().and_then(|a| a.get(DO_NOT_DISRUPT))
+        if let Some(v) = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DO_NOT_DISRUPT))
             && let Some(until) = blocks_until(v, pod_start(p, now), now)
         {
-            return Some(format!("do-not-disrupt on pod {}{}", PodKey::of(p), until_text(until)));
+            return Some(format!(
+                "do-not-disrupt on pod {}{}",
+                PodKey::of(p),
+                until_text(until)
+            ));
         }
     }
     None
@@ -72,7 +95,11 @@ impl<'a> Pdbs<'a> {
         let items = pdbs
             .iter()
             .map(|pdb| {
-                let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()).and_then(|s| LabelSelector::from_k8s(s).ok());
+                let selector = pdb
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref())
+                    .and_then(|s| LabelSelector::from_k8s(s).ok());
                 (pdb, selector)
             })
             .collect();
@@ -96,7 +123,10 @@ impl<'a> Pdbs<'a> {
         for p in pods {
             let matching = self.matching(p);
             if matching.len() > 1 {
-                let names: Vec<&str> = matching.iter().map(|b| b.metadata.name.as_deref().unwrap_or("")).collect();
+                let names: Vec<&str> = matching
+                    .iter()
+                    .map(|b| b.metadata.name.as_deref().unwrap_or(""))
+                    .collect();
                 return Some(format!(
                     "pod {} is selected by more than one PDB ({}): the eviction API refuses it",
                     PodKey::of(p),
@@ -110,7 +140,11 @@ impl<'a> Pdbs<'a> {
                         "pod {} blocked by PDB {}{}",
                         PodKey::of(p),
                         pdb.metadata.name.as_deref().unwrap_or(""),
-                        if allowed.is_none() { " (no status yet)" } else { " (0 disruptions allowed)" }
+                        if allowed.is_none() {
+                            " (no status yet)"
+                        } else {
+                            " (0 disruptions allowed)"
+                        }
                     ));
                 }
             }

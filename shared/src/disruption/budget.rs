@@ -31,7 +31,9 @@ impl<'a> Budgets<'a> {
         for f in facts {
             let Some(claim) = f.claim else { continue };
             let disruption = f.pool.map(|p| p.disruption.clone()).unwrap_or_default();
-            let entry = pools.entry(claim.pool.as_str()).or_insert((disruption, PoolCount::default()));
+            let entry = pools
+                .entry(claim.pool.as_str())
+                .or_insert((disruption, PoolCount::default()));
             entry.1.total += 1;
             if f.disrupting.is_some() {
                 entry.1.disrupting += 1;
@@ -43,9 +45,14 @@ impl<'a> Budgets<'a> {
     /// How many more nodes of `pool` may start disrupting for `reason` now
     /// (unbounded for forceful reasons).
     pub fn remaining(&self, pool: &str, reason: Reason) -> usize {
-        let Some(budget_reason) = reason.budget_reason() else { return usize::MAX };
-        let Some((p, count)) = self.pools.get(pool) else { return 0 };
-        p.allowed_disruptions(budget_reason, count.total, self.now).saturating_sub(count.disrupting)
+        let Some(budget_reason) = reason.budget_reason() else {
+            return usize::MAX;
+        };
+        let Some((p, count)) = self.pools.get(pool) else {
+            return 0;
+        };
+        p.allowed_disruptions(budget_reason, count.total, self.now)
+            .saturating_sub(count.disrupting)
     }
 
     /// Records that a node of `pool` starts disrupting.
@@ -57,8 +64,12 @@ impl<'a> Budgets<'a> {
 
     /// Why `reason` may not disrupt another node of `pool`, worded for the user.
     pub fn exhausted(&self, pool: &str, reason: Reason) -> String {
-        let Some((p, count)) = self.pools.get(pool) else { return format!("NodePool {pool} not found") };
-        let allowed = reason.budget_reason().map_or(count.total, |r| p.allowed_disruptions(r, count.total, self.now));
+        let Some((p, count)) = self.pools.get(pool) else {
+            return format!("NodePool {pool} not found");
+        };
+        let allowed = reason.budget_reason().map_or(count.total, |r| {
+            p.allowed_disruptions(r, count.total, self.now)
+        });
         format!(
             "budget for {} exhausted in NodePool {pool} ({allowed} of {} nodes allowed, {} disrupting)",
             reason.as_str(),

@@ -47,7 +47,13 @@ pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 /// priority scaled down, clamped to [-10, 10].
 pub fn eviction_cost(p: &Pod) -> f64 {
     let mut cost = 1.0;
-    if let Some(dc) = p.metadata.annotations.as_ref().and_then(|a| a.get(POD_DELETION_COST)).and_then(|v| v.parse::<i32>().ok()) {
+    if let Some(dc) = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(POD_DELETION_COST))
+        .and_then(|v| v.parse::<i32>().ok())
+    {
         cost += f64::from(dc) / 2f64.powi(27);
     }
     if let Some(priority) = p.spec.as_ref().and_then(|s| s.priority) {
@@ -82,19 +88,33 @@ pub fn candidates(cx: &mut Context<'_, '_>) -> Vec<usize> {
         if !cx.open(i) || cx.facts[i].reschedulable.is_empty() {
             continue;
         }
-        let Some(pool) = cx.facts[i].pool else { continue };
+        let Some(pool) = cx.facts[i].pool else {
+            continue;
+        };
         if pool.disruption.policy != ConsolidationPolicy::WhenEmptyOrUnderutilized {
             continue;
         }
-        let Some(after) = pool.disruption.consolidate_after else { continue };
+        let Some(after) = pool.disruption.consolidate_after else {
+            continue;
+        };
         if !cx.facts[i].ready {
             cx.note(i, "not Ready: not consolidated");
             continue;
         }
-        let since = cx.states[i].as_ref().and_then(|s| s.last_pod_event_at).unwrap_or(cx.s.now);
+        let since = cx.states[i]
+            .as_ref()
+            .and_then(|s| s.last_pod_event_at)
+            .unwrap_or(cx.s.now);
         let quiet = cx.s.now.duration_since(since);
         if quiet < after {
-            cx.note(i, format!("pods changed {} ago, consolidateAfter is {}", short(quiet), short(after)));
+            cx.note(
+                i,
+                format!(
+                    "pods changed {} ago, consolidateAfter is {}",
+                    short(quiet),
+                    short(after)
+                ),
+            );
             continue;
         }
         if !cx.eligible(i, Reason::Underutilized) {
@@ -130,10 +150,17 @@ pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, Str
             let (claim, worst) = narrow(cx, targets, &outcome.claims[0], price)?;
             (Some(claim), worst)
         }
-        n => return Err(format!("its pods would need {n} new nodes (consolidation replaces with at most one)")),
+        n => {
+            return Err(format!(
+                "its pods would need {n} new nodes (consolidation replaces with at most one)"
+            ));
+        }
     };
     let savings = price - replacement_price;
-    let pods: usize = targets.iter().map(|i| cx.facts[*i].reschedulable.len()).sum();
+    let pods: usize = targets
+        .iter()
+        .map(|i| cx.facts[*i].reschedulable.len())
+        .sum();
     let score = balanced_score(cx, targets, savings);
     if cx.s.tuning.balanced && score < 1.0 / BALANCED_K {
         return Err(format!(
@@ -141,27 +168,53 @@ pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, Str
             1.0 / BALANCED_K
         ));
     }
-    Ok(Move { targets: targets.to_vec(), outcome, replacement, replacement_price, savings, price, score, pods })
+    Ok(Move {
+        targets: targets.to_vec(),
+        outcome,
+        replacement,
+        replacement_price,
+        savings,
+        price,
+        score,
+        pods,
+    })
 }
 
 /// The replacement's options that pass the threshold and the capacity-type
 /// rules, and what it will cost at worst.
-fn narrow(cx: &Context<'_, '_>, targets: &[usize], claim: &NewClaim, price: f64) -> Result<(NewClaim, f64), String> {
+fn narrow(
+    cx: &Context<'_, '_>,
+    targets: &[usize],
+    claim: &NewClaim,
+    price: f64,
+) -> Result<(NewClaim, f64), String> {
     let settings = cx.s.settings;
     let threshold = settings.consolidation_savings_threshold;
     // Never the type and capacity type of a candidate: for one node that is
     // churn for nothing, for several it is "delete the others", which a
     // delete-only move does with fewer evictions.
     let same = |o: &crate::scheduling::solver::LaunchOption| {
-        targets.iter().any(|i| *o.instance_type == *cx.facts[*i].instance_type && *o.capacity_type == *cx.facts[*i].capacity_type)
+        targets.iter().any(|i| {
+            *o.instance_type == *cx.facts[*i].instance_type
+                && *o.capacity_type == *cx.facts[*i].capacity_type
+        })
     };
     let max_price = price * (1.0 - threshold);
-    let mut kept: Vec<_> =
-        claim.options.iter().filter(|o| !same(o) && o.price < price && o.price <= max_price + 1e-12).cloned().collect();
+    let mut kept: Vec<_> = claim
+        .options
+        .iter()
+        .filter(|o| !same(o) && o.price < price && o.price <= max_price + 1e-12)
+        .cloned()
+        .collect();
     if kept.is_empty() {
-        let cheapest = claim.options.iter().filter(|o| !same(o)).min_by(|a, b| a.price.total_cmp(&b.price));
+        let cheapest = claim
+            .options
+            .iter()
+            .filter(|o| !same(o))
+            .min_by(|a, b| a.price.total_cmp(&b.price));
         return Err(match cheapest {
-            None => "the only replacement that fits is the same instance type and capacity type".to_owned(),
+            None => "the only replacement that fits is the same instance type and capacity type"
+                .to_owned(),
             Some(o) if o.price >= price => format!(
                 "no cheaper replacement: the cheapest that fits is {} {} at ${:.4}/h, the node{} cost ${price:.4}/h",
                 o.instance_type,
@@ -169,7 +222,11 @@ fn narrow(cx: &Context<'_, '_>, targets: &[usize], claim: &NewClaim, price: f64)
                 o.price,
                 if targets.len() > 1 { "s" } else { "" }
             ),
-            Some(o) => format!("savings {} below threshold {}", pct((price - o.price) / price), pct(threshold)),
+            Some(o) => format!(
+                "savings {} below threshold {}",
+                pct((price - o.price) / price),
+                pct(threshold)
+            ),
         });
     }
     let spot = kept.iter().any(|o| *o.capacity_type == *CAPACITY_TYPE_SPOT);
@@ -178,7 +235,10 @@ fn narrow(cx: &Context<'_, '_>, targets: &[usize], claim: &NewClaim, price: f64)
         kept.retain(|o| *o.capacity_type == *CAPACITY_TYPE_SPOT);
         if targets.iter().all(|i| cx.facts[*i].is_spot()) {
             if !settings.spot_to_spot_consolidation {
-                return Err("spot-to-spot consolidation is off (SpotToSpotConsolidation feature gate)".to_owned());
+                return Err(
+                    "spot-to-spot consolidation is off (SpotToSpotConsolidation feature gate)"
+                        .to_owned(),
+                );
             }
             let types: BTreeSet<&str> = kept.iter().map(|o| &*o.instance_type).collect();
             if types.len() < SPOT_TO_SPOT_MIN_TYPES {
@@ -209,10 +269,18 @@ fn balanced_score(cx: &Context<'_, '_>, targets: &[usize], savings: f64) -> f64 
     for f in &cx.facts {
         if f.pool.is_some_and(|p| pools.contains(&p.name)) {
             cost += f.price;
-            disruption += f.reschedulable.iter().map(|p| eviction_cost(p)).sum::<f64>();
+            disruption += f
+                .reschedulable
+                .iter()
+                .map(|p| eviction_cost(p))
+                .sum::<f64>();
         }
     }
-    let moved: f64 = targets.iter().flat_map(|i| cx.facts[*i].reschedulable.iter()).map(|p| eviction_cost(p)).sum();
+    let moved: f64 = targets
+        .iter()
+        .flat_map(|i| cx.facts[*i].reschedulable.iter())
+        .map(|p| eviction_cost(p))
+        .sum();
     if moved <= 0.0 || disruption <= 0.0 {
         return f64::INFINITY;
     }
@@ -226,7 +294,12 @@ fn propose(cx: &mut Context<'_, '_>, m: Move, method: &'static str) {
         Some(r) => format!(
             "replaced by one {} node ({}…) at ${:.4}/h",
             r.options.first().map_or("", |o| &*o.capacity_type),
-            r.options.iter().take(3).map(|o| &*o.instance_type).collect::<Vec<_>>().join(", "),
+            r.options
+                .iter()
+                .take(3)
+                .map(|o| &*o.instance_type)
+                .collect::<Vec<_>>()
+                .join(", "),
             m.replacement_price
         ),
     };
@@ -250,7 +323,9 @@ fn propose(cx: &mut Context<'_, '_>, m: Move, method: &'static str) {
 }
 
 fn consolidating(cx: &Context<'_, '_>) -> bool {
-    cx.commands.iter().any(|c| c.reason == Reason::Underutilized)
+    cx.commands
+        .iter()
+        .any(|c| c.reason == Reason::Underutilized)
 }
 
 /// Several nodes at once: deleted, or replaced by one cheaper node.
@@ -271,9 +346,13 @@ impl Method for MultiNodeConsolidation {
         for i in &cands {
             sorted.push((disruption_cost(cx, *i), *i));
         }
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name)));
+        sorted.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name))
+        });
         // No more per pool than its budget allows.
-        let mut per_pool: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        let mut per_pool: std::collections::BTreeMap<String, usize> =
+            std::collections::BTreeMap::new();
         cands = sorted
             .into_iter()
             .map(|(_, i)| i)
@@ -331,7 +410,10 @@ impl Method for SingleNodeConsolidation {
         for i in &cands {
             order.push((disruption_cost(cx, *i), *i));
         }
-        order.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name)));
+        order.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name))
+        });
         cands = order.into_iter().map(|(_, i)| i).collect();
         let limit = cx.s.tuning.max_single_node;
         for i in cands.split_off(limit.min(cands.len())) {
@@ -349,13 +431,23 @@ impl Method for SingleNodeConsolidation {
                 .total_cmp(&a.score)
                 .then_with(|| b.savings.total_cmp(&a.savings))
                 .then_with(|| a.pods.cmp(&b.pods))
-                .then_with(|| cx.facts[a.targets[0]].name.cmp(&cx.facts[b.targets[0]].name))
+                .then_with(|| {
+                    cx.facts[a.targets[0]]
+                        .name
+                        .cmp(&cx.facts[b.targets[0]].name)
+                })
         });
         let mut moves = moves.into_iter();
         let Some(best) = moves.next() else { return };
         let chosen = cx.facts[best.targets[0]].name.clone();
         for other in moves {
-            cx.note(other.targets[0], format!("could save ${:.4}/h, but one consolidation at a time: {chosen} goes first", other.savings));
+            cx.note(
+                other.targets[0],
+                format!(
+                    "could save ${:.4}/h, but one consolidation at a time: {chosen} goes first",
+                    other.savings
+                ),
+            );
         }
         propose(cx, best, self.name());
     }

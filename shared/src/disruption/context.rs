@@ -55,7 +55,13 @@ pub struct Proposal {
 impl<'s, 'a> Context<'s, 'a> {
     pub fn new(s: &'s Snapshot<'a>) -> Self {
         let facts = node_facts(s);
-        let states = facts.iter().map(|f| f.claim.map(|c| observe::next_state(&c.disruption, f, s.now))).collect();
+        let states = facts
+            .iter()
+            .map(|f| {
+                f.claim
+                    .map(|c| observe::next_state(&c.disruption, f, s.now))
+            })
+            .collect();
         let budgets = Budgets::new(&facts, s.now);
         let n = facts.len();
         Context {
@@ -119,7 +125,10 @@ impl<'s, 'a> Context<'s, 'a> {
 
     /// The pool the node's claim names (it may no longer exist).
     pub fn pool_name(&self, i: usize) -> String {
-        self.facts[i].claim.map(|c| c.pool.clone()).unwrap_or_default()
+        self.facts[i]
+            .claim
+            .map(|c| c.pool.clone())
+            .unwrap_or_default()
     }
 
     /// (node, claim id) of node `i`.
@@ -144,9 +153,18 @@ impl<'s, 'a> Context<'s, 'a> {
 
     /// Simulates the removal of `targets`: their pods placed on the rest.
     pub fn simulate(&mut self, targets: &[usize]) -> Result<Outcome, String> {
-        let remove: Vec<(String, String)> = targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
-        let remove_refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-        let pods: Vec<_> = targets.iter().flat_map(|i| self.facts[*i].reschedulable.iter().copied()).collect();
+        let remove: Vec<(String, String)> = targets
+            .iter()
+            .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
+            .collect();
+        let remove_refs: Vec<(&str, &str)> = remove
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        let pods: Vec<_> = targets
+            .iter()
+            .flat_map(|i| self.facts[*i].reschedulable.iter().copied())
+            .collect();
         self.sim().simulate(&remove_refs, &pods)
     }
 
@@ -161,7 +179,11 @@ impl<'s, 'a> Context<'s, 'a> {
             targets.push(Target {
                 node: f.name.clone(),
                 claim_id: f.claim.map(|c| c.id.clone()).unwrap_or_default(),
-                pool: f.pool.map(|p| p.name.clone()).or_else(|| f.claim.map(|c| c.pool.clone())).unwrap_or_default(),
+                pool: f
+                    .pool
+                    .map(|p| p.name.clone())
+                    .or_else(|| f.claim.map(|c| c.pool.clone()))
+                    .unwrap_or_default(),
                 instance_id: f.claim.and_then(|c| c.instance_id().map(str::to_owned)),
                 instance_type: f.instance_type.clone(),
                 capacity_type: f.capacity_type.clone(),
@@ -174,19 +196,43 @@ impl<'s, 'a> Context<'s, 'a> {
         let mut claims: Vec<(NewClaim, Claim)> = Vec::new();
         if let Some(outcome) = &p.outcome {
             for planned in &p.replacements {
-                let Some(input) = self.sim.as_ref().and_then(|sim| sim.pool(&planned.pool)) else { continue };
-                let class = input.pool.node_class.as_deref().and_then(|n| self.s.classes.iter().find(|c| c.name == n));
+                let Some(input) = self.sim.as_ref().and_then(|sim| sim.pool(&planned.pool)) else {
+                    continue;
+                };
+                let class = input
+                    .pool
+                    .node_class
+                    .as_deref()
+                    .and_then(|n| self.s.classes.iter().find(|c| c.name == n));
                 let id = format!("{}-{}", input.pool.name, random_suffix(&mut self.rng));
-                let pods = planned.pods.iter().map(|k| outcome.keys[*k].clone()).collect();
+                let pods = planned
+                    .pods
+                    .iter()
+                    .map(|k| outcome.keys[*k].clone())
+                    .collect();
                 let claim = new_claim(input, planned, pods, id, now, class);
                 claims.push((planned.clone(), claim));
             }
-            let remove: Vec<(String, String)> = p.targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
-            let refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let remove: Vec<(String, String)> = p
+                .targets
+                .iter()
+                .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
+                .collect();
+            let refs: Vec<(&str, &str)> = remove
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
             self.sim().commit(&refs, outcome, &claims);
         } else {
-            let remove: Vec<(String, String)> = p.targets.iter().map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned())).collect();
-            let refs: Vec<(&str, &str)> = remove.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let remove: Vec<(String, String)> = p
+                .targets
+                .iter()
+                .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
+                .collect();
+            let refs: Vec<(&str, &str)> = remove
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
             match self.sim.as_mut() {
                 Some(sim) => {
                     if let Ok(empty) = sim.simulate(&[], &[]) {
@@ -197,19 +243,33 @@ impl<'s, 'a> Context<'s, 'a> {
             }
         }
         let replacement = (!claims.is_empty()).then(|| Replacement {
-            price: p.replacement_price.unwrap_or_else(|| claims.iter().map(|(n, _)| n.price()).sum()),
+            price: p
+                .replacement_price
+                .unwrap_or_else(|| claims.iter().map(|(n, _)| n.price()).sum()),
             claims: claims.into_iter().map(|(_, c)| c).collect(),
         });
         let deadline = if p.reason == Reason::Unhealthy {
             Some(now)
         } else {
-            self.facts[p.targets[0]].pool.and_then(|pool| pool.termination_grace_period).and_then(|d| now.checked_add(d).ok())
+            self.facts[p.targets[0]]
+                .pool
+                .and_then(|pool| pool.termination_grace_period)
+                .and_then(|d| now.checked_add(d).ok())
         };
         let validate_at = (!p.reason.is_forceful())
-            .then(|| now.checked_add(crate::ports::SignedDuration::from_secs(self.s.tuning.validation_delay_secs)).ok())
+            .then(|| {
+                now.checked_add(crate::ports::SignedDuration::from_secs(
+                    self.s.tuning.validation_delay_secs,
+                ))
+                .ok()
+            })
             .flatten();
         let ids: Vec<&str> = targets.iter().map(|t| t.claim_id.as_str()).collect();
-        let id = format!("{}-{:012x}", p.reason.as_str().to_lowercase(), fnv1a(ids.join(",").as_bytes()) & 0xffff_ffff_ffff);
+        let id = format!(
+            "{}-{:012x}",
+            p.reason.as_str().to_lowercase(),
+            fnv1a(ids.join(",").as_bytes()) & 0xffff_ffff_ffff
+        );
         for i in &p.targets {
             self.verdicts[*i] = Some((p.reason, index));
             let pool = self.pool_name(*i);

@@ -139,7 +139,10 @@ impl Command {
     /// machine with the removals (`handlers::termination::start_replacing`),
     /// so several targets share one replacement.
     pub fn removals(&self) -> Vec<RemovalSpec> {
-        let replace = self.replacement.as_ref().is_some_and(|r| !r.claims.is_empty());
+        let replace = self
+            .replacement
+            .as_ref()
+            .is_some_and(|r| !r.claims.is_empty());
         self.targets
             .iter()
             .map(|t| RemovalSpec {

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::config::{NodeClass, NodePool, NodeIdentity};
+use crate::config::{NodeClass, NodeIdentity, NodePool};
 use crate::provisioning::Claim;
 use crate::scheduling::taints::Taint;
 
@@ -42,7 +42,10 @@ pub struct ResolvedClass {
 /// node's labels instead, so widening them drifts nothing).
 pub fn pool_hash(pool: &NodePool) -> String {
     let taints = |ts: &[Taint]| -> Vec<Value> {
-        let mut v: Vec<String> = ts.iter().map(|t| format!("{}={}:{}", t.key, t.value, t.effect.as_str())).collect();
+        let mut v: Vec<String> = ts
+            .iter()
+            .map(|t| format!("{}={}:{}", t.key, t.value, t.effect.as_str()))
+            .collect();
         v.sort();
         v.into_iter().map(Value::String).collect()
     };
@@ -142,10 +145,17 @@ pub fn drifted(
     resolved: Option<&ResolvedClass>,
     labels: &BTreeMap<String, String>,
 ) -> Option<String> {
-    if let Some(stamped) = claim.stamp.nodepool_hash.as_deref().filter(|h| is_current(h))
+    if let Some(stamped) = claim
+        .stamp
+        .nodepool_hash
+        .as_deref()
+        .filter(|h| is_current(h))
         && stamped != pool_hash(pool)
     {
-        return Some(format!("NodePool {} template changed since launch", pool.name));
+        return Some(format!(
+            "NodePool {} template changed since launch",
+            pool.name
+        ));
     }
     if claim.node_class.as_deref() != pool.node_class.as_deref() && claim.node_class.is_some() {
         return Some(format!(
@@ -155,16 +165,28 @@ pub fn drifted(
             claim.node_class.as_deref().unwrap_or("(none)")
         ));
     }
-    if let (Some(stamped), Some(class)) = (claim.stamp.nodeclass_hash.as_deref().filter(|h| is_current(h)), class)
-        && stamped != class_hash(class)
+    if let (Some(stamped), Some(class)) = (
+        claim
+            .stamp
+            .nodeclass_hash
+            .as_deref()
+            .filter(|h| is_current(h)),
+        class,
+    ) && stamped != class_hash(class)
     {
         return Some(format!("NodeClass {} changed since launch", class.name));
     }
     for (key, req) in pool.requirements.iter() {
         // A key the node carries no label for cannot be judged from here.
-        let Some(value) = labels.get(key) else { continue };
+        let Some(value) = labels.get(key) else {
+            continue;
+        };
         if !req.has(value) {
-            return Some(format!("label {key}={value} no longer allowed by NodePool {} ({})", pool.name, req.describe(key)));
+            return Some(format!(
+                "label {key}={value} no longer allowed by NodePool {} ({})",
+                pool.name,
+                req.describe(key)
+            ));
         }
     }
     let resolved = resolved?;
@@ -182,7 +204,9 @@ pub fn drifted(
         && !resolved.subnet_ids.is_empty()
         && !resolved.subnet_ids.contains(subnet)
     {
-        return Some(format!("subnet {subnet} is no longer selected by NodeClass {class_name}"));
+        return Some(format!(
+            "subnet {subnet} is no longer selected by NodeClass {class_name}"
+        ));
     }
     if !claim.stamp.security_group_ids.is_empty() && !resolved.security_group_ids.is_empty() {
         let mut have = claim.stamp.security_group_ids.clone();

@@ -37,21 +37,43 @@ impl Method for Emptiness {
             if !cx.open(i) || !cx.facts[i].reschedulable.is_empty() {
                 continue;
             }
-            let Some(pool) = cx.facts[i].pool else { continue };
-            let Some(after) = pool.disruption.consolidate_after else {
-                cx.note(i, format!("empty, but NodePool {} has consolidateAfter: Never", pool.name));
+            let Some(pool) = cx.facts[i].pool else {
                 continue;
             };
-            let since = cx.states[i].as_ref().and_then(|s| s.empty_since).unwrap_or(cx.s.now);
+            let Some(after) = pool.disruption.consolidate_after else {
+                cx.note(
+                    i,
+                    format!(
+                        "empty, but NodePool {} has consolidateAfter: Never",
+                        pool.name
+                    ),
+                );
+                continue;
+            };
+            let since = cx.states[i]
+                .as_ref()
+                .and_then(|s| s.empty_since)
+                .unwrap_or(cx.s.now);
             let empty_for = cx.s.now.duration_since(since);
             if empty_for < after {
-                cx.note(i, format!("empty for {}, consolidateAfter is {}", short(empty_for), short(after)));
+                cx.note(
+                    i,
+                    format!(
+                        "empty for {}, consolidateAfter is {}",
+                        short(empty_for),
+                        short(after)
+                    ),
+                );
                 continue;
             }
             if !cx.eligible(i, Reason::Empty) {
                 continue;
             }
-            let summary = format!("empty for {} (consolidateAfter {})", short(empty_for), short(after));
+            let summary = format!(
+                "empty for {} (consolidateAfter {})",
+                short(empty_for),
+                short(after)
+            );
             let price = cx.facts[i].price;
             cx.commit(Proposal {
                 reason: Reason::Empty,
@@ -83,13 +105,21 @@ impl Method for Expiration {
             if !cx.open(i) {
                 continue;
             }
-            let Some(pool) = cx.facts[i].pool else { continue };
-            let Some(expire_after) = pool.expire_after else { continue };
+            let Some(pool) = cx.facts[i].pool else {
+                continue;
+            };
+            let Some(expire_after) = pool.expire_after else {
+                continue;
+            };
             let age = cx.s.now.duration_since(cx.facts[i].created_at);
             if age < expire_after {
                 continue;
             }
-            let summary = format!("expired: {} old, expireAfter is {}", short(age), short(expire_after));
+            let summary = format!(
+                "expired: {} old, expireAfter is {}",
+                short(age),
+                short(expire_after)
+            );
             replace_and_commit(cx, i, Reason::Expired, self.name(), summary, true);
         }
     }
@@ -97,13 +127,29 @@ impl Method for Expiration {
 
 /// Launches what the node's pods need (if anything) and removes it. A
 /// voluntary method gives up when some pod would fit nowhere.
-fn replace_and_commit(cx: &mut Context<'_, '_>, i: usize, reason: Reason, method: &'static str, summary: String, forceful: bool) {
+fn replace_and_commit(
+    cx: &mut Context<'_, '_>,
+    i: usize,
+    reason: Reason,
+    method: &'static str,
+    summary: String,
+    forceful: bool,
+) {
     let outcome = match cx.simulate(&[i]) {
         Ok(o) => o,
         Err(e) if forceful => {
             // Forceful: the node goes regardless; the provisioner will place what it can.
             let summary = format!("{summary}; {e}");
-            cx.commit(Proposal { reason, method, targets: vec![i], outcome: None, replacements: vec![], replacement_price: None, savings: 0.0, summary });
+            cx.commit(Proposal {
+                reason,
+                method,
+                targets: vec![i],
+                outcome: None,
+                replacements: vec![],
+                replacement_price: None,
+                savings: 0.0,
+                summary,
+            });
             return;
         }
         Err(e) => {
@@ -112,7 +158,10 @@ fn replace_and_commit(cx: &mut Context<'_, '_>, i: usize, reason: Reason, method
         }
     };
     if !forceful && let Some((pod, why)) = outcome.unschedulable.first() {
-        cx.note(i, format!("{summary}, but pod {pod} would fit nowhere: {why}"));
+        cx.note(
+            i,
+            format!("{summary}, but pod {pod} would fit nowhere: {why}"),
+        );
         return;
     }
     let replacements = outcome.claims.clone();
@@ -120,7 +169,16 @@ fn replace_and_commit(cx: &mut Context<'_, '_>, i: usize, reason: Reason, method
         0 => format!("{summary}; its pods fit on other nodes"),
         n => format!("{summary}; {n} replacement node(s) first"),
     };
-    cx.commit(Proposal { reason, method, targets: vec![i], outcome: Some(outcome), replacements, replacement_price: None, savings: 0.0, summary });
+    cx.commit(Proposal {
+        reason,
+        method,
+        targets: vec![i],
+        outcome: Some(outcome),
+        replacements,
+        replacement_price: None,
+        savings: 0.0,
+        summary,
+    });
 }
 
 /// Nodes that no longer match their NodePool or NodeClass (see [`drift`]).
@@ -138,7 +196,12 @@ impl Method for Drift {
                 continue;
             }
             let f = &cx.facts[i];
-            let Some(claim) = f.claim.filter(|c| c.phase() == crate::provisioning::Phase::Registered) else { continue };
+            let Some(claim) = f
+                .claim
+                .filter(|c| c.phase() == crate::provisioning::Phase::Registered)
+            else {
+                continue;
+            };
             let why = drift_reason(cx, i, claim);
             let f = &cx.facts[i];
             let Some(why) = why else { continue };
@@ -173,26 +236,38 @@ impl Method for Drift {
                 cx.note(i, format!("drifted ({why}), but {last}"));
                 continue;
             }
-            replace_and_commit(cx, i, Reason::Drifted, self.name(), format!("drifted: {why}"), false);
+            replace_and_commit(
+                cx,
+                i,
+                Reason::Drifted,
+                self.name(),
+                format!("drifted: {why}"),
+                false,
+            );
         }
     }
 }
 
 /// Why node `i` (of `claim`) has drifted, if it has.
-pub fn drift_reason(cx: &Context<'_, '_>, i: usize, claim: &crate::provisioning::Claim) -> Option<String> {
+pub fn drift_reason(
+    cx: &Context<'_, '_>,
+    i: usize,
+    claim: &crate::provisioning::Claim,
+) -> Option<String> {
     let f = &cx.facts[i];
-    let Some(pool) = f.pool else { return Some(format!("NodePool {} no longer exists", claim.pool)) };
+    let Some(pool) = f.pool else {
+        return Some(format!("NodePool {} no longer exists", claim.pool));
+    };
     let class_name = pool.node_class.as_deref().or(claim.node_class.as_deref());
     let class = class_name.and_then(|n| cx.s.classes.iter().find(|c| c.name == n));
     let resolved: Option<&ResolvedClass> = class_name.and_then(|n| cx.s.resolved.get(n));
-    let mut node_labels = cx
-        .s
-        .catalog
-        .instance_types
-        .iter()
-        .find(|t| t.name == f.instance_type)
-        .map(|t| t.requirements().single_valued_labels())
-        .unwrap_or_default();
+    let mut node_labels =
+        cx.s.catalog
+            .instance_types
+            .iter()
+            .find(|t| t.name == f.instance_type)
+            .map(|t| t.requirements().single_valued_labels())
+            .unwrap_or_default();
     // What the instance is, whether or not the node's labels say it.
     for (key, value) in [
         (crate::scheduling::labels::INSTANCE_TYPE, &f.instance_type),
@@ -230,17 +305,29 @@ impl Method for Repair {
             }
         }
         for i in 0..cx.facts.len() {
-            let Some(since) = cx.facts[i].unhealthy_since else { continue };
+            let Some(since) = cx.facts[i].unhealthy_since else {
+                continue;
+            };
             if !cx.open(i) {
                 continue;
             }
             if !cx.s.settings.node_repair {
-                cx.note(i, "NotReady, but node repair is off (NodeRepair feature gate)");
+                cx.note(
+                    i,
+                    "NotReady, but node repair is off (NodeRepair feature gate)",
+                );
                 continue;
             }
             let down_for = cx.s.now.duration_since(since);
             if down_for < REPAIR_AFTER {
-                cx.note(i, format!("NotReady for {}, repaired after {}", short(down_for), short(REPAIR_AFTER)));
+                cx.note(
+                    i,
+                    format!(
+                        "NotReady for {}, repaired after {}",
+                        short(down_for),
+                        short(REPAIR_AFTER)
+                    ),
+                );
                 continue;
             }
             let pool = cx.pool_name(i);
@@ -270,16 +357,26 @@ pub fn default_reason(cx: &Context<'_, '_>, i: usize) -> String {
     if let Some(d) = &f.disrupting {
         return d.clone();
     }
-    let Some(claim) = f.claim else { return "not launched by nodewright (no claim): never disrupted".to_owned() };
+    let Some(claim) = f.claim else {
+        return "not launched by nodewright (no claim): never disrupted".to_owned();
+    };
     if claim.phase() != crate::provisioning::Phase::Registered {
         return "still registering".to_owned();
     }
-    let Some(pool) = f.pool else { return format!("NodePool {} not in force", claim.pool) };
+    let Some(pool) = f.pool else {
+        return format!("NodePool {} not in force", claim.pool);
+    };
     match (pool.disruption.policy, pool.disruption.consolidate_after) {
         (_, None) => format!("in use; NodePool {} has consolidateAfter: Never", pool.name),
         (ConsolidationPolicy::WhenEmpty, _) => {
-            format!("{} pod(s); NodePool {} consolidates only empty nodes (WhenEmpty)", f.reschedulable.len(), pool.name)
+            format!(
+                "{} pod(s); NodePool {} consolidates only empty nodes (WhenEmpty)",
+                f.reschedulable.len(),
+                pool.name
+            )
         }
-        (ConsolidationPolicy::WhenEmptyOrUnderutilized, _) => "in use; no cheaper placement for its pods".to_owned(),
+        (ConsolidationPolicy::WhenEmptyOrUnderutilized, _) => {
+            "in use; no cheaper placement for its pods".to_owned()
+        }
     }
 }

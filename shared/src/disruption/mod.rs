@@ -28,7 +28,9 @@ pub mod validate;
 mod tests;
 
 pub use consolidation::{MultiNodeConsolidation, SingleNodeConsolidation};
-pub use decision::{ClaimUpdate, Command, NodeDecision, Plan, Reason, Replacement, Target, Verdict};
+pub use decision::{
+    ClaimUpdate, Command, NodeDecision, Plan, Reason, Replacement, Target, Verdict,
+};
 pub use drift::ResolvedClass;
 pub use methods::{Drift, Emptiness, Expiration, Method, Repair};
 pub use observe::observe;
@@ -38,8 +40,14 @@ pub use validate::validate;
 use context::Context;
 
 /// The methods, in the order they run.
-pub const METHODS: [&dyn Method; 6] =
-    [&Emptiness, &Expiration, &Drift, &MultiNodeConsolidation, &SingleNodeConsolidation, &Repair];
+pub const METHODS: [&dyn Method; 6] = [
+    &Emptiness,
+    &Expiration,
+    &Drift,
+    &MultiNodeConsolidation,
+    &SingleNodeConsolidation,
+    &Repair,
+];
 
 /// Decides what to disrupt. Deterministic for the same snapshot.
 pub fn decide(s: &Snapshot<'_>) -> Plan {
@@ -52,19 +60,30 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         .map(|i| {
             let f = &cx.facts[i];
             let (verdict, reason) = match cx.verdicts[i] {
-                Some((reason, command)) => (Verdict::Disrupt { reason, command }, cx.commands[command].summary.clone()),
+                Some((reason, command)) => (
+                    Verdict::Disrupt { reason, command },
+                    cx.commands[command].summary.clone(),
+                ),
                 None if cx.notes[i].is_empty() => (Verdict::Keep, methods::default_reason(&cx, i)),
                 None => (Verdict::Keep, cx.notes[i].join("; ")),
             };
             NodeDecision {
                 node: f.name.clone(),
                 claim_id: f.claim.map(|c| c.id.clone()),
-                pool: f.pool.map(|p| p.name.clone()).or_else(|| f.claim.map(|c| c.pool.clone())),
+                pool: f
+                    .pool
+                    .map(|p| p.name.clone())
+                    .or_else(|| f.claim.map(|c| c.pool.clone())),
                 verdict,
                 reason,
             }
         })
         .collect();
     let claim_updates = observe::observe(&cx.facts, s.now);
-    Plan { now: s.now, nodes, commands: cx.commands, claim_updates }
+    Plan {
+        now: s.now,
+        nodes,
+        commands: cx.commands,
+        claim_updates,
+    }
 }

@@ -13,24 +13,44 @@ use crate::provisioning::claim::DisruptionState;
 
 /// The fingerprint of a node's reschedulable pods (their uids, sorted).
 pub fn fingerprint(facts: &NodeFacts<'_>) -> String {
-    let mut uids: Vec<String> =
-        facts.reschedulable.iter().map(|p| p.metadata.uid.clone().unwrap_or_else(|| crate::ports::PodKey::of(p).to_string())).collect();
+    let mut uids: Vec<String> = facts
+        .reschedulable
+        .iter()
+        .map(|p| {
+            p.metadata
+                .uid
+                .clone()
+                .unwrap_or_else(|| crate::ports::PodKey::of(p).to_string())
+        })
+        .collect();
     uids.sort();
     format!("{:016x}", fnv1a(uids.join(",").as_bytes()))
 }
 
 /// The state a claim should have now, given what its node holds.
-pub fn next_state(previous: &DisruptionState, facts: &NodeFacts<'_>, now: Timestamp) -> DisruptionState {
+pub fn next_state(
+    previous: &DisruptionState,
+    facts: &NodeFacts<'_>,
+    now: Timestamp,
+) -> DisruptionState {
     let print = fingerprint(facts);
     let changed = previous.pods_fingerprint.as_deref() != Some(print.as_str());
-    let last_pod_event_at = if changed { Some(now) } else { previous.last_pod_event_at.or(Some(now)) };
+    let last_pod_event_at = if changed {
+        Some(now)
+    } else {
+        previous.last_pod_event_at.or(Some(now))
+    };
     let empty = facts.reschedulable.is_empty();
     let empty_since = match (empty, previous.empty_since) {
         (false, _) => None,
         (true, Some(since)) => Some(since),
         (true, None) => Some(now),
     };
-    DisruptionState { pods_fingerprint: Some(print), last_pod_event_at, empty_since }
+    DisruptionState {
+        pods_fingerprint: Some(print),
+        last_pod_event_at,
+        empty_since,
+    }
 }
 
 /// The updates to write for `facts` at `now`: claims whose state changed,
@@ -47,7 +67,11 @@ pub fn observe(facts: &[NodeFacts<'_>], now: Timestamp) -> Vec<ClaimUpdate> {
             _ => None,
         };
         if next != claim.disruption || restamp.is_some() {
-            out.push(ClaimUpdate { claim_id: claim.id.clone(), disruption: next, nodepool_hash: restamp });
+            out.push(ClaimUpdate {
+                claim_id: claim.id.clone(),
+                disruption: next,
+                nodepool_hash: restamp,
+            });
         }
     }
     out

@@ -44,7 +44,10 @@ fn pods_of(pods: &[&Pod], volumes: &VolumeIndex) -> Result<(Vec<SchedPod>, Vec<P
     let mut out = Vec::with_capacity(pods.len());
     let mut keys = Vec::with_capacity(pods.len());
     for p in pods {
-        out.push(SchedPod::from_pod_with_volumes(p, volumes).map_err(|e| format!("pod {} cannot be simulated: {e}", PodKey::of(p)))?);
+        out.push(
+            SchedPod::from_pod_with_volumes(p, volumes)
+                .map_err(|e| format!("pod {} cannot be simulated: {e}", PodKey::of(p)))?,
+        );
         keys.push(PodKey::of(p));
     }
     Ok((out, keys))
@@ -58,8 +61,18 @@ impl<'a> Simulator<'a> {
         let scheduled: Vec<Pod> = s
             .pods
             .iter()
-            .filter(|p| p.spec.as_ref().and_then(|sp| sp.node_name.as_deref()).is_some_and(|n| !n.is_empty()))
-            .filter(|p| !matches!(p.status.as_ref().and_then(|st| st.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|sp| sp.node_name.as_deref())
+                    .is_some_and(|n| !n.is_empty())
+            })
+            .filter(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|st| st.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            })
             .cloned()
             .collect();
         let usage = BTreeMap::new();
@@ -82,7 +95,10 @@ impl<'a> Simulator<'a> {
         let mut nodes = plan::existing_nodes(&view);
         // A claim without a node yet holds the room its pods were promised.
         for n in &mut nodes {
-            if let Some(c) = s.claims.iter().find(|c| c.id == n.name && c.node_name.is_none())
+            if let Some(c) = s
+                .claims
+                .iter()
+                .find(|c| c.id == n.name && c.node_name.is_none())
                 && n.pods.is_empty()
             {
                 n.requested = resources_of(&c.requests);
@@ -90,8 +106,11 @@ impl<'a> Simulator<'a> {
         }
         // Nodes going away, and NotReady ones, take no pods in a simulation
         // (moving pods onto a node that may be repaired next is churn).
-        let disrupting: BTreeSet<&str> =
-            facts.iter().filter(|f| f.disrupting.is_some() || f.unhealthy_since.is_some()).map(|f| f.name.as_str()).collect();
+        let disrupting: BTreeSet<&str> = facts
+            .iter()
+            .filter(|f| f.disrupting.is_some() || f.unhealthy_since.is_some())
+            .map(|f| f.name.as_str())
+            .collect();
         for n in &mut nodes {
             if disrupting.contains(n.name.as_str()) {
                 n.unschedulable = true;
@@ -102,24 +121,48 @@ impl<'a> Simulator<'a> {
         let mut nodes_in_use: BTreeMap<String, i64> = BTreeMap::new();
         for c in s.claims {
             reservations.insert(c.id.clone(), (c.pool.clone(), c.reservation.clone()));
-            in_use.entry(c.pool.clone()).or_default().add(&resources_of(&c.reservation));
-            *nodes_in_use.entry(c.pool.clone()).or_default() += c.reservation.get(crate::provisioning::claim::NODES).copied().unwrap_or(0);
+            in_use
+                .entry(c.pool.clone())
+                .or_default()
+                .add(&resources_of(&c.reservation));
+            *nodes_in_use.entry(c.pool.clone()).or_default() += c
+                .reservation
+                .get(crate::provisioning::claim::NODES)
+                .copied()
+                .unwrap_or(0);
         }
         let mut pools: Vec<PoolInput> = s
             .pools
             .iter()
             .map(|pool| {
-                let mut input = PoolInput::new(pool.clone(), instance_types(pool, s.catalog, s.unavailable));
+                let mut input =
+                    PoolInput::new(pool.clone(), instance_types(pool, s.catalog, s.unavailable));
                 input.in_use = in_use.get(&pool.name).cloned().unwrap_or_default();
                 input.nodes_in_use = nodes_in_use.get(&pool.name).copied().unwrap_or(0);
                 input
             })
             .collect();
-        pools.sort_by(|a, b| b.pool.weight.cmp(&a.pool.weight).then_with(|| a.pool.name.cmp(&b.pool.name)));
-        let mut sim = Simulator { nodes, pools, daemons: daemon_pods(s.daemon_sets), volumes: s.volumes, reservations, removed: BTreeSet::new() };
+        pools.sort_by(|a, b| {
+            b.pool
+                .weight
+                .cmp(&a.pool.weight)
+                .then_with(|| a.pool.name.cmp(&b.pool.name))
+        });
+        let mut sim = Simulator {
+            nodes,
+            pools,
+            daemons: daemon_pods(s.daemon_sets),
+            volumes: s.volumes,
+            reservations,
+            removed: BTreeSet::new(),
+        };
 
-        let in_flight_no_replacement: BTreeSet<&str> =
-            s.in_flight.iter().filter(|f| !f.replace).map(|f| f.node.as_str()).collect();
+        let in_flight_no_replacement: BTreeSet<&str> = s
+            .in_flight
+            .iter()
+            .filter(|f| !f.replace)
+            .map(|f| f.node.as_str())
+            .collect();
         let carry: Vec<&Pod> = facts
             .iter()
             .filter(|f| in_flight_no_replacement.contains(f.name.as_str()))
@@ -141,8 +184,12 @@ impl<'a> Simulator<'a> {
     pub fn simulate(&mut self, remove: &[(&str, &str)], pods: &[&Pod]) -> Result<Outcome, String> {
         let (sched, keys) = pods_of(pods, self.volumes)?;
         let names: BTreeSet<&str> = remove.iter().map(|(node, _)| *node).collect();
-        let nodes: Vec<ExistingNode> =
-            self.nodes.iter().filter(|n| !names.contains(n.name.as_str()) && !self.removed.contains(&n.name)).cloned().collect();
+        let nodes: Vec<ExistingNode> = self
+            .nodes
+            .iter()
+            .filter(|n| !names.contains(n.name.as_str()) && !self.removed.contains(&n.name))
+            .cloned()
+            .collect();
         let freed = self.freed(remove);
         for (pool, r) in &freed {
             if let Some(p) = self.pools.iter_mut().find(|p| &p.pool.name == pool) {
@@ -150,7 +197,13 @@ impl<'a> Simulator<'a> {
                 p.nodes_in_use -= 1;
             }
         }
-        let plan = solve(&sched, &nodes, &self.pools, &self.daemons, &SolveOptions::default());
+        let plan = solve(
+            &sched,
+            &nodes,
+            &self.pools,
+            &self.daemons,
+            &SolveOptions::default(),
+        );
         for (pool, r) in &freed {
             if let Some(p) = self.pools.iter_mut().find(|p| &p.pool.name == pool) {
                 p.in_use.add(r);
@@ -158,7 +211,11 @@ impl<'a> Simulator<'a> {
             }
         }
         Ok(Outcome {
-            unschedulable: plan.unschedulable.iter().map(|(i, why)| (keys[*i].clone(), why.clone())).collect(),
+            unschedulable: plan
+                .unschedulable
+                .iter()
+                .map(|(i, why)| (keys[*i].clone(), why.clone()))
+                .collect(),
             bindings: plan.bindings,
             claims: plan.claims,
             keys,
@@ -186,7 +243,12 @@ impl<'a> Simulator<'a> {
     /// Makes a decided move part of the cluster for the moves after it:
     /// `remove` gone, the pods bound where the simulation put them, and the
     /// replacement claims as nodes holding their pods.
-    pub fn commit(&mut self, remove: &[(&str, &str)], outcome: &Outcome, claims: &[(NewClaim, Claim)]) {
+    pub fn commit(
+        &mut self,
+        remove: &[(&str, &str)],
+        outcome: &Outcome,
+        claims: &[(NewClaim, Claim)],
+    ) {
         for (pool, r) in self.freed(remove) {
             if let Some(p) = self.pools.iter_mut().find(|p| p.pool.name == pool) {
                 p.in_use = p.in_use.saturating_sub(&r);
@@ -199,17 +261,34 @@ impl<'a> Simulator<'a> {
         }
         self.apply_bindings(outcome);
         for (planned, claim) in claims {
-            let Some(input) = self.pools.iter_mut().find(|p| p.pool.name == claim.pool) else { continue };
+            let Some(input) = self.pools.iter_mut().find(|p| p.pool.name == claim.pool) else {
+                continue;
+            };
             input.in_use.add(&resources_of(&claim.reservation));
             input.nodes_in_use += 1;
-            let Some(option) = planned.options.first() else { continue };
-            let Some(it) = input.instance_types.iter().find(|t| *t.name == *option.instance_type) else { continue };
+            let Some(option) = planned.options.first() else {
+                continue;
+            };
+            let Some(it) = input
+                .instance_types
+                .iter()
+                .find(|t| *t.name == *option.instance_type)
+            else {
+                continue;
+            };
             let mut node_labels = it.requirements.single_valued_labels();
             node_labels.extend(claim.labels.clone());
             node_labels.insert(labels::ZONE.to_owned(), option.zone.to_string());
-            node_labels.insert(labels::CAPACITY_TYPE.to_owned(), option.capacity_type.to_string());
+            node_labels.insert(
+                labels::CAPACITY_TYPE.to_owned(),
+                option.capacity_type.to_string(),
+            );
             node_labels.insert(labels::HOSTNAME.to_owned(), claim.id.clone());
-            let pods: Vec<SchedPod> = planned.pods.iter().map(|i| outcome.pods[*i].clone()).collect();
+            let pods: Vec<SchedPod> = planned
+                .pods
+                .iter()
+                .map(|i| outcome.pods[*i].clone())
+                .collect();
             let mut requested = Resources::default();
             for p in &pods {
                 requested.add(&p.requests);
@@ -217,13 +296,21 @@ impl<'a> Simulator<'a> {
             self.nodes.push(ExistingNode {
                 name: claim.id.clone(),
                 labels: node_labels,
-                taints: claim.taints.iter().filter(|t| t.key != UNREGISTERED_TAINT_KEY).cloned().collect(),
+                taints: claim
+                    .taints
+                    .iter()
+                    .filter(|t| t.key != UNREGISTERED_TAINT_KEY)
+                    .cloned()
+                    .collect(),
                 allocatable: it.allocatable().clone(),
                 requested,
                 pods,
                 unschedulable: false,
             });
-            self.reservations.insert(claim.id.clone(), (claim.pool.clone(), claim.reservation.clone()));
+            self.reservations.insert(
+                claim.id.clone(),
+                (claim.pool.clone(), claim.reservation.clone()),
+            );
         }
     }
 }

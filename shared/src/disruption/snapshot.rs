@@ -57,7 +57,13 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { balanced: true, max_multi_node: 100, max_single_node: 100, validation_delay_secs: 15, consolidation: true }
+        Tuning {
+            balanced: true,
+            max_multi_node: 100,
+            max_single_node: 100,
+            validation_delay_secs: 15,
+            consolidation: true,
+        }
     }
 }
 
@@ -123,7 +129,11 @@ impl NodeFacts<'_> {
 
     /// The offering the node runs on.
     pub fn offering(&self) -> OfferingKey {
-        OfferingKey { capacity_type: self.capacity_type.clone(), instance_type: self.instance_type.clone(), zone: self.zone.clone() }
+        OfferingKey {
+            capacity_type: self.capacity_type.clone(),
+            instance_type: self.instance_type.clone(),
+            zone: self.zone.clone(),
+        }
     }
 
     pub fn is_spot(&self) -> bool {
@@ -132,29 +142,54 @@ impl NodeFacts<'_> {
 }
 
 fn node_of_pod(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+    p.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
 }
 
 fn finished(p: &Pod) -> bool {
-    matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 /// Owned by a DaemonSet or a static pod: goes away with the node, needs no room elsewhere.
 pub fn is_node_bound(p: &Pod) -> bool {
-    p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" || o.kind == "Node")
-        || p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD))
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node")
+        || p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_POD))
 }
 
 /// The claim of a node: by provider id, then by the nodeclaim label, then by name.
 pub fn claim_of<'a>(node: &Node, claims: &'a [Claim]) -> Option<&'a Claim> {
     let provider = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
     let name = node.metadata.name.as_deref();
-    let label = node.metadata.labels.as_ref().and_then(|l| l.get(CLAIM_LABEL)).map(String::as_str);
+    let label = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CLAIM_LABEL))
+        .map(String::as_str);
     claims
         .iter()
-        .find(|c| provider.is_some() && c.instance.as_ref().map(|i| i.provider_id.as_str()) == provider)
+        .find(|c| {
+            provider.is_some() && c.instance.as_ref().map(|i| i.provider_id.as_str()) == provider
+        })
         .or_else(|| claims.iter().find(|c| label == Some(c.id.as_str())))
-        .or_else(|| claims.iter().find(|c| c.node_name.is_some() && c.node_name.as_deref() == name))
+        .or_else(|| {
+            claims
+                .iter()
+                .find(|c| c.node_name.is_some() && c.node_name.as_deref() == name)
+        })
 }
 
 /// The facts of every node, sorted by name.
@@ -167,7 +202,8 @@ pub fn node_facts<'a>(s: &Snapshot<'a>) -> Vec<NodeFacts<'a>> {
             by_node.entry(n).or_default().push(p);
         }
     }
-    let in_flight: BTreeMap<&str, &InFlight> = s.in_flight.iter().map(|f| (f.node.as_str(), f)).collect();
+    let in_flight: BTreeMap<&str, &InFlight> =
+        s.in_flight.iter().map(|f| (f.node.as_str(), f)).collect();
     let mut out: Vec<NodeFacts<'a>> = s
         .nodes
         .iter()
@@ -178,25 +214,37 @@ pub fn node_facts<'a>(s: &Snapshot<'a>) -> Vec<NodeFacts<'a>> {
             let pool = claim.and_then(|c| s.pools.iter().find(|p| p.name == c.pool));
             let instance = claim.and_then(|c| c.instance.as_ref());
             let label = |k: &str| node_labels.get(k).cloned().unwrap_or_default();
-            let instance_type = instance.map_or_else(|| label(labels::INSTANCE_TYPE), |i| i.instance_type.clone());
+            let instance_type =
+                instance.map_or_else(|| label(labels::INSTANCE_TYPE), |i| i.instance_type.clone());
             let zone = instance.map_or_else(|| label(labels::ZONE), |i| i.zone.clone());
-            let capacity_type = instance.map_or_else(|| label(labels::CAPACITY_TYPE), |i| i.capacity_type.clone());
+            let capacity_type =
+                instance.map_or_else(|| label(labels::CAPACITY_TYPE), |i| i.capacity_type.clone());
             let price = instance.map(|i| i.price).unwrap_or_else(|| {
                 s.catalog
                     .offerings
                     .iter()
-                    .find(|o| o.instance_type == instance_type && o.zone == zone && o.capacity_type == capacity_type)
+                    .find(|o| {
+                        o.instance_type == instance_type
+                            && o.zone == zone
+                            && o.capacity_type == capacity_type
+                    })
                     .map_or(0.0, |o| o.price)
             });
             let pods = by_node.remove(name.as_str()).unwrap_or_default();
-            let reschedulable =
-                pods.iter().copied().filter(|p| !is_node_bound(p) && p.metadata.deletion_timestamp.is_none()).collect();
+            let reschedulable = pods
+                .iter()
+                .copied()
+                .filter(|p| !is_node_bound(p) && p.metadata.deletion_timestamp.is_none())
+                .collect();
             let created_at = claim
                 .map(|c| c.created_at)
                 .or_else(|| node.metadata.creation_timestamp.as_ref().map(|t| t.0))
                 .unwrap_or(s.now);
-            let ready_condition =
-                node.status.as_ref().and_then(|st| st.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+            let ready_condition = node
+                .status
+                .as_ref()
+                .and_then(|st| st.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
             let ready = ready_condition.is_some_and(|c| c.status == "True");
             let unhealthy_since = ready_condition
                 .filter(|c| c.status == "False" || c.status == "Unknown")
@@ -211,7 +259,9 @@ pub fn node_facts<'a>(s: &Snapshot<'a>) -> Vec<NodeFacts<'a>> {
             } else if node.metadata.deletion_timestamp.is_some() {
                 Some("being deleted".to_owned())
             } else if tainted {
-                Some(format!("already being disrupted ({DISRUPTED_TAINT_KEY} taint)"))
+                Some(format!(
+                    "already being disrupted ({DISRUPTED_TAINT_KEY} taint)"
+                ))
             } else {
                 None
             };

@@ -26,7 +26,8 @@ fn t0() -> Timestamp {
 }
 
 fn secs(s: i64) -> Timestamp {
-    t0().checked_add(SignedDuration::from_secs(s)).expect("time")
+    t0().checked_add(SignedDuration::from_secs(s))
+        .expect("time")
 }
 
 fn info(name: &str, vcpu: u32, memory_mib: u64) -> InstanceTypeInfo {
@@ -57,11 +58,22 @@ const TYPES: &[(&str, u32, u64, f64, f64)] = &[
 ];
 
 fn catalog(types: &[&str]) -> CloudCatalog {
-    let mut c = CloudCatalog { region: "us-east-1".into(), ..Default::default() };
-    for (name, vcpu, mib, od, spot) in TYPES.iter().filter(|t| types.is_empty() || types.contains(&t.0)) {
+    let mut c = CloudCatalog {
+        region: "us-east-1".into(),
+        ..Default::default()
+    };
+    for (name, vcpu, mib, od, spot) in TYPES
+        .iter()
+        .filter(|t| types.is_empty() || types.contains(&t.0))
+    {
         c.instance_types.push(info(name, *vcpu, *mib));
         for (ct, price) in [("on-demand", od), ("spot", spot)] {
-            c.offerings.push(PricedOffering { instance_type: (*name).into(), zone: ZONE.into(), capacity_type: ct.into(), price: *price });
+            c.offerings.push(PricedOffering {
+                instance_type: (*name).into(),
+                zone: ZONE.into(),
+                capacity_type: ct.into(),
+                price: *price,
+            });
         }
     }
     c
@@ -84,7 +96,11 @@ fn class(json: serde_json::Value) -> NodeClass {
             o.insert(k.clone(), v.clone());
         }
     }
-    NodeClass::from_spec("default", &serde_json::from_value(base).expect("class spec")).expect("valid class")
+    NodeClass::from_spec(
+        "default",
+        &serde_json::from_value(base).expect("class spec"),
+    )
+    .expect("valid class")
 }
 
 /// A cluster, our claims and the configuration.
@@ -138,8 +154,17 @@ impl World {
     }
 
     /// A registered, Ready node of `pool` launched at `launched`, with its claim.
-    fn node_at(&mut self, name: &str, instance_type: &str, capacity_type: &str, launched: Timestamp) -> &mut Self {
-        let (_, vcpu, mib, od, spot) = *TYPES.iter().find(|t| t.0 == instance_type).expect("known type");
+    fn node_at(
+        &mut self,
+        name: &str,
+        instance_type: &str,
+        capacity_type: &str,
+        launched: Timestamp,
+    ) -> &mut Self {
+        let (_, vcpu, mib, od, spot) = *TYPES
+            .iter()
+            .find(|t| t.0 == instance_type)
+            .expect("known type");
         let price = if capacity_type == "spot" { spot } else { od };
         let it = info(instance_type, vcpu, mib);
         let pool = self.pools[0].clone();
@@ -153,8 +178,19 @@ impl World {
         node_labels.insert(labels::CAPACITY_TYPE.into(), capacity_type.into());
         node_labels.insert(labels::HOSTNAME.into(), name.into());
         let provider = format!("aws:///{ZONE}/i-{name}");
-        let node = SimCluster::ready_node(name, node_labels.clone(), vec![], &provider, &capacity, &allocatable, launched);
-        let class = self.classes.iter().find(|c| Some(&c.name) == pool.node_class.as_ref());
+        let node = SimCluster::ready_node(
+            name,
+            node_labels.clone(),
+            vec![],
+            &provider,
+            &capacity,
+            &allocatable,
+            launched,
+        );
+        let class = self
+            .classes
+            .iter()
+            .find(|c| Some(&c.name) == pool.node_class.as_ref());
         let mut claim = Claim {
             id: format!("default-{name}"),
             pool: pool.name.clone(),
@@ -262,19 +298,37 @@ impl World {
     }
 
     fn annotate_node(&mut self, node: &str, key: &str, value: &str) -> &mut Self {
-        let n = self.nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some(node)).expect("node");
-        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
+        let n = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.metadata.name.as_deref() == Some(node))
+            .expect("node");
+        n.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
         self
     }
 
     fn annotate_pod(&mut self, pod: &str, key: &str, value: &str) -> &mut Self {
-        let p = self.pods.iter_mut().find(|p| p.metadata.name.as_deref() == Some(pod)).expect("pod");
-        p.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
+        let p = self
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(pod))
+            .expect("pod");
+        p.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
         self
     }
 
     fn not_ready(&mut self, node: &str, since: Timestamp) -> &mut Self {
-        let n = self.nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some(node)).expect("node");
+        let n = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.metadata.name.as_deref() == Some(node))
+            .expect("node");
         if let Some(st) = n.status.as_mut() {
             st.conditions = Some(vec![NodeCondition {
                 type_: "Ready".into(),
@@ -304,7 +358,9 @@ impl World {
             ..Default::default()
         };
         d.budgets = Some(serde_json::from_value(budgets).expect("budgets"));
-        self.pools[0].disruption = crate::config::Disruption::from_spec(Some(&d), "spec.disruption").expect("valid budgets");
+        self.pools[0].disruption =
+            crate::config::Disruption::from_spec(Some(&d), "spec.disruption")
+                .expect("valid budgets");
         self
     }
 }
@@ -315,13 +371,19 @@ type Expect<'e> = (&'e str, Option<Reason>, &'e str);
 
 fn check(plan: &Plan, expected: &[Expect<'_>]) {
     for (node, reason, text) in expected {
-        let d = plan.decision(node).unwrap_or_else(|| panic!("no decision for {node}: {plan:#?}"));
+        let d = plan
+            .decision(node)
+            .unwrap_or_else(|| panic!("no decision for {node}: {plan:#?}"));
         let got = match d.verdict {
             Verdict::Disrupt { reason, .. } => Some(reason),
             Verdict::Keep => None,
         };
         assert_eq!(got, *reason, "{node}: {}", d.reason);
-        assert!(d.reason.contains(text), "{node}: expected {text:?} in {:?}", d.reason);
+        assert!(
+            d.reason.contains(text),
+            "{node}: expected {text:?} in {:?}",
+            d.reason
+        );
     }
 }
 
@@ -339,11 +401,16 @@ fn when_empty_30s() -> serde_json::Value {
 #[test]
 fn empty_node_goes_30s_after_its_last_pod_left_and_not_before() {
     let mut w = World::with_pool(when_empty_30s());
-    w.node("a", "m5.xlarge").pods_on("a", 1, 500, 512).observed_at(secs(0));
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 1, 500, 512)
+        .observed_at(secs(0));
     // The pod leaves; the next observation (t = 10 s) sees the node empty.
     w.pods.clear();
     w.observed_at(secs(10));
-    check(&w.at(secs(39)).decide(), &[("a", None, "empty for 29s, consolidateAfter is 30s")]);
+    check(
+        &w.at(secs(39)).decide(),
+        &[("a", None, "empty for 29s, consolidateAfter is 30s")],
+    );
     let plan = w.at(secs(40)).decide();
     check(&plan, &[("a", Some(Reason::Empty), "empty for 30s")]);
     let removals = plan.removals();
@@ -355,14 +422,21 @@ fn empty_node_goes_30s_after_its_last_pod_left_and_not_before() {
 #[test]
 fn a_node_with_pods_is_not_empty_and_when_empty_never_consolidates_it() {
     let mut w = World::with_pool(when_empty_30s());
-    w.node("a", "m5.xlarge").pods_on("a", 1, 100, 100).observed_at(secs(0));
-    check(&w.at(secs(3600)).decide(), &[("a", None, "consolidates only empty nodes (WhenEmpty)")]);
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 1, 100, 100)
+        .observed_at(secs(0));
+    check(
+        &w.at(secs(3600)).decide(),
+        &[("a", None, "consolidates only empty nodes (WhenEmpty)")],
+    );
 }
 
 #[test]
 fn observe_measures_from_the_first_empty_sighting() {
     let mut w = World::with_pool(when_empty_30s());
-    w.node("a", "m5.xlarge").pods_on("a", 1, 100, 100).observed_at(secs(0));
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 1, 100, 100)
+        .observed_at(secs(0));
     let before = w.claims[0].disruption.clone();
     assert_eq!(before.empty_since, None);
     w.pods.clear();
@@ -390,7 +464,10 @@ fn daemonset_and_finished_pods_do_not_keep_a_node_busy() {
     w.pod_on("a", "job", 100, 100);
     w.pods[1].status.as_mut().expect("status").phase = Some("Succeeded".into());
     w.observed_at(secs(0));
-    check(&w.at(secs(30)).decide(), &[("a", Some(Reason::Empty), "empty for 30s")]);
+    check(
+        &w.at(secs(30)).decide(),
+        &[("a", Some(Reason::Empty), "empty for 30s")],
+    );
 }
 
 // ------------------------------------------------------------ expiration
@@ -402,10 +479,25 @@ fn expiration_at_720h_and_not_before() {
     // Too busy to consolidate: nothing else would fit.
     w.catalog = catalog(&["m5.xlarge"]);
     w.node("b", "m5.xlarge").pods_on("b", 3, 1000, 1024);
-    let just_before = t0().checked_add(SignedDuration::from_hours(720) - SignedDuration::from_secs(1)).expect("t");
-    check(&w.at(just_before).decide(), &[("a", None, ""), ("b", None, "")]);
-    let plan = w.at(t0().checked_add(SignedDuration::from_hours(720)).expect("t")).decide();
-    check(&plan, &[("a", Some(Reason::Expired), "expireAfter is 720h"), ("b", Some(Reason::Expired), "expired")]);
+    let just_before = t0()
+        .checked_add(SignedDuration::from_hours(720) - SignedDuration::from_secs(1))
+        .expect("t");
+    check(
+        &w.at(just_before).decide(),
+        &[("a", None, ""), ("b", None, "")],
+    );
+    let plan = w
+        .at(t0()
+            .checked_add(SignedDuration::from_hours(720))
+            .expect("t"))
+        .decide();
+    check(
+        &plan,
+        &[
+            ("a", Some(Reason::Expired), "expireAfter is 720h"),
+            ("b", Some(Reason::Expired), "expired"),
+        ],
+    );
     // Forceful: budgets (10 % of 2 nodes = 1) do not limit it, and the pods need replacements first.
     assert_eq!(plan.commands.len(), 2);
     assert!(plan.removals().iter().all(|r| r.replace));
@@ -416,8 +508,17 @@ fn expiration_at_720h_and_not_before() {
 fn expiration_ignores_do_not_disrupt_and_pdbs() {
     let mut w = World::new();
     w.catalog = catalog(&["m5.xlarge"]);
-    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024).pdb("inflate-pdb", 0).annotate_node("a", snapshot::DO_NOT_DISRUPT, "true");
-    check(&w.at(t0().checked_add(SignedDuration::from_hours(721)).expect("t")).decide(), &[("a", Some(Reason::Expired), "expired")]);
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 3, 1000, 1024)
+        .pdb("inflate-pdb", 0)
+        .annotate_node("a", snapshot::DO_NOT_DISRUPT, "true");
+    check(
+        &w.at(t0()
+            .checked_add(SignedDuration::from_hours(721))
+            .expect("t"))
+            .decide(),
+        &[("a", Some(Reason::Expired), "expired")],
+    );
 }
 
 // ------------------------------------------------------------ drift
@@ -430,10 +531,20 @@ fn drift_after_a_nodepool_label_change() {
     check(&w.decide(), &[("a", None, "")]);
     w.pools[0].labels.insert("team".into(), "b".into());
     let plan = w.decide();
-    check(&plan, &[("a", Some(Reason::Drifted), "NodePool default template changed")]);
+    check(
+        &plan,
+        &[(
+            "a",
+            Some(Reason::Drifted),
+            "NodePool default template changed",
+        )],
+    );
     assert!(plan.removals()[0].replace, "its pods need a new node first");
     let replacement = plan.commands[0].replacement.as_ref().expect("replacement");
-    assert_eq!(replacement.claims[0].labels.get("team").map(String::as_str), Some("b"));
+    assert_eq!(
+        replacement.claims[0].labels.get("team").map(String::as_str),
+        Some("b")
+    );
     assert!(plan.commands[0].validate_at.is_some());
 }
 
@@ -443,7 +554,10 @@ fn drift_after_a_nodeclass_change() {
     w.catalog = catalog(&["m5.xlarge"]);
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
     w.classes[0] = class(serde_json::json!({"tags": {"team": "b"}}));
-    check(&w.decide(), &[("a", Some(Reason::Drifted), "NodeClass default changed")]);
+    check(
+        &w.decide(),
+        &[("a", Some(Reason::Drifted), "NodeClass default changed")],
+    );
 }
 
 #[test]
@@ -452,27 +566,65 @@ fn drift_when_the_resolved_ami_changes() {
     w.catalog = catalog(&["m5.xlarge"]);
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
     w.claims[0].stamp.image_id = Some("ami-120".into());
-    w.resolved.insert("default".into(), ResolvedClass { image_ids: vec!["ami-120".into()], ..Default::default() });
+    w.resolved.insert(
+        "default".into(),
+        ResolvedClass {
+            image_ids: vec!["ami-120".into()],
+            ..Default::default()
+        },
+    );
     check(&w.decide(), &[("a", None, "")]);
-    w.resolved.insert("default".into(), ResolvedClass { image_ids: vec!["ami-121".into()], ..Default::default() });
-    check(&w.decide(), &[("a", Some(Reason::Drifted), "AMI ami-120 is no longer what NodeClass default resolves to")]);
+    w.resolved.insert(
+        "default".into(),
+        ResolvedClass {
+            image_ids: vec!["ami-121".into()],
+            ..Default::default()
+        },
+    );
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            Some(Reason::Drifted),
+            "AMI ami-120 is no longer what NodeClass default resolves to",
+        )],
+    );
 }
 
 #[test]
 fn drift_when_requirements_no_longer_allow_the_node() {
     let mut w = World::new();
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
-    w.pools[0].requirements.add(labels::INSTANCE_TYPE, crate::scheduling::Requirement::single("m5.2xlarge"));
-    check(&w.decide(), &[("a", Some(Reason::Drifted), "label node.kubernetes.io/instance-type=m5.xlarge no longer allowed")]);
+    w.pools[0].requirements.add(
+        labels::INSTANCE_TYPE,
+        crate::scheduling::Requirement::single("m5.2xlarge"),
+    );
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            Some(Reason::Drifted),
+            "label node.kubernetes.io/instance-type=m5.xlarge no longer allowed",
+        )],
+    );
 }
 
 #[test]
 fn drift_waits_for_a_pdb_and_for_the_budget() {
     let mut w = World::new();
     w.catalog = catalog(&["m5.xlarge"]);
-    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024).pdb("inflate-pdb", 0);
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 3, 1000, 1024)
+        .pdb("inflate-pdb", 0);
     w.pools[0].labels.insert("team".into(), "b".into());
-    check(&w.decide(), &[("a", None, "drifted (NodePool default template changed since launch), but pod default/a-p0 blocked by PDB inflate-pdb")]);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            None,
+            "drifted (NodePool default template changed since launch), but pod default/a-p0 blocked by PDB inflate-pdb",
+        )],
+    );
     w.pdbs.clear();
     w.budgets(serde_json::json!([{"nodes": "0", "reasons": ["Drifted"]}]));
     check(&w.decide(), &[("a", None, "budget for Drifted exhausted")]);
@@ -494,22 +646,36 @@ fn three_nodes() -> World {
 fn consolidation_example_moves_the_20_percent_node() {
     let w = three_nodes();
     let plan = w.decide();
-    check(&plan, &[
-        ("c", Some(Reason::Underutilized), "its pods fit on other nodes"),
-        ("a", None, "one consolidation at a time"),
-        ("b", None, "one consolidation at a time"),
-    ]);
+    check(
+        &plan,
+        &[
+            (
+                "c",
+                Some(Reason::Underutilized),
+                "its pods fit on other nodes",
+            ),
+            ("a", None, "one consolidation at a time"),
+            ("b", None, "one consolidation at a time"),
+        ],
+    );
     let cmd = &plan.commands[0];
     assert_eq!(cmd.method, "single-node-consolidation");
     assert!(cmd.replacement.is_none());
     assert_eq!(cmd.targets[0].pods.len(), 2);
     assert!((cmd.savings - 0.192).abs() < 1e-9);
-    assert_eq!(cmd.validate_at, Some(t0().checked_add(SignedDuration::from_secs(15)).expect("t")));
+    assert_eq!(
+        cmd.validate_at,
+        Some(t0().checked_add(SignedDuration::from_secs(15)).expect("t"))
+    );
     // Re-validation on the same cluster passes; once the pods changed it fails.
     assert_eq!(validate(cmd, &w.snapshot()), Ok(()));
     let mut changed = three_nodes();
     changed.pod_on("c", "late", 100, 100);
-    assert!(validate(cmd, &changed.snapshot()).expect_err("pods changed").contains("pods on node c changed"));
+    assert!(
+        validate(cmd, &changed.snapshot())
+            .expect_err("pods changed")
+            .contains("pods on node c changed")
+    );
 }
 
 #[test]
@@ -517,17 +683,35 @@ fn replacement_under_the_threshold_moves_nothing() {
     let mut w = World::new();
     w.catalog = catalog(&["m5.xlarge", "m5a.xlarge"]);
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
-    check(&w.decide(), &[("a", None, "savings 3.1 % below threshold 10 %")]);
+    check(
+        &w.decide(),
+        &[("a", None, "savings 3.1 % below threshold 10 %")],
+    );
     // With the threshold at 0 the balanced score still refuses 3 % for every pod…
     w.settings.consolidation_savings_threshold = 0.0;
-    check(&w.decide(), &[("a", None, "balanced score 0.03 below 0.50")]);
+    check(
+        &w.decide(),
+        &[("a", None, "balanced score 0.03 below 0.50")],
+    );
     // …and without it (Karpenter's WhenEmptyOrUnderutilized) it is replaced.
     w.tuning.balanced = false;
     let plan = w.decide();
-    check(&plan, &[("a", Some(Reason::Underutilized), "replaced by one on-demand node (m5a.xlarge")]);
+    check(
+        &plan,
+        &[(
+            "a",
+            Some(Reason::Underutilized),
+            "replaced by one on-demand node (m5a.xlarge",
+        )],
+    );
     let r = plan.commands[0].replacement.as_ref().expect("replacement");
     assert_eq!(r.claims.len(), 1);
-    assert!(r.claims[0].options.iter().all(|o| o.instance_type != "m5.xlarge"));
+    assert!(
+        r.claims[0]
+            .options
+            .iter()
+            .all(|o| o.instance_type != "m5.xlarge")
+    );
     assert!(plan.removals()[0].replace);
 }
 
@@ -538,7 +722,14 @@ fn never_replaced_by_the_same_type_and_capacity_type() {
     w.settings.consolidation_savings_threshold = 0.0;
     w.tuning.balanced = false;
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
-    check(&w.decide(), &[("a", None, "the only replacement that fits is the same instance type and capacity type")]);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            None,
+            "the only replacement that fits is the same instance type and capacity type",
+        )],
+    );
 }
 
 #[test]
@@ -546,7 +737,14 @@ fn replaced_by_a_cheaper_smaller_node() {
     let mut w = World::new();
     w.node("a", "m5.2xlarge").pods_on("a", 2, 500, 1024);
     let plan = w.decide();
-    check(&plan, &[("a", Some(Reason::Underutilized), "replaced by one on-demand node (m5.large")]);
+    check(
+        &plan,
+        &[(
+            "a",
+            Some(Reason::Underutilized),
+            "replaced by one on-demand node (m5.large",
+        )],
+    );
     let r = plan.commands[0].replacement.as_ref().expect("replacement");
     assert!(r.price <= 0.384 * 0.9);
     assert_eq!(r.claims[0].pods.len(), 2);
@@ -565,16 +763,30 @@ fn on_demand_to_spot_where_the_pool_allows_spot() {
     w.catalog = catalog(&["m5.xlarge"]);
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
     let plan = w.decide();
-    check(&plan, &[("a", Some(Reason::Underutilized), "replaced by one spot node (m5.xlarge")]);
+    check(
+        &plan,
+        &[(
+            "a",
+            Some(Reason::Underutilized),
+            "replaced by one spot node (m5.xlarge",
+        )],
+    );
 }
 
 #[test]
 fn spot_to_spot_needs_the_gate_and_15_cheaper_types() {
     let mut w = World::with_pool(spot_pool());
-    w.node_at("a", "m5.2xlarge", "spot", t0()).pods_on("a", 2, 500, 1024);
-    check(&w.decide(), &[("a", None, "spot-to-spot consolidation is off")]);
+    w.node_at("a", "m5.2xlarge", "spot", t0())
+        .pods_on("a", 2, 500, 1024);
+    check(
+        &w.decide(),
+        &[("a", None, "spot-to-spot consolidation is off")],
+    );
     w.settings.spot_to_spot_consolidation = true;
-    check(&w.decide(), &[("a", None, "needs 15 cheaper spot instance types")]);
+    check(
+        &w.decide(),
+        &[("a", None, "needs 15 cheaper spot instance types")],
+    );
 }
 
 #[test]
@@ -583,7 +795,10 @@ fn consolidate_after_is_measured_from_the_last_pod_event() {
     w.pools[0].disruption.consolidate_after = Some(SignedDuration::from_secs(60));
     w.observed_at(secs(0));
     w.pod_on("c", "new", 100, 100).observed_at(secs(30));
-    check(&w.at(secs(60)).decide(), &[("c", None, "pods changed 30s ago, consolidateAfter is 1m")]);
+    check(
+        &w.at(secs(60)).decide(),
+        &[("c", None, "pods changed 30s ago, consolidateAfter is 1m")],
+    );
     assert!(!disrupted(&w.at(secs(90)).decide()).is_empty());
 }
 
@@ -600,8 +815,21 @@ fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
     assert_eq!(cmd.method, "multi-node-consolidation");
     let removals = plan.removals();
     assert_eq!(removals.len(), 2);
-    assert!(removals.iter().all(|r| r.replace && r.reason == crate::termination::RemovalReason::Underutilized));
-    assert_eq!(removals.iter().map(|r| r.claim_id.as_str()).collect::<Vec<_>>(), cmd.targets.iter().map(|t| t.claim_id.as_str()).collect::<Vec<_>>());
+    assert!(
+        removals
+            .iter()
+            .all(|r| r.replace && r.reason == crate::termination::RemovalReason::Underutilized)
+    );
+    assert_eq!(
+        removals
+            .iter()
+            .map(|r| r.claim_id.as_str())
+            .collect::<Vec<_>>(),
+        cmd.targets
+            .iter()
+            .map(|t| t.claim_id.as_str())
+            .collect::<Vec<_>>()
+    );
     let r = cmd.replacement.as_ref().expect("one replacement");
     assert_eq!(r.claims.len(), 1);
     assert_eq!(r.claims[0].pods.len(), 4);
@@ -609,8 +837,17 @@ fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
     assert!((cmd.savings - (0.384 - 0.096)).abs() < 1e-9);
     assert_eq!(validate(cmd, &w.snapshot()), Ok(()));
     // Once one of them is already being removed, the planned move no longer holds.
-    w.in_flight.push(InFlight { node: "a".into(), claim_id: "default-a".into(), reason: Reason::Drifted, replace: true });
-    assert!(validate(cmd, &w.snapshot()).expect_err("disrupting").contains("already being disrupted"));
+    w.in_flight.push(InFlight {
+        node: "a".into(),
+        claim_id: "default-a".into(),
+        reason: Reason::Drifted,
+        replace: true,
+    });
+    assert!(
+        validate(cmd, &w.snapshot())
+            .expect_err("disrupting")
+            .contains("already being disrupted")
+    );
 }
 
 #[test]
@@ -623,7 +860,11 @@ fn drift_is_revalidated() {
     let cmd = plan.commands[0].clone();
     assert_eq!(validate(&cmd, &w.snapshot()), Ok(()));
     w.pools[0].labels.remove("team");
-    assert!(validate(&cmd, &w.snapshot()).expect_err("reverted").contains("no longer drifted"));
+    assert!(
+        validate(&cmd, &w.snapshot())
+            .expect_err("reverted")
+            .contains("no longer drifted")
+    );
 }
 
 #[test]
@@ -649,11 +890,24 @@ fn do_not_disrupt_true_on_a_pod() {
 fn do_not_disrupt_with_a_duration_expires() {
     let mut w = three_nodes();
     w.annotate_node("c", snapshot::DO_NOT_DISRUPT, "30m");
-    check(&w.at(secs(600)).decide(), &[("c", None, "do-not-disrupt on node c until 10:30:00 UTC")]);
-    check(&w.at(secs(1800)).decide(), &[("c", Some(Reason::Underutilized), "")]);
+    check(
+        &w.at(secs(600)).decide(),
+        &[("c", None, "do-not-disrupt on node c until 10:30:00 UTC")],
+    );
+    check(
+        &w.at(secs(1800)).decide(),
+        &[("c", Some(Reason::Underutilized), "")],
+    );
     let mut w = three_nodes();
     w.annotate_pod("c-p1", snapshot::DO_NOT_DISRUPT, "1h");
-    check(&w.at(secs(3599)).decide(), &[("c", None, "do-not-disrupt on pod default/c-p1 until 11:00:00")]);
+    check(
+        &w.at(secs(3599)).decide(),
+        &[(
+            "c",
+            None,
+            "do-not-disrupt on pod default/c-p1 until 11:00:00",
+        )],
+    );
 }
 
 #[test]
@@ -662,7 +916,10 @@ fn a_pdb_that_allows_nothing_blocks_consolidation() {
     w.pdb("inflate-pdb", 0);
     let plan = w.decide();
     assert!(plan.commands.is_empty());
-    check(&plan, &[("c", None, "pod default/c-p0 blocked by PDB inflate-pdb")]);
+    check(
+        &plan,
+        &[("c", None, "pod default/c-p0 blocked by PDB inflate-pdb")],
+    );
     let mut w = three_nodes();
     w.pdb("inflate-pdb", 1);
     assert_eq!(disrupted(&w.decide()), ["c"]);
@@ -687,17 +944,33 @@ fn budgets_zero_one_and_ten_percent() {
     w.budgets(serde_json::json!([{"nodes": "0"}]));
     let plan = w.decide();
     assert!(plan.commands.is_empty());
-    check(&plan, &[("n00", None, "budget for Empty exhausted in NodePool default (0 of 12 nodes allowed, 0 disrupting)")]);
+    check(
+        &plan,
+        &[(
+            "n00",
+            None,
+            "budget for Empty exhausted in NodePool default (0 of 12 nodes allowed, 0 disrupting)",
+        )],
+    );
     w.budgets(serde_json::json!([{"nodes": "1"}]));
     assert_eq!(w.decide().commands.len(), 1);
     w.budgets(serde_json::json!([{"nodes": "10%"}, {"nodes": "5", "reasons": ["Empty"]}]));
-    assert_eq!(w.decide().commands.len(), 2, "the minimum of the active budgets");
+    assert_eq!(
+        w.decide().commands.len(),
+        2,
+        "the minimum of the active budgets"
+    );
 }
 
 #[test]
 fn budgets_count_nodes_already_disrupting() {
     let mut w = empties(12);
-    w.in_flight.push(InFlight { node: "n11".into(), claim_id: "default-n11".into(), reason: Reason::Drifted, replace: true });
+    w.in_flight.push(InFlight {
+        node: "n11".into(),
+        claim_id: "default-n11".into(),
+        reason: Reason::Drifted,
+        replace: true,
+    });
     let plan = w.decide();
     assert_eq!(plan.commands.len(), 1);
     check(&plan, &[("n11", None, "already being disrupted (Drifted)")]);
@@ -708,7 +981,10 @@ fn a_budget_schedule_window() {
     let mut w = empties(4);
     // No disruption from 09:00 for 8 hours, every day.
     w.budgets(serde_json::json!([{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}]));
-    check(&w.at(secs(0)).decide(), &[("n00", None, "budget for Empty exhausted")]); // 10:00
+    check(
+        &w.at(secs(0)).decide(),
+        &[("n00", None, "budget for Empty exhausted")],
+    ); // 10:00
     let evening = secs(8 * 3600); // 18:00
     assert_eq!(w.at(evening).decide().commands.len(), 4);
 }
@@ -719,7 +995,14 @@ fn nodes_of_a_deleted_pool_drift_but_an_invalid_pool_is_left_alone() {
     w.catalog = catalog(&["m5.xlarge"]);
     w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
     w.pools.clear();
-    check(&w.decide(), &[("a", Some(Reason::Drifted), "NodePool default no longer exists")]);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            Some(Reason::Drifted),
+            "NodePool default no longer exists",
+        )],
+    );
     // A NodePool that failed validation (say, a bad cron) is not a deleted one.
     w.invalid_pools.push("default".into());
     check(&w.decide(), &[("a", None, "failed validation")]);
@@ -728,7 +1011,12 @@ fn nodes_of_a_deleted_pool_drift_but_an_invalid_pool_is_left_alone() {
 #[test]
 fn a_bad_cron_is_refused_by_validation() {
     let d = crate::config::disruption::DisruptionSpec {
-        budgets: Some(vec![serde_json::from_value(serde_json::json!({"nodes": "0", "schedule": "61 * * * *", "duration": "1h"})).expect("spec")]),
+        budgets: Some(vec![
+            serde_json::from_value(
+                serde_json::json!({"nodes": "0", "schedule": "61 * * * *", "duration": "1h"}),
+            )
+            .expect("spec"),
+        ]),
         ..Default::default()
     };
     assert!(crate::config::Disruption::from_spec(Some(&d), "spec.disruption").is_err());
@@ -741,19 +1029,32 @@ fn repair_after_30_minutes_behind_its_gate() {
     let mut w = empties(0);
     w.catalog = catalog(&["m5.xlarge"]);
     for k in 0..5 {
-        w.node(&format!("n{k}"), "m5.xlarge").pods_on(&format!("n{k}"), 1, 3000, 1024);
+        w.node(&format!("n{k}"), "m5.xlarge")
+            .pods_on(&format!("n{k}"), 1, 3000, 1024);
     }
     w.not_ready("n0", secs(0));
     w.settings.node_repair = false;
-    check(&w.at(secs(1800)).decide(), &[("n0", None, "node repair is off")]);
+    check(
+        &w.at(secs(1800)).decide(),
+        &[("n0", None, "node repair is off")],
+    );
     w.settings.node_repair = true;
-    check(&w.at(secs(1799)).decide(), &[("n0", None, "NotReady for 29m59s, repaired after 30m")]);
+    check(
+        &w.at(secs(1799)).decide(),
+        &[("n0", None, "NotReady for 29m59s, repaired after 30m")],
+    );
     let plan = w.at(secs(1800)).decide();
-    check(&plan, &[("n0", Some(Reason::Unhealthy), "NotReady for 30m")]);
+    check(
+        &plan,
+        &[("n0", Some(Reason::Unhealthy), "NotReady for 30m")],
+    );
     assert_eq!(plan.removals()[0].deadline, Some(secs(1800)));
     // 2 of 5 unhealthy (40 % > 20 %): paused.
     w.not_ready("n1", secs(0));
-    check(&w.decide(), &[("n0", None, "2 of 5 nodes of NodePool default are unhealthy")]);
+    check(
+        &w.decide(),
+        &[("n0", None, "2 of 5 nodes of NodePool default are unhealthy")],
+    );
 }
 
 #[test]
@@ -764,7 +1065,10 @@ fn pods_are_not_moved_onto_a_not_ready_node() {
     // c's pods would fit on a or b, but both are NotReady: a new (cheaper) node takes them.
     let plan = w.decide();
     assert_eq!(disrupted(&plan), ["c"]);
-    let r = plan.commands[0].replacement.as_ref().expect("c is replaced, not deleted");
+    let r = plan.commands[0]
+        .replacement
+        .as_ref()
+        .expect("c is replaced, not deleted");
     assert_eq!(r.claims[0].pods.len(), 2);
 }
 
@@ -773,7 +1077,15 @@ fn pods_are_not_moved_onto_a_not_ready_node() {
 #[test]
 fn every_node_gets_a_reason_and_foreign_nodes_are_never_touched() {
     let mut w = three_nodes();
-    let foreign = SimCluster::ready_node("foreign", BTreeMap::new(), vec![], "aws:///x/i-foreign", &Resources::new(4000, 16384 * MIB, 110), &Resources::new(4000, 16384 * MIB, 110), t0());
+    let foreign = SimCluster::ready_node(
+        "foreign",
+        BTreeMap::new(),
+        vec![],
+        "aws:///x/i-foreign",
+        &Resources::new(4000, 16384 * MIB, 110),
+        &Resources::new(4000, 16384 * MIB, 110),
+        t0(),
+    );
     w.nodes.push(foreign);
     let plan = w.decide();
     assert_eq!(plan.nodes.len(), 4);

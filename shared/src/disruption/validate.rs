@@ -26,7 +26,10 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
         };
         let f = &cx.facts[i];
         if f.claim.map(|c| c.id.as_str()) != Some(t.claim_id.as_str()) {
-            return Err(format!("node {} no longer belongs to claim {}", t.node, t.claim_id));
+            return Err(format!(
+                "node {} no longer belongs to claim {}",
+                t.node, t.claim_id
+            ));
         }
         if let Some(d) = &f.disrupting {
             return Err(format!("node {}: {d}", t.node));
@@ -36,7 +39,10 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
             continue;
         }
         if fingerprint(f) != t.pods_fingerprint {
-            return Err(format!("the pods on node {} changed since the decision", t.node));
+            return Err(format!(
+                "the pods on node {} changed since the decision",
+                t.node
+            ));
         }
         if let Some(why) = cx.blocked(i) {
             return Err(why);
@@ -56,13 +62,18 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
         }
     }
     match command.reason {
-        Reason::Empty => match indices.iter().find(|i| !cx.facts[**i].reschedulable.is_empty()) {
+        Reason::Empty => match indices
+            .iter()
+            .find(|i| !cx.facts[**i].reschedulable.is_empty())
+        {
             Some(i) => Err(format!("node {} is no longer empty", cx.facts[*i].name)),
             None => Ok(()),
         },
         Reason::Drifted => {
             for i in &indices {
-                let claim = cx.facts[*i].claim.ok_or_else(|| format!("node {} has no claim", cx.facts[*i].name))?;
+                let claim = cx.facts[*i]
+                    .claim
+                    .ok_or_else(|| format!("node {} has no claim", cx.facts[*i].name))?;
                 if drift_reason(&cx, *i, claim).is_none() {
                     return Err(format!("node {} is no longer drifted", cx.facts[*i].name));
                 }
@@ -72,16 +83,21 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
         Reason::Underutilized => {
             let open = candidates(&mut cx);
             if let Some(i) = indices.iter().find(|i| !open.contains(i)) {
-                let why = cx.notes[*i].last().cloned().unwrap_or_else(|| "no longer a consolidation candidate".to_owned());
+                let why = cx.notes[*i]
+                    .last()
+                    .cloned()
+                    .unwrap_or_else(|| "no longer a consolidation candidate".to_owned());
                 return Err(format!("node {}: {why}", cx.facts[*i].name));
             }
             let m = evaluate(&mut cx, &indices)?;
             match (&command.replacement, &m.replacement) {
                 (None, Some(_)) => Err("its pods no longer fit on other nodes".to_owned()),
-                (Some(planned), Some(_)) if m.replacement_price > planned.price + 1e-9 => Err(format!(
-                    "the replacement would now cost ${:.4}/h, planned ${:.4}/h",
-                    m.replacement_price, planned.price
-                )),
+                (Some(planned), Some(_)) if m.replacement_price > planned.price + 1e-9 => {
+                    Err(format!(
+                        "the replacement would now cost ${:.4}/h, planned ${:.4}/h",
+                        m.replacement_price, planned.price
+                    ))
+                }
                 _ => Ok(()),
             }
         }

@@ -46,7 +46,9 @@ impl LoadedConfig {
 
     /// A pool's limits; none for a pool that no longer exists.
     pub fn limits(&self, pool: &str) -> crate::config::Limits {
-        self.pool(pool).map(|p| p.limits.clone()).unwrap_or_default()
+        self.pool(pool)
+            .map(|p| p.limits.clone())
+            .unwrap_or_default()
     }
 
     pub fn node_class(&self, name: &str) -> Option<&NodeClass> {
@@ -62,8 +64,14 @@ impl LoadedConfig {
     /// the pools that exist but are left out (else the solver's "no NodePool
     /// exists" would mislead).
     pub fn no_pool_reason(&self) -> Option<String> {
-        let left_out: Vec<String> = self.invalid.iter().filter(|e| e.item.starts_with("nodepool/")).map(ToString::to_string).collect();
-        (self.pools.is_empty() && !left_out.is_empty()).then(|| format!("no valid NodePool: {}", left_out.join("; ")))
+        let left_out: Vec<String> = self
+            .invalid
+            .iter()
+            .filter(|e| e.item.starts_with("nodepool/"))
+            .map(ToString::to_string)
+            .collect();
+        (self.pools.is_empty() && !left_out.is_empty())
+            .then(|| format!("no valid NodePool: {}", left_out.join("; ")))
     }
 }
 
@@ -119,7 +127,11 @@ impl ConfigReader {
 
     /// The configuration now: the cached one when the Store's version has
     /// not moved (one read), else a fresh [`load`].
-    pub async fn read<S: Store>(&self, store: &S, now: Timestamp) -> Result<Arc<LoadedConfig>, StoreError> {
+    pub async fn read<S: Store>(
+        &self,
+        store: &S,
+        now: Timestamp,
+    ) -> Result<Arc<LoadedConfig>, StoreError> {
         let version = store.config_version().await?;
         if let Some((config, at)) = &self.lock().config
             && config.version == version
@@ -139,10 +151,14 @@ impl ConfigReader {
 }
 
 fn report(config: &LoadedConfig) {
-    let classes: BTreeMap<&str, usize> = config.pools.iter().filter_map(|p| p.node_class.as_deref()).fold(BTreeMap::new(), |mut m, c| {
-        *m.entry(c).or_default() += 1;
-        m
-    });
+    let classes: BTreeMap<&str, usize> = config
+        .pools
+        .iter()
+        .filter_map(|p| p.node_class.as_deref())
+        .fold(BTreeMap::new(), |mut m, c| {
+            *m.entry(c).or_default() += 1;
+            m
+        });
     info!(
         version = config.version,
         nodepools = config.pools.len(),
@@ -166,7 +182,14 @@ mod tests {
     use serde_json::json;
 
     fn item(kind: ConfigKind, name: &str, spec: serde_json::Value) -> ConfigItem {
-        ConfigItem { kind, name: name.into(), spec, annotations: Default::default(), version: 1, updated_at: Timestamp::UNIX_EPOCH }
+        ConfigItem {
+            kind,
+            name: name.into(),
+            spec,
+            annotations: Default::default(),
+            version: 1,
+            updated_at: Timestamp::UNIX_EPOCH,
+        }
     }
 
     fn class(kubelet: serde_json::Value) -> serde_json::Value {
@@ -177,13 +200,18 @@ mod tests {
 
     fn pool(class: Option<&str>) -> serde_json::Value {
         match class {
-            Some(c) => json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": c}, "requirements": []}}}),
+            Some(c) => {
+                json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": c}, "requirements": []}}})
+            }
             None => json!({"template": {"spec": {"requirements": []}}}),
         }
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     fn m5_large() -> InstanceTypeInfo {
@@ -195,14 +223,22 @@ mod tests {
     fn the_class_kubelet_reaches_the_pools_allocatable() {
         let store = MemStore::new();
         let writes = [
-            ConfigWrite::Put(item(ConfigKind::NodeClass, "c", class(json!({"maxPods": 3, "systemReserved": {"cpu": "300m"}})))),
+            ConfigWrite::Put(item(
+                ConfigKind::NodeClass,
+                "c",
+                class(json!({"maxPods": 3, "systemReserved": {"cpu": "300m"}})),
+            )),
             ConfigWrite::Put(item(ConfigKind::NodePool, "p", pool(Some("c")))),
         ];
         block_on(store.write_config(&writes)).expect("written");
         let config = block_on(load(&store)).expect("loaded");
         let p = config.pool("p").expect("pool");
         assert_eq!(p.kubelet.max_pods, Some(3));
-        assert_eq!(p.launch_kubelet.max_pods, Some(3), "what the node launches with");
+        assert_eq!(
+            p.launch_kubelet.max_pods,
+            Some(3),
+            "what the node launches with"
+        );
         let t = m5_large().to_instance_type(vec![], &p.kubelet);
         assert_eq!(t.allocatable().pods, 3);
         assert_eq!(t.allocatable().cpu_millis, 2000 - 70 - 300);
@@ -216,12 +252,20 @@ mod tests {
             ConfigWrite::Put(item(ConfigKind::NodeClass, "broken", json!({"role": "r"}))),
             ConfigWrite::Put(item(ConfigKind::NodePool, "no-ref", pool(None))),
             ConfigWrite::Put(item(ConfigKind::NodePool, "missing", pool(Some("nope")))),
-            ConfigWrite::Put(item(ConfigKind::NodePool, "on-broken", pool(Some("broken")))),
+            ConfigWrite::Put(item(
+                ConfigKind::NodePool,
+                "on-broken",
+                pool(Some("broken")),
+            )),
         ];
         block_on(store.write_config(&writes)).expect("written");
         let config = block_on(load(&store)).expect("loaded");
         assert!(config.pools.is_empty());
-        let got: Vec<(&str, &str)> = config.invalid.iter().map(|e| (e.item.as_str(), e.field.as_str())).collect();
+        let got: Vec<(&str, &str)> = config
+            .invalid
+            .iter()
+            .map(|e| (e.item.as_str(), e.field.as_str()))
+            .collect();
         assert_eq!(
             got,
             [
@@ -233,10 +277,21 @@ mod tests {
                 ("nodepool/on-broken", "spec.template.spec.nodeClassRef.name"),
             ]
         );
-        assert!(config.invalid[3].reason.contains("does not exist"), "{}", config.invalid[3].reason);
-        assert!(config.invalid[5].reason.contains("is invalid"), "{}", config.invalid[5].reason);
+        assert!(
+            config.invalid[3].reason.contains("does not exist"),
+            "{}",
+            config.invalid[3].reason
+        );
+        assert!(
+            config.invalid[5].reason.contains("is invalid"),
+            "{}",
+            config.invalid[5].reason
+        );
         let reason = config.no_pool_reason().expect("a reason");
-        assert!(reason.contains("nodepool/missing") && !reason.contains("no NodePool exists"), "{reason}");
+        assert!(
+            reason.contains("nodepool/missing") && !reason.contains("no NodePool exists"),
+            "{reason}"
+        );
     }
 
     #[test]
@@ -245,12 +300,19 @@ mod tests {
         let config = block_on(load(&store)).expect("loaded");
         assert_eq!(config.settings, Settings::default());
         assert!(!config.settings_stored);
-        let s = item(ConfigKind::Settings, "default", json!({"batchIdleDuration": "2s", "rebalancePolicy": "Cordon"}));
+        let s = item(
+            ConfigKind::Settings,
+            "default",
+            json!({"batchIdleDuration": "2s", "rebalancePolicy": "Cordon"}),
+        );
         block_on(store.put_config_item(&s)).expect("written");
         let config = block_on(load(&store)).expect("loaded");
         assert!(config.settings_stored);
         assert_eq!(config.settings.batch_idle, SignedDuration::from_secs(2));
-        assert_eq!(config.settings.rebalance_policy, crate::config::RebalancePolicy::Cordon);
+        assert_eq!(
+            config.settings.rebalance_policy,
+            crate::config::RebalancePolicy::Cordon
+        );
     }
 
     #[test]
@@ -258,11 +320,16 @@ mod tests {
         let store = MemStore::new();
         let reader = ConfigReader::new();
         let t0 = Timestamp::UNIX_EPOCH;
-        block_on(store.put_config_item(&item(ConfigKind::NodeClass, "c", class(json!({}))))).expect("class");
-        block_on(store.put_config_item(&item(ConfigKind::NodePool, "p", pool(Some("c"))))).expect("pool");
+        block_on(store.put_config_item(&item(ConfigKind::NodeClass, "c", class(json!({})))))
+            .expect("class");
+        block_on(store.put_config_item(&item(ConfigKind::NodePool, "p", pool(Some("c")))))
+            .expect("pool");
         let a = block_on(reader.read(&store, t0)).expect("read");
         let b = block_on(reader.read(&store, t0 + SignedDuration::from_secs(1))).expect("read");
-        assert!(Arc::ptr_eq(&a, &b), "nothing changed: the cached configuration");
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "nothing changed: the cached configuration"
+        );
         // A NodeClass change reaches the next read.
         let mut changed = item(ConfigKind::NodeClass, "c", class(json!({"maxPods": 7})));
         changed.version = 2;
@@ -272,7 +339,8 @@ mod tests {
         assert_eq!(c.node_class("c").and_then(|c| c.kubelet.max_pods), Some(7));
         assert_eq!(c.pool("p").and_then(|p| p.kubelet.max_pods), Some(7));
         // And a full scan after MAX_STALENESS even if the version did not move.
-        let d = block_on(reader.read(&store, t0 + SignedDuration::from_secs(2) + MAX_STALENESS)).expect("read");
+        let d = block_on(reader.read(&store, t0 + SignedDuration::from_secs(2) + MAX_STALENESS))
+            .expect("read");
         assert!(!Arc::ptr_eq(&c, &d));
         assert_eq!(c.fingerprint, d.fingerprint);
     }

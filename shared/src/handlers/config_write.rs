@@ -7,8 +7,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::{ConfigDocument, ConfigError, ConfigSet, Document, parse_all, parse_config_all};
-use crate::ports::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES, Store, StoreError, Timestamp};
+use crate::config::{
+    ConfigDocument, ConfigError, ConfigSet, Document, parse_all, parse_config_all,
+};
+use crate::ports::{
+    ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES, Store, StoreError, Timestamp,
+};
 
 /// What applying a file would do to one item.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,14 +53,34 @@ pub enum WriteError {
 /// document, and the set's names and references. Errors name the file.
 /// Documents of other kinds (a Deployment) are not configuration: with
 /// `keep_others` they are counted, not errors (what a scenario's objects hold).
-pub fn validate_text(file: &str, text: &str, keep_others: bool) -> Result<(Vec<ConfigDocument>, usize), Vec<String>> {
+pub fn validate_text(
+    file: &str,
+    text: &str,
+    keep_others: bool,
+) -> Result<(Vec<ConfigDocument>, usize), Vec<String>> {
     let (all, mut errors) = parse_all(text, keep_others);
-    let others = all.iter().filter(|d| matches!(d, Document::Other(_))).count();
-    let docs: Vec<ConfigDocument> = all.into_iter().filter_map(|d| if let Document::Config(c) = d { Some(c) } else { None }).collect();
+    let others = all
+        .iter()
+        .filter(|d| matches!(d, Document::Other(_)))
+        .count();
+    let docs: Vec<ConfigDocument> = all
+        .into_iter()
+        .filter_map(|d| {
+            if let Document::Config(c) = d {
+                Some(c)
+            } else {
+                None
+            }
+        })
+        .collect();
     if let Err(e) = ConfigSet::from_documents(&docs) {
         errors.extend(e);
     }
-    if errors.is_empty() { Ok((docs, others)) } else { Err(prefixed(file, &errors)) }
+    if errors.is_empty() {
+        Ok((docs, others))
+    } else {
+        Err(prefixed(file, &errors))
+    }
 }
 
 fn prefixed(file: &str, errors: &[ConfigError]) -> Vec<String> {
@@ -71,12 +95,18 @@ pub async fn plan<S: Store>(store: &S, file: &str, text: &str) -> Result<Vec<Cha
     let (docs, errors) = parse_config_all(text);
     let mut errors = prefixed(file, &errors);
     let stored = store.config_items().await?;
-    let mut by_key: BTreeMap<(ConfigKind, String), ConfigItem> =
-        stored.into_iter().map(|i| ((i.kind, i.name.clone()), i)).collect();
+    let mut by_key: BTreeMap<(ConfigKind, String), ConfigItem> = stored
+        .into_iter()
+        .map(|i| ((i.kind, i.name.clone()), i))
+        .collect();
     // Stored documents the file does not replace, for references.
     let mut merged: Vec<ConfigDocument> = by_key
         .values()
-        .filter(|i| !docs.iter().any(|d| d.kind() == i.kind && d.name() == i.name))
+        .filter(|i| {
+            !docs
+                .iter()
+                .any(|d| d.kind() == i.kind && d.name() == i.name)
+        })
         .filter_map(|i| ConfigDocument::from_item(i).ok())
         .collect();
     merged.extend(docs.iter().cloned());
@@ -96,15 +126,26 @@ pub async fn plan<S: Store>(store: &S, file: &str, text: &str) -> Result<Vec<Cha
             Some(old) => Change::Update(old, d),
         })
         .collect();
-    if changes.iter().filter(|c| !matches!(c, Change::Unchanged(_))).count() > MAX_CONFIG_WRITES {
-        return Err(WriteError::Invalid(vec![format!("{file}: more than {MAX_CONFIG_WRITES} changes: apply it in parts")]));
+    if changes
+        .iter()
+        .filter(|c| !matches!(c, Change::Unchanged(_)))
+        .count()
+        > MAX_CONFIG_WRITES
+    {
+        return Err(WriteError::Invalid(vec![format!(
+            "{file}: more than {MAX_CONFIG_WRITES} changes: apply it in parts"
+        )]));
     }
     Ok(changes)
 }
 
 /// Writes the planned changes, all or none; `Conflict` if anything changed
 /// since [`plan`] read it.
-pub async fn apply<S: Store>(store: &S, changes: &[Change], now: Timestamp) -> Result<usize, StoreError> {
+pub async fn apply<S: Store>(
+    store: &S,
+    changes: &[Change],
+    now: Timestamp,
+) -> Result<usize, StoreError> {
     let writes: Vec<ConfigWrite> = changes.iter().filter_map(|c| c.write(now)).collect();
     if !writes.is_empty() {
         store.write_config(&writes).await?;
@@ -116,12 +157,19 @@ pub async fn apply<S: Store>(store: &S, changes: &[Change], now: Timestamp) -> R
 /// that a stored NodePool still names (as Karpenter's finalizer would hold it).
 pub async fn delete<S: Store>(store: &S, kind: ConfigKind, name: &str) -> Result<bool, WriteError> {
     let items = store.config_items().await?;
-    let Some(item) = items.iter().find(|i| i.kind == kind && i.name == name) else { return Ok(false) };
+    let Some(item) = items.iter().find(|i| i.kind == kind && i.name == name) else {
+        return Ok(false);
+    };
     if kind == ConfigKind::NodeClass {
         let users: Vec<String> = items
             .iter()
             .filter(|i| i.kind == ConfigKind::NodePool)
-            .filter(|i| i.spec.pointer("/template/spec/nodeClassRef/name").and_then(Value::as_str) == Some(name))
+            .filter(|i| {
+                i.spec
+                    .pointer("/template/spec/nodeClassRef/name")
+                    .and_then(Value::as_str)
+                    == Some(name)
+            })
             .map(|i| format!("nodepool/{}", i.name))
             .collect();
         if !users.is_empty() {
@@ -131,7 +179,13 @@ pub async fn delete<S: Store>(store: &S, kind: ConfigKind, name: &str) -> Result
             )]));
         }
     }
-    store.write_config(&[ConfigWrite::Delete { kind, name: name.to_owned(), version: item.version }]).await?;
+    store
+        .write_config(&[ConfigWrite::Delete {
+            kind,
+            name: name.to_owned(),
+            version: item.version,
+        }])
+        .await?;
     Ok(true)
 }
 
@@ -150,9 +204,17 @@ pub fn diff(changes: &[Change]) -> String {
                 }
             }
             Change::Update(old, _) => {
-                out.push_str(&format!("~ {} (version {} → {})\n", d.item_name(), old.version, old.version + 1));
+                out.push_str(&format!(
+                    "~ {} (version {} → {})\n",
+                    d.item_name(),
+                    old.version,
+                    old.version + 1
+                ));
                 let (a, b) = (yaml(&old.spec), yaml(&d.spec_json()));
-                for line in line_diff(&a.lines().collect::<Vec<_>>(), &b.lines().collect::<Vec<_>>()) {
+                for line in line_diff(
+                    &a.lines().collect::<Vec<_>>(),
+                    &b.lines().collect::<Vec<_>>(),
+                ) {
                     out.push_str(&line);
                     out.push('\n');
                 }
@@ -172,7 +234,11 @@ fn line_diff(a: &[&str], b: &[&str]) -> Vec<String> {
     let mut lcs = vec![vec![0usize; m + 1]; n + 1];
     for i in (0..n).rev() {
         for j in (0..m).rev() {
-            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
         }
     }
     let (mut i, mut j) = (0, 0);
@@ -201,11 +267,16 @@ mod tests {
     const CLASS: &str = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  amiSelectorTerms: [{alias: al2023@latest}]\n  role: r\n  subnetSelectorTerms: [{id: subnet-1}]\n  securityGroupSelectorTerms: [{id: sg-1}]\n";
 
     fn pool(name: &str, cpu: &str) -> String {
-        format!("---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  limits: {{cpu: \"{cpu}\"}}\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}\n      requirements: []\n")
+        format!(
+            "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  limits: {{cpu: \"{cpu}\"}}\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}\n      requirements: []\n"
+        )
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     #[test]
@@ -222,15 +293,30 @@ mod tests {
         // A pool alone may name the stored class.
         let changes = block_on(plan(&store, "g.yaml", &pool("p", "200"))).expect("valid");
         let shown = diff(&changes);
-        assert!(shown.contains("-     cpu: '100'") && shown.contains("+     cpu: '200'"), "{shown}");
+        assert!(
+            shown.contains("-     cpu: '100'") && shown.contains("+     cpu: '200'"),
+            "{shown}"
+        );
         // Two operators plan against version 1; the second write loses.
         let theirs = block_on(plan(&store, "h.yaml", &pool("p", "300"))).expect("valid");
         block_on(apply(&store, &changes, now)).expect("first wins");
         let lost = block_on(apply(&store, &theirs, now)).expect_err("second loses");
-        assert!(matches!(&lost, StoreError::Conflict(m) if m.contains("nodepool#p")), "{lost:?}");
+        assert!(
+            matches!(&lost, StoreError::Conflict(m) if m.contains("nodepool#p")),
+            "{lost:?}"
+        );
         let stored = block_on(store.config_items()).expect("items");
-        let p = stored.iter().find(|i| i.name == "p" && i.kind == ConfigKind::NodePool).expect("pool");
-        assert_eq!((p.version, p.spec.pointer("/limits/cpu").and_then(Value::as_str)), (2, Some("200")));
+        let p = stored
+            .iter()
+            .find(|i| i.name == "p" && i.kind == ConfigKind::NodePool)
+            .expect("pool");
+        assert_eq!(
+            (
+                p.version,
+                p.spec.pointer("/limits/cpu").and_then(Value::as_str)
+            ),
+            (2, Some("200"))
+        );
     }
 
     #[test]
@@ -242,20 +328,38 @@ mod tests {
             pool("bad-limit", "8Gx"),
             "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: bad-op}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n      requirements: [{key: a, operator: Inn, values: [x]}]\n"
         );
-        let Err(WriteError::Invalid(errors)) = block_on(plan(&store, "f.yaml", &text)) else { panic!("invalid") };
+        let Err(WriteError::Invalid(errors)) = block_on(plan(&store, "f.yaml", &text)) else {
+            panic!("invalid")
+        };
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(errors.iter().all(|e| e.starts_with("f.yaml: nodepool/bad-")), "{errors:?}");
-        assert!(errors.iter().any(|e| e.contains("spec.limits") && e.contains("8Gx")), "{errors:?}");
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.starts_with("f.yaml: nodepool/bad-")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("spec.limits") && e.contains("8Gx")),
+            "{errors:?}"
+        );
         assert!(errors.iter().any(|e| e.contains("Inn")), "{errors:?}");
-        assert!(block_on(store.config_items()).expect("items").is_empty(), "nothing written");
+        assert!(
+            block_on(store.config_items()).expect("items").is_empty(),
+            "nothing written"
+        );
     }
 
     #[test]
     fn delete_checks_the_version_and_users() {
         let store = MemStore::new();
-        let changes = block_on(plan(&store, "f", &format!("{CLASS}{}", pool("p", "1")))).expect("valid");
+        let changes =
+            block_on(plan(&store, "f", &format!("{CLASS}{}", pool("p", "1")))).expect("valid");
         block_on(apply(&store, &changes, Timestamp::UNIX_EPOCH)).expect("applied");
-        assert!(matches!(block_on(delete(&store, ConfigKind::NodeClass, "c")), Err(WriteError::Invalid(e)) if e[0].contains("nodepool/p")));
+        assert!(
+            matches!(block_on(delete(&store, ConfigKind::NodeClass, "c")), Err(WriteError::Invalid(e)) if e[0].contains("nodepool/p"))
+        );
         assert!(block_on(delete(&store, ConfigKind::NodePool, "p")).expect("deleted"));
         assert!(!block_on(delete(&store, ConfigKind::NodePool, "p")).expect("already gone"));
         assert!(block_on(delete(&store, ConfigKind::NodeClass, "c")).expect("deleted"));

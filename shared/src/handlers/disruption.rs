@@ -37,7 +37,8 @@ use super::launcher::LaunchSettings;
 use super::termination::{self, Started};
 use crate::disruption::{self, InFlight, Plan, Reason, ResolvedClass, Snapshot, Tuning, Verdict};
 use crate::ports::{
-    Clock, Cloud, CloudCatalog, Cluster, Lease, OfferingKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
+    Clock, Cloud, CloudCatalog, Cluster, Lease, OfferingKey, PortSet, SignedDuration, Store,
+    StoreError, Timestamp,
 };
 use crate::provisioning::claim::Claim;
 use crate::scheduling::volumes::VolumeIndex;
@@ -148,7 +149,11 @@ fn invalid_pools(config: &LoadedConfig) -> Vec<String> {
     let mut names: Vec<String> = config
         .invalid
         .iter()
-        .filter_map(|e| e.item.strip_prefix("nodepool/").or_else(|| e.item.strip_prefix("provisioner/")))
+        .filter_map(|e| {
+            e.item
+                .strip_prefix("nodepool/")
+                .or_else(|| e.item.strip_prefix("provisioner/"))
+        })
         .map(str::to_owned)
         .collect();
     names.sort();
@@ -157,7 +162,10 @@ fn invalid_pools(config: &LoadedConfig) -> Vec<String> {
 }
 
 /// Reads what a decision needs through the ports.
-pub async fn gather<P: PortSet>(ports: &P, config: &LoadedConfig) -> Result<Gathered, HandlerError> {
+pub async fn gather<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+) -> Result<Gathered, HandlerError> {
     let now = ports.clock().now();
     let cluster = ports.cluster();
     let store = ports.store();
@@ -177,7 +185,12 @@ pub async fn gather<P: PortSet>(ports: &P, config: &LoadedConfig) -> Result<Gath
                 .spec
                 .node
                 .clone()
-                .or_else(|| claims.iter().find(|k| k.id == c.id).and_then(|k| k.node_name.clone()))
+                .or_else(|| {
+                    claims
+                        .iter()
+                        .find(|k| k.id == c.id)
+                        .and_then(|k| k.node_name.clone())
+                })
                 .unwrap_or_default(),
             claim_id: c.id.clone(),
             reason: reason_of(c.spec.reason),
@@ -186,7 +199,10 @@ pub async fn gather<P: PortSet>(ports: &P, config: &LoadedConfig) -> Result<Gath
         .collect();
     let mut resolved = BTreeMap::new();
     for class in &config.node_classes {
-        resolved.insert(class.name.clone(), ports.cloud().resolved_class(class).await?);
+        resolved.insert(
+            class.name.clone(),
+            ports.cloud().resolved_class(class).await?,
+        );
     }
     let volumes = super::volume_index(cluster, &pods).await?;
     Ok(Gathered {
@@ -251,16 +267,24 @@ fn consolidation_fingerprint(g: &Gathered, s: &Snapshot<'_>) -> u64 {
         f.name.hash(&mut h);
         f.claim.map(|c| c.id.as_str()).hash(&mut h);
         (f.ready, f.disrupting.is_some()).hash(&mut h);
-        let mut uids: Vec<&str> = f.reschedulable.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        let mut uids: Vec<&str> = f
+            .reschedulable
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
         uids.sort_unstable();
         uids.hash(&mut h);
-        let quiet =
-            match (f.claim.and_then(|c| c.disruption.last_pod_event_at), f.pool.and_then(|p| p.disruption.consolidate_after)) {
-                (Some(at), Some(after)) => g.now.duration_since(at) >= after,
-                _ => false,
-            };
+        let quiet = match (
+            f.claim.and_then(|c| c.disruption.last_pod_event_at),
+            f.pool.and_then(|p| p.disruption.consolidate_after),
+        ) {
+            (Some(at), Some(after)) => g.now.duration_since(at) >= after,
+            _ => false,
+        };
         quiet.hash(&mut h);
-        disruption::blockers::do_not_disrupt(&f, g.now).is_some().hash(&mut h);
+        disruption::blockers::do_not_disrupt(&f, g.now)
+            .is_some()
+            .hash(&mut h);
     }
     for c in g.claims.iter().filter(|c| c.node_name.is_none()) {
         c.id.hash(&mut h);
@@ -330,17 +354,35 @@ impl<P: PortSet> Disruption<P> {
     }
 
     async fn renew(&self) -> Result<bool, HandlerError> {
-        let Some(until) = self.lease_until else { return Ok(false) };
-        let lease = Lease { name: LEASE.to_owned(), holder: self.holder.clone(), expires_at: until };
-        Ok(self.ports.store().acquire_lease(&lease, self.ports.clock().now()).await?)
+        let Some(until) = self.lease_until else {
+            return Ok(false);
+        };
+        let lease = Lease {
+            name: LEASE.to_owned(),
+            holder: self.holder.clone(),
+            expires_at: until,
+        };
+        Ok(self
+            .ports
+            .store()
+            .acquire_lease(&lease, self.ports.clock().now())
+            .await?)
     }
 
     pub async fn release_lease(&self) -> Result<(), HandlerError> {
-        Ok(self.ports.store().release_lease(LEASE, &self.holder).await?)
+        Ok(self
+            .ports
+            .store()
+            .release_lease(LEASE, &self.holder)
+            .await?)
     }
 
     /// Ticks until `deadline`, sleeping with `sleep` in between: the Lambda's loop.
-    pub async fn run_until<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    pub async fn run_until<F, Fut>(
+        &mut self,
+        deadline: Timestamp,
+        sleep: F,
+    ) -> Result<u64, HandlerError>
     where
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -349,7 +391,11 @@ impl<P: PortSet> Disruption<P> {
         self.invocation(deadline, sleep).instrument(span).await
     }
 
-    async fn invocation<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    async fn invocation<F, Fut>(
+        &mut self,
+        deadline: Timestamp,
+        sleep: F,
+    ) -> Result<u64, HandlerError>
     where
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -373,14 +419,24 @@ impl<P: PortSet> Disruption<P> {
                 break;
             }
             let now = self.ports.clock().now();
-            let wake = report.wake_at.unwrap_or(now + self.settings.poll).min(now + self.settings.poll);
+            let wake = report
+                .wake_at
+                .unwrap_or(now + self.settings.poll)
+                .min(now + self.settings.poll);
             if wake >= deadline {
                 break;
             }
-            sleep(wake.duration_since(now).max(SignedDuration::from_millis(50))).await;
+            sleep(
+                wake.duration_since(now)
+                    .max(SignedDuration::from_millis(50)),
+            )
+            .await;
         }
         if !self.pending.is_empty() {
-            info!(pending = self.pending.len(), "invocation ends before re-validating; the next one decides again");
+            info!(
+                pending = self.pending.len(),
+                "invocation ends before re-validating; the next one decides again"
+            );
         }
         self.release_lease().await?;
         Ok(ticks)
@@ -398,8 +454,13 @@ impl<P: PortSet> Disruption<P> {
         let mut report = TickReport::default();
         let now = self.ports.clock().now();
         let config = LoadedConfig::clone(&*self.config.read(self.ports.store(), now).await?);
-        let due = self.pending.iter().any(|c| c.validate_at.is_none_or(|t| t <= now));
-        let decide = !due && self.pending.is_empty() && self.memory.lock().next_decision.is_none_or(|t| now >= t);
+        let due = self
+            .pending
+            .iter()
+            .any(|c| c.validate_at.is_none_or(|t| t <= now));
+        let decide = !due
+            && self.pending.is_empty()
+            && self.memory.lock().next_decision.is_none_or(|t| now >= t);
         // The lease is renewed (a conditional write) only by a tick that
         // decides or acts: the ticks between only advance removals, which
         // needs no lease, and a write every tick would cost more than them.
@@ -424,28 +485,39 @@ impl<P: PortSet> Disruption<P> {
     }
 
     fn seed(&self, now: Timestamp) -> u64 {
-        let h = self.holder.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let h = self.holder.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
         h ^ (now.as_millisecond() as u64) ^ self.decisions
     }
 
-    async fn decide(&mut self, config: &LoadedConfig, now: Timestamp, report: &mut TickReport) -> Result<(), HandlerError> {
+    async fn decide(
+        &mut self,
+        config: &LoadedConfig,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), HandlerError> {
         self.memory.lock().next_decision = Some(now + self.settings.decide_every);
         self.decisions += 1;
         let gathered = gather(&self.ports, config).await?;
         let mut tuning = self.settings.tuning;
         let fingerprint = consolidation_fingerprint(&gathered, &gathered.snapshot(tuning, 0));
-        let skip = self
-            .memory
-            .lock()
-            .consolidated
-            .is_some_and(|(fp, at)| fp == fingerprint && now.duration_since(at) < CONSOLIDATED_FOR);
+        let skip =
+            self.memory.lock().consolidated.is_some_and(|(fp, at)| {
+                fp == fingerprint && now.duration_since(at) < CONSOLIDATED_FOR
+            });
         if skip {
-            debug!("nothing consolidation looks at changed since its last pass found no move; not consolidating this pass");
+            debug!(
+                "nothing consolidation looks at changed since its last pass found no move; not consolidating this pass"
+            );
             tuning.consolidation = false;
         }
         let plan = disruption::decide(&gathered.snapshot(tuning, self.seed(now)));
         if !skip {
-            let consolidated = !plan.commands.iter().any(|c| c.reason == Reason::Underutilized);
+            let consolidated = !plan
+                .commands
+                .iter()
+                .any(|c| c.reason == Reason::Underutilized);
             self.memory.lock().consolidated = consolidated.then_some((fingerprint, now));
         }
         self.log_decisions(&plan, skip);
@@ -459,7 +531,9 @@ impl<P: PortSet> Disruption<P> {
                     info!(command = %command.id, reason = command.reason.as_str(), validate_at = %at, "disruption decided; re-validating before acting");
                     self.pending.push(command.clone());
                 }
-                Some(_) => debug!(command = %command.id, "decided too close to the end of the invocation; left to the next one"),
+                Some(_) => {
+                    debug!(command = %command.id, "decided too close to the end of the invocation; left to the next one")
+                }
             }
         }
         report.plan = Some(plan);
@@ -468,22 +542,33 @@ impl<P: PortSet> Disruption<P> {
 
     /// Re-checks the due voluntary commands on a fresh snapshot; each one
     /// that still holds starts, and counts against the budgets for the next.
-    async fn revalidate(&mut self, config: &LoadedConfig, now: Timestamp, report: &mut TickReport) -> Result<(), HandlerError> {
-        let (due, later): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|c| c.validate_at.is_none_or(|t| t <= now));
+    async fn revalidate(
+        &mut self,
+        config: &LoadedConfig,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), HandlerError> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|c| c.validate_at.is_none_or(|t| t <= now));
         self.pending = later;
         let mut gathered = gather(&self.ports, config).await?;
         for command in due {
-            let verdict = disruption::validate(&command, &gathered.snapshot(self.settings.tuning, self.seed(now)));
+            let verdict = disruption::validate(
+                &command,
+                &gathered.snapshot(self.settings.tuning, self.seed(now)),
+            );
             match verdict {
                 Ok(()) => {
                     self.act(&command, report).await?;
-                    gathered.in_flight.extend(command.targets.iter().map(|t| InFlight {
-                        node: t.node.clone(),
-                        claim_id: t.claim_id.clone(),
-                        reason: command.reason,
-                        replace: command.replacement.is_some(),
-                    }));
+                    gathered
+                        .in_flight
+                        .extend(command.targets.iter().map(|t| InFlight {
+                            node: t.node.clone(),
+                            claim_id: t.claim_id.clone(),
+                            reason: command.reason,
+                            replace: command.replacement.is_some(),
+                        }));
                 }
                 Err(why) => {
                     info!(command = %command.id, reason = command.reason.as_str(), %why, "disruption no longer holds after re-validation; not acting");
@@ -500,9 +585,12 @@ impl<P: PortSet> Disruption<P> {
     /// A voluntary command's replacement is the one decided (launched as
     /// given, and rolled back if it fails); a forceful one asks the machine
     /// to plan capacity for the node's pods when they need it.
-    async fn act(&mut self, command: &disruption::Command, report: &mut TickReport) -> Result<(), HandlerError> {
-        let span =
-            info_span!("disruption_command", command = %command.id, reason = command.reason.as_str(), method = command.method);
+    async fn act(
+        &mut self,
+        command: &disruption::Command,
+        report: &mut TickReport,
+    ) -> Result<(), HandlerError> {
+        let span = info_span!("disruption_command", command = %command.id, reason = command.reason.as_str(), method = command.method);
         async {
             let given: Vec<Claim> = if command.reason.is_forceful() {
                 Vec::new()
@@ -536,7 +624,10 @@ impl<P: PortSet> Disruption<P> {
         for d in &plan.nodes {
             // A node kept on a pass that skipped consolidation keeps the
             // reason the last full pass gave (it still holds).
-            if consolidation_skipped && d.verdict == Verdict::Keep && memory.logged.contains_key(&d.node) {
+            if consolidation_skipped
+                && d.verdict == Verdict::Keep
+                && memory.logged.contains_key(&d.node)
+            {
                 continue;
             }
             let verdict = match &d.verdict {
@@ -545,7 +636,10 @@ impl<P: PortSet> Disruption<P> {
             };
             // Durations in the reason ("empty for 20s") change every pass:
             // compared without digits, so a line comes when the reason does.
-            let line: String = format!("{verdict}: {}", d.reason).chars().filter(|c| !c.is_ascii_digit()).collect();
+            let line: String = format!("{verdict}: {}", d.reason)
+                .chars()
+                .filter(|c| !c.is_ascii_digit())
+                .collect();
             if memory.logged.get(&d.node) != Some(&line) {
                 info!(node = %d.node, nodeclaim = ?d.claim_id, pool = ?d.pool, verdict, reason = %d.reason, "disruption candidate");
                 memory.logged.insert(d.node.clone(), line);
@@ -553,7 +647,9 @@ impl<P: PortSet> Disruption<P> {
                 debug!(node = %d.node, verdict, reason = %d.reason, "disruption candidate");
             }
         }
-        memory.logged.retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
+        memory
+            .logged
+            .retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
     }
 
     /// The claims' bookkeeping (pods seen, empty since, re-stamped hashes),
@@ -561,7 +657,9 @@ impl<P: PortSet> Disruption<P> {
     /// removal, it never makes one early.
     async fn write_claim_updates(&self, gathered: &Gathered, plan: &Plan) {
         for update in &plan.claim_updates {
-            let Some(claim) = gathered.claims.iter().find(|c| c.id == update.claim_id) else { continue };
+            let Some(claim) = gathered.claims.iter().find(|c| c.id == update.claim_id) else {
+                continue;
+            };
             let mut next = claim.next();
             next.disruption = update.disruption.clone();
             if let Some(h) = &update.nodepool_hash {
@@ -573,7 +671,9 @@ impl<P: PortSet> Disruption<P> {
                 Err(StoreError::Conflict(e)) => {
                     debug!(nodeclaim = %claim.id, error = %e, "claim moved meanwhile; bookkeeping next time")
                 }
-                Err(e) => warn!(nodeclaim = %claim.id, error = %e, "could not record disruption bookkeeping"),
+                Err(e) => {
+                    warn!(nodeclaim = %claim.id, error = %e, "could not record disruption bookkeeping")
+                }
             }
         }
     }
@@ -640,12 +740,27 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
     let now = gathered.now;
     let plan = disruption::decide(&gathered.snapshot(tuning, now.as_millisecond().unsigned_abs()));
     let all_pending = ports.cluster().pending_pods().await?;
-    let nominated_uids: std::collections::HashSet<&str> =
-        gathered.claims.iter().flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
-    let nominated_by = |p: &Pod| p.metadata.uid.as_deref().is_some_and(|u| nominated_uids.contains(u));
-    let pending: Vec<Pod> =
-        all_pending.iter().filter(|p| crate::scheduling::pod::is_provisionable(p) && !nominated_by(p)).cloned().collect();
-    let nominated: Vec<Pod> = all_pending.iter().filter(|p| nominated_by(p)).cloned().collect();
+    let nominated_uids: std::collections::HashSet<&str> = gathered
+        .claims
+        .iter()
+        .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
+        .collect();
+    let nominated_by = |p: &Pod| {
+        p.metadata
+            .uid
+            .as_deref()
+            .is_some_and(|u| nominated_uids.contains(u))
+    };
+    let pending: Vec<Pod> = all_pending
+        .iter()
+        .filter(|p| crate::scheduling::pod::is_provisionable(p) && !nominated_by(p))
+        .cloned()
+        .collect();
+    let nominated: Vec<Pod> = all_pending
+        .iter()
+        .filter(|p| nominated_by(p))
+        .cloned()
+        .collect();
     let usage = ports.store().pool_usage().await?;
     let provisioning = crate::provisioning::plan::decide(&crate::provisioning::plan::Snapshot {
         now,
@@ -669,7 +784,12 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
         .map(|c| PlannedLaunch {
             claim_id: c.id.clone(),
             pool: c.pool.clone(),
-            options: c.options.iter().take(3).map(|o| format!("{}/{}/{}", o.instance_type, o.capacity_type, o.zone)).collect(),
+            options: c
+                .options
+                .iter()
+                .take(3)
+                .map(|o| format!("{}/{}/{}", o.instance_type, o.capacity_type, o.zone))
+                .collect(),
             pods: c.pods.iter().map(ToString::to_string).collect(),
             price: c.options.first().map_or(0.0, |o| o.price),
         })
@@ -685,7 +805,10 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
         let action = match &d.verdict {
             Verdict::Disrupt { reason, command } => {
                 removed += price;
-                let replaced = plan.commands.get(*command).is_some_and(|c| c.replacement.is_some());
+                let replaced = plan
+                    .commands
+                    .get(*command)
+                    .is_some_and(|c| c.replacement.is_some());
                 action_of(*reason, replaced).to_owned()
             }
             Verdict::Keep if f.is_some_and(|f| f.disrupting.is_some()) => "removing".to_owned(),
@@ -702,12 +825,21 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
             reason: d.reason.clone(),
         });
     }
-    let replacements: f64 = plan.commands.iter().filter_map(|c| c.replacement.as_ref()).map(|r| r.price).sum();
+    let replacements: f64 = plan
+        .commands
+        .iter()
+        .filter_map(|c| c.replacement.as_ref())
+        .map(|r| r.price)
+        .sum();
     let launched: f64 = launches.iter().map(|l| l.price).sum();
     Ok(DryRun {
         now,
         launches,
-        unschedulable: provisioning.unschedulable.iter().map(|(k, r)| (k.to_string(), r.clone())).collect(),
+        unschedulable: provisioning
+            .unschedulable
+            .iter()
+            .map(|(k, r)| (k.to_string(), r.clone()))
+            .collect(),
         nodes,
         cost_now,
         cost_after: cost_now - removed + replacements + launched,
@@ -751,7 +883,11 @@ impl DryRun {
                 n.reason
             );
         }
-        let _ = writeln!(out, "fleet ${:.4}/h now, ${:.4}/h after this plan", self.cost_now, self.cost_after);
+        let _ = writeln!(
+            out,
+            "fleet ${:.4}/h now, ${:.4}/h after this plan",
+            self.cost_now, self.cost_after
+        );
         out
     }
 }

@@ -23,7 +23,8 @@ use crate::config::settings::REBALANCE_ANNOTATION;
 use crate::config::{RebalancePolicy, Settings};
 use crate::interruption::{self, Message, ParseError};
 use crate::ports::{
-    Cluster, ClusterError, Clock, InstanceState, OfferingKey, PortSet, SignedDuration, Store, Timestamp,
+    Clock, Cluster, ClusterError, InstanceState, OfferingKey, PortSet, SignedDuration, Store,
+    Timestamp,
 };
 use crate::provisioning::claim::Claim;
 use crate::termination::{RemovalReason, RemovalSpec, disrupted_taint};
@@ -103,7 +104,9 @@ pub async fn handle_message<P: PortSet>(
     };
     let (envelope, message) = match interruption::parse(&json) {
         Ok(parsed) => parsed,
-        Err(e @ ParseError::Unsupported { .. }) => return Ok(MessageOutcome::Ignored(e.to_string())),
+        Err(e @ ParseError::Unsupported { .. }) => {
+            return Ok(MessageOutcome::Ignored(e.to_string()));
+        }
         Err(e) => return Ok(MessageOutcome::Dropped(e.to_string())),
     };
     let now = ports.clock().now();
@@ -111,58 +114,91 @@ pub async fn handle_message<P: PortSet>(
     let claims = ports.store().claims().await?;
     let ours = |id: &str| claims.iter().find(|c| c.instance_id() == Some(id));
     let notice_deadline = event_at + options.notice - options.margin;
-    let (targets, reason, deadline): (Vec<&Claim>, RemovalReason, Option<Timestamp>) = match &message {
-        Message::SpotInterruption { instance_id } => {
-            let Some(claim) = ours(instance_id) else { return Ok(not_ours(instance_id)) };
-            mark_offering_unavailable(ports, claim, now + options.unavailable_for).await;
-            (vec![claim], RemovalReason::SpotInterrupted, Some(notice_deadline))
-        }
-        Message::CapacityReservationInterruption { instance_id } => {
-            let Some(claim) = ours(instance_id) else { return Ok(not_ours(instance_id)) };
-            (vec![claim], RemovalReason::CapacityReservationInterrupted, Some(notice_deadline))
-        }
-        Message::ScheduledChange { instance_ids, start_time } => {
-            let mine: Vec<&Claim> = instance_ids.iter().filter_map(|id| ours(id)).collect();
-            if mine.is_empty() {
-                return Ok(MessageOutcome::Ignored(format!("none of {} instance(s) is one of ours", instance_ids.len())));
+    let (targets, reason, deadline): (Vec<&Claim>, RemovalReason, Option<Timestamp>) =
+        match &message {
+            Message::SpotInterruption { instance_id } => {
+                let Some(claim) = ours(instance_id) else {
+                    return Ok(not_ours(instance_id));
+                };
+                mark_offering_unavailable(ports, claim, now + options.unavailable_for).await;
+                (
+                    vec![claim],
+                    RemovalReason::SpotInterrupted,
+                    Some(notice_deadline),
+                )
             }
-            let deadline = start_time.unwrap_or(event_at + options.scheduled_change_default);
-            (mine, RemovalReason::ScheduledChange, Some(deadline))
-        }
-        Message::StateChange { instance_id, state } => {
-            if !matches!(state, InstanceState::Stopping | InstanceState::ShuttingDown) {
-                return Ok(MessageOutcome::Ignored(format!("state {state:?} asks for nothing here")));
+            Message::CapacityReservationInterruption { instance_id } => {
+                let Some(claim) = ours(instance_id) else {
+                    return Ok(not_ours(instance_id));
+                };
+                (
+                    vec![claim],
+                    RemovalReason::CapacityReservationInterrupted,
+                    Some(notice_deadline),
+                )
             }
-            let Some(claim) = ours(instance_id) else { return Ok(not_ours(instance_id)) };
-            (vec![claim], RemovalReason::InstanceStopping, Some(event_at))
-        }
-        Message::RebalanceRecommendation { instance_id } => {
-            let Some(claim) = ours(instance_id) else { return Ok(not_ours(instance_id)) };
-            match rebalance_policy(config, settings, &claim.pool) {
-                RebalancePolicy::Ignore => {
-                    return Ok(MessageOutcome::Ignored("rebalance recommendation: policy Ignore".to_owned()));
+            Message::ScheduledChange {
+                instance_ids,
+                start_time,
+            } => {
+                let mine: Vec<&Claim> = instance_ids.iter().filter_map(|id| ours(id)).collect();
+                if mine.is_empty() {
+                    return Ok(MessageOutcome::Ignored(format!(
+                        "none of {} instance(s) is one of ours",
+                        instance_ids.len()
+                    )));
                 }
-                RebalancePolicy::Cordon => {
-                    let Some(node) = &claim.node_name else {
-                        return Ok(MessageOutcome::Ignored("rebalance recommendation for a node not registered yet".to_owned()));
-                    };
-                    // A failed taint is returned for a retry: the message must not be lost.
-                    match ports.cluster().add_taint(node, &disrupted_taint()).await {
-                        Ok(()) => {}
-                        Err(ClusterError::NotFound(_)) => return Ok(MessageOutcome::Ignored(format!("node {node} is gone"))),
-                        Err(e) => return Err(e.into()),
+                let deadline = start_time.unwrap_or(event_at + options.scheduled_change_default);
+                (mine, RemovalReason::ScheduledChange, Some(deadline))
+            }
+            Message::StateChange { instance_id, state } => {
+                if !matches!(state, InstanceState::Stopping | InstanceState::ShuttingDown) {
+                    return Ok(MessageOutcome::Ignored(format!(
+                        "state {state:?} asks for nothing here"
+                    )));
+                }
+                let Some(claim) = ours(instance_id) else {
+                    return Ok(not_ours(instance_id));
+                };
+                (vec![claim], RemovalReason::InstanceStopping, Some(event_at))
+            }
+            Message::RebalanceRecommendation { instance_id } => {
+                let Some(claim) = ours(instance_id) else {
+                    return Ok(not_ours(instance_id));
+                };
+                match rebalance_policy(config, settings, &claim.pool) {
+                    RebalancePolicy::Ignore => {
+                        return Ok(MessageOutcome::Ignored(
+                            "rebalance recommendation: policy Ignore".to_owned(),
+                        ));
                     }
-                    info!(node = %node, nodeclaim = %claim.id, "cordoned node on a rebalance recommendation");
-                    return Ok(MessageOutcome::Cordoned(node.clone()));
+                    RebalancePolicy::Cordon => {
+                        let Some(node) = &claim.node_name else {
+                            return Ok(MessageOutcome::Ignored(
+                                "rebalance recommendation for a node not registered yet".to_owned(),
+                            ));
+                        };
+                        // A failed taint is returned for a retry: the message must not be lost.
+                        match ports.cluster().add_taint(node, &disrupted_taint()).await {
+                            Ok(()) => {}
+                            Err(ClusterError::NotFound(_)) => {
+                                return Ok(MessageOutcome::Ignored(format!("node {node} is gone")));
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                        info!(node = %node, nodeclaim = %claim.id, "cordoned node on a rebalance recommendation");
+                        return Ok(MessageOutcome::Cordoned(node.clone()));
+                    }
+                    RebalancePolicy::Replace => (vec![claim], RemovalReason::Rebalance, None),
                 }
-                RebalancePolicy::Replace => (vec![claim], RemovalReason::Rebalance, None),
             }
-        }
-    };
+        };
     let mut started = Vec::new();
     for claim in targets {
         let avoid = match reason {
-            RemovalReason::SpotInterrupted | RemovalReason::CapacityReservationInterrupted => offering_of(claim).into_iter().collect(),
+            RemovalReason::SpotInterrupted | RemovalReason::CapacityReservationInterrupted => {
+                offering_of(claim).into_iter().collect()
+            }
             _ => Vec::new(),
         };
         let spec = RemovalSpec {
@@ -194,10 +230,14 @@ fn offering_of(claim: &Claim) -> Option<OfferingKey> {
 }
 
 async fn mark_offering_unavailable<P: PortSet>(ports: &P, claim: &Claim, until: Timestamp) {
-    let Some(offering) = offering_of(claim) else { return };
+    let Some(offering) = offering_of(claim) else {
+        return;
+    };
     match ports.store().mark_unavailable(&offering, until).await {
         Ok(()) => info!(offering = %offering, "marked interrupted offering unavailable"),
-        Err(e) => warn!(offering = %offering, error = %e, "could not mark interrupted offering unavailable"),
+        Err(e) => {
+            warn!(offering = %offering, error = %e, "could not mark interrupted offering unavailable")
+        }
     }
 }
 
@@ -229,7 +269,10 @@ pub async fn handle_batch<P: PortSet>(
     let mut report = BatchReport::default();
     for record in records {
         let span = info_span!("message", message_id = %record.message_id);
-        match handle_message(ports, config, settings, options, &record.body).instrument(span.clone()).await {
+        match handle_message(ports, config, settings, options, &record.body)
+            .instrument(span.clone())
+            .await
+        {
             Ok(outcome) => {
                 span.in_scope(|| match &outcome {
                     MessageOutcome::Dropped(reason) => warn!(message_id = %record.message_id, %reason, "dropping message that can never be handled"),
@@ -243,8 +286,13 @@ pub async fn handle_batch<P: PortSet>(
                 report.failures.push(record.message_id.clone());
             }
             Err(e) => {
-                span.in_scope(|| warn!(message_id = %record.message_id, error = %e, "dropping message"));
-                report.outcomes.push((record.message_id.clone(), MessageOutcome::Dropped(e.to_string())));
+                span.in_scope(
+                    || warn!(message_id = %record.message_id, error = %e, "dropping message"),
+                );
+                report.outcomes.push((
+                    record.message_id.clone(),
+                    MessageOutcome::Dropped(e.to_string()),
+                ));
             }
         }
     }
@@ -269,7 +317,10 @@ fn publish_counts(report: &BatchReport, now: Timestamp) {
     ]
     .into_iter()
     .map(|(name, v)| Metric::count(name, v.copied().unwrap_or(0.0)))
-    .chain(std::iter::once(Metric::count("MessagesRetried", report.failures.len() as f64)))
+    .chain(std::iter::once(Metric::count(
+        "MessagesRetried",
+        report.failures.len() as f64,
+    )))
     .collect();
     let dims: BTreeMap<&str, String> = [("Function", "interruption".to_owned())].into();
     metrics::emit(now.as_millisecond(), &dims, &figures);
@@ -299,7 +350,11 @@ where
         if wake >= until {
             break;
         }
-        sleep(wake.duration_since(now).max(SignedDuration::from_millis(200))).await;
+        sleep(
+            wake.duration_since(now)
+                .max(SignedDuration::from_millis(200)),
+        )
+        .await;
     }
     Ok(passes)
 }

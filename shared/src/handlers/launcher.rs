@@ -13,8 +13,8 @@ use tracing::{debug, info, warn};
 use super::config::LoadedConfig;
 use crate::config::{Limits, NodePool};
 use crate::ports::{
-    Cloud, CloudCatalog, CloudError, Clock, LaunchRequest, OfferingKey, PodKey, PortSet, SignedDuration, Store,
-    StoreError, Timestamp,
+    Clock, Cloud, CloudCatalog, CloudError, LaunchRequest, OfferingKey, PodKey, PortSet,
+    SignedDuration, Store, StoreError, Timestamp,
 };
 use crate::provisioning::claim::{Claim, ClaimInstance, reservation_of};
 
@@ -30,7 +30,11 @@ pub struct LaunchSettings {
 
 impl Default for LaunchSettings {
     fn default() -> Self {
-        LaunchSettings { unavailable_for: SignedDuration::from_mins(3), concurrency: 16, max_attempts: 5 }
+        LaunchSettings {
+            unavailable_for: SignedDuration::from_mins(3),
+            concurrency: 16,
+            max_attempts: 5,
+        }
     }
 }
 
@@ -61,13 +65,21 @@ impl<'a, P: PortSet> Launcher<'a, P> {
     }
 
     /// Creates and launches each claim, a few at a time.
-    pub async fn launch_all(&self, claims: Vec<Claim>, config: &LoadedConfig, catalog: &CloudCatalog) -> Vec<(String, LaunchEnd)> {
+    pub async fn launch_all(
+        &self,
+        claims: Vec<Claim>,
+        config: &LoadedConfig,
+        catalog: &CloudCatalog,
+    ) -> Vec<(String, LaunchEnd)> {
         stream::iter(claims.into_iter().map(|claim| {
             let limits = config.limits(&claim.pool);
             let pool = config.pool(&claim.pool);
             async move {
                 let id = claim.id.clone();
-                (id, self.create_and_launch(claim, &limits, pool, catalog).await)
+                (
+                    id,
+                    self.create_and_launch(claim, &limits, pool, catalog).await,
+                )
             }
         }))
         .buffer_unordered(self.settings.concurrency.max(1))
@@ -99,7 +111,13 @@ impl<'a, P: PortSet> Launcher<'a, P> {
     }
 
     /// Launches a recorded claim. Idempotent: the client token is the claim's.
-    pub async fn launch(&self, claim: Claim, limits: &Limits, pool: Option<&NodePool>, catalog: &CloudCatalog) -> LaunchEnd {
+    pub async fn launch(
+        &self,
+        claim: Claim,
+        limits: &Limits,
+        pool: Option<&NodePool>,
+        catalog: &CloudCatalog,
+    ) -> LaunchEnd {
         let store = self.ports.store();
         let now = self.ports.clock().now();
         // The NodeClass as configured now (live reload), resolved with the pool.
@@ -121,7 +139,11 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                 let instance = launched.instance;
                 let mut next = claim.next();
                 next.launch_attempts += 1;
-                if let Some(info) = catalog.instance_types.iter().find(|i| i.name == instance.instance_type) {
+                if let Some(info) = catalog
+                    .instance_types
+                    .iter()
+                    .find(|i| i.name == instance.instance_type)
+                {
                     let kubelet = pool.map(|p| p.kubelet.clone()).unwrap_or_default();
                     next.reservation = reservation_of(&info.capacity(&kubelet));
                 }
@@ -136,7 +158,9 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                     next.stamp.subnet_id.clone_from(&instance.subnet_id);
                 }
                 if !instance.security_group_ids.is_empty() {
-                    next.stamp.security_group_ids.clone_from(&instance.security_group_ids);
+                    next.stamp
+                        .security_group_ids
+                        .clone_from(&instance.security_group_ids);
                 }
                 if next.stamp.image_id.is_none()
                     && let Some(class) = &request.node_class_spec
@@ -194,7 +218,12 @@ impl<'a, P: PortSet> Launcher<'a, P> {
     /// Marks offerings unavailable for [`LaunchSettings::unavailable_for`] (best effort).
     pub async fn mark_unavailable(&self, offerings: &[OfferingKey], now: Timestamp) {
         for o in offerings {
-            if let Err(e) = self.ports.store().mark_unavailable(o, now + self.settings.unavailable_for).await {
+            if let Err(e) = self
+                .ports
+                .store()
+                .mark_unavailable(o, now + self.settings.unavailable_for)
+                .await
+            {
                 warn!(offering = %o, error = %e, "could not mark offering unavailable");
             }
         }

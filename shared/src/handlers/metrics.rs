@@ -18,19 +18,33 @@ pub struct Metric {
 
 impl Metric {
     pub fn seconds(name: &'static str, value: f64) -> Metric {
-        Metric { name, value, unit: "Seconds" }
+        Metric {
+            name,
+            value,
+            unit: "Seconds",
+        }
     }
 
     pub fn count(name: &'static str, value: f64) -> Metric {
-        Metric { name, value, unit: "Count" }
+        Metric {
+            name,
+            value,
+            unit: "Count",
+        }
     }
 }
 
 /// The EMF document for `metrics` with `dimensions` (e.g. function, reason).
-pub fn emf_line(timestamp_ms: i64, dimensions: &BTreeMap<&str, String>, metrics: &[Metric]) -> String {
+pub fn emf_line(
+    timestamp_ms: i64,
+    dimensions: &BTreeMap<&str, String>,
+    metrics: &[Metric],
+) -> String {
     let mut doc = serde_json::Map::new();
-    let definitions: Vec<serde_json::Value> =
-        metrics.iter().map(|m| serde_json::json!({"Name": m.name, "Unit": m.unit})).collect();
+    let definitions: Vec<serde_json::Value> = metrics
+        .iter()
+        .map(|m| serde_json::json!({"Name": m.name, "Unit": m.unit}))
+        .collect();
     doc.insert(
         "_aws".to_owned(),
         serde_json::json!({
@@ -71,11 +85,24 @@ mod tests {
     #[test]
     fn an_emf_line_declares_and_carries_every_metric() {
         let dims: BTreeMap<&str, String> = [("Function", "interruption".to_owned())].into();
-        let line = emf_line(1_700_000_000_000, &dims, &[Metric::seconds("TimeToTainted", 0.25), Metric::count("EvictionsBlocked", 3.0)]);
+        let line = emf_line(
+            1_700_000_000_000,
+            &dims,
+            &[
+                Metric::seconds("TimeToTainted", 0.25),
+                Metric::count("EvictionsBlocked", 3.0),
+            ],
+        );
         let v: serde_json::Value = serde_json::from_str(&line).expect("json");
         assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
-        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "Function");
-        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Name"], "EvictionsBlocked");
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0],
+            "Function"
+        );
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Name"],
+            "EvictionsBlocked"
+        );
         assert_eq!(v["Function"], "interruption");
         assert_eq!(v["TimeToTainted"], 0.25);
         assert_eq!(v["EvictionsBlocked"], 3.0);

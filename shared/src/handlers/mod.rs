@@ -35,7 +35,9 @@ impl HandlerError {
     /// Worth retrying (the same input may succeed later).
     pub fn is_retryable(&self) -> bool {
         match self {
-            HandlerError::Store(e) => matches!(e, StoreError::Transient(_) | StoreError::Conflict(_)),
+            HandlerError::Store(e) => {
+                matches!(e, StoreError::Transient(_) | StoreError::Conflict(_))
+            }
             HandlerError::Cloud(e) => e.is_retryable(),
             HandlerError::Cluster(e) => e.is_retryable(),
             HandlerError::Invalid(_) => false,

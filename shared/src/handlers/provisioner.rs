@@ -18,10 +18,12 @@ use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::termination;
 use crate::ports::{
-    BindOutcome, Cloud, CloudCatalog, Cluster, ClusterEvent, Clock, Lease,
-    PodKey, PortSet, SignedDuration, Store, StoreError, Timestamp,
+    BindOutcome, Clock, Cloud, CloudCatalog, Cluster, ClusterEvent, Lease, PodKey, PortSet,
+    SignedDuration, Store, StoreError, Timestamp,
 };
-use crate::provisioning::batcher::{self, Batch, BatchStep, BatchWindow, Parked, ParkedGroup, Solving};
+use crate::provisioning::batcher::{
+    self, Batch, BatchStep, BatchWindow, Parked, ParkedGroup, Solving,
+};
 use crate::provisioning::claim::{Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
@@ -31,14 +33,27 @@ use crate::scheduling::volumes;
 /// The batch window: the stored Settings' when there is a settings item,
 /// else the provisioner's own (tests set it).
 fn batch_window(config: &LoadedConfig, own: BatchWindow) -> BatchWindow {
-    if config.settings_stored { BatchWindow { idle: config.settings.batch_idle, max: config.settings.batch_max } } else { own }
+    if config.settings_stored {
+        BatchWindow {
+            idle: config.settings.batch_idle,
+            max: config.settings.batch_max,
+        }
+    } else {
+        own
+    }
 }
 
 /// "no NodePool exists" misleads when NodePools are stored but none is
 /// valid: say which and why.
-fn with_config_reason(unschedulable: Vec<(PodKey, String)>, config: &LoadedConfig) -> Vec<(PodKey, String)> {
+fn with_config_reason(
+    unschedulable: Vec<(PodKey, String)>,
+    config: &LoadedConfig,
+) -> Vec<(PodKey, String)> {
     match config.no_pool_reason() {
-        Some(reason) => unschedulable.into_iter().map(|(k, _)| (k, reason.clone())).collect(),
+        Some(reason) => unschedulable
+            .into_iter()
+            .map(|(k, _)| (k, reason.clone()))
+            .collect(),
         None => unschedulable,
     }
 }
@@ -137,17 +152,33 @@ impl<P: PortSet> Provisioner<P> {
 
     /// Takes (or renews) the lease until `until`. False: another invocation is active.
     pub async fn acquire_lease(&self, until: Timestamp) -> Result<bool, HandlerError> {
-        let lease = Lease { name: LEASE.to_owned(), holder: self.holder.clone(), expires_at: until };
-        Ok(self.ports.store().acquire_lease(&lease, self.ports.clock().now()).await?)
+        let lease = Lease {
+            name: LEASE.to_owned(),
+            holder: self.holder.clone(),
+            expires_at: until,
+        };
+        Ok(self
+            .ports
+            .store()
+            .acquire_lease(&lease, self.ports.clock().now())
+            .await?)
     }
 
     pub async fn release_lease(&self) -> Result<(), HandlerError> {
-        Ok(self.ports.store().release_lease(LEASE, &self.holder).await?)
+        Ok(self
+            .ports
+            .store()
+            .release_lease(LEASE, &self.holder)
+            .await?)
     }
 
     /// Runs ticks until `deadline`, sleeping with `sleep` between them. This
     /// is the Lambda's loop; it holds the lease for the whole invocation.
-    pub async fn run_until<F, Fut>(&mut self, deadline: Timestamp, sleep: F) -> Result<u64, HandlerError>
+    pub async fn run_until<F, Fut>(
+        &mut self,
+        deadline: Timestamp,
+        sleep: F,
+    ) -> Result<u64, HandlerError>
     where
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -168,11 +199,18 @@ impl<P: PortSet> Provisioner<P> {
             };
             ticks += 1;
             let now = self.ports.clock().now();
-            let wake = report.wake_at.unwrap_or(now + self.settings.poll).min(now + self.settings.poll);
+            let wake = report
+                .wake_at
+                .unwrap_or(now + self.settings.poll)
+                .min(now + self.settings.poll);
             if wake >= deadline {
                 break;
             }
-            sleep(wake.duration_since(now).max(SignedDuration::from_millis(50))).await;
+            sleep(
+                wake.duration_since(now)
+                    .max(SignedDuration::from_millis(50)),
+            )
+            .await;
         }
         self.release_lease().await?;
         Ok(ticks)
@@ -199,7 +237,10 @@ impl<P: PortSet> Provisioner<P> {
         for action in actions {
             self.carry_out(action, &config, &mut report).await?;
         }
-        if self.last_gc.is_none_or(|t| now.duration_since(t) >= self.settings.gc_interval) {
+        if self
+            .last_gc
+            .is_none_or(|t| now.duration_since(t) >= self.settings.gc_interval)
+        {
             self.last_gc = Some(now);
             if std::mem::take(&mut changed) {
                 claims = store.claims().await?;
@@ -215,7 +256,10 @@ impl<P: PortSet> Provisioner<P> {
         // drive them; the provisioner is the safety net when one of those
         // crashed. Not every tick: advancing one reads its node and pods.
         let mut removal_wake = None;
-        if self.last_removals.is_none_or(|t| now.duration_since(t) >= self.settings.removals_interval) {
+        if self
+            .last_removals
+            .is_none_or(|t| now.duration_since(t) >= self.settings.removals_interval)
+        {
             self.last_removals = Some(now);
             removal_wake = termination::advance_all(&self.ports, &config, &self.settings.launch)
                 .await?
@@ -227,11 +271,18 @@ impl<P: PortSet> Provisioner<P> {
         }
 
         // Then the batch window over the pods nobody is taking care of.
-        let nominated: HashSet<&str> =
-            claims.iter().filter(|c| c.node_name.is_none()).flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
+        let nominated: HashSet<&str> = claims
+            .iter()
+            .filter(|c| c.node_name.is_none())
+            .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
+            .collect();
         let stored = store.batch().await?;
         let state = stored.clone().unwrap_or_default();
-        if state.solving.as_ref().is_some_and(|s| s.holder != self.holder && s.until > now) {
+        if state
+            .solving
+            .as_ref()
+            .is_some_and(|s| s.holder != self.holder && s.until > now)
+        {
             debug!("another invocation is solving; batching waits for it");
             report.wake_at = Some(now + self.settings.poll);
             return Ok(report);
@@ -243,12 +294,25 @@ impl<P: PortSet> Provisioner<P> {
         let waiting_pods: Vec<&Pod> = pending
             .iter()
             .filter(|p| is_provisionable(p))
-            .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| !nominated.contains(u) && !parked_now(u)))
+            .filter(|p| {
+                p.metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|u| !nominated.contains(u) && !parked_now(u))
+            })
             .collect();
-        let waiting: BTreeSet<String> = waiting_pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let waiting: BTreeSet<String> = waiting_pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
 
         report.wake_at = removal_wake;
-        match batcher::step(state.window.as_ref(), &waiting, now, batch_window(&config, self.settings.window)) {
+        match batcher::step(
+            state.window.as_ref(),
+            &waiting,
+            now,
+            batch_window(&config, self.settings.window),
+        ) {
             BatchStep::Idle => {
                 let pending_uids = uids(&pending);
                 let mut next = state.clone();
@@ -258,7 +322,11 @@ impl<P: PortSet> Provisioner<P> {
                     self.write_batch(stored.as_ref(), &next).await?;
                 }
             }
-            BatchStep::Wait { window, changed, wake_at } => {
+            BatchStep::Wait {
+                window,
+                changed,
+                wake_at,
+            } => {
                 report.wake_at = Some(report.wake_at.map_or(wake_at, |w| w.min(wake_at)));
                 if changed {
                     let mut next = state.clone();
@@ -274,7 +342,10 @@ impl<P: PortSet> Provisioner<P> {
                 next.window = None;
                 next.version += 1;
                 if pods > 0 {
-                    next.solving = Some(Solving { holder: self.holder.clone(), until: now + SOLVE_CLAIM });
+                    next.solving = Some(Solving {
+                        holder: self.holder.clone(),
+                        until: now + SOLVE_CLAIM,
+                    });
                 }
                 // Claim the close first: of two racing invocations only one solves.
                 if !self.write_batch(stored.as_ref(), &next).await? {
@@ -322,19 +393,43 @@ impl<P: PortSet> Provisioner<P> {
             let claims = store.claims().await?;
             let nodes = cluster.nodes().await?;
             let all_pending = cluster.pending_pods().await?;
-            let wanted: HashSet<&str> = pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+            let wanted: HashSet<&str> = pods
+                .iter()
+                .filter_map(|p| p.metadata.uid.as_deref())
+                .collect();
             // Pods that went away (bound by kube-scheduler, deleted) since the window opened.
-            pods = all_pending.iter().filter(|p| p.metadata.uid.as_deref().is_some_and(|u| wanted.contains(u))).cloned().collect();
-            let nominated_uids: HashSet<&str> = claims.iter().flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
+            pods = all_pending
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .uid
+                        .as_deref()
+                        .is_some_and(|u| wanted.contains(u))
+                })
+                .cloned()
+                .collect();
+            let nominated_uids: HashSet<&str> = claims
+                .iter()
+                .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
+                .collect();
             let nominated: Vec<Pod> = all_pending
                 .iter()
-                .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| nominated_uids.contains(u)))
+                .filter(|p| {
+                    p.metadata
+                        .uid
+                        .as_deref()
+                        .is_some_and(|u| nominated_uids.contains(u))
+                })
                 .cloned()
                 .collect();
             let unavailable = store.unavailable_offerings(now).await?;
             let usage = store.pool_usage().await?;
             if round == 0 {
-                info!(pods = pods.len(), "found provisionable pod(s): {}", pod_list(&pods));
+                info!(
+                    pods = pods.len(),
+                    "found provisionable pod(s): {}",
+                    pod_list(&pods)
+                );
             }
             let decision = plan::decide(&Snapshot {
                 now,
@@ -353,7 +448,10 @@ impl<P: PortSet> Provisioner<P> {
                 seed: seed_of(now, self.ticks, round),
             });
             if !decision.fit_existing.is_empty() {
-                debug!(pods = decision.fit_existing.len(), "pod(s) fit on existing or in-flight nodes");
+                debug!(
+                    pods = decision.fit_existing.len(),
+                    "pod(s) fit on existing or in-flight nodes"
+                );
                 self.nominate(&claims, &decision.fit_existing, config).await;
             }
             unplaceable.extend(with_config_reason(decision.unschedulable, config));
@@ -361,8 +459,15 @@ impl<P: PortSet> Provisioner<P> {
                 break;
             }
             let pod_count: usize = decision.new_claims.iter().map(|c| c.pods.len()).sum();
-            info!(nodeclaims = decision.new_claims.len(), pods = pod_count, "computed new nodeclaim(s) to fit pod(s)");
-            let ends = self.launcher().launch_all(decision.new_claims, config, &catalog).await;
+            info!(
+                nodeclaims = decision.new_claims.len(),
+                pods = pod_count,
+                "computed new nodeclaim(s) to fit pod(s)"
+            );
+            let ends = self
+                .launcher()
+                .launch_all(decision.new_claims, config, &catalog)
+                .await;
             let mut replan: HashSet<String> = HashSet::new();
             for (_, end) in ends {
                 match end {
@@ -374,7 +479,12 @@ impl<P: PortSet> Provisioner<P> {
                     LaunchEnd::Retry => {}
                 }
             }
-            pods.retain(|p| p.metadata.uid.as_deref().is_some_and(|u| replan.contains(u)));
+            pods.retain(|p| {
+                p.metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|u| replan.contains(u))
+            });
         }
         Ok(unplaceable)
     }
@@ -382,18 +492,25 @@ impl<P: PortSet> Provisioner<P> {
     /// Pods that fit on a claim still in flight join its nominated pods, so
     /// they are bound when its node registers and nobody plans their room twice.
     async fn nominate(&self, claims: &[Claim], fits: &[(PodKey, String)], config: &LoadedConfig) {
-        let mut by_claim: std::collections::BTreeMap<&str, Vec<PodKey>> = std::collections::BTreeMap::new();
+        let mut by_claim: std::collections::BTreeMap<&str, Vec<PodKey>> =
+            std::collections::BTreeMap::new();
         for (pod, node) in fits {
             by_claim.entry(node.as_str()).or_default().push(pod.clone());
         }
         for (id, pods) in by_claim {
-            let Some(claim) = claims.iter().find(|c| c.id == id && c.node_name.is_none()) else { continue };
+            let Some(claim) = claims.iter().find(|c| c.id == id && c.node_name.is_none()) else {
+                continue;
+            };
             let mut next = claim.next();
             next.pods.extend(pods);
             let limits = config.limits(&claim.pool);
             match self.ports.store().update_claim(claim, &next, &limits).await {
-                Ok(()) => info!(nodeclaim = %id, pods = next.pods.len() - claim.pods.len(), "nominated pod(s) to in-flight nodeclaim"),
-                Err(e) => debug!(nodeclaim = %id, error = %e, "could not nominate pods; they will be planned again"),
+                Ok(()) => {
+                    info!(nodeclaim = %id, pods = next.pods.len() - claim.pods.len(), "nominated pod(s) to in-flight nodeclaim")
+                }
+                Err(e) => {
+                    debug!(nodeclaim = %id, error = %e, "could not nominate pods; they will be planned again")
+                }
             }
         }
     }
@@ -416,11 +533,18 @@ impl<P: PortSet> Provisioner<P> {
                 let pool = config.pool(&claim.pool);
                 let catalog = self.ports.cloud().catalog().await?;
                 info!(nodeclaim = %claim.id, "resuming launch of recorded nodeclaim");
-                if let LaunchEnd::Launched(id) = self.launcher().launch(claim, &limits, pool, &catalog).await {
+                if let LaunchEnd::Launched(id) =
+                    self.launcher().launch(claim, &limits, pool, &catalog).await
+                {
                     report.launched.push(id);
                 }
             }
-            LifecycleAction::Register { claim, node, lift_taint, bind } => {
+            LifecycleAction::Register {
+                claim,
+                node,
+                lift_taint,
+                bind,
+            } => {
                 // Lift our taint before binding: the kubelet would evict pods
                 // that do not tolerate a NoExecute taint.
                 if lift_taint {
@@ -466,7 +590,10 @@ impl<P: PortSet> Provisioner<P> {
             }
             LifecycleAction::Orphan { instance } => {
                 warn!(instance = %instance.id, "terminating instance tagged as ours with no nodeclaim");
-                self.ports.cloud().terminate(std::slice::from_ref(&instance.id)).await?;
+                self.ports
+                    .cloud()
+                    .terminate(std::slice::from_ref(&instance.id))
+                    .await?;
             }
         }
         Ok(())
@@ -488,27 +615,49 @@ impl<P: PortSet> Provisioner<P> {
         next.retain_pending(&pending_uids);
         // Pods parked by hash stay known (reported) across solves; this
         // solve's pods move from their old group to this solve's.
-        let solved: HashSet<u32> = unplaceable.iter().map(|(k, _)| batcher::uid_hash(&k.uid)).collect();
-        let known_by_hash: HashSet<u32> =
-            next.parked_more.iter().flat_map(|g| g.pods.iter().copied()).filter(|h| solved.contains(h)).collect();
+        let solved: HashSet<u32> = unplaceable
+            .iter()
+            .map(|(k, _)| batcher::uid_hash(&k.uid))
+            .collect();
+        let known_by_hash: HashSet<u32> = next
+            .parked_more
+            .iter()
+            .flat_map(|g| g.pods.iter().copied())
+            .filter(|h| solved.contains(h))
+            .collect();
         for g in &mut next.parked_more {
             g.pods.retain(|h| !solved.contains(h));
         }
         next.parked_more.retain(|g| !g.pods.is_empty());
-        let mut more = ParkedGroup { config_fingerprint: fingerprint, retry_at: now + self.settings.parked_retry, pods: Default::default() };
-        let mut more_room = batcher::MAX_PARKED_MORE.saturating_sub(next.parked_more.iter().map(|g| g.pods.len()).sum());
+        let mut more = ParkedGroup {
+            config_fingerprint: fingerprint,
+            retry_at: now + self.settings.parked_retry,
+            pods: Default::default(),
+        };
+        let mut more_room = batcher::MAX_PARKED_MORE
+            .saturating_sub(next.parked_more.iter().map(|g| g.pods.len()).sum());
         let (mut reported, mut unreported, mut unparked) = (0usize, 0usize, 0usize);
         let mut events = Vec::new();
         let mut size: usize = next.parked.iter().map(|(uid, p)| parked_size(uid, p)).sum();
-        let with_claims: HashSet<&str> =
-            pending.iter().filter(|p| volumes::uses_claims(p)).filter_map(|p| p.metadata.uid.as_deref()).collect();
+        let with_claims: HashSet<&str> = pending
+            .iter()
+            .filter(|p| volumes::uses_claims(p))
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
         for (pod, reason) in unplaceable {
             // The record keeps a bounded copy; the event and the log line the whole reason.
             let stored = stored_reason(&reason);
-            let retry =
-                if with_claims.contains(pod.uid.as_str()) { self.settings.parked_volume_retry } else { self.settings.parked_retry };
+            let retry = if with_claims.contains(pod.uid.as_str()) {
+                self.settings.parked_volume_retry
+            } else {
+                self.settings.parked_retry
+            };
             let hash = batcher::uid_hash(&pod.uid);
-            let known = next.parked.get(&pod.uid).is_some_and(|p| p.reason == stored) || known_by_hash.contains(&hash);
+            let known = next
+                .parked
+                .get(&pod.uid)
+                .is_some_and(|p| p.reason == stored)
+                || known_by_hash.contains(&hash);
             if !known && reported >= REPORTS_PER_SOLVE {
                 // Not parked either: solved again with the next window, and reported then.
                 unreported += 1;
@@ -527,8 +676,18 @@ impl<P: PortSet> Provisioner<P> {
                     message: format!("Failed to schedule pod, {reason}"),
                 });
             }
-            let entry = Parked { pod: pod.to_string(), reason: stored, config_fingerprint: fingerprint, retry_at: now + retry };
-            let (old, new) = (next.parked.get(&pod.uid).map_or(0, |p| parked_size(&pod.uid, p)), parked_size(&pod.uid, &entry));
+            let entry = Parked {
+                pod: pod.to_string(),
+                reason: stored,
+                config_fingerprint: fingerprint,
+                retry_at: now + retry,
+            };
+            let (old, new) = (
+                next.parked
+                    .get(&pod.uid)
+                    .map_or(0, |p| parked_size(&pod.uid, p)),
+                parked_size(&pod.uid, &entry),
+            );
             if old == 0 && size + new > PARKED_BUDGET {
                 // Beyond the detailed budget: parked by hash, if there is room.
                 if more_room > 0 {
@@ -549,7 +708,10 @@ impl<P: PortSet> Provisioner<P> {
             next.parked_more.push(more);
         }
         for chunk in events.chunks(EVENT_CONCURRENCY) {
-            let posted = futures_util::future::join_all(chunk.iter().map(|e| self.ports.cluster().record_event(e))).await;
+            let posted = futures_util::future::join_all(
+                chunk.iter().map(|e| self.ports.cluster().record_event(e)),
+            )
+            .await;
             for (event, result) in chunk.iter().zip(posted) {
                 if let Err(e) = result {
                     debug!(pod = %event.name, error = %e, "could not publish event");
@@ -557,10 +719,17 @@ impl<P: PortSet> Provisioner<P> {
             }
         }
         if reported > LOG_LINES_PER_SOLVE {
-            warn!(pods = reported - LOG_LINES_PER_SOLVE, "could not schedule {} more pod(s) (a line for the first {LOG_LINES_PER_SOLVE}; an event for each)", reported - LOG_LINES_PER_SOLVE);
+            warn!(
+                pods = reported - LOG_LINES_PER_SOLVE,
+                "could not schedule {} more pod(s) (a line for the first {LOG_LINES_PER_SOLVE}; an event for each)",
+                reported - LOG_LINES_PER_SOLVE
+            );
         }
         if unreported > 0 {
-            info!(pods = unreported, "{unreported} more unschedulable pod(s) are reported with the next window (at most {REPORTS_PER_SOLVE} a solve)");
+            info!(
+                pods = unreported,
+                "{unreported} more unschedulable pod(s) are reported with the next window (at most {REPORTS_PER_SOLVE} a solve)"
+            );
         }
         if unparked > 0 {
             warn!(
@@ -577,7 +746,11 @@ impl<P: PortSet> Provisioner<P> {
     }
 
     /// Conditional write of the batch state; false when another writer won.
-    async fn write_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<bool, HandlerError> {
+    async fn write_batch(
+        &self,
+        previous: Option<&Batch>,
+        next: &Batch,
+    ) -> Result<bool, HandlerError> {
         match self.ports.store().put_batch(previous, next).await {
             Ok(()) => Ok(true),
             Err(StoreError::Conflict(_)) => {
@@ -621,11 +794,16 @@ fn stored_reason(reason: &str) -> String {
 }
 
 fn uids(pods: &[Pod]) -> HashSet<&str> {
-    pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect()
+    pods.iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect()
 }
 
 /// The configuration's fingerprint combined with every pool's usage.
-fn fingerprint(config: u64, usage: &std::collections::BTreeMap<String, crate::ports::Usage>) -> u64 {
+fn fingerprint(
+    config: u64,
+    usage: &std::collections::BTreeMap<String, crate::ports::Usage>,
+) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     config.hash(&mut h);
@@ -639,8 +817,16 @@ fn seed_of(now: Timestamp, tick: u64, round: usize) -> u64 {
 
 /// `namespace/name` of up to five pods, then a count.
 fn pod_list(pods: &[Pod]) -> String {
-    let names: Vec<String> = pods.iter().take(5).map(|p| PodKey::of(p).to_string()).collect();
-    if pods.len() > 5 { format!("{} and {} other(s)", names.join(", "), pods.len() - 5) } else { names.join(", ") }
+    let names: Vec<String> = pods
+        .iter()
+        .take(5)
+        .map(|p| PodKey::of(p).to_string())
+        .collect();
+    if pods.len() > 5 {
+        format!("{} and {} other(s)", names.join(", "), pods.len() - 5)
+    } else {
+        names.join(", ")
+    }
 }
 
 /// `1.0555s`, `15m0s`: how Go prints durations, which Karpenter users read.
@@ -653,6 +839,10 @@ pub fn format_duration(d: SignedDuration) -> String {
     } else {
         let total = d.as_secs();
         let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
-        if h > 0 { format!("{h}h{m}m{s}s") } else { format!("{m}m{s}s") }
+        if h > 0 {
+            format!("{h}h{m}m{s}s")
+        } else {
+            format!("{m}m{s}s")
+        }
     }
 }

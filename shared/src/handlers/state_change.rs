@@ -9,9 +9,9 @@
 use tracing::{debug, info, warn};
 
 use super::HandlerError;
-use crate::interruption::{self, Message};
-use crate::ports::{Cluster, Clock, InstanceState, PortSet, Store, StoreError};
 use crate::config::Limits;
+use crate::interruption::{self, Message};
+use crate::ports::{Clock, Cluster, InstanceState, PortSet, Store, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateChangeOutcome {
@@ -25,13 +25,22 @@ pub enum StateChangeOutcome {
 
 /// Handles one EventBridge event. A malformed event is `HandlerError::Invalid`
 /// (the caller logs and drops it); store and cluster failures are retryable.
-pub async fn handle<P: PortSet>(ports: &P, event: &serde_json::Value) -> Result<StateChangeOutcome, HandlerError> {
-    let (_, message) = interruption::parse(event).map_err(|e| HandlerError::Invalid(e.to_string()))?;
+pub async fn handle<P: PortSet>(
+    ports: &P,
+    event: &serde_json::Value,
+) -> Result<StateChangeOutcome, HandlerError> {
+    let (_, message) =
+        interruption::parse(event).map_err(|e| HandlerError::Invalid(e.to_string()))?;
     let Message::StateChange { instance_id, state } = message else {
-        return Err(HandlerError::Invalid("not an EC2 Instance State-change Notification".to_owned()));
+        return Err(HandlerError::Invalid(
+            "not an EC2 Instance State-change Notification".to_owned(),
+        ));
     };
     let claims = ports.store().claims().await?;
-    let Some(claim) = claims.into_iter().find(|c| c.instance_id() == Some(instance_id.as_str())) else {
+    let Some(claim) = claims
+        .into_iter()
+        .find(|c| c.instance_id() == Some(instance_id.as_str()))
+    else {
         debug!(instance = %instance_id, state = ?state, "state change of an instance we do not track; ignored");
         return Ok(StateChangeOutcome::Ignored);
     };
@@ -39,7 +48,11 @@ pub async fn handle<P: PortSet>(ports: &P, event: &serde_json::Value) -> Result<
         InstanceState::Running if claim.running_at.is_none() => {
             let mut next = claim.next();
             next.running_at = Some(ports.clock().now());
-            match ports.store().update_claim(&claim, &next, &Limits::default()).await {
+            match ports
+                .store()
+                .update_claim(&claim, &next, &Limits::default())
+                .await
+            {
                 // Someone else wrote the claim meanwhile; recording `running` is best effort.
                 Ok(()) | Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -57,11 +70,16 @@ pub async fn handle<P: PortSet>(ports: &P, event: &serde_json::Value) -> Result<
             }
             match ports.store().delete_claim(&claim).await {
                 Ok(()) => {}
-                Err(StoreError::Conflict(e)) => warn!(nodeclaim = %claim.id, error = %e, "claim changed while releasing it"),
+                Err(StoreError::Conflict(e)) => {
+                    warn!(nodeclaim = %claim.id, error = %e, "claim changed while releasing it")
+                }
                 Err(e) => return Err(e.into()),
             }
             info!(nodeclaim = %claim.id, instance = %instance_id, state = ?gone, "released nodeclaim of a stopped or terminated instance");
-            Ok(StateChangeOutcome::Released { claim: claim.id, node })
+            Ok(StateChangeOutcome::Released {
+                claim: claim.id,
+                node,
+            })
         }
     }
 }

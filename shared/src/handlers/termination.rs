@@ -16,14 +16,15 @@ use std::collections::{BTreeMap, HashSet};
 use futures_util::future::join_all;
 use futures_util::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::HandlerError;
 use super::config::LoadedConfig;
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::metrics::{self, Metric};
 use crate::ports::{
-    Cloud, Cluster, ClusterError, ClusterEvent, Clock, EvictOutcome, PodKey, PortSet, Store, StoreError, Timestamp,
+    Clock, Cloud, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, PortSet, Store,
+    StoreError, Timestamp,
 };
 use crate::provisioning::claim::Claim;
 use crate::provisioning::plan::{self, Snapshot};
@@ -72,10 +73,19 @@ pub async fn start<P: PortSet>(ports: &P, spec: RemovalSpec) -> Result<Started, 
 /// command launches exactly those instead of planning its own. A node that
 /// already has a command keeps it (merged as `start` does; the given
 /// replacement is not added to it).
-pub async fn start_replacing<P: PortSet>(ports: &P, spec: RemovalSpec, replacement: Vec<Claim>) -> Result<Started, HandlerError> {
+pub async fn start_replacing<P: PortSet>(
+    ports: &P,
+    spec: RemovalSpec,
+    replacement: Vec<Claim>,
+) -> Result<Started, HandlerError> {
     let now = ports.clock().now();
     for _ in 0..4 {
-        let existing = ports.store().commands().await?.into_iter().find(|c| c.id == spec.claim_id);
+        let existing = ports
+            .store()
+            .commands()
+            .await?
+            .into_iter()
+            .find(|c| c.id == spec.claim_id);
         let Some(existing) = existing else {
             let command = Command::with_replacement(spec.clone(), replacement.clone(), now);
             match ports.store().put_command(None, &command).await {
@@ -110,12 +120,18 @@ pub async fn start_replacing<P: PortSet>(ports: &P, spec: RemovalSpec, replaceme
         next.spec.replace |= spec.replace && existing.step <= Step::Replace;
         if next.spec == existing.spec {
             debug!(nodeclaim = %existing.id, "node already being removed");
-            return Ok(Started::Existing { id: existing.id, tightened: false });
+            return Ok(Started::Existing {
+                id: existing.id,
+                tightened: false,
+            });
         }
         match ports.store().put_command(Some(&existing), &next).await {
             Ok(()) => {
                 info!(nodeclaim = %existing.id, deadline = ?next.spec.deadline, "node already being removed; deadline brought forward");
-                return Ok(Started::Existing { id: existing.id, tightened: earlier });
+                return Ok(Started::Existing {
+                    id: existing.id,
+                    tightened: earlier,
+                });
             }
             Err(StoreError::Conflict(_)) => continue,
             Err(e) => return Err(e.into()),
@@ -137,7 +153,10 @@ pub async fn advance_all<P: PortSet>(
     let mut next_wake: Option<Timestamp> = None;
     for command in commands {
         let span = info_span!("command", nodeclaim = %command.id, reason = %command.spec.reason);
-        match advance(ports, config, launch, command).instrument(span).await {
+        match advance(ports, config, launch, command)
+            .instrument(span)
+            .await
+        {
             Ok(Progress::Waiting(t)) => next_wake = Some(next_wake.map_or(t, |w| w.min(t))),
             Ok(Progress::Finished | Progress::Contended) => {}
             Err(e) if e.is_retryable() => warn!(error = %e, "could not advance removal; retrying"),
@@ -157,12 +176,24 @@ struct Seen {
 async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerError> {
     let claims = ports.store().claims().await?;
     let node_name = command.spec.node.clone().or_else(|| {
-        claims.iter().find(|c| c.id == command.id).and_then(|c| c.node_name.clone())
+        claims
+            .iter()
+            .find(|c| c.id == command.id)
+            .and_then(|c| c.node_name.clone())
     });
     let (node, pods) = match node_name {
         Some(name) => {
-            let node = ports.cluster().nodes().await?.into_iter().find(|n| n.metadata.name.as_deref() == Some(name.as_str()));
-            let pods = if node.is_some() { ports.cluster().pods_on_node(&name).await? } else { Vec::new() };
+            let node = ports
+                .cluster()
+                .nodes()
+                .await?
+                .into_iter()
+                .find(|n| n.metadata.name.as_deref() == Some(name.as_str()));
+            let pods = if node.is_some() {
+                ports.cluster().pods_on_node(&name).await?
+            } else {
+                Vec::new()
+            };
             (node, pods)
         }
         None => (None, Vec::new()),
@@ -198,7 +229,9 @@ pub async fn advance<P: PortSet>(
                         next.replacing_since.get_or_insert(now);
                         next.replacement_rounds += 1;
                     }
-                    Step::Replace if next.milestones.tainted_at.is_none() => next.milestones.tainted_at = Some(now),
+                    Step::Replace if next.milestones.tainted_at.is_none() => {
+                        next.milestones.tainted_at = Some(now)
+                    }
                     Step::Terminate if command.step == Step::Drain => {
                         next.milestones.drained_at = Some(now);
                         next.milestones.evictions_issued_at.get_or_insert(now);
@@ -221,15 +254,22 @@ pub async fn advance<P: PortSet>(
                 write(ports, &command, next).await?
             }
             Move::Replace => plan_replacements(ports, config, &command, &seen, now).await?,
-            Move::LaunchReplacements { claims } => launch_replacements(ports, config, launch, &command, &claims, &seen).await?,
+            Move::LaunchReplacements { claims } => {
+                launch_replacements(ports, config, launch, &command, &claims, &seen).await?
+            }
             Move::Wait { until, why } => {
                 debug!(%why, "removal waiting");
                 return Ok(Progress::Waiting(until));
             }
-            Move::Rollback { node, why } => return rollback(ports, &command, node.as_deref(), &why).await,
+            Move::Rollback { node, why } => {
+                return rollback(ports, &command, node.as_deref(), &why).await;
+            }
             Move::Drain(plan) => return drain(ports, command, seen.node.as_ref(), &plan).await,
             Move::Terminate { instance_id } => {
-                ports.cloud().terminate(std::slice::from_ref(&instance_id)).await?;
+                ports
+                    .cloud()
+                    .terminate(std::slice::from_ref(&instance_id))
+                    .await?;
                 info!(instance = %instance_id, "terminated instance");
                 let mut next = command.next(ports.clock().now());
                 next.milestones.terminated_at = Some(ports.clock().now());
@@ -271,9 +311,18 @@ pub async fn advance<P: PortSet>(
 /// claim stays. Replacement claims that did launch are left to register
 /// (an extra node the next decisions can remove) or to the provisioner's
 /// registration timeout.
-async fn rollback<P: PortSet>(ports: &P, command: &Command, node: Option<&str>, why: &str) -> Result<Progress, HandlerError> {
+async fn rollback<P: PortSet>(
+    ports: &P,
+    command: &Command,
+    node: Option<&str>,
+    why: &str,
+) -> Result<Progress, HandlerError> {
     if let Some(node) = node {
-        match ports.cluster().remove_taint(node, crate::termination::DISRUPTED_TAINT_KEY).await {
+        match ports
+            .cluster()
+            .remove_taint(node, crate::termination::DISRUPTED_TAINT_KEY)
+            .await
+        {
             Ok(()) | Err(ClusterError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
@@ -288,7 +337,11 @@ async fn rollback<P: PortSet>(ports: &P, command: &Command, node: Option<&str>, 
 }
 
 /// Writes `next` over `previous`; `None` when another invocation won.
-async fn write<P: PortSet>(ports: &P, previous: &Command, next: Command) -> Result<Option<Command>, HandlerError> {
+async fn write<P: PortSet>(
+    ports: &P,
+    previous: &Command,
+    next: Command,
+) -> Result<Option<Command>, HandlerError> {
     match ports.store().put_command(Some(previous), &next).await {
         Ok(()) => Ok(Some(next)),
         Err(StoreError::Conflict(e)) => {
@@ -303,7 +356,13 @@ async fn write<P: PortSet>(ports: &P, previous: &Command, next: Command) -> Resu
 /// pods, not pods that tolerate the disrupted taint.
 fn reschedulable(pods: &[Pod]) -> Vec<Pod> {
     pods.iter()
-        .filter(|p| !p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" || o.kind == "Node"))
+        .filter(|p| {
+            !p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "DaemonSet" || o.kind == "Node")
+        })
         .filter(|p| !drain::tolerates_disruption(p))
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .cloned()
@@ -347,14 +406,33 @@ async fn plan_replacements<P: PortSet>(
         .into_iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != node_name.as_deref())
         .collect();
-    let nodes: Vec<Node> = cluster.nodes().await?.into_iter().filter(|n| n.metadata.name != node_name).collect();
+    let nodes: Vec<Node> = cluster
+        .nodes()
+        .await?
+        .into_iter()
+        .filter(|n| n.metadata.name != node_name)
+        .collect();
     let daemon_sets = cluster.daemon_sets().await?;
     let pending = cluster.pending_pods().await?;
-    let others: Vec<Claim> = seen.claims.iter().filter(|c| c.id != command.id).cloned().collect();
-    let nominated_uids: HashSet<&str> =
-        others.iter().flat_map(|c| c.pods.iter().map(|k| k.uid.as_str())).collect();
-    let nominated: Vec<Pod> =
-        pending.into_iter().filter(|p| p.metadata.uid.as_deref().is_some_and(|u| nominated_uids.contains(u))).collect();
+    let others: Vec<Claim> = seen
+        .claims
+        .iter()
+        .filter(|c| c.id != command.id)
+        .cloned()
+        .collect();
+    let nominated_uids: HashSet<&str> = others
+        .iter()
+        .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
+        .collect();
+    let nominated: Vec<Pod> = pending
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .uid
+                .as_deref()
+                .is_some_and(|u| nominated_uids.contains(u))
+        })
+        .collect();
     let mut unavailable = store.unavailable_offerings(now).await?;
     unavailable.extend(command.spec.avoid.iter().cloned());
     let usage = store.pool_usage().await?;
@@ -380,10 +458,13 @@ async fn plan_replacements<P: PortSet>(
     }
     let fit = decision.fit_existing.len();
     info!(
-        nodeclaims = decision.new_claims.len(), pods = pods.len(), fit_existing = fit,
+        nodeclaims = decision.new_claims.len(),
+        pods = pods.len(),
+        fit_existing = fit,
         "computed replacement nodeclaim(s) for pod(s) of a node being removed"
     );
-    next.replacements.extend(decision.new_claims.iter().map(|c| c.id.clone()));
+    next.replacements
+        .extend(decision.new_claims.iter().map(|c| c.id.clone()));
     next.planned.extend(decision.new_claims);
     write(ports, command, next).await
 }
@@ -441,7 +522,10 @@ async fn launch_replacements<P: PortSet>(
         && next.replacement_rounds < machine::REPLACEMENT_ROUNDS
         && !command.spec.reason.rolls_back()
     {
-        info!(round = next.replacement_rounds, "replacements found no capacity; planning again on other offerings");
+        info!(
+            round = next.replacement_rounds,
+            "replacements found no capacity; planning again on other offerings"
+        );
         next.step = Step::Replace;
     }
     write(ports, command, next).await
@@ -449,19 +533,32 @@ async fn launch_replacements<P: PortSet>(
 
 /// One drain pass: evictions of the current tier (PDBs decide), deletions
 /// that need no PDB, events for what was blocked.
-async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, plan: &DrainPlan) -> Result<Progress, HandlerError> {
+async fn drain<P: PortSet>(
+    ports: &P,
+    command: Command,
+    node: Option<&Node>,
+    plan: &DrainPlan,
+) -> Result<Progress, HandlerError> {
     let cluster = ports.cluster();
-    let node_name = node.and_then(|n| n.metadata.name.clone()).unwrap_or_default();
-    let outcomes: Vec<(PodKey, Result<EvictOutcome, ClusterError>)> = stream::iter(plan.evict.iter().cloned())
-        .map(|pod| async move {
-            let outcome = cluster.evict(&pod).await;
-            (pod, outcome)
-        })
-        .buffer_unordered(EVICTION_CONCURRENCY)
-        .collect()
-        .await;
+    let node_name = node
+        .and_then(|n| n.metadata.name.clone())
+        .unwrap_or_default();
+    let outcomes: Vec<(PodKey, Result<EvictOutcome, ClusterError>)> =
+        stream::iter(plan.evict.iter().cloned())
+            .map(|pod| async move {
+                let outcome = cluster.evict(&pod).await;
+                (pod, outcome)
+            })
+            .buffer_unordered(EVICTION_CONCURRENCY)
+            .collect()
+            .await;
     for chunk in plan.delete.chunks(EVICTION_CONCURRENCY) {
-        let deleted = join_all(chunk.iter().map(|pod| cluster.delete_pod(pod, plan.delete_grace))).await;
+        let deleted = join_all(
+            chunk
+                .iter()
+                .map(|pod| cluster.delete_pod(pod, plan.delete_grace)),
+        )
+        .await;
         for (pod, result) in chunk.iter().zip(deleted) {
             result?;
             debug!(pod = %pod, grace = ?plan.delete_grace, "deleted pod");
@@ -475,7 +572,12 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
         match outcome? {
             EvictOutcome::Evicted => {
                 evicted += 1;
-                events.push((pod, "Normal", "Evicted", format!("Evicted pod: {}", command.spec.reason)));
+                events.push((
+                    pod,
+                    "Normal",
+                    "Evicted",
+                    format!("Evicted pod: {}", command.spec.reason),
+                ));
             }
             EvictOutcome::Gone => {}
             EvictOutcome::Blocked(reason) => blocked.push((pod, reason)),
@@ -490,11 +592,19 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
         } else {
             info!(pod = %pod, %reason, "did not evict pod {pod} due to PDB violation");
             next.reported_blocked.push(pod.uid.clone());
-            events.push((pod.clone(), "Warning", "FailedDraining", format!("Failed to drain node {node_name}, {reason}")));
+            events.push((
+                pod.clone(),
+                "Warning",
+                "FailedDraining",
+                format!("Failed to drain node {node_name}, {reason}"),
+            ));
         }
     }
     for chunk in events.chunks(EVICTION_CONCURRENCY) {
-        join_all(chunk.iter().map(|(pod, type_, reason, message)| event(ports, pod, type_, reason, message.clone()))).await;
+        join_all(chunk.iter().map(|(pod, type_, reason, message)| {
+            event(ports, pod, type_, reason, message.clone())
+        }))
+        .await;
     }
     if evicted + plan.delete.len() > 0 {
         info!(node = %node_name, evicted, deleted = plan.delete.len(), blocked = blocked.len(), "draining node");
@@ -503,7 +613,8 @@ async fn drain<P: PortSet>(ports: &P, command: Command, node: Option<&Node>, pla
         next.milestones.evictions_issued_at = Some(now);
     }
     // Only worth a write when something the command keeps changed.
-    let changed = next.milestones != command.milestones || next.reported_blocked != command.reported_blocked;
+    let changed =
+        next.milestones != command.milestones || next.reported_blocked != command.reported_blocked;
     if changed && write(ports, &command, next).await?.is_none() {
         return Ok(Progress::Contended);
     }
@@ -526,7 +637,9 @@ async fn event<P: PortSet>(ports: &P, pod: &PodKey, type_: &str, reason: &str, m
 
 /// Reaction times from the triggering event, when it had a time.
 fn publish_metrics(command: &Command, now: Timestamp) {
-    let Some(event_at) = command.spec.event_at else { return };
+    let Some(event_at) = command.spec.event_at else {
+        return;
+    };
     let since = |t: Option<Timestamp>| t.map(|t| t.duration_since(event_at).as_secs_f64());
     let mut figures = Vec::new();
     if let Some(s) = since(command.milestones.tainted_at) {
@@ -538,11 +651,16 @@ fn publish_metrics(command: &Command, now: Timestamp) {
     if let Some(s) = since(command.milestones.drained_at) {
         figures.push(Metric::seconds("TimeToDrained", s));
     }
-    figures.push(Metric::count("EvictionsBlocked", command.evictions_blocked as f64));
+    figures.push(Metric::count(
+        "EvictionsBlocked",
+        command.evictions_blocked as f64,
+    ));
     let dims: BTreeMap<&str, String> = [("Reason", command.spec.reason.to_string())].into();
     metrics::emit(now.as_millisecond(), &dims, &figures);
 }
 
 fn seed_of(id: &str, round: u32) -> u64 {
-    id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) ^ u64::from(round)
+    id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }) ^ u64::from(round)
 }

@@ -30,8 +30,12 @@ use tracing::{debug, info, warn};
 
 use super::CONTROLLER_NAME;
 use super::connect::{Auth, ClientSettings};
-use super::errors::{classify, is_conflict, is_not_found, message, message_with_causes, status_code};
-use crate::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp};
+use super::errors::{
+    classify, is_conflict, is_not_found, message, message_with_causes, status_code,
+};
+use crate::ports::{
+    BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp,
+};
 use crate::scheduling::taints::{Effect, Taint};
 
 /// Field selectors of the two pod listings.
@@ -90,7 +94,12 @@ enum BindReply {
 
 impl KubeCluster {
     pub(crate) fn new(client: Client, auth: Option<Auth>, settings: ClientSettings) -> KubeCluster {
-        KubeCluster { client, auth, settings, events: Arc::default() }
+        KubeCluster {
+            client,
+            auth,
+            settings,
+            events: Arc::default(),
+        }
     }
 
     /// The underlying client (tests use it to play the other controllers).
@@ -144,7 +153,12 @@ impl KubeCluster {
 
     /// Every object of a list, page by page (`limit` + `continue`). A
     /// continue token that expired (410) restarts the listing, twice at most.
-    async fn list_all<K>(&self, api: &Api<K>, what: &str, fields: Option<&str>) -> Result<Vec<K>, ClusterError>
+    async fn list_all<K>(
+        &self,
+        api: &Api<K>,
+        what: &str,
+        fields: Option<&str>,
+    ) -> Result<Vec<K>, ClusterError>
     where
         K: Resource + Clone + DeserializeOwned + fmt::Debug,
     {
@@ -203,20 +217,37 @@ impl KubeCluster {
     /// Reads a node, lets `change` edit its taints (or say nothing needs doing),
     /// and writes them back with a merge patch conditional on the read's
     /// resourceVersion; a conflict means someone wrote in between: read again.
-    async fn update_taints<F>(&self, node: &str, what: &str, mut change: F) -> Result<(), ClusterError>
+    async fn update_taints<F>(
+        &self,
+        node: &str,
+        what: &str,
+        mut change: F,
+    ) -> Result<(), ClusterError>
     where
         F: FnMut(&mut Vec<K8sTaint>) -> bool,
     {
         let api: Api<Node> = Api::all(self.client.clone());
         for round in 1..=MAX_CONFLICTS {
             let current = self
-                .call(&format!("get node/{node}"), || async { api.get(node).await.map_err(|e| classify(&format!("get node/{node}"), &e)) })
+                .call(&format!("get node/{node}"), || async {
+                    api.get(node)
+                        .await
+                        .map_err(|e| classify(&format!("get node/{node}"), &e))
+                })
                 .await?;
-            let mut taints = current.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let mut taints = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
             if !change(&mut taints) {
                 return Ok(());
             }
-            let rv = current.metadata.resource_version.clone().unwrap_or_default();
+            let rv = current
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
             let patch = json!({
                 "metadata": { "resourceVersion": rv },
                 "spec": { "taints": if taints.is_empty() { serde_json::Value::Null } else { json!(taints) } },
@@ -234,9 +265,16 @@ impl KubeCluster {
             if written {
                 return Ok(());
             }
-            debug!(node, round, operation = what, "node changed since it was read; reading it again");
+            debug!(
+                node,
+                round,
+                operation = what,
+                "node changed since it was read; reading it again"
+            );
         }
-        Err(ClusterError::Conflict(format!("{what}: node kept changing; gave up after {MAX_CONFLICTS} read-modify-write rounds")))
+        Err(ClusterError::Conflict(format!(
+            "{what}: node kept changing; gave up after {MAX_CONFLICTS} read-modify-write rounds"
+        )))
     }
 
     /// The uid of the object an event is about, so `kubectl describe` (which
@@ -247,19 +285,29 @@ impl KubeCluster {
             "Pod" => {
                 let ns = event.namespace.as_deref().unwrap_or("default");
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                self.call(&what, || async { api.get_metadata_opt(&event.name).await.map_err(|e| classify(&what, &e)) })
-                    .await
-                    .map(|m| m.and_then(|m| m.metadata.uid))
+                self.call(&what, || async {
+                    api.get_metadata_opt(&event.name)
+                        .await
+                        .map_err(|e| classify(&what, &e))
+                })
+                .await
+                .map(|m| m.and_then(|m| m.metadata.uid))
             }
             "Node" => {
                 let api: Api<Node> = Api::all(self.client.clone());
-                self.call(&what, || async { api.get_metadata_opt(&event.name).await.map_err(|e| classify(&what, &e)) })
-                    .await
-                    .map(|m| m.and_then(|m| m.metadata.uid))
+                self.call(&what, || async {
+                    api.get_metadata_opt(&event.name)
+                        .await
+                        .map_err(|e| classify(&what, &e))
+                })
+                .await
+                .map(|m| m.and_then(|m| m.metadata.uid))
             }
             _ => return None,
         };
-        uid.inspect_err(|e| debug!(error = %e, "event subject's uid unknown")).ok().flatten()
+        uid.inspect_err(|e| debug!(error = %e, "event subject's uid unknown"))
+            .ok()
+            .flatten()
     }
 
     fn remember_event(&self, key: EventKey, recorded: RecordedEvent) {
@@ -297,24 +345,30 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 fn uid_preconditions(pod: &PodKey) -> Option<Preconditions> {
-    (!pod.uid.is_empty()).then(|| Preconditions { uid: Some(pod.uid.clone()), resource_version: None })
+    (!pod.uid.is_empty()).then(|| Preconditions {
+        uid: Some(pod.uid.clone()),
+        resource_version: None,
+    })
 }
 
 impl Cluster for KubeCluster {
     async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
-        self.list_all(&api, "list pods (pending)", Some(PENDING_PODS)).await
+        self.list_all(&api, "list pods (pending)", Some(PENDING_PODS))
+            .await
     }
 
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
-        self.list_all(&api, "list pods (scheduled)", Some(SCHEDULED_PODS)).await
+        self.list_all(&api, "list pods (scheduled)", Some(SCHEDULED_PODS))
+            .await
     }
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         let selector = format!("spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed");
-        self.list_all(&api, &format!("list pods on node {node}"), Some(&selector)).await
+        self.list_all(&api, &format!("list pods on node {node}"), Some(&selector))
+            .await
     }
 
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
@@ -329,12 +383,14 @@ impl Cluster for KubeCluster {
 
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         let api: Api<PodDisruptionBudget> = Api::all(self.client.clone());
-        self.list_all(&api, "list poddisruptionbudgets.policy", None).await
+        self.list_all(&api, "list poddisruptionbudgets.policy", None)
+            .await
     }
 
     async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
         let api: Api<PersistentVolumeClaim> = Api::all(self.client.clone());
-        self.list_all(&api, "list persistentvolumeclaims", None).await
+        self.list_all(&api, "list persistentvolumeclaims", None)
+            .await
     }
 
     async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
@@ -344,7 +400,8 @@ impl Cluster for KubeCluster {
 
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
         let api: Api<StorageClass> = Api::all(self.client.clone());
-        self.list_all(&api, "list storageclasses.storage.k8s.io", None).await
+        self.list_all(&api, "list storageclasses.storage.k8s.io", None)
+            .await
     }
 
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {
@@ -368,7 +425,10 @@ impl Cluster for KubeCluster {
         let pp = PostParams::default();
         let reply = self
             .call(&what, || async {
-                match api.create_subresource::<_, Status>("binding", &pod.name, &pp, &binding).await {
+                match api
+                    .create_subresource::<_, Status>("binding", &pod.name, &pp, &binding)
+                    .await
+                {
                     Ok(_) => Ok(BindReply::Done(BindOutcome::Bound)),
                     Err(e) if is_not_found(&e) => Ok(BindReply::Done(BindOutcome::Gone)),
                     Err(e) if is_conflict(&e) => Ok(BindReply::Conflict),
@@ -383,11 +443,16 @@ impl Cluster for KubeCluster {
             BindReply::Conflict => {
                 let get = format!("get pod {pod}");
                 let current = self
-                    .call(&get, || async { api.get_opt(&pod.name).await.map_err(|e| classify(&get, &e)) })
+                    .call(&get, || async {
+                        api.get_opt(&pod.name).await.map_err(|e| classify(&get, &e))
+                    })
                     .await?;
                 Ok(match current {
                     None => BindOutcome::Gone,
-                    Some(p) if !pod.uid.is_empty() && p.metadata.uid.as_deref() != Some(pod.uid.as_str()) => {
+                    Some(p)
+                        if !pod.uid.is_empty()
+                            && p.metadata.uid.as_deref() != Some(pod.uid.as_str()) =>
+                    {
                         BindOutcome::Gone
                     }
                     Some(_) => BindOutcome::AlreadyBound,
@@ -399,7 +464,10 @@ impl Cluster for KubeCluster {
     async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
         let what = format!("patch node/{node} (add taint {taint})");
         self.update_taints(node, &what, |taints| {
-            if taints.iter().any(|t| t.key == taint.key && t.effect == taint.effect.as_str()) {
+            if taints
+                .iter()
+                .any(|t| t.key == taint.key && t.effect == taint.effect.as_str())
+            {
                 return false;
             }
             taints.push(k8s_taint(taint));
@@ -426,7 +494,10 @@ impl Cluster for KubeCluster {
         let patch = json!({ "spec": { "unschedulable": true } });
         let pp = PatchParams::default();
         self.call(&what, || async {
-            api.patch(node, &pp, &Patch::Merge(&patch)).await.map(|_| ()).map_err(|e| classify(&what, &e))
+            api.patch(node, &pp, &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| classify(&what, &e))
         })
         .await
     }
@@ -444,14 +515,20 @@ impl Cluster for KubeCluster {
                 ..Default::default()
             },
             delete_options: uid_preconditions(pod).map(|p| DeleteOptions {
-                preconditions: Some(K8sPreconditions { uid: p.uid, resource_version: None }),
+                preconditions: Some(K8sPreconditions {
+                    uid: p.uid,
+                    resource_version: None,
+                }),
                 ..Default::default()
             }),
         };
         let pp = PostParams::default();
         let outcome = self
             .call(&what, || async {
-                match api.create_subresource::<_, Status>("eviction", &pod.name, &pp, &eviction).await {
+                match api
+                    .create_subresource::<_, Status>("eviction", &pod.name, &pp, &eviction)
+                    .await
+                {
                     Ok(_) => Ok(EvictOutcome::Evicted),
                     Err(e) => match status_code(&e) {
                         // 409: the uid precondition failed (another pod has the
@@ -475,11 +552,16 @@ impl Cluster for KubeCluster {
         Ok(outcome)
     }
 
-    async fn delete_pod(&self, pod: &PodKey, grace_seconds: Option<i64>) -> Result<(), ClusterError> {
+    async fn delete_pod(
+        &self,
+        pod: &PodKey,
+        grace_seconds: Option<i64>,
+    ) -> Result<(), ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let what = format!("delete pod {pod}");
         let dp = DeleteParams {
-            grace_period_seconds: grace_seconds.map(|g| u32::try_from(g.max(0)).unwrap_or(u32::MAX)),
+            grace_period_seconds: grace_seconds
+                .map(|g| u32::try_from(g.max(0)).unwrap_or(u32::MAX)),
             preconditions: uid_preconditions(pod),
             ..Default::default()
         };
@@ -520,13 +602,19 @@ impl Cluster for KubeCluster {
         };
         let previous = {
             let cache = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            cache.get(&key).filter(|r| r.first.elapsed() < EVENT_SERIES_WINDOW).cloned()
+            cache
+                .get(&key)
+                .filter(|r| r.first.elapsed() < EVENT_SERIES_WINDOW)
+                .cloned()
         };
         // A repeat: count it on the first one's series.
         if let Some(mut recorded) = previous {
             recorded.count += 1;
             let api: Api<Event> = Api::namespaced(self.client.clone(), &recorded.namespace);
-            let what = format!("patch events.events.k8s.io {}/{}", recorded.namespace, recorded.name);
+            let what = format!(
+                "patch events.events.k8s.io {}/{}",
+                recorded.namespace, recorded.name
+            );
             let patch = json!({ "series": { "count": recorded.count, "lastObservedTime": MicroTime(now) } });
             let pp = PatchParams::default();
             let patched = self
@@ -554,14 +642,21 @@ impl Cluster for KubeCluster {
             api_version: Some("v1".to_owned()),
             kind: Some(event.kind.clone()),
             name: Some(event.name.clone()),
-            namespace: event.namespace.clone().filter(|ns| !ns.is_empty() && event.kind != "Node"),
+            namespace: event
+                .namespace
+                .clone()
+                .filter(|ns| !ns.is_empty() && event.kind != "Node"),
             uid,
             ..Default::default()
         };
         let object = Event {
             metadata: ObjectMeta {
                 // As client-go names them: the object's name and a unique-enough suffix.
-                name: Some(format!("{}.{:x}", truncate(&event.name, 200), now.as_nanosecond())),
+                name: Some(format!(
+                    "{}.{:x}",
+                    truncate(&event.name, 200),
+                    now.as_nanosecond()
+                )),
                 namespace: Some(namespace.clone()),
                 ..Default::default()
             },
@@ -576,14 +671,29 @@ impl Cluster for KubeCluster {
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let what = format!("create events.events.k8s.io in {namespace} ({} {})", event.kind, event.name);
+        let what = format!(
+            "create events.events.k8s.io in {namespace} ({} {})",
+            event.kind, event.name
+        );
         let pp = PostParams::default();
         let created = self
-            .call(&what, || async { api.create(&pp, &object).await.map_err(|e| classify(&what, &e)) })
+            .call(&what, || async {
+                api.create(&pp, &object)
+                    .await
+                    .map_err(|e| classify(&what, &e))
+            })
             .await
             .inspect_err(|e| warn!(error = %e, reason = %event.reason, "could not record event"))?;
         if let Some(name) = created.metadata.name {
-            self.remember_event(key, RecordedEvent { namespace, name, count: 1, first: Instant::now() });
+            self.remember_event(
+                key,
+                RecordedEvent {
+                    namespace,
+                    name,
+                    count: 1,
+                    first: Instant::now(),
+                },
+            );
         }
         Ok(())
     }

@@ -114,8 +114,9 @@ pub(crate) struct SharedHeader(Arc<RwLock<Option<HeaderValue>>>);
 
 impl SharedHeader {
     pub(crate) fn set(&self, token: &str) -> Result<(), ClusterError> {
-        let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| ClusterError::Other("bearer token is not a valid header value".to_owned()))?;
+        let mut v = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            ClusterError::Other("bearer token is not a valid header value".to_owned())
+        })?;
         v.set_sensitive(true);
         let mut slot = self.0.write().unwrap_or_else(|e| e.into_inner());
         if slot.as_ref() != Some(&v) {
@@ -136,7 +137,10 @@ pub(crate) struct BearerLayer(SharedHeader);
 impl<S> tower::Layer<S> for BearerLayer {
     type Service = Bearer<S>;
     fn layer(&self, inner: S) -> Bearer<S> {
-        Bearer { inner, header: self.0.clone() }
+        Bearer {
+            inner,
+            header: self.0.clone(),
+        }
     }
 }
 
@@ -185,16 +189,27 @@ impl Auth {
 pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
-    let text = std::str::from_utf8(pem).map_err(|_| "CA bundle is not text (expected PEM)".to_owned())?;
+    let text =
+        std::str::from_utf8(pem).map_err(|_| "CA bundle is not text (expected PEM)".to_owned())?;
     let mut certs = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find(BEGIN) {
         let body = &rest[start + BEGIN.len()..];
-        let end = body.find(END).ok_or_else(|| "CA bundle: certificate without an END line".to_owned())?;
-        let b64: String = body[..end].chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        let end = body
+            .find(END)
+            .ok_or_else(|| "CA bundle: certificate without an END line".to_owned())?;
+        let b64: String = body[..end]
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
         let der = base64::engine::general_purpose::STANDARD
             .decode(b64.as_bytes())
-            .map_err(|e| format!("CA bundle: certificate {} is not base64: {e}", certs.len() + 1))?;
+            .map_err(|e| {
+                format!(
+                    "CA bundle: certificate {} is not base64: {e}",
+                    certs.len() + 1
+                )
+            })?;
         certs.push(der);
         rest = &body[end + END.len()..];
     }
@@ -228,11 +243,17 @@ fn tune(config: &mut Config, settings: &ClientSettings) {
 }
 
 /// A client for `endpoint` whose requests carry the current token of `auth`.
-pub(crate) fn client_with_auth(endpoint: &Endpoint, auth: &Auth, settings: &ClientSettings) -> Result<Client, ClusterError> {
+pub(crate) fn client_with_auth(
+    endpoint: &Endpoint,
+    auth: &Auth,
+    settings: &ClientSettings,
+) -> Result<Client, ClusterError> {
     let config = config_for(endpoint, settings)?;
-    let builder =
-        ClientBuilder::try_from(config).map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
-    Ok(builder.with_layer(&BearerLayer(auth.header.clone())).build())
+    let builder = ClientBuilder::try_from(config)
+        .map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
+    Ok(builder
+        .with_layer(&BearerLayer(auth.header.clone()))
+        .build())
 }
 
 /// Client construction spawns the client's request buffer, so every
@@ -244,7 +265,10 @@ impl KubeCluster {
         tokens: Arc<dyn TokenSource>,
         settings: ClientSettings,
     ) -> Result<KubeCluster, ClusterError> {
-        let auth = Auth { source: tokens, header: SharedHeader::default() };
+        let auth = Auth {
+            source: tokens,
+            header: SharedHeader::default(),
+        };
         let client = client_with_auth(endpoint, &auth, &settings)?;
         Ok(KubeCluster::new(client, Some(auth), settings))
     }
@@ -256,10 +280,18 @@ impl KubeCluster {
         token: &str,
         settings: ClientSettings,
     ) -> Result<KubeCluster, ClusterError> {
-        let ca_pem = std::fs::read(ca_file)
-            .map_err(|e| ClusterError::Other(format!("reading CA file {}: {e}", ca_file.display())))?;
-        let endpoint = Endpoint { url: url.to_owned(), ca_pem, tls_server_name: None };
-        let auth = Auth { source: Arc::new(StaticToken::new(token)), header: SharedHeader::default() };
+        let ca_pem = std::fs::read(ca_file).map_err(|e| {
+            ClusterError::Other(format!("reading CA file {}: {e}", ca_file.display()))
+        })?;
+        let endpoint = Endpoint {
+            url: url.to_owned(),
+            ca_pem,
+            tls_server_name: None,
+        };
+        let auth = Auth {
+            source: Arc::new(StaticToken::new(token)),
+            header: SharedHeader::default(),
+        };
         // Set now, so requests made directly on `client()` carry it too.
         auth.header.set(token)?;
         let client = client_with_auth(&endpoint, &auth, &settings)?;
@@ -274,19 +306,23 @@ impl KubeCluster {
         context: Option<&str>,
         settings: ClientSettings,
     ) -> Result<KubeCluster, ClusterError> {
-        let options = KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
+        let options = KubeConfigOptions {
+            context: context.map(str::to_owned),
+            ..Default::default()
+        };
         let mut config = match path {
             Some(p) => {
-                let kubeconfig = Kubeconfig::read_from(p)
-                    .map_err(|e| ClusterError::Other(format!("reading kubeconfig {}: {e}", p.display())))?;
+                let kubeconfig = Kubeconfig::read_from(p).map_err(|e| {
+                    ClusterError::Other(format!("reading kubeconfig {}: {e}", p.display()))
+                })?;
                 Config::from_custom_kubeconfig(kubeconfig, &options).await
             }
             None => Config::from_kubeconfig(&options).await,
         }
         .map_err(|e| ClusterError::Other(format!("loading kubeconfig: {e}")))?;
         tune(&mut config, &settings);
-        let client =
-            Client::try_from(config).map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
+        let client = Client::try_from(config)
+            .map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
         Ok(KubeCluster::new(client, None, settings))
     }
 
@@ -305,10 +341,16 @@ mod tests {
 
     #[test]
     fn pem_bundles_split_into_der_certificates() {
-        assert_eq!(pem_certificates(PEM.as_bytes()), Ok(vec![vec![0, 1, 2, 3], vec![4, 5]]));
+        assert_eq!(
+            pem_certificates(PEM.as_bytes()),
+            Ok(vec![vec![0, 1, 2, 3], vec![4, 5]])
+        );
         assert!(pem_certificates(b"no certificate here").is_err());
         assert!(pem_certificates(b"-----BEGIN CERTIFICATE-----\nAAEC").is_err());
-        assert!(pem_certificates(b"-----BEGIN CERTIFICATE-----\n*!*\n-----END CERTIFICATE-----").is_err());
+        assert!(
+            pem_certificates(b"-----BEGIN CERTIFICATE-----\n*!*\n-----END CERTIFICATE-----")
+                .is_err()
+        );
     }
 
     #[test]

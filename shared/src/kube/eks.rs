@@ -20,7 +20,9 @@ use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign};
+use aws_sigv4::http_request::{
+    SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
+};
 use aws_sigv4::sign::v4;
 use base64::Engine as _;
 use tokio::sync::Mutex;
@@ -72,7 +74,11 @@ impl EksToken {
 
 /// The regional STS endpoint of `region`.
 pub fn sts_host(region: &str) -> String {
-    let suffix = if region.starts_with("cn-") { "amazonaws.com.cn" } else { "amazonaws.com" };
+    let suffix = if region.starts_with("cn-") {
+        "amazonaws.com.cn"
+    } else {
+        "amazonaws.com"
+    };
     format!("sts.{region}.{suffix}")
 }
 
@@ -83,8 +89,12 @@ pub fn presign_token(
     credentials: &Credentials,
     now: Timestamp,
 ) -> Result<EksToken, ClusterError> {
-    let fail = |what: &str, e: &dyn fmt::Display| ClusterError::Other(format!("EKS token: {what}: {e}"));
-    let url = format!("https://{}/?Action=GetCallerIdentity&Version=2011-06-15", sts_host(region));
+    let fail =
+        |what: &str, e: &dyn fmt::Display| ClusterError::Other(format!("EKS token: {what}: {e}"));
+    let url = format!(
+        "https://{}/?Action=GetCallerIdentity&Version=2011-06-15",
+        sts_host(region)
+    );
     let identity = credentials.clone().into();
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
@@ -99,21 +109,41 @@ pub fn presign_token(
         .map_err(|e| fail("signing parameters", &e))?
         .into();
     let headers = [(CLUSTER_ID_HEADER, cluster)];
-    let signable = SignableRequest::new("GET", url.as_str(), headers.into_iter(), SignableBody::Bytes(&[]))
+    let signable = SignableRequest::new(
+        "GET",
+        url.as_str(),
+        headers.into_iter(),
+        SignableBody::Bytes(&[]),
+    )
+    .map_err(|e| fail("request", &e))?;
+    let (instructions, _signature) = sign(signable, &params)
+        .map_err(|e| fail("signing", &e))?
+        .into_parts();
+    let mut request = http::Request::get(url.as_str())
+        .body(())
         .map_err(|e| fail("request", &e))?;
-    let (instructions, _signature) = sign(signable, &params).map_err(|e| fail("signing", &e))?.into_parts();
-    let mut request = http::Request::get(url.as_str()).body(()).map_err(|e| fail("request", &e))?;
     instructions.apply_to_request_http1x(&mut request);
     let presigned = request.uri().to_string();
-    let token = format!("{TOKEN_PREFIX}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(presigned));
+    let token = format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(presigned)
+    );
 
     let mut expires_at = now + TOKEN_LIFETIME;
     let mut refresh_at = now + REFRESH_AFTER;
-    if let Some(expiry) = credentials.expiry().and_then(|t| Timestamp::try_from(t).ok()) {
+    if let Some(expiry) = credentials
+        .expiry()
+        .and_then(|t| Timestamp::try_from(t).ok())
+    {
         expires_at = expires_at.min(expiry);
         refresh_at = refresh_at.min(expiry - SignedDuration::from_secs(60));
     }
-    Ok(EksToken { token, signed_at: now, expires_at, refresh_at })
+    Ok(EksToken {
+        token,
+        signed_at: now,
+        expires_at,
+        refresh_at,
+    })
 }
 
 /// Bearer tokens for one EKS cluster, signed from `credentials` and cached
@@ -128,7 +158,10 @@ pub struct EksTokenSource<C: Clock> {
 
 impl<C: Clock> fmt::Debug for EksTokenSource<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EksTokenSource").field("cluster", &self.cluster).field("region", &self.region).finish()
+        f.debug_struct("EksTokenSource")
+            .field("cluster", &self.cluster)
+            .field("region", &self.region)
+            .finish()
     }
 }
 
@@ -183,7 +216,13 @@ impl<C: Clock + 'static> TokenSource for EksTokenSource<C> {
 pub fn credentials_from_env() -> Result<Credentials, ClusterError> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
-        (Some(id), Some(secret)) => Ok(Credentials::new(id, secret, var("AWS_SESSION_TOKEN"), None, "environment")),
+        (Some(id), Some(secret)) => Ok(Credentials::new(
+            id,
+            secret,
+            var("AWS_SESSION_TOKEN"),
+            None,
+            "environment",
+        )),
         _ => Err(ClusterError::Other(
             "EKS token: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set".to_owned(),
         )),
@@ -223,20 +262,31 @@ impl EksClusterInfo {
         certificate_authority_data: Option<&str>,
         version: Option<&str>,
     ) -> Result<EksClusterInfo, ClusterError> {
-        let endpoint = endpoint
-            .filter(|e| !e.is_empty())
-            .ok_or_else(|| ClusterError::Transient(format!("EKS cluster {name} has no endpoint yet")))?;
+        let endpoint = endpoint.filter(|e| !e.is_empty()).ok_or_else(|| {
+            ClusterError::Transient(format!("EKS cluster {name} has no endpoint yet"))
+        })?;
         if !endpoint.starts_with("https://") {
-            return Err(ClusterError::Other(format!("EKS cluster {name}: endpoint {endpoint:?} is not https")));
+            return Err(ClusterError::Other(format!(
+                "EKS cluster {name}: endpoint {endpoint:?} is not https"
+            )));
         }
         let data = certificate_authority_data
             .filter(|d| !d.is_empty())
-            .ok_or_else(|| ClusterError::Transient(format!("EKS cluster {name} has no certificate authority yet")))?;
+            .ok_or_else(|| {
+                ClusterError::Transient(format!(
+                    "EKS cluster {name} has no certificate authority yet"
+                ))
+            })?;
         let compact: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
         let ca_pem = base64::engine::general_purpose::STANDARD
             .decode(compact.as_bytes())
-            .map_err(|e| ClusterError::Other(format!("EKS cluster {name}: certificate authority is not base64: {e}")))?;
-        pem_certificates(&ca_pem).map_err(|e| ClusterError::Other(format!("EKS cluster {name}: {e}")))?;
+            .map_err(|e| {
+                ClusterError::Other(format!(
+                    "EKS cluster {name}: certificate authority is not base64: {e}"
+                ))
+            })?;
+        pem_certificates(&ca_pem)
+            .map_err(|e| ClusterError::Other(format!("EKS cluster {name}: {e}")))?;
         Ok(EksClusterInfo {
             name: name.to_owned(),
             endpoint: endpoint.trim_end_matches('/').to_owned(),
@@ -246,7 +296,11 @@ impl EksClusterInfo {
     }
 
     pub fn endpoint(&self) -> Endpoint {
-        Endpoint { url: self.endpoint.clone(), ca_pem: self.ca_pem.clone(), tls_server_name: None }
+        Endpoint {
+            url: self.endpoint.clone(),
+            ca_pem: self.ca_pem.clone(),
+            tls_server_name: None,
+        }
     }
 
     /// The adapter for this cluster, authenticated with `tokens` (EKS mode).
@@ -283,9 +337,16 @@ mod tests {
     /// The token's URL split into host and query parameters.
     fn decode(token: &str) -> (String, BTreeMap<String, String>) {
         let b64 = token.strip_prefix(TOKEN_PREFIX).expect("prefix");
-        assert!(!b64.contains('=') && !b64.contains('+') && !b64.contains('/'), "unpadded base64url: {b64}");
-        let url = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64).expect("base64url"))
-            .expect("utf-8");
+        assert!(
+            !b64.contains('=') && !b64.contains('+') && !b64.contains('/'),
+            "unpadded base64url: {b64}"
+        );
+        let url = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(b64)
+                .expect("base64url"),
+        )
+        .expect("utf-8");
         let uri: http::Uri = url.parse().expect("a URL");
         assert_eq!(uri.scheme_str(), Some("https"));
         assert_eq!(uri.path(), "/");
@@ -310,10 +371,17 @@ mod tests {
         assert_eq!(q["Action"], "GetCallerIdentity");
         assert_eq!(q["Version"], "2011-06-15");
         assert_eq!(q["X-Amz-Algorithm"], "AWS4-HMAC-SHA256");
-        assert_eq!(q["X-Amz-Credential"], "AKIDEXAMPLE%2F20260102%2Feu-west-1%2Fsts%2Faws4_request");
+        assert_eq!(
+            q["X-Amz-Credential"],
+            "AKIDEXAMPLE%2F20260102%2Feu-west-1%2Fsts%2Faws4_request"
+        );
         assert_eq!(q["X-Amz-Date"], "20260102T030405Z");
         assert_eq!(q["X-Amz-Expires"], "60");
-        assert!(q["X-Amz-SignedHeaders"].split("%3B").any(|h| h == "host"), "{}", q["X-Amz-SignedHeaders"]);
+        assert!(
+            q["X-Amz-SignedHeaders"].split("%3B").any(|h| h == "host"),
+            "{}",
+            q["X-Amz-SignedHeaders"]
+        );
         assert_eq!(q["X-Amz-SignedHeaders"], "host%3Bx-k8s-aws-id");
         assert_eq!(q["X-Amz-Security-Token"], "session-token-example");
         assert_eq!(q["X-Amz-Signature"].len(), 64);
@@ -330,7 +398,10 @@ mod tests {
         let a = sig("prod-cluster", now);
         assert_eq!(a, sig("prod-cluster", now));
         // Pinned: a change here means the canonical request changed.
-        assert_eq!(a, "83643c7b0b12a46e0b47dd91908089ae6462c5b827a30dedd3104bc8236913e1");
+        assert_eq!(
+            a,
+            "83643c7b0b12a46e0b47dd91908089ae6462c5b827a30dedd3104bc8236913e1"
+        );
         assert_ne!(a, sig("other-cluster", now));
         assert_ne!(a, sig("prod-cluster", now + SignedDuration::from_secs(1)));
     }
@@ -355,8 +426,12 @@ mod tests {
         let (host, q) = decode(&t.token);
         // Parameters arrive URI-encoded already; the canonical query string is
         // every parameter but the signature, sorted by name.
-        let canonical_query =
-            q.iter().filter(|(k, _)| *k != "X-Amz-Signature").map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&");
+        let canonical_query = q
+            .iter()
+            .filter(|(k, _)| *k != "X-Amz-Signature")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
         let canonical_request = format!(
             "GET\n/\n{canonical_query}\nhost:{host}\nx-k8s-aws-id:prod-cluster\n\nhost;x-k8s-aws-id\n{}",
             hex(&Sha256::digest(b""))
@@ -369,7 +444,10 @@ mod tests {
         let k_region = hmac(&k_date, "eu-west-1");
         let k_service = hmac(&k_region, "sts");
         let k_signing = hmac(&k_service, "aws4_request");
-        assert_eq!(q["X-Amz-Signature"], hex(&hmac(&k_signing, &string_to_sign)));
+        assert_eq!(
+            q["X-Amz-Signature"],
+            hex(&hmac(&k_signing, &string_to_sign))
+        );
     }
 
     #[test]
@@ -435,27 +513,42 @@ mod tests {
             Some("1.34"),
         )
         .expect("valid");
-        assert_eq!(info.endpoint, "https://ABCDEF0123456789.gr7.eu-west-1.eks.amazonaws.com");
+        assert_eq!(
+            info.endpoint,
+            "https://ABCDEF0123456789.gr7.eu-west-1.eks.amazonaws.com"
+        );
         assert_eq!(info.ca_pem, TEST_CA.as_bytes());
         assert_eq!(info.version.as_deref(), Some("1.34"));
         let ep = info.endpoint();
         assert_eq!(ep.url, info.endpoint);
         // The client accepts it (parses the CA into its trust store).
-        let tokens = EksTokenSource::new("prod", "eu-west-1", creds(None), crate::ports::SystemClock);
-        info.connect(tokens, ClientSettings::default()).expect("client");
+        let tokens =
+            EksTokenSource::new("prod", "eu-west-1", creds(None), crate::ports::SystemClock);
+        info.connect(tokens, ClientSettings::default())
+            .expect("client");
     }
 
     #[test]
     fn describe_cluster_output_that_cannot_be_used_is_refused() {
         let data = base64::engine::general_purpose::STANDARD.encode(TEST_CA);
         let creating = EksClusterInfo::from_describe("prod", None, None, None);
-        assert!(matches!(creating, Err(ClusterError::Transient(_))), "{creating:?}");
+        assert!(
+            matches!(creating, Err(ClusterError::Transient(_))),
+            "{creating:?}"
+        );
         let plain = EksClusterInfo::from_describe("prod", Some("http://x"), Some(&data), None);
         assert!(matches!(plain, Err(ClusterError::Other(_))), "{plain:?}");
         let not_b64 = EksClusterInfo::from_describe("prod", Some("https://x"), Some("%%%"), None);
-        assert!(matches!(not_b64, Err(ClusterError::Other(_))), "{not_b64:?}");
+        assert!(
+            matches!(not_b64, Err(ClusterError::Other(_))),
+            "{not_b64:?}"
+        );
         let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
-        let not_pem = EksClusterInfo::from_describe("prod", Some("https://x"), Some(&not_pem), None);
-        assert!(matches!(not_pem, Err(ClusterError::Other(_))), "{not_pem:?}");
+        let not_pem =
+            EksClusterInfo::from_describe("prod", Some("https://x"), Some(&not_pem), None);
+        assert!(
+            matches!(not_pem, Err(ClusterError::Other(_))),
+            "{not_pem:?}"
+        );
     }
 }

@@ -70,9 +70,13 @@ pub fn classify(what: &str, err: &KubeError) -> ClusterError {
         KubeError::Api(status) => match status.code {
             404 => ClusterError::NotFound(format!("{what}: {msg}")),
             409 => ClusterError::Conflict(format!("{what}: {msg}")),
-            401 => ClusterError::Forbidden(format!("{what}: unauthorized (bad or expired credentials): {msg}")),
+            401 => ClusterError::Forbidden(format!(
+                "{what}: unauthorized (bad or expired credentials): {msg}"
+            )),
             403 => ClusterError::Forbidden(format!("{what}: {msg}")),
-            408 | 429 | 500..=599 => ClusterError::Transient(format!("{what}: HTTP {}: {msg}", status.code)),
+            408 | 429 | 500..=599 => {
+                ClusterError::Transient(format!("{what}: HTTP {}: {msg}", status.code))
+            }
             code => ClusterError::Other(format!("{what}: HTTP {code}: {msg}")),
         },
         // The wire: refused or dropped connections, TLS handshakes cut short,
@@ -105,22 +109,37 @@ mod tests {
 
     #[test]
     fn codes_map_to_cluster_errors() {
-        assert!(matches!(classify("get pod", &api(404, "pods \"x\" not found")), ClusterError::NotFound(_)));
-        assert!(matches!(classify("patch node/a", &api(409, "changed")), ClusterError::Conflict(_)));
-        assert!(matches!(classify("list pods", &api(401, "Unauthorized")), ClusterError::Forbidden(_)));
+        assert!(matches!(
+            classify("get pod", &api(404, "pods \"x\" not found")),
+            ClusterError::NotFound(_)
+        ));
+        assert!(matches!(
+            classify("patch node/a", &api(409, "changed")),
+            ClusterError::Conflict(_)
+        ));
+        assert!(matches!(
+            classify("list pods", &api(401, "Unauthorized")),
+            ClusterError::Forbidden(_)
+        ));
         for code in [408, 429, 500, 502, 503, 504] {
             let e = classify("list pods", &api(code, "busy"));
             assert!(matches!(e, ClusterError::Transient(_)), "{code}: {e:?}");
             assert!(e.is_retryable());
         }
-        assert!(matches!(classify("create pods/binding", &api(422, "invalid")), ClusterError::Other(_)));
+        assert!(matches!(
+            classify("create pods/binding", &api(422, "invalid")),
+            ClusterError::Other(_)
+        ));
     }
 
     #[test]
     fn forbidden_names_the_operation_and_keeps_the_apis_words() {
         let e = classify(
             "list secrets",
-            &api(403, "secrets is forbidden: User \"nodewright\" cannot list resource \"secrets\" in API group \"\" at the cluster scope"),
+            &api(
+                403,
+                "secrets is forbidden: User \"nodewright\" cannot list resource \"secrets\" in API group \"\" at the cluster scope",
+            ),
         );
         let text = e.to_string();
         assert!(text.starts_with("forbidden: list secrets: "), "{text}");

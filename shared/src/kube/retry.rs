@@ -58,8 +58,12 @@ impl RetryPolicy {
 
     /// The wait after failed attempt number `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the policy is spent.
@@ -77,10 +81,15 @@ impl RetryPolicy {
         loop {
             n += 1;
             let now = Instant::now();
-            let budget = self.attempt_timeout.min(deadline.saturating_duration_since(now));
+            let budget = self
+                .attempt_timeout
+                .min(deadline.saturating_duration_since(now));
             let result = match tokio::time::timeout(budget, attempt()).await {
                 Ok(r) => r,
-                Err(_) => Err(ClusterError::Transient(format!("{what}: no answer within {} ms", budget.as_millis()))),
+                Err(_) => Err(ClusterError::Transient(format!(
+                    "{what}: no answer within {} ms",
+                    budget.as_millis()
+                ))),
             };
             let err = match result {
                 Ok(v) => return Ok(v),
@@ -122,7 +131,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {
-        let p = RetryPolicy { initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_millis(350), ..fast() };
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(350),
+            ..fast()
+        };
         assert_eq!(p.backoff(1), Duration::from_millis(100));
         assert_eq!(p.backoff(2), Duration::from_millis(200));
         assert_eq!(p.backoff(3), Duration::from_millis(350));
@@ -155,7 +168,9 @@ mod tests {
             })
             .await;
         assert_eq!(calls.load(Ordering::SeqCst), 3);
-        let Err(ClusterError::Transient(msg)) = r else { panic!("{r:?}") };
+        let Err(ClusterError::Transient(msg)) = r else {
+            panic!("{r:?}")
+        };
         assert!(msg.starts_with("gave up after 3 attempt(s)"), "{msg}");
         assert!(msg.ends_with("list pods: HTTP 503: busy"), "{msg}");
     }
@@ -202,7 +217,9 @@ mod tests {
         assert!(took <= Duration::from_millis(2500), "{took:?}");
         // 1 s + 0.1 + 1 s + 0.1 + 0.3 s (the rest of the deadline).
         assert_eq!(calls.load(Ordering::SeqCst), 3);
-        let Err(ClusterError::Transient(msg)) = r else { panic!("{r:?}") };
+        let Err(ClusterError::Transient(msg)) = r else {
+            panic!("{r:?}")
+        };
         assert!(msg.contains("no answer within"), "{msg}");
     }
 }

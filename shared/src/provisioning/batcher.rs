@@ -23,7 +23,10 @@ pub struct BatchWindow {
 
 impl Default for BatchWindow {
     fn default() -> Self {
-        BatchWindow { idle: DEFAULT_IDLE, max: DEFAULT_MAX }
+        BatchWindow {
+            idle: DEFAULT_IDLE,
+            max: DEFAULT_MAX,
+        }
     }
 }
 
@@ -74,8 +77,14 @@ pub const MAX_PARKED_MORE: usize = 25_000;
 impl Batch {
     /// Whether the pod is parked for `fingerprint` until after `now`.
     pub fn is_parked(&self, uid: &str, fingerprint: u64, now: Timestamp) -> bool {
-        self.parked.get(uid).is_some_and(|p| p.config_fingerprint == fingerprint && p.retry_at > now)
-            || self.parked_more.iter().any(|g| g.config_fingerprint == fingerprint && g.retry_at > now && g.pods.contains(&uid_hash(uid)))
+        self.parked
+            .get(uid)
+            .is_some_and(|p| p.config_fingerprint == fingerprint && p.retry_at > now)
+            || self.parked_more.iter().any(|g| {
+                g.config_fingerprint == fingerprint
+                    && g.retry_at > now
+                    && g.pods.contains(&uid_hash(uid))
+            })
     }
 
     /// Forgets the parked pods that are no longer pending.
@@ -117,7 +126,9 @@ pub const MAX_SEEN: usize = 10_000;
 
 /// FNV-1a, 32 bits: stable across releases and platforms (it is stored).
 pub fn uid_hash(uid: &str) -> u32 {
-    uid.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+    uid.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 mod hex_hashes {
@@ -137,7 +148,9 @@ mod hex_hashes {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeSet<u32>, D::Error> {
         let text = String::deserialize(d)?;
         if text.len() % 8 != 0 || !text.is_ascii() {
-            return Err(serde::de::Error::custom("seen: not a sequence of 8-digit hex hashes"));
+            return Err(serde::de::Error::custom(
+                "seen: not a sequence of 8-digit hex hashes",
+            ));
         }
         (0..text.len())
             .step_by(8)
@@ -152,25 +165,43 @@ pub enum BatchStep {
     /// No pods waiting and no window open.
     Idle,
     /// Keep the window open (store it if it changed); look again by `wake_at`.
-    Wait { window: Window, changed: bool, wake_at: Timestamp },
+    Wait {
+        window: Window,
+        changed: bool,
+        wake_at: Timestamp,
+    },
     /// The window closed: solve now.
     Close { pods: usize, waited: SignedDuration },
 }
 
 /// Advances the window given the uids of the pods waiting now.
-pub fn step(previous: Option<&Window>, waiting: &BTreeSet<String>, now: Timestamp, window: BatchWindow) -> BatchStep {
+pub fn step(
+    previous: Option<&Window>,
+    waiting: &BTreeSet<String>,
+    now: Timestamp,
+    window: BatchWindow,
+) -> BatchStep {
     if waiting.is_empty() {
         // Pods went away (scheduled elsewhere, deleted): nothing to batch.
         return match previous {
             None => BatchStep::Idle,
-            Some(b) => BatchStep::Close { pods: 0, waited: now.duration_since(b.opened_at) },
+            Some(b) => BatchStep::Close {
+                pods: 0,
+                waited: now.duration_since(b.opened_at),
+            },
         };
     }
     let mut batch = match previous {
         Some(b) => b.clone(),
-        None => Window { opened_at: now, last_seen_at: now, seen: BTreeSet::new() },
+        None => Window {
+            opened_at: now,
+            last_seen_at: now,
+            seen: BTreeSet::new(),
+        },
     };
-    let new_pods = waiting.iter().any(|uid| !batch.seen.contains(&uid_hash(uid)));
+    let new_pods = waiting
+        .iter()
+        .any(|uid| !batch.seen.contains(&uid_hash(uid)));
     let changed = new_pods || previous.is_none();
     if new_pods {
         for uid in waiting {
@@ -186,10 +217,17 @@ pub fn step(previous: Option<&Window>, waiting: &BTreeSet<String>, now: Timestam
     let idle_deadline = batch.last_seen_at + window.idle;
     let max_deadline = batch.opened_at + window.max;
     if now >= idle_deadline || now >= max_deadline {
-        return BatchStep::Close { pods: waiting.len(), waited: now.duration_since(batch.opened_at) };
+        return BatchStep::Close {
+            pods: waiting.len(),
+            waited: now.duration_since(batch.opened_at),
+        };
     }
     let wake_at = idle_deadline.min(max_deadline);
-    BatchStep::Wait { window: batch, changed, wake_at }
+    BatchStep::Wait {
+        window: batch,
+        changed,
+        wake_at,
+    }
 }
 
 #[cfg(test)]
@@ -210,10 +248,17 @@ mod tests {
         let mut closed = vec![];
         let mut t = 0;
         while t <= until_ms {
-            let waiting: BTreeSet<String> =
-                arrivals_ms.iter().enumerate().filter(|(_, a)| **a <= t).map(|(i, _)| format!("uid-{i}")).collect();
+            let waiting: BTreeSet<String> = arrivals_ms
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| **a <= t)
+                .map(|(i, _)| format!("uid-{i}"))
+                .collect();
             // Pods of closed batches are no longer waiting in this model.
-            let waiting: BTreeSet<String> = waiting.into_iter().filter(|u| !closed_uids(&closed, u)).collect();
+            let waiting: BTreeSet<String> = waiting
+                .into_iter()
+                .filter(|u| !closed_uids(&closed, u))
+                .collect();
             match step(stored.as_ref(), &waiting, at(t), BatchWindow::default()) {
                 BatchStep::Idle => {}
                 BatchStep::Wait { window, .. } => stored = Some(window),
@@ -254,28 +299,61 @@ mod tests {
     fn a_window_of_twenty_thousand_pods_stays_small_and_round_trips() {
         let uid = |i: usize| format!("{i:08x}-1111-2222-3333-444455556666");
         let waiting: BTreeSet<String> = (0..MAX_SEEN).map(uid).collect();
-        let BatchStep::Wait { window, .. } = step(None, &waiting, at(0), BatchWindow::default()) else { panic!("waits") };
+        let BatchStep::Wait { window, .. } = step(None, &waiting, at(0), BatchWindow::default())
+        else {
+            panic!("waits")
+        };
         let json = serde_json::to_string(&window).expect("serialises");
         assert!(json.len() < 90_000, "{} bytes", json.len());
-        assert_eq!(serde_json::from_str::<Window>(&json).expect("parses"), window);
+        assert_eq!(
+            serde_json::from_str::<Window>(&json).expect("parses"),
+            window
+        );
         // Seen before: no new arrival, so no idle extension.
-        let BatchStep::Wait { changed, .. } = step(Some(&window), &waiting, at(500), BatchWindow::default()) else { panic!("waits") };
+        let BatchStep::Wait { changed, .. } =
+            step(Some(&window), &waiting, at(500), BatchWindow::default())
+        else {
+            panic!("waits")
+        };
         assert!(!changed);
         // Past the bound pods always look new: the window runs to its max, and the record stays the same size.
         let more: BTreeSet<String> = (0..2 * MAX_SEEN).map(uid).collect();
-        let BatchStep::Wait { window: w, changed, .. } = step(Some(&window), &more, at(600), BatchWindow::default()) else { panic!("waits") };
+        let BatchStep::Wait {
+            window: w, changed, ..
+        } = step(Some(&window), &more, at(600), BatchWindow::default())
+        else {
+            panic!("waits")
+        };
         assert!(changed);
         assert_eq!(w.seen.len(), MAX_SEEN);
-        assert!(matches!(step(Some(&w), &more, at(10_000), BatchWindow::default()), BatchStep::Close { .. }));
+        assert!(matches!(
+            step(Some(&w), &more, at(10_000), BatchWindow::default()),
+            BatchStep::Close { .. }
+        ));
         // A record written before the hashes (with `pods`) still reads.
         let old = r#"{"opened_at":"2026-01-01T00:00:00Z","last_seen_at":"2026-01-01T00:00:00Z","pods":["a","b"]}"#;
-        assert!(serde_json::from_str::<Window>(old).expect("old record").seen.is_empty());
+        assert!(
+            serde_json::from_str::<Window>(old)
+                .expect("old record")
+                .seen
+                .is_empty()
+        );
     }
 
     #[test]
     fn empty_waiting_closes_an_open_window_without_pods() {
-        let b = Window { opened_at: at(0), last_seen_at: at(0), seen: uids(2).iter().map(|u| uid_hash(u)).collect() };
-        assert!(matches!(step(Some(&b), &BTreeSet::new(), at(300), BatchWindow::default()), BatchStep::Close { pods: 0, .. }));
-        assert_eq!(step(None, &BTreeSet::new(), at(300), BatchWindow::default()), BatchStep::Idle);
+        let b = Window {
+            opened_at: at(0),
+            last_seen_at: at(0),
+            seen: uids(2).iter().map(|u| uid_hash(u)).collect(),
+        };
+        assert!(matches!(
+            step(Some(&b), &BTreeSet::new(), at(300), BatchWindow::default()),
+            BatchStep::Close { pods: 0, .. }
+        ));
+        assert_eq!(
+            step(None, &BTreeSet::new(), at(300), BatchWindow::default()),
+            BatchStep::Idle
+        );
     }
 }

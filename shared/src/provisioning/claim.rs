@@ -210,7 +210,11 @@ pub fn sub_usage(a: &mut Usage, b: &Usage) {
 }
 
 /// The first limited resource that `used + extra` would exceed.
-pub fn exceeded_limit(limits: &crate::config::Limits, used: &Usage, extra: &Usage) -> Option<String> {
+pub fn exceeded_limit(
+    limits: &crate::config::Limits,
+    used: &Usage,
+    extra: &Usage,
+) -> Option<String> {
     limits.resources.iter().find_map(|(name, limit)| {
         let after = used.get(name).copied().unwrap_or(0) + extra.get(name).copied().unwrap_or(0);
         (extra.get(name).copied().unwrap_or(0) > 0 && after > *limit).then(|| name.clone())
@@ -231,7 +235,10 @@ mod tests {
         let one_cpu: Usage = [("cpu".to_owned(), 1000), (NODES.to_owned(), 1)].into();
         assert_eq!(exceeded_limit(&limits, &used, &one_cpu), None);
         let two_cpu: Usage = [("cpu".to_owned(), 2000)].into();
-        assert_eq!(exceeded_limit(&limits, &used, &two_cpu).as_deref(), Some("cpu"));
+        assert_eq!(
+            exceeded_limit(&limits, &used, &two_cpu).as_deref(),
+            Some("cpu")
+        );
         // Already over a limit (the user lowered it): shrinking is still allowed.
         let over: Usage = [("cpu".to_owned(), 2_000_000)].into();
         let shrink: Usage = [("cpu".to_owned(), -1000)].into();

@@ -11,7 +11,9 @@ use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
 use crate::config::{NodeClass, NodePool};
 use crate::disruption::drift;
-use crate::ports::{CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage};
+use crate::ports::{
+    CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
+};
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
@@ -58,16 +60,33 @@ pub struct Decision {
 
 /// Instance types of a pool: the catalog's types with their offerings minus
 /// the unavailable ones, and the pool's kubelet settings applied.
-pub fn instance_types(pool: &NodePool, catalog: &CloudCatalog, unavailable: &[OfferingKey]) -> Vec<InstanceType> {
+pub fn instance_types(
+    pool: &NodePool,
+    catalog: &CloudCatalog,
+    unavailable: &[OfferingKey],
+) -> Vec<InstanceType> {
     let unavailable: HashSet<(&str, &str, &str)> = unavailable
         .iter()
-        .map(|k| (k.capacity_type.as_str(), k.instance_type.as_str(), k.zone.as_str()))
+        .map(|k| {
+            (
+                k.capacity_type.as_str(),
+                k.instance_type.as_str(),
+                k.zone.as_str(),
+            )
+        })
         .collect();
     let mut offerings: HashMap<&str, Vec<Offering>> = HashMap::new();
     for o in &catalog.offerings {
         let mut offering = Offering::new(&o.zone, &o.capacity_type, o.price);
-        offering.available = !unavailable.contains(&(o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str()));
-        offerings.entry(o.instance_type.as_str()).or_default().push(offering);
+        offering.available = !unavailable.contains(&(
+            o.capacity_type.as_str(),
+            o.instance_type.as_str(),
+            o.zone.as_str(),
+        ));
+        offerings
+            .entry(o.instance_type.as_str())
+            .or_default()
+            .push(offering);
     }
     catalog
         .instance_types
@@ -90,14 +109,22 @@ pub fn daemon_pods(daemon_sets: &[DaemonSet]) -> Vec<SchedPod> {
             let mut meta = template.metadata.unwrap_or_default();
             meta.namespace = ds.metadata.namespace.clone();
             meta.name = ds.metadata.name.clone();
-            let pod = Pod { metadata: meta, spec: template.spec, status: None };
+            let pod = Pod {
+                metadata: meta,
+                spec: template.spec,
+                status: None,
+            };
             SchedPod::from_pod(&pod).ok()
         })
         .collect()
 }
 
 fn node_of_pod(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+    p.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
 }
 
 fn provider_id(n: &Node) -> Option<&str> {
@@ -112,17 +139,30 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
             pods_by_node.entry(node).or_default().push(sp);
         }
     }
-    let nominated: HashMap<&str, &Pod> = s.nominated.iter().filter_map(|p| Some((p.metadata.uid.as_deref()?, p))).collect();
+    let nominated: HashMap<&str, &Pod> = s
+        .nominated
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect();
     let claim_pods = |c: &Claim| -> Vec<SchedPod> {
-        c.pods.iter().filter_map(|k| nominated.get(k.uid.as_str())).filter_map(|p| SchedPod::from_pod(p).ok()).collect()
+        c.pods
+            .iter()
+            .filter_map(|k| nominated.get(k.uid.as_str()))
+            .filter_map(|p| SchedPod::from_pod(p).ok())
+            .collect()
     };
-    let claim_by_provider: HashMap<&str, &Claim> =
-        s.claims.iter().filter_map(|c| Some((c.instance.as_ref()?.provider_id.as_str(), c))).collect();
+    let claim_by_provider: HashMap<&str, &Claim> = s
+        .claims
+        .iter()
+        .filter_map(|c| Some((c.instance.as_ref()?.provider_id.as_str(), c)))
+        .collect();
 
     let mut out = Vec::new();
     let mut claims_with_nodes = HashSet::new();
     for n in s.nodes {
-        let pods = pods_by_node.remove(n.metadata.name.as_deref().unwrap_or_default()).unwrap_or_default();
+        let pods = pods_by_node
+            .remove(n.metadata.name.as_deref().unwrap_or_default())
+            .unwrap_or_default();
         let mut node = existing_node(n, pods);
         node.unschedulable |= lost_readiness(n, s.now);
         if let Some(c) = provider_id(n).and_then(|id| claim_by_provider.get(id)) {
@@ -138,10 +178,14 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         if claims_with_nodes.contains(c.id.as_str()) {
             continue;
         }
-        let Some((info, zone, capacity_type)) = claim_shape(c, s.catalog) else { continue };
+        let Some((info, zone, capacity_type)) = claim_shape(c, s.catalog) else {
+            continue;
+        };
         let pool = s.pools.iter().find(|p| p.name == c.pool);
         let kubelet = pool.map(|p| p.kubelet.clone()).unwrap_or_default();
-        let allocatable = info.capacity(&kubelet).saturating_sub(&info.overhead(&kubelet));
+        let allocatable = info
+            .capacity(&kubelet)
+            .saturating_sub(&info.overhead(&kubelet));
         let mut node_labels = info.requirements().single_valued_labels();
         node_labels.extend(c.labels.clone());
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), info.name.clone());
@@ -150,8 +194,21 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         node_labels.insert(labels::HOSTNAME.to_owned(), c.id.clone());
         let pods = claim_pods(c);
         let requested = sum_requests(&pods);
-        let taints = c.taints.iter().filter(|t| t.key != UNREGISTERED_TAINT_KEY).cloned().collect();
-        out.push(ExistingNode { name: c.id.clone(), labels: node_labels, taints, allocatable, requested, pods, unschedulable: false });
+        let taints = c
+            .taints
+            .iter()
+            .filter(|t| t.key != UNREGISTERED_TAINT_KEY)
+            .cloned()
+            .collect();
+        out.push(ExistingNode {
+            name: c.id.clone(),
+            labels: node_labels,
+            taints,
+            allocatable,
+            requested,
+            pods,
+            unschedulable: false,
+        });
     }
     out
 }
@@ -167,18 +224,26 @@ pub const BOOT_GRACE: SignedDuration = SignedDuration::from_mins(15);
 /// must not wait for it: they get a node of their own, and node repair
 /// deals with the sick one.
 pub fn lost_readiness(n: &Node, now: Timestamp) -> bool {
-    let Some(ready) =
-        n.status.as_ref().and_then(|st| st.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+    let Some(ready) = n
+        .status
+        .as_ref()
+        .and_then(|st| st.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
     else {
         return false;
     };
     if ready.status == "True" {
         return false;
     }
-    let Some(created) = n.metadata.creation_timestamp.as_ref().map(|t| t.0) else { return false };
+    let Some(created) = n.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+        return false;
+    };
     // The kubelet posts its first condition at registration: a transition
     // well after that is a change of state, not the boot.
-    let moved_since_boot = ready.last_transition_time.as_ref().is_some_and(|t| t.0.duration_since(created) > SignedDuration::from_secs(60));
+    let moved_since_boot = ready
+        .last_transition_time
+        .as_ref()
+        .is_some_and(|t| t.0.duration_since(created) > SignedDuration::from_secs(60));
     moved_since_boot || now.duration_since(created) >= BOOT_GRACE
 }
 
@@ -205,21 +270,39 @@ pub fn existing_node(n: &Node, pods: Vec<SchedPod>) -> ExistingNode {
         requested: sum_requests(&pods),
         pods,
         unschedulable: n.metadata.deletion_timestamp.is_some()
-            || n.spec.as_ref().and_then(|sp| sp.unschedulable).unwrap_or(false),
+            || n.spec
+                .as_ref()
+                .and_then(|sp| sp.unschedulable)
+                .unwrap_or(false),
     }
 }
 
 /// The instance type, zone and capacity type an in-flight claim will have:
 /// the launched instance's, or its cheapest option's before launch.
-fn claim_shape<'c>(c: &Claim, catalog: &'c CloudCatalog) -> Option<(&'c InstanceTypeInfo, String, String)> {
+fn claim_shape<'c>(
+    c: &Claim,
+    catalog: &'c CloudCatalog,
+) -> Option<(&'c InstanceTypeInfo, String, String)> {
     let (name, zone, ct) = match &c.instance {
-        Some(i) => (i.instance_type.as_str(), i.zone.clone(), i.capacity_type.clone()),
+        Some(i) => (
+            i.instance_type.as_str(),
+            i.zone.clone(),
+            i.capacity_type.clone(),
+        ),
         None => {
             let o = c.options.first()?;
-            (o.instance_type.as_str(), o.zone.clone(), o.capacity_type.clone())
+            (
+                o.instance_type.as_str(),
+                o.zone.clone(),
+                o.capacity_type.clone(),
+            )
         }
     };
-    Some((catalog.instance_types.iter().find(|i| i.name == name)?, zone, ct))
+    Some((
+        catalog.instance_types.iter().find(|i| i.name == name)?,
+        zone,
+        ct,
+    ))
 }
 
 pub(crate) fn resources_of(u: &Usage) -> Resources {
@@ -260,7 +343,8 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
         .pools
         .iter()
         .map(|pool| {
-            let mut input = PoolInput::new(pool.clone(), instance_types(pool, s.catalog, s.unavailable));
+            let mut input =
+                PoolInput::new(pool.clone(), instance_types(pool, s.catalog, s.unavailable));
             if let Some(u) = s.usage.get(&pool.name) {
                 input.in_use = resources_of(u);
                 input.nodes_in_use = u.get(claim::NODES).copied().unwrap_or(0);
@@ -268,19 +352,40 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
             input
         })
         .collect();
-    pools.sort_by(|a, b| b.pool.weight.cmp(&a.pool.weight).then_with(|| a.pool.name.cmp(&b.pool.name)));
+    pools.sort_by(|a, b| {
+        b.pool
+            .weight
+            .cmp(&a.pool.weight)
+            .then_with(|| a.pool.name.cmp(&b.pool.name))
+    });
     let daemons = daemon_pods(s.daemon_sets);
     let plan = solve(&pods, &nodes, &pools, &daemons, &SolveOptions::default());
 
-    decision.fit_existing = plan.bindings.iter().map(|(i, node)| (keys[*i].clone(), node.clone())).collect();
-    decision.unschedulable.extend(plan.unschedulable.iter().map(|(i, reason)| (keys[*i].clone(), reason.clone())));
+    decision.fit_existing = plan
+        .bindings
+        .iter()
+        .map(|(i, node)| (keys[*i].clone(), node.clone()))
+        .collect();
+    decision.unschedulable.extend(
+        plan.unschedulable
+            .iter()
+            .map(|(i, reason)| (keys[*i].clone(), reason.clone())),
+    );
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.seed);
     for planned in &plan.claims {
-        let Some(input) = pools.iter().find(|p| p.pool.name == planned.pool) else { continue };
-        let class = input.pool.node_class.as_deref().and_then(|n| s.node_classes.iter().find(|c| c.name == n));
+        let Some(input) = pools.iter().find(|p| p.pool.name == planned.pool) else {
+            continue;
+        };
+        let class = input
+            .pool
+            .node_class
+            .as_deref()
+            .and_then(|n| s.node_classes.iter().find(|c| c.name == n));
         let id = format!("{}-{}", input.pool.name, random_suffix(&mut rng));
         let pods = planned.pods.iter().map(|i| keys[*i].clone()).collect();
-        decision.new_claims.push(new_claim(input, planned, pods, id, s.now, class));
+        decision
+            .new_claims
+            .push(new_claim(input, planned, pods, id, s.now, class));
     }
     decision
 }
@@ -297,11 +402,19 @@ pub fn new_claim(
     class: Option<&NodeClass>,
 ) -> Claim {
     let pool = &input.pool;
-    let capacity_of: HashMap<&str, &Resources> = input.instance_types.iter().map(|it| (it.name.as_str(), &it.capacity)).collect();
-    let largest = planned.options.iter().filter_map(|o| capacity_of.get(&*o.instance_type)).fold(Resources::default(), |mut acc, c| {
-        acc.max_each(c);
-        acc
-    });
+    let capacity_of: HashMap<&str, &Resources> = input
+        .instance_types
+        .iter()
+        .map(|it| (it.name.as_str(), &it.capacity))
+        .collect();
+    let largest = planned
+        .options
+        .iter()
+        .filter_map(|o| capacity_of.get(&*o.instance_type))
+        .fold(Resources::default(), |mut acc, c| {
+            acc.max_each(c);
+            acc
+        });
     let mut node_labels = pool.labels.clone();
     node_labels.insert(labels::NODEPOOL.to_owned(), pool.name.clone());
     let mut taints = pool.taints.clone();
@@ -345,7 +458,9 @@ fn sum_requests(pods: &[SchedPod]) -> Resources {
 /// Five lowercase alphanumerics, like Kubernetes' generateName suffixes.
 pub(crate) fn random_suffix(rng: &mut impl rand::Rng) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 #[cfg(test)]
@@ -373,7 +488,13 @@ mod tests {
         // NotReady since its registration, past the boot grace.
         assert!(lost_readiness(&node(t0, Some(("False", t0))), now(15)));
         // Was Ready, lost it an hour later: no room at once.
-        assert!(lost_readiness(&node(t0, Some(("Unknown", t0 + 3600))), now(61)));
-        assert!(lost_readiness(&node(t0, Some(("False", t0 + 3600))), now(61)));
+        assert!(lost_readiness(
+            &node(t0, Some(("Unknown", t0 + 3600))),
+            now(61)
+        ));
+        assert!(lost_readiness(
+            &node(t0, Some(("False", t0 + 3600))),
+            now(61)
+        ));
     }
 }

@@ -70,7 +70,13 @@ impl SplitMemo {
 /// no supply) or the solver fails.
 pub fn split(demands: &[Demand], supplies: &[Supply]) -> Option<Split> {
     let (_, shares) = solve(demands, supplies)?;
-    Some(demands.iter().zip(shares).map(|(d, row)| round(d.count, row.into_iter())).collect())
+    Some(
+        demands
+            .iter()
+            .zip(shares)
+            .map(|(d, row)| round(d.count, row.into_iter()))
+            .collect(),
+    )
 }
 
 /// The program's optimum: what the fluid pods cost at least, so no plan of
@@ -90,7 +96,10 @@ fn solve(demands: &[Demand], supplies: &[Supply]) -> Option<(f64, Shares)> {
     let kept = undominated(demands, supplies);
     let mut lp = Problem::new(OptimizationDirection::Minimize);
     // Node counts, per kept supply.
-    let x: Vec<Variable> = kept.iter().map(|&c| lp.add_var(supplies[c].price, (0.0, f64::INFINITY))).collect();
+    let x: Vec<Variable> = kept
+        .iter()
+        .map(|&c| lp.add_var(supplies[c].price, (0.0, f64::INFINITY)))
+        .collect();
     let position: Vec<Option<usize>> = {
         let mut p = vec![None; supplies.len()];
         for (k, &c) in kept.iter().enumerate() {
@@ -111,7 +120,11 @@ fn solve(demands: &[Demand], supplies: &[Supply]) -> Option<(f64, Shares)> {
                     row.push((c, v));
                 }
             }
-            lp.add_constraint(row.iter().map(|(_, v)| (*v, 1.0)).collect::<Vec<_>>(), ComparisonOp::Eq, f64::from(d.count));
+            lp.add_constraint(
+                row.iter().map(|(_, v)| (*v, 1.0)).collect::<Vec<_>>(),
+                ComparisonOp::Eq,
+                f64::from(d.count),
+            );
         }
         vars.push(row);
     }
@@ -129,7 +142,14 @@ fn solve(demands: &[Demand], supplies: &[Supply]) -> Option<(f64, Shares)> {
         Ok(SolveOutcome::Solution(s)) => s,
         _ => return None,
     };
-    let shares = vars.iter().map(|row| row.iter().map(|(c, v)| (*c, solution.var_value(*v))).collect()).collect();
+    let shares = vars
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|(c, v)| (*c, solution.var_value(*v)))
+                .collect()
+        })
+        .collect();
     Some((solution.objective(), shares))
 }
 
@@ -144,15 +164,25 @@ pub fn cost(demands: &[Demand], supplies: &[Supply], split: &[Vec<(usize, u32)>]
             }
         }
     }
-    let nodes = |c: usize| (0..3).filter(|&r| supplies[c].room[r] > 0.0).map(|r| load[c][r] / supplies[c].room[r]).fold(0.0, f64::max);
-    (0..supplies.len()).map(|c| supplies[c].price * nodes(c)).sum()
+    let nodes = |c: usize| {
+        (0..3)
+            .filter(|&r| supplies[c].room[r] > 0.0)
+            .map(|r| load[c][r] / supplies[c].room[r])
+            .fold(0.0, f64::max)
+    };
+    (0..supplies.len())
+        .map(|c| supplies[c].price * nodes(c))
+        .sum()
 }
 
 /// Whole pods from a fractional split: floors, then the pods left over to
 /// the largest fractions (ties to the earlier supply).
 fn round(count: u32, shares: impl Iterator<Item = (usize, f64)>) -> Vec<(usize, u32)> {
     let shares: Vec<(usize, f64)> = shares.map(|(c, v)| (c, v.max(0.0))).collect();
-    let mut whole: Vec<(usize, u32)> = shares.iter().map(|(c, v)| (*c, (v + 1e-6).floor() as u32)).collect();
+    let mut whole: Vec<(usize, u32)> = shares
+        .iter()
+        .map(|(c, v)| (*c, (v + 1e-6).floor() as u32))
+        .collect();
     let placed: u32 = whole.iter().map(|(_, n)| n).sum();
     if placed > count {
         // Numerical noise only: trim from the largest.
@@ -192,7 +222,9 @@ fn undominated(demands: &[Demand], supplies: &[Supply]) -> Vec<usize> {
             open[c][g / 64] |= 1 << (g % 64);
         }
     }
-    let used: Vec<usize> = (0..supplies.len()).filter(|&c| open[c].iter().any(|w| *w != 0)).collect();
+    let used: Vec<usize> = (0..supplies.len())
+        .filter(|&c| open[c].iter().any(|w| *w != 0))
+        .collect();
     let covers = |i: usize, j: usize| open[i].iter().zip(&open[j]).all(|(a, b)| a & b == *b);
     used.iter()
         .copied()
@@ -240,13 +272,30 @@ mod tests {
     #[test]
     fn cpu_heavy_pods_go_to_the_cpu_type_and_memory_heavy_ones_to_the_memory_type() {
         let supplies = [
-            Supply { price: 1.0, room: [16.0, 32.0, 100.0] }, // 2 GiB per core
-            Supply { price: 1.5, room: [8.0, 64.0, 100.0] },  // 8 GiB per core
-            Supply { price: 1.8, room: [16.0, 64.0, 100.0] }, // 4 GiB per core: the pair costs 17.5 $, any use of this more
+            Supply {
+                price: 1.0,
+                room: [16.0, 32.0, 100.0],
+            }, // 2 GiB per core
+            Supply {
+                price: 1.5,
+                room: [8.0, 64.0, 100.0],
+            }, // 8 GiB per core
+            Supply {
+                price: 1.8,
+                room: [16.0, 64.0, 100.0],
+            }, // 4 GiB per core: the pair costs 17.5 $, any use of this more
         ];
         let demands = [
-            Demand { count: 160, request: [1.0, 2.0, 1.0], supplies: vec![0, 1, 2] },
-            Demand { count: 80, request: [0.5, 4.0, 1.0], supplies: vec![0, 1, 2] },
+            Demand {
+                count: 160,
+                request: [1.0, 2.0, 1.0],
+                supplies: vec![0, 1, 2],
+            },
+            Demand {
+                count: 80,
+                request: [0.5, 4.0, 1.0],
+                supplies: vec![0, 1, 2],
+            },
         ];
         let s = split(&demands, &supplies).expect("a solution");
         assert_eq!(s[0], vec![(0, 160)]);
@@ -255,10 +304,27 @@ mod tests {
 
     #[test]
     fn a_demand_uses_only_the_supplies_it_fits_and_none_means_no_split() {
-        let supplies = [Supply { price: 1.0, room: [4.0, 8.0, 20.0] }, Supply { price: 3.0, room: [16.0, 32.0, 50.0] }];
-        let demands = [Demand { count: 7, request: [6.0, 1.0, 1.0], supplies: vec![1] }];
+        let supplies = [
+            Supply {
+                price: 1.0,
+                room: [4.0, 8.0, 20.0],
+            },
+            Supply {
+                price: 3.0,
+                room: [16.0, 32.0, 50.0],
+            },
+        ];
+        let demands = [Demand {
+            count: 7,
+            request: [6.0, 1.0, 1.0],
+            supplies: vec![1],
+        }];
         assert_eq!(split(&demands, &supplies), Some(vec![vec![(1, 7)]]));
-        let impossible = [Demand { count: 1, request: [64.0, 1.0, 1.0], supplies: vec![] }];
+        let impossible = [Demand {
+            count: 1,
+            request: [64.0, 1.0, 1.0],
+            supplies: vec![],
+        }];
         assert_eq!(split(&impossible, &supplies), None);
     }
 
@@ -267,26 +333,39 @@ mod tests {
             price,
             room: [f64::from(cpu), f64::from(mem), 110.0],
         });
-        proptest::collection::vec(supply, 1..12).prop_flat_map(|supplies| {
-            let n = supplies.len();
-            let demand = (1u32..300, 1u32..16_000, 1u32..64_000, proptest::collection::vec(any::<bool>(), n)).prop_map(
-                move |(count, cpu, mem, open)| (count, [f64::from(cpu) / 1000.0, f64::from(mem) / 1024.0, 1.0], open),
-            );
-            (Just(supplies), proptest::collection::vec(demand, 1..6))
-        })
-        .prop_map(|(supplies, raw)| {
-            let demands = raw
-                .into_iter()
-                .map(|(count, request, open)| Demand {
-                    count,
-                    request,
-                    supplies: (0..supplies.len())
-                        .filter(|&c| open[c] && (0..3).all(|r| request[r] <= supplies[c].room[r]))
-                        .collect(),
-                })
-                .collect();
-            (demands, supplies)
-        })
+        proptest::collection::vec(supply, 1..12)
+            .prop_flat_map(|supplies| {
+                let n = supplies.len();
+                let demand = (
+                    1u32..300,
+                    1u32..16_000,
+                    1u32..64_000,
+                    proptest::collection::vec(any::<bool>(), n),
+                )
+                    .prop_map(move |(count, cpu, mem, open)| {
+                        (
+                            count,
+                            [f64::from(cpu) / 1000.0, f64::from(mem) / 1024.0, 1.0],
+                            open,
+                        )
+                    });
+                (Just(supplies), proptest::collection::vec(demand, 1..6))
+            })
+            .prop_map(|(supplies, raw)| {
+                let demands = raw
+                    .into_iter()
+                    .map(|(count, request, open)| Demand {
+                        count,
+                        request,
+                        supplies: (0..supplies.len())
+                            .filter(|&c| {
+                                open[c] && (0..3).all(|r| request[r] <= supplies[c].room[r])
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                (demands, supplies)
+            })
     }
 
     proptest! {

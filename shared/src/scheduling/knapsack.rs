@@ -33,9 +33,19 @@ pub struct Pattern {
 /// price, and the search prunes every branch that cannot beat it.)
 pub fn best(items: &[Item], room: [i64; 3], beat: f64, budget: usize) -> Pattern {
     // Search order: value per share of the node, densest first.
-    let share = |it: &Item| (0..3).map(|r| it.weight[r] as f64 / room[r].max(1) as f64).sum::<f64>();
-    let mut order: Vec<usize> = (0..items.len()).filter(|&i| items[i].value > 0.0 && items[i].max > 0).collect();
-    order.sort_by(|&a, &b| (items[b].value / share(&items[b])).total_cmp(&(items[a].value / share(&items[a]))).then(a.cmp(&b)));
+    let share = |it: &Item| {
+        (0..3)
+            .map(|r| it.weight[r] as f64 / room[r].max(1) as f64)
+            .sum::<f64>()
+    };
+    let mut order: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].value > 0.0 && items[i].max > 0)
+        .collect();
+    order.sort_by(|&a, &b| {
+        (items[b].value / share(&items[b]))
+            .total_cmp(&(items[a].value / share(&items[a])))
+            .then(a.cmp(&b))
+    });
     // The bounds: fractional knapsacks in one resource, or in a sum of
     // resources each scaled by the room (a surrogate: any packing meets
     // it); each with its items by value per unit, densest first.
@@ -43,12 +53,29 @@ pub fn best(items: &[Item], room: [i64; 3], beat: f64, budget: usize) -> Pattern
     let surrogates: Vec<Surrogate> = SURROGATES
         .iter()
         .map(|mask| {
-            let lambda: [f64; 3] = [0, 1, 2].map(|r| if mask[r] { if mask.iter().filter(|m| **m).count() == 1 { 1.0 } else { scale[r] } } else { 0.0 });
-            let weight: Vec<f64> = items.iter().map(|it| (0..3).map(|r| lambda[r] * it.weight[r] as f64).sum()).collect();
+            let lambda: [f64; 3] = [0, 1, 2].map(|r| {
+                if mask[r] {
+                    if mask.iter().filter(|m| **m).count() == 1 {
+                        1.0
+                    } else {
+                        scale[r]
+                    }
+                } else {
+                    0.0
+                }
+            });
+            let weight: Vec<f64> = items
+                .iter()
+                .map(|it| (0..3).map(|r| lambda[r] * it.weight[r] as f64).sum())
+                .collect();
             let mut by_density = order.clone();
             let density = |i: usize| items[i].value / weight[i].max(f64::MIN_POSITIVE);
             by_density.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
-            Surrogate { lambda, weight, by_density }
+            Surrogate {
+                lambda,
+                weight,
+                by_density,
+            }
         })
         .collect();
     let mut search = Search {
@@ -63,11 +90,18 @@ pub fn best(items: &[Item], room: [i64; 3], beat: f64, budget: usize) -> Pattern
         },
         surrogates,
         counts: vec![0; items.len()],
-        best: Pattern { value: beat, counts: vec![0; items.len()], searched: 0 },
+        best: Pattern {
+            value: beat,
+            counts: vec![0; items.len()],
+            searched: 0,
+        },
         budget,
     };
     search.explore(0, room, 0.0);
-    Pattern { searched: budget - search.budget, ..search.best }
+    Pattern {
+        searched: budget - search.budget,
+        ..search.best
+    }
 }
 
 struct Search<'a> {
@@ -83,18 +117,28 @@ struct Search<'a> {
 impl Search<'_> {
     fn explore(&mut self, depth: usize, rem: [i64; 3], value: f64) {
         if value > self.best.value + 1e-12 {
-            self.best = Pattern { value, counts: self.counts.clone(), searched: 0 };
+            self.best = Pattern {
+                value,
+                counts: self.counts.clone(),
+                searched: 0,
+            };
         }
         if depth == self.order.len() || self.budget == 0 {
             return;
         }
         self.budget -= 1;
-        if self.bound(depth, rem, self.best.value + 1e-12 - value) <= self.best.value + 1e-12 - value {
+        if self.bound(depth, rem, self.best.value + 1e-12 - value)
+            <= self.best.value + 1e-12 - value
+        {
             return;
         }
         let i = self.order[depth];
         let it = &self.items[i];
-        let fit = (0..3).filter(|&r| it.weight[r] > 0).map(|r| (rem[r] / it.weight[r]) as u32).min().unwrap_or(it.max);
+        let fit = (0..3)
+            .filter(|&r| it.weight[r] > 0)
+            .map(|r| (rem[r] / it.weight[r]) as u32)
+            .min()
+            .unwrap_or(it.max);
         let top = fit.min(it.max);
         for n in (0..=top).rev() {
             let left = [0, 1, 2].map(|r| rem[r] - it.weight[r] * i64::from(n));
@@ -191,8 +235,16 @@ mod tests {
         // 8 cores, 16 GiB (in GiB units), 20 slots: four 2-core/1-GiB pods
         // and one 0-core/12-GiB pod beat eight of the small ones.
         let items = [
-            Item { value: 1.0, weight: [2000, 1, 1], max: 10 },
-            Item { value: 1.5, weight: [0, 12, 1], max: 10 },
+            Item {
+                value: 1.0,
+                weight: [2000, 1, 1],
+                max: 10,
+            },
+            Item {
+                value: 1.5,
+                weight: [0, 12, 1],
+                max: 10,
+            },
         ];
         let p = best(&items, [8000, 16, 20], 0.0, 10_000);
         assert_eq!(p.counts, vec![4, 1]);

@@ -102,7 +102,9 @@ pub fn restriction(key: &str) -> Option<String> {
     let (domain, _) = key.split_once('/')?;
     let under = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
     let allowed = if under("kubernetes.io") {
-        KUBERNETES_IO_ALLOWED.contains(&key) || under("node.kubernetes.io") || under("node-restriction.kubernetes.io")
+        KUBERNETES_IO_ALLOWED.contains(&key)
+            || under("node.kubernetes.io")
+            || under("node-restriction.kubernetes.io")
     } else if under("k8s.io") {
         under("kops.k8s.io")
     } else if under("karpenter.sh") {
@@ -112,9 +114,18 @@ pub fn restriction(key: &str) -> Option<String> {
     } else {
         true
     };
-    let reserved = ["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws"].into_iter().find(|d| under(d));
+    let reserved = [
+        "kubernetes.io",
+        "k8s.io",
+        "karpenter.sh",
+        "karpenter.k8s.aws",
+    ]
+    .into_iter()
+    .find(|d| under(d));
     match (allowed, reserved) {
-        (false, Some(d)) => Some(format!("label domain {d:?} is restricted ({key:?} is not one of its well-known labels)")),
+        (false, Some(d)) => Some(format!(
+            "label domain {d:?} is restricted ({key:?} is not one of its well-known labels)"
+        )),
         _ => None,
     }
 }
@@ -125,7 +136,11 @@ pub fn is_well_known(key: &str) -> bool {
 
 /// The current name of a key (`beta.kubernetes.io/arch` → `kubernetes.io/arch`).
 pub fn normalize(key: &str) -> &str {
-    ALIASES.iter().find(|(old, _)| *old == key).map(|(_, new)| *new).unwrap_or(key)
+    ALIASES
+        .iter()
+        .find(|(old, _)| *old == key)
+        .map(|(_, new)| *new)
+        .unwrap_or(key)
 }
 
 /// The well-known key that `key` most likely meant, if it looks like a typo of one.
@@ -142,7 +157,10 @@ pub fn typo_hint(key: &str) -> Option<&'static str> {
     }
     // Same name after the prefix ("karpenter.sh/instance-family") or no prefix at all ("zone").
     let name = key.rsplit('/').next().unwrap_or(key);
-    WELL_KNOWN.iter().copied().find(|wk| wk.rsplit('/').next() == Some(name))
+    WELL_KNOWN
+        .iter()
+        .copied()
+        .find(|wk| wk.rsplit('/').next() == Some(name))
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -196,12 +214,15 @@ mod tests {
             assert!(why.contains(domain), "{bad}: {why}");
         }
     }
-    
+
     #[test]
     fn hints_near_misses() {
         assert_eq!(typo_hint("kubernetes.io/archh"), Some(ARCH));
         assert_eq!(typo_hint("topology.kubernetes.io/zon"), Some(ZONE));
-        assert_eq!(typo_hint("karpenter.sh/instance-family"), Some(INSTANCE_FAMILY));
+        assert_eq!(
+            typo_hint("karpenter.sh/instance-family"),
+            Some(INSTANCE_FAMILY)
+        );
         assert_eq!(typo_hint("karpenter.sh/capacity_type"), Some(CAPACITY_TYPE));
         assert_eq!(typo_hint("team"), None);
         assert_eq!(typo_hint(ZONE), None);

@@ -8,10 +8,10 @@ pub mod patterns;
 pub mod pod;
 pub mod requirements;
 pub mod selector;
+pub mod solver;
 pub mod taints;
 pub mod topology;
 pub mod volumes;
-pub mod solver;
 
 pub use pod::{PodRef, SchedPod};
 pub use requirements::{Operator, Requirement, Requirements};

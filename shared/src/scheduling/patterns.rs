@@ -24,7 +24,7 @@
 //! trimmed to what is left, each round committing at least one node. The
 //! last nodes may be part full; the solver right-sizes every claim.
 
-use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOutcome, Solution, Variable};
+use microlp::{ComparisonOp, OptimizationDirection, Problem, Solution, SolveOutcome, Variable};
 use rustc_hash::FxHashSet;
 
 use super::guide::{Demand, Supply};
@@ -78,7 +78,11 @@ struct Pattern {
 /// fluid program's split (`guide::split`): per demand, (supply, pods); its
 /// per-node mixes start the program, so the generation begins near the
 /// fluid optimum instead of searching its way there.
-pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize, u32)>]>) -> Option<Planned> {
+pub fn plan(
+    demands: &[Demand],
+    supplies: &[Supply],
+    fluid: Option<&[Vec<(usize, u32)>]>,
+) -> Option<Planned> {
     if demands.iter().any(|d| d.count > 0 && d.supplies.is_empty()) {
         return None;
     }
@@ -86,7 +90,11 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
     let rooms: Vec<[i64; 3]> = supplies.iter().map(|s| ints(&s.room)).collect();
     let fit = |g: usize, s: usize| -> u32 {
         let w = &weights[g];
-        let n = (0..3).filter(|&r| w[r] > 0).map(|r| (rooms[s][r] / w[r]).max(0)).min().unwrap_or(i64::MAX);
+        let n = (0..3)
+            .filter(|&r| w[r] > 0)
+            .map(|r| (rooms[s][r] / w[r]).max(0))
+            .min()
+            .unwrap_or(i64::MAX);
         n.min(i64::from(demands[g].count)) as u32
     };
     // Per supply, the demands with pods that one of fits on it.
@@ -98,8 +106,13 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
             }
         }
     }
-    let active: Vec<usize> = (0..demands.len()).filter(|&g| demands[g].count > 0).collect();
-    if active.iter().any(|&g| demands[g].supplies.iter().all(|&s| fit(g, s) == 0)) {
+    let active: Vec<usize> = (0..demands.len())
+        .filter(|&g| demands[g].count > 0)
+        .collect();
+    if active
+        .iter()
+        .any(|&g| demands[g].supplies.iter().all(|&s| fit(g, s) == 0))
+    {
         return None;
     }
     let priced = undominated(&open, &rooms, supplies);
@@ -119,11 +132,17 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         .iter()
         .map(|&g| {
             let s = cheapest(g, &|s| supplies[s].price / f64::from(fit(g, s)));
-            Pattern { supply: s, pods: vec![(g, fit(g, s))] }
+            Pattern {
+                supply: s,
+                pods: vec![(g, fit(g, s))],
+            }
         })
         .collect();
     let mut seen: FxHashSet<Pattern> = patterns.iter().cloned().collect();
-    for p in fluid.map(|split| mixes(split, &weights, &rooms, demands)).unwrap_or_default() {
+    for p in fluid
+        .map(|split| mixes(split, &weights, &rooms, demands))
+        .unwrap_or_default()
+    {
         if seen.insert(p.clone()) {
             patterns.push(p);
         }
@@ -137,7 +156,12 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         }
         v
     };
-    let row = |p: &Pattern| -> Vec<(Variable, f64)> { p.pods.iter().map(|&(g, n)| (values[g].unwrap(), f64::from(n))).collect() };
+    let row = |p: &Pattern| -> Vec<(Variable, f64)> {
+        p.pods
+            .iter()
+            .map(|&(g, n)| (values[g].unwrap(), f64::from(n)))
+            .collect()
+    };
     for p in &patterns {
         dual.add_constraint(row(p), ComparisonOp::Le, supplies[p.supply].price);
     }
@@ -150,8 +174,13 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
     let mut work = 0usize;
     let mut bound = None;
     for _ in 0..MAX_ROUNDS {
-        let Some(current) = solution.as_ref() else { break };
-        let pi: Vec<f64> = values.iter().map(|v| v.map_or(0.0, |v| current.var_value(v).max(0.0))).collect();
+        let Some(current) = solution.as_ref() else {
+            break;
+        };
+        let pi: Vec<f64> = values
+            .iter()
+            .map(|v| v.map_or(0.0, |v| current.var_value(v).max(0.0)))
+            .collect();
         let mut found: Vec<(f64, Pattern)> = Vec::new();
         let mut exhaustive = true;
         for &s in &priced {
@@ -159,8 +188,14 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
                 exhaustive = false;
                 break;
             }
-            let items: Vec<Item> =
-                open[s].iter().map(|&g| Item { value: pi[g], weight: weights[g], max: fit(g, s) }).collect();
+            let items: Vec<Item> = open[s]
+                .iter()
+                .map(|&g| Item {
+                    value: pi[g],
+                    weight: weights[g],
+                    max: fit(g, s),
+                })
+                .collect();
             let price = supplies[s].price;
             let best = knapsack::best(&items, rooms[s], price * (1.0 + PROFIT), KNAPSACK_BUDGET);
             work += best.searched;
@@ -168,7 +203,12 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
             if best.counts.iter().all(|n| *n == 0) {
                 continue;
             }
-            let pods: Vec<(usize, u32)> = open[s].iter().zip(&best.counts).filter(|(_, n)| **n > 0).map(|(&g, &n)| (g, n)).collect();
+            let pods: Vec<(usize, u32)> = open[s]
+                .iter()
+                .zip(&best.counts)
+                .filter(|(_, n)| **n > 0)
+                .map(|(&g, &n)| (g, n))
+                .collect();
             found.push((best.value / price, Pattern { supply: s, pods }));
         }
         found.retain(|(_, p)| !seen.contains(p));
@@ -204,20 +244,34 @@ pub fn plan(demands: &[Demand], supplies: &[Supply], fluid: Option<&[Vec<(usize,
         .iter()
         .flat_map(|&g| {
             let count = demands[g].count;
-            let s = cheapest(g, &|s| supplies[s].price * f64::from(count.div_ceil(fit(g, s))));
+            let s = cheapest(g, &|s| {
+                supplies[s].price * f64::from(count.div_ceil(fit(g, s)))
+            });
             let per = fit(g, s);
-            (0..count.div_ceil(per)).map(move |k| Node { supply: s, pods: vec![(g, per.min(count - k * per))] })
+            (0..count.div_ceil(per)).map(move |k| Node {
+                supply: s,
+                pods: vec![(g, per.min(count - k * per))],
+            })
         })
         .collect();
     let cost = |nodes: &[Node]| nodes.iter().map(|n| supplies[n.supply].price).sum::<f64>();
-    let nodes = if cost(&alone) < cost(&mixed) - 1e-9 { alone } else { mixed };
+    let nodes = if cost(&alone) < cost(&mixed) - 1e-9 {
+        alone
+    } else {
+        mixed
+    };
     Some(Planned { nodes, bound })
 }
 
 /// One node's share of each supply's pods in a fluid split: the supply
 /// takes x nodes' worth (its busiest resource), so ⌊pods / x⌋ of each
 /// demand fit one node together.
-fn mixes(split: &[Vec<(usize, u32)>], weights: &[[i64; 3]], rooms: &[[i64; 3]], demands: &[Demand]) -> Vec<Pattern> {
+fn mixes(
+    split: &[Vec<(usize, u32)>],
+    weights: &[[i64; 3]],
+    rooms: &[[i64; 3]],
+    demands: &[Demand],
+) -> Vec<Pattern> {
     let mut by_supply: Vec<Vec<(usize, u32)>> = vec![Vec::new(); rooms.len()];
     for (g, shares) in split.iter().enumerate() {
         for &(s, n) in shares {
@@ -230,14 +284,29 @@ fn mixes(split: &[Vec<(usize, u32)>], weights: &[[i64; 3]], rooms: &[[i64; 3]], 
         .filter(|(_, pods)| !pods.is_empty())
         .filter_map(|(s, pods)| {
             let x = (0..3)
-                .map(|r| pods.iter().map(|&(g, n)| (weights[g][r] * i64::from(n)) as f64).sum::<f64>() / rooms[s][r].max(1) as f64)
+                .map(|r| {
+                    pods.iter()
+                        .map(|&(g, n)| (weights[g][r] * i64::from(n)) as f64)
+                        .sum::<f64>()
+                        / rooms[s][r].max(1) as f64
+                })
                 .fold(0.0, f64::max);
             let pods: Vec<(usize, u32)> = pods
                 .into_iter()
-                .map(|(g, n)| (g, ((f64::from(n) / x + 1e-9).floor() as u32).min(demands[g].count)))
+                .map(|(g, n)| {
+                    (
+                        g,
+                        ((f64::from(n) / x + 1e-9).floor() as u32).min(demands[g].count),
+                    )
+                })
                 .filter(|(_, n)| *n > 0)
                 .collect();
-            let fits = (0..3).all(|r| pods.iter().map(|&(g, n)| weights[g][r] * i64::from(n)).sum::<i64>() <= rooms[s][r]);
+            let fits = (0..3).all(|r| {
+                pods.iter()
+                    .map(|&(g, n)| weights[g][r] * i64::from(n))
+                    .sum::<i64>()
+                    <= rooms[s][r]
+            });
             (fits && !pods.is_empty()).then_some(Pattern { supply: s, pods })
         })
         .collect()
@@ -245,7 +314,12 @@ fn mixes(split: &[Vec<(usize, u32)>], weights: &[[i64; 3]], rooms: &[[i64; 3]], 
 
 /// Whole nodes from the program over `patterns`: ⌊x_p⌋ of each, then
 /// rounds over the used patterns trimmed to the pods left.
-fn round(demands: &[Demand], supplies: &[Supply], active: &[usize], patterns: &[Pattern]) -> Vec<Node> {
+fn round(
+    demands: &[Demand],
+    supplies: &[Supply],
+    active: &[usize],
+    patterns: &[Pattern],
+) -> Vec<Node> {
     let mut left: Vec<u32> = demands.iter().map(|d| d.count).collect();
     let mut nodes = Vec::new();
     // The single-demand starts stay in every round, so each is solvable.
@@ -257,7 +331,10 @@ fn round(demands: &[Demand], supplies: &[Supply], active: &[usize], patterns: &[
             Some(x) => x,
             None => {
                 // Cannot happen with the starts in; commit one start so the loop ends.
-                let p = starts.iter().find_map(|p| trim(p, &left)).expect("pods are left");
+                let p = starts
+                    .iter()
+                    .find_map(|p| trim(p, &left))
+                    .expect("pods are left");
                 commit(&p, &mut left, &mut nodes);
                 continue;
             }
@@ -267,7 +344,9 @@ fn round(demands: &[Demand], supplies: &[Supply], active: &[usize], patterns: &[
         let mut committed = false;
         for &k in &by_use {
             for _ in 0..(x[k] + 1e-6).floor() as u64 {
-                let Some(p) = trim(&trimmed[k], &left) else { break };
+                let Some(p) = trim(&trimmed[k], &left) else {
+                    break;
+                };
                 commit(&p, &mut left, &mut nodes);
                 committed = true;
             }
@@ -286,9 +365,17 @@ fn round(demands: &[Demand], supplies: &[Supply], active: &[usize], patterns: &[
 }
 
 /// The program over `patterns` for the pods `left`: x per pattern.
-fn cover(supplies: &[Supply], active: &[usize], left: &[u32], patterns: &[Pattern]) -> Option<Vec<f64>> {
+fn cover(
+    supplies: &[Supply],
+    active: &[usize],
+    left: &[u32],
+    patterns: &[Pattern],
+) -> Option<Vec<f64>> {
     let mut lp = Problem::new(OptimizationDirection::Minimize);
-    let x: Vec<Variable> = patterns.iter().map(|p| lp.add_var(supplies[p.supply].price, (0.0, f64::INFINITY))).collect();
+    let x: Vec<Variable> = patterns
+        .iter()
+        .map(|p| lp.add_var(supplies[p.supply].price, (0.0, f64::INFINITY)))
+        .collect();
     let mut rows: Vec<Vec<(Variable, f64)>> = vec![Vec::new(); left.len()];
     for (p, &v) in patterns.iter().zip(&x) {
         for &(g, n) in &p.pods {
@@ -296,7 +383,11 @@ fn cover(supplies: &[Supply], active: &[usize], left: &[u32], patterns: &[Patter
         }
     }
     for &g in active.iter().filter(|&&g| left[g] > 0) {
-        lp.add_constraint(std::mem::take(&mut rows[g]), ComparisonOp::Ge, f64::from(left[g]));
+        lp.add_constraint(
+            std::mem::take(&mut rows[g]),
+            ComparisonOp::Ge,
+            f64::from(left[g]),
+        );
     }
     let solution: Solution = match lp.solve() {
         Ok(SolveOutcome::Solution(s)) => s,
@@ -307,15 +398,26 @@ fn cover(supplies: &[Supply], active: &[usize], left: &[u32], patterns: &[Patter
 
 /// `p` with each count cut to the pods left; `None` when none are.
 fn trim(p: &Pattern, left: &[u32]) -> Option<Pattern> {
-    let pods: Vec<(usize, u32)> = p.pods.iter().map(|&(g, n)| (g, n.min(left[g]))).filter(|(_, n)| *n > 0).collect();
-    (!pods.is_empty()).then(|| Pattern { supply: p.supply, pods })
+    let pods: Vec<(usize, u32)> = p
+        .pods
+        .iter()
+        .map(|&(g, n)| (g, n.min(left[g])))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    (!pods.is_empty()).then(|| Pattern {
+        supply: p.supply,
+        pods,
+    })
 }
 
 fn commit(p: &Pattern, left: &mut [u32], nodes: &mut Vec<Node>) {
     for &(g, n) in &p.pods {
         left[g] -= n;
     }
-    nodes.push(Node { supply: p.supply, pods: p.pods.clone() });
+    nodes.push(Node {
+        supply: p.supply,
+        pods: p.pods.clone(),
+    });
 }
 
 /// The supplies worth pricing: one is dropped when another is open to
@@ -328,8 +430,16 @@ fn commit(p: &Pattern, left: &mut [u32], nodes: &mut Vec<Node>) {
 /// so each is compared with the undominated ones before it only, not with
 /// every supply (the whole catalog under a few zone pins is thousands).
 fn undominated(open: &[Vec<usize>], rooms: &[[i64; 3]], supplies: &[Supply]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..supplies.len()).filter(|&s| !open[s].is_empty()).collect();
-    order.sort_by(|&a, &b| supplies[a].price.total_cmp(&supplies[b].price).then_with(|| rooms[b].cmp(&rooms[a])).then(a.cmp(&b)));
+    let mut order: Vec<usize> = (0..supplies.len())
+        .filter(|&s| !open[s].is_empty())
+        .collect();
+    order.sort_by(|&a, &b| {
+        supplies[a]
+            .price
+            .total_cmp(&supplies[b].price)
+            .then_with(|| rooms[b].cmp(&rooms[a]))
+            .then(a.cmp(&b))
+    });
     let mut kept: Vec<usize> = Vec::new();
     for j in order {
         if !kept.iter().any(|&i| beats(open, rooms, supplies, i, j)) {
@@ -347,12 +457,20 @@ fn beats(open: &[Vec<usize>], rooms: &[[i64; 3]], supplies: &[Supply], i: usize,
     let (pi, pj) = (supplies[i].price, supplies[j].price);
     let roomier = (0..3).all(|r| rooms[i][r] >= rooms[j][r]);
     let same = pi == pj && rooms[i] == rooms[j];
-    i != j && roomier && pi <= pj && (!same || i < j) && open[j].iter().all(|g| open[i].binary_search(g).is_ok())
+    i != j
+        && roomier
+        && pi <= pj
+        && (!same || i < j)
+        && open[j].iter().all(|g| open[i].binary_search(g).is_ok())
 }
 
 /// Millicores, bytes and pod slots from the guide's cores, GiB and pods.
 fn ints(u: &[f64; 3]) -> [i64; 3] {
-    [(u[0] * 1000.0).round() as i64, (u[1] * GIB as f64).round() as i64, u[2].round() as i64]
+    [
+        (u[0] * 1000.0).round() as i64,
+        (u[1] * GIB as f64).round() as i64,
+        u[2].round() as i64,
+    ]
 }
 
 #[cfg(test)]
@@ -385,7 +503,11 @@ mod tests {
         for n in nodes {
             let mut used = [0i64; 3];
             for &(g, k) in &n.pods {
-                prop_assert!(demands[g].supplies.contains(&n.supply), "demand {g} is not open to supply {}", n.supply);
+                prop_assert!(
+                    demands[g].supplies.contains(&n.supply),
+                    "demand {g} is not open to supply {}",
+                    n.supply
+                );
                 placed[g] += k;
                 let w = ints(&demands[g].request);
                 for r in 0..3 {
@@ -393,7 +515,10 @@ mod tests {
                 }
             }
             let room = ints(&supplies[n.supply].room);
-            prop_assert!((0..3).all(|r| used[r] <= room[r]), "node {n:?} holds more than its room");
+            prop_assert!(
+                (0..3).all(|r| used[r] <= room[r]),
+                "node {n:?} holds more than its room"
+            );
         }
         for (g, d) in demands.iter().enumerate() {
             prop_assert_eq!(placed[g], d.count);
@@ -407,10 +532,21 @@ mod tests {
         // four 0.5-core/14-GiB ones (by memory): 4 nodes for 8 of each kind
         // apart. Four of each fill one exactly: 2 nodes.
         let demands = vec![
-            Demand { count: 8, request: [3.5, 2.0, 1.0], supplies: vec![0] },
-            Demand { count: 8, request: [0.5, 14.0, 1.0], supplies: vec![0] },
+            Demand {
+                count: 8,
+                request: [3.5, 2.0, 1.0],
+                supplies: vec![0],
+            },
+            Demand {
+                count: 8,
+                request: [0.5, 14.0, 1.0],
+                supplies: vec![0],
+            },
         ];
-        let supplies = vec![Supply { price: 1.0, room: [16.0, 64.0, 58.0] }];
+        let supplies = vec![Supply {
+            price: 1.0,
+            room: [16.0, 64.0, 58.0],
+        }];
         let nodes = plan(&demands, &supplies, None).unwrap().nodes;
         check(&demands, &supplies, &nodes).unwrap();
         assert_eq!(nodes.len(), 2);
@@ -419,26 +555,66 @@ mod tests {
 
     #[test]
     fn a_demand_with_no_supply_means_no_plan() {
-        let demands = vec![Demand { count: 1, request: [1.0, 1.0, 1.0], supplies: vec![] }];
-        assert!(plan(&demands, &[Supply { price: 1.0, room: [4.0, 4.0, 10.0] }], None).is_none());
+        let demands = vec![Demand {
+            count: 1,
+            request: [1.0, 1.0, 1.0],
+            supplies: vec![],
+        }];
+        assert!(
+            plan(
+                &demands,
+                &[Supply {
+                    price: 1.0,
+                    room: [4.0, 4.0, 10.0]
+                }],
+                None
+            )
+            .is_none()
+        );
         // Nor when it is open to one it does not fit on.
-        let demands = vec![Demand { count: 1, request: [8.0, 1.0, 1.0], supplies: vec![0] }];
-        assert!(plan(&demands, &[Supply { price: 1.0, room: [4.0, 4.0, 10.0] }], None).is_none());
+        let demands = vec![Demand {
+            count: 1,
+            request: [8.0, 1.0, 1.0],
+            supplies: vec![0],
+        }];
+        assert!(
+            plan(
+                &demands,
+                &[Supply {
+                    price: 1.0,
+                    room: [4.0, 4.0, 10.0]
+                }],
+                None
+            )
+            .is_none()
+        );
     }
 
     fn instance() -> impl Strategy<Value = (Vec<Demand>, Vec<Supply>)> {
         let supply = (1u32..5, 1u32..5, 2u32..12).prop_map(|(cpu, mem, pods)| {
             let (cpu, mem) = (f64::from(cpu * 2), f64::from(mem * 4));
-            Supply { price: 0.04 * cpu + 0.005 * mem + 0.01, room: [cpu, mem, f64::from(pods)] }
+            Supply {
+                price: 0.04 * cpu + 0.005 * mem + 0.01,
+                room: [cpu, mem, f64::from(pods)],
+            }
         });
-        (proptest::collection::vec(supply, 1..6), proptest::collection::vec((1u32..40, 1u32..16, 1u32..32, any::<u8>()), 1..5))
+        (
+            proptest::collection::vec(supply, 1..6),
+            proptest::collection::vec((1u32..40, 1u32..16, 1u32..32, any::<u8>()), 1..5),
+        )
             .prop_map(|(supplies, raw)| {
                 let demands = raw
                     .into_iter()
                     .map(|(count, cpu, mem, mask)| {
                         let request = [f64::from(cpu) / 4.0, f64::from(mem) / 4.0, 1.0];
-                        let open: Vec<usize> = (0..supplies.len()).filter(|&s| mask & (1 << s) != 0 || s == 0).collect();
-                        Demand { count, request, supplies: open }
+                        let open: Vec<usize> = (0..supplies.len())
+                            .filter(|&s| mask & (1 << s) != 0 || s == 0)
+                            .collect();
+                        Demand {
+                            count,
+                            request,
+                            supplies: open,
+                        }
                     })
                     .collect();
                 (demands, supplies)

@@ -36,15 +36,31 @@ impl fmt::Display for PodRef {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PodError {
     #[error("pod {pod}: {field}: {source}")]
-    Quantity { pod: String, field: String, source: QuantityError },
+    Quantity {
+        pod: String,
+        field: String,
+        source: QuantityError,
+    },
     #[error("pod {pod}: {field}: {source}")]
-    Requirement { pod: String, field: String, source: RequirementError },
+    Requirement {
+        pod: String,
+        field: String,
+        source: RequirementError,
+    },
     #[error("pod {pod}: {field}: {reason}")]
-    Invalid { pod: String, field: String, reason: String },
+    Invalid {
+        pod: String,
+        field: String,
+        reason: String,
+    },
     /// A volume no new node can hold (a missing claim or class, …). Boxed:
     /// the rare case should not make every `Result<SchedPod, _>` larger.
     #[error("pod {pod}: volume {volume}: {source}")]
-    Volume { pod: String, volume: String, source: Box<VolumeError> },
+    Volume {
+        pod: String,
+        volume: String,
+        source: Box<VolumeError>,
+    },
 }
 
 /// A topology spread constraint.
@@ -144,40 +160,69 @@ impl SchedPod {
     /// Reads a pod. Malformed quantities, operators or selectors are errors
     /// that name the pod and the field.
     pub fn from_pod(p: &Pod) -> Result<SchedPod, PodError> {
-        let namespace = p.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let namespace = p
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let name = p.metadata.name.clone().unwrap_or_default();
         let pod_name = format!("{namespace}/{name}");
         let spec = p.spec.clone().unwrap_or_default();
         let req_err = |field: &str| {
             let pod = pod_name.clone();
             let field = field.to_owned();
-            move |source| PodError::Requirement { pod: pod.clone(), field: field.clone(), source }
+            move |source| PodError::Requirement {
+                pod: pod.clone(),
+                field: field.clone(),
+                source,
+            }
         };
-        let invalid = |field: &str, reason: String| PodError::Invalid { pod: pod_name.clone(), field: field.to_owned(), reason };
+        let invalid = |field: &str, reason: String| PodError::Invalid {
+            pod: pod_name.clone(),
+            field: field.to_owned(),
+            reason,
+        };
 
-        let requests = effective_requests(&spec.containers, spec.init_containers.as_deref().unwrap_or(&[]), spec.overhead.as_ref())
-            .map_err(|(field, source)| PodError::Quantity { pod: pod_name.clone(), field, source })?;
+        let requests = effective_requests(
+            &spec.containers,
+            spec.init_containers.as_deref().unwrap_or(&[]),
+            spec.overhead.as_ref(),
+        )
+        .map_err(|(field, source)| PodError::Quantity {
+            pod: pod_name.clone(),
+            field,
+            source,
+        })?;
 
         let node_selector = Requirements::from_labels(spec.node_selector.iter().flatten());
-        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let node_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref());
         let mut required_terms = Vec::new();
-        if let Some(sel) = node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()) {
+        if let Some(sel) = node_affinity.and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }) {
             for (i, term) in sel.node_selector_terms.iter().enumerate() {
-                required_terms.push(
-                    term_requirements(term)
-                        .map_err(req_err(&format!("spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]")))?,
-                );
+                required_terms.push(term_requirements(term).map_err(req_err(&format!(
+                    "spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]"
+                )))?);
             }
         }
         let mut preferred_terms = Vec::new();
         for (i, p) in node_affinity
-            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|n| {
+                n.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .into_iter()
             .flatten()
             .enumerate()
         {
-            let reqs = term_requirements(&p.preference)
-                .map_err(req_err(&format!("spec.affinity.nodeAffinity.preferred[{i}]")))?;
+            let reqs = term_requirements(&p.preference).map_err(req_err(&format!(
+                "spec.affinity.nodeAffinity.preferred[{i}]"
+            )))?;
             preferred_terms.push((p.weight, reqs));
         }
 
@@ -191,26 +236,45 @@ impl SchedPod {
 
         let labels = p.metadata.labels.clone().unwrap_or_default();
         let mut spreads = Vec::new();
-        for (i, c) in spec.topology_spread_constraints.iter().flatten().enumerate() {
+        for (i, c) in spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .enumerate()
+        {
             let field = format!("spec.topologySpreadConstraints[{i}]");
             let hard = match c.when_unsatisfiable.as_str() {
                 "DoNotSchedule" => true,
                 "ScheduleAnyway" => false,
-                other => return Err(invalid(&field, format!("unknown whenUnsatisfiable {other:?}"))),
+                other => {
+                    return Err(invalid(
+                        &field,
+                        format!("unknown whenUnsatisfiable {other:?}"),
+                    ));
+                }
             };
             if c.max_skew < 1 {
-                return Err(invalid(&field, format!("maxSkew must be at least 1, got {}", c.max_skew)));
+                return Err(invalid(
+                    &field,
+                    format!("maxSkew must be at least 1, got {}", c.max_skew),
+                ));
             }
             let mut selector_src = c.label_selector.clone().unwrap_or_default();
             // matchLabelKeys: the pod's own values of these keys join the selector.
             for k in c.match_label_keys.iter().flatten() {
                 if let Some(v) = labels.get(k) {
-                    selector_src.match_labels.get_or_insert_with(BTreeMap::new).insert(k.clone(), v.clone());
+                    selector_src
+                        .match_labels
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(k.clone(), v.clone());
                 }
             }
             let selector = if c.label_selector.is_none() && c.match_label_keys.is_none() {
                 // No selector selects nothing: the constraint cannot be skewed by anyone.
-                LabelSelector::from_labels(&BTreeMap::from([(String::from("\u{0}none"), String::new())]))
+                LabelSelector::from_labels(&BTreeMap::from([(
+                    String::from("\u{0}none"),
+                    String::new(),
+                )]))
             } else {
                 LabelSelector::from_k8s(&selector_src).map_err(req_err(&field))?
             };
@@ -225,8 +289,16 @@ impl SchedPod {
 
         let mut affinity = Vec::new();
         let aff = spec.affinity.as_ref();
-        let mut push_terms = |anti: bool, required: Option<&Vec<PodAffinityTerm>>, preferred: Vec<(i32, &PodAffinityTerm)>, field: &str| -> Result<(), PodError> {
-            let all = required.into_iter().flatten().map(|t| (None, t)).chain(preferred.into_iter().map(|(w, t)| (Some(w), t)));
+        let mut push_terms = |anti: bool,
+                              required: Option<&Vec<PodAffinityTerm>>,
+                              preferred: Vec<(i32, &PodAffinityTerm)>,
+                              field: &str|
+         -> Result<(), PodError> {
+            let all = required
+                .into_iter()
+                .flatten()
+                .map(|t| (None, t))
+                .chain(preferred.into_iter().map(|(w, t)| (Some(w), t)));
             for (i, (weight, t)) in all.enumerate() {
                 let f = format!("{field}[{i}]");
                 let selector = match &t.label_selector {
@@ -238,28 +310,65 @@ impl SchedPod {
                     namespaces.push(namespace.clone());
                 }
                 namespaces.sort();
-                affinity.push(AffinityTerm { anti, key: labels::normalize(&t.topology_key).to_owned(), selector, namespaces, weight });
+                affinity.push(AffinityTerm {
+                    anti,
+                    key: labels::normalize(&t.topology_key).to_owned(),
+                    selector,
+                    namespaces,
+                    weight,
+                });
             }
             Ok(())
         };
         if let Some(pa) = aff.and_then(|a| a.pod_affinity.as_ref()) {
-            let pref = pa.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|w| (w.weight, &w.pod_affinity_term)).collect();
-            push_terms(false, pa.required_during_scheduling_ignored_during_execution.as_ref(), pref, "spec.affinity.podAffinity")?;
+            let pref = pa
+                .preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .map(|w| (w.weight, &w.pod_affinity_term))
+                .collect();
+            push_terms(
+                false,
+                pa.required_during_scheduling_ignored_during_execution
+                    .as_ref(),
+                pref,
+                "spec.affinity.podAffinity",
+            )?;
         }
         if let Some(pa) = aff.and_then(|a| a.pod_anti_affinity.as_ref()) {
-            let pref = pa.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|w| (w.weight, &w.pod_affinity_term)).collect();
-            push_terms(true, pa.required_during_scheduling_ignored_during_execution.as_ref(), pref, "spec.affinity.podAntiAffinity")?;
+            let pref = pa
+                .preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .map(|w| (w.weight, &w.pod_affinity_term))
+                .collect();
+            push_terms(
+                true,
+                pa.required_during_scheduling_ignored_during_execution
+                    .as_ref(),
+                pref,
+                "spec.affinity.podAntiAffinity",
+            )?;
         }
 
         let mut host_ports = Vec::new();
-        for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
             for port in c.ports.iter().flatten() {
                 if let Some(hp) = port.host_port.filter(|p| *p > 0) {
                     let protocol = match port.protocol.as_deref() {
                         None | Some("TCP") => Protocol::Tcp,
                         Some("UDP") => Protocol::Udp,
                         Some("SCTP") => Protocol::Sctp,
-                        Some(other) => return Err(invalid("spec.containers[].ports[].protocol", format!("unknown protocol {other:?}"))),
+                        Some(other) => {
+                            return Err(invalid(
+                                "spec.containers[].ports[].protocol",
+                                format!("unknown protocol {other:?}"),
+                            ));
+                        }
                     };
                     host_ports.push(HostPort { port: hp, protocol });
                 }
@@ -268,12 +377,22 @@ impl SchedPod {
         host_ports.sort();
         host_ports.dedup();
 
-        let daemon = p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+        let daemon = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet");
         Ok(SchedPod {
             pod: PodRef { namespace, name },
             uid: p.metadata.uid.clone().unwrap_or_default(),
             labels,
-            created_millis: p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()).unwrap_or(0),
+            created_millis: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+                .unwrap_or(0),
             requests,
             node_selector,
             required_terms,
@@ -292,8 +411,12 @@ impl SchedPod {
     /// hold is an error naming it.
     pub fn from_pod_with_volumes(p: &Pod, index: &VolumeIndex) -> Result<SchedPod, PodError> {
         let mut sp = SchedPod::from_pod(p)?;
-        sp.volume = volumes::requirements(p, index)
-            .map_err(|(volume, source)| PodError::Volume { pod: sp.pod.to_string(), volume, source: Box::new(source) })?;
+        sp.volume =
+            volumes::requirements(p, index).map_err(|(volume, source)| PodError::Volume {
+                pod: sp.pod.to_string(),
+                volume,
+                source: Box::new(source),
+            })?;
         Ok(sp)
     }
 
@@ -303,16 +426,38 @@ impl SchedPod {
         if let Some(term) = self.required_terms.get(usize::from(r.term)) {
             node.add_all(term);
         }
-        for (_, reqs) in by_weight(&self.preferred_terms, |(w, _)| *w).into_iter().skip(usize::from(r.dropped_node_preferences)) {
+        for (_, reqs) in by_weight(&self.preferred_terms, |(w, _)| *w)
+            .into_iter()
+            .skip(usize::from(r.dropped_node_preferences))
+        {
             node.add_all(reqs);
         }
         let spread_scope = (!self.volume.is_empty()).then(|| node.clone());
         node.add_all(&self.volume);
-        let spreads = self.spreads.iter().filter(|s| s.hard || !r.dropped_soft_spreads).cloned().collect();
-        let mut affinity: Vec<AffinityTerm> = self.affinity.iter().filter(|t| t.weight.is_none()).cloned().collect();
-        let pref = |anti: bool| self.affinity.iter().filter(move |t| t.anti == anti && t.weight.is_some()).collect::<Vec<_>>();
+        let spreads = self
+            .spreads
+            .iter()
+            .filter(|s| s.hard || !r.dropped_soft_spreads)
+            .cloned()
+            .collect();
+        let mut affinity: Vec<AffinityTerm> = self
+            .affinity
+            .iter()
+            .filter(|t| t.weight.is_none())
+            .cloned()
+            .collect();
+        let pref = |anti: bool| {
+            self.affinity
+                .iter()
+                .filter(move |t| t.anti == anti && t.weight.is_some())
+                .collect::<Vec<_>>()
+        };
         let kept = |terms: Vec<&AffinityTerm>, dropped: u8| {
-            by_weight(&terms, |t| t.weight.unwrap_or(0)).into_iter().skip(usize::from(dropped)).map(|t| (*t).clone()).collect::<Vec<_>>()
+            by_weight(&terms, |t| t.weight.unwrap_or(0))
+                .into_iter()
+                .skip(usize::from(dropped))
+                .map(|t| (*t).clone())
+                .collect::<Vec<_>>()
         };
         affinity.extend(kept(pref(false), r.dropped_pod_affinity));
         affinity.extend(kept(pref(true), r.dropped_pod_anti_affinity));
@@ -329,7 +474,12 @@ impl SchedPod {
     /// The relaxation that drops every preference at once (required terms
     /// and PreferNoSchedule taints stay as they are).
     pub fn without_preferences(&self) -> Relaxation {
-        let count = |anti: bool| self.affinity.iter().filter(|t| t.anti == anti && t.weight.is_some()).count() as u8;
+        let count = |anti: bool| {
+            self.affinity
+                .iter()
+                .filter(|t| t.anti == anti && t.weight.is_some())
+                .count() as u8
+        };
         Relaxation {
             dropped_pod_affinity: count(false),
             dropped_pod_anti_affinity: count(true),
@@ -345,7 +495,12 @@ impl SchedPod {
     /// PreferNoSchedule taints.
     pub fn relax(&self, r: &Relaxation) -> Option<Relaxation> {
         let mut n = *r;
-        let count = |anti: bool| self.affinity.iter().filter(|t| t.anti == anti && t.weight.is_some()).count();
+        let count = |anti: bool| {
+            self.affinity
+                .iter()
+                .filter(|t| t.anti == anti && t.weight.is_some())
+                .count()
+        };
         if usize::from(r.term) + 1 < self.required_terms.len() {
             n.term += 1;
         } else if usize::from(r.dropped_pod_affinity) < count(false) {
@@ -383,10 +538,12 @@ fn container_requests(c: &Container, field: &str) -> Result<Resources, QuantityF
     if let Some(res) = &c.resources {
         // A limit without a request is the request (Kubernetes defaulting).
         for (name, q) in res.limits.iter().flatten() {
-            r.set(name, &q.0).map_err(|e| (format!("{field}.resources.limits.{name}"), e))?;
+            r.set(name, &q.0)
+                .map_err(|e| (format!("{field}.resources.limits.{name}"), e))?;
         }
         for (name, q) in res.requests.iter().flatten() {
-            r.set(name, &q.0).map_err(|e| (format!("{field}.resources.requests.{name}"), e))?;
+            r.set(name, &q.0)
+                .map_err(|e| (format!("{field}.resources.requests.{name}"), e))?;
         }
     }
     Ok(r)
@@ -429,13 +586,31 @@ fn effective_requests(
 /// scheduler marked it Unschedulable, it has no node and no nomination, and
 /// it is not a DaemonSet's or a static (mirror) pod.
 pub fn is_provisionable(p: &Pod) -> bool {
-    let unschedulable = p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-        cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
-    });
-    let no_node = p.spec.as_ref().is_none_or(|s| s.node_name.as_deref().unwrap_or("").is_empty());
-    let not_nominated = p.status.as_ref().is_none_or(|s| s.nominated_node_name.as_deref().unwrap_or("").is_empty());
-    let owned_by_daemon_or_node =
-        p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    let unschedulable = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        });
+    let no_node = p
+        .spec
+        .as_ref()
+        .is_none_or(|s| s.node_name.as_deref().unwrap_or("").is_empty());
+    let not_nominated = p
+        .status
+        .as_ref()
+        .is_none_or(|s| s.nominated_node_name.as_deref().unwrap_or("").is_empty());
+    let owned_by_daemon_or_node = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
     unschedulable && no_node && not_nominated && !owned_by_daemon_or_node
 }
 
@@ -482,7 +657,10 @@ mod tests {
                 ]
             }
         }));
-        assert_eq!(SchedPod::from_pod(&p).expect("valid").requests.cpu_millis, 1200);
+        assert_eq!(
+            SchedPod::from_pod(&p).expect("valid").requests.cpu_millis,
+            1200
+        );
     }
 
     #[test]
@@ -492,7 +670,12 @@ mod tests {
             "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}
         }));
         let e = SchedPod::from_pod(&p).expect_err("bad quantity");
-        assert!(e.to_string().contains("ns/bad: spec.containers[0].resources.requests.cpu: malformed quantity \"lots\""), "{e}");
+        assert!(
+            e.to_string().contains(
+                "ns/bad: spec.containers[0].resources.requests.cpu: malformed quantity \"lots\""
+            ),
+            "{e}"
+        );
 
         let p = pod(serde_json::json!({
             "metadata": {"name": "bad"},
@@ -532,31 +715,60 @@ mod tests {
         let sp = SchedPod::from_pod(&p).expect("valid");
         let mut r = Relaxation::default();
         let c = sp.constraints(&r);
-        assert!(c.node.allows(labels::ZONE, Some("a")) && c.node.allows(labels::ARCH, Some("arm64")) && !c.node.allows(labels::ARCH, Some("amd64")));
+        assert!(
+            c.node.allows(labels::ZONE, Some("a"))
+                && c.node.allows(labels::ARCH, Some("arm64"))
+                && !c.node.allows(labels::ARCH, Some("amd64"))
+        );
         assert_eq!((c.affinity.len(), c.spreads.len()), (2, 1));
         let mut steps = Vec::new();
         while let Some(n) = sp.relax(&r) {
             r = n;
             let c = sp.constraints(&r);
-            steps.push((c.node.allows(labels::ZONE, Some("b")), c.affinity.iter().map(|t| t.key.clone()).collect::<Vec<_>>(), c.node.allows(labels::ARCH, Some("amd64")), c.spreads.len(), c.ignore_prefer_no_schedule));
+            steps.push((
+                c.node.allows(labels::ZONE, Some("b")),
+                c.affinity.iter().map(|t| t.key.clone()).collect::<Vec<_>>(),
+                c.node.allows(labels::ARCH, Some("amd64")),
+                c.spreads.len(),
+                c.ignore_prefer_no_schedule,
+            ));
         }
-        assert_eq!(steps, vec![
-            (true, vec![labels::ZONE.to_owned(), labels::HOSTNAME.to_owned()], false, 1, false), // second OR term
-            (true, vec![labels::HOSTNAME.to_owned()], false, 1, false), // heaviest anti-affinity (weight 50) dropped
-            (true, vec![], false, 1, false),
-            (true, vec![], true, 1, false), // preferred node affinity dropped
-            (true, vec![], true, 0, false), // ScheduleAnyway spreads dropped
-            (true, vec![], true, 0, true),  // PreferNoSchedule tolerated
-        ]);
+        assert_eq!(
+            steps,
+            vec![
+                (
+                    true,
+                    vec![labels::ZONE.to_owned(), labels::HOSTNAME.to_owned()],
+                    false,
+                    1,
+                    false
+                ), // second OR term
+                (true, vec![labels::HOSTNAME.to_owned()], false, 1, false), // heaviest anti-affinity (weight 50) dropped
+                (true, vec![], false, 1, false),
+                (true, vec![], true, 1, false), // preferred node affinity dropped
+                (true, vec![], true, 0, false), // ScheduleAnyway spreads dropped
+                (true, vec![], true, 0, true),  // PreferNoSchedule tolerated
+            ]
+        );
     }
 
     #[test]
     fn provisionable_pods() {
         let unsched = serde_json::json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
-        assert!(is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unsched}))));
-        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [], "nodeName": "n"}, "status": unsched}))));
-        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": {"nominatedNodeName": "n", "conditions": unsched["conditions"]}}))));
-        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": unsched}))));
-        assert!(!is_provisionable(&pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}}))));
+        assert!(is_provisionable(&pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unsched})
+        )));
+        assert!(!is_provisionable(&pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [], "nodeName": "n"}, "status": unsched})
+        )));
+        assert!(!is_provisionable(&pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": {"nominatedNodeName": "n", "conditions": unsched["conditions"]}})
+        )));
+        assert!(!is_provisionable(&pod(
+            serde_json::json!({"metadata": {"name": "a", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": unsched})
+        )));
+        assert!(!is_provisionable(&pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": []}})
+        )));
     }
 }

@@ -61,18 +61,30 @@ impl fmt::Display for Operator {
 /// A requirement that cannot be built from what was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequirementError {
-    #[error("unknown operator {0:?} (expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte)")]
+    #[error(
+        "unknown operator {0:?} (expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte)"
+    )]
     UnknownOperator(String),
     #[error("key {key}: operator {operator} needs at least one value")]
     MissingValues { key: String, operator: Operator },
     #[error("key {key}: operator {operator} takes no values")]
     UnexpectedValues { key: String, operator: Operator },
     #[error("key {key}: operator {operator} needs exactly one integer value, got {values:?}")]
-    NotAnInteger { key: String, operator: Operator, values: Vec<String> },
+    NotAnInteger {
+        key: String,
+        operator: Operator,
+        values: Vec<String>,
+    },
     #[error("key {key}: minValues must be between 1 and 50, got {value}")]
     MinValuesOutOfRange { key: String, value: i64 },
-    #[error("key {key}: minValues {min_values} asks for more values than the {available} that operator In lists")]
-    MinValuesAboveValues { key: String, min_values: u32, available: usize },
+    #[error(
+        "key {key}: minValues {min_values} asks for more values than the {available} that operator In lists"
+    )]
+    MinValuesAboveValues {
+        key: String,
+        min_values: u32,
+        available: usize,
+    },
     #[error("empty requirement key")]
     EmptyKey,
 }
@@ -94,25 +106,38 @@ impl Requirement {
     pub fn new(key: &str, operator: Operator, values: &[String]) -> Result<Self, RequirementError> {
         let int = || -> Result<i64, RequirementError> {
             match values {
-                [v] => v.trim().parse::<i64>().map_err(|_| RequirementError::NotAnInteger {
+                [v] => v
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| RequirementError::NotAnInteger {
+                        key: key.to_owned(),
+                        operator,
+                        values: values.to_vec(),
+                    }),
+                _ => Err(RequirementError::NotAnInteger {
                     key: key.to_owned(),
                     operator,
                     values: values.to_vec(),
                 }),
-                _ => Err(RequirementError::NotAnInteger { key: key.to_owned(), operator, values: values.to_vec() }),
             }
         };
         let no_values = || {
             if values.is_empty() {
                 Ok(())
             } else {
-                Err(RequirementError::UnexpectedValues { key: key.to_owned(), operator })
+                Err(RequirementError::UnexpectedValues {
+                    key: key.to_owned(),
+                    operator,
+                })
             }
         };
         Ok(match operator {
             Operator::In | Operator::NotIn => {
                 if values.is_empty() {
-                    return Err(RequirementError::MissingValues { key: key.to_owned(), operator });
+                    return Err(RequirementError::MissingValues {
+                        key: key.to_owned(),
+                        operator,
+                    });
                 }
                 Requirement {
                     complement: operator == Operator::NotIn,
@@ -137,7 +162,11 @@ impl Requirement {
 
     /// `In [values]`.
     pub fn any_of<I: IntoIterator<Item = S>, S: Into<String>>(values: I) -> Self {
-        Requirement { complement: false, values: values.into_iter().map(Into::into).collect(), ..Requirement::exists() }
+        Requirement {
+            complement: false,
+            values: values.into_iter().map(Into::into).collect(),
+            ..Requirement::exists()
+        }
     }
 
     /// `In [value]`.
@@ -147,19 +176,37 @@ impl Requirement {
 
     /// `NotIn [values]`.
     pub fn none_of<I: IntoIterator<Item = S>, S: Into<String>>(values: I) -> Self {
-        Requirement { complement: true, values: values.into_iter().map(Into::into).collect(), ..Requirement::exists() }
+        Requirement {
+            complement: true,
+            values: values.into_iter().map(Into::into).collect(),
+            ..Requirement::exists()
+        }
     }
 
     pub fn exists() -> Self {
-        Requirement { complement: true, values: BTreeSet::new(), gte: None, lte: None, min_values: None }
+        Requirement {
+            complement: true,
+            values: BTreeSet::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     pub fn does_not_exist() -> Self {
-        Requirement { complement: false, ..Requirement::exists() }
+        Requirement {
+            complement: false,
+            ..Requirement::exists()
+        }
     }
 
     fn bounded(gte: Option<i64>, lte: Option<i64>) -> Self {
-        Requirement { gte, lte, ..Requirement::exists() }.normalized()
+        Requirement {
+            gte,
+            lte,
+            ..Requirement::exists()
+        }
+        .normalized()
     }
 
     pub fn with_min_values(mut self, min_values: Option<u32>) -> Self {
@@ -171,7 +218,11 @@ impl Requirement {
     pub fn operator(&self) -> Operator {
         match (self.complement, self.values.is_empty()) {
             (true, true) if self.gte.is_some() || self.lte.is_some() => {
-                if self.gte.is_some() { Operator::Gte } else { Operator::Lte }
+                if self.gte.is_some() {
+                    Operator::Gte
+                } else {
+                    Operator::Lte
+                }
             }
             (true, true) => Operator::Exists,
             (true, false) => Operator::NotIn,
@@ -232,14 +283,24 @@ impl Requirement {
             },
             (true, false) => Requirement {
                 complement: false,
-                values: other.values.iter().filter(|v| self.has(v) && within(gte, lte, v)).cloned().collect(),
+                values: other
+                    .values
+                    .iter()
+                    .filter(|v| self.has(v) && within(gte, lte, v))
+                    .cloned()
+                    .collect(),
                 gte: None,
                 lte: None,
                 min_values,
             },
             (false, true) => Requirement {
                 complement: false,
-                values: self.values.iter().filter(|v| other.has(v) && within(gte, lte, v)).cloned().collect(),
+                values: self
+                    .values
+                    .iter()
+                    .filter(|v| other.has(v) && within(gte, lte, v))
+                    .cloned()
+                    .collect(),
                 gte: None,
                 lte: None,
                 min_values,
@@ -260,12 +321,17 @@ impl Requirement {
     #[inline]
     pub fn intersects(&self, other: &Requirement) -> bool {
         match (self.complement, other.complement) {
-            (true, true) => bounds_non_empty(max_opt(self.gte, other.gte), min_opt(self.lte, other.lte)),
+            (true, true) => {
+                bounds_non_empty(max_opt(self.gte, other.gte), min_opt(self.lte, other.lte))
+            }
             (true, false) => other.values.iter().any(|v| self.has(v)),
             (false, true) => self.values.iter().any(|v| other.has(v)),
             (false, false) => {
-                let (small, large) =
-                    if self.values.len() <= other.values.len() { (self, other) } else { (other, self) };
+                let (small, large) = if self.values.len() <= other.values.len() {
+                    (self, other)
+                } else {
+                    (other, self)
+                };
                 small.values.iter().any(|v| large.values.contains(v))
             }
         }
@@ -358,9 +424,17 @@ pub enum Undefined {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Incompatible {
     #[error("{incoming} not in {existing}{}", hint_suffix(.hint))]
-    Conflict { key: String, existing: String, incoming: String, hint: Option<&'static str> },
+    Conflict {
+        key: String,
+        existing: String,
+        incoming: String,
+        hint: Option<&'static str>,
+    },
     #[error("label {key:?} does not have known values{}", hint_suffix(.hint))]
-    Undefined { key: String, hint: Option<&'static str> },
+    Undefined {
+        key: String,
+        hint: Option<&'static str>,
+    },
 }
 
 impl Incompatible {
@@ -372,7 +446,8 @@ impl Incompatible {
 }
 
 fn hint_suffix(hint: &Option<&'static str>) -> String {
-    hint.map(|h| format!(" (typo of {h:?}?)")).unwrap_or_default()
+    hint.map(|h| format!(" (typo of {h:?}?)"))
+        .unwrap_or_default()
 }
 
 /// Requirements on many keys. All of them must hold.
@@ -393,7 +468,10 @@ impl Requirements {
             }
             let op = Operator::parse(&r.operator)?;
             let values = r.values.as_deref().unwrap_or(&[]);
-            out.add(labels::normalize(&r.key), Requirement::new(&r.key, op, values)?);
+            out.add(
+                labels::normalize(&r.key),
+                Requirement::new(&r.key, op, values)?,
+            );
         }
         Ok(out)
     }
@@ -470,7 +548,11 @@ impl Requirements {
 
     /// Checks that `incoming` can hold together with `self` (the node side).
     /// Keys only `incoming` mentions are judged by `undefined`.
-    pub fn compatible(&self, incoming: &Requirements, undefined: Undefined) -> Result<(), Incompatible> {
+    pub fn compatible(
+        &self,
+        incoming: &Requirements,
+        undefined: Undefined,
+    ) -> Result<(), Incompatible> {
         for (key, inc) in &incoming.0 {
             match self.0.get(key) {
                 Some(existing) => {
@@ -486,10 +568,15 @@ impl Requirements {
                 None => {
                     let allowed = match undefined {
                         Undefined::Allow => true,
-                        Undefined::WellKnownOnly => labels::is_well_known(key) || inc.allows_absence(),
+                        Undefined::WellKnownOnly => {
+                            labels::is_well_known(key) || inc.allows_absence()
+                        }
                     };
                     if !allowed {
-                        return Err(Incompatible::Undefined { key: key.clone(), hint: labels::typo_hint(key) });
+                        return Err(Incompatible::Undefined {
+                            key: key.clone(),
+                            hint: labels::typo_hint(key),
+                        });
                     }
                 }
             }
@@ -500,8 +587,15 @@ impl Requirements {
     /// Like [`Requirements::compatible`] with [`Undefined::Allow`], as a bool and without allocating.
     #[inline]
     pub fn intersects(&self, other: &Requirements) -> bool {
-        let (small, large) = if self.0.len() <= other.0.len() { (self, other) } else { (other, self) };
-        small.0.iter().all(|(k, r)| large.0.get(k).is_none_or(|o| o.compatible(r)))
+        let (small, large) = if self.0.len() <= other.0.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        small
+            .0
+            .iter()
+            .all(|(k, r)| large.0.get(k).is_none_or(|o| o.compatible(r)))
     }
 
     /// The labels a node made from these requirements carries: every key
@@ -547,12 +641,22 @@ mod tests {
     }
 
     /// One line per case: left, right, whether compatible, and values the intersection must / must not have.
-    fn check(a: (&str, &[&str]), b: (&str, &[&str]), compatible: bool, has: &[&str], has_not: &[&str]) {
+    fn check(
+        a: (&str, &[&str]),
+        b: (&str, &[&str]),
+        compatible: bool,
+        has: &[&str],
+        has_not: &[&str],
+    ) {
         let (ra, rb) = (req(a.0, a.1), req(b.0, b.1));
         assert_eq!(ra.compatible(&rb), compatible, "{a:?} vs {b:?}");
         assert_eq!(rb.compatible(&ra), compatible, "symmetric {b:?} vs {a:?}");
         let i = ra.intersection(&rb);
-        assert_eq!(i, rb.intersection(&ra), "intersection commutes for {a:?} {b:?}");
+        assert_eq!(
+            i,
+            rb.intersection(&ra),
+            "intersection commutes for {a:?} {b:?}"
+        );
         for v in has {
             assert!(i.has(v), "{a:?} ∩ {b:?} should have {v}");
         }
@@ -563,22 +667,58 @@ mod tests {
 
     #[test]
     fn operator_algebra() {
-        check(("In", &["a", "b"]), ("In", &["b", "c"]), true, &["b"], &["a", "c"]);
+        check(
+            ("In", &["a", "b"]),
+            ("In", &["b", "c"]),
+            true,
+            &["b"],
+            &["a", "c"],
+        );
         check(("In", &["a"]), ("In", &["b"]), false, &[], &["a", "b"]);
         check(("In", &["a", "b"]), ("NotIn", &["a"]), true, &["b"], &["a"]);
         check(("In", &["a"]), ("NotIn", &["a"]), false, &[], &["a"]);
-        check(("NotIn", &["a"]), ("NotIn", &["b"]), true, &["c"], &["a", "b"]);
+        check(
+            ("NotIn", &["a"]),
+            ("NotIn", &["b"]),
+            true,
+            &["c"],
+            &["a", "b"],
+        );
         check(("Exists", &[]), ("In", &["a"]), true, &["a"], &["b"]);
         check(("Exists", &[]), ("DoesNotExist", &[]), false, &[], &["a"]);
-        check(("DoesNotExist", &[]), ("DoesNotExist", &[]), true, &[], &["a"]);
-        check(("DoesNotExist", &[]), ("NotIn", &["a"]), true, &[], &["a", "b"]);
+        check(
+            ("DoesNotExist", &[]),
+            ("DoesNotExist", &[]),
+            true,
+            &[],
+            &["a"],
+        );
+        check(
+            ("DoesNotExist", &[]),
+            ("NotIn", &["a"]),
+            true,
+            &[],
+            &["a", "b"],
+        );
         check(("DoesNotExist", &[]), ("In", &["a"]), false, &[], &["a"]);
-        check(("Gt", &["2"]), ("In", &["1", "3", "x"]), true, &["3"], &["1", "x"]);
+        check(
+            ("Gt", &["2"]),
+            ("In", &["1", "3", "x"]),
+            true,
+            &["3"],
+            &["1", "x"],
+        );
         check(("Gt", &["2"]), ("Lt", &["4"]), true, &["3"], &["2", "4"]);
         check(("Gt", &["3"]), ("Lt", &["4"]), false, &[], &["3", "4"]);
         check(("Gte", &["3"]), ("Lte", &["3"]), true, &["3"], &["2", "4"]);
         check(("Gt", &["2"]), ("NotIn", &["3"]), true, &["4"], &["3", "2"]);
-        check(("Lt", &["10"]), ("Exists", &[]), true, &["9", "-5"], &["10", "abc"]);
+        check(
+            ("Lt", &["10"]),
+            ("Exists", &[]),
+            true,
+            &["9", "-5"],
+            &["10", "abc"],
+        );
     }
 
     #[test]
@@ -591,8 +731,13 @@ mod tests {
     #[test]
     fn malformed_requirements_are_errors() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert!(matches!(Operator::parse("Within"), Err(RequirementError::UnknownOperator(o)) if o == "Within"));
-        assert!(matches!(Requirement::new("k", Operator::In, &[]), Err(RequirementError::MissingValues { .. })));
+        assert!(
+            matches!(Operator::parse("Within"), Err(RequirementError::UnknownOperator(o)) if o == "Within")
+        );
+        assert!(matches!(
+            Requirement::new("k", Operator::In, &[]),
+            Err(RequirementError::MissingValues { .. })
+        ));
         assert!(matches!(
             Requirement::new("k", Operator::Exists, &v(&["a"])),
             Err(RequirementError::UnexpectedValues { .. })
@@ -613,17 +758,25 @@ mod tests {
         pool.add(labels::ARCH, Requirement::any_of(["arm64", "amd64"]));
         let mut pod = Requirements::new();
         pod.add("team", Requirement::single("a"));
-        let err = pool.compatible(&pod, Undefined::WellKnownOnly).expect_err("custom key undefined");
+        let err = pool
+            .compatible(&pod, Undefined::WellKnownOnly)
+            .expect_err("custom key undefined");
         assert_eq!(err.key(), "team");
         assert!(pool.compatible(&pod, Undefined::Allow).is_ok());
 
         let mut pod = Requirements::new();
         pod.add("team", Requirement::none_of(["a"]));
-        assert!(pool.compatible(&pod, Undefined::WellKnownOnly).is_ok(), "NotIn accepts absence");
+        assert!(
+            pool.compatible(&pod, Undefined::WellKnownOnly).is_ok(),
+            "NotIn accepts absence"
+        );
 
         let mut pod = Requirements::new();
         pod.add(labels::ZONE, Requirement::single("us-east-1a"));
-        assert!(pool.compatible(&pod, Undefined::WellKnownOnly).is_ok(), "well-known keys come from the cloud");
+        assert!(
+            pool.compatible(&pod, Undefined::WellKnownOnly).is_ok(),
+            "well-known keys come from the cloud"
+        );
     }
 
     #[test]
@@ -632,9 +785,14 @@ mod tests {
         node.add("kubernetes.io/arc", Requirement::single("amd64"));
         let mut pod = Requirements::new();
         pod.add("kubernetes.io/arc", Requirement::single("arm64"));
-        let err = node.compatible(&pod, Undefined::WellKnownOnly).expect_err("conflict");
+        let err = node
+            .compatible(&pod, Undefined::WellKnownOnly)
+            .expect_err("conflict");
         let msg = err.to_string();
-        assert!(msg.contains("kubernetes.io/arc In [arm64] not in kubernetes.io/arc In [amd64]"), "{msg}");
+        assert!(
+            msg.contains("kubernetes.io/arc In [arm64] not in kubernetes.io/arc In [amd64]"),
+            "{msg}"
+        );
         assert!(msg.contains("typo of \"kubernetes.io/arch\""), "{msg}");
     }
 

@@ -21,7 +21,10 @@ impl LabelSelector {
         }
         for e in s.match_expressions.iter().flatten() {
             let op = Operator::parse(&e.operator)?;
-            if !matches!(op, Operator::In | Operator::NotIn | Operator::Exists | Operator::DoesNotExist) {
+            if !matches!(
+                op,
+                Operator::In | Operator::NotIn | Operator::Exists | Operator::DoesNotExist
+            ) {
                 return Err(RequirementError::UnknownOperator(e.operator.clone()));
             }
             let values = e.values.as_deref().unwrap_or(&[]);
@@ -33,14 +36,23 @@ impl LabelSelector {
 
     /// Selects pods whose labels equal all of these.
     pub fn from_labels(labels: &BTreeMap<String, String>) -> Self {
-        LabelSelector { terms: labels.iter().map(|(k, v)| (k.clone(), Requirement::single(v.clone()))).collect() }
+        LabelSelector {
+            terms: labels
+                .iter()
+                .map(|(k, v)| (k.clone(), Requirement::single(v.clone())))
+                .collect(),
+        }
     }
 
     /// A label (key, value) every pod this selector matches carries, if
     /// there is one (a `matchLabels` entry or a one-value `In`): an index
     /// key, so a pod is checked only against selectors that can match it.
     pub fn required_label(&self) -> Option<(&str, &str)> {
-        self.terms.iter().find_map(|(k, r)| r.single_value().filter(|_| !r.allows_absence()).map(|v| (k.as_str(), v)))
+        self.terms.iter().find_map(|(k, r)| {
+            r.single_value()
+                .filter(|_| !r.allows_absence())
+                .map(|v| (k.as_str(), v))
+        })
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
@@ -57,7 +69,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -65,8 +80,16 @@ mod tests {
         let sel = LabelSelector::from_k8s(&K8sSelector {
             match_labels: Some(labels(&[("app", "web")])),
             match_expressions: Some(vec![
-                LabelSelectorRequirement { key: "tier".into(), operator: "NotIn".into(), values: Some(vec!["db".into()]) },
-                LabelSelectorRequirement { key: "canary".into(), operator: "DoesNotExist".into(), values: None },
+                LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec!["db".into()]),
+                },
+                LabelSelectorRequirement {
+                    key: "canary".into(),
+                    operator: "DoesNotExist".into(),
+                    values: None,
+                },
             ]),
         })
         .expect("valid");
@@ -75,11 +98,24 @@ mod tests {
         assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "db")])));
         assert!(!sel.matches(&labels(&[("app", "web"), ("canary", "1")])));
         assert!(!sel.matches(&labels(&[("app", "api")])));
-        assert!(LabelSelector::from_k8s(&K8sSelector::default()).expect("empty").matches(&labels(&[])));
+        assert!(
+            LabelSelector::from_k8s(&K8sSelector::default())
+                .expect("empty")
+                .matches(&labels(&[]))
+        );
         assert_eq!(sel.required_label(), Some(("app", "web")));
-        assert_eq!(LabelSelector::from_k8s(&K8sSelector::default()).expect("empty").required_label(), None);
+        assert_eq!(
+            LabelSelector::from_k8s(&K8sSelector::default())
+                .expect("empty")
+                .required_label(),
+            None
+        );
         let bad = K8sSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement { key: "a".into(), operator: "Gt".into(), values: Some(vec!["1".into()]) }]),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "a".into(),
+                operator: "Gt".into(),
+                values: Some(vec!["1".into()]),
+            }]),
             ..Default::default()
         };
         assert!(LabelSelector::from_k8s(&bad).is_err());

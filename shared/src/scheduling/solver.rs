@@ -103,7 +103,12 @@ pub struct PoolInput {
 
 impl PoolInput {
     pub fn new(pool: NodePool, instance_types: Vec<InstanceType>) -> Self {
-        PoolInput { pool, instance_types, in_use: Resources::default(), nodes_in_use: 0 }
+        PoolInput {
+            pool,
+            instance_types,
+            in_use: Resources::default(),
+            nodes_in_use: 0,
+        }
     }
 }
 
@@ -190,7 +195,11 @@ pub struct SolveOptions {
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { max_instance_types: MAX_INSTANCE_TYPES, strategy: Strategy::Best, preferences: PreferencePolicy::Respect }
+        SolveOptions {
+            max_instance_types: MAX_INSTANCE_TYPES,
+            strategy: Strategy::Best,
+            preferences: PreferencePolicy::Respect,
+        }
     }
 }
 
@@ -282,7 +291,16 @@ pub fn solve(
 ) -> Plan {
     let splits = guide::SplitMemo::default();
     let batch = BatchPods::new(pods);
-    let mut prototype = Solver::new(pods, &batch, nodes, pools, daemonsets, options, options.strategy, &splits);
+    let mut prototype = Solver::new(
+        pods,
+        &batch,
+        nodes,
+        pools,
+        daemonsets,
+        options,
+        options.strategy,
+        &splits,
+    );
     prototype.classify();
     let solver = |strategy| prototype.fork(strategy);
     let run_with_bound = |strategy| solver(strategy).run_with_bound();
@@ -293,7 +311,10 @@ pub fn solve(
             // them, not where the pattern program packs them: where they
             // are most of the batch (four fifths of W1's Karpenter mix) its
             // plan has not been the cheaper one, and only guided is solved.
-            let grouped = pods.iter().filter(|p| !p.spreads.is_empty() || !p.affinity.is_empty()).count();
+            let grouped = pods
+                .iter()
+                .filter(|p| !p.spreads.is_empty() || !p.affinity.is_empty())
+                .count();
             let guided = if 2 * grouped > pods.len() {
                 run(Strategy::Guided)
             } else {
@@ -301,8 +322,13 @@ pub fn solve(
                 // The whole-pod plan within a hair of its proven bound is
                 // kept without the fluid guide's solve (as dear as this one
                 // again); else both are tried.
-                let close = bound.is_some_and(|bound| patterns.cost <= bound * (1.0 + CLOSE_TO_BOUND));
-                if close && patterns.unschedulable.is_empty() { patterns } else { better(patterns, run(Strategy::Guided)) }
+                let close =
+                    bound.is_some_and(|bound| patterns.cost <= bound * (1.0 + CLOSE_TO_BOUND));
+                if close && patterns.unschedulable.is_empty() {
+                    patterns
+                } else {
+                    better(patterns, run(Strategy::Guided))
+                }
             };
             // Karpenter's plan can only win by scheduling more pods or
             // costing less: with every pod placed, its solve stops once it
@@ -316,7 +342,11 @@ pub fn solve(
             } else {
                 better(guided, karpenter.run_with_bound().0)
             };
-            if pods.len() <= STANDALONE_UP_TO { better(best, run(Strategy::Standalone)) } else { best }
+            if pods.len() <= STANDALONE_UP_TO {
+                better(best, run(Strategy::Standalone))
+            } else {
+                best
+            }
         }
         strategy => run(strategy),
     };
@@ -352,9 +382,18 @@ impl Outcome<'_> {
     fn finish(mut self) -> Plan {
         let claims = std::mem::take(&mut self.claims);
         let claims = claims.into_iter().map(|c| self.launch_request(c)).collect();
-        let plan = Plan { bindings: self.bindings, claims, unschedulable: self.unschedulable };
+        let plan = Plan {
+            bindings: self.bindings,
+            claims,
+            unschedulable: self.unschedulable,
+        };
         // Strategies were compared by this cost: it must be the plan's.
-        debug_assert!((plan.cost_per_hour() - self.cost).abs() <= 1e-9 * self.cost.max(1.0), "{} vs {}", plan.cost_per_hour(), self.cost);
+        debug_assert!(
+            (plan.cost_per_hour() - self.cost).abs() <= 1e-9 * self.cost.max(1.0),
+            "{} vs {}",
+            plan.cost_per_hour(),
+            self.cost
+        );
         plan
     }
 
@@ -363,18 +402,34 @@ impl Outcome<'_> {
     fn launch_request(&self, c: Claim) -> NewClaim {
         let ps = &self.pools[c.pool];
         // minValues may reach past the first options for a missing value.
-        let first = c.reqs.iter().all(|(_, r)| r.min_values.is_none()).then_some(self.options.max_instance_types);
+        let first = c
+            .reqs
+            .iter()
+            .all(|(_, r)| r.min_values.is_none())
+            .then_some(self.options.max_instance_types);
         let cheapest = ps.priced_types(&c.types, ps.offerings.of(&c.reqs), first);
         let types = &ps.input.instance_types;
-        let kept = truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
+        let kept =
+            truncate_keeping_min_values(cheapest, self.options.max_instance_types, &c.reqs, types);
         let options = kept
             .into_iter()
             .map(|(price, t, oi)| {
                 let (zone, capacity_type) = ps.names.offering(t, oi);
-                LaunchOption { instance_type: ps.names.types[t].clone(), zone, capacity_type, price }
+                LaunchOption {
+                    instance_type: ps.names.types[t].clone(),
+                    zone,
+                    capacity_type,
+                    price,
+                }
             })
             .collect();
-        NewClaim { pool: ps.input.pool.name.clone(), requirements: c.reqs, options, pods: c.pods, requests: c.used }
+        NewClaim {
+            pool: ps.input.pool.name.clone(),
+            requirements: c.reqs,
+            options,
+            pods: c.pods,
+            requests: c.used,
+        }
     }
 }
 
@@ -438,7 +493,11 @@ struct ShapeKey {
 impl Class {
     /// The same pods under another guidance, with nothing yet refused.
     fn guided(&self, guidance: Guidance) -> Class {
-        Class { guidance, alike: u32::MAX, ..self.forked() }
+        Class {
+            guidance,
+            alike: u32::MAX,
+            ..self.forked()
+        }
     }
 
     /// The same class for another solve: nothing refused, what depends on
@@ -539,7 +598,11 @@ impl BatchPods {
                 .then_with(|| pa.created_millis.cmp(&pb.created_millis))
                 .then_with(|| pa.pod.cmp(&pb.pod))
         });
-        BatchPods { group_of, representatives, largest_first }
+        BatchPods {
+            group_of,
+            representatives,
+            largest_first,
+        }
     }
 }
 
@@ -589,19 +652,31 @@ struct SharedNames {
 impl SharedNames {
     fn new(types: &[InstanceType]) -> Self {
         let mut interned: FxHashMap<String, Arc<str>> = FxHashMap::default();
-        let mut intern = |s: &str| -> Arc<str> { interned.entry(s.to_owned()).or_insert_with(|| Arc::from(s)).clone() };
+        let mut intern = |s: &str| -> Arc<str> {
+            interned
+                .entry(s.to_owned())
+                .or_insert_with(|| Arc::from(s))
+                .clone()
+        };
         let offerings = types
             .iter()
-            .map(|t| t.offerings.iter().map(|o| (intern(&o.zone), intern(&o.capacity_type))).collect())
+            .map(|t| {
+                t.offerings
+                    .iter()
+                    .map(|o| (intern(&o.zone), intern(&o.capacity_type)))
+                    .collect()
+            })
             .collect();
-        SharedNames { types: types.iter().map(|t| Arc::from(t.name.as_str())).collect(), offerings }
+        SharedNames {
+            types: types.iter().map(|t| Arc::from(t.name.as_str())).collect(),
+            offerings,
+        }
     }
 
     fn offering(&self, t: usize, oi: usize) -> (Arc<str>, Arc<str>) {
         self.offerings[t][oi].clone()
     }
 }
-
 
 /// Each type's available offerings as a bit mask over the pool's (zone,
 /// capacity type) pairs, so "does this type still have an offering in the
@@ -622,7 +697,12 @@ impl OfferingMasks {
     fn new(types: &[InstanceType]) -> Self {
         let pairs: BTreeSet<(String, String)> = types
             .iter()
-            .flat_map(|t| t.offerings.iter().filter(|o| o.available).map(|o| (o.zone.clone(), o.capacity_type.clone())))
+            .flat_map(|t| {
+                t.offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .map(|o| (o.zone.clone(), o.capacity_type.clone()))
+            })
             .collect();
         if pairs.len() > 128 {
             return OfferingMasks {
@@ -641,14 +721,21 @@ impl OfferingMasks {
                     .iter()
                     .map(|o| {
                         o.available
-                            .then(|| pairs.iter().position(|(z, c)| *z == o.zone && *c == o.capacity_type))
+                            .then(|| {
+                                pairs
+                                    .iter()
+                                    .position(|(z, c)| *z == o.zone && *c == o.capacity_type)
+                            })
                             .flatten()
                             .map(|i| i as u8)
                     })
                     .collect()
             })
             .collect();
-        let masks = offering_bits.iter().map(|bits| bits.iter().flatten().fold(0u128, |m, i| m | (1 << i))).collect();
+        let masks = offering_bits
+            .iter()
+            .map(|bits| bits.iter().flatten().fold(0u128, |m, i| m | (1 << i)))
+            .collect();
         let bits_by = |value: &dyn Fn(&(String, String)) -> &String| {
             let mut out: Vec<(String, u128)> = Vec::new();
             for (i, pair) in pairs.iter().enumerate() {
@@ -661,7 +748,13 @@ impl OfferingMasks {
         };
         let by_zone = bits_by(&|(zone, _)| zone);
         let by_capacity_type = bits_by(&|(_, capacity_type)| capacity_type);
-        OfferingMasks { pairs: Some(pairs), masks, offering_bits, by_zone, by_capacity_type }
+        OfferingMasks {
+            pairs: Some(pairs),
+            masks,
+            offering_bits,
+            by_zone,
+            by_capacity_type,
+        }
     }
 
     /// What the requirements allow of the pool's offerings.
@@ -673,9 +766,17 @@ impl OfferingMasks {
     }
 
     /// True when offering `oi` of type `t` is available and allowed.
-    fn offering_allowed(&self, t: usize, oi: usize, offered: Offered, o: &crate::cloud::Offering) -> bool {
+    fn offering_allowed(
+        &self,
+        t: usize,
+        oi: usize,
+        offered: Offered,
+        o: &crate::cloud::Offering,
+    ) -> bool {
         match offered {
-            Offered::Mask(allowed) => self.offering_bits[t][oi].is_some_and(|b| allowed & (1 << b) != 0),
+            Offered::Mask(allowed) => {
+                self.offering_bits[t][oi].is_some_and(|b| allowed & (1 << b) != 0)
+            }
             Offered::Reqs(reqs) => o.allowed_by(reqs),
         }
     }
@@ -685,7 +786,10 @@ impl OfferingMasks {
     fn allowed(&self, reqs: &Requirements) -> u128 {
         let pick = |key: &str, masks: &[(String, u128)]| match reqs.get(key) {
             None => u128::MAX,
-            Some(r) => masks.iter().filter(|(v, _)| r.has(v)).fold(0, |m, (_, bits)| m | bits),
+            Some(r) => masks
+                .iter()
+                .filter(|(v, _)| r.has(v))
+                .fold(0, |m, (_, bits)| m | bits),
         };
         pick(labels::ZONE, &self.by_zone) & pick(labels::CAPACITY_TYPE, &self.by_capacity_type)
     }
@@ -768,11 +872,23 @@ struct Refused {
     alike: bool,
 }
 
-const FINAL: Refused = Refused { permanent: true, stable: true, alike: false };
+const FINAL: Refused = Refused {
+    permanent: true,
+    stable: true,
+    alike: false,
+};
 /// Refused for its requests, node requirements, tolerations, ports or
 /// guidance: every class alike is refused too, for good.
-const FINAL_ALIKE: Refused = Refused { permanent: true, stable: true, alike: true };
-const FOR_NOW: Refused = Refused { permanent: false, stable: false, alike: false };
+const FINAL_ALIKE: Refused = Refused {
+    permanent: true,
+    stable: true,
+    alike: true,
+};
+const FOR_NOW: Refused = Refused {
+    permanent: false,
+    stable: false,
+    alike: false,
+};
 
 /// Claims that refused the classes of one `AlikeKey` for good: all before
 /// `cursor`, and those in `refused`.
@@ -880,9 +996,18 @@ impl<'a> Solver<'a> {
         strategy: Strategy,
         splits: &'a guide::SplitMemo,
     ) -> Self {
-        let pool_states: Vec<PoolState<'a>> = pools.iter().map(|p| PoolState::new(p, daemonsets)).collect();
+        let pool_states: Vec<PoolState<'a>> = pools
+            .iter()
+            .map(|p| PoolState::new(p, daemonsets))
+            .collect();
         let mut pool_order: Vec<usize> = (0..pools.len()).collect();
-        pool_order.sort_by(|a, b| pools[*b].pool.weight.cmp(&pools[*a].pool.weight).then_with(|| pools[*a].pool.name.cmp(&pools[*b].pool.name)));
+        pool_order.sort_by(|a, b| {
+            pools[*b]
+                .pool
+                .weight
+                .cmp(&pools[*a].pool.weight)
+                .then_with(|| pools[*a].pool.name.cmp(&pools[*b].pool.name))
+        });
 
         let mut topology = Topology::new(domain_universe(pools, nodes));
         // Pods of one group carry the same constraints: one registers them.
@@ -893,12 +1018,25 @@ impl<'a> Solver<'a> {
         for n in nodes {
             for p in &n.pods {
                 // Only anti-affinity of running pods constrains newcomers.
-                let anti: Vec<_> = p.affinity.iter().filter(|t| t.anti && t.weight.is_none()).cloned().collect();
+                let anti: Vec<_> = p
+                    .affinity
+                    .iter()
+                    .filter(|t| t.anti && t.weight.is_none())
+                    .cloned()
+                    .collect();
                 topology.register(&[], &anti, &p.pod.namespace);
             }
         }
-        let any_prefer_no_schedule = pools.iter().any(|p| p.pool.taints.iter().any(|t| t.effect == Effect::PreferNoSchedule))
-            || nodes.iter().any(|n| n.taints.iter().any(|t| t.effect == Effect::PreferNoSchedule));
+        let any_prefer_no_schedule = pools.iter().any(|p| {
+            p.pool
+                .taints
+                .iter()
+                .any(|t| t.effect == Effect::PreferNoSchedule)
+        }) || nodes.iter().any(|n| {
+            n.taints
+                .iter()
+                .any(|t| t.effect == Effect::PreferNoSchedule)
+        });
         let mut solver = Solver {
             pods,
             nodes,
@@ -906,7 +1044,13 @@ impl<'a> Solver<'a> {
             strategy,
             pools: pool_states,
             pool_order,
-            node_state: nodes.iter().map(|n| NodeState { used: n.requested.clone(), ports: Vec::new() }).collect(),
+            node_state: nodes
+                .iter()
+                .map(|n| NodeState {
+                    used: n.requested.clone(),
+                    ports: Vec::new(),
+                })
+                .collect(),
             claims: Vec::new(),
             by_pods: Vec::new(),
             topology,
@@ -944,7 +1088,12 @@ impl<'a> Solver<'a> {
         // Pods already running count towards topology.
         for (i, n) in nodes.iter().enumerate() {
             for p in &n.pods {
-                let anti: Vec<_> = p.affinity.iter().filter(|t| t.anti && t.weight.is_none()).cloned().collect();
+                let anti: Vec<_> = p
+                    .affinity
+                    .iter()
+                    .filter(|t| t.anti && t.weight.is_none())
+                    .cloned()
+                    .collect();
                 let c = Constraints {
                     node: Requirements::new(),
                     spread_scope: None,
@@ -953,9 +1102,19 @@ impl<'a> Solver<'a> {
                     tolerations: Vec::new(),
                     ignore_prefer_no_schedule: false,
                 };
-                let pt = solver.topology.pod_topology(&c, &p.pod.namespace, &p.labels);
-                solver.topology.record(&pt, Candidate::Node { host: i as HostId, labels: &n.labels });
-                solver.node_state[i].ports.extend(p.host_ports.iter().copied());
+                let pt = solver
+                    .topology
+                    .pod_topology(&c, &p.pod.namespace, &p.labels);
+                solver.topology.record(
+                    &pt,
+                    Candidate::Node {
+                        host: i as HostId,
+                        labels: &n.labels,
+                    },
+                );
+                solver.node_state[i]
+                    .ports
+                    .extend(p.host_ports.iter().copied());
             }
         }
         solver
@@ -977,7 +1136,10 @@ impl<'a> Solver<'a> {
     /// counts of running pods, classes, interned requirements, compatible
     /// types) is shared or copied, what a solve learns starts empty.
     fn fork(&self, strategy: Strategy) -> Solver<'a> {
-        debug_assert!(self.claims.is_empty() && self.bindings.is_empty(), "forked after placing");
+        debug_assert!(
+            self.claims.is_empty() && self.bindings.is_empty(),
+            "forked after placing"
+        );
         Solver {
             pods: self.pods,
             nodes: self.nodes,
@@ -1006,7 +1168,14 @@ impl<'a> Solver<'a> {
             compat_sets: self.compat_sets.clone(),
             compat_masks: self.compat_masks.clone(),
             alone_prices: self.alone_prices.clone(),
-            alike: self.alike.iter().map(|_| Alike { cursor: 0, refused: FixedBitSet::new() }).collect(),
+            alike: self
+                .alike
+                .iter()
+                .map(|_| Alike {
+                    cursor: 0,
+                    refused: FixedBitSet::new(),
+                })
+                .collect(),
             alike_index: self.alike_index.clone(),
             targets: Vec::new(),
             bound: None,
@@ -1100,7 +1269,15 @@ impl<'a> Solver<'a> {
     fn into_outcome(mut self, failed: Vec<usize>) -> Outcome<'a> {
         let unschedulable = failed.iter().map(|&i| (i, self.diagnose(i))).collect();
         // What each claim launches at: the price of its first option once finished.
-        let cost = self.claims.iter().map(|c| self.pools[c.pool].cheapest_in(&c.types, &c.reqs).map_or(0.0, |(p, _)| p)).sum();
+        let cost = self
+            .claims
+            .iter()
+            .map(|c| {
+                self.pools[c.pool]
+                    .cheapest_in(&c.types, &c.reqs)
+                    .map_or(0.0, |(p, _)| p)
+            })
+            .sum();
         Outcome {
             pools: std::mem::take(&mut self.pools),
             options: self.options,
@@ -1120,7 +1297,8 @@ impl<'a> Solver<'a> {
         type OfferingKey = (Option<Requirement>, Option<Requirement>);
         let mut demands: Vec<guide::Demand> = Vec::new();
         let mut members: Vec<Vec<usize>> = Vec::new();
-        let mut demand_index: FxHashMap<(usize, usize, Resources, OfferingKey), usize> = FxHashMap::default();
+        let mut demand_index: FxHashMap<(usize, usize, Resources, OfferingKey), usize> =
+            FxHashMap::default();
         let mut supplies: Vec<guide::Supply> = Vec::new();
         let mut supply_target: Vec<Target> = Vec::new();
         let mut supply_index: FxHashMap<(usize, usize, OfferingKey), usize> = FxHashMap::default();
@@ -1140,7 +1318,12 @@ impl<'a> Solver<'a> {
             let Some(p) = self.pool_order.clone().into_iter().find(|&p| {
                 let cls = &self.classes[k];
                 cls.shape.tolerates[p]
-                    && self.pools[p].input.pool.requirements.compatible(&cls.shape.constraints.node, Undefined::WellKnownOnly).is_ok()
+                    && self.pools[p]
+                        .input
+                        .pool
+                        .requirements
+                        .compatible(&cls.shape.constraints.node, Undefined::WellKnownOnly)
+                        .is_ok()
                     && !self.compat(p, k).is_clear()
             }) else {
                 class_demand.insert(k, None);
@@ -1148,29 +1331,54 @@ impl<'a> Solver<'a> {
             };
             let compat_id = self.compat_id(p, k);
             let cls = &self.classes[k];
-            let reqs = self.pools[p].input.pool.requirements.intersection(&cls.shape.constraints.node);
-            let offering_key: OfferingKey = (reqs.get(labels::ZONE).cloned(), reqs.get(labels::CAPACITY_TYPE).cloned());
-            let key = (p, compat_id, cls.shape.requests.clone(), offering_key.clone());
+            let reqs = self.pools[p]
+                .input
+                .pool
+                .requirements
+                .intersection(&cls.shape.constraints.node);
+            let offering_key: OfferingKey = (
+                reqs.get(labels::ZONE).cloned(),
+                reqs.get(labels::CAPACITY_TYPE).cloned(),
+            );
+            let key = (
+                p,
+                compat_id,
+                cls.shape.requests.clone(),
+                offering_key.clone(),
+            );
             let g = match demand_index.get(&key) {
                 Some(&g) => g,
                 None => {
                     let ps = &self.pools[p];
                     let requests = &cls.shape.requests;
                     let mut open = Vec::new();
-                    for t in self.compat_sets[compat_id].ones().filter(|&t| requests.fits_in(&ps.room[t])) {
+                    for t in self.compat_sets[compat_id]
+                        .ones()
+                        .filter(|&t| requests.fits_in(&ps.room[t]))
+                    {
                         let c = match supply_index.get(&(p, t, offering_key.clone())) {
                             Some(&c) => c,
                             None => {
-                                let Some(price) = ps.price_of(t, &reqs) else { continue };
-                                supplies.push(guide::Supply { price, room: units(&ps.room[t]) });
+                                let Some(price) = ps.price_of(t, &reqs) else {
+                                    continue;
+                                };
+                                supplies.push(guide::Supply {
+                                    price,
+                                    room: units(&ps.room[t]),
+                                });
                                 supply_target.push((p as u32, t as u32));
-                                supply_index.insert((p, t, offering_key.clone()), supplies.len() - 1);
+                                supply_index
+                                    .insert((p, t, offering_key.clone()), supplies.len() - 1);
                                 supplies.len() - 1
                             }
                         };
                         open.push(c);
                     }
-                    demands.push(guide::Demand { count: 0, request: units(requests), supplies: open });
+                    demands.push(guide::Demand {
+                        count: 0,
+                        request: units(requests),
+                        supplies: open,
+                    });
                     members.push(Vec::new());
                     demand_index.insert(key, demands.len() - 1);
                     demands.len() - 1
@@ -1182,12 +1390,24 @@ impl<'a> Solver<'a> {
         }
         let mut targets = vec![None; self.pods.len()];
         // Demands no type can hold are left out: those pods are reported.
-        let servable: Vec<usize> = (0..demands.len()).filter(|&g| !demands[g].supplies.is_empty()).collect();
+        let servable: Vec<usize> = (0..demands.len())
+            .filter(|&g| !demands[g].supplies.is_empty())
+            .collect();
         let kept: Vec<guide::Demand> = servable.iter().map(|&g| demands[g].clone()).collect();
         let split = self.splits.split(&kept, &supplies);
-        if let Some(planned) = (self.strategy == Strategy::Patterns).then(|| patterns::plan(&kept, &supplies, split.as_deref())).flatten() {
+        if let Some(planned) = (self.strategy == Strategy::Patterns)
+            .then(|| patterns::plan(&kept, &supplies, split.as_deref()))
+            .flatten()
+        {
             self.bound = planned.bound;
-            return self.follow(planned.nodes, &servable, &members, &supply_target, &supplies, targets);
+            return self.follow(
+                planned.nodes,
+                &servable,
+                &members,
+                &supply_target,
+                &supplies,
+                targets,
+            );
         }
         let Some(split) = split else {
             return (targets, self.pod_order());
@@ -1208,14 +1428,25 @@ impl<'a> Solver<'a> {
         // proportions of its demands, so every claim filled in turn gets
         // the program's mix (largest-first would fill the first claims with
         // CPU-heavy pods only, and leave their memory idle).
-        let weight = |c: usize| by_supply[c].iter().map(|pods| pods.len() as f64 * supplies[c].price).sum::<f64>();
-        let mut supply_order: Vec<usize> = (0..supplies.len()).filter(|&c| !by_supply[c].is_empty()).collect();
+        let weight = |c: usize| {
+            by_supply[c]
+                .iter()
+                .map(|pods| pods.len() as f64 * supplies[c].price)
+                .sum::<f64>()
+        };
+        let mut supply_order: Vec<usize> = (0..supplies.len())
+            .filter(|&c| !by_supply[c].is_empty())
+            .collect();
         supply_order.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)).then(a.cmp(&b)));
         let mut order = Vec::with_capacity(self.pods.len());
         for c in supply_order {
             order.extend(interleave(&by_supply[c]));
         }
-        order.extend(self.pod_order().into_iter().filter(|&i| targets[i].is_none()));
+        order.extend(
+            self.pod_order()
+                .into_iter()
+                .filter(|&i| targets[i].is_none()),
+        );
         (targets, order)
     }
 
@@ -1231,7 +1462,12 @@ impl<'a> Solver<'a> {
         supplies: &[guide::Supply],
         mut targets: Vec<Option<Target>>,
     ) -> (Vec<Option<Target>>, Vec<usize>) {
-        nodes.sort_by(|a, b| supplies[b.supply].price.total_cmp(&supplies[a.supply].price).then(a.supply.cmp(&b.supply)));
+        nodes.sort_by(|a, b| {
+            supplies[b.supply]
+                .price
+                .total_cmp(&supplies[a.supply].price)
+                .then(a.supply.cmp(&b.supply))
+        });
         let mut next: Vec<usize> = vec![0; servable.len()];
         let mut order = Vec::with_capacity(self.pods.len());
         for n in &nodes {
@@ -1246,7 +1482,11 @@ impl<'a> Solver<'a> {
             }
             order[start..].sort_by(|&a, &b| larger_first(self.pods, a, b));
         }
-        order.extend(self.pod_order().into_iter().filter(|&i| targets[i].is_none()));
+        order.extend(
+            self.pod_order()
+                .into_iter()
+                .filter(|&i| targets[i].is_none()),
+        );
         (targets, order)
     }
 
@@ -1267,7 +1507,11 @@ impl<'a> Solver<'a> {
                 // would scan every claim: on the W2 zonal mix that took three
                 // times as long, for a plan within 1 % of the same cost.
                 let base = self.base_class(i, &r);
-                let fill = self.classes[base].shape.topo.is_empty().then_some(Guidance::Fill(target.0));
+                let fill = self.classes[base]
+                    .shape
+                    .topo
+                    .is_empty()
+                    .then_some(Guidance::Fill(target.0));
                 for guidance in fill.into_iter().chain([Guidance::To(target)]) {
                     let k = self.class_for(i, &r, guidance);
                     if self.place(i, k) {
@@ -1282,7 +1526,11 @@ impl<'a> Solver<'a> {
                 return true;
             }
             match pod.relax(&r) {
-                Some(n) if n.tolerate_prefer_no_schedule && !r.tolerate_prefer_no_schedule && !self.any_prefer_no_schedule => {
+                Some(n)
+                    if n.tolerate_prefer_no_schedule
+                        && !r.tolerate_prefer_no_schedule
+                        && !self.any_prefer_no_schedule =>
+                {
                     return false;
                 }
                 Some(n) => r = n,
@@ -1348,8 +1596,15 @@ impl<'a> Solver<'a> {
     }
 
     fn new_class(&mut self, key: ClassKey) -> usize {
-        let topo = self.topology.pod_topology(&key.constraints, &key.namespace, &key.labels);
-        let shape_key = ShapeKey { constraints: key.constraints.clone(), requests: key.requests.clone(), ports: key.ports.clone(), topo };
+        let topo = self
+            .topology
+            .pod_topology(&key.constraints, &key.namespace, &key.labels);
+        let shape_key = ShapeKey {
+            constraints: key.constraints.clone(),
+            requests: key.requests.clone(),
+            ports: key.ports.clone(),
+            topo,
+        };
         if let Some(&k) = self.class_by_shape.get(&shape_key) {
             Arc::make_mut(&mut self.class_index).insert(key, k);
             return k;
@@ -1362,13 +1617,23 @@ impl<'a> Solver<'a> {
             .pools
             .iter()
             .map(|p| {
-                first_untolerated(&p.input.pool.taints, &key.constraints.tolerations, key.constraints.ignore_prefer_no_schedule)
-                    .is_none()
+                first_untolerated(
+                    &p.input.pool.taints,
+                    &key.constraints.tolerations,
+                    key.constraints.ignore_prefer_no_schedule,
+                )
+                .is_none()
             })
             .collect();
         let mut constraints = key.constraints.clone();
         if constraints.spreads.iter().any(|s| s.key == labels::ZONE) {
-            let key = (constraints.spread_scope.clone().unwrap_or_else(|| constraints.node.clone()), tolerates.clone());
+            let key = (
+                constraints
+                    .spread_scope
+                    .clone()
+                    .unwrap_or_else(|| constraints.node.clone()),
+                tolerates.clone(),
+            );
             let scope = match self.zone_scopes.get(&key) {
                 Some(scope) => scope.clone(),
                 None => {
@@ -1421,7 +1686,10 @@ impl<'a> Solver<'a> {
         let next = self.alike.len() as u32;
         let id = *self.alike_index.entry(key).or_insert(next);
         if id == next {
-            self.alike.push(Alike { cursor: 0, refused: FixedBitSet::new() });
+            self.alike.push(Alike {
+                cursor: 0,
+                refused: FixedBitSet::new(),
+            });
         }
         self.classes[k].alike = id;
     }
@@ -1435,8 +1703,12 @@ impl<'a> Solver<'a> {
         // Without the volumes' zones (see `Constraints::spread_scope`).
         let mut scope = c.spread_scope.clone().unwrap_or_else(|| c.node.clone());
         let node_reqs = scope.clone();
-        let mut zones: BTreeSet<&str> =
-            self.nodes.iter().filter(|n| labels_satisfy(&n.labels, &node_reqs)).filter_map(|n| n.labels.get(labels::ZONE).map(String::as_str)).collect();
+        let mut zones: BTreeSet<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| labels_satisfy(&n.labels, &node_reqs))
+            .filter_map(|n| n.labels.get(labels::ZONE).map(String::as_str))
+            .collect();
         for (ps, _) in self.pools.iter().zip(tolerates).filter(|(_, t)| **t) {
             let reqs = ps.input.pool.requirements.intersection(&node_reqs);
             for t in ps.base.ones() {
@@ -1445,7 +1717,9 @@ impl<'a> Solver<'a> {
                     continue;
                 }
                 for o in it.offerings.iter().filter(|o| o.available) {
-                    if reqs.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)) && reqs.allows(labels::ZONE, Some(&o.zone)) {
+                    if reqs.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
+                        && reqs.allows(labels::ZONE, Some(&o.zone))
+                    {
                         zones.insert(o.zone.as_str());
                     }
                 }
@@ -1496,7 +1770,11 @@ impl<'a> Solver<'a> {
             while ci < self.claims.len() {
                 // Claims refused for good are skipped a word at a time: a pod
                 // in a spread of its own may have thousands behind it.
-                let free = next_unrefused(&[&self.alike[a].refused, &self.classes[k].refused], ci, self.claims.len());
+                let free = next_unrefused(
+                    &[&self.alike[a].refused, &self.classes[k].refused],
+                    ci,
+                    self.claims.len(),
+                );
                 if free > ci {
                     if self.alike[a].cursor == ci {
                         self.alike[a].cursor = next_unrefused(&[&self.alike[a].refused], ci, free);
@@ -1584,17 +1862,32 @@ impl<'a> Solver<'a> {
         if node.unschedulable || !state.used.fits_with(&cls.shape.requests, &node.allocatable) {
             return Err(FINAL);
         }
-        if first_untolerated(&node.taints, &cls.shape.constraints.tolerations, cls.shape.constraints.ignore_prefer_no_schedule).is_some() {
+        if first_untolerated(
+            &node.taints,
+            &cls.shape.constraints.tolerations,
+            cls.shape.constraints.ignore_prefer_no_schedule,
+        )
+        .is_some()
+        {
             return Err(FINAL);
         }
-        if !labels_satisfy(&node.labels, &cls.shape.constraints.node) || ports_conflict(&state.ports, &cls.shape.ports) {
+        if !labels_satisfy(&node.labels, &cls.shape.constraints.node)
+            || ports_conflict(&state.ports, &cls.shape.ports)
+        {
             return Err(FINAL);
         }
-        let cand = Candidate::Node { host: n as HostId, labels: &node.labels };
+        let cand = Candidate::Node {
+            host: n as HostId,
+            labels: &node.labels,
+        };
         if !cls.shape.topo.is_empty() {
             self.topology
                 .admit(&cls.shape.topo, &cls.shape.constraints, cand)
-                .map_err(|r| Refused { permanent: r.permanent, stable: false, alike: false })?;
+                .map_err(|r| Refused {
+                    permanent: r.permanent,
+                    stable: false,
+                    alike: false,
+                })?;
         }
         let state = &mut self.node_state[n];
         state.used.add(&cls.shape.requests);
@@ -1663,7 +1956,10 @@ impl<'a> Solver<'a> {
             if elsewhere {
                 return Err(FINAL_ALIKE);
             }
-            if c.target.is_some_and(|t| !c.used.fits_with(&cls.shape.requests, &self.pools[c.pool].room[t as usize])) {
+            if c.target.is_some_and(|t| {
+                !c.used
+                    .fits_with(&cls.shape.requests, &self.pools[c.pool].room[t as usize])
+            }) {
                 return Err(FINAL_ALIKE);
             }
         }
@@ -1679,20 +1975,30 @@ impl<'a> Solver<'a> {
         let extra = if cls.shape.topo.is_empty() {
             Requirements::new()
         } else {
-            let cand = Candidate::Claim { host: c.host, requirements: &c.reqs };
+            let cand = Candidate::Claim {
+                host: c.host,
+                requirements: &c.reqs,
+            };
             let answer = if cls.shape.domain_only {
                 match self.admit_memo.iter().find(|(sig, _)| *sig == c.signature) {
                     Some((_, answer)) => answer.clone(),
                     None => {
-                        let answer = self.topology.admit(&cls.shape.topo, &cls.shape.constraints, cand);
+                        let answer =
+                            self.topology
+                                .admit(&cls.shape.topo, &cls.shape.constraints, cand);
                         self.admit_memo.push((c.signature, answer.clone()));
                         answer
                     }
                 }
             } else {
-                self.topology.admit(&cls.shape.topo, &cls.shape.constraints, cand)
+                self.topology
+                    .admit(&cls.shape.topo, &cls.shape.constraints, cand)
             };
-            answer.map_err(|r| Refused { permanent: r.permanent || cls.shape.host_level, stable: false, alike: false })?
+            answer.map_err(|r| Refused {
+                permanent: r.permanent || cls.shape.host_level,
+                stable: false,
+                alike: false,
+            })?
         };
         // Most joins add nothing the claim does not already require.
         let implied = |more: &Requirements| more.iter().all(|(key, r)| c.reqs.get(key) == Some(r));
@@ -1706,7 +2012,11 @@ impl<'a> Solver<'a> {
             r
         };
         let min_values = |r: &Requirements| r.iter().any(|(_, r)| r.min_values.is_some());
-        let full = (adds && (min_values(&c.reqs) || min_values(&cls.shape.constraints.node) || min_values(&extra))).then(joined);
+        let full = (adds
+            && (min_values(&c.reqs)
+                || min_values(&cls.shape.constraints.node)
+                || min_values(&extra)))
+        .then(joined);
         // What the join allows of the pool's offerings. With masks it is the
         // AND of what the claim, the class and the topology allow, nothing
         // built; pools too varied for masks build the join's zone and
@@ -1714,10 +2024,21 @@ impl<'a> Solver<'a> {
         let masks = self.pools[pool].offerings.pairs.is_some();
         let offering_join;
         let (offered, offerings_changed) = if !adds {
-            (if masks { Offered::Mask(c.offer_mask) } else { Offered::Reqs(&c.reqs) }, false)
+            (
+                if masks {
+                    Offered::Mask(c.offer_mask)
+                } else {
+                    Offered::Reqs(&c.reqs)
+                },
+                false,
+            )
         } else if masks {
             let offerings = &self.pools[pool].offerings;
-            let extra_mask = if extra.is_empty() { u128::MAX } else { offerings.allowed(&extra) };
+            let extra_mask = if extra.is_empty() {
+                u128::MAX
+            } else {
+                offerings.allowed(&extra)
+            };
             let allowed = c.offer_mask & self.compat_masks[compat_id] & extra_mask;
             (Offered::Mask(allowed), allowed != c.offer_mask)
         } else {
@@ -1743,9 +2064,16 @@ impl<'a> Solver<'a> {
         };
         let ps = &self.pools[pool];
         // A target not offered under the join: refused before any copy.
-        let target_lost = |t: u32| !compat.contains(t as usize) || offered_types.is_some_and(|set| !ps.offered_sets[set].contains(t as usize));
+        let target_lost = |t: u32| {
+            !compat.contains(t as usize)
+                || offered_types.is_some_and(|set| !ps.offered_sets[set].contains(t as usize))
+        };
         if c.target.is_some_and(target_lost) {
-            return Err(Refused { permanent: extra.is_empty() || cls.shape.host_level, stable: false, alike: extra.is_empty() });
+            return Err(Refused {
+                permanent: extra.is_empty() || cls.shape.host_level,
+                stable: false,
+                alike: extra.is_empty(),
+            });
         }
         let mut need = c.used.clone();
         need.add(&cls.shape.requests);
@@ -1767,14 +2095,22 @@ impl<'a> Solver<'a> {
         }
         // Only pools too varied for offering masks check type by type.
         if offerings_changed && offered_types.is_none() {
-            for t in c.types.ones().filter(|&t| !ps.offerings.offered(t, offered, &ps.input.instance_types[t])) {
+            for t in c.types.ones().filter(|&t| {
+                !ps.offerings
+                    .offered(t, offered, &ps.input.instance_types[t])
+            }) {
                 kept.set(t, false);
             }
         }
         let off_target = c.target.is_some_and(|t| !kept.contains(t as usize));
-        if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types) {
+        if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types)
+        {
             // Only a topology decision (a pinned zone) can make this transient.
-            return Err(Refused { permanent: extra.is_empty() || cls.shape.host_level, stable: false, alike: extra.is_empty() });
+            return Err(Refused {
+                permanent: extra.is_empty() || cls.shape.host_level,
+                stable: false,
+                alike: extra.is_empty(),
+            });
         }
         // Types dropped may have held the most room: taken again when needed.
         let room_stale = c.room_stale || kept.count_ones(..) != c.types.count_ones(..);
@@ -1784,7 +2120,8 @@ impl<'a> Solver<'a> {
         let (price, cheapest) = if !priced || (kept.contains(c.cheapest) && !offerings_changed) {
             (c.price, c.cheapest)
         } else {
-            ps.cheapest_offered(&kept, offered).unwrap_or((f64::INFINITY, usize::MAX))
+            ps.cheapest_offered(&kept, offered)
+                .unwrap_or((f64::INFINITY, usize::MAX))
         };
         if judged {
             // Filling uses room the claim already pays for; otherwise the
@@ -1798,7 +2135,11 @@ impl<'a> Solver<'a> {
             if price - c.price > allowed + 1e-9 {
                 // Narrower zones or capacity types only raise the price, so a
                 // refusal with none added stands until the claim changes.
-                return Err(Refused { permanent: false, stable: !offerings_changed, alike: false });
+                return Err(Refused {
+                    permanent: false,
+                    stable: !offerings_changed,
+                    alike: false,
+                });
             }
         }
         let max_capacity = if ps.input.pool.limits.is_empty() {
@@ -1811,7 +2152,13 @@ impl<'a> Solver<'a> {
                 let mut others = ps.input.in_use.clone();
                 others.add(&ps.reserved.saturating_sub(&c.max_capacity));
                 let nodes = ps.input.nodes_in_use + ps.claims - 1;
-                if ps.input.pool.limits.exceeded_by(&others, nodes, &capacity).is_some() {
+                if ps
+                    .input
+                    .pool
+                    .limits
+                    .exceeded_by(&others, nodes, &capacity)
+                    .is_some()
+                {
                     return Err(FOR_NOW);
                 }
             }
@@ -1854,7 +2201,13 @@ impl<'a> Solver<'a> {
         let cls = &self.classes[k];
         if !cls.shape.topo.is_empty() {
             let c = &self.claims[ci];
-            self.topology.record(&cls.shape.topo, Candidate::Claim { host, requirements: &c.reqs });
+            self.topology.record(
+                &cls.shape.topo,
+                Candidate::Claim {
+                    host,
+                    requirements: &c.reqs,
+                },
+            );
         }
         Ok(())
     }
@@ -1888,11 +2241,18 @@ impl<'a> Solver<'a> {
             return price;
         }
         let ps = &self.pools[pool];
-        let reqs = ps.input.pool.requirements.intersection(&cls.shape.constraints.node);
+        let reqs = ps
+            .input
+            .pool
+            .requirements
+            .intersection(&cls.shape.constraints.node);
         let compat = &self.compat_sets[compat_id];
         let mut fits = compat.clone();
-        ps.room_index.keep_holding(&cls.shape.requests, &mut fits, &ps.room);
-        let price = ps.cheapest_in(&fits, &reqs).map_or(f64::INFINITY, |(p, _)| p);
+        ps.room_index
+            .keep_holding(&cls.shape.requests, &mut fits, &ps.room);
+        let price = ps
+            .cheapest_in(&fits, &reqs)
+            .map_or(f64::INFINITY, |(p, _)| p);
         self.alone_prices.insert(key, price);
         price
     }
@@ -1921,19 +2281,27 @@ impl<'a> Solver<'a> {
     /// asked at every join, answered once per pair of requirements.
     fn join(&mut self, ci: usize, k: usize) -> Join {
         let (c, cls) = (&self.claims[ci], &self.classes[k]);
-        *self.joins.entry((c.req_id, cls.shape.req_id)).or_insert_with(|| {
-            let node = &cls.shape.constraints.node;
-            Join {
-                compatible: node.is_empty() || c.reqs.compatible(node, Undefined::WellKnownOnly).is_ok(),
-                implied: node.iter().all(|(key, r)| c.reqs.get(key) == Some(r)),
-            }
-        })
+        *self
+            .joins
+            .entry((c.req_id, cls.shape.req_id))
+            .or_insert_with(|| {
+                let node = &cls.shape.constraints.node;
+                Join {
+                    compatible: node.is_empty()
+                        || c.reqs.compatible(node, Undefined::WellKnownOnly).is_ok(),
+                    implied: node.iter().all(|(key, r)| c.reqs.get(key) == Some(r)),
+                }
+            })
     }
 
     /// The interned requirements on every topology key: claims with the same
     /// signature get the same answer from domain-level topology.
     fn signature(&mut self, reqs: &Requirements) -> u32 {
-        let sig: Vec<Option<Requirement>> = self.topo_keys.iter().map(|k| reqs.get(k).cloned()).collect();
+        let sig: Vec<Option<Requirement>> = self
+            .topo_keys
+            .iter()
+            .map(|k| reqs.get(k).cloned())
+            .collect();
         let next = self.signatures.len() as u32;
         *self.signatures.entry(sig).or_insert(next)
     }
@@ -1967,7 +2335,16 @@ impl<'a> Solver<'a> {
             return false;
         }
         let ps = &self.pools[p];
-        if ps.input.pool.requirements.compatible(&self.classes[k].shape.constraints.node, Undefined::WellKnownOnly).is_err() {
+        if ps
+            .input
+            .pool
+            .requirements
+            .compatible(
+                &self.classes[k].shape.constraints.node,
+                Undefined::WellKnownOnly,
+            )
+            .is_err()
+        {
             return false;
         }
         let generation = self.pools[p].generation;
@@ -1990,7 +2367,11 @@ impl<'a> Solver<'a> {
         let max_capacity = if ps.input.pool.limits.is_empty() {
             Resources::default()
         } else {
-            ps.launch_capacity(&types, ps.offerings.of(&ps.input.pool.requirements), self.options.max_instance_types)
+            ps.launch_capacity(
+                &types,
+                ps.offerings.of(&ps.input.pool.requirements),
+                self.options.max_instance_types,
+            )
         };
         let ci = self.claims.len();
         let input = self.pools[p].input;
@@ -2052,7 +2433,11 @@ impl<'a> Solver<'a> {
             let nodes = ps.input.nodes_in_use + ps.claims;
             let within: Vec<usize> = types
                 .ones()
-                .filter(|&t| limits.exceeded_by(&used, nodes, &ps.input.instance_types[t].capacity).is_none())
+                .filter(|&t| {
+                    limits
+                        .exceeded_by(&used, nodes, &ps.input.instance_types[t].capacity)
+                        .is_none()
+                })
                 .collect();
             types.clear();
             for t in within {
@@ -2089,16 +2474,33 @@ impl<'a> Solver<'a> {
         let ps = &self.pools[p];
         let name = &ps.input.pool.name;
         let cls = &self.classes[k];
-        if let Some(t) = first_untolerated(&ps.input.pool.taints, &cls.shape.constraints.tolerations, true) {
+        if let Some(t) = first_untolerated(
+            &ps.input.pool.taints,
+            &cls.shape.constraints.tolerations,
+            true,
+        ) {
             return format!("did not tolerate taint {t} of NodePool {name}");
         }
-        if let Err(e) = ps.input.pool.requirements.compatible(&cls.shape.constraints.node, Undefined::WellKnownOnly) {
+        if let Err(e) = ps
+            .input
+            .pool
+            .requirements
+            .compatible(&cls.shape.constraints.node, Undefined::WellKnownOnly)
+        {
             return format!("incompatible with NodePool {name}: {e}");
         }
-        let combined = ps.input.pool.requirements.intersection(&cls.shape.constraints.node);
+        let combined = ps
+            .input
+            .pool
+            .requirements
+            .intersection(&cls.shape.constraints.node);
         let wanted = cls.shape.constraints.node.summary_or(&combined);
         if compat.is_clear() {
-            let any_type = ps.input.instance_types.iter().any(|t| t.requirements.intersects(&combined));
+            let any_type = ps
+                .input
+                .instance_types
+                .iter()
+                .any(|t| t.requirements.intersects(&combined));
             return if any_type {
                 format!("no available offering satisfies {wanted} in NodePool {name}")
             } else {
@@ -2106,15 +2508,25 @@ impl<'a> Solver<'a> {
             };
         }
         let requests = &cls.shape.requests;
-        let fitting: Vec<usize> = compat.ones().filter(|&t| requests.fits_in(&ps.room[t])).collect();
+        let fitting: Vec<usize> = compat
+            .ones()
+            .filter(|&t| requests.fits_in(&ps.room[t]))
+            .collect();
         if fitting.is_empty() {
-            let largest = compat.ones().map(|t| &ps.room[t]).max_by_key(|r| (r.cpu_millis, r.memory_bytes));
-            let over = largest.map(|l| requests.exceeding(l).join(", ")).unwrap_or_default();
+            let largest = compat
+                .ones()
+                .map(|t| &ps.room[t])
+                .max_by_key(|r| (r.cpu_millis, r.memory_bytes));
+            let over = largest
+                .map(|l| requests.exceeding(l).join(", "))
+                .unwrap_or_default();
             return format!(
                 "no instance type in NodePool {name} has room for requests {requests} (too much {over}, DaemonSet overhead included)"
             );
         }
-        if let Some((key, min, found)) = unmet_min_values(&combined, &fitting, &ps.input.instance_types) {
+        if let Some((key, min, found)) =
+            unmet_min_values(&combined, &fitting, &ps.input.instance_types)
+        {
             return format!(
                 "minValues {min} of {key} in NodePool {name} cannot be met: only {found} distinct value(s) among the instance types that fit"
             );
@@ -2127,7 +2539,9 @@ impl<'a> Solver<'a> {
                 .map(|&t| &ps.input.instance_types[t].capacity)
                 .min_by_key(|c| (c.cpu_millis, c.memory_bytes));
             let nodes = ps.input.nodes_in_use + ps.claims;
-            if let Some((res, limit)) = smallest.and_then(|cap| ps.input.pool.limits.exceeded_by(&used, nodes, cap)) {
+            if let Some((res, limit)) =
+                smallest.and_then(|cap| ps.input.pool.limits.exceeded_by(&used, nodes, cap))
+            {
                 let shown = match res {
                     resources::CPU => resources::format_cpu(limit),
                     resources::MEMORY => resources::format_bytes(limit),
@@ -2138,12 +2552,23 @@ impl<'a> Solver<'a> {
         }
         if !cls.shape.topo.is_empty() {
             let host = (self.nodes.len() + self.claims.len()) as HostId;
-            let cand = Candidate::Claim { host, requirements: &ps.input.pool.requirements };
-            if let Err(t) = self.topology.admit(&cls.shape.topo, &cls.shape.constraints, cand) {
-                return format!("would violate {} in NodePool {name}", self.topology.describe(&t));
+            let cand = Candidate::Claim {
+                host,
+                requirements: &ps.input.pool.requirements,
+            };
+            if let Err(t) = self
+                .topology
+                .admit(&cls.shape.topo, &cls.shape.constraints, cand)
+            {
+                return format!(
+                    "would violate {} in NodePool {name}",
+                    self.topology.describe(&t)
+                );
             }
         }
-        format!("no instance type in NodePool {name} satisfies all of the pod's constraints together")
+        format!(
+            "no instance type in NodePool {name} satisfies all of the pod's constraints together"
+        )
     }
 }
 
@@ -2152,7 +2577,11 @@ impl Requirements {
     fn summary_or(&self, combined: &Requirements) -> String {
         let mut own = self.clone();
         own.remove(labels::NODEPOOL);
-        if own.is_empty() { combined.summary() } else { own.summary() }
+        if own.is_empty() {
+            combined.summary()
+        } else {
+            own.summary()
+        }
     }
 }
 
@@ -2161,12 +2590,24 @@ impl<'a> PoolState<'a> {
     /// cheapest first (ties by name): the order launch options take. With
     /// `first`, only that many of the cheapest (no full sort of a whole
     /// catalog's types for 60 options).
-    fn priced_types(&self, types: &FixedBitSet, offered: Offered, first: Option<usize>) -> Vec<(f64, usize, usize)> {
-        let cheapest_offering = |t: usize| self.cheapest_offering(t, offered).map(|(price, oi)| (price, t, oi));
+    fn priced_types(
+        &self,
+        types: &FixedBitSet,
+        offered: Offered,
+        first: Option<usize>,
+    ) -> Vec<(f64, usize, usize)> {
+        let cheapest_offering = |t: usize| {
+            self.cheapest_offering(t, offered)
+                .map(|(price, oi)| (price, t, oi))
+        };
         let types_ = &self.input.instance_types;
-        let order = |a: &(f64, usize, usize), b: &(f64, usize, usize)| a.0.total_cmp(&b.0).then_with(|| types_[a.1].name.cmp(&types_[b.1].name));
+        let order = |a: &(f64, usize, usize), b: &(f64, usize, usize)| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| types_[a.1].name.cmp(&types_[b.1].name))
+        };
         let Some(n) = first.filter(|&n| n > 0) else {
-            let mut priced: Vec<(f64, usize, usize)> = types.ones().filter_map(cheapest_offering).collect();
+            let mut priced: Vec<(f64, usize, usize)> =
+                types.ones().filter_map(cheapest_offering).collect();
             priced.sort_by(order);
             return priced;
         };
@@ -2212,7 +2653,12 @@ impl<'a> PoolState<'a> {
     /// cheapest), which is every type CreateFleet could pick. Reserving the
     /// largest of *all* remaining types instead would let a 1,000-CPU limit
     /// admit three claims for 1-CPU pods.
-    fn launch_capacity(&self, types: &FixedBitSet, offered: Offered, max_types: usize) -> Resources {
+    fn launch_capacity(
+        &self,
+        types: &FixedBitSet,
+        offered: Offered,
+        max_types: usize,
+    ) -> Resources {
         let mut capacity = Resources::default();
         for (_, t, _) in self.priced_types(types, offered, Some(max_types)) {
             capacity.max_each(&self.input.instance_types[t].capacity);
@@ -2228,13 +2674,18 @@ impl<'a> PoolState<'a> {
             .iter()
             .enumerate()
             .filter(|(oi, o)| self.offerings.offering_allowed(t, *oi, offered, o))
-            .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then_with(|| a.1.zone.cmp(&b.1.zone)))
+            .min_by(|a, b| {
+                a.1.price
+                    .total_cmp(&b.1.price)
+                    .then_with(|| a.1.zone.cmp(&b.1.zone))
+            })
             .map(|(oi, o)| (o.price, oi))
     }
 
     /// The price of type `t`'s cheapest offering the requirements allow.
     fn price_of(&self, t: usize, reqs: &Requirements) -> Option<f64> {
-        self.cheapest_offering(t, self.offerings.of(reqs)).map(|(price, _)| price)
+        self.cheapest_offering(t, self.offerings.of(reqs))
+            .map(|(price, _)| price)
     }
 
     /// The cheapest (price, type) among `types` under the requirements.
@@ -2249,7 +2700,10 @@ impl<'a> PoolState<'a> {
     fn cheapest_offered(&self, types: &FixedBitSet, offered: Offered) -> Option<(f64, usize)> {
         if let Offered::Mask(allowed) = offered {
             let order = self.cheapest_order(allowed);
-            return order.iter().find(|(_, t)| types.contains(*t as usize)).map(|&(price, t)| (price, t as usize));
+            return order
+                .iter()
+                .find(|(_, t)| types.contains(*t as usize))
+                .map(|&(price, t)| (price, t as usize));
         }
         let mut best: Option<(f64, usize)> = None;
         for &t in &self.by_price {
@@ -2279,11 +2733,16 @@ impl<'a> PoolState<'a> {
             .by_price
             .iter()
             .enumerate()
-            .filter_map(|(rank, &t)| self.cheapest_offering(t, offered).map(|(price, _)| (price, rank, t as u32)))
+            .filter_map(|(rank, &t)| {
+                self.cheapest_offering(t, offered)
+                    .map(|(price, _)| (price, rank, t as u32))
+            })
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let order: PriceOrder = order.into_iter().map(|(price, _, t)| (price, t)).collect();
-        self.cheapest_orders.borrow_mut().insert(allowed, order.clone());
+        self.cheapest_orders
+            .borrow_mut()
+            .insert(allowed, order.clone());
         order
     }
 
@@ -2294,7 +2753,10 @@ impl<'a> PoolState<'a> {
             .filter_map(|d| {
                 let c = d.constraints(&Relaxation::default());
                 let tolerated = first_untolerated(&pool.taints, &c.tolerations, true).is_none();
-                let compatible = pool.requirements.compatible(&c.node, Undefined::WellKnownOnly).is_ok();
+                let compatible = pool
+                    .requirements
+                    .compatible(&c.node, Undefined::WellKnownOnly)
+                    .is_ok();
                 (tolerated && compatible).then_some((c.node, &d.requests))
             })
             .collect();
@@ -2311,7 +2773,10 @@ impl<'a> PoolState<'a> {
             if !overhead.fits_in(it.allocatable()) {
                 r = Resources::default();
             }
-            if r.pods > 0 && it.requirements.intersects(&pool.requirements) && it.has_offering(&pool.requirements) {
+            if r.pods > 0
+                && it.requirements.intersects(&pool.requirements)
+                && it.has_offering(&pool.requirements)
+            {
                 base.insert(t);
             }
             room.push(r);
@@ -2319,10 +2784,21 @@ impl<'a> PoolState<'a> {
         let floor_price: Vec<f64> = input
             .instance_types
             .iter()
-            .map(|t| t.offerings.iter().filter(|o| o.available).map(|o| o.price).min_by(f64::total_cmp).unwrap_or(f64::INFINITY))
+            .map(|t| {
+                t.offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .map(|o| o.price)
+                    .min_by(f64::total_cmp)
+                    .unwrap_or(f64::INFINITY)
+            })
             .collect();
         let mut by_price: Vec<usize> = (0..input.instance_types.len()).collect();
-        by_price.sort_by(|a, b| floor_price[*a].total_cmp(&floor_price[*b]).then_with(|| a.cmp(b)));
+        by_price.sort_by(|a, b| {
+            floor_price[*a]
+                .total_cmp(&floor_price[*b])
+                .then_with(|| a.cmp(b))
+        });
         PoolState {
             input,
             room_index: Arc::new(room_index::RoomIndex::new(&room)),
@@ -2353,7 +2829,8 @@ impl<'a> PoolState<'a> {
             set.set(t, mask & allowed != 0);
         }
         self.offered_sets.push(set);
-        self.offered_index.insert(allowed, self.offered_sets.len() - 1);
+        self.offered_index
+            .insert(allowed, self.offered_sets.len() - 1);
         Some(self.offered_sets.len() - 1)
     }
 }
@@ -2365,9 +2842,18 @@ fn domain_universe(pools: &[PoolInput], nodes: &[ExistingNode]) -> FxHashMap<Str
     for p in pools {
         for it in &p.instance_types {
             for o in &it.offerings {
-                if o.available && p.pool.requirements.allows(labels::ZONE, Some(&o.zone)) && p.pool.requirements.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)) {
-                    u.entry(labels::ZONE.to_owned()).or_default().insert(o.zone.clone());
-                    u.entry(labels::CAPACITY_TYPE.to_owned()).or_default().insert(o.capacity_type.clone());
+                if o.available
+                    && p.pool.requirements.allows(labels::ZONE, Some(&o.zone))
+                    && p.pool
+                        .requirements
+                        .allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
+                {
+                    u.entry(labels::ZONE.to_owned())
+                        .or_default()
+                        .insert(o.zone.clone());
+                    u.entry(labels::CAPACITY_TYPE.to_owned())
+                        .or_default()
+                        .insert(o.capacity_type.clone());
                 }
             }
             for (k, r) in it.requirements.iter() {
@@ -2389,7 +2875,9 @@ fn domain_universe(pools: &[PoolInput], nodes: &[ExistingNode]) -> FxHashMap<Str
             u.entry(k.clone()).or_default().insert(v.clone());
         }
     }
-    u.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect()
+    u.into_iter()
+        .map(|(k, v)| (k, v.into_iter().collect()))
+        .collect()
 }
 
 /// The lists merged so that every prefix holds each list in proportion to
@@ -2401,7 +2889,10 @@ fn interleave(lists: &[Vec<usize>]) -> Vec<usize> {
     for step in 1..=total {
         // The list furthest behind its share of the first `step` items.
         let behind = |l: usize| (lists[l].len() * step) as f64 / total as f64 - taken[l] as f64;
-        let Some(l) = (0..lists.len()).filter(|&l| taken[l] < lists[l].len()).max_by(|&a, &b| behind(a).total_cmp(&behind(b)).then(b.cmp(&a))) else {
+        let Some(l) = (0..lists.len())
+            .filter(|&l| taken[l] < lists[l].len())
+            .max_by(|&a, &b| behind(a).total_cmp(&behind(b)).then(b.cmp(&a)))
+        else {
             break;
         };
         out.push(lists[l][taken[l]]);
@@ -2415,13 +2906,18 @@ fn interleave(lists: &[Vec<usize>]) -> Vec<usize> {
 /// (whose reservations need the exact set) and without `minValues` (whose
 /// count does).
 fn settles_late(ps: &PoolState, target: Option<u32>, reqs: &Requirements) -> bool {
-    target.is_some() && ps.input.pool.limits.is_empty() && reqs.iter().all(|(_, r)| r.min_values.is_none())
+    target.is_some()
+        && ps.input.pool.limits.is_empty()
+        && reqs.iter().all(|(_, r)| r.min_values.is_none())
 }
 
 /// Pods by CPU, then memory, descending; then by index.
 fn larger_first(pods: &[SchedPod], a: usize, b: usize) -> std::cmp::Ordering {
     let (ra, rb) = (&pods[a].requests, &pods[b].requests);
-    rb.cpu_millis.cmp(&ra.cpu_millis).then(rb.memory_bytes.cmp(&ra.memory_bytes)).then(a.cmp(&b))
+    rb.cpu_millis
+        .cmp(&ra.cpu_millis)
+        .then(rb.memory_bytes.cmp(&ra.memory_bytes))
+        .then(a.cmp(&b))
 }
 
 /// The first index in `from..end` in none of the sets (`end` when none), a
@@ -2431,7 +2927,9 @@ fn next_unrefused(sets: &[&FixedBitSet], from: usize, end: usize) -> usize {
     let mut word = from / bits;
     let mut mask = usize::MAX << (from % bits);
     while word * bits < end {
-        let refused = sets.iter().fold(0, |all, set| all | set.as_slice().get(word).copied().unwrap_or(0));
+        let refused = sets.iter().fold(0, |all, set| {
+            all | set.as_slice().get(word).copied().unwrap_or(0)
+        });
         let free = !refused & mask;
         if free != 0 {
             return (word * bits + free.trailing_zeros() as usize).min(end);
@@ -2455,7 +2953,11 @@ fn offering_keys(reqs: &Requirements) -> Requirements {
 
 /// Cores, GiB and pods: the guide's units.
 fn units(r: &Resources) -> [f64; 3] {
-    [r.cpu_millis as f64 / 1000.0, r.memory_bytes as f64 / resources::GIB as f64, r.pods as f64]
+    [
+        r.cpu_millis as f64 / 1000.0,
+        r.memory_bytes as f64 / resources::GIB as f64,
+        r.pods as f64,
+    ]
 }
 
 /// True when `r` equals `max` in some resource (removing it may lower the maximum).
@@ -2473,11 +2975,22 @@ fn ports_conflict(used: &[HostPort], wanted: &[HostPort]) -> bool {
 }
 
 /// The first `minValues` the types cannot meet: (key, minValues, distinct values found).
-fn unmet_min_values(reqs: &Requirements, types: &[usize], catalog: &[InstanceType]) -> Option<(String, u32, usize)> {
+fn unmet_min_values(
+    reqs: &Requirements,
+    types: &[usize],
+    catalog: &[InstanceType],
+) -> Option<(String, u32, usize)> {
     reqs.iter().find_map(|(key, r)| {
         let min = r.min_values?;
-        let distinct: BTreeSet<&str> =
-            types.iter().filter_map(|&t| catalog[t].requirements.get(key).and_then(|r| r.single_value())).collect();
+        let distinct: BTreeSet<&str> = types
+            .iter()
+            .filter_map(|&t| {
+                catalog[t]
+                    .requirements
+                    .get(key)
+                    .and_then(|r| r.single_value())
+            })
+            .collect();
         (distinct.len() < min as usize).then(|| (key.to_owned(), min, distinct.len()))
     })
 }
@@ -2489,7 +3002,12 @@ fn min_values_hold(reqs: &Requirements, types: &FixedBitSet, catalog: &[Instance
         Some(min) => {
             let distinct: BTreeSet<&str> = types
                 .ones()
-                .filter_map(|t| catalog[t].requirements.get(key).and_then(|r| r.single_value()))
+                .filter_map(|t| {
+                    catalog[t]
+                        .requirements
+                        .get(key)
+                        .and_then(|r| r.single_value())
+                })
                 .collect();
             distinct.len() >= min as usize
         }
@@ -2505,11 +3023,20 @@ fn truncate_keeping_min_values(
     reqs: &Requirements,
     catalog: &[InstanceType],
 ) -> Vec<(f64, usize, usize)> {
-    let min_keys: Vec<(&str, usize)> = reqs.iter().filter_map(|(k, r)| r.min_values.map(|m| (k, m as usize))).collect();
+    let min_keys: Vec<(&str, usize)> = reqs
+        .iter()
+        .filter_map(|(k, r)| r.min_values.map(|m| (k, m as usize)))
+        .collect();
     if options.len() <= max || min_keys.is_empty() {
         return options.into_iter().take(max).collect();
     }
-    let value = |t: usize, key: &str| catalog[t].requirements.get(key).and_then(|r| r.single_value()).map(str::to_owned);
+    let value = |t: usize, key: &str| {
+        catalog[t]
+            .requirements
+            .get(key)
+            .and_then(|r| r.single_value())
+            .map(str::to_owned)
+    };
     let mut kept = options;
     let mut rest = kept.split_off(max);
     for (key, min) in min_keys {
@@ -2560,19 +3087,42 @@ mod tests {
     #[test]
     fn offerings_are_judged_alike_with_and_without_masks() {
         let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
-        let daemons: Vec<SchedPod> = w2::daemon_pods().iter().map(|p| SchedPod::from_pod(p).expect("daemon pod")).collect();
+        let daemons: Vec<SchedPod> = w2::daemon_pods()
+            .iter()
+            .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
+            .collect();
         for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
             let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
             let zones = w2::zones(&pool, &catalog);
-            let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
+            let pools = vec![PoolInput::new(
+                pool.clone(),
+                instance_types(&pool, &catalog, &[]),
+            )];
             for mix in [Mix::Zonal, Mix::Mixed] {
-                let pods: Vec<SchedPod> = w2::pods(400, mix, 3, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
+                let pods: Vec<SchedPod> = w2::pods(400, mix, 3, &zones)
+                    .iter()
+                    .map(|p| SchedPod::from_pod(p).expect("w2 pod"))
+                    .collect();
                 let options = SolveOptions::default();
                 let splits = guide::SplitMemo::default();
                 let batch = BatchPods::new(&pods);
-                let mut prototype = Solver::new(&pods, &batch, &[], &pools, &daemons, &options, Strategy::Best, &splits);
+                let mut prototype = Solver::new(
+                    &pods,
+                    &batch,
+                    &[],
+                    &pools,
+                    &daemons,
+                    &options,
+                    Strategy::Best,
+                    &splits,
+                );
                 prototype.classify();
-                for strategy in [Strategy::Guided, Strategy::Patterns, Strategy::Karpenter, Strategy::Standalone] {
+                for strategy in [
+                    Strategy::Guided,
+                    Strategy::Patterns,
+                    Strategy::Karpenter,
+                    Strategy::Standalone,
+                ] {
                     let masked = prototype.fork(strategy).run_with_bound().0.finish();
                     let mut unmasked = prototype.fork(strategy);
                     for ps in &mut unmasked.pools {
@@ -2603,23 +3153,56 @@ mod tests {
         for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
             let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
             let zones = w2::zones(&pool, &catalog);
-            let pools = vec![PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))];
-            let daemons: Vec<SchedPod> = w2::daemon_pods().iter().map(|p| SchedPod::from_pod(p).expect("daemon pod")).collect();
+            let pools = vec![PoolInput::new(
+                pool.clone(),
+                instance_types(&pool, &catalog, &[]),
+            )];
+            let daemons: Vec<SchedPod> = w2::daemon_pods()
+                .iter()
+                .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
+                .collect();
             for mix in Mix::ALL {
                 for seed in 1..3 {
-                    let pods: Vec<SchedPod> =
-                        w2::pods(300, mix, seed, &zones).iter().map(|p| SchedPod::from_pod(p).expect("w2 pod")).collect();
+                    let pods: Vec<SchedPod> = w2::pods(300, mix, seed, &zones)
+                        .iter()
+                        .map(|p| SchedPod::from_pod(p).expect("w2 pod"))
+                        .collect();
                     let options = SolveOptions::default();
                     let splits = guide::SplitMemo::default();
                     let batch = BatchPods::new(&pods);
-                    let solver = || Solver::new(&pods, &batch, &[], &pools, &daemons, &options, Strategy::Karpenter, &splits);
+                    let solver = || {
+                        Solver::new(
+                            &pods,
+                            &batch,
+                            &[],
+                            &pools,
+                            &daemons,
+                            &options,
+                            Strategy::Karpenter,
+                            &splits,
+                        )
+                    };
                     let plan = solver().run_with_bound().0.finish();
                     let cost = plan.cost_per_hour();
-                    let within =
-                        solver().run_within(cost).unwrap_or_else(|| panic!("{} seed {seed}: abandoned at its own cost", mix.name())).finish();
+                    let within = solver()
+                        .run_within(cost)
+                        .unwrap_or_else(|| {
+                            panic!("{} seed {seed}: abandoned at its own cost", mix.name())
+                        })
+                        .finish();
                     assert_eq!(within.claims.len(), plan.claims.len());
-                    assert!(within.claims.iter().zip(&plan.claims).all(|(a, b)| a.pods == b.pods && a.options == b.options));
-                    assert!(solver().run_within(cost * 0.99 - 1e-3).is_none(), "{} seed {seed}: not stopped under its cost", mix.name());
+                    assert!(
+                        within
+                            .claims
+                            .iter()
+                            .zip(&plan.claims)
+                            .all(|(a, b)| a.pods == b.pods && a.options == b.options)
+                    );
+                    assert!(
+                        solver().run_within(cost * 0.99 - 1e-3).is_none(),
+                        "{} seed {seed}: not stopped under its cost",
+                        mix.name()
+                    );
                 }
             }
         }

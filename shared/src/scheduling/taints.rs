@@ -39,13 +39,21 @@ pub struct Taint {
 
 impl Taint {
     pub fn new(key: &str, value: &str, effect: Effect) -> Self {
-        Taint { key: key.to_owned(), value: value.to_owned(), effect }
+        Taint {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            effect,
+        }
     }
 
     pub fn from_k8s(t: &K8sTaint) -> Result<Self, String> {
-        let effect =
-            Effect::parse(&t.effect).ok_or_else(|| format!("taint {}: unknown effect {:?}", t.key, t.effect))?;
-        Ok(Taint { key: t.key.clone(), value: t.value.clone().unwrap_or_default(), effect })
+        let effect = Effect::parse(&t.effect)
+            .ok_or_else(|| format!("taint {}: unknown effect {:?}", t.key, t.effect))?;
+        Ok(Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        })
     }
 }
 
@@ -74,13 +82,26 @@ impl Toleration {
         let exists = match t.operator.as_deref() {
             None | Some("") | Some("Equal") => false,
             Some("Exists") => true,
-            Some(other) => return Err(format!("toleration {:?}: unknown operator {other:?}", t.key)),
+            Some(other) => {
+                return Err(format!(
+                    "toleration {:?}: unknown operator {other:?}",
+                    t.key
+                ));
+            }
         };
         let effect = match t.effect.as_deref() {
             None | Some("") => None,
-            Some(e) => Some(Effect::parse(e).ok_or_else(|| format!("toleration {:?}: unknown effect {e:?}", t.key))?),
+            Some(e) => Some(
+                Effect::parse(e)
+                    .ok_or_else(|| format!("toleration {:?}: unknown effect {e:?}", t.key))?,
+            ),
         };
-        Ok(Toleration { key: t.key.clone().unwrap_or_default(), exists, value: t.value.clone().unwrap_or_default(), effect })
+        Ok(Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            exists,
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        })
     }
 
     pub fn tolerates(&self, taint: &Taint) -> bool {
@@ -112,7 +133,12 @@ mod tests {
     use super::*;
 
     fn tol(key: &str, exists: bool, value: &str, effect: Option<Effect>) -> Toleration {
-        Toleration { key: key.into(), exists, value: value.into(), effect }
+        Toleration {
+            key: key.into(),
+            exists,
+            value: value.into(),
+            effect,
+        }
     }
 
     #[test]
@@ -122,12 +148,21 @@ mod tests {
         assert!(tol("nvidia.com/gpu", true, "", Some(Effect::NoSchedule)).tolerates(&gpu));
         assert!(!tol("nvidia.com/gpu", false, "false", None).tolerates(&gpu));
         assert!(!tol("nvidia.com/gpu", true, "", Some(Effect::NoExecute)).tolerates(&gpu));
-        assert!(tol("", true, "", None).tolerates(&gpu), "empty key with Exists tolerates everything");
+        assert!(
+            tol("", true, "", None).tolerates(&gpu),
+            "empty key with Exists tolerates everything"
+        );
         assert!(!tol("", false, "", None).tolerates(&gpu));
-        let taints = [gpu.clone(), Taint::new("soft", "", Effect::PreferNoSchedule)];
+        let taints = [
+            gpu.clone(),
+            Taint::new("soft", "", Effect::PreferNoSchedule),
+        ];
         assert_eq!(first_untolerated(&taints, &[], false), Some(&gpu));
         let t = [tol("nvidia.com/gpu", true, "", None)];
-        assert_eq!(first_untolerated(&taints, &t, false).map(|t| t.key.as_str()), Some("soft"));
+        assert_eq!(
+            first_untolerated(&taints, &t, false).map(|t| t.key.as_str()),
+            Some("soft")
+        );
         assert_eq!(first_untolerated(&taints, &t, true), None);
     }
 }

@@ -31,7 +31,10 @@ pub type HostId = u32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
-    Spread { max_skew: u32, min_domains: Option<u32> },
+    Spread {
+        max_skew: u32,
+        min_domains: Option<u32>,
+    },
     Affinity,
     AntiAffinity,
 }
@@ -48,7 +51,10 @@ pub struct GroupKey {
 impl GroupKey {
     pub fn spread(s: &Spread, namespace: &str) -> Self {
         GroupKey {
-            kind: Kind::Spread { max_skew: s.max_skew, min_domains: s.min_domains },
+            kind: Kind::Spread {
+                max_skew: s.max_skew,
+                min_domains: s.min_domains,
+            },
             key: s.key.clone(),
             selector: s.selector.clone(),
             namespaces: vec![namespace.to_owned()],
@@ -57,7 +63,11 @@ impl GroupKey {
 
     pub fn affinity(t: &AffinityTerm) -> Self {
         GroupKey {
-            kind: if t.anti { Kind::AntiAffinity } else { Kind::Affinity },
+            kind: if t.anti {
+                Kind::AntiAffinity
+            } else {
+                Kind::Affinity
+            },
             key: t.key.clone(),
             selector: t.selector.clone(),
             namespaces: t.namespaces.clone(),
@@ -66,7 +76,9 @@ impl GroupKey {
 
     fn describe(&self) -> String {
         match self.kind {
-            Kind::Spread { max_skew, .. } => format!("topology spread on {} (maxSkew {max_skew})", self.key),
+            Kind::Spread { max_skew, .. } => {
+                format!("topology spread on {} (maxSkew {max_skew})", self.key)
+            }
             Kind::Affinity => format!("pod affinity on {}", self.key),
             Kind::AntiAffinity => format!("pod anti-affinity on {}", self.key),
         }
@@ -134,8 +146,14 @@ impl PodTopology {
 /// Where a pod might go: an existing node (labels decided) or a claim (requirements).
 #[derive(Debug, Clone, Copy)]
 pub enum Candidate<'a> {
-    Node { host: HostId, labels: &'a BTreeMap<String, String> },
-    Claim { host: HostId, requirements: &'a Requirements },
+    Node {
+        host: HostId,
+        labels: &'a BTreeMap<String, String>,
+    },
+    Claim {
+        host: HostId,
+        requirements: &'a Requirements,
+    },
 }
 
 impl Candidate<'_> {
@@ -173,7 +191,10 @@ impl Topology {
     /// `universe`: for each topology key, the values nodes can take (zones
     /// and capacity types from the offerings, labels of existing nodes).
     pub fn new(universe: FxHashMap<String, Vec<String>>) -> Self {
-        Topology { universe, ..Default::default() }
+        Topology {
+            universe,
+            ..Default::default()
+        }
     }
 
     /// Registers every constraint a pod may ever carry (before relaxation).
@@ -193,7 +214,11 @@ impl Topology {
         }
         let id = self.groups.len() as GroupId;
         let hostname = key.key == labels::HOSTNAME;
-        let domains = if hostname { Vec::new() } else { self.universe.get(&key.key).cloned().unwrap_or_default() };
+        let domains = if hostname {
+            Vec::new()
+        } else {
+            self.universe.get(&key.key).cloned().unwrap_or_default()
+        };
         self.groups.push(Group {
             domains,
             hostname,
@@ -202,7 +227,13 @@ impl Topology {
             owners: Counts::default(),
         });
         match key.selector.required_label() {
-            Some((k, v)) => self.by_label.entry(k.to_owned()).or_default().entry(v.to_owned()).or_default().push(id),
+            Some((k, v)) => self
+                .by_label
+                .entry(k.to_owned())
+                .or_default()
+                .entry(v.to_owned())
+                .or_default()
+                .push(id),
             None => self.unindexed.push(id),
         }
         self.index.insert(key, id);
@@ -214,7 +245,12 @@ impl Topology {
     }
 
     /// The groups a pod with these constraints and labels takes part in.
-    pub fn pod_topology(&mut self, c: &Constraints, namespace: &str, labels: &BTreeMap<String, String>) -> PodTopology {
+    pub fn pod_topology(
+        &mut self,
+        c: &Constraints,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> PodTopology {
         if self.groups.is_empty() {
             return PodTopology::default();
         }
@@ -227,7 +263,8 @@ impl Topology {
         }
         for t in &c.affinity {
             let key = GroupKey::affinity(t);
-            let self_match = key.selector.matches(labels) && key.namespaces.iter().any(|n| n == namespace);
+            let self_match =
+                key.selector.matches(labels) && key.namespaces.iter().any(|n| n == namespace);
             let id = self.group_id(key);
             owned.push((id, self_match));
             if t.anti && t.weight.is_none() {
@@ -235,10 +272,19 @@ impl Topology {
             }
         }
         let (matched, inverse) = self.matching(namespace, labels);
-        PodTopology { owned, matched, inverse, repels }
+        PodTopology {
+            owned,
+            matched,
+            inverse,
+            repels,
+        }
     }
 
-    fn matching(&self, namespace: &str, pod_labels: &BTreeMap<String, String>) -> (Vec<GroupId>, Vec<GroupId>) {
+    fn matching(
+        &self,
+        namespace: &str,
+        pod_labels: &BTreeMap<String, String>,
+    ) -> (Vec<GroupId>, Vec<GroupId>) {
         let mut candidates: Vec<GroupId> = self.unindexed.clone();
         for (k, v) in pod_labels {
             if let Some(ids) = self.by_label.get(k).and_then(|values| values.get(v)) {
@@ -252,7 +298,8 @@ impl Topology {
         let mut inverse = Vec::new();
         for id in candidates {
             let g = &self.groups[id as usize];
-            if g.key.namespaces.iter().any(|n| n == namespace) && g.key.selector.matches(pod_labels) {
+            if g.key.namespaces.iter().any(|n| n == namespace) && g.key.selector.matches(pod_labels)
+            {
                 matched.push(id);
                 if g.key.kind == Kind::AntiAffinity {
                     inverse.push(id);
@@ -283,7 +330,12 @@ impl Topology {
 
     /// Checks a pod with constraints `c` against a candidate. On success
     /// returns the requirements the pod adds there (empty when it adds none).
-    pub fn admit(&self, pt: &PodTopology, c: &Constraints, cand: Candidate<'_>) -> Result<Requirements, TopologyReject> {
+    pub fn admit(
+        &self,
+        pt: &PodTopology,
+        c: &Constraints,
+        cand: Candidate<'_>,
+    ) -> Result<Requirements, TopologyReject> {
         let pod_node = &c.node;
         // The domains a spread counts: the pod's own affinity, not its volumes'.
         let scope = c.spread_scope.as_ref().unwrap_or(pod_node);
@@ -299,17 +351,31 @@ impl Topology {
             if !g.hostname && g.domains.is_empty() {
                 continue; // a key no node can have: ignored, as Karpenter does
             }
-            let reject = |permanent: bool| TopologyReject { group: gid, inverse: false, permanent };
+            let reject = |permanent: bool| TopologyReject {
+                group: gid,
+                inverse: false,
+                permanent,
+            };
             match (g.key.kind, g.hostname) {
                 (Kind::Spread { max_skew, .. }, true) => {
                     if g.matched.host(host) + 1 > max_skew {
                         return Err(reject(true));
                     }
                 }
-                (Kind::Spread { max_skew, min_domains }, false) => {
+                (
+                    Kind::Spread {
+                        max_skew,
+                        min_domains,
+                    },
+                    false,
+                ) => {
                     let mut eligible = 0u32;
                     let mut min = u32::MAX;
-                    for v in g.domains.iter().filter(|v| scope.allows(&g.key.key, Some(v))) {
+                    for v in g
+                        .domains
+                        .iter()
+                        .filter(|v| scope.allows(&g.key.key, Some(v)))
+                    {
                         eligible += 1;
                         min = min.min(g.matched.value(v));
                     }
@@ -317,8 +383,16 @@ impl Topology {
                         min = 0;
                     }
                     let best = Self::options(g, cand, pod_node, &extra)
-                        .filter(|v| scope.allows(&g.key.key, Some(v)) && g.matched.value(v) + 1 <= min + max_skew)
-                        .min_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| a.cmp(b)));
+                        .filter(|v| {
+                            scope.allows(&g.key.key, Some(v))
+                                && g.matched.value(v) + 1 <= min + max_skew
+                        })
+                        .min_by(|a, b| {
+                            g.matched
+                                .value(a)
+                                .cmp(&g.matched.value(b))
+                                .then_with(|| a.cmp(b))
+                        });
                     match best {
                         Some(v) => extra.add(&g.key.key, Requirement::single(v)),
                         None => return Err(reject(false)),
@@ -333,10 +407,17 @@ impl Topology {
                 (Kind::Affinity, false) => {
                     let with_peers = Self::options(g, cand, pod_node, &extra)
                         .filter(|v| g.matched.value(v) > 0)
-                        .max_by(|a, b| g.matched.value(a).cmp(&g.matched.value(b)).then_with(|| b.cmp(a)));
+                        .max_by(|a, b| {
+                            g.matched
+                                .value(a)
+                                .cmp(&g.matched.value(b))
+                                .then_with(|| b.cmp(a))
+                        });
                     let chosen = match with_peers {
                         Some(v) => Some(v),
-                        None if g.matched.total == 0 && self_match => Self::options(g, cand, pod_node, &extra).next(),
+                        None if g.matched.total == 0 && self_match => {
+                            Self::options(g, cand, pod_node, &extra).next()
+                        }
                         None => None,
                     };
                     match chosen {
@@ -351,7 +432,8 @@ impl Topology {
                 }
                 (Kind::AntiAffinity, false) => {
                     let options: Vec<&str> = Self::options(g, cand, pod_node, &extra).collect();
-                    narrow(&mut extra, &g.key.key, options, |v| g.matched.value(v) == 0).map_err(|()| reject(false))?;
+                    narrow(&mut extra, &g.key.key, options, |v| g.matched.value(v) == 0)
+                        .map_err(|()| reject(false))?;
                 }
             }
         }
@@ -360,14 +442,19 @@ impl Topology {
             if g.owners.total == 0 {
                 continue;
             }
-            let reject = |permanent: bool| TopologyReject { group: gid, inverse: true, permanent };
+            let reject = |permanent: bool| TopologyReject {
+                group: gid,
+                inverse: true,
+                permanent,
+            };
             if g.hostname {
                 if g.owners.host(host) > 0 {
                     return Err(reject(true));
                 }
             } else {
                 let options: Vec<&str> = Self::options(g, cand, pod_node, &extra).collect();
-                narrow(&mut extra, &g.key.key, options, |v| g.owners.value(v) == 0).map_err(|()| reject(false))?;
+                narrow(&mut extra, &g.key.key, options, |v| g.owners.value(v) == 0)
+                    .map_err(|()| reject(false))?;
             }
         }
         Ok(extra)
@@ -385,12 +472,20 @@ impl Topology {
                 Kind::AntiAffinity => g.matched.host(host) > 0,
                 Kind::Affinity => false,
             };
-            full.then_some(TopologyReject { group: gid, inverse: false, permanent: true })
+            full.then_some(TopologyReject {
+                group: gid,
+                inverse: false,
+                permanent: true,
+            })
         });
         own.or_else(|| {
             pt.inverse.iter().find_map(|&gid| {
                 let g = &self.groups[gid as usize];
-                (g.hostname && g.owners.host(host) > 0).then_some(TopologyReject { group: gid, inverse: true, permanent: true })
+                (g.hostname && g.owners.host(host) > 0).then_some(TopologyReject {
+                    group: gid,
+                    inverse: true,
+                    permanent: true,
+                })
             })
         })
     }
@@ -414,7 +509,11 @@ impl Topology {
         for &gid in &pt.matched {
             let g = &self.groups[gid as usize];
             let (hostname, anti) = (g.hostname, g.key.kind == Kind::AntiAffinity);
-            let values = if hostname { Vec::new() } else { domains(&g.key.key, &self.universe) };
+            let values = if hostname {
+                Vec::new()
+            } else {
+                domains(&g.key.key, &self.universe)
+            };
             let g = &mut self.groups[gid as usize];
             g.matched.total += 1;
             if hostname {
@@ -427,7 +526,11 @@ impl Topology {
         }
         for &gid in &pt.repels {
             let g = &self.groups[gid as usize];
-            let values = if g.hostname { Vec::new() } else { domains(&g.key.key, &self.universe) };
+            let values = if g.hostname {
+                Vec::new()
+            } else {
+                domains(&g.key.key, &self.universe)
+            };
             let g = &mut self.groups[gid as usize];
             g.owners.total += 1;
             if g.hostname {
@@ -443,12 +546,21 @@ impl Topology {
     /// Words for a refusal: which constraint, and whose.
     pub fn describe(&self, r: &TopologyReject) -> String {
         let what = self.groups[r.group as usize].key.describe();
-        if r.inverse { format!("{what} of another pod") } else { what }
+        if r.inverse {
+            format!("{what} of another pod")
+        } else {
+            what
+        }
     }
 
     /// Every non-hostname key some group counts on.
     pub fn domain_keys_all(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.groups.iter().filter(|g| !g.hostname).map(|g| g.key.key.clone()).collect();
+        let mut keys: Vec<String> = self
+            .groups
+            .iter()
+            .filter(|g| !g.hostname)
+            .map(|g| g.key.key.clone())
+            .collect();
         keys.sort();
         keys.dedup();
         keys
@@ -457,19 +569,30 @@ impl Topology {
     /// True when no constraint of the pod is host-level: then two claims with
     /// the same requirements on the topology keys get the same answer.
     pub fn domain_only(&self, pt: &PodTopology) -> bool {
-        pt.owned.iter().map(|(g, _)| *g).chain(pt.inverse.iter().copied()).all(|g| !self.groups[g as usize].hostname)
+        pt.owned
+            .iter()
+            .map(|(g, _)| *g)
+            .chain(pt.inverse.iter().copied())
+            .all(|g| !self.groups[g as usize].hostname)
     }
 
     /// True when every constraint of the pod is host-level, so a refusal on
     /// one host stays a refusal (used to skip hosts for similar pods).
     pub fn host_level_only(&self, pt: &PodTopology) -> bool {
-        pt.owned.iter().all(|(g, _)| self.groups[*g as usize].hostname)
+        pt.owned
+            .iter()
+            .all(|(g, _)| self.groups[*g as usize].hostname)
             && pt.inverse.iter().all(|g| self.groups[*g as usize].hostname)
     }
 }
 
 /// Keeps the options that pass `keep`; adds `key In [kept]` when that narrows.
-fn narrow(extra: &mut Requirements, key: &str, options: Vec<&str>, keep: impl Fn(&str) -> bool) -> Result<(), ()> {
+fn narrow(
+    extra: &mut Requirements,
+    key: &str,
+    options: Vec<&str>,
+    keep: impl Fn(&str) -> bool,
+) -> Result<(), ()> {
     let total = options.len();
     let kept: Vec<&str> = options.into_iter().filter(|v| keep(v)).collect();
     if kept.is_empty() {

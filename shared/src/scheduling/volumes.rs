@@ -33,7 +33,9 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::labels;
@@ -42,8 +44,10 @@ use super::requirements::{Operator, Requirement, Requirements};
 /// The EBS CSI driver's zone key, in volumes it provisioned and on its nodes.
 pub const EBS_CSI_ZONE: &str = "topology.ebs.csi.aws.com/zone";
 /// Marks the StorageClass a claim without a class name gets.
-const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] =
-    ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"];
+const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+];
 
 /// Why a pod's volumes keep it off every new node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,11 +58,15 @@ pub enum VolumeError {
     ClaimDeleting { claim: String },
     #[error("persistentvolumeclaim {claim} is Lost (its persistentvolume {volume} is gone)")]
     ClaimLost { claim: String, volume: String },
-    #[error("persistentvolumeclaim {claim} is bound to persistentvolume {volume}, which does not exist")]
+    #[error(
+        "persistentvolumeclaim {claim} is bound to persistentvolume {volume}, which does not exist"
+    )]
     VolumeNotFound { claim: String, volume: String },
     #[error("persistentvolume {volume} of persistentvolumeclaim {claim} is being deleted")]
     VolumeDeleting { claim: String, volume: String },
-    #[error("persistentvolumeclaim {claim} is unbound and names no storageclass (and none is the default)")]
+    #[error(
+        "persistentvolumeclaim {claim} is unbound and names no storageclass (and none is the default)"
+    )]
     NoStorageClass { claim: String },
     #[error("storageclass {class} of persistentvolumeclaim {claim} not found")]
     ClassNotFound { claim: String, class: String },
@@ -66,12 +74,26 @@ pub enum VolumeError {
         "persistentvolumeclaim {claim} is not bound yet and storageclass {class} binds Immediate: the pod waits for the binding"
     )]
     AwaitingBinding { claim: String, class: String },
-    #[error("{source_} pins persistentvolumeclaim {claim} to node(s) {nodes}; a new node cannot hold it")]
-    PinnedToNodes { claim: String, source_: String, nodes: String },
+    #[error(
+        "{source_} pins persistentvolumeclaim {claim} to node(s) {nodes}; a new node cannot hold it"
+    )]
+    PinnedToNodes {
+        claim: String,
+        source_: String,
+        nodes: String,
+    },
     #[error("{source_} of persistentvolumeclaim {claim}: {reason}")]
-    Invalid { claim: String, source_: String, reason: String },
+    Invalid {
+        claim: String,
+        source_: String,
+        reason: String,
+    },
     #[error("the pod's volumes disagree on {key}: {first} and {second}")]
-    Conflict { key: String, first: String, second: String },
+    Conflict {
+        key: String,
+        first: String,
+        second: String,
+    },
 }
 
 /// The cluster's PVCs (by namespace and name), PVs and StorageClasses (by name).
@@ -83,17 +105,31 @@ pub struct VolumeIndex {
 }
 
 impl VolumeIndex {
-    pub fn new(claims: Vec<PersistentVolumeClaim>, volumes: Vec<PersistentVolume>, classes: Vec<StorageClass>) -> Self {
+    pub fn new(
+        claims: Vec<PersistentVolumeClaim>,
+        volumes: Vec<PersistentVolume>,
+        classes: Vec<StorageClass>,
+    ) -> Self {
         VolumeIndex {
             claims: claims
                 .into_iter()
                 .map(|c| {
-                    let ns = c.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+                    let ns = c
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".to_owned());
                     ((ns, c.metadata.name.clone().unwrap_or_default()), c)
                 })
                 .collect(),
-            volumes: volumes.into_iter().map(|v| (v.metadata.name.clone().unwrap_or_default(), v)).collect(),
-            classes: classes.into_iter().map(|c| (c.metadata.name.clone().unwrap_or_default(), c)).collect(),
+            volumes: volumes
+                .into_iter()
+                .map(|v| (v.metadata.name.clone().unwrap_or_default(), v))
+                .collect(),
+            classes: classes
+                .into_iter()
+                .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+                .collect(),
         }
     }
 
@@ -104,10 +140,15 @@ impl VolumeIndex {
             .iter()
             .filter(|(_, c)| {
                 let ann = c.metadata.annotations.as_ref();
-                DEFAULT_CLASS_ANNOTATIONS.iter().any(|a| ann.and_then(|m| m.get(*a)).is_some_and(|v| v == "true"))
+                DEFAULT_CLASS_ANNOTATIONS
+                    .iter()
+                    .any(|a| ann.and_then(|m| m.get(*a)).is_some_and(|v| v == "true"))
             })
             .max_by(|(an, a), (bn, b)| {
-                a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp).then_with(|| bn.cmp(an))
+                a.metadata
+                    .creation_timestamp
+                    .cmp(&b.metadata.creation_timestamp)
+                    .then_with(|| bn.cmp(an))
             })
             .map(|(n, _)| n.as_str())
     }
@@ -123,13 +164,24 @@ struct ClaimRef<'p> {
 
 fn claim_refs(pod: &Pod) -> impl Iterator<Item = ClaimRef<'_>> {
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).filter_map(move |v| {
-        if let Some(pvc) = &v.persistent_volume_claim {
-            return Some(ClaimRef { volume: &v.name, claim: pvc.claim_name.clone(), template: None });
-        }
-        let template = v.ephemeral.as_ref()?.volume_claim_template.as_ref()?;
-        Some(ClaimRef { volume: &v.name, claim: format!("{pod_name}-{}", v.name), template: Some(&template.spec) })
-    })
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(move |v| {
+            if let Some(pvc) = &v.persistent_volume_claim {
+                return Some(ClaimRef {
+                    volume: &v.name,
+                    claim: pvc.claim_name.clone(),
+                    template: None,
+                });
+            }
+            let template = v.ephemeral.as_ref()?.volume_claim_template.as_ref()?;
+            Some(ClaimRef {
+                volume: &v.name,
+                claim: format!("{pod_name}-{}", v.name),
+                template: Some(&template.spec),
+            })
+        })
 }
 
 /// True when some volume of the pod is backed by a PersistentVolumeClaim.
@@ -146,16 +198,26 @@ pub fn requirements(pod: &Pod, index: &VolumeIndex) -> Result<Requirements, (Str
     let mut first: HashMap<String, String> = HashMap::new();
     for r in claim_refs(pod) {
         let name = format!("{namespace}/{}", r.claim);
-        let reqs = claim_requirements(&name, index.claims.get(&(namespace.to_owned(), r.claim.clone())), r.template, index)
-            .map_err(|e| (r.volume.to_owned(), e))?;
+        let reqs = claim_requirements(
+            &name,
+            index.claims.get(&(namespace.to_owned(), r.claim.clone())),
+            r.template,
+            index,
+        )
+        .map_err(|e| (r.volume.to_owned(), e))?;
         for (key, req) in reqs.iter() {
             if let Some(existing) = out.get(key) {
-                let disjoint = !existing.allows_absence() && !req.allows_absence() && existing.intersection(req).is_empty();
+                let disjoint = !existing.allows_absence()
+                    && !req.allows_absence()
+                    && existing.intersection(req).is_empty();
                 if disjoint {
                     let earlier = first.get(key).cloned().unwrap_or_default();
                     let e = VolumeError::Conflict {
                         key: key.to_owned(),
-                        first: format!("persistentvolumeclaim {earlier} needs {}", existing.describe(key)),
+                        first: format!(
+                            "persistentvolumeclaim {earlier} needs {}",
+                            existing.describe(key)
+                        ),
                         second: format!("persistentvolumeclaim {name} needs {}", req.describe(key)),
                     };
                     return Err((r.volume.to_owned(), e));
@@ -191,11 +253,18 @@ fn claim_requirements(
     let spec = claim.spec.clone().unwrap_or_default();
     let volume_name = spec.volume_name.as_deref().filter(|v| !v.is_empty());
     if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
-        return Err(VolumeError::ClaimLost { claim: claim_err(), volume: volume_name.unwrap_or_default().to_owned() });
+        return Err(VolumeError::ClaimLost {
+            claim: claim_err(),
+            volume: volume_name.unwrap_or_default().to_owned(),
+        });
     }
     match volume_name {
         Some(v) => bound(name, v, index),
-        None => unbound(name, spec.storage_class_name.as_deref().filter(|c| !c.is_empty()), index),
+        None => unbound(
+            name,
+            spec.storage_class_name.as_deref().filter(|c| !c.is_empty()),
+            index,
+        ),
     }
 }
 
@@ -216,26 +285,55 @@ fn bound(claim: &str, volume: &str, index: &VolumeIndex) -> Result<Requirements,
         .and_then(|s| s.node_affinity.as_ref())
         .and_then(|a| a.required.as_ref())
         .and_then(|r| r.node_selector_terms.first());
-    let exprs = term.and_then(|t| t.match_expressions.as_deref()).unwrap_or(&[]);
-    topology(claim, &format!("persistentvolume {volume}"), exprs.iter().map(|e| (&e.key, e.operator.as_str(), e.values.as_deref())))
+    let exprs = term
+        .and_then(|t| t.match_expressions.as_deref())
+        .unwrap_or(&[]);
+    topology(
+        claim,
+        &format!("persistentvolume {volume}"),
+        exprs
+            .iter()
+            .map(|e| (&e.key, e.operator.as_str(), e.values.as_deref())),
+    )
 }
 
 /// An unbound claim: the first allowed topology of its class, when the
 /// class waits for the first consumer.
-fn unbound(claim: &str, class: Option<&str>, index: &VolumeIndex) -> Result<Requirements, VolumeError> {
-    let Some(class) = class else { return Err(VolumeError::NoStorageClass { claim: claim.to_owned() }) };
+fn unbound(
+    claim: &str,
+    class: Option<&str>,
+    index: &VolumeIndex,
+) -> Result<Requirements, VolumeError> {
+    let Some(class) = class else {
+        return Err(VolumeError::NoStorageClass {
+            claim: claim.to_owned(),
+        });
+    };
     let Some(sc) = index.classes.get(class) else {
-        return Err(VolumeError::ClassNotFound { claim: claim.to_owned(), class: class.to_owned() });
+        return Err(VolumeError::ClassNotFound {
+            claim: claim.to_owned(),
+            class: class.to_owned(),
+        });
     };
     // The API server defaults an unset binding mode to Immediate.
     if sc.volume_binding_mode.as_deref().unwrap_or("Immediate") != "WaitForFirstConsumer" {
-        return Err(VolumeError::AwaitingBinding { claim: claim.to_owned(), class: class.to_owned() });
+        return Err(VolumeError::AwaitingBinding {
+            claim: claim.to_owned(),
+            class: class.to_owned(),
+        });
     }
-    let exprs = sc.allowed_topologies.as_ref().and_then(|t| t.first()).map(|t| t.match_label_expressions.as_deref().unwrap_or(&[]));
+    let exprs = sc
+        .allowed_topologies
+        .as_ref()
+        .and_then(|t| t.first())
+        .map(|t| t.match_label_expressions.as_deref().unwrap_or(&[]));
     topology(
         claim,
         &format!("storageclass {class}"),
-        exprs.into_iter().flatten().map(|e| (&e.key, "In", Some(e.values.as_slice()))),
+        exprs
+            .into_iter()
+            .flatten()
+            .map(|e| (&e.key, "In", Some(e.values.as_slice()))),
     )
 }
 
@@ -246,7 +344,11 @@ fn topology<'a>(
     source: &str,
     exprs: impl Iterator<Item = (&'a String, &'a str, Option<&'a [String]>)>,
 ) -> Result<Requirements, VolumeError> {
-    let invalid = |reason: String| VolumeError::Invalid { claim: claim.to_owned(), source_: source.to_owned(), reason };
+    let invalid = |reason: String| VolumeError::Invalid {
+        claim: claim.to_owned(),
+        source_: source.to_owned(),
+        reason,
+    };
     let mut out = Requirements::new();
     for (key, operator, values) in exprs {
         let values = values.unwrap_or(&[]);
@@ -285,7 +387,9 @@ mod tests {
     }
 
     fn pod(volumes: Value) -> Pod {
-        from(json!({"metadata": {"name": "web-0", "namespace": "shop"}, "spec": {"containers": [], "volumes": volumes}}))
+        from(
+            json!({"metadata": {"name": "web-0", "namespace": "shop"}, "spec": {"containers": [], "volumes": volumes}}),
+        )
     }
 
     fn claim(name: &str, spec: Value) -> PersistentVolumeClaim {
@@ -293,15 +397,18 @@ mod tests {
     }
 
     fn zonal_volume(name: &str, key: &str, zones: &[&str]) -> PersistentVolume {
-        from(json!({"metadata": {"name": name}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": key, "operator": "In", "values": zones}]}
-        ]}}}}))
+        from(
+            json!({"metadata": {"name": name}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": key, "operator": "In", "values": zones}]}
+            ]}}}}),
+        )
     }
 
     fn class(name: &str, mode: &str, zones: &[&str]) -> StorageClass {
         let mut sc = json!({"metadata": {"name": name}, "provisioner": "ebs.csi.aws.com", "volumeBindingMode": mode});
         if !zones.is_empty() {
-            sc["allowedTopologies"] = json!([{"matchLabelExpressions": [{"key": EBS_CSI_ZONE, "values": zones}]}]);
+            sc["allowedTopologies"] =
+                json!([{"matchLabelExpressions": [{"key": EBS_CSI_ZONE, "values": zones}]}]);
         }
         from(sc)
     }
@@ -311,13 +418,19 @@ mod tests {
     }
 
     fn zones(r: &Requirements) -> Vec<String> {
-        r.get(labels::ZONE).and_then(|z| z.finite_values()).map(|v| v.iter().cloned().collect()).unwrap_or_default()
+        r.get(labels::ZONE)
+            .and_then(|z| z.finite_values())
+            .map(|v| v.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     #[test]
     fn a_bound_claim_takes_its_volumes_zone() {
         let index = VolumeIndex::new(
-            vec![claim("data", json!({"volumeName": "pv-1", "storageClassName": "gp3"}))],
+            vec![claim(
+                "data",
+                json!({"volumeName": "pv-1", "storageClassName": "gp3"}),
+            )],
             vec![zonal_volume("pv-1", labels::ZONE, &["ap-south-1b"])],
             Vec::new(),
         );
@@ -342,14 +455,20 @@ mod tests {
 
     #[test]
     fn keys_only_the_driver_sets_are_ignored_and_only_the_first_term_counts() {
-        let pv: PersistentVolume = from(json!({"metadata": {"name": "pv-1"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
-            {"matchExpressions": [
-                {"key": EBS_CSI_ZONE, "operator": "In", "values": ["us-east-1a"]},
-                {"key": "topology.example.csi/rack", "operator": "In", "values": ["r1"]}
-            ]},
-            {"matchExpressions": [{"key": EBS_CSI_ZONE, "operator": "In", "values": ["us-east-1b"]}]}
-        ]}}}}));
-        let index = VolumeIndex::new(vec![claim("data", json!({"volumeName": "pv-1"}))], vec![pv], Vec::new());
+        let pv: PersistentVolume = from(
+            json!({"metadata": {"name": "pv-1"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [
+                    {"key": EBS_CSI_ZONE, "operator": "In", "values": ["us-east-1a"]},
+                    {"key": "topology.example.csi/rack", "operator": "In", "values": ["r1"]}
+                ]},
+                {"matchExpressions": [{"key": EBS_CSI_ZONE, "operator": "In", "values": ["us-east-1b"]}]}
+            ]}}}}),
+        );
+        let index = VolumeIndex::new(
+            vec![claim("data", json!({"volumeName": "pv-1"}))],
+            vec![pv],
+            Vec::new(),
+        );
         let r = requirements(&pod(claim_volume("data")), &index).expect("fits somewhere");
         assert_eq!(r.keys().collect::<Vec<_>>(), [labels::ZONE]);
         assert_eq!(zones(&r), ["us-east-1a"]);
@@ -358,8 +477,16 @@ mod tests {
     #[test]
     fn a_volume_without_node_affinity_adds_nothing() {
         let pv: PersistentVolume = from(json!({"metadata": {"name": "pv-1"}, "spec": {}}));
-        let index = VolumeIndex::new(vec![claim("data", json!({"volumeName": "pv-1"}))], vec![pv], Vec::new());
-        assert!(requirements(&pod(claim_volume("data")), &index).expect("anywhere").is_empty());
+        let index = VolumeIndex::new(
+            vec![claim("data", json!({"volumeName": "pv-1"}))],
+            vec![pv],
+            Vec::new(),
+        );
+        assert!(
+            requirements(&pod(claim_volume("data")), &index)
+                .expect("anywhere")
+                .is_empty()
+        );
     }
 
     #[test]
@@ -367,7 +494,11 @@ mod tests {
         let index = VolumeIndex::new(
             vec![claim("data", json!({"storageClassName": "gp3"}))],
             Vec::new(),
-            vec![class("gp3", "WaitForFirstConsumer", &["us-east-1a", "us-east-1b"])],
+            vec![class(
+                "gp3",
+                "WaitForFirstConsumer",
+                &["us-east-1a", "us-east-1b"],
+            )],
         );
         let r = requirements(&pod(claim_volume("data")), &index).expect("fits somewhere");
         assert_eq!(zones(&r), ["us-east-1a", "us-east-1b"]);
@@ -377,7 +508,11 @@ mod tests {
             Vec::new(),
             vec![class("gp3", "WaitForFirstConsumer", &[])],
         );
-        assert!(requirements(&pod(claim_volume("data")), &index).expect("anywhere").is_empty());
+        assert!(
+            requirements(&pod(claim_volume("data")), &index)
+                .expect("anywhere")
+                .is_empty()
+        );
     }
 
     #[test]
@@ -394,16 +529,24 @@ mod tests {
 
     #[test]
     fn a_missing_claim_is_a_reason_naming_it() {
-        let (volume, e) = requirements(&pod(claim_volume("data")), &VolumeIndex::default()).expect_err("no claim");
+        let (volume, e) = requirements(&pod(claim_volume("data")), &VolumeIndex::default())
+            .expect_err("no claim");
         assert_eq!(volume, "data");
         assert_eq!(e.to_string(), "persistentvolumeclaim shop/data not found");
     }
 
     #[test]
     fn a_missing_storage_class_is_a_reason_naming_it() {
-        let index = VolumeIndex::new(vec![claim("data", json!({"storageClassName": "fast"}))], Vec::new(), Vec::new());
+        let index = VolumeIndex::new(
+            vec![claim("data", json!({"storageClassName": "fast"}))],
+            Vec::new(),
+            Vec::new(),
+        );
         let (_, e) = requirements(&pod(claim_volume("data")), &index).expect_err("no class");
-        assert_eq!(e.to_string(), "storageclass fast of persistentvolumeclaim shop/data not found");
+        assert_eq!(
+            e.to_string(),
+            "storageclass fast of persistentvolumeclaim shop/data not found"
+        );
         // Unbound with no class at all.
         let index = VolumeIndex::new(vec![claim("data", json!({}))], Vec::new(), Vec::new());
         let (_, e) = requirements(&pod(claim_volume("data")), &index).expect_err("no class");
@@ -412,9 +555,16 @@ mod tests {
 
     #[test]
     fn a_bound_claim_whose_volume_is_gone_is_a_reason() {
-        let index = VolumeIndex::new(vec![claim("data", json!({"volumeName": "pv-9"}))], Vec::new(), Vec::new());
+        let index = VolumeIndex::new(
+            vec![claim("data", json!({"volumeName": "pv-9"}))],
+            Vec::new(),
+            Vec::new(),
+        );
         let (_, e) = requirements(&pod(claim_volume("data")), &index).expect_err("no volume");
-        assert_eq!(e.to_string(), "persistentvolumeclaim shop/data is bound to persistentvolume pv-9, which does not exist");
+        assert_eq!(
+            e.to_string(),
+            "persistentvolumeclaim shop/data is bound to persistentvolume pv-9, which does not exist"
+        );
     }
 
     #[test]
@@ -427,21 +577,45 @@ mod tests {
         );
         assert!(uses_claims(&pod(volumes.clone())));
         let r = requirements(&pod(volumes.clone()), &index).expect("fits somewhere");
-        assert_eq!(zones(&r), ["us-east-1b"], "the bound claim's volume, not the class");
+        assert_eq!(
+            zones(&r),
+            ["us-east-1b"],
+            "the bound claim's volume, not the class"
+        );
         // Before the controller creates the claim, its template's class speaks.
-        let index = VolumeIndex::new(Vec::new(), Vec::new(), vec![class("gp3", "WaitForFirstConsumer", &["us-east-1a"])]);
+        let index = VolumeIndex::new(
+            Vec::new(),
+            Vec::new(),
+            vec![class("gp3", "WaitForFirstConsumer", &["us-east-1a"])],
+        );
         let r = requirements(&pod(volumes), &index).expect("fits somewhere");
         assert_eq!(zones(&r), ["us-east-1a"]);
     }
 
     #[test]
     fn a_template_without_a_class_gets_the_default_class() {
-        let volumes = json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]);
+        let volumes =
+            json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]);
         let mut default = class("standard", "WaitForFirstConsumer", &["us-east-1c"]);
-        default.metadata.annotations =
-            Some([("storageclass.kubernetes.io/is-default-class".to_owned(), "true".to_owned())].into());
-        let index = VolumeIndex::new(Vec::new(), Vec::new(), vec![class("other", "WaitForFirstConsumer", &["us-east-1a"]), default]);
-        assert_eq!(zones(&requirements(&pod(volumes), &index).expect("fits")), ["us-east-1c"]);
+        default.metadata.annotations = Some(
+            [(
+                "storageclass.kubernetes.io/is-default-class".to_owned(),
+                "true".to_owned(),
+            )]
+            .into(),
+        );
+        let index = VolumeIndex::new(
+            Vec::new(),
+            Vec::new(),
+            vec![
+                class("other", "WaitForFirstConsumer", &["us-east-1a"]),
+                default,
+            ],
+        );
+        assert_eq!(
+            zones(&requirements(&pod(volumes), &index).expect("fits")),
+            ["us-east-1c"]
+        );
     }
 
     #[test]
@@ -451,14 +625,25 @@ mod tests {
             {"name": "b", "persistentVolumeClaim": {"claimName": "data-b"}}
         ]);
         let index = VolumeIndex::new(
-            vec![claim("data-a", json!({"volumeName": "pv-a"})), claim("data-b", json!({"volumeName": "pv-b"}))],
-            vec![zonal_volume("pv-a", labels::ZONE, &["us-east-1a"]), zonal_volume("pv-b", EBS_CSI_ZONE, &["us-east-1b"])],
+            vec![
+                claim("data-a", json!({"volumeName": "pv-a"})),
+                claim("data-b", json!({"volumeName": "pv-b"})),
+            ],
+            vec![
+                zonal_volume("pv-a", labels::ZONE, &["us-east-1a"]),
+                zonal_volume("pv-b", EBS_CSI_ZONE, &["us-east-1b"]),
+            ],
             Vec::new(),
         );
         let (volume, e) = requirements(&pod(volumes), &index).expect_err("two zones");
         assert_eq!(volume, "b");
         let msg = e.to_string();
-        assert!(msg.contains("shop/data-a") && msg.contains("shop/data-b") && msg.contains("us-east-1b"), "{msg}");
+        assert!(
+            msg.contains("shop/data-a")
+                && msg.contains("shop/data-b")
+                && msg.contains("us-east-1b"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -475,21 +660,40 @@ mod tests {
     #[test]
     fn deleting_and_lost_claims_are_reasons() {
         let mut deleting = claim("data", json!({"volumeName": "pv-1"}));
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
-        let index = VolumeIndex::new(vec![deleting], vec![zonal_volume("pv-1", labels::ZONE, &["a"])], Vec::new());
-        assert!(matches!(requirements(&pod(claim_volume("data")), &index), Err((_, VolumeError::ClaimDeleting { .. }))));
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        let index = VolumeIndex::new(
+            vec![deleting],
+            vec![zonal_volume("pv-1", labels::ZONE, &["a"])],
+            Vec::new(),
+        );
+        assert!(matches!(
+            requirements(&pod(claim_volume("data")), &index),
+            Err((_, VolumeError::ClaimDeleting { .. }))
+        ));
         let mut lost = claim("data", json!({"volumeName": "pv-1"}));
         lost.status = Some(from(json!({"phase": "Lost"})));
         let index = VolumeIndex::new(vec![lost], Vec::new(), Vec::new());
-        assert!(matches!(requirements(&pod(claim_volume("data")), &index), Err((_, VolumeError::ClaimLost { .. }))));
+        assert!(matches!(
+            requirements(&pod(claim_volume("data")), &index),
+            Err((_, VolumeError::ClaimLost { .. }))
+        ));
     }
 
     #[test]
     fn a_pod_without_claims_is_unchanged() {
-        let p = pod(json!([{"name": "tmp", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}]));
+        let p = pod(
+            json!([{"name": "tmp", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}]),
+        );
         assert!(!uses_claims(&p));
-        assert!(requirements(&p, &VolumeIndex::default()).expect("no volumes").is_empty());
-        let sp = crate::scheduling::SchedPod::from_pod_with_volumes(&p, &VolumeIndex::default()).expect("pod");
+        assert!(
+            requirements(&p, &VolumeIndex::default())
+                .expect("no volumes")
+                .is_empty()
+        );
+        let sp = crate::scheduling::SchedPod::from_pod_with_volumes(&p, &VolumeIndex::default())
+            .expect("pod");
         let plain = crate::scheduling::SchedPod::from_pod(&p).expect("pod");
         let r = crate::scheduling::pod::Relaxation::default();
         assert_eq!(sp.constraints(&r), plain.constraints(&r));
@@ -499,7 +703,8 @@ mod tests {
     #[test]
     fn the_scheduling_view_carries_the_zone_but_spreads_count_every_zone() {
         let mut p = pod(claim_volume("data"));
-        p.spec.as_mut().expect("spec").node_selector = Some([("kubernetes.io/arch".to_owned(), "arm64".to_owned())].into());
+        p.spec.as_mut().expect("spec").node_selector =
+            Some([("kubernetes.io/arch".to_owned(), "arm64".to_owned())].into());
         let index = VolumeIndex::new(
             vec![claim("data", json!({"volumeName": "pv-1"}))],
             vec![zonal_volume("pv-1", labels::ZONE, &["ap-south-1b"])],
@@ -507,11 +712,21 @@ mod tests {
         );
         let sp = crate::scheduling::SchedPod::from_pod_with_volumes(&p, &index).expect("pod");
         let c = sp.constraints(&crate::scheduling::pod::Relaxation::default());
-        assert!(c.node.allows(labels::ZONE, Some("ap-south-1b")) && !c.node.allows(labels::ZONE, Some("ap-south-1a")));
+        assert!(
+            c.node.allows(labels::ZONE, Some("ap-south-1b"))
+                && !c.node.allows(labels::ZONE, Some("ap-south-1a"))
+        );
         let scope = c.spread_scope.expect("a scope without the volume");
-        assert!(scope.allows(labels::ZONE, Some("ap-south-1a")) && !scope.allows(labels::ARCH, Some("amd64")));
+        assert!(
+            scope.allows(labels::ZONE, Some("ap-south-1a"))
+                && !scope.allows(labels::ARCH, Some("amd64"))
+        );
         // A missing claim is a pod error naming the pod and the volume.
-        let e = crate::scheduling::SchedPod::from_pod_with_volumes(&p, &VolumeIndex::default()).expect_err("no claim");
-        assert_eq!(e.to_string(), "pod shop/web-0: volume data: persistentvolumeclaim shop/data not found");
+        let e = crate::scheduling::SchedPod::from_pod_with_volumes(&p, &VolumeIndex::default())
+            .expect_err("no claim");
+        assert_eq!(
+            e.to_string(),
+            "pod shop/web-0: volume data: persistentvolumeclaim shop/data not found"
+        );
     }
 }

@@ -16,8 +16,12 @@ const DATA: &str = include_str!("../../data/sim-catalog.json");
 /// On-demand price of a region relative to us-east-1. An approximation for
 /// regions other than us-east-1 (whose prices are the published ones):
 /// the simulator needs plausible, consistent prices, not an invoice.
-pub const PRICE_FACTORS: [(&str, f64); 4] =
-    [("us-east-1", 1.0), ("us-west-2", 1.0), ("eu-west-1", 1.1), ("ap-south-1", 1.05)];
+pub const PRICE_FACTORS: [(&str, f64); 4] = [
+    ("us-east-1", 1.0),
+    ("us-west-2", 1.0),
+    ("eu-west-1", 1.1),
+    ("ap-south-1", 1.05),
+];
 
 #[derive(Debug, Deserialize)]
 struct Data {
@@ -48,27 +52,53 @@ pub struct UnknownRegion {
 
 /// The regions the simulator knows.
 pub fn regions() -> Vec<String> {
-    serde_json::from_str::<Data>(DATA).map(|d| d.regions.into_keys().collect()).unwrap_or_default()
+    serde_json::from_str::<Data>(DATA)
+        .map(|d| d.regions.into_keys().collect())
+        .unwrap_or_default()
 }
 
 /// The catalog of one region.
 pub fn catalog(region: &str) -> Result<CloudCatalog, UnknownRegion> {
-    let data: Data = serde_json::from_str(DATA).map_err(|e| UnknownRegion { region: region.to_owned(), known: e.to_string() })?;
+    let data: Data = serde_json::from_str(DATA).map_err(|e| UnknownRegion {
+        region: region.to_owned(),
+        known: e.to_string(),
+    })?;
     let Some(r) = data.regions.get(region) else {
-        return Err(UnknownRegion { region: region.to_owned(), known: data.regions.keys().cloned().collect::<Vec<_>>().join(", ") });
+        return Err(UnknownRegion {
+            region: region.to_owned(),
+            known: data.regions.keys().cloned().collect::<Vec<_>>().join(", "),
+        });
     };
-    let factor = PRICE_FACTORS.iter().find(|(n, _)| *n == region).map_or(1.1, |(_, f)| *f);
-    let mut out = CloudCatalog { region: region.to_owned(), ..Default::default() };
+    let factor = PRICE_FACTORS
+        .iter()
+        .find(|(n, _)| *n == region)
+        .map_or(1.1, |(_, f)| *f);
+    let mut out = CloudCatalog {
+        region: region.to_owned(),
+        ..Default::default()
+    };
     for e in data.instance_types {
-        let Some(zones) = r.offerings.get(&e.info.name) else { continue };
+        let Some(zones) = r.offerings.get(&e.info.name) else {
+            continue;
+        };
         let on_demand = round4(e.on_demand_usd_per_hour * factor);
         for letter in zones.chars() {
             let zone = format!("{region}{letter}");
             if e.usage_classes.iter().any(|u| u == CAPACITY_TYPE_ON_DEMAND) {
-                out.offerings.push(priced(&e.info.name, &zone, CAPACITY_TYPE_ON_DEMAND, on_demand));
+                out.offerings.push(priced(
+                    &e.info.name,
+                    &zone,
+                    CAPACITY_TYPE_ON_DEMAND,
+                    on_demand,
+                ));
             }
             if e.usage_classes.iter().any(|u| u == CAPACITY_TYPE_SPOT) {
-                out.offerings.push(priced(&e.info.name, &zone, CAPACITY_TYPE_SPOT, spot_price(on_demand, &e.info.name, &zone)));
+                out.offerings.push(priced(
+                    &e.info.name,
+                    &zone,
+                    CAPACITY_TYPE_SPOT,
+                    spot_price(on_demand, &e.info.name, &zone),
+                ));
             }
         }
         out.instance_types.push(e.info);
@@ -77,7 +107,12 @@ pub fn catalog(region: &str) -> Result<CloudCatalog, UnknownRegion> {
 }
 
 fn priced(instance_type: &str, zone: &str, capacity_type: &str, price: f64) -> PricedOffering {
-    PricedOffering { instance_type: instance_type.to_owned(), zone: zone.to_owned(), capacity_type: capacity_type.to_owned(), price }
+    PricedOffering {
+        instance_type: instance_type.to_owned(),
+        zone: zone.to_owned(),
+        capacity_type: capacity_type.to_owned(),
+        price,
+    }
 }
 
 /// A simulated spot price: 30–45 % of on-demand, fixed per type and zone
@@ -95,7 +130,9 @@ fn round4(x: f64) -> f64 {
 /// FNV-1a: a stable hash (std's changes between releases), so what is
 /// derived from names is the same on every build.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -105,15 +142,28 @@ mod tests {
     #[test]
     fn ap_south_1_sells_r6gd_xlarge_in_1a() {
         let c = catalog("ap-south-1").expect("known region");
-        assert!(c.instance_types.iter().any(|i| i.name == "r6gd.xlarge" && i.arch == "arm64"));
+        assert!(
+            c.instance_types
+                .iter()
+                .any(|i| i.name == "r6gd.xlarge" && i.arch == "arm64")
+        );
         let od = c
             .offerings
             .iter()
-            .find(|o| o.instance_type == "r6gd.xlarge" && o.zone == "ap-south-1a" && o.capacity_type == "on-demand")
+            .find(|o| {
+                o.instance_type == "r6gd.xlarge"
+                    && o.zone == "ap-south-1a"
+                    && o.capacity_type == "on-demand"
+            })
             .expect("offered");
         assert!((od.price - round4(0.2304 * 1.05)).abs() < 1e-9);
-        for family in ["m5.", "c5.", "r5.", "c6g.", "m6g.", "r6g.", "c7g.", "m7i.", "t3.", "g5."] {
-            assert!(c.instance_types.iter().any(|i| i.name.starts_with(family)), "{family} missing");
+        for family in [
+            "m5.", "c5.", "r5.", "c6g.", "m6g.", "r6g.", "c7g.", "m7i.", "t3.", "g5.",
+        ] {
+            assert!(
+                c.instance_types.iter().any(|i| i.name.starts_with(family)),
+                "{family} missing"
+            );
         }
     }
 

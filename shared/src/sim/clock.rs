@@ -13,7 +13,9 @@ pub struct SimClock {
 
 impl SimClock {
     pub fn starting_at(t: Timestamp) -> Self {
-        SimClock { millis: Arc::new(AtomicI64::new(t.as_millisecond())) }
+        SimClock {
+            millis: Arc::new(AtomicI64::new(t.as_millisecond())),
+        }
     }
 
     pub fn set(&self, t: Timestamp) {
@@ -21,19 +23,23 @@ impl SimClock {
     }
 
     pub fn advance(&self, d: SignedDuration) {
-        self.millis.fetch_add(d.as_millis() as i64, Ordering::SeqCst);
+        self.millis
+            .fetch_add(d.as_millis() as i64, Ordering::SeqCst);
     }
 }
 
 impl Default for SimClock {
     /// 2026-01-01T00:00:00Z: a fixed start makes runs reproducible.
     fn default() -> Self {
-        SimClock::starting_at(Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH))
+        SimClock::starting_at(
+            Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH),
+        )
     }
 }
 
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
-        Timestamp::from_millisecond(self.millis.load(Ordering::SeqCst)).unwrap_or(Timestamp::UNIX_EPOCH)
+        Timestamp::from_millisecond(self.millis.load(Ordering::SeqCst))
+            .unwrap_or(Timestamp::UNIX_EPOCH)
     }
 }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::clock::SimClock;
 use super::pools::{self, PoolDepths, SpotPools};
 use crate::ports::{
-    Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering,
-    SignedDuration, Timestamp,
+    Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched,
+    OfferingKey, PricedOffering, SignedDuration, Timestamp,
 };
 use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 
@@ -168,7 +168,9 @@ impl SimCloud {
                     continue;
                 }
             }
-            let Some(due) = i.next_transition.filter(|t| *t <= now) else { continue };
+            let Some(due) = i.next_transition.filter(|t| *t <= now) else {
+                continue;
+            };
             let next = match i.instance.state {
                 InstanceState::Pending => Some((InstanceState::Running, None)),
                 InstanceState::ShuttingDown => Some((InstanceState::Terminated, None)),
@@ -202,7 +204,8 @@ impl SimCloud {
     /// State-change notifications due by `now`, oldest first.
     pub fn take_notifications(&self, now: Timestamp) -> Vec<(Timestamp, String, InstanceState)> {
         let mut s = self.lock();
-        let (due, later): (Vec<_>, Vec<_>) = s.notifications.drain(..).partition(|(t, _, _)| *t <= now);
+        let (due, later): (Vec<_>, Vec<_>) =
+            s.notifications.drain(..).partition(|(t, _, _)| *t <= now);
         s.notifications = later;
         due
     }
@@ -235,8 +238,15 @@ impl SimCloud {
         if !live_spot {
             return false;
         }
-        let detail = serde_json::json!({"instance-id": instance_id, "instance-action": "terminate"});
-        self.publish("EC2 Spot Instance Interruption Warning", "aws.ec2", instance_id, detail, now);
+        let detail =
+            serde_json::json!({"instance-id": instance_id, "instance-action": "terminate"});
+        self.publish(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            instance_id,
+            detail,
+            now,
+        );
         if let Some(i) = self.lock().instances.get_mut(instance_id) {
             i.reclaim_at = Some(now + SignedDuration::from_mins(2));
         }
@@ -246,10 +256,21 @@ impl SimCloud {
     /// EC2 recommends rebalancing away from an instance (no deadline).
     pub fn recommend_rebalance(&self, instance_id: &str) -> bool {
         let now = self.clock.now();
-        if !self.lock().instances.get(instance_id).is_some_and(|i| !i.instance.state.is_gone_or_going()) {
+        if !self
+            .lock()
+            .instances
+            .get(instance_id)
+            .is_some_and(|i| !i.instance.state.is_gone_or_going())
+        {
             return false;
         }
-        self.publish("EC2 Instance Rebalance Recommendation", "aws.ec2", instance_id, serde_json::json!({"instance-id": instance_id}), now);
+        self.publish(
+            "EC2 Instance Rebalance Recommendation",
+            "aws.ec2",
+            instance_id,
+            serde_json::json!({"instance-id": instance_id}),
+            now,
+        );
         true
     }
 
@@ -261,7 +282,11 @@ impl SimCloud {
             instance_ids
                 .iter()
                 .filter(|id| {
-                    s.instances.get_mut(*id).filter(|i| !i.instance.state.is_gone_or_going()).map(|i| i.reclaim_at = Some(start)).is_some()
+                    s.instances
+                        .get_mut(*id)
+                        .filter(|i| !i.instance.state.is_gone_or_going())
+                        .map(|i| i.reclaim_at = Some(start))
+                        .is_some()
                 })
                 .cloned()
                 .collect()
@@ -269,7 +294,10 @@ impl SimCloud {
         if live.is_empty() {
             return;
         }
-        let entities: Vec<serde_json::Value> = live.iter().map(|id| serde_json::json!({"entityValue": id})).collect();
+        let entities: Vec<serde_json::Value> = live
+            .iter()
+            .map(|id| serde_json::json!({"entityValue": id}))
+            .collect();
         let detail = serde_json::json!({
             "service": "EC2", "eventTypeCategory": "scheduledChange", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
             "startTime": jiff::fmt::rfc2822::to_string(&start.to_zoned(jiff::tz::TimeZone::UTC)).unwrap_or_default(),
@@ -287,7 +315,14 @@ impl SimCloud {
         s.queue.push((now, id, body));
     }
 
-    fn publish(&self, detail_type: &str, source: &str, instance_id: &str, detail: serde_json::Value, at: Timestamp) {
+    fn publish(
+        &self,
+        detail_type: &str,
+        source: &str,
+        instance_id: &str,
+        detail: serde_json::Value,
+        at: Timestamp,
+    ) {
         let region = self.lock().catalog.region.clone();
         let event = serde_json::json!({
             "version": "0",
@@ -314,11 +349,18 @@ impl SimCloud {
     /// Puts messages back (a failed batch item), visible again after `delay`.
     pub fn requeue(&self, messages: Vec<(String, String)>, delay: SignedDuration) {
         let at = self.clock.now() + delay;
-        self.lock().queue.extend(messages.into_iter().map(|(id, body)| (at, id, body)));
+        self.lock()
+            .queue
+            .extend(messages.into_iter().map(|(id, body)| (at, id, body)));
     }
 
     /// EC2's EventBridge event for a state change.
-    pub fn state_change_event(&self, instance_id: &str, state: InstanceState, at: Timestamp) -> serde_json::Value {
+    pub fn state_change_event(
+        &self,
+        instance_id: &str,
+        state: InstanceState,
+        at: Timestamp,
+    ) -> serde_json::Value {
         let region = self.lock().catalog.region.clone();
         let state = serde_json::to_value(state).unwrap_or_default();
         serde_json::json!({
@@ -346,15 +388,30 @@ impl State {
     /// The options EC2 buys from: the spot ones when any is spot (as
     /// Karpenter asks CreateFleet), else the on-demand ones, cheapest first.
     /// An option the region does not sell fails the whole request.
-    fn purchase_options<'r>(&self, request: &'r LaunchRequest) -> Result<Vec<&'r PricedOffering>, CloudError> {
+    fn purchase_options<'r>(
+        &self,
+        request: &'r LaunchRequest,
+    ) -> Result<Vec<&'r PricedOffering>, CloudError> {
         if request.options.is_empty() {
-            return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", request.claim_id)));
+            return Err(CloudError::Invalid(format!(
+                "nodeclaim {}: no launch options",
+                request.claim_id
+            )));
         }
-        let spot = request.options.iter().any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
-        let mut options: Vec<&PricedOffering> =
-            request.options.iter().filter(|o| (o.capacity_type == CAPACITY_TYPE_SPOT) == spot).collect();
+        let spot = request
+            .options
+            .iter()
+            .any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
+        let mut options: Vec<&PricedOffering> = request
+            .options
+            .iter()
+            .filter(|o| (o.capacity_type == CAPACITY_TYPE_SPOT) == spot)
+            .collect();
         options.sort_by(|a, b| a.price.total_cmp(&b.price));
-        if let Some(o) = options.iter().find(|o| !self.sold.contains(&offering_key(o))) {
+        if let Some(o) = options
+            .iter()
+            .find(|o| !self.sold.contains(&offering_key(o)))
+        {
             return Err(CloudError::Invalid(format!(
                 "InvalidParameterValue: {} is not offered as {} in {}",
                 o.instance_type, o.capacity_type, o.zone
@@ -365,7 +422,10 @@ impl State {
 
     /// lowest-price: the cheapest option with capacity; the cheaper ones
     /// found without capacity on the way are reported.
-    fn choose_on_demand<'r>(&self, options: &[&'r PricedOffering]) -> (Option<&'r PricedOffering>, Vec<OfferingKey>) {
+    fn choose_on_demand<'r>(
+        &self,
+        options: &[&'r PricedOffering],
+    ) -> (Option<&'r PricedOffering>, Vec<OfferingKey>) {
         let mut unavailable = Vec::new();
         for o in options {
             let key = offering_key(o);
@@ -381,12 +441,19 @@ impl State {
     /// ([`pools::price_capacity_optimized`]). EC2 weighs every pool, so
     /// every option without capacity (removed, or its pool exhausted) is
     /// reported.
-    fn choose_spot<'r>(&self, options: &[&'r PricedOffering]) -> (Option<&'r PricedOffering>, Vec<OfferingKey>) {
+    fn choose_spot<'r>(
+        &self,
+        options: &[&'r PricedOffering],
+    ) -> (Option<&'r PricedOffering>, Vec<OfferingKey>) {
         let mut unavailable = Vec::new();
         let mut candidates = Vec::new();
         for o in options {
             let key = offering_key(o);
-            let left = if self.no_capacity.contains(&key) { 0 } else { self.spot_pools.remaining(&key) };
+            let left = if self.no_capacity.contains(&key) {
+                0
+            } else {
+                self.spot_pools.remaining(&key)
+            };
             if left == 0 {
                 unavailable.push(key);
             } else {
@@ -424,10 +491,16 @@ impl State {
         let start = self.delays.start;
         self.instances.insert(
             id.clone(),
-            SimInstance { instance: instance.clone(), request: request.clone(), next_transition: Some(now + start), reclaim_at: None },
+            SimInstance {
+                instance: instance.clone(),
+                request: request.clone(),
+                next_transition: Some(now + start),
+                reclaim_at: None,
+            },
         );
         self.tokens.insert(request.client_token.clone(), id);
-        self.notifications.push((now, instance.id.clone(), InstanceState::Pending));
+        self.notifications
+            .push((now, instance.id.clone(), InstanceState::Pending));
         instance
     }
 
@@ -453,7 +526,11 @@ fn spot_pool(i: &Instance) -> Option<OfferingKey> {
 }
 
 fn offering_key(o: &PricedOffering) -> OfferingKey {
-    OfferingKey { capacity_type: o.capacity_type.clone(), instance_type: o.instance_type.clone(), zone: o.zone.clone() }
+    OfferingKey {
+        capacity_type: o.capacity_type.clone(),
+        instance_type: o.instance_type.clone(),
+        zone: o.zone.clone(),
+    }
 }
 
 /// The Kubernetes version a simulated cluster starts at.
@@ -473,19 +550,33 @@ impl Cloud for SimCloud {
         let now = self.clock.now();
         let mut s = self.lock();
         if let Some(instance) = s.launched_for(&request.client_token) {
-            return Ok(Launched { instance, unavailable: vec![] });
+            return Ok(Launched {
+                instance,
+                unavailable: vec![],
+            });
         }
         let options = s.purchase_options(request)?;
-        let spot = options.iter().any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
-        let (chosen, unavailable) = if spot { s.choose_spot(&options) } else { s.choose_on_demand(&options) };
+        let spot = options
+            .iter()
+            .any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
+        let (chosen, unavailable) = if spot {
+            s.choose_spot(&options)
+        } else {
+            s.choose_on_demand(&options)
+        };
         let Some(o) = chosen else {
             return Err(CloudError::InsufficientCapacity {
                 offerings: unavailable,
-                message: "InsufficientInstanceCapacity: we currently do not have sufficient capacity".to_owned(),
+                message:
+                    "InsufficientInstanceCapacity: we currently do not have sufficient capacity"
+                        .to_owned(),
             });
         };
         let instance = s.start(request, o, now);
-        Ok(Launched { instance, unavailable })
+        Ok(Launched {
+            instance,
+            unavailable,
+        })
     }
 
     async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError> {
@@ -498,8 +589,14 @@ impl Cloud for SimCloud {
         Ok(())
     }
 
-    async fn resolved_class(&self, _class: &crate::config::NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
-        Ok(crate::disruption::ResolvedClass { image_ids: vec![self.image_id()], ..Default::default() })
+    async fn resolved_class(
+        &self,
+        _class: &crate::config::NodeClass,
+    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
+        Ok(crate::disruption::ResolvedClass {
+            image_ids: vec![self.image_id()],
+            ..Default::default()
+        })
     }
 
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
@@ -522,7 +619,10 @@ mod tests {
     use crate::sim::catalog;
 
     fn cloud() -> SimCloud {
-        SimCloud::new(catalog::catalog("us-east-1").expect("region"), SimClock::default())
+        SimCloud::new(
+            catalog::catalog("us-east-1").expect("region"),
+            SimClock::default(),
+        )
     }
 
     fn request(token: &str, options: &[PricedOffering]) -> LaunchRequest {
@@ -542,7 +642,12 @@ mod tests {
     /// The catalog's offerings of `instance_type` as `capacity_type`, at their catalog prices.
     fn offerings(c: &SimCloud, instance_type: &str, capacity_type: &str) -> Vec<PricedOffering> {
         let catalog = c.lock().catalog.clone();
-        catalog.offerings.iter().filter(|o| o.instance_type == instance_type && o.capacity_type == capacity_type).cloned().collect()
+        catalog
+            .offerings
+            .iter()
+            .filter(|o| o.instance_type == instance_type && o.capacity_type == capacity_type)
+            .cloned()
+            .collect()
     }
 
     fn with_price(o: &PricedOffering, price: f64) -> PricedOffering {
@@ -552,8 +657,13 @@ mod tests {
     /// How many live instances each (type, zone) has.
     fn per_pool(c: &SimCloud) -> BTreeMap<(String, String), usize> {
         let mut out = BTreeMap::new();
-        for i in c.all_instances().iter().filter(|i| !i.instance.state.is_gone_or_going()) {
-            *out.entry((i.instance.instance_type.clone(), i.instance.zone.clone())).or_insert(0) += 1;
+        for i in c
+            .all_instances()
+            .iter()
+            .filter(|i| !i.instance.state.is_gone_or_going())
+        {
+            *out.entry((i.instance.instance_type.clone(), i.instance.zone.clone()))
+                .or_insert(0) += 1;
         }
         out
     }
@@ -567,9 +677,17 @@ mod tests {
         let m5 = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT);
         let c5 = offerings(&c, "c5.large", CAPACITY_TYPE_SPOT);
         assert!(m5.len() >= 3 && !c5.is_empty(), "catalog: {m5:?} {c5:?}");
-        let options = vec![with_price(&m5[0], 0.030), with_price(&m5[1], 0.031), with_price(&m5[2], 0.032), with_price(&c5[0], 0.050)];
+        let options = vec![
+            with_price(&m5[0], 0.030),
+            with_price(&m5[1], 0.031),
+            with_price(&m5[2], 0.032),
+            with_price(&c5[0], 0.050),
+        ];
         let depth = 3;
-        c.set_spot_pools(PoolDepths { all: Some(depth), ..PoolDepths::default() });
+        c.set_spot_pools(PoolDepths {
+            all: Some(depth),
+            ..PoolDepths::default()
+        });
         let mut order = Vec::new();
         let mut n = 0;
         let error = loop {
@@ -583,21 +701,41 @@ mod tests {
         // The first three launches: one per near-cheapest pool, not all on the cheapest.
         let first: BTreeSet<_> = order[..3].iter().cloned().collect();
         assert_eq!(first.len(), 3, "{order:?}");
-        assert!(!first.contains(&(c5[0].instance_type.clone(), c5[0].zone.clone())), "{order:?}");
+        assert!(
+            !first.contains(&(c5[0].instance_type.clone(), c5[0].zone.clone())),
+            "{order:?}"
+        );
         // The dear pool only once the near-cheapest ones are gone.
         assert!(order[..9].iter().all(|(t, _)| t == "m5.large"), "{order:?}");
         assert_eq!(order.len(), options.len() * depth as usize);
         let pools = per_pool(&c);
         assert_eq!(pools.len(), options.len());
         assert!(pools.values().all(|n| *n == depth as usize), "{pools:?}");
-        let CloudError::InsufficientCapacity { offerings: out, .. } = error else { panic!("{error:?}") };
+        let CloudError::InsufficientCapacity { offerings: out, .. } = error else {
+            panic!("{error:?}")
+        };
         let want: BTreeSet<OfferingKey> = options.iter().map(offering_key).collect();
         assert_eq!(out.iter().cloned().collect::<BTreeSet<_>>(), want);
         // Terminating one instance frees its unit: the next launch takes it.
-        let victim = c.all_instances().into_iter().find(|i| i.instance.zone == m5[1].zone).expect("an instance there");
-        c.terminate(std::slice::from_ref(&victim.instance.id)).await.expect("terminates");
-        let again = c.launch(&request("after", &options)).await.expect("capacity again");
-        assert_eq!((again.instance.instance_type.as_str(), again.instance.zone.as_str()), ("m5.large", m5[1].zone.as_str()));
+        let victim = c
+            .all_instances()
+            .into_iter()
+            .find(|i| i.instance.zone == m5[1].zone)
+            .expect("an instance there");
+        c.terminate(std::slice::from_ref(&victim.instance.id))
+            .await
+            .expect("terminates");
+        let again = c
+            .launch(&request("after", &options))
+            .await
+            .expect("capacity again");
+        assert_eq!(
+            (
+                again.instance.instance_type.as_str(),
+                again.instance.zone.as_str()
+            ),
+            ("m5.large", m5[1].zone.as_str())
+        );
         assert_eq!(again.unavailable.len(), options.len() - 1);
     }
 
@@ -609,7 +747,11 @@ mod tests {
         let m5 = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT);
         let options = vec![with_price(&m5[0], 0.030), with_price(&m5[1], 0.040)];
         let cheap = offering_key(&options[0]);
-        c.set_spot_pools(PoolDepths { all: Some(50), offerings: [(cheap.clone(), 1)].into(), ..PoolDepths::default() });
+        c.set_spot_pools(PoolDepths {
+            all: Some(50),
+            offerings: [(cheap.clone(), 1)].into(),
+            ..PoolDepths::default()
+        });
         let first = c.launch(&request("a", &options)).await.expect("launches");
         assert_eq!(first.instance.zone, m5[0].zone);
         let second = c.launch(&request("b", &options)).await.expect("launches");
@@ -630,32 +772,62 @@ mod tests {
         let mut options = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT);
         options.extend(offerings(&c, "m5a.large", CAPACITY_TYPE_SPOT));
         options.extend(offerings(&c, "m6i.large", CAPACITY_TYPE_SPOT));
-        let cheapest = options.iter().min_by(|a, b| a.price.total_cmp(&b.price)).cloned().expect("options");
+        let cheapest = options
+            .iter()
+            .min_by(|a, b| a.price.total_cmp(&b.price))
+            .cloned()
+            .expect("options");
         let fleet = 300;
         for n in 0..fleet {
-            let l = c.launch(&request(&format!("t{n}"), &options)).await.expect("launches");
-            assert_eq!((&l.instance.instance_type, &l.instance.zone), (&cheapest.instance_type, &cheapest.zone), "launch {n}");
+            let l = c
+                .launch(&request(&format!("t{n}"), &options))
+                .await
+                .expect("launches");
+            assert_eq!(
+                (&l.instance.instance_type, &l.instance.zone),
+                (&cheapest.instance_type, &cheapest.zone),
+                "launch {n}"
+            );
         }
         let key = offering_key(&cheapest);
-        assert_eq!(c.spot_remaining(&key), pools::seeded_depth(pools::DEFAULT_SEED, &key) - fleet);
+        assert_eq!(
+            c.spot_remaining(&key),
+            pools::seeded_depth(pools::DEFAULT_SEED, &key) - fleet
+        );
     }
 
     /// On-demand is lowest-price: spot pools do not touch it, removed capacity does.
     #[tokio::test]
     async fn on_demand_stays_lowest_price() {
         let c = cloud();
-        c.set_spot_pools(PoolDepths { all: Some(1), ..PoolDepths::default() });
+        c.set_spot_pools(PoolDepths {
+            all: Some(1),
+            ..PoolDepths::default()
+        });
         let m5 = offerings(&c, "m5.large", CAPACITY_TYPE_ON_DEMAND);
-        let options = vec![with_price(&m5[0], 0.096), with_price(&m5[1], 0.097), with_price(&m5[2], 0.098)];
+        let options = vec![
+            with_price(&m5[0], 0.096),
+            with_price(&m5[1], 0.097),
+            with_price(&m5[2], 0.098),
+        ];
         for n in 0..5 {
-            let l = c.launch(&request(&format!("t{n}"), &options)).await.expect("launches");
+            let l = c
+                .launch(&request(&format!("t{n}"), &options))
+                .await
+                .expect("launches");
             assert_eq!(l.instance.zone, m5[0].zone);
             assert!(l.unavailable.is_empty());
         }
         let gone = offering_key(&options[0]);
         c.remove_capacity(gone.clone());
-        let l = c.launch(&request("after", &options)).await.expect("launches");
-        assert_eq!((l.instance.zone, l.unavailable), (m5[1].zone.clone(), vec![gone]));
+        let l = c
+            .launch(&request("after", &options))
+            .await
+            .expect("launches");
+        assert_eq!(
+            (l.instance.zone, l.unavailable),
+            (m5[1].zone.clone(), vec![gone])
+        );
     }
 
     /// A repeated client token returns the first instance and takes no
@@ -665,15 +837,31 @@ mod tests {
         let c = cloud();
         let options = offerings(&c, "m5.large", CAPACITY_TYPE_SPOT)[..1].to_vec();
         let pool = offering_key(&options[0]);
-        c.set_spot_pools(PoolDepths { all: Some(2), ..PoolDepths::default() });
-        let a = c.launch(&request("same", &options)).await.expect("launches");
-        let b = c.launch(&request("same", &options)).await.expect("the same instance");
+        c.set_spot_pools(PoolDepths {
+            all: Some(2),
+            ..PoolDepths::default()
+        });
+        let a = c
+            .launch(&request("same", &options))
+            .await
+            .expect("launches");
+        let b = c
+            .launch(&request("same", &options))
+            .await
+            .expect("the same instance");
         assert_eq!(a.instance.id, b.instance.id);
         assert_eq!((c.launches(), c.spot_remaining(&pool)), (1, 1));
-        c.launch(&request("other", &options)).await.expect("the second unit");
+        c.launch(&request("other", &options))
+            .await
+            .expect("the second unit");
         assert_eq!(c.spot_remaining(&pool), 0);
-        let e = c.launch(&request("third", &options)).await.expect_err("the pool is empty");
-        let CloudError::InsufficientCapacity { offerings: out, .. } = e else { panic!("{e:?}") };
+        let e = c
+            .launch(&request("third", &options))
+            .await
+            .expect_err("the pool is empty");
+        let CloudError::InsufficientCapacity { offerings: out, .. } = e else {
+            panic!("{e:?}")
+        };
         assert_eq!(out, vec![pool]);
     }
 }

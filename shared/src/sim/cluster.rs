@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus, Taint as K8sTaint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus, Taint as K8sTaint,
+};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -25,13 +27,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::clock::SimClock;
-use super::driver::ClusterDriver;
 use super::controllers::{
-    self, ClusterView, ControllerAction, is_finished, is_pod_ready, is_terminating, name_suffix, node_of, pdb_selects,
-    phase,
+    self, ClusterView, ControllerAction, is_finished, is_pod_ready, is_terminating, name_suffix,
+    node_of, pdb_selects, phase,
 };
+use super::driver::ClusterDriver;
 use crate::ports::{
-    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, SignedDuration, Timestamp,
+    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, SignedDuration,
+    Timestamp,
 };
 use crate::resources::Resources;
 use crate::scheduling::taints::Taint;
@@ -86,8 +89,14 @@ impl State {
     /// `terminationGracePeriodSeconds`, else 30 s). A second deletion may
     /// only shorten the grace period.
     fn delete(&mut self, key: &(String, String), grace: Option<i64>, now: Timestamp) {
-        let Some(p) = self.pods.get_mut(key) else { return };
-        let spec_grace = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        let Some(p) = self.pods.get_mut(key) else {
+            return;
+        };
+        let spec_grace = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
         let mut grace = grace.unwrap_or(spec_grace).max(0);
         if node_of(p).is_none() || is_finished(p) {
             grace = 0;
@@ -116,10 +125,20 @@ pub struct SimCluster {
 }
 
 fn key(ns: Option<&String>, name: Option<&String>) -> (String, String) {
-    (ns.cloned().unwrap_or_else(|| "default".to_owned()), name.cloned().unwrap_or_default())
+    (
+        ns.cloned().unwrap_or_else(|| "default".to_owned()),
+        name.cloned().unwrap_or_default(),
+    )
 }
 
-fn set_condition(pod: &mut Pod, type_: &str, status: &str, reason: Option<&str>, message: Option<String>, now: Timestamp) {
+fn set_condition(
+    pod: &mut Pod,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    message: Option<String>,
+    now: Timestamp,
+) {
     let st = pod.status.get_or_insert_with(PodStatus::default);
     let conds = st.conditions.get_or_insert_with(Vec::new);
     conds.retain(|c| c.type_ != type_);
@@ -148,7 +167,10 @@ pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
     m.insert("memory".to_owned(), Quantity(r.memory_bytes.to_string()));
     m.insert("pods".to_owned(), Quantity(r.pods.to_string()));
     if r.ephemeral_bytes > 0 {
-        m.insert("ephemeral-storage".to_owned(), Quantity(r.ephemeral_bytes.to_string()));
+        m.insert(
+            "ephemeral-storage".to_owned(),
+            Quantity(r.ephemeral_bytes.to_string()),
+        );
     }
     for (name, v) in &r.extended {
         m.insert(name.clone(), Quantity(v.to_string()));
@@ -158,7 +180,10 @@ pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
 
 impl SimCluster {
     pub fn new(clock: SimClock) -> Self {
-        SimCluster { state: Arc::new(Mutex::new(State::default())), clock }
+        SimCluster {
+            state: Arc::new(Mutex::new(State::default())),
+            clock,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -172,29 +197,45 @@ impl SimCluster {
 
     /// Adds or replaces an object of a kind the simulator models.
     pub fn apply(&self, object: &serde_json::Value) -> Result<(), String> {
-        let kind = object.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        let kind = object
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
         let mut s = self.lock();
         s.dirty = true;
         let err = |e: serde_json::Error| format!("{kind}: {e}");
         match kind {
             "Deployment" => {
                 let d: Deployment = serde_json::from_value(object.clone()).map_err(err)?;
-                s.deployments.insert(key(d.metadata.namespace.as_ref(), d.metadata.name.as_ref()), d);
+                s.deployments.insert(
+                    key(d.metadata.namespace.as_ref(), d.metadata.name.as_ref()),
+                    d,
+                );
             }
             "DaemonSet" => {
                 let d: DaemonSet = serde_json::from_value(object.clone()).map_err(err)?;
-                s.daemon_sets.insert(key(d.metadata.namespace.as_ref(), d.metadata.name.as_ref()), d);
+                s.daemon_sets.insert(
+                    key(d.metadata.namespace.as_ref(), d.metadata.name.as_ref()),
+                    d,
+                );
             }
             "PodDisruptionBudget" => {
-                let mut p: PodDisruptionBudget = serde_json::from_value(object.clone()).map_err(err)?;
-                p.metadata.namespace.get_or_insert_with(|| "default".to_owned());
+                let mut p: PodDisruptionBudget =
+                    serde_json::from_value(object.clone()).map_err(err)?;
+                p.metadata
+                    .namespace
+                    .get_or_insert_with(|| "default".to_owned());
                 let k = key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref());
                 // As the API server: generation 1 on create, +1 on each spec
                 // change; the status is the controller's, never the writer's.
                 match s.pdbs.get(&k) {
                     Some(old) => {
                         let generation = old.metadata.generation.unwrap_or(1);
-                        p.metadata.generation = Some(if old.spec == p.spec { generation } else { generation + 1 });
+                        p.metadata.generation = Some(if old.spec == p.spec {
+                            generation
+                        } else {
+                            generation + 1
+                        });
                         p.metadata.uid = old.metadata.uid.clone();
                         p.status = old.status.clone();
                     }
@@ -207,27 +248,45 @@ impl SimCluster {
                 s.pdbs.insert(k, p);
             }
             "PersistentVolumeClaim" => {
-                let c: PersistentVolumeClaim = serde_json::from_value(object.clone()).map_err(err)?;
-                s.claims.insert(key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref()), c);
+                let c: PersistentVolumeClaim =
+                    serde_json::from_value(object.clone()).map_err(err)?;
+                s.claims.insert(
+                    key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref()),
+                    c,
+                );
             }
             "PersistentVolume" => {
                 let v: PersistentVolume = serde_json::from_value(object.clone()).map_err(err)?;
-                s.volumes.insert(v.metadata.name.clone().unwrap_or_default(), v);
+                s.volumes
+                    .insert(v.metadata.name.clone().unwrap_or_default(), v);
             }
             "StorageClass" => {
                 let c: StorageClass = serde_json::from_value(object.clone()).map_err(err)?;
-                s.storage_classes.insert(c.metadata.name.clone().unwrap_or_default(), c);
+                s.storage_classes
+                    .insert(c.metadata.name.clone().unwrap_or_default(), c);
             }
             "Pod" => {
                 let mut p: Pod = serde_json::from_value(object.clone()).map_err(err)?;
                 let now = self.clock.now();
-                p.metadata.namespace.get_or_insert_with(|| "default".to_owned());
+                p.metadata
+                    .namespace
+                    .get_or_insert_with(|| "default".to_owned());
                 p.metadata.uid = Some(Self::uid(&mut s));
                 p.metadata.creation_timestamp = Some(Time(now));
-                p.status = Some(PodStatus { phase: Some("Pending".to_owned()), ..Default::default() });
-                s.pods.insert(key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref()), p);
+                p.status = Some(PodStatus {
+                    phase: Some("Pending".to_owned()),
+                    ..Default::default()
+                });
+                s.pods.insert(
+                    key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref()),
+                    p,
+                );
             }
-            other => return Err(format!("the simulated cluster does not model kind {other:?}")),
+            other => {
+                return Err(format!(
+                    "the simulated cluster does not model kind {other:?}"
+                ));
+            }
         }
         Ok(())
     }
@@ -248,12 +307,21 @@ impl SimCluster {
     pub fn add_node(&self, node: Node) {
         let mut s = self.lock();
         s.dirty = true;
-        s.nodes.insert(node.metadata.name.clone().unwrap_or_default(), node);
+        s.nodes
+            .insert(node.metadata.name.clone().unwrap_or_default(), node);
     }
 
     /// Makes a node Ready and its startup taints gone (what the CNI and
     /// friends would do shortly after registration).
-    pub fn ready_node(name: &str, labels: BTreeMap<String, String>, taints: Vec<Taint>, provider_id: &str, capacity: &Resources, allocatable: &Resources, now: Timestamp) -> Node {
+    pub fn ready_node(
+        name: &str,
+        labels: BTreeMap<String, String>,
+        taints: Vec<Taint>,
+        provider_id: &str,
+        capacity: &Resources,
+        allocatable: &Resources,
+        now: Timestamp,
+    ) -> Node {
         let mut node = Node::default();
         node.metadata.name = Some(name.to_owned());
         node.metadata.labels = Some(labels);
@@ -293,13 +361,19 @@ impl SimCluster {
     pub fn restore_pod(&self, pod: Pod) {
         let mut s = self.lock();
         s.dirty = true;
-        s.pods.insert(key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()), pod);
+        s.pods.insert(
+            key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()),
+            pod,
+        );
     }
 
     /// See [`Self::restore_pod`].
     pub fn restore_pdb(&self, pdb: PodDisruptionBudget) {
         let mut s = self.lock();
-        s.pdbs.insert(key(pdb.metadata.namespace.as_ref(), pdb.metadata.name.as_ref()), pdb);
+        s.pdbs.insert(
+            key(pdb.metadata.namespace.as_ref(), pdb.metadata.name.as_ref()),
+            pdb,
+        );
     }
 
     /// The node's kubelet reports `Ready` as `ready` from now on (its
@@ -308,14 +382,28 @@ impl SimCluster {
         let now = self.clock.now();
         let mut s = self.lock();
         s.dirty = true;
-        let node = s.nodes.get_mut(name).ok_or_else(|| format!("no node {name}"))?;
+        let node = s
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| format!("no node {name}"))?;
         let status = if ready { "True" } else { "False" };
-        let conditions = node.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+        let conditions = node
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
         match conditions.iter_mut().find(|c| c.type_ == "Ready") {
             Some(c) if c.status == status => {}
             Some(c) => {
                 c.status = status.to_owned();
-                c.reason = Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.to_owned());
+                c.reason = Some(
+                    if ready {
+                        "KubeletReady"
+                    } else {
+                        "KubeletNotReady"
+                    }
+                    .to_owned(),
+                );
                 c.last_transition_time = Some(Time(now));
             }
             None => conditions.push(NodeCondition {
@@ -332,7 +420,10 @@ impl SimCluster {
     pub fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Pod)) -> bool {
         let mut s = self.lock();
         s.dirty = true;
-        s.pods.get_mut(&(namespace.to_owned(), name.to_owned())).map(change).is_some()
+        s.pods
+            .get_mut(&(namespace.to_owned(), name.to_owned()))
+            .map(change)
+            .is_some()
     }
 
     pub fn all_pods(&self) -> Vec<Pod> {
@@ -374,7 +465,10 @@ impl SimCluster {
 
     /// The stored PodDisruptionBudget (with the status the reconcile keeps).
     pub fn pdb(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
-        self.lock().pdbs.get(&(namespace.to_owned(), name.to_owned())).cloned()
+        self.lock()
+            .pdbs
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
     }
 
     fn apply_actions(s: &mut State, actions: Vec<ControllerAction>, now: Timestamp) {
@@ -392,7 +486,10 @@ impl SimCluster {
                     }
                     pod.metadata.uid = Some(uid);
                     pod.metadata.creation_timestamp = Some(Time(now));
-                    s.pods.insert(key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()), pod);
+                    s.pods.insert(
+                        key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()),
+                        pod,
+                    );
                     s.dirty = true;
                 }
                 ControllerAction::RemovePod(pod) => {
@@ -413,7 +510,14 @@ impl SimCluster {
                 }
                 ControllerAction::Unschedulable { pod, message } => {
                     if let Some(p) = s.pods.get_mut(&(pod.namespace, pod.name)) {
-                        set_condition(p, "PodScheduled", "False", Some("Unschedulable"), Some(message), now);
+                        set_condition(
+                            p,
+                            "PodScheduled",
+                            "False",
+                            Some("Unschedulable"),
+                            Some(message),
+                            now,
+                        );
                     }
                 }
             }
@@ -433,11 +537,23 @@ impl Cluster for SimCluster {
     }
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
-        Ok(self.lock().pods.values().filter(|p| node_of(p) == Some(node) && !is_finished(p)).cloned().collect())
+        Ok(self
+            .lock()
+            .pods
+            .values()
+            .filter(|p| node_of(p) == Some(node) && !is_finished(p))
+            .cloned()
+            .collect())
     }
 
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
-        Ok(self.lock().pods.values().filter(|p| node_of(p).is_some() && !is_finished(p)).cloned().collect())
+        Ok(self
+            .lock()
+            .pods
+            .values()
+            .filter(|p| node_of(p).is_some() && !is_finished(p))
+            .cloned()
+            .collect())
     }
 
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
@@ -468,7 +584,9 @@ impl Cluster for SimCluster {
         let now = self.clock.now();
         let mut s = self.lock();
         s.dirty = true;
-        let Some(p) = s.pods.get_mut(&(pod.namespace.clone(), pod.name.clone())) else { return Ok(BindOutcome::Gone) };
+        let Some(p) = s.pods.get_mut(&(pod.namespace.clone(), pod.name.clone())) else {
+            return Ok(BindOutcome::Gone);
+        };
         if !pod.uid.is_empty() && p.metadata.uid.as_deref() != Some(pod.uid.as_str()) {
             return Ok(BindOutcome::Gone);
         }
@@ -484,9 +602,19 @@ impl Cluster for SimCluster {
     async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
         let mut s = self.lock();
         s.dirty = true;
-        let n = s.nodes.get_mut(node).ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
-        let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
-        if !taints.iter().any(|t| t.key == taint.key && t.effect == taint.effect.as_str()) {
+        let n = s
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let taints = n
+            .spec
+            .get_or_insert_with(Default::default)
+            .taints
+            .get_or_insert_with(Vec::new);
+        if !taints
+            .iter()
+            .any(|t| t.key == taint.key && t.effect == taint.effect.as_str())
+        {
             taints.push(K8sTaint {
                 key: taint.key.clone(),
                 value: (!taint.value.is_empty()).then(|| taint.value.clone()),
@@ -500,7 +628,10 @@ impl Cluster for SimCluster {
     async fn remove_taint(&self, node: &str, key: &str) -> Result<(), ClusterError> {
         let mut s = self.lock();
         s.dirty = true;
-        let n = s.nodes.get_mut(node).ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
         if let Some(taints) = n.spec.as_mut().and_then(|sp| sp.taints.as_mut()) {
             taints.retain(|t| t.key != key);
         }
@@ -509,7 +640,10 @@ impl Cluster for SimCluster {
 
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         let mut s = self.lock();
-        let n = s.nodes.get_mut(node).ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
         n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
         s.dirty = true;
         Ok(())
@@ -521,7 +655,9 @@ impl Cluster for SimCluster {
         let mut guard = self.lock();
         let s: &mut State = &mut guard;
         let k = (pod.namespace.clone(), pod.name.clone());
-        let Some(p) = s.pods.get(&k).cloned() else { return Ok(EvictOutcome::Gone) };
+        let Some(p) = s.pods.get(&k).cloned() else {
+            return Ok(EvictOutcome::Gone);
+        };
         // The uid precondition is checked when the pod is deleted, which is
         // after the budget was consulted (and decremented): the server's order.
         let current = s.pod_of(pod).is_some();
@@ -530,7 +666,14 @@ impl Cluster for SimCluster {
                 return EvictOutcome::Gone;
             }
             if let Some(p) = s.pods.get_mut(&k) {
-                set_condition(p, "DisruptionTarget", "True", Some("EvictionByEvictionAPI"), Some("Eviction API: evicting".to_owned()), now);
+                set_condition(
+                    p,
+                    "DisruptionTarget",
+                    "True",
+                    Some("EvictionByEvictionAPI"),
+                    Some("Eviction API: evicting".to_owned()),
+                    now,
+                );
             }
             s.delete(&k, None, now);
             EvictOutcome::Evicted
@@ -539,8 +682,12 @@ impl Cluster for SimCluster {
         if matches!(phase(&p), Some("Pending" | "Succeeded" | "Failed")) || is_terminating(&p) {
             return Ok(delete(s));
         }
-        let budgets: Vec<(String, String)> =
-            s.pdbs.iter().filter(|(_, pdb)| pdb_selects(pdb, &p)).map(|(k, _)| k.clone()).collect();
+        let budgets: Vec<(String, String)> = s
+            .pdbs
+            .iter()
+            .filter(|(_, pdb)| pdb_selects(pdb, &p))
+            .map(|(k, _)| k.clone())
+            .collect();
         let budget = match budgets.as_slice() {
             [] => return Ok(delete(s)),
             [one] => one.clone(),
@@ -552,32 +699,47 @@ impl Cluster for SimCluster {
                 ));
             }
         };
-        let Some(pdb) = s.pdbs.get_mut(&budget) else { return Ok(delete(s)) };
+        let Some(pdb) = s.pdbs.get_mut(&budget) else {
+            return Ok(delete(s));
+        };
         let name = budget.1.clone();
-        let status = pdb.status.get_or_insert_with(PodDisruptionBudgetStatus::default);
+        let status = pdb
+            .status
+            .get_or_insert_with(PodDisruptionBudgetStatus::default);
         if !is_pod_ready(&p) {
-            let always = pdb.spec.as_ref().and_then(|sp| sp.unhealthy_pod_eviction_policy.as_deref()) == Some("AlwaysAllow");
+            let always = pdb
+                .spec
+                .as_ref()
+                .and_then(|sp| sp.unhealthy_pod_eviction_policy.as_deref())
+                == Some("AlwaysAllow");
             // An unready pod of a healthy application goes without using the budget.
-            if always || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0) {
+            if always
+                || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0)
+            {
                 return Ok(delete(s));
             }
         }
-        let blocked = if status.observed_generation.unwrap_or(0) < pdb.metadata.generation.unwrap_or(1) {
-            Some(format!("The disruption budget {name} is still being processed by the server."))
-        } else if status.disruptions_allowed < 0 {
-            return Err(ClusterError::Forbidden(format!("poddisruptionbudget {name}: pdb disruptions allowed is negative")));
-        } else if status.disruptions_allowed == 0 {
-            Some(if status.current_healthy <= status.desired_healthy {
-                format!(
-                    "The disruption budget {name} needs {} healthy pods and has {} currently",
-                    status.desired_healthy, status.current_healthy
-                )
+        let blocked =
+            if status.observed_generation.unwrap_or(0) < pdb.metadata.generation.unwrap_or(1) {
+                Some(format!(
+                    "The disruption budget {name} is still being processed by the server."
+                ))
+            } else if status.disruptions_allowed < 0 {
+                return Err(ClusterError::Forbidden(format!(
+                    "poddisruptionbudget {name}: pdb disruptions allowed is negative"
+                )));
+            } else if status.disruptions_allowed == 0 {
+                Some(if status.current_healthy <= status.desired_healthy {
+                    format!(
+                        "The disruption budget {name} needs {} healthy pods and has {} currently",
+                        status.desired_healthy, status.current_healthy
+                    )
+                } else {
+                    format!("The disruption budget {name} does not allow evicting pods currently")
+                })
             } else {
-                format!("The disruption budget {name} does not allow evicting pods currently")
-            })
-        } else {
-            None
-        };
+                None
+            };
         if let Some(cause) = blocked {
             s.evictions_blocked += 1;
             return Ok(EvictOutcome::Blocked(format!(
@@ -585,16 +747,27 @@ impl Cluster for SimCluster {
             )));
         }
         status.disruptions_allowed -= 1;
-        status.disrupted_pods.get_or_insert_with(BTreeMap::new).insert(pod.name.clone(), Time(now));
+        status
+            .disrupted_pods
+            .get_or_insert_with(BTreeMap::new)
+            .insert(pod.name.clone(), Time(now));
         Ok(delete(s))
     }
 
-    async fn delete_pod(&self, pod: &PodKey, grace_seconds: Option<i64>) -> Result<(), ClusterError> {
+    async fn delete_pod(
+        &self,
+        pod: &PodKey,
+        grace_seconds: Option<i64>,
+    ) -> Result<(), ClusterError> {
         let now = self.clock.now();
         let mut s = self.lock();
         // A pod of that name with another uid is not ours to delete (the API's 409).
         if s.pod_of(pod).is_some() {
-            s.delete(&(pod.namespace.clone(), pod.name.clone()), grace_seconds, now);
+            s.delete(
+                &(pod.namespace.clone(), pod.name.clone()),
+                grace_seconds,
+                now,
+            );
         }
         Ok(())
     }

@@ -11,10 +11,14 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::{apps::v1::DaemonSet, policy::v1::PodDisruptionBudget, storage::v1::StorageClass};
+use k8s_openapi::api::{
+    apps::v1::DaemonSet, policy::v1::PodDisruptionBudget, storage::v1::StorageClass,
+};
 
 use super::driver::ClusterDriver;
-use crate::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp};
+use crate::ports::{
+    BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp,
+};
 use crate::scheduling::taints::Taint;
 
 #[derive(Debug, Default)]
@@ -47,7 +51,10 @@ fn lock(faults: &Mutex<Faults>) -> MutexGuard<'_, Faults> {
 
 impl<K: ClusterDriver> FaultyCluster<K> {
     pub fn new(inner: K) -> Self {
-        FaultyCluster { inner, faults: Arc::default() }
+        FaultyCluster {
+            inner,
+            faults: Arc::default(),
+        }
     }
 
     /// The cluster itself, without faults (what the world sees).
@@ -84,24 +91,40 @@ impl<P: Cluster> FaultyClusterPort<P> {
         }
         f.refuse -= 1;
         f.refused += 1;
-        let status = if f.refused % 2 == 0 { "429 Too Many Requests" } else { "503 Service Unavailable" };
-        Err(ClusterError::Transient(format!("injected: {what}: {status}")))
+        let status = if f.refused % 2 == 0 {
+            "429 Too Many Requests"
+        } else {
+            "503 Service Unavailable"
+        };
+        Err(ClusterError::Transient(format!(
+            "injected: {what}: {status}"
+        )))
     }
 
-    async fn read<T>(&self, what: &str, call: impl Future<Output = Result<T, ClusterError>>) -> Result<T, ClusterError> {
+    async fn read<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, ClusterError>>,
+    ) -> Result<T, ClusterError> {
         self.refuse(what)?;
         call.await
     }
 
     /// A write: refused, or carried out and then (maybe) its response lost.
-    async fn write<T>(&self, what: &str, call: impl Future<Output = Result<T, ClusterError>>) -> Result<T, ClusterError> {
+    async fn write<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, ClusterError>>,
+    ) -> Result<T, ClusterError> {
         self.refuse(what)?;
         let outcome = call.await?;
         let mut f = lock(&self.faults);
         if f.drop_responses > 0 {
             f.drop_responses -= 1;
             f.dropped += 1;
-            return Err(ClusterError::Transient(format!("injected: {what}: connection reset after the request was sent")));
+            return Err(ClusterError::Transient(format!(
+                "injected: {what}: connection reset after the request was sent"
+            )));
         }
         Ok(outcome)
     }
@@ -109,13 +132,16 @@ impl<P: Cluster> FaultyClusterPort<P> {
 
 impl<P: Cluster> Cluster for FaultyClusterPort<P> {
     async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
-        self.read("list pods (pending)", self.inner.pending_pods()).await
+        self.read("list pods (pending)", self.inner.pending_pods())
+            .await
     }
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
-        self.read("list pods (scheduled)", self.inner.scheduled_pods()).await
+        self.read("list pods (scheduled)", self.inner.scheduled_pods())
+            .await
     }
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
-        self.read("list pods on a node", self.inner.pods_on_node(node)).await
+        self.read("list pods on a node", self.inner.pods_on_node(node))
+            .await
     }
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
         self.read("list nodes", self.inner.nodes()).await
@@ -124,25 +150,37 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
         self.read("list daemonsets", self.inner.daemon_sets()).await
     }
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
-        self.read("list poddisruptionbudgets", self.inner.pod_disruption_budgets()).await
+        self.read(
+            "list poddisruptionbudgets",
+            self.inner.pod_disruption_budgets(),
+        )
+        .await
     }
     async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
-        self.read("list persistentvolumeclaims", self.inner.persistent_volume_claims()).await
+        self.read(
+            "list persistentvolumeclaims",
+            self.inner.persistent_volume_claims(),
+        )
+        .await
     }
     async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
-        self.read("list persistentvolumes", self.inner.persistent_volumes()).await
+        self.read("list persistentvolumes", self.inner.persistent_volumes())
+            .await
     }
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
-        self.read("list storageclasses", self.inner.storage_classes()).await
+        self.read("list storageclasses", self.inner.storage_classes())
+            .await
     }
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {
         self.write("bind a pod", self.inner.bind(pod, node)).await
     }
     async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
-        self.write("taint a node", self.inner.add_taint(node, taint)).await
+        self.write("taint a node", self.inner.add_taint(node, taint))
+            .await
     }
     async fn remove_taint(&self, node: &str, key: &str) -> Result<(), ClusterError> {
-        self.write("untaint a node", self.inner.remove_taint(node, key)).await
+        self.write("untaint a node", self.inner.remove_taint(node, key))
+            .await
     }
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         self.write("cordon a node", self.inner.cordon(node)).await
@@ -150,14 +188,21 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         self.write("evict a pod", self.inner.evict(pod)).await
     }
-    async fn delete_pod(&self, pod: &PodKey, grace_seconds: Option<i64>) -> Result<(), ClusterError> {
-        self.write("delete a pod", self.inner.delete_pod(pod, grace_seconds)).await
+    async fn delete_pod(
+        &self,
+        pod: &PodKey,
+        grace_seconds: Option<i64>,
+    ) -> Result<(), ClusterError> {
+        self.write("delete a pod", self.inner.delete_pod(pod, grace_seconds))
+            .await
     }
     async fn delete_node(&self, node: &str) -> Result<bool, ClusterError> {
-        self.write("delete a node", self.inner.delete_node(node)).await
+        self.write("delete a node", self.inner.delete_node(node))
+            .await
     }
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
-        self.write("record an event", self.inner.record_event(event)).await
+        self.write("record an event", self.inner.record_event(event))
+            .await
     }
 }
 
@@ -165,7 +210,10 @@ impl<K: ClusterDriver> ClusterDriver for FaultyCluster<K> {
     type Port = FaultyClusterPort<K::Port>;
 
     fn port(&self) -> Self::Port {
-        FaultyClusterPort { inner: self.inner.port(), faults: Arc::clone(&self.faults) }
+        FaultyClusterPort {
+            inner: self.inner.port(),
+            faults: Arc::clone(&self.faults),
+        }
     }
     async fn apply(&self, object: &serde_json::Value) -> Result<(), String> {
         self.inner.apply(object).await
@@ -199,7 +247,10 @@ mod tests {
     use crate::sim::{SimClock, SimCluster};
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     fn node(name: &str) -> Node {
@@ -215,11 +266,24 @@ mod tests {
             cluster.refuse_next_calls(2);
             let e = port.delete_node("a").await.expect_err("refused");
             assert!(e.is_retryable(), "{e}");
-            assert_eq!(cluster.all_nodes().await.len(), 1, "a refused delete deletes nothing");
-            assert!(port.nodes().await.is_err(), "the second call is refused too");
+            assert_eq!(
+                cluster.all_nodes().await.len(),
+                1,
+                "a refused delete deletes nothing"
+            );
+            assert!(
+                port.nodes().await.is_err(),
+                "the second call is refused too"
+            );
             // The world's own view never fails.
             assert_eq!(cluster.all_nodes().await.len(), 1);
-            assert_eq!(port.nodes().await.expect("the third call goes through").len(), 1);
+            assert_eq!(
+                port.nodes()
+                    .await
+                    .expect("the third call goes through")
+                    .len(),
+                1
+            );
             assert_eq!(cluster.injected(), (2, 0));
         });
     }
@@ -233,10 +297,16 @@ mod tests {
             let port = cluster.port();
             cluster.drop_next_responses(1);
             assert_eq!(port.nodes().await.expect("reads pass").len(), 2);
-            let e = port.delete_node("a").await.expect_err("the response was lost");
+            let e = port
+                .delete_node("a")
+                .await
+                .expect_err("the response was lost");
             assert!(e.is_retryable(), "{e}");
             assert_eq!(cluster.all_nodes().await.len(), 1, "the delete happened");
-            assert!(!port.delete_node("a").await.expect("answered"), "asked again: already gone");
+            assert!(
+                !port.delete_node("a").await.expect("answered"),
+                "asked again: already gone"
+            );
             assert!(port.delete_node("b").await.expect("answered"));
             assert_eq!(cluster.injected(), (0, 1));
         });

@@ -18,9 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::ports::{PodKey, SignedDuration, Timestamp};
+use crate::provisioning::plan::existing_node;
 use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::{Effect, Taint, Toleration, first_untolerated};
-use crate::provisioning::plan::existing_node;
 use crate::scheduling::volumes::VolumeIndex;
 use crate::scheduling::{ExistingNode, SchedPod, SolveOptions, solve};
 
@@ -57,7 +57,11 @@ pub enum ControllerAction {
 }
 
 pub fn node_of(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+    p.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
 }
 
 pub fn phase(p: &Pod) -> Option<&str> {
@@ -97,7 +101,9 @@ pub fn replica_set_name(deployment: &str) -> String {
 /// Five characters derived from `seed`, like the suffixes Kubernetes' generateName adds.
 pub fn name_suffix(seed: &str) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut h = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let mut h = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     (0..5)
         .map(|_| {
             let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
@@ -123,7 +129,11 @@ fn owned_by(kind: &str, name: &str, uid: String) -> Vec<OwnerReference> {
 /// the kubelet's part.
 pub fn reconcile_workloads(view: &ClusterView<'_>) -> Vec<ControllerAction> {
     let mut actions = Vec::new();
-    let nodes: HashSet<&str> = view.nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+    let nodes: HashSet<&str> = view
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
     for pod in &view.pods {
         let key = PodKey::of(pod);
         match node_of(pod) {
@@ -132,11 +142,18 @@ pub fn reconcile_workloads(view: &ClusterView<'_>) -> Vec<ControllerAction> {
             // The kubelet confirms a graceful deletion once its grace period
             // is over (a container that ignores SIGTERM, the slowest case).
             Some(_) if is_terminating(pod) => {
-                if pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| view.now >= t.0) {
+                if pod
+                    .metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .is_some_and(|t| view.now >= t.0)
+                {
                     actions.push(ControllerAction::RemovePod(key));
                 }
             }
-            Some(_) if phase(pod).is_none_or(|p| p == "Pending") => actions.push(ControllerAction::Start(key)),
+            Some(_) if phase(pod).is_none_or(|p| p == "Pending") => {
+                actions.push(ControllerAction::Start(key))
+            }
             _ => {}
         }
     }
@@ -150,9 +167,15 @@ pub fn reconcile_workloads(view: &ClusterView<'_>) -> Vec<ControllerAction> {
 }
 
 fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
-    let ns = d.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+    let ns = d
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
     let name = d.metadata.name.clone().unwrap_or_default();
-    let Some(spec) = d.spec.as_ref() else { return Vec::new() };
+    let Some(spec) = d.spec.as_ref() else {
+        return Vec::new();
+    };
     let want = usize::try_from(spec.replicas.unwrap_or(1).max(0)).unwrap_or(0);
     let owner = replica_set_name(&name);
     let mut mine: Vec<&Pod> = pods
@@ -160,12 +183,26 @@ fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
         .copied()
         .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.metadata.owner_references.iter().flatten().any(|o| o.name == owner))
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.name == owner)
+        })
         .collect();
     if mine.len() > want {
         // Like the ReplicaSet controller: unscheduled pods go first, then the newest.
-        mine.sort_by_key(|p| (node_of(p).is_some(), std::cmp::Reverse(p.metadata.creation_timestamp.clone())));
-        return mine[..mine.len() - want].iter().map(|p| ControllerAction::RemovePod(PodKey::of(p))).collect();
+        mine.sort_by_key(|p| {
+            (
+                node_of(p).is_some(),
+                std::cmp::Reverse(p.metadata.creation_timestamp.clone()),
+            )
+        });
+        return mine[..mine.len() - want]
+            .iter()
+            .map(|p| ControllerAction::RemovePod(PodKey::of(p)))
+            .collect();
     }
     (mine.len()..want)
         .map(|_| {
@@ -178,7 +215,10 @@ fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
             ControllerAction::CreatePod(Box::new(Pod {
                 metadata: meta,
                 spec: template.spec,
-                status: Some(PodStatus { phase: Some("Pending".to_owned()), ..Default::default() }),
+                status: Some(PodStatus {
+                    phase: Some("Pending".to_owned()),
+                    ..Default::default()
+                }),
             }))
         })
         .collect()
@@ -186,7 +226,12 @@ fn scale_deployment(d: &Deployment, pods: &[&Pod]) -> Vec<ControllerAction> {
 
 /// The tolerations the DaemonSet controller gives every daemon pod.
 fn daemon_tolerations() -> Vec<Toleration> {
-    let tol = |key: &str, effect| Toleration { key: key.to_owned(), exists: true, value: String::new(), effect: Some(effect) };
+    let tol = |key: &str, effect| Toleration {
+        key: key.to_owned(),
+        exists: true,
+        value: String::new(),
+        effect: Some(effect),
+    };
     vec![
         tol("node.kubernetes.io/not-ready", Effect::NoExecute),
         tol("node.kubernetes.io/unreachable", Effect::NoExecute),
@@ -198,9 +243,15 @@ fn daemon_tolerations() -> Vec<Toleration> {
 }
 
 fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAction> {
-    let ns = ds.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+    let ns = ds
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
     let name = ds.metadata.name.clone().unwrap_or_default();
-    let Some(spec) = ds.spec.as_ref() else { return Vec::new() };
+    let Some(spec) = ds.spec.as_ref() else {
+        return Vec::new();
+    };
     let existing: HashSet<&str> = view
         .pods
         .iter()
@@ -219,11 +270,20 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
         meta.name = Some(pod_name);
         meta.namespace = Some(ns.clone());
         meta.owner_references = Some(owned_by("DaemonSet", &name, format!("ds-{name}")));
-        let mut pod = Pod { metadata: meta, spec: template.spec, status: None };
+        let mut pod = Pod {
+            metadata: meta,
+            spec: template.spec,
+            status: None,
+        };
         // Only on nodes the pod's selector allows.
-        let Ok(sp) = SchedPod::from_pod(&pod) else { continue };
+        let Ok(sp) = SchedPod::from_pod(&pod) else {
+            continue;
+        };
         let labels = node.metadata.labels.clone().unwrap_or_default();
-        if !sp.node_selector.keys().all(|k| sp.node_selector.allows(k, labels.get(k).map(String::as_str))) {
+        if !sp.node_selector.keys().all(|k| {
+            sp.node_selector
+                .allows(k, labels.get(k).map(String::as_str))
+        }) {
             continue;
         }
         // Nor on nodes with a taint it does not tolerate (a node being
@@ -241,7 +301,10 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
             continue;
         }
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node_name);
-        pod.status = Some(PodStatus { phase: Some("Running".to_owned()), ..Default::default() });
+        pod.status = Some(PodStatus {
+            phase: Some("Running".to_owned()),
+            ..Default::default()
+        });
         actions.push(ControllerAction::CreatePod(Box::new(pod)));
     }
     actions
@@ -297,10 +360,20 @@ fn scaled(v: &IntOrString, total: i32) -> Result<i32, String> {
 fn expected_scale(pods: &[&Pod], deployments: &[&Deployment]) -> Result<i32, String> {
     let mut scales: BTreeMap<(String, String), i32> = BTreeMap::new();
     for pod in pods {
-        let Some(owner) = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true)) else {
+        let Some(owner) = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+        else {
             continue;
         };
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         if scales.contains_key(&(ns.clone(), owner.name.clone())) {
             continue;
         }
@@ -308,19 +381,33 @@ fn expected_scale(pods: &[&Pod], deployments: &[&Deployment]) -> Result<i32, Str
             .then(|| {
                 deployments.iter().find(|d| {
                     d.metadata.namespace.as_deref().unwrap_or("default") == ns
-                        && d.metadata.name.as_deref().is_some_and(|n| replica_set_name(n) == owner.name)
+                        && d.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| replica_set_name(n) == owner.name)
                 })
             })
             .flatten();
         let Some(d) = deployment else {
-            return Err(format!("found no controllers for pod {:?}", pod.metadata.name.as_deref().unwrap_or_default()));
+            return Err(format!(
+                "found no controllers for pod {:?}",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ));
         };
-        scales.insert((ns, owner.name.clone()), d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
+        scales.insert(
+            (ns, owner.name.clone()),
+            d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        );
     }
     Ok(scales.values().sum())
 }
 
-fn disruption_allowed_condition(status: &PodDisruptionBudgetStatus, reason: &str, message: String, now: Timestamp) -> Condition {
+fn disruption_allowed_condition(
+    status: &PodDisruptionBudgetStatus,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) -> Condition {
     let allowed = reason == "SufficientPods";
     let value = if allowed { "True" } else { "False" };
     // A condition keeps its transition time while its status holds.
@@ -350,23 +437,44 @@ fn disruption_allowed_condition(status: &PodDisruptionBudgetStatus, reason: &str
 /// `disruptedPods` (the eviction API's entries, dropped once their pod
 /// terminates, is gone, or two minutes have passed) and `observedGeneration`.
 /// A budget whose pods' controllers cannot be found fails safe: nothing allowed.
-pub fn pdb_status(pdb: &PodDisruptionBudget, pods: &[&Pod], deployments: &[&Deployment], now: Timestamp) -> PodDisruptionBudgetStatus {
+pub fn pdb_status(
+    pdb: &PodDisruptionBudget,
+    pods: &[&Pod],
+    deployments: &[&Deployment],
+    now: Timestamp,
+) -> PodDisruptionBudgetStatus {
     let old = pdb.status.clone().unwrap_or_default();
     let generation = pdb.metadata.generation.unwrap_or(1);
-    let selected: Vec<&Pod> = pods.iter().copied().filter(|p| pdb_selects(pdb, p)).collect();
+    let selected: Vec<&Pod> = pods
+        .iter()
+        .copied()
+        .filter(|p| pdb_selects(pdb, p))
+        .collect();
     let spec = pdb.spec.clone().unwrap_or_default();
     let expected = match (&spec.max_unavailable, &spec.min_available) {
         (Some(max), _) => expected_scale(&selected, deployments)
             .and_then(|n| scaled(max, n).map(|m| (n, (n - m).max(0)))),
-        (None, Some(min @ IntOrString::Int(_))) => scaled(min, 0).map(|m| (selected.len() as i32, m)),
-        (None, Some(min)) => expected_scale(&selected, deployments).and_then(|n| scaled(min, n).map(|m| (n, m))),
+        (None, Some(min @ IntOrString::Int(_))) => {
+            scaled(min, 0).map(|m| (selected.len() as i32, m))
+        }
+        (None, Some(min)) => {
+            expected_scale(&selected, deployments).and_then(|n| scaled(min, n).map(|m| (n, m)))
+        }
         (None, None) => Ok((0, 0)),
     };
     let (expected_pods, desired_healthy) = match expected {
         Ok(v) => v,
         Err(message) => {
-            let mut status = PodDisruptionBudgetStatus { disruptions_allowed: 0, ..old.clone() };
-            status.conditions = Some(vec![disruption_allowed_condition(&old, "SyncFailed", message, now)]);
+            let mut status = PodDisruptionBudgetStatus {
+                disruptions_allowed: 0,
+                ..old.clone()
+            };
+            status.conditions = Some(vec![disruption_allowed_condition(
+                &old,
+                "SyncFailed",
+                message,
+                now,
+            )]);
             return status;
         }
     };
@@ -400,8 +508,20 @@ pub fn pdb_status(pdb: &PodDisruptionBudget, pods: &[&Pod], deployments: &[&Depl
         observed_generation: Some(generation),
         conditions: None,
     };
-    let reason = if allowed > 0 { "SufficientPods" } else { "InsufficientPods" };
-    status.conditions = Some(vec![disruption_allowed_condition(&PodDisruptionBudgetStatus { observed_generation: Some(generation), ..old }, reason, String::new(), now)]);
+    let reason = if allowed > 0 {
+        "SufficientPods"
+    } else {
+        "InsufficientPods"
+    };
+    status.conditions = Some(vec![disruption_allowed_condition(
+        &PodDisruptionBudgetStatus {
+            observed_generation: Some(generation),
+            ..old
+        },
+        reason,
+        String::new(),
+        now,
+    )]);
     status
 }
 
@@ -427,9 +547,16 @@ pub fn disruption_budgets(view: &ClusterView<'_>) -> Vec<PdbStatusUpdate> {
         .iter()
         .filter_map(|pdb| {
             let status = pdb_status(pdb, &view.pods, &view.deployments, view.now);
-            let stale = pdb.status.as_ref().is_none_or(|old| pdb_status_differs(old, &status));
+            let stale = pdb
+                .status
+                .as_ref()
+                .is_none_or(|old| pdb_status_differs(old, &status));
             stale.then(|| PdbStatusUpdate {
-                namespace: pdb.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+                namespace: pdb
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_owned()),
                 name: pdb.metadata.name.clone().unwrap_or_default(),
                 resource_version: pdb.metadata.resource_version.clone(),
                 status,
@@ -445,7 +572,9 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
         .pods
         .iter()
         .copied()
-        .filter(|p| node_of(p).is_none() && p.metadata.deletion_timestamp.is_none() && !is_finished(p))
+        .filter(|p| {
+            node_of(p).is_none() && p.metadata.deletion_timestamp.is_none() && !is_finished(p)
+        })
         .collect();
     if pending.is_empty() {
         return Vec::new();
@@ -460,7 +589,12 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
         .nodes
         .iter()
         .map(|n| {
-            let mut node = existing_node(n, by_node.remove(n.metadata.name.as_deref().unwrap_or_default()).unwrap_or_default());
+            let mut node = existing_node(
+                n,
+                by_node
+                    .remove(n.metadata.name.as_deref().unwrap_or_default())
+                    .unwrap_or_default(),
+            );
             // kube-scheduler places nothing on a node that is not Ready.
             node.unschedulable |= !is_ready(n);
             node
@@ -475,22 +609,37 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
                 sched_pods.push(sp);
                 candidates.push(p);
             }
-            Err(e) => actions.push(ControllerAction::Unschedulable { pod: PodKey::of(p), message: e.to_string() }),
+            Err(e) => actions.push(ControllerAction::Unschedulable {
+                pod: PodKey::of(p),
+                message: e.to_string(),
+            }),
         }
     }
     let plan = solve(&sched_pods, &nodes, &[], &[], &SolveOptions::default());
     let mut placed = vec![false; candidates.len()];
     for (i, node) in &plan.bindings {
         placed[*i] = true;
-        actions.push(ControllerAction::Place { pod: PodKey::of(candidates[*i]), node: node.clone() });
+        actions.push(ControllerAction::Place {
+            pod: PodKey::of(candidates[*i]),
+            node: node.clone(),
+        });
     }
     let message = format!("0/{} nodes are available", view.nodes.len());
     for (p, placed) in candidates.into_iter().zip(placed) {
-        let marked = p.status.as_ref().and_then(|st| st.conditions.as_ref()).is_some_and(|cs| {
-            cs.iter().any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-        });
+        let marked = p
+            .status
+            .as_ref()
+            .and_then(|st| st.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable")
+                })
+            });
         if !placed && !marked {
-            actions.push(ControllerAction::Unschedulable { pod: PodKey::of(p), message: message.clone() });
+            actions.push(ControllerAction::Unschedulable {
+                pod: PodKey::of(p),
+                message: message.clone(),
+            });
         }
     }
     actions
@@ -546,18 +695,34 @@ mod tests {
         let d = deployment(3);
         let n1 = ready_node("n1");
         let pods = [pod_of_web("a", Some("n1"), 1)];
-        let view = ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], deployments: vec![&d], ..Default::default() };
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: vec![&n1],
+            deployments: vec![&d],
+            ..Default::default()
+        };
         let actions = reconcile_workloads(&view);
         assert_eq!(actions.len(), 2, "{actions:?}");
         for a in &actions {
-            let ControllerAction::CreatePod(p) = a else { panic!("{a:?}") };
+            let ControllerAction::CreatePod(p) = a else {
+                panic!("{a:?}")
+            };
             assert_eq!(p.metadata.generate_name.as_deref(), Some("web-5d8f7c9b6-"));
             assert!(p.metadata.name.is_none());
         }
 
         let d = deployment(1);
-        let pods = [pod_of_web("old", Some("n1"), 1), pod_of_web("new", Some("n1"), 2), pod_of_web("pending", None, 0)];
-        let view = ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], deployments: vec![&d], ..Default::default() };
+        let pods = [
+            pod_of_web("old", Some("n1"), 1),
+            pod_of_web("new", Some("n1"), 2),
+            pod_of_web("pending", None, 0),
+        ];
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: vec![&n1],
+            deployments: vec![&d],
+            ..Default::default()
+        };
         let removed: Vec<String> = reconcile_workloads(&view)
             .into_iter()
             .filter_map(|a| match a {
@@ -572,26 +737,51 @@ mod tests {
     fn pods_of_a_vanished_node_are_collected_and_bound_pods_start() {
         let n1 = ready_node("n1");
         let mut bound = pod_of_web("bound", Some("n1"), 1);
-        bound.status = Some(PodStatus { phase: Some("Pending".to_owned()), ..Default::default() });
+        bound.status = Some(PodStatus {
+            phase: Some("Pending".to_owned()),
+            ..Default::default()
+        });
         let pods = [bound, pod_of_web("orphan", Some("gone"), 1)];
-        let view = ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], ..Default::default() };
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: vec![&n1],
+            ..Default::default()
+        };
         let actions = reconcile_workloads(&view);
-        assert!(actions.contains(&ControllerAction::Start(PodKey::of(&pods[0]))), "{actions:?}");
-        assert!(actions.contains(&ControllerAction::RemovePod(PodKey::of(&pods[1]))), "{actions:?}");
+        assert!(
+            actions.contains(&ControllerAction::Start(PodKey::of(&pods[0]))),
+            "{actions:?}"
+        );
+        assert!(
+            actions.contains(&ControllerAction::RemovePod(PodKey::of(&pods[1]))),
+            "{actions:?}"
+        );
     }
 
     #[test]
     fn the_scheduler_places_what_fits_and_marks_the_rest_once() {
         let n1 = ready_node("n1");
-        let mut pods: Vec<Pod> = (0..6).map(|i| pod_of_web(&format!("p{i}"), None, i)).collect();
+        let mut pods: Vec<Pod> = (0..6)
+            .map(|i| pod_of_web(&format!("p{i}"), None, i))
+            .collect();
         for p in &mut pods {
             p.spec.as_mut().unwrap().containers[0].resources =
                 Some(serde_json::from_value(json!({"requests": {"cpu": "1"}})).unwrap());
         }
-        let view = ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], ..Default::default() };
+        let view = ClusterView {
+            pods: pods.iter().collect(),
+            nodes: vec![&n1],
+            ..Default::default()
+        };
         let actions = schedule(&view);
-        let placed = actions.iter().filter(|a| matches!(a, ControllerAction::Place { .. })).count();
-        let marked = actions.iter().filter(|a| matches!(a, ControllerAction::Unschedulable { .. })).count();
+        let placed = actions
+            .iter()
+            .filter(|a| matches!(a, ControllerAction::Place { .. }))
+            .count();
+        let marked = actions
+            .iter()
+            .filter(|a| matches!(a, ControllerAction::Unschedulable { .. }))
+            .count();
         assert_eq!((placed, marked), (4, 2), "{actions:?}");
 
         // A pod already marked Unschedulable is not marked again.
@@ -599,7 +789,10 @@ mod tests {
         marked_pod.status = serde_json::from_value(json!({"phase": "Pending", "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}))
         .unwrap();
-        let view = ClusterView { pods: vec![&marked_pod], ..Default::default() };
+        let view = ClusterView {
+            pods: vec![&marked_pod],
+            ..Default::default()
+        };
         assert!(schedule(&view).is_empty());
     }
 
@@ -616,10 +809,16 @@ mod tests {
         }))
         .unwrap();
         let (n1, n2) = (ready_node("n1"), ready_node("n2"));
-        let view = ClusterView { nodes: vec![&n1, &n2], daemon_sets: vec![&ds], ..Default::default() };
+        let view = ClusterView {
+            nodes: vec![&n1, &n2],
+            daemon_sets: vec![&ds],
+            ..Default::default()
+        };
         let actions = reconcile_workloads(&view);
         assert_eq!(actions.len(), 1, "{actions:?}");
-        let ControllerAction::CreatePod(p) = &actions[0] else { panic!() };
+        let ControllerAction::CreatePod(p) = &actions[0] else {
+            panic!()
+        };
         assert_eq!(node_of(p), Some("n1"));
         assert_eq!(phase(p), Some("Running"));
     }
@@ -633,8 +832,9 @@ mod tests {
     }
 
     fn ready(mut p: Pod) -> Pod {
-        p.status.get_or_insert_with(Default::default).conditions =
-            Some(vec![serde_json::from_value(json!({"type": "Ready", "status": "True"})).unwrap()]);
+        p.status.get_or_insert_with(Default::default).conditions = Some(vec![
+            serde_json::from_value(json!({"type": "Ready", "status": "True"})).unwrap(),
+        ]);
         p.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
         p
     }
@@ -644,13 +844,20 @@ mod tests {
     }
 
     fn numbers(s: &PodDisruptionBudgetStatus) -> (i32, i32, i32, i32) {
-        (s.current_healthy, s.desired_healthy, s.expected_pods, s.disruptions_allowed)
+        (
+            s.current_healthy,
+            s.desired_healthy,
+            s.expected_pods,
+            s.disruptions_allowed,
+        )
     }
 
     #[test]
     fn budgets_count_ready_pods_and_round_percentages_up() {
         let d = deployment(3);
-        let mut pods: Vec<Pod> = (0..3).map(|i| ready(pod_of_web(&format!("p{i}"), Some("n1"), i))).collect();
+        let mut pods: Vec<Pod> = (0..3)
+            .map(|i| ready(pod_of_web(&format!("p{i}"), Some("n1"), i)))
+            .collect();
         // An unready pod is not healthy; a pod of another app is not selected.
         pods[2].status.as_mut().unwrap().conditions = None;
         let mut other = ready(pod_of_web("other", Some("n1"), 9));
@@ -664,47 +871,98 @@ mod tests {
         assert_eq!(numbers(&s), (2, 1, 3, 1));
         assert_eq!(s.observed_generation, Some(2));
         let c = &s.conditions.as_ref().unwrap()[0];
-        assert_eq!((c.type_.as_str(), c.status.as_str(), c.reason.as_str()), ("DisruptionAllowed", "True", "SufficientPods"));
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            ("DisruptionAllowed", "True", "SufficientPods")
+        );
         // 50 % of 3 rounds up to 2.
-        assert_eq!(numbers(&status(json!({"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}))), (2, 2, 3, 0));
+        assert_eq!(
+            numbers(&status(
+                json!({"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}})
+            )),
+            (2, 2, 3, 0)
+        );
         // maxUnavailable 50 % of 3 → 2 may be down → 1 desired.
-        assert_eq!(numbers(&status(json!({"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "web"}}}))), (2, 1, 3, 1));
-        assert_eq!(numbers(&status(json!({"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}))), (2, 3, 3, 0));
+        assert_eq!(
+            numbers(&status(
+                json!({"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "web"}}})
+            )),
+            (2, 1, 3, 1)
+        );
+        assert_eq!(
+            numbers(&status(
+                json!({"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}})
+            )),
+            (2, 3, 3, 0)
+        );
         // A missing selector selects nothing; an empty one everything.
-        assert_eq!(numbers(&status(json!({"minAvailable": 0}))), (0, 0, 0, 0), "nothing expected: nothing allowed");
-        assert_eq!(numbers(&status(json!({"minAvailable": 1, "selector": {}}))), (3, 1, 4, 2));
+        assert_eq!(
+            numbers(&status(json!({"minAvailable": 0}))),
+            (0, 0, 0, 0),
+            "nothing expected: nothing allowed"
+        );
+        assert_eq!(
+            numbers(&status(json!({"minAvailable": 1, "selector": {}}))),
+            (3, 1, 4, 2)
+        );
     }
 
     #[test]
     fn a_budget_whose_pods_have_no_known_controller_fails_safe() {
-        let pods = [ready(pod_of_web("p0", Some("n1"), 0)), ready(pod_of_web("p1", Some("n1"), 1))];
+        let pods = [
+            ready(pod_of_web("p0", Some("n1"), 0)),
+            ready(pod_of_web("p1", Some("n1"), 1)),
+        ];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let mut pdb = budget(json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
-        pdb.status = Some(PodDisruptionBudgetStatus { disruptions_allowed: 1, ..Default::default() });
+        let mut pdb =
+            budget(json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
+        pdb.status = Some(PodDisruptionBudgetStatus {
+            disruptions_allowed: 1,
+            ..Default::default()
+        });
         let s = pdb_status(&pdb, &refs, &[], t(0));
         assert_eq!(s.disruptions_allowed, 0);
         let c = &s.conditions.as_ref().unwrap()[0];
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "SyncFailed"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "SyncFailed")
+        );
         assert!(c.message.contains("found no controllers"), "{}", c.message);
         // Integer minAvailable needs no controller.
-        pdb.spec = budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}})).spec;
+        pdb.spec =
+            budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}})).spec;
         assert_eq!(numbers(&pdb_status(&pdb, &refs, &[], t(0))), (2, 1, 2, 1));
     }
 
     #[test]
     fn disrupted_pods_are_not_healthy_until_they_terminate_or_two_minutes_pass() {
-        let mut pods: Vec<Pod> = (0..3).map(|i| ready(pod_of_web(&format!("p{i}"), Some("n1"), i))).collect();
+        let mut pods: Vec<Pod> = (0..3)
+            .map(|i| ready(pod_of_web(&format!("p{i}"), Some("n1"), i)))
+            .collect();
         pods[1].metadata.deletion_timestamp = Some(Time(t(30)));
         let refs: Vec<&Pod> = pods.iter().collect();
-        let mut pdb = budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
+        let mut pdb =
+            budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
         pdb.status = Some(PodDisruptionBudgetStatus {
-            disrupted_pods: Some([("p0".to_owned(), Time(t(0))), ("p1".to_owned(), Time(t(0))), ("gone".to_owned(), Time(t(0)))].into()),
+            disrupted_pods: Some(
+                [
+                    ("p0".to_owned(), Time(t(0))),
+                    ("p1".to_owned(), Time(t(0))),
+                    ("gone".to_owned(), Time(t(0))),
+                ]
+                .into(),
+            ),
             ..Default::default()
         });
         // p0 is disrupted (kept), p1 terminating (dropped), "gone" no longer exists (dropped).
         let s = pdb_status(&pdb, &refs, &[], t(60));
         assert_eq!(numbers(&s), (1, 1, 3, 0));
-        assert_eq!(s.disrupted_pods.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()), Some(vec!["p0".to_owned()]));
+        assert_eq!(
+            s.disrupted_pods
+                .as_ref()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>()),
+            Some(vec!["p0".to_owned()])
+        );
         // Two minutes on, p0 never went: it counts again.
         let s = pdb_status(&pdb, &refs, &[], t(121));
         assert_eq!(numbers(&s), (2, 1, 3, 1));
@@ -712,9 +970,19 @@ mod tests {
         // An unchanged status is not rewritten; a changed one is.
         let mut current = pdb.clone();
         current.status = Some(s.clone());
-        let view = ClusterView { pods: refs.clone(), pdbs: vec![&current], now: t(200), ..Default::default() };
+        let view = ClusterView {
+            pods: refs.clone(),
+            pdbs: vec![&current],
+            now: t(200),
+            ..Default::default()
+        };
         assert!(disruption_budgets(&view).is_empty());
-        let view = ClusterView { pods: refs[..1].to_vec(), pdbs: vec![&current], now: t(200), ..Default::default() };
+        let view = ClusterView {
+            pods: refs[..1].to_vec(),
+            pdbs: vec![&current],
+            now: t(200),
+            ..Default::default()
+        };
         assert_eq!(disruption_budgets(&view).len(), 1);
     }
 
@@ -724,9 +992,20 @@ mod tests {
         let mut p = pod_of_web("p0", Some("n1"), 0);
         p.metadata.deletion_timestamp = Some(Time(t(30)));
         let pods = [p];
-        let at = |now| ClusterView { pods: pods.iter().collect(), nodes: vec![&n1], now, ..Default::default() };
-        assert!(reconcile_workloads(&at(t(29))).is_empty(), "within the grace period");
-        assert_eq!(reconcile_workloads(&at(t(30))), vec![ControllerAction::RemovePod(PodKey::of(&pods[0]))]);
+        let at = |now| ClusterView {
+            pods: pods.iter().collect(),
+            nodes: vec![&n1],
+            now,
+            ..Default::default()
+        };
+        assert!(
+            reconcile_workloads(&at(t(29))).is_empty(),
+            "within the grace period"
+        );
+        assert_eq!(
+            reconcile_workloads(&at(t(30))),
+            vec![ControllerAction::RemovePod(PodKey::of(&pods[0]))]
+        );
     }
 
     #[test]
@@ -739,11 +1018,17 @@ mod tests {
         .unwrap();
         let mut drained = ready_node("drained");
         drained.spec = serde_json::from_value(json!({"unschedulable": true, "taints": [
-            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]})).unwrap();
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}))
+        .unwrap();
         let mut cordoned = ready_node("cordoned");
         cordoned.spec = serde_json::from_value(json!({"unschedulable": true, "taints": [
-            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]})).unwrap();
-        let view = ClusterView { nodes: vec![&drained, &cordoned], daemon_sets: vec![&ds], ..Default::default() };
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}))
+        .unwrap();
+        let view = ClusterView {
+            nodes: vec![&drained, &cordoned],
+            daemon_sets: vec![&ds],
+            ..Default::default()
+        };
         let placed: Vec<Option<String>> = reconcile_workloads(&view)
             .into_iter()
             .filter_map(|a| match a {
@@ -751,17 +1036,25 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(placed, [Some("cordoned".to_owned())], "a cordon alone is tolerated; karpenter.sh/disrupted is not");
+        assert_eq!(
+            placed,
+            [Some("cordoned".to_owned())],
+            "a cordon alone is tolerated; karpenter.sh/disrupted is not"
+        );
     }
 }
 
 /// A PodDisruptionBudget's floor and where its pods stand: (the fewest
 /// healthy pods it allows, healthy pods now), counting Running pods that
 /// are not terminating. `None` for a budget without a usable selector.
-pub fn pdb_health(pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget, pods: &[Pod]) -> Option<(usize, usize)> {
+pub fn pdb_health(
+    pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget,
+    pods: &[Pod],
+) -> Option<(usize, usize)> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let spec = pdb.spec.as_ref()?;
-    let selector = crate::scheduling::selector::LabelSelector::from_k8s(spec.selector.as_ref()?).ok()?;
+    let selector =
+        crate::scheduling::selector::LabelSelector::from_k8s(spec.selector.as_ref()?).ok()?;
     let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
     let empty = BTreeMap::new();
     let selected: Vec<&Pod> = pods
@@ -770,12 +1063,19 @@ pub fn pdb_health(pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget, pods:
         .filter(|p| selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
         .collect();
     let expected = selected.len();
-    let healthy = selected.iter().filter(|p| phase(p) == Some("Running") && p.metadata.deletion_timestamp.is_none()).count();
+    let healthy = selected
+        .iter()
+        .filter(|p| phase(p) == Some("Running") && p.metadata.deletion_timestamp.is_none())
+        .count();
     let resolve = |v: &IntOrString, round_up: bool| match v {
         IntOrString::Int(i) => usize::try_from(*i).unwrap_or(0),
         IntOrString::String(s) => {
             let pct: usize = s.trim_end_matches('%').parse().unwrap_or(0);
-            if round_up { (expected * pct).div_ceil(100) } else { expected * pct / 100 }
+            if round_up {
+                (expected * pct).div_ceil(100)
+            } else {
+                expected * pct / 100
+            }
         }
     };
     let floor = match (&spec.min_available, &spec.max_unavailable) {

@@ -19,7 +19,12 @@ pub trait ClusterDriver: Clone + Send + Sync {
     /// Adds or replaces a workload object (Deployment, DaemonSet, PDB, Pod).
     fn apply(&self, object: &serde_json::Value) -> impl Future<Output = Result<(), String>> + Send;
     /// Sets a Deployment's replicas.
-    fn scale(&self, namespace: &str, name: &str, replicas: i32) -> impl Future<Output = Result<(), String>> + Send;
+    fn scale(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+    ) -> impl Future<Output = Result<(), String>> + Send;
     /// A booted instance's kubelet registers its Node (Ready).
     fn register_node(&self, node: Node) -> impl Future<Output = Result<(), String>> + Send;
     /// One round of the controllers, the kubelets and kube-scheduler.
@@ -30,7 +35,11 @@ pub trait ClusterDriver: Clone + Send + Sync {
     fn events(&self) -> impl Future<Output = Vec<(Timestamp, ClusterEvent)>> + Send;
     /// A node's kubelet reports `Ready` True or False (from now). Not every
     /// driver can play a kubelet: the default says so.
-    fn set_node_ready(&self, node: &str, ready: bool) -> impl Future<Output = Result<(), String>> + Send {
+    fn set_node_ready(
+        &self,
+        node: &str,
+        ready: bool,
+    ) -> impl Future<Output = Result<(), String>> + Send {
         let _ = (node, ready);
         async { Err("this cluster cannot change a node's Ready condition".to_owned()) }
     }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Limits;
 use crate::ports::{
-    Cloud, CloudCatalog, CloudError, ConfigItem, ConfigKind, Instance, LaunchRequest, Launched, Lease, OfferingKey,
-    Store, StoreError, Timestamp, Usage,
+    Cloud, CloudCatalog, CloudError, ConfigItem, ConfigKind, Instance, LaunchRequest, Launched,
+    Lease, OfferingKey, Store, StoreError, Timestamp, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::Claim;
@@ -31,7 +31,10 @@ pub struct FaultyCloud<C> {
 
 impl<C: Cloud> FaultyCloud<C> {
     pub fn new(inner: C) -> Self {
-        FaultyCloud { inner, faults: Arc::default() }
+        FaultyCloud {
+            inner,
+            faults: Arc::default(),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, CloudFaults> {
@@ -71,7 +74,9 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
             f.launch_calls += 1;
             if f.fail_launches > 0 {
                 f.fail_launches -= 1;
-                return Err(CloudError::Transient("injected: connection reset before CreateFleet answered".to_owned()));
+                return Err(CloudError::Transient(
+                    "injected: connection reset before CreateFleet answered".to_owned(),
+                ));
             }
             request.options.retain(|o| {
                 let key = OfferingKey {
@@ -105,7 +110,10 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
         self.inner.instances().await
     }
 
-    async fn resolved_class(&self, class: &crate::config::NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+    async fn resolved_class(
+        &self,
+        class: &crate::config::NodeClass,
+    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
         self.inner.resolved_class(class).await
     }
 }
@@ -137,7 +145,12 @@ pub struct FaultyStore<S> {
 
 impl<S: Store> FaultyStore<S> {
     pub fn new(inner: S) -> Self {
-        FaultyStore { inner, fail_updates: Arc::default(), command_crash: Arc::default(), writes: Arc::default() }
+        FaultyStore {
+            inner,
+            fail_updates: Arc::default(),
+            command_crash: Arc::default(),
+            writes: Arc::default(),
+        }
     }
 
     /// The next `n` writes (configuration excepted) fail with a transient
@@ -170,12 +183,16 @@ impl<S: Store> FaultyStore<S> {
         if w.throttle > 0 {
             w.throttle -= 1;
             w.throttled += 1;
-            return Err(StoreError::Transient(format!("injected: ProvisionedThroughputExceededException on {what}")));
+            return Err(StoreError::Transient(format!(
+                "injected: ProvisionedThroughputExceededException on {what}"
+            )));
         }
         if conditional && w.conflict > 0 {
             w.conflict -= 1;
             w.conflicted += 1;
-            return Err(StoreError::Conflict(format!("injected: {what} changed since it was read")));
+            return Err(StoreError::Conflict(format!(
+                "injected: {what} changed since it was read"
+            )));
         }
         Ok(())
     }
@@ -198,7 +215,10 @@ impl<S: Store> FaultyStore<S> {
 
     /// Whether a planned crash is still to come.
     pub fn crash_pending(&self) -> bool {
-        self.command_crash.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.command_crash
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 }
 
@@ -225,13 +245,20 @@ impl<S: Store> Store for FaultyStore<S> {
         self.write_fault("claim create", true)?;
         self.inner.create_claim(claim, limits).await
     }
-    async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
+    async fn update_claim(
+        &self,
+        previous: &Claim,
+        next: &Claim,
+        limits: &Limits,
+    ) -> Result<(), StoreError> {
         self.write_fault("claim update", true)?;
         {
             let mut n = self.fail_updates.lock().unwrap_or_else(|e| e.into_inner());
             if *n > 0 {
                 *n -= 1;
-                return Err(StoreError::Transient("injected: the function stopped before the write".to_owned()));
+                return Err(StoreError::Transient(
+                    "injected: the function stopped before the write".to_owned(),
+                ));
             }
         }
         self.inner.update_claim(previous, next, limits).await
@@ -264,14 +291,21 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn commands(&self) -> Result<Vec<Command>, StoreError> {
         self.inner.commands().await
     }
-    async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+    async fn put_command(
+        &self,
+        previous: Option<&Command>,
+        next: &Command,
+    ) -> Result<(), StoreError> {
         self.write_fault("removal command", true)?;
         {
             let mut crash = self.command_crash.lock().unwrap_or_else(|e| e.into_inner());
             match *crash {
                 Some(0) => {
                     *crash = None;
-                    return Err(StoreError::Transient(format!("injected: crash before recording command {} step {:?}", next.id, next.step)));
+                    return Err(StoreError::Transient(format!(
+                        "injected: crash before recording command {} step {:?}",
+                        next.id, next.step
+                    )));
                 }
                 Some(n) => *crash = Some(n - 1),
                 None => {}
@@ -283,7 +317,11 @@ impl<S: Store> Store for FaultyStore<S> {
         self.write_fault("removal command delete", true)?;
         self.inner.delete_command(command).await
     }
-    async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+    async fn mark_unavailable(
+        &self,
+        offering: &OfferingKey,
+        until: Timestamp,
+    ) -> Result<(), StoreError> {
         self.write_fault("unavailable offering", false)?;
         self.inner.mark_unavailable(offering, until).await
     }
@@ -298,23 +336,49 @@ mod tests {
     use crate::sim::MemStore;
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     #[test]
     fn throttled_writes_fail_transiently_and_write_nothing() {
         block_on(async {
             let store = FaultyStore::new(MemStore::new());
-            let offering = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+            let offering = OfferingKey {
+                capacity_type: "spot".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+            };
             let until = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_mins(3);
             store.throttle_next_writes(2);
             for _ in 0..2 {
-                let e = store.mark_unavailable(&offering, until).await.expect_err("throttled");
+                let e = store
+                    .mark_unavailable(&offering, until)
+                    .await
+                    .expect_err("throttled");
                 assert!(matches!(e, StoreError::Transient(_)), "{e}");
             }
-            assert!(store.unavailable_offerings(Timestamp::UNIX_EPOCH).await.expect("read").is_empty(), "nothing written");
-            store.mark_unavailable(&offering, until).await.expect("the third goes through");
-            assert_eq!(store.unavailable_offerings(Timestamp::UNIX_EPOCH).await.expect("read"), vec![offering]);
+            assert!(
+                store
+                    .unavailable_offerings(Timestamp::UNIX_EPOCH)
+                    .await
+                    .expect("read")
+                    .is_empty(),
+                "nothing written"
+            );
+            store
+                .mark_unavailable(&offering, until)
+                .await
+                .expect("the third goes through");
+            assert_eq!(
+                store
+                    .unavailable_offerings(Timestamp::UNIX_EPOCH)
+                    .await
+                    .expect("read"),
+                vec![offering]
+            );
             assert_eq!(store.write_faults(), (2, 0));
         });
     }
@@ -324,14 +388,33 @@ mod tests {
         block_on(async {
             let store = FaultyStore::new(MemStore::new());
             store.conflict_next_writes(1);
-            let offering = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() };
+            let offering = OfferingKey {
+                capacity_type: "spot".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+            };
             // Not conditional: untouched, and the conflict still pending.
-            store.mark_unavailable(&offering, Timestamp::UNIX_EPOCH).await.expect("unconditional");
-            let batch = Batch { version: 1, ..Batch::default() };
-            let e = store.put_batch(None, &batch).await.expect_err("lost its condition");
+            store
+                .mark_unavailable(&offering, Timestamp::UNIX_EPOCH)
+                .await
+                .expect("unconditional");
+            let batch = Batch {
+                version: 1,
+                ..Batch::default()
+            };
+            let e = store
+                .put_batch(None, &batch)
+                .await
+                .expect_err("lost its condition");
             assert!(matches!(e, StoreError::Conflict(_)), "{e}");
-            assert!(store.batch().await.expect("read").is_none(), "nothing written");
-            store.put_batch(None, &batch).await.expect("the retry goes through");
+            assert!(
+                store.batch().await.expect("read").is_none(),
+                "nothing written"
+            );
+            store
+                .put_batch(None, &batch)
+                .await
+                .expect("the retry goes through");
             assert_eq!(store.write_faults(), (0, 1));
         });
     }

@@ -25,5 +25,5 @@ pub use cluster::SimCluster;
 pub use cluster_faults::{FaultyCluster, FaultyClusterPort};
 pub use driver::ClusterDriver;
 pub use faults::{FaultyCloud, FaultyStore};
-pub use store::MemStore;
 pub use simulation::{SimSettings, Simulation};
+pub use store::MemStore;

@@ -57,19 +57,30 @@ impl Default for PoolDepths {
 impl PoolDepths {
     /// Default depths drawn from `seed`, no override.
     pub fn seeded(seed: u64) -> Self {
-        PoolDepths { seed, all: None, offerings: BTreeMap::new() }
+        PoolDepths {
+            seed,
+            all: None,
+            offerings: BTreeMap::new(),
+        }
     }
 
     /// The depth of one pool.
     pub fn depth(&self, pool: &OfferingKey) -> u64 {
-        self.offerings.get(pool).copied().or(self.all).unwrap_or_else(|| seeded_depth(self.seed, pool))
+        self.offerings
+            .get(pool)
+            .copied()
+            .or(self.all)
+            .unwrap_or_else(|| seeded_depth(self.seed, pool))
     }
 }
 
 /// A pool's default depth: the same for the same seed and pool on every
 /// run and platform (FNV-1a of the key into splitmix64).
 pub fn seeded_depth(seed: u64, pool: &OfferingKey) -> u64 {
-    let key = format!("{}/{}/{}", pool.capacity_type, pool.instance_type, pool.zone);
+    let key = format!(
+        "{}/{}/{}",
+        pool.capacity_type, pool.instance_type, pool.zone
+    );
     Rng::new(seed ^ fnv1a(key.as_bytes())).range(*DEFAULT_DEPTHS.start(), *DEFAULT_DEPTHS.end())
 }
 
@@ -92,7 +103,8 @@ impl SpotPools {
 
     /// What a launch could still take from the pool.
     pub fn remaining(&self, pool: &OfferingKey) -> u64 {
-        self.depth(pool).saturating_sub(self.in_use.get(pool).copied().unwrap_or(0))
+        self.depth(pool)
+            .saturating_sub(self.in_use.get(pool).copied().unwrap_or(0))
     }
 
     /// A launch took one unit.
@@ -113,8 +125,13 @@ impl SpotPools {
 /// options priced within [`PRICE_MARGIN`] of the cheapest, the one with the
 /// most depth left counted up to [`DEEP`]; ties go to the cheaper, then to
 /// the instance type and zone that sort first. `None` when empty.
-pub fn price_capacity_optimized<'a>(candidates: &[(&'a PricedOffering, u64)]) -> Option<&'a PricedOffering> {
-    let cheapest = candidates.iter().map(|(o, _)| o.price).min_by(f64::total_cmp)?;
+pub fn price_capacity_optimized<'a>(
+    candidates: &[(&'a PricedOffering, u64)],
+) -> Option<&'a PricedOffering> {
+    let cheapest = candidates
+        .iter()
+        .map(|(o, _)| o.price)
+        .min_by(f64::total_cmp)?;
     let ceiling = cheapest * (1.0 + PRICE_MARGIN);
     candidates
         .iter()
@@ -133,20 +150,39 @@ mod tests {
     use super::*;
 
     fn offer(t: &str, zone: &str, price: f64) -> PricedOffering {
-        PricedOffering { instance_type: t.into(), zone: zone.into(), capacity_type: "spot".into(), price }
+        PricedOffering {
+            instance_type: t.into(),
+            zone: zone.into(),
+            capacity_type: "spot".into(),
+            price,
+        }
     }
 
     fn key(t: &str, zone: &str) -> OfferingKey {
-        OfferingKey { capacity_type: "spot".into(), instance_type: t.into(), zone: zone.into() }
+        OfferingKey {
+            capacity_type: "spot".into(),
+            instance_type: t.into(),
+            zone: zone.into(),
+        }
     }
 
     #[test]
     fn the_deepest_near_cheapest_pool_wins_and_deep_pools_go_by_price() {
-        let (a, b, far) = (offer("m5.large", "z-a", 0.030), offer("m5.large", "z-b", 0.032), offer("c5.large", "z-a", 0.040));
+        let (a, b, far) = (
+            offer("m5.large", "z-a", 0.030),
+            offer("m5.large", "z-b", 0.032),
+            offer("c5.large", "z-a", 0.040),
+        );
         // a is cheapest, b within 10 %, far is not.
-        assert_eq!(price_capacity_optimized(&[(&a, 2), (&b, 5), (&far, 50)]), Some(&b));
+        assert_eq!(
+            price_capacity_optimized(&[(&a, 2), (&b, 5), (&far, 50)]),
+            Some(&b)
+        );
         // Both deep: depth stops counting at DEEP, price decides.
-        assert_eq!(price_capacity_optimized(&[(&a, DEEP + 1), (&b, 10 * DEEP), (&far, 10 * DEEP)]), Some(&a));
+        assert_eq!(
+            price_capacity_optimized(&[(&a, DEEP + 1), (&b, 10 * DEEP), (&far, 10 * DEEP)]),
+            Some(&a)
+        );
         // Same depth: the cheaper; same price too: the name.
         assert_eq!(price_capacity_optimized(&[(&b, 3), (&a, 3)]), Some(&a));
         let a2 = offer("m5.large", "z-0", 0.030);
@@ -156,12 +192,21 @@ mod tests {
 
     #[test]
     fn default_depths_follow_the_seed_within_their_range() {
-        let keys: Vec<OfferingKey> = (0..50).map(|i| key(&format!("t{i}.large"), "z-a")).collect();
-        let depths = |seed| keys.iter().map(|k| seeded_depth(seed, k)).collect::<Vec<_>>();
+        let keys: Vec<OfferingKey> = (0..50)
+            .map(|i| key(&format!("t{i}.large"), "z-a"))
+            .collect();
+        let depths = |seed| {
+            keys.iter()
+                .map(|k| seeded_depth(seed, k))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(depths(7), depths(7));
         assert_ne!(depths(7), depths(8));
         assert!(depths(7).iter().all(|d| DEFAULT_DEPTHS.contains(d)));
-        assert!(depths(7).iter().any(|d| *d != depths(7)[0]), "depths differ by pool");
+        assert!(
+            depths(7).iter().any(|d| *d != depths(7)[0]),
+            "depths differ by pool"
+        );
     }
 
     #[test]

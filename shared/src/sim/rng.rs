@@ -53,7 +53,10 @@ mod tests {
         let mut b = Rng::new(7);
         let xs: Vec<u64> = (0..5).map(|_| a.next_u64()).collect();
         assert_eq!(xs, (0..5).map(|_| b.next_u64()).collect::<Vec<_>>());
-        assert_ne!(xs, (0..5).map(|_| Rng::new(8).next_u64()).collect::<Vec<_>>());
+        assert_ne!(
+            xs,
+            (0..5).map(|_| Rng::new(8).next_u64()).collect::<Vec<_>>()
+        );
         // splitmix64's first output for seed 0, as published with the algorithm.
         assert_eq!(Rng::new(0).next_u64(), 0xe220_a839_7b1d_cdaf);
         let mut r = Rng::new(1);

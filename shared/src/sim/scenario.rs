@@ -34,8 +34,13 @@ use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 pub const WALKTHROUGH_1: &str = include_str!("scenarios/walkthrough-1.yaml");
 
 /// Every scenario shipped with the simulator: (name, text).
-pub const BUILT_IN: [(&str, &str); 2] =
-    [("walkthrough-1", WALKTHROUGH_1), ("walkthrough-3", include_str!("scenarios/walkthrough-3.yaml"))];
+pub const BUILT_IN: [(&str, &str); 2] = [
+    ("walkthrough-1", WALKTHROUGH_1),
+    (
+        "walkthrough-3",
+        include_str!("scenarios/walkthrough-3.yaml"),
+    ),
+];
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -94,14 +99,27 @@ impl SpotPoolsSpec {
         if self.depth.is_none() && self.seed.is_none() && self.offerings.is_empty() {
             return None;
         }
-        let offerings = self.offerings.iter().map(|o| (spot_key(&o.instance_type, &o.zone), o.depth)).collect();
-        Some(PoolDepths { seed: self.seed.unwrap_or(pools::DEFAULT_SEED), all: self.depth, offerings })
+        let offerings = self
+            .offerings
+            .iter()
+            .map(|o| (spot_key(&o.instance_type, &o.zone), o.depth))
+            .collect();
+        Some(PoolDepths {
+            seed: self.seed.unwrap_or(pools::DEFAULT_SEED),
+            all: self.depth,
+            offerings,
+        })
     }
 
     /// Every invalid value, as `spotPools.<field>: <reason>`: depths out of
     /// range, pools the region does not sell as spot, pools given twice.
     pub fn errors(&self, region: &str) -> Vec<String> {
-        let mut errors: Vec<String> = self.depth.and_then(depth_error).map(|e| format!("spotPools.depth: {e}")).into_iter().collect();
+        let mut errors: Vec<String> = self
+            .depth
+            .and_then(depth_error)
+            .map(|e| format!("spotPools.depth: {e}"))
+            .into_iter()
+            .collect();
         let sold = super::catalog::catalog(region).ok();
         let mut seen: BTreeMap<OfferingKey, usize> = BTreeMap::new();
         for (i, o) in self.offerings.iter().enumerate() {
@@ -111,13 +129,23 @@ impl SpotPoolsSpec {
             }
             let key = spot_key(&o.instance_type, &o.zone);
             let offered = |c: &crate::ports::CloudCatalog| {
-                c.offerings.iter().any(|p| p.capacity_type == key.capacity_type && p.instance_type == key.instance_type && p.zone == key.zone)
+                c.offerings.iter().any(|p| {
+                    p.capacity_type == key.capacity_type
+                        && p.instance_type == key.instance_type
+                        && p.zone == key.zone
+                })
             };
             if sold.as_ref().is_some_and(|c| !offered(c)) {
-                errors.push(format!("{field}: {} is not offered as spot in {} (region {region})", o.instance_type, o.zone));
+                errors.push(format!(
+                    "{field}: {} is not offered as spot in {} (region {region})",
+                    o.instance_type, o.zone
+                ));
             }
             if let Some(first) = seen.insert(key, i) {
-                errors.push(format!("{field}: {} in {} is already given at spotPools.offerings[{first}]", o.instance_type, o.zone));
+                errors.push(format!(
+                    "{field}: {} in {} is already given at spotPools.offerings[{first}]",
+                    o.instance_type, o.zone
+                ));
             }
         }
         errors
@@ -127,14 +155,24 @@ impl SpotPoolsSpec {
 /// Why a pool depth is refused, if it is.
 fn depth_error(depth: u64) -> Option<String> {
     match depth {
-        0 => Some("0 is not a depth: at least 1 (a pool without capacity is a removeCapacity action)".to_owned()),
-        d if d > pools::MAX_DEPTH => Some(format!("{d} is deeper than the most allowed, {}", pools::MAX_DEPTH)),
+        0 => Some(
+            "0 is not a depth: at least 1 (a pool without capacity is a removeCapacity action)"
+                .to_owned(),
+        ),
+        d if d > pools::MAX_DEPTH => Some(format!(
+            "{d} is deeper than the most allowed, {}",
+            pools::MAX_DEPTH
+        )),
         _ => None,
     }
 }
 
 fn spot_key(instance_type: &str, zone: &str) -> OfferingKey {
-    OfferingKey { capacity_type: CAPACITY_TYPE_SPOT.to_owned(), instance_type: instance_type.to_owned(), zone: zone.to_owned() }
+    OfferingKey {
+        capacity_type: CAPACITY_TYPE_SPOT.to_owned(),
+        instance_type: instance_type.to_owned(),
+        zone: zone.to_owned(),
+    }
 }
 
 /// How often the simulated functions tick (each is optional).
@@ -170,7 +208,12 @@ pub struct Action {
 #[serde(rename_all = "camelCase")]
 pub enum ActionKind {
     /// Set a Deployment's replicas.
-    Scale { deployment: String, replicas: i32, #[serde(default = "default_namespace")] namespace: String },
+    Scale {
+        deployment: String,
+        replicas: i32,
+        #[serde(default = "default_namespace")]
+        namespace: String,
+    },
     /// Add or replace objects (configuration or workloads).
     Apply(Vec<serde_json::Value>),
     /// Launches of these offerings fail for lack of capacity from now on.
@@ -339,7 +382,9 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, ScenarioError> {
     // scenario means (and far more digits would not fit a duration at all).
     const CENTURY_SECS: f64 = 100.0 * 365.25 * 86_400.0;
     if !(0.0..=CENTURY_SECS).contains(&total) {
-        return Err(ScenarioError::Parse(format!("{s:?} is longer than a century")));
+        return Err(ScenarioError::Parse(format!(
+            "{s:?} is longer than a century"
+        )));
     }
     SignedDuration::try_from_secs_f64(total).map_err(|_| bad())
 }
@@ -365,19 +410,35 @@ pub fn split_objects(
 
 /// Reads objects: configuration documents, workloads, and an error (as
 /// text) for each object that does not read.
-fn read_objects(objects: &[serde_json::Value], at: &str) -> (Vec<ConfigDocument>, Vec<serde_json::Value>, Vec<String>) {
+fn read_objects(
+    objects: &[serde_json::Value],
+    at: &str,
+) -> (Vec<ConfigDocument>, Vec<serde_json::Value>, Vec<String>) {
     let mut docs = Vec::new();
     let mut workloads = Vec::new();
     let mut errors = Vec::new();
     for (i, o) in objects.iter().enumerate() {
-        let api = o.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
+        let api = o
+            .get("apiVersion")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
         if api.starts_with("karpenter.") || api.starts_with("nodewright.io") {
             match config::document::from_value(o, i) {
                 Ok(d) => docs.extend(d),
-                Err(e) => errors.push(format!("{}", ConfigError { item: e.item.replacen("document", at, 1), ..e })),
+                Err(e) => errors.push(format!(
+                    "{}",
+                    ConfigError {
+                        item: e.item.replacen("document", at, 1),
+                        ..e
+                    }
+                )),
             }
         } else {
-            errors.extend(workload_errors(o).into_iter().map(|e| format!("{at}[{i}]: {e}")));
+            errors.extend(
+                workload_errors(o)
+                    .into_iter()
+                    .map(|e| format!("{at}[{i}]: {e}")),
+            );
             workloads.push(o.clone());
         }
     }
@@ -388,7 +449,10 @@ fn read_objects(objects: &[serde_json::Value], at: &str) -> (Vec<ConfigDocument>
 /// as `<kind>/<name>: <field>: <reason>`.
 pub fn workload_errors(o: &serde_json::Value) -> Vec<String> {
     let kind = o.get("kind").and_then(|v| v.as_str()).unwrap_or("object");
-    let name = o.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or("");
+    let name = o
+        .pointer("/metadata/name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
     let (spec, path) = match kind {
         "Pod" => (o.pointer("/spec"), "spec"),
         _ => (o.pointer("/spec/template/spec"), "spec.template.spec"),
@@ -396,16 +460,30 @@ pub fn workload_errors(o: &serde_json::Value) -> Vec<String> {
     let mut errors = Vec::new();
     let Some(spec) = spec else { return errors };
     for list in ["initContainers", "containers"] {
-        for (ci, c) in spec.get(list).and_then(|v| v.as_array()).into_iter().flatten().enumerate() {
+        for (ci, c) in spec
+            .get(list)
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             for part in ["requests", "limits"] {
-                let Some(map) = c.pointer(&format!("/resources/{part}")).and_then(|v| v.as_object()) else { continue };
+                let Some(map) = c
+                    .pointer(&format!("/resources/{part}"))
+                    .and_then(|v| v.as_object())
+                else {
+                    continue;
+                };
                 for (res, q) in map {
                     let text = match q {
                         serde_json::Value::String(t) => t.clone(),
                         other => other.to_string(),
                     };
                     if let Err(e) = resources::Resources::default().set(res, &text) {
-                        errors.push(format!("{}/{name}: {path}.{list}[{ci}].resources.{part}.{res}: {e}", kind.to_lowercase()));
+                        errors.push(format!(
+                            "{}/{name}: {path}.{list}[{ci}].resources.{part}.{res}: {e}",
+                            kind.to_lowercase()
+                        ));
                     }
                 }
             }
@@ -438,7 +516,10 @@ pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
             let (new, _, e) = read_objects(objects, &format!("actions[{ai}].apply"));
             errors.extend(e);
             // Later documents replace earlier ones of the same kind and name.
-            docs.retain(|d| !new.iter().any(|n| n.kind() == d.kind() && n.name() == d.name()));
+            docs.retain(|d| {
+                !new.iter()
+                    .any(|n| n.kind() == d.kind() && n.name() == d.name())
+            });
             docs.extend(new);
             check(&docs, &mut errors);
         }
@@ -447,15 +528,28 @@ pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
         errors.push(format!("run: {e}"));
     }
     errors.extend(scenario.spot_pools.errors(&scenario.region));
-    if errors.is_empty() { Ok(()) } else { Err(ScenarioError::Invalid(errors)) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(errors))
+    }
 }
 
 /// Writes configuration items, replacing what is stored under the same name.
 pub async fn put_config<S: Store>(store: &S, items: Vec<ConfigItem>) -> Result<(), ScenarioError> {
-    let stored = store.config_items().await.map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    let stored = store
+        .config_items()
+        .await
+        .map_err(|e| ScenarioError::Parse(e.to_string()))?;
     for mut item in items {
-        item.version = stored.iter().find(|s| s.kind == item.kind && s.name == item.name).map_or(1, |s| s.version + 1);
-        store.put_config_item(&item).await.map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        item.version = stored
+            .iter()
+            .find(|s| s.kind == item.kind && s.name == item.name)
+            .map_or(1, |s| s.version + 1);
+        store
+            .put_config_item(&item)
+            .await
+            .map_err(|e| ScenarioError::Parse(e.to_string()))?;
     }
     Ok(())
 }
@@ -467,7 +561,9 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
 ) -> Result<(), ScenarioError> {
     validate(scenario)?;
     if let Some(depths) = scenario.spot_pools.depths() {
-        let sim_cloud = sim.sim_cloud.as_ref().ok_or_else(|| ScenarioError::Parse("spotPools needs the in-memory cloud".to_owned()))?;
+        let sim_cloud = sim.sim_cloud.as_ref().ok_or_else(|| {
+            ScenarioError::Parse("spotPools needs the in-memory cloud".to_owned())
+        })?;
         sim_cloud.set_spot_pools(depths);
     }
     let pace = &scenario.simulator;
@@ -479,7 +575,10 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     };
     set(&pace.step, &mut sim.settings.step)?;
     set(&pace.provisioner_poll, &mut sim.settings.provisioner.poll)?;
-    set(&pace.disruption_every, &mut sim.settings.disruption.decide_every)?;
+    set(
+        &pace.disruption_every,
+        &mut sim.settings.disruption.decide_every,
+    )?;
     set(&pace.disruption_poll, &mut sim.settings.disruption.poll)?;
     if let Some(on) = pace.disruption {
         sim.settings.disruption_enabled = on;
@@ -503,11 +602,29 @@ async fn select_instances<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     let mut ids = Vec::new();
     for n in nodes {
         let labels = n.metadata.labels.clone().unwrap_or_default();
-        let matches = selector.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            && selector.instance_type.as_ref().is_none_or(|t| labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t))
-            && selector.zone.as_ref().is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z));
-        let provider = n.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
-        if matches && let Some(id) = provider.rsplit('/').next().filter(|id| id.starts_with("i-")) {
+        let matches = selector
+            .labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && selector
+                .instance_type
+                .as_ref()
+                .is_none_or(|t| labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t))
+            && selector
+                .zone
+                .as_ref()
+                .is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z));
+        let provider = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        if matches
+            && let Some(id) = provider
+                .rsplit('/')
+                .next()
+                .filter(|id| id.starts_with("i-"))
+        {
             ids.push(id.to_owned());
         }
     }
@@ -520,20 +637,31 @@ async fn select_nodes<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     sim: &Simulation<C, S, K>,
     selector: &InstanceSelector,
 ) -> Vec<String> {
-    let mut names: Vec<String> = sim
-        .cluster
-        .all_nodes()
-        .await
-        .into_iter()
-        .filter(|n| {
-            let labels = n.metadata.labels.clone().unwrap_or_default();
-            selector.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-                && selector.instance_type.as_ref().is_none_or(|t| labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t))
-                && selector.zone.as_ref().is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z))
-                && selector.node.as_ref().is_none_or(|name| n.metadata.name.as_ref() == Some(name))
-        })
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let mut names: Vec<String> =
+        sim.cluster
+            .all_nodes()
+            .await
+            .into_iter()
+            .filter(|n| {
+                let labels = n.metadata.labels.clone().unwrap_or_default();
+                selector
+                    .labels
+                    .iter()
+                    .all(|(k, v)| labels.get(k) == Some(v))
+                    && selector.instance_type.as_ref().is_none_or(|t| {
+                        labels.get(crate::scheduling::labels::INSTANCE_TYPE) == Some(t)
+                    })
+                    && selector
+                        .zone
+                        .as_ref()
+                        .is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z))
+                    && selector
+                        .node
+                        .as_ref()
+                        .is_none_or(|name| n.metadata.name.as_ref() == Some(name))
+            })
+            .filter_map(|n| n.metadata.name)
+            .collect();
     names.sort();
     names
 }
@@ -544,8 +672,11 @@ pub async fn run<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     let start = sim.now();
-    let mut actions: Vec<(SignedDuration, &Action)> =
-        scenario.actions.iter().map(|a| Ok((parse_duration(&a.at)?, a))).collect::<Result<_, ScenarioError>>()?;
+    let mut actions: Vec<(SignedDuration, &Action)> = scenario
+        .actions
+        .iter()
+        .map(|a| Ok((parse_duration(&a.at)?, a)))
+        .collect::<Result<_, ScenarioError>>()?;
     actions.sort_by_key(|(t, _)| *t);
     for (at, action) in actions {
         sim.run_until(start + at).await;
@@ -559,11 +690,20 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     sim: &mut Simulation<C, S, K>,
     action: &Action,
 ) -> Result<(), ScenarioError> {
-    let err = |reason: String| ScenarioError::Action { at: action.at.clone(), reason };
+    let err = |reason: String| ScenarioError::Action {
+        at: action.at.clone(),
+        reason,
+    };
     match &action.what {
-        ActionKind::Scale { deployment, replicas, namespace } => {
-            sim.cluster.scale(namespace, deployment, *replicas).await.map_err(err)
-        }
+        ActionKind::Scale {
+            deployment,
+            replicas,
+            namespace,
+        } => sim
+            .cluster
+            .scale(namespace, deployment, *replicas)
+            .await
+            .map_err(err),
         ActionKind::Apply(objects) => {
             // Validated with what came before by `validate`: only read here.
             let (docs, workloads, errors) = read_objects(objects, "apply");
@@ -578,7 +718,10 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             Ok(())
         }
         ActionKind::RemoveCapacity(offerings) => {
-            let sim_cloud: &SimCloud = sim.sim_cloud.as_ref().ok_or_else(|| err("removeCapacity needs the in-memory cloud".to_owned()))?;
+            let sim_cloud: &SimCloud = sim
+                .sim_cloud
+                .as_ref()
+                .ok_or_else(|| err("removeCapacity needs the in-memory cloud".to_owned()))?;
             for o in offerings {
                 sim_cloud.remove_capacity(OfferingKey {
                     capacity_type: o.capacity_type.clone(),
@@ -592,8 +735,13 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             sim.never_register.extend(types.iter().cloned());
             Ok(())
         }
-        ActionKind::Interrupt(selector) | ActionKind::Rebalance(selector) | ActionKind::ScheduledChange(selector) => {
-            let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("interruptions need the in-memory cloud".to_owned()))?;
+        ActionKind::Interrupt(selector)
+        | ActionKind::Rebalance(selector)
+        | ActionKind::ScheduledChange(selector) => {
+            let sim_cloud = sim
+                .sim_cloud
+                .clone()
+                .ok_or_else(|| err("interruptions need the in-memory cloud".to_owned()))?;
             let ids = select_instances(sim, selector).await;
             if ids.is_empty() {
                 return Err(err(format!("no instance matches {selector:?}")));
@@ -619,7 +767,10 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             Ok(())
         }
         ActionKind::KubernetesVersion(version) => {
-            let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("kubernetesVersion needs the in-memory cloud".to_owned()))?;
+            let sim_cloud = sim
+                .sim_cloud
+                .clone()
+                .ok_or_else(|| err("kubernetesVersion needs the in-memory cloud".to_owned()))?;
             sim_cloud.set_kubernetes_version(version);
             Ok(())
         }
@@ -629,22 +780,34 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 return Err(err(format!("no node matches {selector:?}")));
             }
             for name in names {
-                sim.cluster.set_node_ready(&name, false).await.map_err(err)?;
+                sim.cluster
+                    .set_node_ready(&name, false)
+                    .await
+                    .map_err(err)?;
             }
             Ok(())
         }
         ActionKind::Expect(expect) => {
             let failures = check_now(sim, expect).await;
-            sim.failures.extend(failures.into_iter().map(|f| format!("at {}: {f}", action.at)));
+            sim.failures.extend(
+                failures
+                    .into_iter()
+                    .map(|f| format!("at {}: {f}", action.at)),
+            );
             Ok(())
         }
         ActionKind::Plan {} => {
-            let plan = crate::handlers::disruption::dry_run(&sim.ports(), sim.disruption_tuning()).await.map_err(|e| err(e.to_string()))?;
+            let plan = crate::handlers::disruption::dry_run(&sim.ports(), sim.disruption_tuning())
+                .await
+                .map_err(|e| err(e.to_string()))?;
             sim.dry_runs.push(plan);
             Ok(())
         }
         ActionKind::Enqueue(body) => {
-            let sim_cloud = sim.sim_cloud.clone().ok_or_else(|| err("enqueue needs the in-memory cloud".to_owned()))?;
+            let sim_cloud = sim
+                .sim_cloud
+                .clone()
+                .ok_or_else(|| err("enqueue needs the in-memory cloud".to_owned()))?;
             let text = match body {
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
@@ -662,11 +825,24 @@ async fn check_cost<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     pods: &[k8s_openapi::api::core::v1::Pod],
     at_most: f64,
 ) -> Option<String> {
-    let (instances, catalog, config) = match (sim.cloud.instances().await, sim.cloud.catalog().await, crate::handlers::config::load(&sim.store).await) {
+    let (instances, catalog, config) = match (
+        sim.cloud.instances().await,
+        sim.cloud.catalog().await,
+        crate::handlers::config::load(&sim.store).await,
+    ) {
         (Ok(i), Ok(c), Ok(l)) => (i, c, l),
-        _ => return Some("costOverBoundAtMost: the fleet, catalog or configuration could not be read".to_owned()),
+        _ => {
+            return Some(
+                "costOverBoundAtMost: the fleet, catalog or configuration could not be read"
+                    .to_owned(),
+            );
+        }
     };
-    let fleet: f64 = instances.iter().filter(|i| i.state != crate::ports::InstanceState::Terminated).map(|i| i.price).sum();
+    let fleet: f64 = instances
+        .iter()
+        .filter(|i| i.state != crate::ports::InstanceState::Terminated)
+        .map(|i| i.price)
+        .sum();
     let pods: Vec<crate::scheduling::SchedPod> = pods
         .iter()
         .filter(|p| !super::controllers::is_finished(p) && !super::controllers::is_terminating(p))
@@ -678,7 +854,9 @@ async fn check_cost<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             "fleet costs {fleet:.4} $/hour, {:.4} × the lower bound {bound:.4}, above {at_most}",
             fleet / bound
         )),
-        _ => Some(format!("costOverBoundAtMost: no lower bound for the pods on the pools (fleet {fleet:.4} $/hour)")),
+        _ => Some(format!(
+            "costOverBoundAtMost: no lower bound for the pods on the pools (fleet {fleet:.4} $/hour)"
+        )),
     }
 }
 
@@ -702,9 +880,16 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     let nodes = sim.cluster.all_nodes().await;
     let pods = sim.cluster.all_pods().await;
     let is_daemon = |p: &k8s_openapi::api::core::v1::Pod| {
-        p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+        p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "DaemonSet")
     };
-    let bound = pods.iter().filter(|p| !is_daemon(p) && node_of(p).is_some()).count();
+    let bound = pods
+        .iter()
+        .filter(|p| !is_daemon(p) && node_of(p).is_some())
+        .count();
     let pending = pods.iter().filter(|p| node_of(p).is_none()).count();
     if let Some(n) = expect.nodes
         && nodes.len() != n
@@ -732,12 +917,20 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             })
             .collect();
         if matching.len() != nw.count {
-            failures.push(format!("expected {} node(s) with {:?}, found {}", nw.count, nw.labels, matching.len()));
+            failures.push(format!(
+                "expected {} node(s) with {:?}, found {}",
+                nw.count,
+                nw.labels,
+                matching.len()
+            ));
         }
         if let Some(want) = nw.pods {
             for n in matching {
                 let name = n.metadata.name.as_deref().unwrap_or_default();
-                let on = pods.iter().filter(|p| !is_daemon(p) && node_of(p) == Some(name)).count();
+                let on = pods
+                    .iter()
+                    .filter(|p| !is_daemon(p) && node_of(p) == Some(name))
+                    .count();
                 if on != want {
                     failures.push(format!("expected {want} pod(s) on node {name}, found {on}"));
                 }
@@ -776,12 +969,21 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 r.set(resource, &text).ok().map(|()| r.get(resource))
             };
             let Some(limit) = limit else {
-                failures.push(format!("peakUsageAtMost.{pool}.{resource}: {text:?} is not a quantity"));
+                failures.push(format!(
+                    "peakUsageAtMost.{pool}.{resource}: {text:?} is not a quantity"
+                ));
                 continue;
             };
-            let peak = sim.peak_usage.get(pool).and_then(|u| u.get(resource)).copied().unwrap_or(0);
+            let peak = sim
+                .peak_usage
+                .get(pool)
+                .and_then(|u| u.get(resource))
+                .copied()
+                .unwrap_or(0);
             if peak > limit {
-                failures.push(format!("pool {pool} reserved {peak} of {resource}, above {limit}"));
+                failures.push(format!(
+                    "pool {pool} reserved {peak} of {resource}, above {limit}"
+                ));
             }
         }
     }
@@ -795,52 +997,86 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     if let Some(want) = expect.replacements
         && sim.replacements.len() != want
     {
-        failures.push(format!("expected {want} replacement(s), found {}", sim.replacements.len()));
+        failures.push(format!(
+            "expected {want} replacement(s), found {}",
+            sim.replacements.len()
+        ));
     }
     if let Some(want) = expect.removed_nodes
         && sim.removed_nodes.len() != want
     {
-        failures.push(format!("expected {want} removed node(s), found {:?}", sim.removed_nodes));
+        failures.push(format!(
+            "expected {want} removed node(s), found {:?}",
+            sim.removed_nodes
+        ));
     }
     for (reason, want) in &expect.removed_for {
-        let got = sim.removal_reasons.values().filter(|r| *r == reason).count();
+        let got = sim
+            .removal_reasons
+            .values()
+            .filter(|r| *r == reason)
+            .count();
         if got != *want {
-            failures.push(format!("expected {want} node(s) removed for {reason}, found {got} (removals: {:?})", sim.removal_reasons));
+            failures.push(format!(
+                "expected {want} node(s) removed for {reason}, found {got} (removals: {:?})",
+                sim.removal_reasons
+            ));
         }
     }
     if let Some(want) = expect.rolled_back
         && sim.rolled_back.len() != want
     {
-        failures.push(format!("expected {want} rolled-back removal(s), found {:?}", sim.rolled_back));
+        failures.push(format!(
+            "expected {want} rolled-back removal(s), found {:?}",
+            sim.rolled_back
+        ));
     }
     if let Some(want) = expect.tainted_nodes {
         let key = crate::termination::DISRUPTED_TAINT_KEY;
         let tainted = nodes
             .iter()
-            .filter(|n| n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == key)))
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+            })
             .count();
         if tainted != want {
-            failures.push(format!("expected {want} node(s) with the {key} taint, found {tainted}"));
+            failures.push(format!(
+                "expected {want} node(s) with the {key} taint, found {tainted}"
+            ));
         }
     }
     for (pool, want) in &expect.max_concurrent_removals {
         let got = sim.max_concurrent.get(pool).copied().unwrap_or(0);
         if got > *want {
-            failures.push(format!("pool {pool} had {got} removals at once, more than {want}"));
+            failures.push(format!(
+                "pool {pool} had {got} removals at once, more than {want}"
+            ));
         }
     }
     for pool in &expect.untouched_pools {
         let prefix = format!("{pool}-");
-        let touched: Vec<&String> = sim.removed_nodes.iter().filter(|id| id.starts_with(&prefix)).collect();
+        let touched: Vec<&String> = sim
+            .removed_nodes
+            .iter()
+            .filter(|id| id.starts_with(&prefix))
+            .collect();
         if !touched.is_empty() {
-            failures.push(format!("expected no removal in pool {pool}, found {touched:?}"));
+            failures.push(format!(
+                "expected no removal in pool {pool}, found {touched:?}"
+            ));
         }
     }
     if let Some(max) = expect.max_pending_seconds
         && let Some((waited, pod)) = &sim.longest_pending
         && waited.as_secs() > i64::try_from(max).unwrap_or(i64::MAX)
     {
-        failures.push(format!("pod {pod} waited {}s for a node, more than {max}s", waited.as_secs()));
+        failures.push(format!(
+            "pod {pod} waited {}s for a node, more than {max}s",
+            waited.as_secs()
+        ));
     }
     failures
 }
@@ -853,12 +1089,30 @@ mod tests {
     /// duration conversion panic instead of refusing the file.
     #[test]
     fn durations_parse_and_absurd_ones_are_refused() {
-        assert_eq!(parse_duration("1h30m").expect("parses"), SignedDuration::from_mins(90));
-        assert_eq!(parse_duration("1.5s").expect("parses"), SignedDuration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").expect("parses"), SignedDuration::from_millis(250));
+        assert_eq!(
+            parse_duration("1h30m").expect("parses"),
+            SignedDuration::from_mins(90)
+        );
+        assert_eq!(
+            parse_duration("1.5s").expect("parses"),
+            SignedDuration::from_millis(1500)
+        );
+        assert_eq!(
+            parse_duration("250ms").expect("parses"),
+            SignedDuration::from_millis(250)
+        );
         let huge = format!("{}m", "8".repeat(120));
-        assert!(parse_duration(&huge).expect_err("too long").to_string().contains("longer than a century"));
-        assert!(parse_duration("101y").is_err() && parse_duration("").is_err() && parse_duration("5").is_err());
+        assert!(
+            parse_duration(&huge)
+                .expect_err("too long")
+                .to_string()
+                .contains("longer than a century")
+        );
+        assert!(
+            parse_duration("101y").is_err()
+                && parse_duration("").is_err()
+                && parse_duration("5").is_err()
+        );
     }
 
     #[test]
@@ -895,11 +1149,20 @@ objects:
         spec: {containers: [{name: c, image: pause, resources: {requests: {cpu: 1x}}}]}
 "#;
         let s = parse(text).expect("parses");
-        let Err(ScenarioError::Invalid(errors)) = validate(&s) else { panic!("must be refused") };
+        let Err(ScenarioError::Invalid(errors)) = validate(&s) else {
+            panic!("must be refused")
+        };
         assert_eq!(errors.len(), 5, "{errors:#?}");
         let all = errors.join("\n");
-        for want in ["nodeclass/c: spec.amiSelectorTerms", "nodepool/op", "Inn", "nodepool/limit: spec.limits", "8Gx",
-                     "nodepool/noref: spec.template.spec.nodeClassRef", "deployment/inflate: spec.template.spec.containers[0].resources.requests.cpu"] {
+        for want in [
+            "nodeclass/c: spec.amiSelectorTerms",
+            "nodepool/op",
+            "Inn",
+            "nodepool/limit: spec.limits",
+            "8Gx",
+            "nodepool/noref: spec.template.spec.nodeClassRef",
+            "deployment/inflate: spec.template.spec.containers[0].resources.requests.cpu",
+        ] {
             assert!(all.contains(want), "{want} in:\n{all}");
         }
         assert!(split_objects(&s.objects, Timestamp::UNIX_EPOCH).is_err());
@@ -907,12 +1170,31 @@ objects:
 
     /// The source walkthroughs' YAML, as users pasted it.
     const WALKTHROUGH_YAML: [(&str, &str); 4] = [
-        ("01", include_str!("../../../tests/fixtures/walkthrough-yaml/01-provisioner-v1alpha5.yaml")),
-        ("02", include_str!("../../../tests/fixtures/walkthrough-yaml/02-provisioner-v1alpha5-expiry.yaml")),
-        ("03", include_str!("../../../tests/fixtures/walkthrough-yaml/03-provisioner-v1alpha5-instanceprofile.yaml")),
-        ("04", include_str!("../../../tests/fixtures/walkthrough-yaml/04-nodeclass-nodepool-v1beta1.yaml")),
+        (
+            "01",
+            include_str!("../../../tests/fixtures/walkthrough-yaml/01-provisioner-v1alpha5.yaml"),
+        ),
+        (
+            "02",
+            include_str!(
+                "../../../tests/fixtures/walkthrough-yaml/02-provisioner-v1alpha5-expiry.yaml"
+            ),
+        ),
+        (
+            "03",
+            include_str!(
+                "../../../tests/fixtures/walkthrough-yaml/03-provisioner-v1alpha5-instanceprofile.yaml"
+            ),
+        ),
+        (
+            "04",
+            include_str!(
+                "../../../tests/fixtures/walkthrough-yaml/04-nodeclass-nodepool-v1beta1.yaml"
+            ),
+        ),
     ];
-    const WORKLOAD_YAML: &str = include_str!("../../../tests/fixtures/walkthrough-yaml/05-workload-inflate.yaml");
+    const WORKLOAD_YAML: &str =
+        include_str!("../../../tests/fixtures/walkthrough-yaml/05-workload-inflate.yaml");
 
     fn values(text: &str) -> Vec<serde_json::Value> {
         use serde::Deserialize;
@@ -931,7 +1213,10 @@ objects:
             // cluster used, it validates.
             let text = if name == "03" {
                 let e = config::ConfigSet::parse(text).expect_err("no subnetSelector");
-                assert_eq!((e[0].item.as_str(), e[0].field.as_str()), ("provisioner/default", "spec.provider.subnetSelector"));
+                assert_eq!(
+                    (e[0].item.as_str(), e[0].field.as_str()),
+                    ("provisioner/default", "spec.provider.subnetSelector")
+                );
                 text.replace(
                     "  provider:\n",
                     "  provider:\n    subnetSelector: {karpenter.sh/discovery: t101-karpenter}\n    securityGroupSelector: {karpenter.sh/discovery: t101-karpenter}\n",
@@ -943,7 +1228,9 @@ objects:
             let mut objects = values(&text);
             // policy/v1beta1 PodDisruptionBudgets are gone since Kubernetes
             // 1.25 (the API server refuses them as the simulator does): v1.
-            objects.extend(values(&WORKLOAD_YAML.replace("policy/v1beta1", "policy/v1")));
+            objects.extend(values(
+                &WORKLOAD_YAML.replace("policy/v1beta1", "policy/v1"),
+            ));
             let scenario = Scenario {
                 name: format!("walkthrough-yaml-{name}"),
                 description: String::new(),
@@ -951,35 +1238,69 @@ objects:
                 objects,
                 actions: vec![Action {
                     at: "0s".into(),
-                    what: ActionKind::Scale { deployment: "inflate".into(), replicas: 3, namespace: "default".into() },
+                    what: ActionKind::Scale {
+                        deployment: "inflate".into(),
+                        replicas: 3,
+                        namespace: "default".into(),
+                    },
                 }],
                 run: "3m".into(),
                 simulator: Pace::default(),
                 spot_pools: SpotPoolsSpec::default(),
-                expect: Expect { pods: Some(PodCounts { bound: Some(3), pending: Some(0) }), ..Default::default() },
+                expect: Expect {
+                    pods: Some(PodCounts {
+                        bound: Some(3),
+                        pending: Some(0),
+                    }),
+                    ..Default::default()
+                },
             };
             validate(&scenario).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let failures = tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
-                let clock = super::super::SimClock::default();
-                let cloud = SimCloud::new(super::super::catalog::catalog("ap-south-1").expect("region"), clock.clone());
-                let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud), super::super::MemStore::new(), Default::default());
-                load(&mut sim, &scenario).await.expect("loads");
-                run(&mut sim, &scenario).await.expect("runs");
-                check(&sim, &scenario.expect).await
-            });
+            let failures = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime")
+                .block_on(async {
+                    let clock = super::super::SimClock::default();
+                    let cloud = SimCloud::new(
+                        super::super::catalog::catalog("ap-south-1").expect("region"),
+                        clock.clone(),
+                    );
+                    let mut sim = Simulation::new(
+                        clock,
+                        cloud.clone(),
+                        Some(cloud),
+                        super::super::MemStore::new(),
+                        Default::default(),
+                    );
+                    load(&mut sim, &scenario).await.expect("loads");
+                    run(&mut sim, &scenario).await.expect("runs");
+                    check(&sim, &scenario.expect).await
+                });
             assert!(failures.is_empty(), "{name}: {failures:?}");
         }
     }
 
     fn run_in_memory(scenario: &Scenario) -> (SimCloud, Vec<String>) {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
-            let clock = super::super::SimClock::default();
-            let cloud = SimCloud::new(super::super::catalog::catalog(&scenario.region).expect("region"), clock.clone());
-            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud.clone()), super::super::MemStore::new(), Default::default());
-            load(&mut sim, scenario).await.expect("loads");
-            run(&mut sim, scenario).await.expect("runs");
-            (cloud, check(&sim, &scenario.expect).await)
-        })
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let clock = super::super::SimClock::default();
+                let cloud = SimCloud::new(
+                    super::super::catalog::catalog(&scenario.region).expect("region"),
+                    clock.clone(),
+                );
+                let mut sim = Simulation::new(
+                    clock,
+                    cloud.clone(),
+                    Some(cloud.clone()),
+                    super::super::MemStore::new(),
+                    Default::default(),
+                );
+                load(&mut sim, scenario).await.expect("loads");
+                run(&mut sim, scenario).await.expect("runs");
+                (cloud, check(&sim, &scenario.expect).await)
+            })
     }
 
     /// `tests/scenarios/spot-pools.yaml`: pools of depth 2 spread six spot
@@ -991,12 +1312,21 @@ objects:
         let (cloud, failures) = run_in_memory(&s);
         assert!(failures.is_empty(), "{failures:?}");
         let mut per_pool: BTreeMap<(String, String), usize> = BTreeMap::new();
-        for i in cloud.all_instances().iter().filter(|i| !i.instance.state.is_gone_or_going()) {
+        for i in cloud
+            .all_instances()
+            .iter()
+            .filter(|i| !i.instance.state.is_gone_or_going())
+        {
             assert_eq!(i.instance.capacity_type, CAPACITY_TYPE_SPOT);
-            *per_pool.entry((i.instance.instance_type.clone(), i.instance.zone.clone())).or_default() += 1;
+            *per_pool
+                .entry((i.instance.instance_type.clone(), i.instance.zone.clone()))
+                .or_default() += 1;
         }
         assert_eq!(per_pool.values().sum::<usize>(), 6, "{per_pool:?}");
-        assert!(per_pool.len() >= 3 && per_pool.values().all(|n| *n <= 2), "{per_pool:?}");
+        assert!(
+            per_pool.len() >= 3 && per_pool.values().all(|n| *n <= 2),
+            "{per_pool:?}"
+        );
     }
 
     #[test]
@@ -1013,7 +1343,9 @@ spotPools:
     - {instanceType: m5.large, zone: eu-west-1a, depth: 1}
 "#;
         let s = parse(text).expect("parses");
-        let Err(ScenarioError::Invalid(errors)) = validate(&s) else { panic!("must be refused") };
+        let Err(ScenarioError::Invalid(errors)) = validate(&s) else {
+            panic!("must be refused")
+        };
         let all = errors.join("\n");
         assert_eq!(errors.len(), 4, "{all}");
         for want in [
@@ -1024,13 +1356,31 @@ spotPools:
         ] {
             assert!(all.contains(want), "{want} in:\n{all}");
         }
-        assert!(parse("name: p\nrun: 1m\nobjects: []\nspotPools: {depth: -1}\n").expect_err("not a depth").to_string().contains("spotPools"));
-        assert!(parse("name: p\nrun: 1m\nobjects: []\nspotPools: {deep: 3}\n").is_err(), "unknown fields are refused");
+        assert!(
+            parse("name: p\nrun: 1m\nobjects: []\nspotPools: {depth: -1}\n")
+                .expect_err("not a depth")
+                .to_string()
+                .contains("spotPools")
+        );
+        assert!(
+            parse("name: p\nrun: 1m\nobjects: []\nspotPools: {deep: 3}\n").is_err(),
+            "unknown fields are refused"
+        );
         let ok = parse("name: p\nrun: 1m\nobjects: []\nspotPools: {depth: 3, seed: 9, offerings: [{instanceType: m5.large, zone: us-east-1a, depth: 1}]}\n").expect("parses");
         validate(&ok).expect("valid");
         let depths = ok.spot_pools.depths().expect("depths");
-        assert_eq!((depths.seed, depths.all, depths.offerings.values().copied().collect::<Vec<_>>()), (9, Some(3), vec![1]));
-        assert!(SpotPoolsSpec::default().depths().is_none(), "nothing set: the cloud keeps its depths");
+        assert_eq!(
+            (
+                depths.seed,
+                depths.all,
+                depths.offerings.values().copied().collect::<Vec<_>>()
+            ),
+            (9, Some(3), vec![1])
+        );
+        assert!(
+            SpotPoolsSpec::default().depths().is_none(),
+            "nothing set: the cloud keeps its depths"
+        );
     }
 
     #[test]

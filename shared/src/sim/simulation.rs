@@ -22,7 +22,9 @@ use crate::handlers::disruption::{Disruption, DisruptionSettings};
 use crate::handlers::interruption::{self, InterruptionSettings, MessageOutcome, Record};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change::{self, StateChangeOutcome};
-use crate::ports::{Clock, Cloud, Cluster, InstanceState, Ports, SignedDuration, Store, Timestamp, Usage};
+use crate::ports::{
+    Clock, Cloud, Cluster, InstanceState, Ports, SignedDuration, Store, Timestamp, Usage,
+};
 use crate::provisioning::claim::CLAIM_LABEL;
 use crate::scheduling::labels;
 
@@ -187,16 +189,38 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
 
 impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
     /// A simulation on the in-memory cluster.
-    pub fn new(clock: SimClock, cloud: C, sim_cloud: Option<SimCloud>, store: S, settings: SimSettings) -> Self {
+    pub fn new(
+        clock: SimClock,
+        cloud: C,
+        sim_cloud: Option<SimCloud>,
+        store: S,
+        settings: SimSettings,
+    ) -> Self {
         let cluster = SimCluster::new(clock.clone());
         Simulation::with_cluster(clock, cloud, sim_cloud, store, cluster, settings)
     }
 }
 
 impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
-    pub fn with_cluster(clock: SimClock, cloud: C, sim_cloud: Option<SimCloud>, store: S, cluster: K, settings: SimSettings) -> Self {
-        let ports = Ports { cloud: cloud.clone(), cluster: cluster.port(), store: store.clone(), clock: clock.clone() };
-        let provisioner = Provisioner::new(ports.clone(), settings.provisioner.clone(), "sim-invocation-0");
+    pub fn with_cluster(
+        clock: SimClock,
+        cloud: C,
+        sim_cloud: Option<SimCloud>,
+        store: S,
+        cluster: K,
+        settings: SimSettings,
+    ) -> Self {
+        let ports = Ports {
+            cloud: cloud.clone(),
+            cluster: cluster.port(),
+            store: store.clone(),
+            clock: clock.clone(),
+        };
+        let provisioner = Provisioner::new(
+            ports.clone(),
+            settings.provisioner.clone(),
+            "sim-invocation-0",
+        );
         let disruption = Disruption::new(ports, settings.disruption.clone(), "sim-disruption-0");
         let now = clock.now();
         Simulation {
@@ -244,7 +268,12 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     }
 
     pub fn ports(&self) -> SimPorts<C, S, K> {
-        Ports { cloud: self.cloud.clone(), cluster: self.cluster.port(), store: self.store.clone(), clock: self.clock.clone() }
+        Ports {
+            cloud: self.cloud.clone(),
+            cluster: self.cluster.port(),
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+        }
     }
 
     pub fn now(&self) -> Timestamp {
@@ -316,11 +345,15 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     // The same messages again, as a second batch would carry them.
                     failed.extend(Box::pin(self.deliver_interruptions(&messages)).await);
                 }
-                let back = messages.into_iter().filter(|(id, _)| failed.contains(id)).collect();
+                let back = messages
+                    .into_iter()
+                    .filter(|(id, _)| failed.contains(id))
+                    .collect();
                 sim.requeue(back, self.settings.redelivery);
             }
             if let Some(t) = sim.next_due() {
-                next = next.min((t + self.settings.event_delay).max(now + SignedDuration::from_millis(1)));
+                next = next
+                    .min((t + self.settings.event_delay).max(now + SignedDuration::from_millis(1)));
             }
         }
         if std::mem::take(&mut self.look_for_registrations)
@@ -336,15 +369,19 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         self.reconcile_cluster().await;
 
         // The provisioner: a new invocation every minute; ticks inside it.
-        if self.invocation_deadline.is_none_or(|d| now >= d - self.settings.margin) {
+        if self
+            .invocation_deadline
+            .is_none_or(|d| now >= d - self.settings.margin)
+        {
             if let Some(_ended) = self.invocation_deadline.take() {
                 let _ = self.provisioner.release_lease().await;
             }
             if now >= self.next_invocation {
                 let deadline = self.next_invocation + self.settings.invocation;
                 let holder = format!("sim-invocation-{}", self.next_invocation.as_second());
-                self.provisioner = Provisioner::new(self.ports(), self.settings.provisioner.clone(), holder)
-                    .with_config_reader(self.provisioner.config_reader());
+                self.provisioner =
+                    Provisioner::new(self.ports(), self.settings.provisioner.clone(), holder)
+                        .with_config_reader(self.provisioner.config_reader());
                 match self.provisioner.acquire_lease(deadline).await {
                     Ok(true) => {
                         self.invocation_deadline = Some(deadline);
@@ -378,7 +415,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if let Some((until, next_pass)) = self.interruption_drive
             && now >= next_pass
         {
-            self.interruption_drive = Box::pin(self.drive_removals(now, until)).await.map(|pass| (until, pass));
+            self.interruption_drive = Box::pin(self.drive_removals(now, until))
+                .await
+                .map(|pass| (until, pass));
         }
         self.record_usage().await;
         self.observe(now).await;
@@ -397,23 +436,39 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 candidates.push(d - self.settings.margin);
             }
         }
-        candidates.into_iter().filter(|t| *t > now).min().unwrap_or(next)
+        candidates
+            .into_iter()
+            .filter(|t| *t > now)
+            .min()
+            .unwrap_or(next)
     }
 
     /// The disruption function: a new invocation every minute (holding the
     /// `disruption` lease), ticking inside it until its deadline.
     async fn run_disruption(&mut self, now: Timestamp) {
-        if self.disruption_deadline.is_none_or(|d| now >= d - self.settings.margin) {
+        if self
+            .disruption_deadline
+            .is_none_or(|d| now >= d - self.settings.margin)
+        {
             if self.disruption_deadline.take().is_some() {
                 let _ = self.disruption.release_lease().await;
             }
             if now >= self.next_disruption_invocation {
-                let deadline = self.next_disruption_invocation + self.settings.disruption_invocation;
-                let holder = format!("sim-disruption-{}", self.next_disruption_invocation.as_second());
-                self.disruption = Disruption::new(self.ports(), self.settings.disruption.clone(), holder)
-                    .with_config_reader(self.disruption.config_reader())
-                    .with_memory(self.disruption.memory());
-                match self.disruption.acquire_lease(deadline - self.settings.margin).await {
+                let deadline =
+                    self.next_disruption_invocation + self.settings.disruption_invocation;
+                let holder = format!(
+                    "sim-disruption-{}",
+                    self.next_disruption_invocation.as_second()
+                );
+                self.disruption =
+                    Disruption::new(self.ports(), self.settings.disruption.clone(), holder)
+                        .with_config_reader(self.disruption.config_reader())
+                        .with_memory(self.disruption.memory());
+                match self
+                    .disruption
+                    .acquire_lease(deadline - self.settings.margin)
+                    .await
+                {
                     Ok(true) => {
                         self.disruption_deadline = Some(deadline);
                         self.next_disruption_tick = now;
@@ -433,21 +488,40 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 // A removal may start and finish within the tick (an empty node).
                 for (id, reason) in &report.started {
                     self.removed_nodes.insert(id.clone());
-                    self.removal_reasons.insert(id.clone(), reason.as_str().to_owned());
+                    self.removal_reasons
+                        .insert(id.clone(), reason.as_str().to_owned());
                 }
                 // … or be rolled back within it: its command gone, its claim still there.
                 if !report.started.is_empty()
-                    && let (Ok(commands), Ok(claims)) = (self.store.commands().await, self.store.claims().await)
+                    && let (Ok(commands), Ok(claims)) =
+                        (self.store.commands().await, self.store.claims().await)
                 {
                     let nodes = self.cluster.all_nodes().await;
                     let node_of_claim = |id: &str| {
-                        nodes.iter().find(|n| n.metadata.labels.as_ref().and_then(|l| l.get(CLAIM_LABEL)).is_some_and(|c| c == id))
+                        nodes.iter().find(|n| {
+                            n.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(CLAIM_LABEL))
+                                .is_some_and(|c| c == id)
+                        })
                     };
                     let in_pool = |pool: &str| {
-                        nodes.iter().filter(|n| n.metadata.labels.as_ref().and_then(|l| l.get(labels::NODEPOOL)).is_some_and(|p| p == pool)).count()
+                        nodes
+                            .iter()
+                            .filter(|n| {
+                                n.metadata
+                                    .labels
+                                    .as_ref()
+                                    .and_then(|l| l.get(labels::NODEPOOL))
+                                    .is_some_and(|p| p == pool)
+                            })
+                            .count()
                     };
                     for (id, reason) in &report.started {
-                        if !commands.iter().any(|c| &c.id == id) && claims.iter().any(|c| &c.id == id) {
+                        if !commands.iter().any(|c| &c.id == id)
+                            && claims.iter().any(|c| &c.id == id)
+                        {
                             self.rolled_back.insert(id.clone());
                         }
                         let pool = commands
@@ -455,19 +529,36 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                             .find(|c| &c.id == id)
                             .map(|c| c.spec.pool.clone())
                             .or_else(|| claims.iter().find(|c| &c.id == id).map(|c| c.pool.clone()))
-                            .unwrap_or_else(|| id.rsplit_once('-').map_or(id.as_str(), |(p, _)| p).to_owned());
+                            .unwrap_or_else(|| {
+                                id.rsplit_once('-')
+                                    .map_or(id.as_str(), |(p, _)| p)
+                                    .to_owned()
+                            });
                         let in_flight = commands
                             .iter()
-                            .filter(|c| c.spec.pool == pool && !report.started.iter().any(|(s, _)| s == &c.id))
+                            .filter(|c| {
+                                c.spec.pool == pool
+                                    && !report.started.iter().any(|(s, _)| s == &c.id)
+                            })
                             .filter(|c| node_of_claim(&c.id).is_some())
                             .count();
                         let gone = report
                             .started
                             .iter()
-                            .filter(|(s, _)| s.rsplit_once('-').is_some_and(|(p, _)| p == pool) && node_of_claim(s).is_none())
+                            .filter(|(s, _)| {
+                                s.rsplit_once('-').is_some_and(|(p, _)| p == pool)
+                                    && node_of_claim(s).is_none()
+                            })
                             .count();
                         let nodes = in_pool(&pool) + gone;
-                        self.disruption_starts.push(DisruptionStart { at: now, claim: id.clone(), pool, reason: *reason, nodes, in_flight });
+                        self.disruption_starts.push(DisruptionStart {
+                            at: now,
+                            claim: id.clone(),
+                            pool,
+                            reason: *reason,
+                            nodes,
+                            in_flight,
+                        });
                     }
                 }
                 if self.record_plans
@@ -476,7 +567,10 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     self.plans.push(plan);
                 }
                 let poll = now + self.settings.disruption.poll;
-                self.next_disruption_tick = report.wake_at.map_or(poll, |w| w.min(poll)).max(now + SignedDuration::from_millis(200));
+                self.next_disruption_tick = report
+                    .wake_at
+                    .map_or(poll, |w| w.min(poll))
+                    .max(now + SignedDuration::from_millis(200));
             }
             Err(e) => {
                 warn!(error = %e, "disruption tick failed");
@@ -489,9 +583,11 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     /// Registers a Node for every running instance whose boot time passed;
     /// returns when the next one is due (`None`: none is booting).
     async fn register_nodes(&mut self, now: Timestamp) -> Option<Timestamp> {
-        let (Ok(instances), Ok(claims), Ok(catalog)) =
-            (self.cloud.instances().await, self.store.claims().await, self.cloud.catalog().await)
-        else {
+        let (Ok(instances), Ok(claims), Ok(catalog)) = (
+            self.cloud.instances().await,
+            self.store.claims().await,
+            self.cloud.catalog().await,
+        ) else {
             return Some(now + SignedDuration::from_secs(1));
         };
         let mut next: Option<Timestamp> = None;
@@ -509,8 +605,19 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 continue;
             }
             // An instance booted without a claim (an orphan) joins no cluster here.
-            let Some(claim) = claims.iter().find(|c| Some(c.id.as_str()) == i.claim_id.as_deref()) else { continue };
-            let Some(info) = catalog.instance_types.iter().find(|t| t.name == i.instance_type) else { continue };
+            let Some(claim) = claims
+                .iter()
+                .find(|c| Some(c.id.as_str()) == i.claim_id.as_deref())
+            else {
+                continue;
+            };
+            let Some(info) = catalog
+                .instance_types
+                .iter()
+                .find(|t| t.name == i.instance_type)
+            else {
+                continue;
+            };
             self.registered.insert(i.id.clone());
             let name = node_name(&i.id, &catalog.region);
             let mut node_labels = info.requirements().single_valued_labels();
@@ -527,12 +634,22 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
             let capacity = info.capacity(&claim.kubelet);
             let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));
-            let node = SimCluster::ready_node(&name, node_labels, claim.taints.clone(), &i.provider_id, &capacity, &allocatable, now);
+            let node = SimCluster::ready_node(
+                &name,
+                node_labels,
+                claim.taints.clone(),
+                &i.provider_id,
+                &capacity,
+                &allocatable,
+                now,
+            );
             if let Err(e) = self.cluster.register_node(node).await {
                 // Not registered: tried again in a second.
                 warn!(node = %name, error = %e, "node registration failed");
                 self.registered.remove(&i.id);
-                next = Some(next.map_or(now + SignedDuration::from_secs(1), |n| n.min(now + SignedDuration::from_secs(1))));
+                next = Some(next.map_or(now + SignedDuration::from_secs(1), |n| {
+                    n.min(now + SignedDuration::from_secs(1))
+                }));
             }
         }
         next
@@ -550,10 +667,25 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 return messages.iter().map(|(id, _)| id.clone()).collect();
             }
         };
-        let records: Vec<Record> = messages.iter().map(|(id, body)| Record { message_id: id.clone(), body: body.clone() }).collect();
-        match Box::pin(interruption::handle_batch(&ports, &config, &config.settings, &self.settings.interruption, &records)).await {
+        let records: Vec<Record> = messages
+            .iter()
+            .map(|(id, body)| Record {
+                message_id: id.clone(),
+                body: body.clone(),
+            })
+            .collect();
+        match Box::pin(interruption::handle_batch(
+            &ports,
+            &config,
+            &config.settings,
+            &self.settings.interruption,
+            &records,
+        ))
+        .await
+        {
             Ok(report) => {
-                self.interruptions.extend(report.outcomes.into_iter().map(|(_, o)| o));
+                self.interruptions
+                    .extend(report.outcomes.into_iter().map(|(_, o)| o));
                 let now = self.clock.now();
                 let until = now + self.settings.interruption_invocation;
                 // The invocation goes on driving removals (drive_until), from its next pass.
@@ -574,8 +706,16 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     async fn drive_removals(&mut self, now: Timestamp, until: Timestamp) -> Option<Timestamp> {
         let config = config_loader::load(&self.store).await.ok()?;
         self.look_for_registrations = true;
-        match crate::handlers::termination::advance_all(&self.ports(), &config, &self.settings.interruption.launch).await {
-            Ok(Some(wake)) if wake < until => Some(wake.max(now + SignedDuration::from_millis(200))),
+        match crate::handlers::termination::advance_all(
+            &self.ports(),
+            &config,
+            &self.settings.interruption.launch,
+        )
+        .await
+        {
+            Ok(Some(wake)) if wake < until => {
+                Some(wake.max(now + SignedDuration::from_millis(200)))
+            }
             Ok(_) => None,
             Err(e) => {
                 warn!(error = %e, "interruption invocation stopped driving removals");
@@ -593,7 +733,11 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             if !ended.is_empty()
                 && let Ok(claims) = self.store.claims().await
             {
-                self.rolled_back.extend(ended.into_iter().filter(|id| claims.iter().any(|c| &c.id == id)));
+                self.rolled_back.extend(
+                    ended
+                        .into_iter()
+                        .filter(|id| claims.iter().any(|c| &c.id == id)),
+                );
             }
             self.live_commands = live;
             let mut per_pool: BTreeMap<&str, usize> = BTreeMap::new();
@@ -606,7 +750,8 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
             for c in commands {
                 self.removed_nodes.insert(c.id.clone());
-                self.removal_reasons.insert(c.id.clone(), c.spec.reason.as_str().to_owned());
+                self.removal_reasons
+                    .insert(c.id.clone(), c.spec.reason.as_str().to_owned());
                 self.replacements.extend(c.replacements);
             }
         }
@@ -617,8 +762,14 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         }
         let pods = self.cluster.all_pods().await;
         for pdb in &pdbs {
-            let Some((min, healthy)) = super::controllers::pdb_health(pdb, &pods) else { continue };
-            let key = format!("{}/{}", pdb.metadata.namespace.as_deref().unwrap_or("default"), pdb.metadata.name.as_deref().unwrap_or_default());
+            let Some((min, healthy)) = super::controllers::pdb_health(pdb, &pods) else {
+                continue;
+            };
+            let key = format!(
+                "{}/{}",
+                pdb.metadata.namespace.as_deref().unwrap_or("default"),
+                pdb.metadata.name.as_deref().unwrap_or_default()
+            );
             match self.pdb_floors.get_mut(&key) {
                 Some(floor) => floor.1 = floor.1.min(healthy),
                 None if healthy >= min => {
@@ -630,11 +781,17 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if self.track_pending {
             let mut still = BTreeMap::new();
             for p in &pods {
-                let Some(uid) = p.metadata.uid.clone() else { continue };
+                let Some(uid) = p.metadata.uid.clone() else {
+                    continue;
+                };
                 let name = crate::ports::PodKey::of(p).to_string();
                 let since = self.pending_since.remove(&uid).map_or(now, |(t, _)| t);
                 let waited = now.duration_since(since);
-                if self.longest_pending.as_ref().is_none_or(|(w, _)| waited > *w) {
+                if self
+                    .longest_pending
+                    .as_ref()
+                    .is_none_or(|(w, _)| waited > *w)
+                {
                     self.longest_pending = Some((waited, name.clone()));
                 }
                 if super::controllers::node_of(p).is_none() {
@@ -652,7 +809,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     }
 
     async fn record_usage(&mut self) {
-        let Ok(usage) = self.store.pool_usage().await else { return };
+        let Ok(usage) = self.store.pool_usage().await else {
+            return;
+        };
         for (pool, u) in usage {
             let peak = self.peak_usage.entry(pool).or_default();
             for (k, v) in u {
@@ -664,20 +823,43 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
 
     /// Instances still alive (not terminated), from the cloud.
     pub async fn live_instances(&self) -> usize {
-        self.cloud.instances().await.map(|v| v.iter().filter(|i| i.state != InstanceState::Terminated).count()).unwrap_or(0)
+        self.cloud
+            .instances()
+            .await
+            .map(|v| {
+                v.iter()
+                    .filter(|i| i.state != InstanceState::Terminated)
+                    .count()
+            })
+            .unwrap_or(0)
     }
 
     /// Pending pods right now.
     pub async fn pending(&self) -> usize {
-        self.cluster.port().pending_pods().await.map(|p| p.len()).unwrap_or(0)
+        self.cluster
+            .port()
+            .pending_pods()
+            .await
+            .map(|p| p.len())
+            .unwrap_or(0)
     }
 }
 
 /// EC2's private DNS name for an instance, which EKS nodes are named after.
 pub fn node_name(instance_id: &str, region: &str) -> String {
-    let h = instance_id.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    let region_part = if region == "us-east-1" { "ec2".to_owned() } else { format!("{region}.compute") };
-    format!("ip-192-168-{}-{}.{region_part}.internal", (h >> 8) % 256, h % 254 + 1)
+    let h = instance_id
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let region_part = if region == "us-east-1" {
+        "ec2".to_owned()
+    } else {
+        format!("{region}.compute")
+    };
+    format!(
+        "ip-192-168-{}-{}.{region_part}.internal",
+        (h >> 8) % 256,
+        h % 254 + 1
+    )
 }
 
 #[cfg(test)]
@@ -695,20 +877,44 @@ mod tests {
     }
 
     fn outcomes(settings: SimSettings) -> (usize, usize) {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
-            let clock = SimClock::default();
-            let cloud = SimCloud::new(catalog::catalog("us-east-1").expect("region"), clock.clone());
-            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud.clone()), MemStore::new(), settings);
-            cloud.enqueue(foreign_warning());
-            sim.run_for(SignedDuration::from_secs(5)).await;
-            (sim.interruptions.len(), sim.messages_lost)
-        })
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let clock = SimClock::default();
+                let cloud = SimCloud::new(
+                    catalog::catalog("us-east-1").expect("region"),
+                    clock.clone(),
+                );
+                let mut sim = Simulation::new(
+                    clock,
+                    cloud.clone(),
+                    Some(cloud.clone()),
+                    MemStore::new(),
+                    settings,
+                );
+                cloud.enqueue(foreign_warning());
+                sim.run_for(SignedDuration::from_secs(5)).await;
+                (sim.interruptions.len(), sim.messages_lost)
+            })
     }
 
     #[test]
     fn queue_messages_can_be_duplicated_or_lost() {
         assert_eq!(outcomes(SimSettings::default()), (1, 0));
-        assert_eq!(outcomes(SimSettings { duplicate_messages: true, ..SimSettings::default() }), (2, 0));
-        assert_eq!(outcomes(SimSettings { drop_messages: true, ..SimSettings::default() }), (0, 1));
+        assert_eq!(
+            outcomes(SimSettings {
+                duplicate_messages: true,
+                ..SimSettings::default()
+            }),
+            (2, 0)
+        );
+        assert_eq!(
+            outcomes(SimSettings {
+                drop_messages: true,
+                ..SimSettings::default()
+            }),
+            (0, 1)
+        );
     }
 }

@@ -39,18 +39,24 @@ use serde_json::json;
 use super::controllers::{is_finished, is_pod_ready, is_terminating, node_of, pdb_selects};
 use super::rng::Rng;
 use super::simulation::node_name;
-use super::{FaultyCloud, FaultyCluster, FaultyStore, MemStore, SimClock, SimCloud, SimCluster, SimSettings, Simulation, catalog, scenario};
+use super::{
+    FaultyCloud, FaultyCluster, FaultyStore, MemStore, SimClock, SimCloud, SimCluster, SimSettings,
+    Simulation, catalog, scenario,
+};
 use crate::config::NodePool;
 use crate::config::disruption::DisruptionReason;
 use crate::disruption::snapshot::DO_NOT_DISRUPT;
-use crate::ports::{Cloud, Cluster, InstanceState, OfferingKey, PodKey, SignedDuration, Store, Timestamp, Usage};
+use crate::ports::{
+    Cloud, Cluster, InstanceState, OfferingKey, PodKey, SignedDuration, Store, Timestamp, Usage,
+};
 use crate::provisioning::claim::{Claim, NODES, usage_of};
 use crate::scheduling::labels;
 use crate::termination::RemovalReason;
 use crate::workload::fleet_bound::FleetBound;
 
 /// The simulation a soak runs: the in-memory EC2 and DynamoDB behind the fault decorators.
-pub type SoakSim = Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>, FaultyCluster<SimCluster>>;
+pub type SoakSim =
+    Simulation<FaultyCloud<SimCloud>, FaultyStore<MemStore>, FaultyCluster<SimCluster>>;
 
 /// The region the soak's cluster runs in.
 pub const REGION: &str = "us-east-1";
@@ -143,7 +149,9 @@ impl Violation {
             Violation::PendingWithoutReason => {
                 "a pod pending longer than the grace is nominated to a claim or parked with the solver's reason (once per pod)"
             }
-            Violation::PendingTooLong => "no pod waits longer than the pending bound for a node (once per pod)",
+            Violation::PendingTooLong => {
+                "no pod waits longer than the pending bound for a node (once per pod)"
+            }
             Violation::PdbBelowMinimum => {
                 "a pod our drain evicts or deletes gracefully leaves its PodDisruptionBudget at or above desiredHealthy (once per pod)"
             }
@@ -151,8 +159,12 @@ impl Violation {
                 "a NodePool's reservations and its live instances' capacity stay within its limits (once per pool, resource and excursion)"
             }
             Violation::LaunchedTwice => "no claim ever has more than one instance (once per claim)",
-            Violation::InstanceWithoutClaim => "no live instance of ours is without a claim beyond the orphan grace (once per instance)",
-            Violation::ClaimWithoutInstance => "no claim is without an instance beyond its bound (once per claim)",
+            Violation::InstanceWithoutClaim => {
+                "no live instance of ours is without a claim beyond the orphan grace (once per instance)"
+            }
+            Violation::ClaimWithoutInstance => {
+                "no claim is without an instance beyond its bound (once per claim)"
+            }
             Violation::DisruptedAgainstBudget => {
                 "an Empty, Drifted or Underutilized removal starts only within its pool's active budgets (once per removal)"
             }
@@ -315,7 +327,11 @@ impl Checker {
         let now = sim.now();
         let pods = sim.cluster.inner().all_pods();
         let nodes = sim.cluster.inner().all_nodes();
-        let instances = sim.sim_cloud.as_ref().map(SimCloud::all_instances).unwrap_or_default();
+        let instances = sim
+            .sim_cloud
+            .as_ref()
+            .map(SimCloud::all_instances)
+            .unwrap_or_default();
         let (Ok(claims), Ok(commands), Ok(batch), Ok(usage), Ok(pdbs)) = (
             sim.store.claims().await,
             sim.store.commands().await,
@@ -330,7 +346,9 @@ impl Checker {
             Err(_) => return,
         };
         self.checks += 1;
-        self.peak_pods = self.peak_pods.max(pods.iter().filter(|p| !is_finished(p)).count());
+        self.peak_pods = self
+            .peak_pods
+            .max(pods.iter().filter(|p| !is_finished(p)).count());
         self.peak_nodes = self.peak_nodes.max(nodes.len());
         self.check_pending(now, &pods, &claims, &commands, batch.as_ref());
         self.check_pdbs(now, &pods, &pdbs);
@@ -357,24 +375,38 @@ impl Checker {
             .collect();
         let mut still = BTreeMap::new();
         for p in pods {
-            let Some(uid) = p.metadata.uid.clone() else { continue };
+            let Some(uid) = p.metadata.uid.clone() else {
+                continue;
+            };
             if node_of(p).is_some() || is_finished(p) || is_terminating(p) {
                 continue;
             }
             let key = PodKey::of(p);
-            let mut w = self.waiting.remove(&uid).unwrap_or(Waiting { since: now, name: key.to_string(), no_reason: false, too_long: false });
+            let mut w = self.waiting.remove(&uid).unwrap_or(Waiting {
+                since: now,
+                name: key.to_string(),
+                no_reason: false,
+                too_long: false,
+            });
             let waited = now.duration_since(w.since);
             self.longest_pending = self.longest_pending.max(waited);
             let reason = nominated.contains(&(key.namespace.clone(), key.name.clone()))
                 || batch.is_some_and(|b| b.parked.contains_key(&uid));
             if waited > self.bounds.reason_grace && !reason && !w.no_reason {
                 w.no_reason = true;
-                let what = format!("pod {} pending {}s, neither nominated to a claim nor parked with a reason", w.name, waited.as_secs());
+                let what = format!(
+                    "pod {} pending {}s, neither nominated to a claim nor parked with a reason",
+                    w.name,
+                    waited.as_secs()
+                );
                 self.flag(Violation::PendingWithoutReason, &uid, now, what);
             }
             if waited > self.bounds.pending && !w.too_long {
                 w.too_long = true;
-                let why = batch.and_then(|b| b.parked.get(&uid)).map(|p| p.reason.clone()).unwrap_or_default();
+                let why = batch
+                    .and_then(|b| b.parked.get(&uid))
+                    .map(|p| p.reason.clone())
+                    .unwrap_or_default();
                 let what = format!("pod {} pending {}s {why}", w.name, waited.as_secs());
                 self.flag(Violation::PendingTooLong, &uid, now, what);
             }
@@ -383,21 +415,41 @@ impl Checker {
         self.waiting = still;
     }
 
-    fn check_pdbs(&mut self, now: Timestamp, pods: &[Pod], pdbs: &[k8s_openapi::api::policy::v1::PodDisruptionBudget]) {
-        let terminating: BTreeSet<String> =
-            pods.iter().filter(|p| is_terminating(p)).filter_map(|p| p.metadata.uid.clone()).collect();
+    fn check_pdbs(
+        &mut self,
+        now: Timestamp,
+        pods: &[Pod],
+        pdbs: &[k8s_openapi::api::policy::v1::PodDisruptionBudget],
+    ) {
+        let terminating: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| is_terminating(p))
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
         for pdb in pdbs {
-            let Some(desired) = pdb.status.as_ref().map(|s| s.desired_healthy) else { continue };
+            let Some(desired) = pdb.status.as_ref().map(|s| s.desired_healthy) else {
+                continue;
+            };
             let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
-            let selected: Vec<&Pod> =
-                pods.iter().filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns && pdb_selects(pdb, p)).collect();
-            let healthy = selected.iter().filter(|p| is_pod_ready(p) && !is_terminating(p)).count();
+            let selected: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| {
+                    p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                        && pdb_selects(pdb, p)
+                })
+                .collect();
+            let healthy = selected
+                .iter()
+                .filter(|p| is_pod_ready(p) && !is_terminating(p))
+                .count();
             if i64::try_from(healthy).unwrap_or(i64::MAX) >= i64::from(desired) {
                 continue;
             }
             let name = pdb.metadata.name.clone().unwrap_or_default();
             for p in selected {
-                let Some(uid) = p.metadata.uid.as_deref() else { continue };
+                let Some(uid) = p.metadata.uid.as_deref() else {
+                    continue;
+                };
                 if is_terminating(p) && !self.terminating.contains(uid) {
                     let what = format!(
                         "pod {} evicted or deleted: PodDisruptionBudget {ns}/{name} at {healthy} healthy, desired {desired}",
@@ -424,9 +476,21 @@ impl Checker {
             if !matches!(inst.state, InstanceState::Pending | InstanceState::Running) {
                 continue;
             }
-            let Some(pool) = inst.pool.clone() else { continue };
-            let Some(info) = catalog.instance_types.iter().find(|t| t.name == inst.instance_type) else { continue };
-            let kubelet = claims.iter().find(|c| Some(&c.id) == inst.claim_id.as_ref()).map(|c| c.kubelet.clone()).unwrap_or_default();
+            let Some(pool) = inst.pool.clone() else {
+                continue;
+            };
+            let Some(info) = catalog
+                .instance_types
+                .iter()
+                .find(|t| t.name == inst.instance_type)
+            else {
+                continue;
+            };
+            let kubelet = claims
+                .iter()
+                .find(|c| Some(&c.id) == inst.claim_id.as_ref())
+                .map(|c| c.kubelet.clone())
+                .unwrap_or_default();
             let mut u = usage_of(&info.capacity(&kubelet));
             u.insert(NODES.to_owned(), 1);
             crate::provisioning::claim::add_usage(launched.entry(pool).or_default(), &u);
@@ -434,7 +498,10 @@ impl Checker {
         let mut over = BTreeSet::new();
         let mut flags = Vec::new();
         for pool in &self.pools {
-            for (what, used) in [("reserved", usage.get(&pool.name)), ("launched", launched.get(&pool.name))] {
+            for (what, used) in [
+                ("reserved", usage.get(&pool.name)),
+                ("launched", launched.get(&pool.name)),
+            ] {
                 let Some(used) = used else { continue };
                 for (resource, limit) in &pool.limits.resources {
                     let have = used.get(resource).copied().unwrap_or(0);
@@ -444,7 +511,10 @@ impl Checker {
                     let key = format!("{}/{resource}/{what}", pool.name);
                     over.insert(key.clone());
                     if !self.over_limit.contains(&key) {
-                        let text = format!("NodePool {} {what} {resource} {have}, above its limit {limit}", pool.name);
+                        let text = format!(
+                            "NodePool {} {what} {resource} {have}, above its limit {limit}",
+                            pool.name
+                        );
                         flags.push((key, text));
                     }
                 }
@@ -452,13 +522,19 @@ impl Checker {
         }
         for (key, text) in flags {
             // A new excursion: counted again even if an earlier one was.
-            self.flagged.remove(&(Violation::LimitExceeded, key.clone()));
+            self.flagged
+                .remove(&(Violation::LimitExceeded, key.clone()));
             self.flag(Violation::LimitExceeded, &key, now, text);
         }
         self.over_limit = over;
     }
 
-    fn check_instances(&mut self, now: Timestamp, claims: &[Claim], instances: &[super::cloud::SimInstance]) {
+    fn check_instances(
+        &mut self,
+        now: Timestamp,
+        claims: &[Claim],
+        instances: &[super::cloud::SimInstance],
+    ) {
         let mut per_claim: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for i in instances {
             if let Some(c) = i.instance.claim_id.as_deref() {
@@ -467,19 +543,34 @@ impl Checker {
         }
         for (claim, ids) in &per_claim {
             if ids.len() > 1 {
-                self.flag(Violation::LaunchedTwice, claim, now, format!("claim {claim} has instances {ids:?}"));
+                self.flag(
+                    Violation::LaunchedTwice,
+                    claim,
+                    now,
+                    format!("claim {claim} has instances {ids:?}"),
+                );
             }
         }
         let claim_ids: BTreeSet<&str> = claims.iter().map(|c| c.id.as_str()).collect();
         let mut orphans = BTreeMap::new();
         for i in instances {
             let inst = &i.instance;
-            if inst.state.is_gone_or_going() || inst.claim_id.as_deref().is_some_and(|c| claim_ids.contains(c)) {
+            if inst.state.is_gone_or_going()
+                || inst
+                    .claim_id
+                    .as_deref()
+                    .is_some_and(|c| claim_ids.contains(c))
+            {
                 continue;
             }
             let since = self.orphans.get(&inst.id).copied().unwrap_or(now);
             if now.duration_since(since) > self.bounds.orphan_grace {
-                let what = format!("instance {} ({}) has had no claim for {}s", inst.id, inst.instance_type, now.duration_since(since).as_secs());
+                let what = format!(
+                    "instance {} ({}) has had no claim for {}s",
+                    inst.id,
+                    inst.instance_type,
+                    now.duration_since(since).as_secs()
+                );
                 self.flag(Violation::InstanceWithoutClaim, &inst.id, now, what);
             }
             orphans.insert(inst.id.clone(), since);
@@ -497,7 +588,12 @@ impl Checker {
             }
             let since = self.claimless.get(&c.id).copied().unwrap_or(now);
             if now.duration_since(since) > self.bounds.claim_without_instance {
-                let what = format!("claim {} ({:?}) has had no instance for {}s", c.id, c.phase(), now.duration_since(since).as_secs());
+                let what = format!(
+                    "claim {} ({:?}) has had no instance for {}s",
+                    c.id,
+                    c.phase(),
+                    now.duration_since(since).as_secs()
+                );
                 self.flag(Violation::ClaimWithoutInstance, &c.id, now, what);
             }
             claimless.insert(c.id.clone(), since);
@@ -505,7 +601,13 @@ impl Checker {
         self.claimless = claimless;
     }
 
-    fn check_disruptions(&mut self, now: Timestamp, sim: &SoakSim, pods: &[Pod], commands: &[crate::termination::Command]) {
+    fn check_disruptions(
+        &mut self,
+        now: Timestamp,
+        sim: &SoakSim,
+        pods: &[Pod],
+        commands: &[crate::termination::Command],
+    ) {
         let voluntary = |r: RemovalReason| match r {
             RemovalReason::Empty => Some(DisruptionReason::Empty),
             RemovalReason::Drifted => Some(DisruptionReason::Drifted),
@@ -516,10 +618,17 @@ impl Checker {
         self.starts_seen = sim.disruption_starts.len();
         let mut flags = Vec::new();
         for s in starts {
-            let Some(reason) = voluntary(s.reason) else { continue };
-            let Some(pool) = self.pools.iter().find(|p| p.name == s.pool) else { continue };
+            let Some(reason) = voluntary(s.reason) else {
+                continue;
+            };
+            let Some(pool) = self.pools.iter().find(|p| p.name == s.pool) else {
+                continue;
+            };
             // Started by the same tick in the same pool, voluntary: they count together.
-            let group: Vec<_> = starts.iter().filter(|o| o.at == s.at && o.pool == s.pool && voluntary(o.reason).is_some()).collect();
+            let group: Vec<_> = starts
+                .iter()
+                .filter(|o| o.at == s.at && o.pool == s.pool && voluntary(o.reason).is_some())
+                .collect();
             let total = s.nodes;
             let allowed = pool.disruption.allowed_disruptions(reason, total, s.at);
             let disrupting = s.in_flight + group.len();
@@ -542,19 +651,38 @@ impl Checker {
             if voluntary(c.spec.reason).is_none() {
                 continue;
             }
-            let Some(node) = c.spec.node.as_deref() else { continue };
+            let Some(node) = c.spec.node.as_deref() else {
+                continue;
+            };
             let blocked = pods.iter().filter(|p| node_of(p) == Some(node)).find(|p| {
-                p.metadata.annotations.as_ref().and_then(|a| a.get(DO_NOT_DISRUPT)).is_some_and(|v| v.trim() == "true")
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(DO_NOT_DISRUPT))
+                    .is_some_and(|v| v.trim() == "true")
             });
             if let Some(p) = blocked {
-                let what = format!("{} removal of node {node} with do-not-disrupt pod {}", c.spec.reason.as_str(), PodKey::of(p));
+                let what = format!(
+                    "{} removal of node {node} with do-not-disrupt pod {}",
+                    c.spec.reason.as_str(),
+                    PodKey::of(p)
+                );
                 self.flag(Violation::DisruptedAgainstDoNotDisrupt, &c.id, now, what);
             }
         }
     }
 
-    fn check_cost(&mut self, now: Timestamp, pods: &[Pod], instances: &[super::cloud::SimInstance]) {
-        let fleet: f64 = instances.iter().filter(|i| i.instance.state != InstanceState::Terminated).map(|i| i.instance.price).sum();
+    fn check_cost(
+        &mut self,
+        now: Timestamp,
+        pods: &[Pod],
+        instances: &[super::cloud::SimInstance],
+    ) {
+        let fleet: f64 = instances
+            .iter()
+            .filter(|i| i.instance.state != InstanceState::Terminated)
+            .map(|i| i.instance.price)
+            .sum();
         let running: Vec<_> = pods
             .iter()
             .filter(|p| !is_finished(p) && !is_terminating(p))
@@ -570,12 +698,20 @@ impl Checker {
             self.hour.1 += bound * hours;
             let whole = now.duration_since(first).as_secs() / 3600;
             if whole > self.hourly_cost_ratio.len() as i64 {
-                self.hourly_cost_ratio.push(if self.hour.1 > 0.0 { round2(self.hour.0 / self.hour.1) } else { 0.0 });
+                self.hourly_cost_ratio.push(if self.hour.1 > 0.0 {
+                    round2(self.hour.0 / self.hour.1)
+                } else {
+                    0.0
+                });
                 self.hour = (0.0, 0.0);
             }
         }
         self.cost.push_back((now, fleet, bound));
-        while self.cost.front().is_some_and(|(t, _, _)| now.duration_since(*t) > self.bounds.cost_window) {
+        while self
+            .cost
+            .front()
+            .is_some_and(|(t, _, _)| now.duration_since(*t) > self.bounds.cost_window)
+        {
             self.cost.pop_front();
         }
         let full = self.cost.front().is_some_and(|(t, _, _)| {
@@ -585,7 +721,10 @@ impl Checker {
         if !full {
             return;
         }
-        let (f, b) = self.cost.iter().fold((0.0, 0.0), |(f, b), (_, cf, cb)| (f + cf, b + cb));
+        let (f, b) = self
+            .cost
+            .iter()
+            .fold((0.0, 0.0), |(f, b), (_, cf, cb)| (f + cf, b + cb));
         if b <= 0.0 {
             return;
         }
@@ -594,7 +733,10 @@ impl Checker {
         let over = ratio > self.bounds.cost_factor;
         if over && !self.cost_over {
             let key = format!("cost-{}", now.as_second());
-            let what = format!("fleet cost over the last hour is {ratio:.2}× the LP bound of its pods (factor {})", self.bounds.cost_factor);
+            let what = format!(
+                "fleet cost over the last hour is {ratio:.2}× the LP bound of its pods (factor {})",
+                self.bounds.cost_factor
+            );
             self.flag(Violation::CostAboveBound, &key, now, what);
         }
         self.cost_over = over;
@@ -644,16 +786,72 @@ pub struct Workload {
 
 /// Which Deployments the soak runs: name, cpu, memory, base replicas
 /// (min, max), node selector, a PDB, do-not-disrupt.
-type DeploymentShape = (&'static str, &'static str, &'static str, (f64, f64), Option<(&'static str, &'static str)>, Option<serde_json::Value>, bool);
+type DeploymentShape = (
+    &'static str,
+    &'static str,
+    &'static str,
+    (f64, f64),
+    Option<(&'static str, &'static str)>,
+    Option<serde_json::Value>,
+    bool,
+);
 
 fn deployment_shapes() -> Vec<DeploymentShape> {
     vec![
-        ("web", "250m", "512Mi", (6.0, 10.0), None, Some(json!({"maxUnavailable": 1})), false),
-        ("api", "500m", "1Gi", (4.0, 8.0), None, Some(json!({"minAvailable": "50%"})), false),
-        ("cache", "1", "4Gi", (2.0, 3.0), None, Some(json!({"minAvailable": 1})), true),
-        ("worker-arm", "1", "2Gi", (3.0, 6.0), Some((labels::ARCH, "arm64")), None, false),
-        ("billing", "500m", "1Gi", (2.0, 4.0), Some((labels::CAPACITY_TYPE, "on-demand")), Some(json!({"maxUnavailable": 1})), false),
-        ("ml", "2", "8Gi", (1.0, 3.0), Some((labels::ARCH, "amd64")), None, false),
+        (
+            "web",
+            "250m",
+            "512Mi",
+            (6.0, 10.0),
+            None,
+            Some(json!({"maxUnavailable": 1})),
+            false,
+        ),
+        (
+            "api",
+            "500m",
+            "1Gi",
+            (4.0, 8.0),
+            None,
+            Some(json!({"minAvailable": "50%"})),
+            false,
+        ),
+        (
+            "cache",
+            "1",
+            "4Gi",
+            (2.0, 3.0),
+            None,
+            Some(json!({"minAvailable": 1})),
+            true,
+        ),
+        (
+            "worker-arm",
+            "1",
+            "2Gi",
+            (3.0, 6.0),
+            Some((labels::ARCH, "arm64")),
+            None,
+            false,
+        ),
+        (
+            "billing",
+            "500m",
+            "1Gi",
+            (2.0, 4.0),
+            Some((labels::CAPACITY_TYPE, "on-demand")),
+            Some(json!({"maxUnavailable": 1})),
+            false,
+        ),
+        (
+            "ml",
+            "2",
+            "8Gi",
+            (1.0, 3.0),
+            Some((labels::ARCH, "amd64")),
+            None,
+            false,
+        ),
         ("queue", "250m", "256Mi", (3.0, 6.0), None, None, false),
         ("search", "1", "2Gi", (2.0, 5.0), None, None, false),
     ]
@@ -731,12 +929,26 @@ impl Workload {
                 "replicas": base.round() as i32, "selector": {"matchLabels": {"app": name}}, "template": template}}));
             if let Some(mut spec) = pdb {
                 spec["selector"] = json!({"matchLabels": {"app": name}});
-                objects.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                    "metadata": {"name": name, "namespace": "default"}, "spec": spec}));
+                objects.push(
+                    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+                );
             }
-            deployments.push(Scaled { name: name.to_owned(), base, phase });
+            deployments.push(Scaled {
+                name: name.to_owned(),
+                base,
+                phase,
+            });
         }
-        let w = Workload { rng, deployments, jobs: Vec::new(), next_job: 1, job_pods_created: 0, job_pods_completed: 0, job_pods_rerun: 0 };
+        let w = Workload {
+            rng,
+            deployments,
+            jobs: Vec::new(),
+            next_job: 1,
+            job_pods_created: 0,
+            job_pods_completed: 0,
+            job_pods_rerun: 0,
+        };
         (w, objects)
     }
 
@@ -769,7 +981,10 @@ impl Workload {
         if minute > 0 && minute % 15 == 0 {
             for i in 0..self.deployments.len() {
                 let n = self.replicas(i, minute);
-                sim.cluster.inner().scale("default", &self.deployments[i].name, n).map_err(SoakError::Setup)?;
+                sim.cluster
+                    .inner()
+                    .scale("default", &self.deployments[i].name, n)
+                    .map_err(SoakError::Setup)?;
             }
         }
         if minute % 5 == 0 && self.rng.chance(0.25) {
@@ -781,8 +996,21 @@ impl Workload {
             let keep = self.rng.chance(0.5);
             for k in 0..self.rng.range(1, 6) {
                 let runtime = SignedDuration::from_mins(self.rng.range(5, 45) as i64);
-                let p = JobPod { job: job.clone(), name: format!("{job}-{k}-0"), attempt: 0, runtime, started: None, cpu, memory, arm64, keep };
-                sim.cluster.inner().apply(&Self::job_pod(&p)).map_err(SoakError::Setup)?;
+                let p = JobPod {
+                    job: job.clone(),
+                    name: format!("{job}-{k}-0"),
+                    attempt: 0,
+                    runtime,
+                    started: None,
+                    cpu,
+                    memory,
+                    arm64,
+                    keep,
+                };
+                sim.cluster
+                    .inner()
+                    .apply(&Self::job_pod(&p))
+                    .map_err(SoakError::Setup)?;
                 self.job_pods_created += 1;
                 self.jobs.push(p);
             }
@@ -794,8 +1022,14 @@ impl Workload {
     /// cleaned up); one that vanished early runs again under a new name.
     async fn reconcile_jobs(&mut self, sim: &SoakSim) -> Result<(), SoakError> {
         let now = sim.now();
-        let pods: BTreeMap<String, Pod> =
-            sim.cluster.inner().all_pods().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some("batch")).map(|p| (p.metadata.name.clone().unwrap_or_default(), p)).collect();
+        let pods: BTreeMap<String, Pod> = sim
+            .cluster
+            .inner()
+            .all_pods()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some("batch"))
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+            .collect();
         let mut keep = Vec::new();
         for mut j in std::mem::take(&mut self.jobs) {
             match pods.get(&j.name) {
@@ -804,8 +1038,14 @@ impl Workload {
                     if node_of(p).is_some() && j.started.is_none() {
                         j.started = Some(now);
                     }
-                    if j.started.is_some_and(|s| now.duration_since(s) >= j.runtime) {
-                        let _ = sim.cluster.inner().delete_pod(&PodKey::of(p), Some(0)).await;
+                    if j.started
+                        .is_some_and(|s| now.duration_since(s) >= j.runtime)
+                    {
+                        let _ = sim
+                            .cluster
+                            .inner()
+                            .delete_pod(&PodKey::of(p), Some(0))
+                            .await;
                         self.job_pods_completed += 1;
                     } else {
                         keep.push(j);
@@ -814,10 +1054,16 @@ impl Workload {
                 None => {
                     // Evicted or its node went away: the Job makes a new pod.
                     j.attempt += 1;
-                    let stem = j.name.rsplit_once('-').map_or(j.name.clone(), |(s, _)| s.to_owned());
+                    let stem = j
+                        .name
+                        .rsplit_once('-')
+                        .map_or(j.name.clone(), |(s, _)| s.to_owned());
                     j.name = format!("{stem}-{}", j.attempt);
                     j.started = None;
-                    sim.cluster.inner().apply(&Self::job_pod(&j)).map_err(SoakError::Setup)?;
+                    sim.cluster
+                        .inner()
+                        .apply(&Self::job_pod(&j))
+                        .map_err(SoakError::Setup)?;
                     self.job_pods_rerun += 1;
                     keep.push(j);
                 }
@@ -944,7 +1190,9 @@ impl Faults {
                 let mut t = SignedDuration::from_mins(10);
                 loop {
                     // Whole seconds: the simulated clock keeps milliseconds.
-                    let gap = (-(1.0 - rng.unit()).ln() / per_hour * 3600.0).round().max(1.0);
+                    let gap = (-(1.0 - rng.unit()).ln() / per_hour * 3600.0)
+                        .round()
+                        .max(1.0);
                     t += SignedDuration::from_secs(gap as i64);
                     if t >= duration {
                         break;
@@ -953,14 +1201,27 @@ impl Faults {
                 }
             }
             // Not a fault: an upgrade halfway through, which drifts every node.
-            due.push((start + SignedDuration::from_secs(duration.as_secs() / 2), FaultKind::KubernetesUpgrade));
+            due.push((
+                start + SignedDuration::from_secs(duration.as_secs() / 2),
+                FaultKind::KubernetesUpgrade,
+            ));
         }
         due.sort();
-        Faults { rng, due: due.into(), undo: Vec::new(), injected: BTreeMap::new() }
+        Faults {
+            rng,
+            due: due.into(),
+            undo: Vec::new(),
+            injected: BTreeMap::new(),
+        }
     }
 
     fn next_due(&self) -> Option<Timestamp> {
-        self.due.front().map(|d| d.0).into_iter().chain(self.undo.iter().map(|u| u.0)).min()
+        self.due
+            .front()
+            .map(|d| d.0)
+            .into_iter()
+            .chain(self.undo.iter().map(|u| u.0))
+            .min()
     }
 
     fn minutes(&mut self, lo: u64, hi: u64) -> SignedDuration {
@@ -970,7 +1231,9 @@ impl Faults {
     /// Injects what is due at `now`; undoes what ended.
     async fn apply(&mut self, soak: &mut SoakParts<'_>, now: Timestamp) {
         let ended: Vec<Undo> = {
-            let (done, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.undo).into_iter().partition(|(t, _)| *t <= now);
+            let (done, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.undo)
+                .into_iter()
+                .partition(|(t, _)| *t <= now);
             self.undo = later;
             done.into_iter().map(|(_, u)| u).collect()
         };
@@ -979,7 +1242,9 @@ impl Faults {
             soak.undo(u);
         }
         while self.due.front().is_some_and(|(t, _)| *t <= now) {
-            let Some((_, kind)) = self.due.pop_front() else { break };
+            let Some((_, kind)) = self.due.pop_front() else {
+                break;
+            };
             if self.inject(soak, kind, now).await {
                 tracing::info!(fault = kind.as_str(), "soak: fault injected");
                 *self.injected.entry(kind).or_default() += 1;
@@ -989,17 +1254,29 @@ impl Faults {
 
     /// Injects one fault; false when there was nothing to hit.
     async fn inject(&mut self, soak: &mut SoakParts<'_>, kind: FaultKind, now: Timestamp) -> bool {
-        let live: Vec<super::cloud::SimInstance> =
-            soak.cloud.all_instances().into_iter().filter(|i| i.instance.state == InstanceState::Running).collect();
+        let live: Vec<super::cloud::SimInstance> = soak
+            .cloud
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.instance.state == InstanceState::Running)
+            .collect();
         let registered: Vec<&super::cloud::SimInstance> = {
             let nodes = soak.sim.cluster.inner().all_nodes();
             live.iter()
-                .filter(|i| nodes.iter().any(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(i.instance.provider_id.as_str())))
+                .filter(|i| {
+                    nodes.iter().any(|n| {
+                        n.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                            == Some(i.instance.provider_id.as_str())
+                    })
+                })
                 .collect()
         };
         match kind {
             FaultKind::SpotInterruption => {
-                let spot: Vec<_> = registered.iter().filter(|i| i.instance.capacity_type == labels::CAPACITY_TYPE_SPOT).collect();
+                let spot: Vec<_> = registered
+                    .iter()
+                    .filter(|i| i.instance.capacity_type == labels::CAPACITY_TYPE_SPOT)
+                    .collect();
                 if spot.is_empty() {
                     return false;
                 }
@@ -1030,7 +1307,11 @@ impl Faults {
                 let mut keys = BTreeSet::new();
                 for _ in 0..self.rng.range(1, 4) {
                     let i = &self.rng.pick(&live).instance;
-                    keys.insert(OfferingKey { capacity_type: i.capacity_type.clone(), instance_type: i.instance_type.clone(), zone: i.zone.clone() });
+                    keys.insert(OfferingKey {
+                        capacity_type: i.capacity_type.clone(),
+                        instance_type: i.instance_type.clone(),
+                        zone: i.zone.clone(),
+                    });
                 }
                 let keys: Vec<OfferingKey> = keys.into_iter().collect();
                 for k in &keys {
@@ -1041,7 +1322,8 @@ impl Faults {
                 true
             }
             FaultKind::FailedLaunches => {
-                soak.faulty_cloud.fail_next_launches(self.rng.range(1, 3) as usize);
+                soak.faulty_cloud
+                    .fail_next_launches(self.rng.range(1, 3) as usize);
                 true
             }
             FaultKind::SlowBoot => {
@@ -1068,7 +1350,13 @@ impl Faults {
                 }
                 let id = self.rng.pick(&registered).instance.id.clone();
                 let name = node_name(&id, REGION);
-                if soak.sim.cluster.inner().set_node_ready(&name, false).is_err() {
+                if soak
+                    .sim
+                    .cluster
+                    .inner()
+                    .set_node_ready(&name, false)
+                    .is_err()
+                {
                     return false;
                 }
                 // Some come back before node repair's 30 minutes, some do not.
@@ -1076,7 +1364,10 @@ impl Faults {
                 self.undo.push((until, Undo::Ready(name)));
                 true
             }
-            FaultKind::EventsDuplicated | FaultKind::EventsReordered | FaultKind::EventsDelayed | FaultKind::EventsLost => {
+            FaultKind::EventsDuplicated
+            | FaultKind::EventsReordered
+            | FaultKind::EventsDelayed
+            | FaultKind::EventsLost => {
                 let s = &mut soak.sim.settings;
                 let before = s.event_delay;
                 match kind {
@@ -1100,11 +1391,13 @@ impl Faults {
                 true
             }
             FaultKind::StoreThrottled => {
-                soak.store.throttle_next_writes(self.rng.range(1, 8) as usize);
+                soak.store
+                    .throttle_next_writes(self.rng.range(1, 8) as usize);
                 true
             }
             FaultKind::StoreConflicts => {
-                soak.store.conflict_next_writes(self.rng.range(1, 4) as usize);
+                soak.store
+                    .conflict_next_writes(self.rng.range(1, 4) as usize);
                 true
             }
             FaultKind::CrashAfterLaunch => {
@@ -1112,21 +1405,28 @@ impl Faults {
                 true
             }
             FaultKind::CrashBetweenSteps => {
-                soak.store.crash_after_command_writes(self.rng.range(0, 5) as usize);
+                soak.store
+                    .crash_after_command_writes(self.rng.range(0, 5) as usize);
                 true
             }
             FaultKind::KubernetesApiRefused => {
                 // A burst of 429s and 503s outlasting the adapter's own retries.
-                soak.sim.cluster.refuse_next_calls(self.rng.range(1, 12) as usize);
+                soak.sim
+                    .cluster
+                    .refuse_next_calls(self.rng.range(1, 12) as usize);
                 true
             }
             FaultKind::KubernetesResponsesDropped => {
-                soak.sim.cluster.drop_next_responses(self.rng.range(1, 4) as usize);
+                soak.sim
+                    .cluster
+                    .drop_next_responses(self.rng.range(1, 4) as usize);
                 true
             }
             FaultKind::KubernetesUpgrade => {
                 let next = match soak.cloud.kubernetes_version().split_once('.') {
-                    Some((major, minor)) => format!("{major}.{}", minor.parse::<u32>().unwrap_or(30) + 1),
+                    Some((major, minor)) => {
+                        format!("{major}.{}", minor.parse::<u32>().unwrap_or(30) + 1)
+                    }
                     None => "1.31".to_owned(),
                 };
                 soak.cloud.set_kubernetes_version(&next);
@@ -1158,9 +1458,17 @@ impl SoakParts<'_> {
                 self.sim.never_register.remove(&t);
                 let nodes = self.sim.cluster.inner().all_nodes();
                 for i in self.cloud.all_instances() {
-                    let joined = nodes.iter().any(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(i.instance.provider_id.as_str()));
-                    if i.instance.instance_type == t && !joined && !i.instance.state.is_gone_or_going() {
-                        self.sim.never_register_instances.insert(i.instance.id.clone());
+                    let joined = nodes.iter().any(|n| {
+                        n.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                            == Some(i.instance.provider_id.as_str())
+                    });
+                    if i.instance.instance_type == t
+                        && !joined
+                        && !i.instance.state.is_gone_or_going()
+                    {
+                        self.sim
+                            .never_register_instances
+                            .insert(i.instance.id.clone());
                     }
                 }
             }
@@ -1209,11 +1517,21 @@ impl Soak {
     /// The cluster loaded with the seed's workload, nothing run yet.
     pub async fn new(options: SoakOptions) -> Result<Soak, SoakError> {
         let clock = SimClock::default();
-        let cloud = SimCloud::new(catalog::catalog(REGION).map_err(|e| SoakError::Setup(e.to_string()))?, clock.clone());
+        let cloud = SimCloud::new(
+            catalog::catalog(REGION).map_err(|e| SoakError::Setup(e.to_string()))?,
+            clock.clone(),
+        );
         let faulty_cloud = FaultyCloud::new(cloud.clone());
         let store = FaultyStore::new(MemStore::new());
         let cluster = FaultyCluster::new(SimCluster::new(clock.clone()));
-        let mut sim = Simulation::with_cluster(clock, faulty_cloud.clone(), Some(cloud.clone()), store.clone(), cluster, SimSettings::default());
+        let mut sim = Simulation::with_cluster(
+            clock,
+            faulty_cloud.clone(),
+            Some(cloud.clone()),
+            store.clone(),
+            cluster,
+            SimSettings::default(),
+        );
         let (workload, objects) = Workload::new(options.seed);
         let s = scenario::Scenario {
             name: "soak".into(),
@@ -1224,21 +1542,49 @@ impl Soak {
             run: "0s".into(),
             simulator: scenario::Pace::default(),
             // The pools' default depths follow the run's seed, as every other choice does.
-            spot_pools: scenario::SpotPoolsSpec { seed: Some(options.seed), ..Default::default() },
+            spot_pools: scenario::SpotPoolsSpec {
+                seed: Some(options.seed),
+                ..Default::default()
+            },
             expect: scenario::Expect::default(),
         };
-        scenario::load(&mut sim, &s).await.map_err(|e| SoakError::Setup(e.to_string()))?;
-        let config = crate::handlers::config::load(&store).await.map_err(|e| SoakError::Setup(e.to_string()))?;
-        let catalog = cloud.catalog().await.map_err(|e| SoakError::Setup(e.to_string()))?;
+        scenario::load(&mut sim, &s)
+            .await
+            .map_err(|e| SoakError::Setup(e.to_string()))?;
+        let config = crate::handlers::config::load(&store)
+            .await
+            .map_err(|e| SoakError::Setup(e.to_string()))?;
+        let catalog = cloud
+            .catalog()
+            .await
+            .map_err(|e| SoakError::Setup(e.to_string()))?;
         let checker = Checker::new(config.pools, &catalog, Bounds::default());
         let start = sim.now();
         let faults = Faults::new(options.seed, start, options.duration, options.faults);
-        Ok(Soak { options, sim, cloud, faulty_cloud, store, checker, workload, faults, start, next_minute: 0, next_check: start })
+        Ok(Soak {
+            options,
+            sim,
+            cloud,
+            faulty_cloud,
+            store,
+            checker,
+            workload,
+            faults,
+            start,
+            next_minute: 0,
+            next_check: start,
+        })
     }
 
     /// When the soak ends.
     pub fn end(&self) -> Timestamp {
-        self.start + self.options.stop_after.map_or(self.options.duration, |stop| stop.min(self.options.duration))
+        self.start
+            + self
+                .options
+                .stop_after
+                .map_or(self.options.duration, |stop| {
+                    stop.min(self.options.duration)
+                })
     }
 
     /// Runs until `until` (or the soak's end): the workload's changes, the
@@ -1250,27 +1596,40 @@ impl Soak {
             let minute_at = self.start + SignedDuration::from_mins(self.next_minute);
             if now >= minute_at {
                 if self.next_minute % 60 == 0 {
-                    tracing::info!(hour = self.next_minute / 60, pods = self.checker.peak_pods, "soak: hour");
+                    tracing::info!(
+                        hour = self.next_minute / 60,
+                        pods = self.checker.peak_pods,
+                        "soak: hour"
+                    );
                 }
                 self.workload.at_minute(&self.sim, self.next_minute)?;
                 self.next_minute += 1;
             }
-            let mut parts = SoakParts { sim: &mut self.sim, cloud: &self.cloud, faulty_cloud: &self.faulty_cloud, store: &self.store };
+            let mut parts = SoakParts {
+                sim: &mut self.sim,
+                cloud: &self.cloud,
+                faulty_cloud: &self.faulty_cloud,
+                store: &self.store,
+            };
             self.faults.apply(&mut parts, now).await;
             if now >= self.next_check {
                 self.workload.reconcile_jobs(&self.sim).await?;
                 self.checker.check(&self.sim).await;
                 self.next_check = now + self.options.check_every;
             }
-            let next = [Some(self.start + SignedDuration::from_mins(self.next_minute)), Some(self.next_check), self.faults.next_due()]
-                .into_iter()
-                .flatten()
-                .filter(|t| *t > now)
-                .min()
-                .unwrap_or(until)
-                .min(until)
-                // The simulated clock keeps milliseconds: never ask for less than one.
-                .max(now + SignedDuration::from_millis(1));
+            let next = [
+                Some(self.start + SignedDuration::from_mins(self.next_minute)),
+                Some(self.next_check),
+                self.faults.next_due(),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .min()
+            .unwrap_or(until)
+            .min(until)
+            // The simulated clock keeps milliseconds: never ask for less than one.
+            .max(now + SignedDuration::from_millis(1));
             tracing::trace!(%now, %next, "soak: run");
             Box::pin(self.sim.run_until(next)).await;
         }
@@ -1294,7 +1653,15 @@ impl Soak {
         }
         let mut interruptions: BTreeMap<String, usize> = BTreeMap::new();
         for o in &self.sim.interruptions {
-            *interruptions.entry(format!("{o:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_owned()).or_default() += 1;
+            *interruptions
+                .entry(
+                    format!("{o:?}")
+                        .split(['(', ' ', '{'])
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+                .or_default() += 1;
         }
         let (throttled, conflicts) = self.store.write_faults();
         let events = self.sim.cluster.inner().events();
@@ -1303,8 +1670,17 @@ impl Soak {
             seed: self.options.seed,
             hours: self.sim.now().duration_since(self.start).as_secs_f64() / 3600.0,
             violations: c.counts().iter().map(|(k, v)| (k.as_str(), *v)).collect(),
-            examples: c.examples().iter().map(|(k, v)| (k.as_str(), v.clone())).collect(),
-            faults: self.faults.injected.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+            examples: c
+                .examples()
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.clone()))
+                .collect(),
+            faults: self
+                .faults
+                .injected
+                .iter()
+                .map(|(k, v)| (k.as_str(), *v))
+                .collect(),
             figures: Figures {
                 checks: c.checks,
                 peak_pods: c.peak_pods,
@@ -1324,7 +1700,11 @@ impl Soak {
                 longest_pending_seconds: c.longest_pending.as_secs(),
                 fleet_dollar_hours: round2(c.fleet_dollar_hours),
                 lower_bound_dollar_hours: round2(c.bound_dollar_hours),
-                cost_ratio: if c.bound_dollar_hours > 0.0 { round2(c.fleet_dollar_hours / c.bound_dollar_hours) } else { 0.0 },
+                cost_ratio: if c.bound_dollar_hours > 0.0 {
+                    round2(c.fleet_dollar_hours / c.bound_dollar_hours)
+                } else {
+                    0.0
+                },
                 worst_hour_cost_ratio: round2(c.worst_window_ratio),
                 hourly_cost_ratio: c.hourly_cost_ratio.clone(),
             },
@@ -1403,12 +1783,20 @@ mod tests {
     use crate::termination::{Command, RemovalSpec};
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     /// A soak without faults, run long enough for a fleet to exist.
     async fn warmed(minutes: i64) -> Soak {
-        let options = SoakOptions { seed: 3, duration: SignedDuration::from_hours(10), faults: false, ..SoakOptions::default() };
+        let options = SoakOptions {
+            seed: 3,
+            duration: SignedDuration::from_hours(10),
+            faults: false,
+            ..SoakOptions::default()
+        };
         let mut soak = Soak::new(options).await.expect("soak");
         let until = soak.sim.now() + SignedDuration::from_mins(minutes);
         soak.run_until(until).await.expect("runs");
@@ -1432,11 +1820,19 @@ mod tests {
             let mut soak = warmed(20).await;
             let claims = soak.store.claims().await.expect("claims");
             let registered: Vec<&Claim> = claims.iter().filter(|c| c.node_name.is_some()).collect();
-            assert!(registered.len() >= 2, "a fleet after 20 minutes: {claims:?}");
+            assert!(
+                registered.len() >= 2,
+                "a fleet after 20 minutes: {claims:?}"
+            );
 
             // A second instance for a claim.
             let before = soak.checker.counts().clone();
-            let first = soak.cloud.all_instances().into_iter().find(|i| i.instance.claim_id.is_some()).expect("an instance");
+            let first = soak
+                .cloud
+                .all_instances()
+                .into_iter()
+                .find(|i| i.instance.claim_id.is_some())
+                .expect("an instance");
             let mut request = first.request.clone();
             request.client_token = format!("{}-again", request.client_token);
             soak.cloud.launch(&request).await.expect("launch");
@@ -1451,15 +1847,30 @@ mod tests {
                 .inner()
                 .all_pods()
                 .into_iter()
-                .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get("app")).is_some_and(|a| a == "web"))
+                .filter(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("app"))
+                        .is_some_and(|a| a == "web")
+                })
                 .filter(|p| is_pod_ready(p) && !is_terminating(p))
                 .collect();
             assert!(web.len() >= 2, "{}", web.len());
             for p in &web[..2] {
-                soak.sim.cluster.inner().delete_pod(&PodKey::of(p), Some(30)).await.expect("delete");
+                soak.sim
+                    .cluster
+                    .inner()
+                    .delete_pod(&PodKey::of(p), Some(30))
+                    .await
+                    .expect("delete");
             }
             soak.checker.check(&soak.sim).await;
-            assert!(counted(&soak, Violation::PdbBelowMinimum, &before) >= 1, "{:?}", soak.checker.examples());
+            assert!(
+                counted(&soak, Violation::PdbBelowMinimum, &before) >= 1,
+                "{:?}",
+                soak.checker.examples()
+            );
 
             // A pod nothing provisions (a scheduler nominated it elsewhere), and one the solver parks.
             let before = soak.checker.counts().clone();
@@ -1469,9 +1880,14 @@ mod tests {
                 .apply(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stray", "namespace": "default"},
                     "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "400"}}}]}}))
                 .expect("apply");
-            soak.sim.cluster.inner().update_pod("default", "stray", |p| {
-                p.status.get_or_insert_with(Default::default).nominated_node_name = Some("elsewhere".into());
-            });
+            soak.sim
+                .cluster
+                .inner()
+                .update_pod("default", "stray", |p| {
+                    p.status
+                        .get_or_insert_with(Default::default)
+                        .nominated_node_name = Some("elsewhere".into());
+                });
             soak.sim
                 .cluster
                 .inner()
@@ -1483,15 +1899,33 @@ mod tests {
             soak.sim.run_for(SignedDuration::from_secs(30)).await;
             soak.checker.check(&soak.sim).await;
             later(&mut soak, SignedDuration::from_mins(3)).await;
-            assert_eq!(counted(&soak, Violation::PendingWithoutReason, &before), 1, "{:?}", soak.checker.examples());
+            assert_eq!(
+                counted(&soak, Violation::PendingWithoutReason, &before),
+                1,
+                "{:?}",
+                soak.checker.examples()
+            );
             assert_eq!(counted(&soak, Violation::PendingTooLong, &before), 0);
             later(&mut soak, SignedDuration::from_mins(18)).await;
-            assert_eq!(counted(&soak, Violation::PendingWithoutReason, &before), 1, "counted once per pod");
+            assert_eq!(
+                counted(&soak, Violation::PendingWithoutReason, &before),
+                1,
+                "counted once per pod"
+            );
             // Both pods, once each. (A pod the workload created just before
             // the clock jumped waits too long as well: nothing ran meanwhile.)
-            let too_long = soak.checker.examples().get(&Violation::PendingTooLong).cloned().unwrap_or_default();
+            let too_long = soak
+                .checker
+                .examples()
+                .get(&Violation::PendingTooLong)
+                .cloned()
+                .unwrap_or_default();
             for name in ["default/huge ", "default/stray "] {
-                assert_eq!(too_long.iter().filter(|e| e.contains(name)).count(), 1, "{name}: {too_long:?}");
+                assert_eq!(
+                    too_long.iter().filter(|e| e.contains(name)).count(),
+                    1,
+                    "{name}: {too_long:?}"
+                );
             }
             assert!(counted(&soak, Violation::PendingTooLong, &before) >= 2);
 
@@ -1503,7 +1937,11 @@ mod tests {
             soak.cloud.launch(&ghost).await.expect("launch");
             soak.checker.check(&soak.sim).await;
             later(&mut soak, SignedDuration::from_mins(4)).await;
-            assert_eq!(counted(&soak, Violation::InstanceWithoutClaim, &before), 0, "within the grace");
+            assert_eq!(
+                counted(&soak, Violation::InstanceWithoutClaim, &before),
+                0,
+                "within the grace"
+            );
             later(&mut soak, SignedDuration::from_mins(2)).await;
             assert_eq!(counted(&soak, Violation::InstanceWithoutClaim, &before), 1);
 
@@ -1515,36 +1953,63 @@ mod tests {
             claim.node_name = None;
             claim.version = 1;
             claim.reservation.insert("cpu".into(), 1_000_000);
-            soak.store.create_claim(&claim, &Limits::default()).await.expect("create");
+            soak.store
+                .create_claim(&claim, &Limits::default())
+                .await
+                .expect("create");
             soak.checker.check(&soak.sim).await;
-            assert_eq!(counted(&soak, Violation::LimitExceeded, &before), 1, "{:?}", soak.checker.examples());
+            assert_eq!(
+                counted(&soak, Violation::LimitExceeded, &before),
+                1,
+                "{:?}",
+                soak.checker.examples()
+            );
             later(&mut soak, SignedDuration::from_mins(6)).await;
             assert_eq!(counted(&soak, Violation::ClaimWithoutInstance, &before), 1);
-            assert_eq!(counted(&soak, Violation::LimitExceeded, &before), 1, "one excursion, counted once");
+            assert_eq!(
+                counted(&soak, Violation::LimitExceeded, &before),
+                1,
+                "one excursion, counted once"
+            );
 
             // A voluntary removal started past its pool's budget.
             let before = soak.checker.counts().clone();
             let victim = registered[0];
-            soak.sim.disruption_starts.push(super::super::simulation::DisruptionStart {
-                at: soak.sim.now(),
-                claim: victim.id.clone(),
-                pool: victim.pool.clone(),
-                reason: RemovalReason::Underutilized,
-                nodes: 5,
-                in_flight: 3,
-            });
+            soak.sim
+                .disruption_starts
+                .push(super::super::simulation::DisruptionStart {
+                    at: soak.sim.now(),
+                    claim: victim.id.clone(),
+                    pool: victim.pool.clone(),
+                    reason: RemovalReason::Underutilized,
+                    nodes: 5,
+                    in_flight: 3,
+                });
             soak.checker.check(&soak.sim).await;
-            assert_eq!(counted(&soak, Violation::DisruptedAgainstBudget, &before), 1);
+            assert_eq!(
+                counted(&soak, Violation::DisruptedAgainstBudget, &before),
+                1
+            );
 
             // A voluntary removal of a node that runs a do-not-disrupt pod.
             let before = soak.checker.counts().clone();
             let pods = soak.sim.cluster.inner().all_pods();
             let cache = pods
                 .iter()
-                .find(|p| p.metadata.labels.as_ref().and_then(|l| l.get("app")).is_some_and(|a| a == "cache") && node_of(p).is_some())
+                .find(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("app"))
+                        .is_some_and(|a| a == "cache")
+                        && node_of(p).is_some()
+                })
                 .expect("a cache pod runs");
             let node = node_of(cache).expect("bound").to_owned();
-            let claim = claims.iter().find(|c| c.node_name.as_deref() == Some(node.as_str())).expect("its claim");
+            let claim = claims
+                .iter()
+                .find(|c| c.node_name.as_deref() == Some(node.as_str()))
+                .expect("its claim");
             let spec = RemovalSpec {
                 claim_id: claim.id.clone(),
                 pool: claim.pool.clone(),
@@ -1556,14 +2021,25 @@ mod tests {
                 avoid: Vec::new(),
                 event_at: None,
             };
-            soak.store.put_command(None, &Command::new(spec, soak.sim.now())).await.expect("command");
+            soak.store
+                .put_command(None, &Command::new(spec, soak.sim.now()))
+                .await
+                .expect("command");
             soak.checker.check(&soak.sim).await;
-            assert_eq!(counted(&soak, Violation::DisruptedAgainstDoNotDisrupt, &before), 1);
+            assert_eq!(
+                counted(&soak, Violation::DisruptedAgainstDoNotDisrupt, &before),
+                1
+            );
 
             // A fleet far dearer than its pods need, for an hour.
             let before = soak.checker.counts().clone();
             let catalog = soak.cloud.catalog().await.expect("catalog");
-            let dearest = catalog.offerings.iter().max_by(|a, b| a.price.total_cmp(&b.price)).expect("offerings").clone();
+            let dearest = catalog
+                .offerings
+                .iter()
+                .max_by(|a, b| a.price.total_cmp(&b.price))
+                .expect("offerings")
+                .clone();
             for k in 0..10 {
                 let mut r = first.request.clone();
                 r.claim_id = format!("on-demand-dear{k}");
@@ -1574,7 +2050,12 @@ mod tests {
             for _ in 0..61 {
                 later(&mut soak, SignedDuration::from_mins(1)).await;
             }
-            assert_eq!(counted(&soak, Violation::CostAboveBound, &before), 1, "one excursion: {:?}", soak.checker.examples());
+            assert_eq!(
+                counted(&soak, Violation::CostAboveBound, &before),
+                1,
+                "one excursion: {:?}",
+                soak.checker.examples()
+            );
             assert!(soak.checker.worst_window_ratio > soak.checker.bounds.cost_factor);
         });
     }
@@ -1587,13 +2068,29 @@ mod tests {
         let c = Faults::new(6, start, SignedDuration::from_hours(24), true);
         assert_eq!(a.due, b.due);
         assert_ne!(a.due, c.due);
-        assert!(Faults::new(5, start, SignedDuration::from_hours(24), false).due.is_empty());
-        let spot = a.due.iter().filter(|(_, k)| *k == FaultKind::SpotInterruption).count();
+        assert!(
+            Faults::new(5, start, SignedDuration::from_hours(24), false)
+                .due
+                .is_empty()
+        );
+        let spot = a
+            .due
+            .iter()
+            .filter(|(_, k)| *k == FaultKind::SpotInterruption)
+            .count();
         // 1.5 an hour over 24 hours: 36 expected; a Poisson count within ±50 %.
         assert!((18..=54).contains(&spot), "{spot}");
-        assert!(a.due.iter().all(|(t, _)| *t >= start + SignedDuration::from_mins(10) && *t < start + SignedDuration::from_hours(24)));
+        assert!(
+            a.due
+                .iter()
+                .all(|(t, _)| *t >= start + SignedDuration::from_mins(10)
+                    && *t < start + SignedDuration::from_hours(24))
+        );
         for (kind, _) in FaultKind::RATES {
-            assert!(a.due.iter().any(|(_, k)| *k == kind), "{kind:?} never scheduled in a day");
+            assert!(
+                a.due.iter().any(|(_, k)| *k == kind),
+                "{kind:?} never scheduled in a day"
+            );
         }
     }
 }
@@ -1612,11 +2109,23 @@ mod soak_tests {
             check_every: SignedDuration::from_secs(20),
             stop_after: None,
         };
-        let report = tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(run(options)).expect("soak");
+        let report = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(run(options))
+            .expect("soak");
         assert_eq!(report.total_violations(), 0, "{:#?}", report.examples);
         // The run did what a soak is for: faults struck, removals happened, Jobs ran.
-        assert!(report.faults.values().sum::<usize>() >= 10, "{:?}", report.faults);
-        assert!(!report.figures.removals.is_empty(), "{:?}", report.figures.removals);
+        assert!(
+            report.faults.values().sum::<usize>() >= 10,
+            "{:?}",
+            report.faults
+        );
+        assert!(
+            !report.figures.removals.is_empty(),
+            "{:?}",
+            report.figures.removals
+        );
         assert!(report.figures.interruption_messages.values().sum::<usize>() > 0);
         assert!(report.figures.job_pods_completed > 0);
         assert!(report.figures.peak_nodes >= 5);

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Limits;
-use crate::ports::{ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError, Timestamp, Usage};
+use crate::ports::{
+    ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError,
+    Timestamp, Usage,
+};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
 use crate::termination::Command;
@@ -69,7 +72,10 @@ impl Store for MemStore {
 
     async fn write_config(&self, writes: &[ConfigWrite]) -> Result<(), StoreError> {
         if writes.len() > MAX_CONFIG_WRITES {
-            return Err(StoreError::Invalid(format!("{} changes in one write; at most {MAX_CONFIG_WRITES}", writes.len())));
+            return Err(StoreError::Invalid(format!(
+                "{} changes in one write; at most {MAX_CONFIG_WRITES}",
+                writes.len()
+            )));
         }
         let mut s = self.lock();
         // Check every condition first: all or nothing.
@@ -92,7 +98,8 @@ impl Store for MemStore {
         for w in writes {
             match w {
                 ConfigWrite::Put(item) => {
-                    s.config.insert((item.kind, item.name.clone()), item.clone());
+                    s.config
+                        .insert((item.kind, item.name.clone()), item.clone());
                 }
                 ConfigWrite::Delete { kind, name, .. } => {
                     s.config.remove(&(*kind, name.clone()));
@@ -114,15 +121,29 @@ impl Store for MemStore {
         }
         let used = s.usage.get(&claim.pool).cloned().unwrap_or_default();
         if let Some(resource) = exceeded_limit(limits, &used, &claim.reservation) {
-            return Err(StoreError::LimitExceeded { pool: claim.pool.clone(), resource });
+            return Err(StoreError::LimitExceeded {
+                pool: claim.pool.clone(),
+                resource,
+            });
         }
-        add_usage(s.usage.entry(claim.pool.clone()).or_default(), &claim.reservation);
+        add_usage(
+            s.usage.entry(claim.pool.clone()).or_default(),
+            &claim.reservation,
+        );
         s.claims.insert(claim.id.clone(), claim.clone());
         Ok(())
     }
 
-    async fn update_claim(&self, previous: &Claim, next: &Claim, limits: &Limits) -> Result<(), StoreError> {
-        if previous.id != next.id || previous.pool != next.pool || next.version != previous.version + 1 {
+    async fn update_claim(
+        &self,
+        previous: &Claim,
+        next: &Claim,
+        limits: &Limits,
+    ) -> Result<(), StoreError> {
+        if previous.id != next.id
+            || previous.pool != next.pool
+            || next.version != previous.version + 1
+        {
             return Err(StoreError::Invalid(format!(
                 "update of nodeclaim {} must keep id and pool and bump the version by one ({} → {})",
                 previous.id, previous.version, next.version
@@ -137,13 +158,21 @@ impl Store for MemStore {
                     previous.id, c.version, previous.version
                 )));
             }
-            None => return Err(StoreError::Conflict(format!("claim {} is gone", previous.id))),
+            None => {
+                return Err(StoreError::Conflict(format!(
+                    "claim {} is gone",
+                    previous.id
+                )));
+            }
         }
         let mut delta = next.reservation.clone();
         sub_usage(&mut delta, &previous.reservation);
         let used = s.usage.get(&previous.pool).cloned().unwrap_or_default();
         if let Some(resource) = exceeded_limit(limits, &used, &delta) {
-            return Err(StoreError::LimitExceeded { pool: previous.pool.clone(), resource });
+            return Err(StoreError::LimitExceeded {
+                pool: previous.pool.clone(),
+                resource,
+            });
         }
         let usage = s.usage.entry(previous.pool.clone()).or_default();
         add_usage(usage, &delta);
@@ -154,7 +183,9 @@ impl Store for MemStore {
 
     async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
         let mut s = self.lock();
-        let Some(stored) = s.claims.remove(&claim.id) else { return Ok(()) };
+        let Some(stored) = s.claims.remove(&claim.id) else {
+            return Ok(());
+        };
         s.deleted_claims.push(stored.id.clone());
         if let Some(usage) = s.usage.get_mut(&stored.pool) {
             sub_usage(usage, &stored.reservation);
@@ -174,7 +205,9 @@ impl Store for MemStore {
         let mut s = self.lock();
         let stored = s.batch.as_ref().map(|b| b.version);
         if stored != previous.map(|b| b.version) {
-            return Err(StoreError::Conflict(format!("batch: stored version {stored:?}")));
+            return Err(StoreError::Conflict(format!(
+                "batch: stored version {stored:?}"
+            )));
         }
         s.batch = Some(next.clone());
         Ok(())
@@ -184,7 +217,12 @@ impl Store for MemStore {
         let mut s = self.lock();
         match &s.batch {
             Some(b) if b.version == batch.version => s.batch = None,
-            Some(b) => return Err(StoreError::Conflict(format!("batch: stored version {}", b.version))),
+            Some(b) => {
+                return Err(StoreError::Conflict(format!(
+                    "batch: stored version {}",
+                    b.version
+                )));
+            }
             None => {}
         }
         Ok(())
@@ -216,15 +254,24 @@ impl Store for MemStore {
         Ok(commands)
     }
 
-    async fn put_command(&self, previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
+    async fn put_command(
+        &self,
+        previous: Option<&Command>,
+        next: &Command,
+    ) -> Result<(), StoreError> {
         crate::ports::check_command_write(previous, next)?;
         let mut s = self.lock();
         let stored = s.commands.get(&next.id).map(|c| c.version);
         if stored != previous.map(|c| c.version) {
             return Err(StoreError::Conflict(match (previous, stored) {
                 (None, _) => format!("command {} exists", next.id),
-                (Some(p), None) => format!("command {} is gone (expected version {})", next.id, p.version),
-                (Some(p), Some(v)) => format!("command {}: version {v} is not {}", next.id, p.version),
+                (Some(p), None) => format!(
+                    "command {} is gone (expected version {})",
+                    next.id, p.version
+                ),
+                (Some(p), Some(v)) => {
+                    format!("command {}: version {v} is not {}", next.id, p.version)
+                }
             }));
         }
         s.commands.insert(next.id.clone(), next.clone());
@@ -239,11 +286,18 @@ impl Store for MemStore {
                 s.commands.remove(&command.id);
                 Ok(())
             }
-            Some(c) => Err(StoreError::Conflict(format!("command {}: version {} is not {}", command.id, c.version, command.version))),
+            Some(c) => Err(StoreError::Conflict(format!(
+                "command {}: version {} is not {}",
+                command.id, c.version, command.version
+            ))),
         }
     }
 
-    async fn mark_unavailable(&self, offering: &OfferingKey, until: Timestamp) -> Result<(), StoreError> {
+    async fn mark_unavailable(
+        &self,
+        offering: &OfferingKey,
+        until: Timestamp,
+    ) -> Result<(), StoreError> {
         let mut s = self.lock();
         let entry = s.unavailable.entry(offering.clone()).or_insert(until);
         *entry = (*entry).max(until);

@@ -49,7 +49,10 @@ impl RemovalReason {
 
     /// Forceful reasons are not limited by disruption budgets.
     pub fn is_forceful(self) -> bool {
-        !matches!(self, RemovalReason::Drifted | RemovalReason::Empty | RemovalReason::Underutilized)
+        !matches!(
+            self,
+            RemovalReason::Drifted | RemovalReason::Empty | RemovalReason::Underutilized
+        )
     }
 
     /// A voluntary removal (drift, emptiness, consolidation) is undone when
@@ -189,7 +192,11 @@ impl Command {
     }
 
     /// A new command whose replacement claims are already decided.
-    pub fn with_replacement(spec: RemovalSpec, claims: Vec<crate::provisioning::claim::Claim>, now: Timestamp) -> Command {
+    pub fn with_replacement(
+        spec: RemovalSpec,
+        claims: Vec<crate::provisioning::claim::Claim>,
+        now: Timestamp,
+    ) -> Command {
         let mut c = Command::new(spec, now);
         c.given_replacement = !claims.is_empty();
         c.replacements = claims.iter().map(|r| r.id.clone()).collect();

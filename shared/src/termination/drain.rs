@@ -45,22 +45,38 @@ impl DrainPlan {
 }
 
 fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
 }
 
 fn is_daemon(p: &Pod) -> bool {
-    p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet")
 }
 
 /// A static pod's mirror: the kubelet owns it, the API cannot evict it.
 fn is_mirror(p: &Pod) -> bool {
-    p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
-        || p.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node")
+    p.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+        || p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node")
 }
 
 fn is_critical(p: &Pod) -> bool {
     matches!(
-        p.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()),
+        p.spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref()),
         Some("system-cluster-critical" | "system-node-critical")
     )
 }
@@ -72,7 +88,11 @@ pub fn tolerates_disruption(p: &Pod) -> bool {
     p.spec
         .as_ref()
         .and_then(|s| s.tolerations.as_ref())
-        .is_some_and(|ts| ts.iter().filter_map(|t| Toleration::from_k8s(t).ok()).any(|t| t.tolerates(&taint)))
+        .is_some_and(|ts| {
+            ts.iter()
+                .filter_map(|t| Toleration::from_k8s(t).ok())
+                .any(|t| t.tolerates(&taint))
+        })
 }
 
 /// The eviction tier: 0 non-critical non-daemon … 3 critical daemon.
@@ -102,8 +122,20 @@ pub fn plan(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainP
         plan.delete_grace = Some(0);
     }
     // Pods already terminating hold their tier open, as Karpenter waits for them.
-    let terminating_tiers = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some() && !is_mirror(p) && !tolerates_disruption(p)).map(tier);
-    let Some(current) = candidates.iter().map(|p| tier(p)).chain(terminating_tiers).min() else { return plan };
+    let terminating_tiers = pods
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_some() && !is_mirror(p) && !tolerates_disruption(p)
+        })
+        .map(tier);
+    let Some(current) = candidates
+        .iter()
+        .map(|p| tier(p))
+        .chain(terminating_tiers)
+        .min()
+    else {
+        return plan;
+    };
     for p in candidates {
         if tier(p) == current {
             plan.evict.push(PodKey::of(p));
@@ -127,18 +159,30 @@ mod tests {
         p.metadata.name = Some(name.to_owned());
         p.metadata.namespace = Some("default".to_owned());
         p.metadata.uid = Some(format!("uid-{name}"));
-        p.spec = Some(PodSpec { node_name: Some("n1".to_owned()), ..Default::default() });
-        p.status = Some(PodStatus { phase: Some(phase.to_owned()), ..Default::default() });
+        p.spec = Some(PodSpec {
+            node_name: Some("n1".to_owned()),
+            ..Default::default()
+        });
+        p.status = Some(PodStatus {
+            phase: Some(phase.to_owned()),
+            ..Default::default()
+        });
         p
     }
 
     fn daemon(mut p: Pod) -> Pod {
-        p.metadata.owner_references = Some(vec![OwnerReference { kind: "DaemonSet".into(), name: "ds".into(), ..Default::default() }]);
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "DaemonSet".into(),
+            name: "ds".into(),
+            ..Default::default()
+        }]);
         p
     }
 
     fn critical(mut p: Pod) -> Pod {
-        p.spec.get_or_insert_with(Default::default).priority_class_name = Some("system-node-critical".to_owned());
+        p.spec
+            .get_or_insert_with(Default::default)
+            .priority_class_name = Some("system-node-critical".to_owned());
         p
     }
 
@@ -152,7 +196,12 @@ mod tests {
 
     #[test]
     fn tiers_go_one_after_the_other() {
-        let pods = vec![critical(daemon(pod("cd", "Running"))), daemon(pod("d", "Running")), pod("a", "Running"), critical(pod("c", "Running"))];
+        let pods = vec![
+            critical(daemon(pod("cd", "Running"))),
+            daemon(pod("d", "Running")),
+            pod("a", "Running"),
+            critical(pod("c", "Running")),
+        ];
         let p = plan(&pods, t(0), None);
         assert_eq!(names(&p.evict), ["a"]);
         assert_eq!(p.later, 3);
@@ -184,7 +233,11 @@ mod tests {
 
     #[test]
     fn after_the_deadline_everything_left_is_deleted_at_once() {
-        let p = plan(&[pod("a", "Running"), critical(daemon(pod("cd", "Running")))], t(10), Some(t(10)));
+        let p = plan(
+            &[pod("a", "Running"), critical(daemon(pod("cd", "Running")))],
+            t(10),
+            Some(t(10)),
+        );
         assert_eq!(names(&p.delete), ["a", "cd"]);
         assert!(p.evict.is_empty());
         assert_eq!(p.delete_grace, Some(0));
@@ -195,10 +248,16 @@ mod tests {
     #[test]
     fn pods_that_tolerate_the_disrupted_taint_and_mirror_pods_stay() {
         let mut tolerant = pod("tol", "Running");
-        tolerant.spec.get_or_insert_with(Default::default).tolerations =
-            Some(vec![K8sToleration { operator: Some("Exists".into()), ..Default::default() }]);
+        tolerant
+            .spec
+            .get_or_insert_with(Default::default)
+            .tolerations = Some(vec![K8sToleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }]);
         let mut mirror = pod("static", "Running");
-        mirror.metadata.annotations = Some([("kubernetes.io/config.mirror".to_owned(), "x".to_owned())].into());
+        mirror.metadata.annotations =
+            Some([("kubernetes.io/config.mirror".to_owned(), "x".to_owned())].into());
         let p = plan(&[tolerant, mirror], t(0), Some(t(0)));
         assert!(p.is_drained());
         assert_eq!(p.staying, 2);

@@ -36,28 +36,48 @@ pub struct View<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Move {
     /// Taint the node `karpenter.sh/disrupted:NoSchedule`.
-    Taint { node: String },
+    Taint {
+        node: String,
+    },
     /// Plan and launch replacement capacity for the node's pods.
     Replace,
     /// Launch planned replacement claims that were never launched.
-    LaunchReplacements { claims: Vec<String> },
+    LaunchReplacements {
+        claims: Vec<String>,
+    },
     /// Nothing to do until then.
-    Wait { until: Timestamp, why: String },
+    Wait {
+        until: Timestamp,
+        why: String,
+    },
     /// Act on the node's pods.
     Drain(DrainPlan),
-    Terminate { instance_id: String },
-    DeleteNode { node: String },
+    Terminate {
+        instance_id: String,
+    },
+    DeleteNode {
+        node: String,
+    },
     /// Release the claim, then delete the command.
     Release,
     /// Move on to `step` (and why), with no I/O.
-    Advance { step: Step, why: String },
+    Advance {
+        step: Step,
+        why: String,
+    },
     /// A voluntary removal whose replacement failed: untaint the node (if
     /// there is one) and delete the command, leaving the node as it was.
-    Rollback { node: Option<String>, why: String },
+    Rollback {
+        node: Option<String>,
+        why: String,
+    },
 }
 
 fn has_taint(node: &Node, key: &str) -> bool {
-    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == key))
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
 }
 
 /// When the wait for replacements ends.
@@ -74,7 +94,11 @@ pub fn replacement_deadline(command: &Command) -> Timestamp {
 /// and dropped (no capacity, a limit, an invalid request — its id left
 /// `replacements`), or its claim gone before it registered.
 fn failed_replacement(command: &Command, view: &View<'_>) -> Option<String> {
-    if let Some(id) = command.launched.iter().find(|id| !command.replacements.contains(id)) {
+    if let Some(id) = command
+        .launched
+        .iter()
+        .find(|id| !command.replacements.contains(id))
+    {
         return Some(format!("replacement {id} could not be launched"));
     }
     command
@@ -86,22 +110,46 @@ fn failed_replacement(command: &Command, view: &View<'_>) -> Option<String> {
 
 /// The command's next move.
 pub fn next(command: &Command, view: &View<'_>) -> Move {
-    let node_name = command.spec.node.clone().or_else(|| view.claim.and_then(|c| c.node_name.clone()));
+    let node_name = command
+        .spec
+        .node
+        .clone()
+        .or_else(|| view.claim.and_then(|c| c.node_name.clone()));
     match command.step {
         Step::Taint => match (view.node, node_name) {
-            (Some(node), Some(name)) if !has_taint(node, DISRUPTED_TAINT_KEY) => Move::Taint { node: name },
-            (Some(_), _) => Move::Advance { step: Step::Replace, why: "node tainted".to_owned() },
-            (None, _) => Move::Advance { step: Step::Replace, why: "no node to taint".to_owned() },
+            (Some(node), Some(name)) if !has_taint(node, DISRUPTED_TAINT_KEY) => {
+                Move::Taint { node: name }
+            }
+            (Some(_), _) => Move::Advance {
+                step: Step::Replace,
+                why: "node tainted".to_owned(),
+            },
+            (None, _) => Move::Advance {
+                step: Step::Replace,
+                why: "no node to taint".to_owned(),
+            },
         },
         Step::Replace => {
             if !command.spec.replace {
-                Move::Advance { step: Step::Drain, why: "no replacement asked for".to_owned() }
+                Move::Advance {
+                    step: Step::Drain,
+                    why: "no replacement asked for".to_owned(),
+                }
             } else if view.claim.is_none() {
-                Move::Advance { step: Step::Drain, why: "the claim is gone".to_owned() }
+                Move::Advance {
+                    step: Step::Drain,
+                    why: "the claim is gone".to_owned(),
+                }
             } else if command.given_replacement && command.replacement_rounds == 0 {
-                Move::Advance { step: Step::AwaitReplacement, why: "replacement decided with the removal".to_owned() }
+                Move::Advance {
+                    step: Step::AwaitReplacement,
+                    why: "replacement decided with the removal".to_owned(),
+                }
             } else if command.spec.reason.rolls_back() && command.replacement_rounds > 0 {
-                Move::Rollback { node: node_name, why: "its replacement found no capacity".to_owned() }
+                Move::Rollback {
+                    node: node_name,
+                    why: "its replacement found no capacity".to_owned(),
+                }
             } else {
                 Move::Replace
             }
@@ -119,7 +167,10 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
             if command.spec.reason.rolls_back()
                 && let Some(why) = failed_replacement(command, view)
             {
-                return Move::Rollback { node: node_name, why };
+                return Move::Rollback {
+                    node: node_name,
+                    why,
+                };
             }
             let waiting: Vec<&Claim> = view
                 .claims
@@ -127,8 +178,15 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
                 .filter(|c| command.replacements.contains(&c.id) && c.node_name.is_none())
                 .collect();
             if waiting.is_empty() {
-                let live = view.claims.iter().filter(|c| command.replacements.contains(&c.id)).count();
-                return Move::Advance { step: Step::Drain, why: format!("{live} replacement(s) registered") };
+                let live = view
+                    .claims
+                    .iter()
+                    .filter(|c| command.replacements.contains(&c.id))
+                    .count();
+                return Move::Advance {
+                    step: Step::Drain,
+                    why: format!("{live} replacement(s) registered"),
+                };
             }
             let until = replacement_deadline(command);
             if view.now >= until && command.spec.reason.rolls_back() {
@@ -140,32 +198,56 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
             if view.now >= until {
                 return Move::Advance {
                     step: Step::Drain,
-                    why: format!("{} replacement(s) not registered in time; draining anyway", waiting.len()),
+                    why: format!(
+                        "{} replacement(s) not registered in time; draining anyway",
+                        waiting.len()
+                    ),
                 };
             }
-            Move::Wait { until: until.min(view.now + POLL), why: format!("waiting for {} replacement(s) to register", waiting.len()) }
+            Move::Wait {
+                until: until.min(view.now + POLL),
+                why: format!("waiting for {} replacement(s) to register", waiting.len()),
+            }
         }
         Step::Drain => {
             if view.node.is_none() {
-                return Move::Advance { step: Step::Terminate, why: "the node is gone".to_owned() };
+                return Move::Advance {
+                    step: Step::Terminate,
+                    why: "the node is gone".to_owned(),
+                };
             }
             let plan = drain::plan(view.pods, view.now, command.spec.deadline);
             if plan.is_drained() {
-                Move::Advance { step: Step::Terminate, why: "drained".to_owned() }
+                Move::Advance {
+                    step: Step::Terminate,
+                    why: "drained".to_owned(),
+                }
             } else {
                 Move::Drain(plan)
             }
         }
         Step::Terminate => {
-            let instance = command.spec.instance_id.clone().or_else(|| view.claim.and_then(|c| c.instance_id().map(str::to_owned)));
+            let instance = command
+                .spec
+                .instance_id
+                .clone()
+                .or_else(|| view.claim.and_then(|c| c.instance_id().map(str::to_owned)));
             match instance {
-                Some(id) if command.milestones.terminated_at.is_none() => Move::Terminate { instance_id: id },
-                _ => Move::Advance { step: Step::DeleteNode, why: "instance terminated".to_owned() },
+                Some(id) if command.milestones.terminated_at.is_none() => {
+                    Move::Terminate { instance_id: id }
+                }
+                _ => Move::Advance {
+                    step: Step::DeleteNode,
+                    why: "instance terminated".to_owned(),
+                },
             }
         }
         Step::DeleteNode => match (view.node, node_name) {
             (Some(_), Some(name)) => Move::DeleteNode { node: name },
-            _ => Move::Advance { step: Step::Release, why: "node deleted".to_owned() },
+            _ => Move::Advance {
+                step: Step::Release,
+                why: "node deleted".to_owned(),
+            },
         },
         Step::Release => Move::Release,
     }
@@ -203,7 +285,11 @@ mod tests {
         n.metadata.name = Some("n1".into());
         if tainted {
             n.spec = Some(NodeSpec {
-                taints: Some(vec![K8sTaint { key: DISRUPTED_TAINT_KEY.into(), effect: "NoSchedule".into(), ..Default::default() }]),
+                taints: Some(vec![K8sTaint {
+                    key: DISRUPTED_TAINT_KEY.into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
                 ..Default::default()
             });
         }
@@ -220,15 +306,30 @@ mod tests {
     }
 
     fn view<'a>(now: i64, node: Option<&'a Node>, claims: &'a [Claim]) -> View<'a> {
-        View { now: t(now), node, pods: &[], claim: claims.iter().find(|c| c.id == "default-abcde"), claims }
+        View {
+            now: t(now),
+            node,
+            pods: &[],
+            claim: claims.iter().find(|c| c.id == "default-abcde"),
+            claims,
+        }
     }
 
     #[test]
     fn taints_first_then_moves_on() {
         let claims = [claim("default-abcde", true)];
         let c = command(true, None);
-        assert_eq!(next(&c, &view(0, Some(&node(false)), &claims)), Move::Taint { node: "n1".into() });
-        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::Replace, .. }));
+        assert_eq!(
+            next(&c, &view(0, Some(&node(false)), &claims)),
+            Move::Taint { node: "n1".into() }
+        );
+        assert!(matches!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::Advance {
+                step: Step::Replace,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -240,13 +341,33 @@ mod tests {
         c.launched = vec!["default-new01".into()];
         let booting = [claim("default-abcde", true), claim("default-new01", false)];
         let n = node(true);
-        assert!(matches!(next(&c, &view(10, Some(&n), &booting)), Move::Wait { .. }));
+        assert!(matches!(
+            next(&c, &view(10, Some(&n), &booting)),
+            Move::Wait { .. }
+        ));
         // The spot notice leaves DRAIN_RESERVE for the drain: give up at 105 − 45 = 60 s.
-        assert!(matches!(next(&c, &view(60, Some(&n), &booting)), Move::Advance { step: Step::Drain, .. }));
+        assert!(matches!(
+            next(&c, &view(60, Some(&n), &booting)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
         let registered = [claim("default-abcde", true), claim("default-new01", true)];
-        assert!(matches!(next(&c, &view(10, Some(&n), &registered)), Move::Advance { step: Step::Drain, .. }));
+        assert!(matches!(
+            next(&c, &view(10, Some(&n), &registered)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
         c.launched.clear();
-        assert_eq!(next(&c, &view(10, Some(&n), &booting)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
+        assert_eq!(
+            next(&c, &view(10, Some(&n), &booting)),
+            Move::LaunchReplacements {
+                claims: vec!["default-new01".into()]
+            }
+        );
     }
 
     fn voluntary(replacement: &str) -> Command {
@@ -262,10 +383,21 @@ mod tests {
         let mut c = voluntary("default-new01");
         c.step = Step::Replace;
         let claims = [claim("default-abcde", true)];
-        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::AwaitReplacement, .. }));
+        assert!(matches!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::Advance {
+                step: Step::AwaitReplacement,
+                ..
+            }
+        ));
         c.step = Step::AwaitReplacement;
         c.replacement_rounds = 1;
-        assert_eq!(next(&c, &view(0, Some(&node(true)), &claims)), Move::LaunchReplacements { claims: vec!["default-new01".into()] });
+        assert_eq!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::LaunchReplacements {
+                claims: vec!["default-new01".into()]
+            }
+        );
     }
 
     #[test]
@@ -278,23 +410,47 @@ mod tests {
         c.replacement_rounds = 1;
         c.launched = vec!["default-new01".into()];
         c.replacements.clear();
-        assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Rollback { node: Some(_), .. }));
+        assert!(matches!(
+            next(&c, &view(10, Some(&n), &claims)),
+            Move::Rollback { node: Some(_), .. }
+        ));
         // Launched, and its claim is gone before registering.
         let mut gone = voluntary("default-new01");
         gone.step = Step::AwaitReplacement;
         gone.launched = vec!["default-new01".into()];
-        assert!(matches!(next(&gone, &view(10, Some(&n), &claims)), Move::Rollback { .. }));
+        assert!(matches!(
+            next(&gone, &view(10, Some(&n), &claims)),
+            Move::Rollback { .. }
+        ));
         // Launched, never registered within the bound.
         let booting = [claim("default-abcde", true), claim("default-new01", false)];
         let mut slow = gone.clone();
         slow.replacing_since = Some(t(0));
-        assert!(matches!(next(&slow, &view(10, Some(&n), &booting)), Move::Wait { .. }));
-        assert!(matches!(next(&slow, &view(601, Some(&n), &booting)), Move::Rollback { .. }));
+        assert!(matches!(
+            next(&slow, &view(10, Some(&n), &booting)),
+            Move::Wait { .. }
+        ));
+        assert!(matches!(
+            next(&slow, &view(601, Some(&n), &booting)),
+            Move::Rollback { .. }
+        ));
         // The same for an expiration: drained anyway.
         slow.spec.reason = RemovalReason::Expired;
-        assert!(matches!(next(&slow, &view(601, Some(&n), &booting)), Move::Advance { step: Step::Drain, .. }));
+        assert!(matches!(
+            next(&slow, &view(601, Some(&n), &booting)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
         c.spec.reason = RemovalReason::SpotInterrupted;
-        assert!(matches!(next(&c, &view(10, Some(&n), &claims)), Move::Advance { step: Step::Drain, .. }));
+        assert!(matches!(
+            next(&c, &view(10, Some(&n), &claims)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
     }
 
     fn reason_strategy() -> impl proptest::strategy::Strategy<Value = RemovalReason> {
@@ -352,7 +508,13 @@ mod tests {
         let mut c = command(false, None);
         c.step = Step::Replace;
         let claims = [claim("default-abcde", true)];
-        assert!(matches!(next(&c, &view(0, Some(&node(true)), &claims)), Move::Advance { step: Step::Drain, .. }));
+        assert!(matches!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -360,13 +522,39 @@ mod tests {
         let claims = [claim("default-abcde", true)];
         let mut c = command(false, None);
         c.step = Step::Drain;
-        assert!(matches!(next(&c, &view(0, None, &claims)), Move::Advance { step: Step::Terminate, .. }));
+        assert!(matches!(
+            next(&c, &view(0, None, &claims)),
+            Move::Advance {
+                step: Step::Terminate,
+                ..
+            }
+        ));
         c.step = Step::Terminate;
-        assert_eq!(next(&c, &view(0, None, &claims)), Move::Terminate { instance_id: "i-1".into() });
+        assert_eq!(
+            next(&c, &view(0, None, &claims)),
+            Move::Terminate {
+                instance_id: "i-1".into()
+            }
+        );
         c.milestones.terminated_at = Some(t(1));
-        assert!(matches!(next(&c, &view(0, None, &claims)), Move::Advance { step: Step::DeleteNode, .. }));
+        assert!(matches!(
+            next(&c, &view(0, None, &claims)),
+            Move::Advance {
+                step: Step::DeleteNode,
+                ..
+            }
+        ));
         c.step = Step::DeleteNode;
-        assert!(matches!(next(&c, &view(0, None, &claims)), Move::Advance { step: Step::Release, .. }));
-        assert_eq!(next(&c, &view(0, Some(&node(true)), &claims)), Move::DeleteNode { node: "n1".into() });
+        assert!(matches!(
+            next(&c, &view(0, None, &claims)),
+            Move::Advance {
+                step: Step::Release,
+                ..
+            }
+        ));
+        assert_eq!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::DeleteNode { node: "n1".into() }
+        );
     }
 }

@@ -74,13 +74,18 @@ impl FleetBound {
                 }
                 let node = reqs.intersection(&pool.requirements);
                 for capacity_type in [labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND] {
-                    if !pool.requirements.allows(labels::CAPACITY_TYPE, Some(capacity_type)) {
+                    if !pool
+                        .requirements
+                        .allows(labels::CAPACITY_TYPE, Some(capacity_type))
+                    {
                         continue;
                     }
                     let price = catalog
                         .offerings
                         .iter()
-                        .filter(|o| o.instance_type == info.name && o.capacity_type == capacity_type)
+                        .filter(|o| {
+                            o.instance_type == info.name && o.capacity_type == capacity_type
+                        })
                         .filter(|o| pool.requirements.allows(labels::ZONE, Some(&o.zone)))
                         .map(|o| o.price)
                         .min_by(f64::total_cmp);
@@ -89,7 +94,13 @@ impl FleetBound {
                     node.add(labels::CAPACITY_TYPE, Requirement::single(capacity_type));
                     let capacity = info.capacity(&pool.kubelet);
                     let allocatable = capacity.saturating_sub(&info.overhead(&pool.kubelet));
-                    columns.push(Column { pool: p, node, price, capacity, allocatable });
+                    columns.push(Column {
+                        pool: p,
+                        node,
+                        price,
+                        capacity,
+                        allocatable,
+                    });
                 }
             }
         }
@@ -97,7 +108,11 @@ impl FleetBound {
             .iter()
             .map(|pool| {
                 let limit = |name: &str| pool.limits.resources.get(name).map(|v| *v as f64);
-                [limit("cpu").map(|m| m / 1000.0), limit("memory").map(|b| b / GIB as f64), limit("nodes")]
+                [
+                    limit("cpu").map(|m| m / 1000.0),
+                    limit("memory").map(|b| b / GIB as f64),
+                    limit("nodes"),
+                ]
             })
             .collect();
         FleetBound {
@@ -122,14 +137,23 @@ impl FleetBound {
         for p in pods {
             let set = self.admit_set(p);
             if p.daemon {
-                daemons.entry(daemon_key(p)).or_insert((set, p.requests.clone()));
+                daemons
+                    .entry(daemon_key(p))
+                    .or_insert((set, p.requests.clone()));
             } else if self.admit_sets[set].iter().any(|a| *a) {
                 let r = &p.requests;
-                *groups.entry((set, r.cpu_millis, r.memory_bytes, r.pods)).or_default() += 1;
+                *groups
+                    .entry((set, r.cpu_millis, r.memory_bytes, r.pods))
+                    .or_default() += 1;
             }
         }
-        let groups = groups.into_iter().map(|((set, cpu, memory, pods), n)| (set, Resources::new(cpu, memory, pods), n));
-        let key = (groups.collect::<Vec<_>>(), daemons.into_values().collect::<Vec<_>>());
+        let groups = groups
+            .into_iter()
+            .map(|((set, cpu, memory, pods), n)| (set, Resources::new(cpu, memory, pods), n));
+        let key = (
+            groups.collect::<Vec<_>>(),
+            daemons.into_values().collect::<Vec<_>>(),
+        );
         if let Some((k, b)) = &self.last
             && *k == key
         {
@@ -137,17 +161,25 @@ impl FleetBound {
         }
         // Pods beyond the limits (pending, or on nodes launched before a
         // limit was lowered) make the limits infeasible: bound them without.
-        let b = self.solve(&key.0, &key.1, true).or_else(|| self.solve(&key.0, &key.1, false));
+        let b = self
+            .solve(&key.0, &key.1, true)
+            .or_else(|| self.solve(&key.0, &key.1, false));
         self.last = Some((key, b));
         b
     }
 
-    fn solve(&self, groups: &[(usize, Resources, i64)], daemons: &[(usize, Resources)], with_limits: bool) -> Option<f64> {
+    fn solve(
+        &self,
+        groups: &[(usize, Resources, i64)],
+        daemons: &[(usize, Resources)],
+        with_limits: bool,
+    ) -> Option<f64> {
         if groups.is_empty() {
             return Some(0.0);
         }
         // Each node's allocatable, less the DaemonSets that would run on it.
-        let mut allocatable: Vec<Resources> = self.columns.iter().map(|c| c.allocatable.clone()).collect();
+        let mut allocatable: Vec<Resources> =
+            self.columns.iter().map(|c| c.allocatable.clone()).collect();
         for (set, requests) in daemons {
             for (c, a) in allocatable.iter_mut().enumerate() {
                 if self.admit_sets[*set][c] {
@@ -161,8 +193,15 @@ impl FleetBound {
         let groups: Vec<(Vec<bool>, Resources)> = groups
             .iter()
             .map(|(set, one, n)| {
-                let admits = self.admit_sets[*set].iter().zip(&allocatable).map(|(a, room)| *a && one.fits_in(room)).collect();
-                (admits, Resources::new(one.cpu_millis * n, one.memory_bytes * n, one.pods * n))
+                let admits = self.admit_sets[*set]
+                    .iter()
+                    .zip(&allocatable)
+                    .map(|(a, room)| *a && one.fits_in(room))
+                    .collect();
+                (
+                    admits,
+                    Resources::new(one.cpu_millis * n, one.memory_bytes * n, one.pods * n),
+                )
             })
             // Pods no node can hold are left out, as those no column admits.
             .filter(|(admits, _): &(Vec<bool>, Resources)| admits.iter().any(|a| *a))
@@ -174,7 +213,10 @@ impl FleetBound {
         let kept = self.undominated(&groups, &allocatable);
 
         let mut lp = Problem::new(OptimizationDirection::Minimize);
-        let x: Vec<Variable> = kept.iter().map(|&c| lp.add_var(self.columns[c].price, (0.0, f64::INFINITY))).collect();
+        let x: Vec<Variable> = kept
+            .iter()
+            .map(|&c| lp.add_var(self.columns[c].price, (0.0, f64::INFINITY)))
+            .collect();
         // Per kept column: (group, its share variable) for each group it admits.
         let mut shares: Vec<Vec<(usize, Variable)>> = vec![Vec::new(); kept.len()];
         for (g, (admits, _)) in groups.iter().enumerate() {
@@ -224,11 +266,18 @@ impl FleetBound {
     /// The index in `admit_sets` of the columns `pod` admits; pod shapes
     /// that admit the same columns share one.
     fn admit_set(&mut self, pod: &SchedPod) -> usize {
-        let key = format!("{:?}|{:?}|{:?}|{:?}", pod.node_selector, pod.required_terms, pod.tolerations, pod.volume);
+        let key = format!(
+            "{:?}|{:?}|{:?}|{:?}",
+            pod.node_selector, pod.required_terms, pod.tolerations, pod.volume
+        );
         if let Some(set) = self.shapes.get(&key) {
             return *set;
         }
-        let admits: Vec<bool> = self.columns.iter().map(|c| admits_column(pod, c, &self.taints[c.pool])).collect();
+        let admits: Vec<bool> = self
+            .columns
+            .iter()
+            .map(|c| admits_column(pod, c, &self.taints[c.pool]))
+            .collect();
         let set = match self.admit_sets.iter().position(|s| *s == admits) {
             Some(set) => set,
             None => {
@@ -244,9 +293,22 @@ impl FleetBound {
     /// its pool, admitted by the same groups, gives at least as much of every
     /// resource for no more money and no more of the pool's limits, once
     /// scaled (the LP buys fractions of nodes, so only ratios matter).
-    fn undominated(&self, groups: &[(&Vec<bool>, &Resources)], allocatable: &[Resources]) -> Vec<usize> {
-        let usable: Vec<usize> = (0..self.columns.len()).filter(|&c| groups.iter().any(|(a, _)| a[c]) && UNITS.iter().all(|u| u(&allocatable[c]) > 0.0)).collect();
-        let signature = |c: usize| (self.columns[c].pool, groups.iter().map(|(a, _)| a[c]).collect::<Vec<_>>());
+    fn undominated(
+        &self,
+        groups: &[(&Vec<bool>, &Resources)],
+        allocatable: &[Resources],
+    ) -> Vec<usize> {
+        let usable: Vec<usize> = (0..self.columns.len())
+            .filter(|&c| {
+                groups.iter().any(|(a, _)| a[c]) && UNITS.iter().all(|u| u(&allocatable[c]) > 0.0)
+            })
+            .collect();
+        let signature = |c: usize| {
+            (
+                self.columns[c].pool,
+                groups.iter().map(|(a, _)| a[c]).collect::<Vec<_>>(),
+            )
+        };
         usable
             .iter()
             .copied()
@@ -256,13 +318,20 @@ impl FleetBound {
                         return false;
                     }
                     // λ copies of i cover one of j.
-                    let lambda = UNITS.iter().map(|u| u(&allocatable[j]) / u(&allocatable[i])).fold(0.0, f64::max);
+                    let lambda = UNITS
+                        .iter()
+                        .map(|u| u(&allocatable[j]) / u(&allocatable[i]))
+                        .fold(0.0, f64::max);
                     let (ci, cj) = (&self.columns[i], &self.columns[j]);
                     let cheaper = lambda * ci.price;
-                    let limits_ok = UNITS[..2].iter().all(|u| lambda * u(&ci.capacity) <= u(&cj.capacity) + 1e-9) && lambda <= 1.0 + 1e-9;
+                    let limits_ok = UNITS[..2]
+                        .iter()
+                        .all(|u| lambda * u(&ci.capacity) <= u(&cj.capacity) + 1e-9)
+                        && lambda <= 1.0 + 1e-9;
                     let limited = self.limits[ci.pool].iter().any(Option::is_some);
                     // Ties go to the lower index, so of two equal columns one stays.
-                    (cheaper < cj.price - 1e-12 || (cheaper <= cj.price + 1e-12 && i < j)) && (!limited || limits_ok)
+                    (cheaper < cj.price - 1e-12 || (cheaper <= cj.price + 1e-12 && i < j))
+                        && (!limited || limits_ok)
                 })
             })
             .collect()
@@ -270,8 +339,11 @@ impl FleetBound {
 }
 
 /// cores, GiB, pods: coefficients near 1.
-const UNITS: [fn(&Resources) -> f64; 3] =
-    [|r| r.cpu_millis as f64 / 1000.0, |r| r.memory_bytes as f64 / GIB as f64, |r| r.pods as f64];
+const UNITS: [fn(&Resources) -> f64; 3] = [
+    |r| r.cpu_millis as f64 / 1000.0,
+    |r| r.memory_bytes as f64 / GIB as f64,
+    |r| r.pods as f64,
+];
 
 fn daemon_key(p: &SchedPod) -> String {
     format!("{}|{:?}|{:?}", p.pod.namespace, p.labels, p.requests)
@@ -296,18 +368,22 @@ mod tests {
 
     fn pod(name: &str, cpu: &str, memory: &str, spec: serde_json::Value) -> SchedPod {
         let mut spec = spec;
-        spec["containers"] = json!([{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]);
+        spec["containers"] =
+            json!([{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]);
         let p = serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": name}}, "spec": spec})).expect("pod");
         SchedPod::from_pod(&p).expect("valid pod")
     }
 
     fn pods(n: usize, cpu: &str, memory: &str, spec: serde_json::Value) -> Vec<SchedPod> {
-        (0..n).map(|i| pod(&format!("p{i}"), cpu, memory, spec.clone())).collect()
+        (0..n)
+            .map(|i| pod(&format!("p{i}"), cpu, memory, spec.clone()))
+            .collect()
     }
 
     fn pool(name: &str, spec: serde_json::Value) -> NodePool {
         let mut spec = spec;
-        spec["template"]["spec"]["nodeClassRef"] = json!({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"});
+        spec["template"]["spec"]["nodeClassRef"] =
+            json!({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"});
         let spec: NodePoolSpec = serde_json::from_value(spec).expect("pool spec");
         NodePool::from_spec(name, &spec).expect("valid pool")
     }
@@ -326,47 +402,89 @@ mod tests {
     /// The old bound: every pod at the cheapest allocatable any pool offers.
     fn pooled_bound(pods: &[SchedPod], pools: &[NodePool], catalog: &CloudCatalog) -> f64 {
         let fb = FleetBound::new(pools, catalog);
-        let candidates: Vec<Candidate> = fb.columns.iter().map(|c| Candidate { price: c.price, allocatable: c.allocatable.clone() }).collect();
+        let candidates: Vec<Candidate> = fb
+            .columns
+            .iter()
+            .map(|c| Candidate {
+                price: c.price,
+                allocatable: c.allocatable.clone(),
+            })
+            .collect();
         let mut total = Resources::default();
-        pods.iter().filter(|p| !p.daemon).for_each(|p| total.add(&p.requests));
+        pods.iter()
+            .filter(|p| !p.daemon)
+            .for_each(|p| total.add(&p.requests));
         lp_lower_bound(&total, &candidates).expect("feasible")
     }
 
     /// What a plan of `n` nodes of the cheapest on-demand type with at least
     /// `cpu` cores costs: an integral fleet the bound may not exceed.
     fn on_demand_plan(catalog: &CloudCatalog, name: &str, n: usize) -> f64 {
-        let price = catalog.offerings.iter().filter(|o| o.instance_type == name && o.capacity_type == "on-demand").map(|o| o.price).min_by(f64::total_cmp);
+        let price = catalog
+            .offerings
+            .iter()
+            .filter(|o| o.instance_type == name && o.capacity_type == "on-demand")
+            .map(|o| o.price)
+            .min_by(f64::total_cmp);
         price.expect("offered") * n as f64
     }
 
     #[test]
     fn pods_that_need_on_demand_are_priced_on_demand() {
         let catalog = catalog();
-        let pools = [pool("general", json!({"template": {"spec": {"requirements": requirements(&["spot", "on-demand"])}}}))];
+        let pools = [pool(
+            "general",
+            json!({"template": {"spec": {"requirements": requirements(&["spot", "on-demand"])}}}),
+        )];
         let free = pods(20, "1", "2Gi", json!({}));
-        let pinned = pods(20, "1", "2Gi", json!({"nodeSelector": {"karpenter.sh/capacity-type": "on-demand"}}));
+        let pinned = pods(
+            20,
+            "1",
+            "2Gi",
+            json!({"nodeSelector": {"karpenter.sh/capacity-type": "on-demand"}}),
+        );
         let mut fb = FleetBound::new(&pools, &catalog);
-        let (b_free, b_pinned) = (fb.bound(&free).expect("feasible"), fb.bound(&pinned).expect("feasible"));
+        let (b_free, b_pinned) = (
+            fb.bound(&free).expect("feasible"),
+            fb.bound(&pinned).expect("feasible"),
+        );
         // Tighter than the bound that pools every pod's cpu and memory apart
         // (which may take cpu from one type and memory from another).
         let pooled = pooled_bound(&free, &pools, &catalog);
         assert!(b_free >= pooled - 1e-9, "{b_free} vs {pooled}");
-        assert!(b_free <= on_demand_plan(&catalog, "m5.4xlarge", 2), "{b_free}");
-        assert!(b_pinned > 1.5 * b_free, "on-demand {b_pinned} vs spot {b_free}");
+        assert!(
+            b_free <= on_demand_plan(&catalog, "m5.4xlarge", 2),
+            "{b_free}"
+        );
+        assert!(
+            b_pinned > 1.5 * b_free,
+            "on-demand {b_pinned} vs spot {b_free}"
+        );
         // 20 × (1 cpu, 2 GiB) fit on 2 m5.4xlarge (16 cpu, 64 GiB) nodes.
-        assert!(b_pinned <= on_demand_plan(&catalog, "m5.4xlarge", 2), "{b_pinned}");
+        assert!(
+            b_pinned <= on_demand_plan(&catalog, "m5.4xlarge", 2),
+            "{b_pinned}"
+        );
     }
 
     #[test]
     fn every_node_pays_for_its_daemonsets() {
         let catalog = catalog();
-        let pools = [pool("general", json!({"template": {"spec": {"requirements": requirements(&["on-demand"])}}}))];
+        let pools = [pool(
+            "general",
+            json!({"template": {"spec": {"requirements": requirements(&["on-demand"])}}}),
+        )];
         let mut app = pods(20, "1", "2Gi", json!({}));
         let mut fb = FleetBound::new(&pools, &catalog);
         let without = fb.bound(&app).expect("feasible");
         // One DaemonSet, its pod on three nodes: charged per node, not per pod seen.
         for i in 0..3 {
-            let mut d = pod(&format!("agent-{i}"), "500m", "512Mi", json!({"tolerations": [{"operator": "Exists"}]}));
+            let mut d = pod(
+                &format!("agent-{i}"),
+                "500m",
+                "512Mi",
+                json!({"tolerations": [{"operator": "Exists"}]}),
+            );
             d.daemon = true;
             d.labels = [("app".to_owned(), "agent".to_owned())].into();
             app.push(d);
@@ -381,17 +499,32 @@ mod tests {
     #[test]
     fn a_pool_limit_pushes_pods_to_the_dearer_pool() {
         let catalog = catalog();
-        let spot = pool("spot", json!({"limits": {"cpu": "8"}, "template": {"spec": {"requirements": requirements(&["spot"])}}}));
-        let od = pool("od", json!({"template": {"spec": {"requirements": requirements(&["on-demand"])}}}));
-        let unlimited = pool("spot", json!({"template": {"spec": {"requirements": requirements(&["spot"])}}}));
+        let spot = pool(
+            "spot",
+            json!({"limits": {"cpu": "8"}, "template": {"spec": {"requirements": requirements(&["spot"])}}}),
+        );
+        let od = pool(
+            "od",
+            json!({"template": {"spec": {"requirements": requirements(&["on-demand"])}}}),
+        );
+        let unlimited = pool(
+            "spot",
+            json!({"template": {"spec": {"requirements": requirements(&["spot"])}}}),
+        );
         let app = pods(24, "1", "2Gi", json!({}));
         let limited = FleetBound::new(&[spot, od.clone()], &catalog).clone_bound(&app);
         let free = FleetBound::new(&[unlimited, od], &catalog).clone_bound(&app);
         assert!(limited > free * 1.5, "limited {limited} vs free {free}");
         // Spot's 8 cores hold at most 8 pods' cpu; 16+ cores go on-demand.
-        assert!(limited <= on_demand_plan(&catalog, "m5.4xlarge", 2), "{limited}");
+        assert!(
+            limited <= on_demand_plan(&catalog, "m5.4xlarge", 2),
+            "{limited}"
+        );
         // More than the only pool's limit allows: bounded without the limit.
-        let spot = pool("spot", json!({"limits": {"cpu": "8"}, "template": {"spec": {"requirements": requirements(&["spot"])}}}));
+        let spot = pool(
+            "spot",
+            json!({"limits": {"cpu": "8"}, "template": {"spec": {"requirements": requirements(&["spot"])}}}),
+        );
         let over = FleetBound::new(std::slice::from_ref(&spot), &catalog).clone_bound(&app);
         assert!((over - free).abs() < 1e-6, "{over} vs {free}");
     }
@@ -399,16 +532,33 @@ mod tests {
     #[test]
     fn pods_no_pool_admits_are_left_out_and_taints_need_tolerations() {
         let catalog = catalog();
-        let mut spec = json!({"template": {"spec": {"requirements": requirements(&["on-demand"])}}});
-        spec["template"]["spec"]["taints"] = json!([{"key": "batch", "value": "true", "effect": "NoSchedule"}]);
+        let mut spec =
+            json!({"template": {"spec": {"requirements": requirements(&["on-demand"])}}});
+        spec["template"]["spec"]["taints"] =
+            json!([{"key": "batch", "value": "true", "effect": "NoSchedule"}]);
         let pools = [pool("batch", spec)];
         let mut fb = FleetBound::new(&pools, &catalog);
         assert_eq!(fb.bound(&pods(5, "1", "2Gi", json!({}))), Some(0.0));
-        let tolerating = pods(5, "1", "2Gi", json!({"tolerations": [{"key": "batch", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}));
+        let tolerating = pods(
+            5,
+            "1",
+            "2Gi",
+            json!({"tolerations": [{"key": "batch", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}),
+        );
         assert!(fb.bound(&tolerating).expect("feasible") > 0.0);
         // An arm64 pod on a pool of amd64 and arm64 types costs at least the arm64 bound.
-        let arm = pods(5, "1", "2Gi", json!({"nodeSelector": {"kubernetes.io/arch": "arm64"}, "tolerations": [{"operator": "Exists"}]}));
-        let any = pods(5, "1", "2Gi", json!({"tolerations": [{"operator": "Exists"}]}));
+        let arm = pods(
+            5,
+            "1",
+            "2Gi",
+            json!({"nodeSelector": {"kubernetes.io/arch": "arm64"}, "tolerations": [{"operator": "Exists"}]}),
+        );
+        let any = pods(
+            5,
+            "1",
+            "2Gi",
+            json!({"tolerations": [{"operator": "Exists"}]}),
+        );
         assert!(fb.bound(&arm).expect("feasible") >= fb.bound(&any).expect("feasible") - 1e-9);
     }
 
@@ -416,13 +566,19 @@ mod tests {
     fn a_pod_is_never_split_over_nodes() {
         let catalog = catalog();
         // The whole catalog, spot: small burstable types are the cheapest per core.
-        let pools = [crate::workload::w2::pool(crate::workload::w2::Capacity::SpotAndOnDemand, crate::workload::w2::PoolRequirements::Open)];
+        let pools = [crate::workload::w2::pool(
+            crate::workload::w2::Capacity::SpotAndOnDemand,
+            crate::workload::w2::PoolRequirements::Open,
+        )];
         let mut fb = FleetBound::new(&pools, &catalog);
         // The same 21 cores and 6 GiB: as 3.5-core pods, which no 2- or
         // 4-vCPU node holds, and as 42 half-core pods, which those take.
         let big = pods(6, "3500m", "1Gi", json!({}));
         let small = pods(42, "500m", "146Mi", json!({}));
-        let (b_big, b_small) = (fb.bound(&big).expect("feasible"), fb.bound(&small).expect("feasible"));
+        let (b_big, b_small) = (
+            fb.bound(&big).expect("feasible"),
+            fb.bound(&small).expect("feasible"),
+        );
         assert!(b_big > b_small * 1.05, "{b_big} vs {b_small}");
         // A pod no node can hold is left out, as one no column admits.
         let mut with_huge = big.clone();

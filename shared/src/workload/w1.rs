@@ -24,9 +24,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinity, PodAffinityTerm,
-    PodAntiAffinity, PodCondition, PodSpec, PodStatus, PreferredSchedulingTerm, ResourceRequirements,
-    TopologySpreadConstraint, WeightedPodAffinityTerm,
+    Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinity,
+    PodAffinityTerm, PodAntiAffinity, PodCondition, PodSpec, PodStatus, PreferredSchedulingTerm,
+    ResourceRequirements, TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -57,7 +57,9 @@ impl std::str::FromStr for Mix {
             "karpenter" => Ok(Mix::Karpenter),
             "generic" => Ok(Mix::Generic),
             "preferences" => Ok(Mix::Preferences),
-            other => Err(format!("unknown mix {other:?} (karpenter, generic, preferences)")),
+            other => Err(format!(
+                "unknown mix {other:?} (karpenter, generic, preferences)"
+            )),
         }
     }
 }
@@ -68,8 +70,12 @@ pub fn instance_types(n: usize) -> Vec<InstanceType> {
         .map(|i| {
             let memory = 2 * i * GIB;
             let price = 0.1 * i as f64 + 0.1 * memory as f64 / 1e9;
-            let on_demand = ZONES.iter().map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price));
-            let spot = ZONES[..2].iter().map(|z| Offering::new(z, labels::CAPACITY_TYPE_SPOT, price));
+            let on_demand = ZONES
+                .iter()
+                .map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price));
+            let spot = ZONES[..2]
+                .iter()
+                .map(|z| Offering::new(z, labels::CAPACITY_TYPE_SPOT, price));
             let offerings = on_demand.chain(spot).collect();
             let mut reqs = Requirements::new();
             reqs.add(labels::ARCH, Requirement::single("amd64"));
@@ -88,7 +94,10 @@ pub fn instance_types(n: usize) -> Vec<InstanceType> {
 
 /// `n` pending pods of the mix, named `w1-<index>`, from a seeded RNG.
 pub fn pods(n: usize, mix: Mix, seed: u64) -> Vec<Pod> {
-    let mut g = Generator { rng: ChaCha8Rng::seed_from_u64(seed), next: 0 };
+    let mut g = Generator {
+        rng: ChaCha8Rng::seed_from_u64(seed),
+        next: 0,
+    };
     match mix {
         Mix::Generic => (0..n).map(|_| g.generic()).collect(),
         Mix::Preferences => {
@@ -128,7 +137,12 @@ impl Generator {
         (cpu, mem)
     }
 
-    fn pod(&mut self, labels: BTreeMap<String, String>, affinity: Option<Affinity>, spread: Vec<TopologySpreadConstraint>) -> Pod {
+    fn pod(
+        &mut self,
+        labels: BTreeMap<String, String>,
+        affinity: Option<Affinity>,
+        spread: Vec<TopologySpreadConstraint>,
+    ) -> Pod {
         let requests = self.requests();
         self.pod_with(requests, labels, affinity, spread)
     }
@@ -158,7 +172,10 @@ impl Generator {
                 containers: vec![Container {
                     name: "app".to_owned(),
                     image: Some("registry.k8s.io/pause:3.9".to_owned()),
-                    resources: Some(ResourceRequirements { requests: Some(requests), ..Default::default() }),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(requests),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }],
                 affinity,
@@ -204,7 +221,10 @@ impl Generator {
         let labels = BTreeMap::from([("my-affinity".to_owned(), self.label_value())]);
         let affinity = Affinity {
             pod_affinity: Some(PodAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(labels::ZONE, labels.clone())]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term(
+                    labels::ZONE,
+                    labels.clone(),
+                )]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -216,7 +236,10 @@ impl Generator {
         let labels = BTreeMap::from([("app".to_owned(), "nginx".to_owned())]);
         let affinity = Affinity {
             pod_anti_affinity: Some(PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![term(labels::HOSTNAME, labels.clone())]),
+                required_during_scheduling_ignored_during_execution: Some(vec![term(
+                    labels::HOSTNAME,
+                    labels.clone(),
+                )]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -234,14 +257,25 @@ impl Generator {
             }]),
             ..Default::default()
         };
-        let apart = |weight: i32, key: &str| WeightedPodAffinityTerm { weight, pod_affinity_term: term(key, labels.clone()) };
+        let apart = |weight: i32, key: &str| WeightedPodAffinityTerm {
+            weight,
+            pod_affinity_term: term(key, labels.clone()),
+        };
         let affinity = Affinity {
             node_affinity: Some(NodeAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![PreferredSchedulingTerm { weight: 1, preference: zone_one }]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    PreferredSchedulingTerm {
+                        weight: 1,
+                        preference: zone_one,
+                    },
+                ]),
                 ..Default::default()
             }),
             pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![apart(10, labels::ZONE), apart(1, labels::HOSTNAME)]),
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    apart(10, labels::ZONE),
+                    apart(1, labels::HOSTNAME),
+                ]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -251,9 +285,16 @@ impl Generator {
 }
 
 fn selector(labels: BTreeMap<String, String>) -> LabelSelector {
-    LabelSelector { match_labels: Some(labels), ..Default::default() }
+    LabelSelector {
+        match_labels: Some(labels),
+        ..Default::default()
+    }
 }
 
 fn term(key: &str, labels: BTreeMap<String, String>) -> PodAffinityTerm {
-    PodAffinityTerm { topology_key: key.to_owned(), label_selector: Some(selector(labels)), ..Default::default() }
+    PodAffinityTerm {
+        topology_key: key.to_owned(),
+        label_selector: Some(selector(labels)),
+        ..Default::default()
+    }
 }

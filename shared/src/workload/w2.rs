@@ -59,7 +59,10 @@ impl Mix {
 impl std::str::FromStr for Mix {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Mix::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| format!("unknown W2 mix {s:?} (shapes, web, arch, zonal, mixed)"))
+        Mix::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown W2 mix {s:?} (shapes, web, arch, zonal, mixed)"))
     }
 }
 
@@ -122,12 +125,21 @@ pub fn daemon_pods() -> Vec<Pod> {
 /// The zones in which the catalog offers some type the pool allows, sorted:
 /// where a zone-pinned pod can run.
 pub fn zones(pool: &NodePool, catalog: &CloudCatalog) -> Vec<String> {
-    let allowed: std::collections::HashSet<&str> =
-        catalog.instance_types.iter().filter(|t| t.requirements().intersects(&pool.requirements)).map(|t| t.name.as_str()).collect();
+    let allowed: std::collections::HashSet<&str> = catalog
+        .instance_types
+        .iter()
+        .filter(|t| t.requirements().intersects(&pool.requirements))
+        .map(|t| t.name.as_str())
+        .collect();
     let mut zones: Vec<String> = catalog
         .offerings
         .iter()
-        .filter(|o| allowed.contains(o.instance_type.as_str()) && pool.requirements.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type)))
+        .filter(|o| {
+            allowed.contains(o.instance_type.as_str())
+                && pool
+                    .requirements
+                    .allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
+        })
         .map(|o| o.zone.clone())
         .collect();
     zones.sort();
@@ -138,12 +150,21 @@ pub fn zones(pool: &NodePool, catalog: &CloudCatalog) -> Vec<String> {
 /// `n` pending pods of the mix, from a seeded RNG; zone-pinned pods draw
 /// from `zones` (see [`zones`]).
 pub fn pods(n: usize, mix: Mix, seed: u64, zones: &[String]) -> Vec<Pod> {
-    let mut g = Generator { rng: ChaCha8Rng::seed_from_u64(seed), next: 0, zones: zones.to_vec() };
+    let mut g = Generator {
+        rng: ChaCha8Rng::seed_from_u64(seed),
+        next: 0,
+        zones: zones.to_vec(),
+    };
     let parts: Vec<Part> = match mix {
         Mix::Shapes => vec![Part::CpuHeavy, Part::MemoryHeavy, Part::Small],
         Mix::Web => vec![Part::Web],
         Mix::Arch => vec![Part::Arm64, Part::Amd64, Part::Web],
-        Mix::Zonal => vec![Part::ZonePinned, Part::ZoneSpread, Part::HostSpread, Part::Web],
+        Mix::Zonal => vec![
+            Part::ZonePinned,
+            Part::ZoneSpread,
+            Part::HostSpread,
+            Part::Web,
+        ],
         Mix::Mixed => vec![
             Part::CpuHeavy,
             Part::MemoryHeavy,
@@ -156,7 +177,9 @@ pub fn pods(n: usize, mix: Mix, seed: u64, zones: &[String]) -> Vec<Pod> {
             Part::HostSpread,
         ],
     };
-    (0..n).map(|i| g.pod(parts[i * parts.len() / n.max(1)], i)).collect()
+    (0..n)
+        .map(|i| g.pod(parts[i * parts.len() / n.max(1)], i))
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -231,19 +254,50 @@ mod tests {
     #[test]
     fn mixes_are_seeded_and_in_equal_parts() {
         let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
-        let walkthrough = zones(&pool(Capacity::SpotAndOnDemand, PoolRequirements::Walkthrough), &catalog);
+        let walkthrough = zones(
+            &pool(Capacity::SpotAndOnDemand, PoolRequirements::Walkthrough),
+            &catalog,
+        );
         // us-east-1e offers none of the walkthrough's types.
-        assert!(!walkthrough.is_empty() && !walkthrough.iter().any(|z| z == "us-east-1e"), "{walkthrough:?}");
+        assert!(
+            !walkthrough.is_empty() && !walkthrough.iter().any(|z| z == "us-east-1e"),
+            "{walkthrough:?}"
+        );
         let a = pods(90, Mix::Mixed, 7, &walkthrough);
         let b = pods(90, Mix::Mixed, 7, &walkthrough);
-        assert_eq!(serde_json::to_string(&a).ok(), serde_json::to_string(&b).ok());
-        let sched: Vec<SchedPod> = a.iter().map(|p| SchedPod::from_pod(p).expect("valid")).collect();
-        let arm = sched.iter().filter(|p| p.node_selector.get(labels::ARCH).and_then(|r| r.single_value()) == Some("arm64")).count();
-        let pinned = sched.iter().filter(|p| p.node_selector.contains_key(labels::ZONE)).count();
+        assert_eq!(
+            serde_json::to_string(&a).ok(),
+            serde_json::to_string(&b).ok()
+        );
+        let sched: Vec<SchedPod> = a
+            .iter()
+            .map(|p| SchedPod::from_pod(p).expect("valid"))
+            .collect();
+        let arm = sched
+            .iter()
+            .filter(|p| {
+                p.node_selector
+                    .get(labels::ARCH)
+                    .and_then(|r| r.single_value())
+                    == Some("arm64")
+            })
+            .count();
+        let pinned = sched
+            .iter()
+            .filter(|p| p.node_selector.contains_key(labels::ZONE))
+            .count();
         let spread = sched.iter().filter(|p| !p.spreads.is_empty()).count();
         assert_eq!((arm, pinned, spread), (10, 10, 20));
         assert!(sched.iter().take(10).all(|p| p.requests.cpu_millis == 3500));
-        assert!(pool(Capacity::OnDemand, PoolRequirements::Walkthrough).requirements.allows(labels::INSTANCE_CPU, Some("16")));
-        assert!(!pool(Capacity::OnDemand, PoolRequirements::Walkthrough).requirements.allows(labels::CAPACITY_TYPE, Some("spot")));
+        assert!(
+            pool(Capacity::OnDemand, PoolRequirements::Walkthrough)
+                .requirements
+                .allows(labels::INSTANCE_CPU, Some("16"))
+        );
+        assert!(
+            !pool(Capacity::OnDemand, PoolRequirements::Walkthrough)
+                .requirements
+                .allows(labels::CAPACITY_TYPE, Some("spot"))
+        );
     }
 }

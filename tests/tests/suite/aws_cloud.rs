@@ -15,15 +15,24 @@ use nodewright::aws::ec2::{ClusterInfo, tags};
 use nodewright::aws::prices::{PriceOrigin, PriceSource, SeededPrices};
 use nodewright::aws::{AwsPrices, ClientOptions, Ec2Cloud, Ec2CloudSettings};
 use nodewright::cloud::KubeletConfig;
-use nodewright::config::nodeclass::{AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec};
-use nodewright::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering, StoreError};
+use nodewright::config::nodeclass::{
+    AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
+};
+use nodewright::ports::{
+    Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering, StoreError,
+};
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright::sim::FaultyCloud;
 use nodewright_tests::aws::{Ec2Fixture, ami_alias, node_class, unique};
 
 fn offering(ty: &str, zone: &str, ct: &str, price: f64) -> PricedOffering {
-    PricedOffering { instance_type: ty.into(), zone: zone.into(), capacity_type: ct.into(), price }
+    PricedOffering {
+        instance_type: ty.into(),
+        zone: zone.into(),
+        capacity_type: ct.into(),
+        price,
+    }
 }
 
 fn request(pool: &str, options: Vec<PricedOffering>) -> LaunchRequest {
@@ -35,8 +44,16 @@ fn request(pool: &str, options: Vec<PricedOffering>) -> LaunchRequest {
         node_class: None,
         node_class_spec: None,
         options,
-        labels: [("karpenter.sh/nodepool".to_owned(), pool.to_owned()), ("team".to_owned(), "a".to_owned())].into(),
-        taints: vec![Taint::new("karpenter.sh/unregistered", "", Effect::NoExecute)],
+        labels: [
+            ("karpenter.sh/nodepool".to_owned(), pool.to_owned()),
+            ("team".to_owned(), "a".to_owned()),
+        ]
+        .into(),
+        taints: vec![Taint::new(
+            "karpenter.sh/unregistered",
+            "",
+            Effect::NoExecute,
+        )],
         kubelet: KubeletConfig::default(),
     }
 }
@@ -44,7 +61,13 @@ fn request(pool: &str, options: Vec<PricedOffering>) -> LaunchRequest {
 /// Prices for a few types, so tests do not depend on the Pricing API.
 fn seeded(zones: &[String]) -> SeededPrices {
     let mut p = SeededPrices::default();
-    for (ty, od) in [("m5.large", 0.096), ("m5.xlarge", 0.192), ("c5.large", 0.085), ("m6g.large", 0.077), ("r6gd.xlarge", 0.2304)] {
+    for (ty, od) in [
+        ("m5.large", 0.096),
+        ("m5.xlarge", 0.192),
+        ("c5.large", 0.085),
+        ("m6g.large", 0.077),
+        ("r6gd.xlarge", 0.2304),
+    ] {
         p.on_demand.insert(ty.to_owned(), od);
         for z in zones {
             p.spot.insert((ty.to_owned(), z.clone()), od * 0.35);
@@ -81,34 +104,88 @@ async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
     assert_eq!(cloud.api_calls(), calls, "a warm catalog makes no API call");
     assert!(std::sync::Arc::ptr_eq(&catalog, &again));
     eprintln!("warm catalog took {warm:?}");
-    assert!(cold.as_secs() < 30, "cold catalog took {cold:?} (the Pricing API fallback must be bounded)");
-    assert!(matches!(cloud.price_origin().await, Some(PriceOrigin::StaticTable { .. })));
+    assert!(
+        cold.as_secs() < 30,
+        "cold catalog took {cold:?} (the Pricing API fallback must be bounded)"
+    );
+    assert!(matches!(
+        cloud.price_origin().await,
+        Some(PriceOrigin::StaticTable { .. })
+    ));
 
     assert_eq!(catalog.region, "ap-south-1");
-    assert!(catalog.instance_types.len() > 500, "ap-south-1 offers hundreds of types, got {}", catalog.instance_types.len());
-    assert!(catalog.instance_types.iter().all(|i| i.arch == "amd64" || i.arch == "arm64"));
-    let r6gd = catalog.instance_types.iter().find(|i| i.name == "r6gd.xlarge").expect("r6gd.xlarge in ap-south-1");
-    assert_eq!((r6gd.vcpu, r6gd.memory_mib, r6gd.arch.as_str()), (4, 32768, "arm64"));
+    assert!(
+        catalog.instance_types.len() > 500,
+        "ap-south-1 offers hundreds of types, got {}",
+        catalog.instance_types.len()
+    );
+    assert!(
+        catalog
+            .instance_types
+            .iter()
+            .all(|i| i.arch == "amd64" || i.arch == "arm64")
+    );
+    let r6gd = catalog
+        .instance_types
+        .iter()
+        .find(|i| i.name == "r6gd.xlarge")
+        .expect("r6gd.xlarge in ap-south-1");
+    assert_eq!(
+        (r6gd.vcpu, r6gd.memory_mib, r6gd.arch.as_str()),
+        (4, 32768, "arm64")
+    );
     assert_eq!(r6gd.local_nvme_gb, 237);
     let od_1a = catalog
         .offerings
         .iter()
-        .find(|o| o.instance_type == "r6gd.xlarge" && o.zone == "ap-south-1a" && o.capacity_type == "on-demand")
+        .find(|o| {
+            o.instance_type == "r6gd.xlarge"
+                && o.zone == "ap-south-1a"
+                && o.capacity_type == "on-demand"
+        })
         .expect("r6gd.xlarge on-demand in ap-south-1a");
-    assert!((od_1a.price - 0.2304).abs() < 1e-9, "static (us-east-1) price, got {}", od_1a.price);
-    assert!(catalog.offerings.iter().any(|o| o.instance_type == "r6gd.xlarge" && o.zone == "ap-south-1a" && o.capacity_type == "spot"));
+    assert!(
+        (od_1a.price - 0.2304).abs() < 1e-9,
+        "static (us-east-1) price, got {}",
+        od_1a.price
+    );
+    assert!(
+        catalog
+            .offerings
+            .iter()
+            .any(|o| o.instance_type == "r6gd.xlarge"
+                && o.zone == "ap-south-1a"
+                && o.capacity_type == "spot")
+    );
 
     // Allocatable with the shipped EKS math.
-    let m5 = catalog.instance_types.iter().find(|i| i.name == "m5.large").expect("m5.large");
-    assert_eq!((m5.vcpu, m5.memory_mib, m5.max_enis, m5.ipv4_per_eni), (2, 8192, 3, 10));
+    let m5 = catalog
+        .instance_types
+        .iter()
+        .find(|i| i.name == "m5.large")
+        .expect("m5.large");
+    assert_eq!(
+        (m5.vcpu, m5.memory_mib, m5.max_enis, m5.ipv4_per_eni),
+        (2, 8192, 3, 10)
+    );
     let it = m5.to_instance_type(vec![], &KubeletConfig::default());
     assert_eq!(it.allocatable().cpu_millis, 1930);
-    assert_eq!(it.allocatable().memory_bytes, (8192 - 615 - (11 * 29 + 255) - 100) * MIB);
+    assert_eq!(
+        it.allocatable().memory_bytes,
+        (8192 - 615 - (11 * 29 + 255) - 100) * MIB
+    );
     assert_eq!(it.allocatable().pods, 29);
-    let p4d = catalog.instance_types.iter().find(|i| i.name == "p4d.24xlarge");
+    let p4d = catalog
+        .instance_types
+        .iter()
+        .find(|i| i.name == "p4d.24xlarge");
     if let Some(p4d) = p4d {
         assert_eq!(p4d.gpu_count, 8);
-        assert_eq!(p4d.max_pods(&KubeletConfig::default()), 737, "default network card's ENIs");
+        assert_eq!(
+            p4d.max_pods(&KubeletConfig::default()),
+            737,
+            "default network card's ENIs"
+        );
     }
 }
 
@@ -118,13 +195,22 @@ async fn the_pricing_api_failure_is_detected_and_bounded() {
     let config = nodewright_tests::aws::sdk_config("us-east-1").await;
     let prices = AwsPrices::new(&config, "us-east-1");
     let t0 = Instant::now();
-    let od = prices.on_demand("us-east-1").await.expect("falls back, does not fail");
+    let od = prices
+        .on_demand("us-east-1")
+        .await
+        .expect("falls back, does not fail");
     let took = t0.elapsed();
     eprintln!("Pricing API failure → static table in {took:?}");
     match &od.origin {
-        PriceOrigin::StaticTable { table_region, reason } => {
+        PriceOrigin::StaticTable {
+            table_region,
+            reason,
+        } => {
             assert_eq!(table_region, "us-east-1");
-            assert!(reason.contains("GetProducts") && reason.contains("500"), "{reason}");
+            assert!(
+                reason.contains("GetProducts") && reason.contains("500"),
+                "{reason}"
+            );
         }
         other => panic!("expected the static table, got {other:?}"),
     }
@@ -141,8 +227,10 @@ async fn an_unreachable_endpoint_is_transient_within_the_deadline() {
         ..ClientOptions::default()
     };
     // Nothing listens on the discard port of the loopback address.
-    let config = nodewright_tests::aws::sdk_config_at("http://127.0.0.1:9", "us-east-1", &options).await;
-    let cloud = Ec2Cloud::with_prices(&config, Ec2CloudSettings::new("c"), SeededPrices::default()).expect("adapter");
+    let config =
+        nodewright_tests::aws::sdk_config_at("http://127.0.0.1:9", "us-east-1", &options).await;
+    let cloud = Ec2Cloud::with_prices(&config, Ec2CloudSettings::new("c"), SeededPrices::default())
+        .expect("adapter");
     let t0 = Instant::now();
     match cloud.catalog().await {
         Err(e @ CloudError::Transient(_)) => assert!(e.is_retryable()),
@@ -152,8 +240,14 @@ async fn an_unreachable_endpoint_is_transient_within_the_deadline() {
         Err(CloudError::Transient(_)) => {}
         other => panic!("expected a transient error, got {other:?}"),
     }
-    let store = nodewright::aws::DynamoStore::new(&config, nodewright::aws::DynamoTables::with_prefix("unreachable"));
-    assert!(matches!(nodewright::ports::Store::claims(&store).await, Err(StoreError::Transient(_))));
+    let store = nodewright::aws::DynamoStore::new(
+        &config,
+        nodewright::aws::DynamoTables::with_prefix("unreachable"),
+    );
+    assert!(matches!(
+        nodewright::ports::Store::claims(&store).await,
+        Err(StoreError::Transient(_))
+    ));
     eprintln!("unreachable endpoint gave up after {:?}", t0.elapsed());
 }
 
@@ -163,12 +257,20 @@ async fn static_price_fallback_in_us_east_1_and_seeded_prices() {
     let real = Ec2Cloud::new(&f.config, f.settings()).expect("adapter");
     let t0 = Instant::now();
     let catalog = real.catalog().await.expect("catalog");
-    eprintln!("catalog us-east-1 (Pricing API failing → static table): cold {:?}", t0.elapsed());
+    eprintln!(
+        "catalog us-east-1 (Pricing API failing → static table): cold {:?}",
+        t0.elapsed()
+    );
     let price = |c: &nodewright::ports::CloudCatalog, ty: &str, ct: &str| {
-        c.offerings.iter().find(|o| o.instance_type == ty && o.capacity_type == ct).map(|o| o.price)
+        c.offerings
+            .iter()
+            .find(|o| o.instance_type == ty && o.capacity_type == ct)
+            .map(|o| o.price)
     };
     assert_eq!(price(&catalog, "m5.large", "on-demand"), Some(0.096));
-    assert!(matches!(real.price_origin().await, Some(PriceOrigin::StaticTable { table_region, .. }) if table_region == "us-east-1"));
+    assert!(
+        matches!(real.price_origin().await, Some(PriceOrigin::StaticTable { table_region, .. }) if table_region == "us-east-1")
+    );
     // Spot prices are what EC2 says (moto fakes them).
     assert!(price(&catalog, "m5.large", "spot").is_some_and(|p| p > 0.0 && p < 0.01));
 
@@ -178,8 +280,14 @@ async fn static_price_fallback_in_us_east_1_and_seeded_prices() {
     eprintln!("catalog us-east-1 (seeded prices): cold {:?}", t0.elapsed());
     assert_eq!(price(&catalog, "m5.large", "spot"), Some(0.096 * 0.35));
     assert_eq!(price(&catalog, "m5.xlarge", "on-demand"), Some(0.192));
-    assert!(price(&catalog, "m5.2xlarge", "on-demand").is_none(), "no price, no offering");
-    assert!(matches!(seeded.price_origin().await, Some(PriceOrigin::Seeded)));
+    assert!(
+        price(&catalog, "m5.2xlarge", "on-demand").is_none(),
+        "no price, no offering"
+    );
+    assert!(matches!(
+        seeded.price_origin().await,
+        Some(PriceOrigin::Seeded)
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,14 +295,27 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = cloud(&f).await;
     let (za, zb) = (f.zones[0].clone(), f.zones[1].clone());
-    let req = request("default", vec![offering("m5.large", &za, "on-demand", 0.096), offering("m5.large", &zb, "on-demand", 0.096)]);
+    let req = request(
+        "default",
+        vec![
+            offering("m5.large", &za, "on-demand", 0.096),
+            offering("m5.large", &zb, "on-demand", 0.096),
+        ],
+    );
 
     let t0 = Instant::now();
     let launched = cloud.launch(&req).await.expect("launch");
     let cold = t0.elapsed();
     let i = &launched.instance;
     assert!(launched.unavailable.is_empty());
-    assert_eq!((i.instance_type.as_str(), i.zone.as_str(), i.capacity_type.as_str()), ("m5.large", za.as_str(), "on-demand"));
+    assert_eq!(
+        (
+            i.instance_type.as_str(),
+            i.zone.as_str(),
+            i.capacity_type.as_str()
+        ),
+        ("m5.large", za.as_str(), "on-demand")
+    );
     assert_eq!(i.provider_id, format!("aws:///{za}/{}", i.id));
     assert_eq!(i.claim_id.as_deref(), Some(req.claim_id.as_str()));
     assert_eq!(i.price, 0.096);
@@ -203,38 +324,73 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
     let found = f.instances_of_claim(&req.claim_id).await;
     assert_eq!(found.len(), 1);
     let ec2i = &found[0];
-    assert_eq!(ec2i.subnet_id(), f.best_subnet.get(&za).map(String::as_str), "the subnet with most free IPs");
+    assert_eq!(
+        ec2i.subnet_id(),
+        f.best_subnet.get(&za).map(String::as_str),
+        "the subnet with most free IPs"
+    );
     assert_ne!(ec2i.subnet_id(), Some(f.small_subnet.as_str()));
-    let tag_map: BTreeMap<&str, &str> = ec2i.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+    let tag_map: BTreeMap<&str, &str> = ec2i
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?, t.value()?)))
+        .collect();
     let cluster_tag = tags::cluster(&f.cluster);
     assert_eq!(tag_map.get(cluster_tag.as_str()), Some(&"owned"));
     assert_eq!(tag_map.get("karpenter.sh/nodepool"), Some(&"default"));
-    assert_eq!(tag_map.get("karpenter.sh/nodeclaim"), Some(&req.claim_id.as_str()));
+    assert_eq!(
+        tag_map.get("karpenter.sh/nodeclaim"),
+        Some(&req.claim_id.as_str())
+    );
     assert_eq!(tag_map.get("Name"), Some(&req.claim_id.as_str()));
     assert_eq!(tag_map.get("team"), Some(&"adapters"), "NodeClass tags");
 
     // The fleet: instant, one on-demand unit, tagged.
-    let fleets = f.ec2().describe_fleets().send().await.expect("DescribeFleets");
+    let fleets = f
+        .ec2()
+        .describe_fleets()
+        .send()
+        .await
+        .expect("DescribeFleets");
     let fleet = fleets
         .fleets()
         .iter()
-        .find(|fl| fl.tags().iter().any(|t| t.key() == Some("karpenter.sh/nodeclaim") && t.value() == Some(req.claim_id.as_str())))
+        .find(|fl| {
+            fl.tags().iter().any(|t| {
+                t.key() == Some("karpenter.sh/nodeclaim")
+                    && t.value() == Some(req.claim_id.as_str())
+            })
+        })
         .expect("a fleet tagged with the claim");
     assert_eq!(fleet.r#type().map(|t| t.as_str()), Some("instant"));
-    let target = fleet.target_capacity_specification().expect("target capacity");
+    let target = fleet
+        .target_capacity_specification()
+        .expect("target capacity");
     assert_eq!(target.total_target_capacity(), Some(1));
-    assert_eq!(target.default_target_capacity_type().map(|t| t.as_str()), Some("on-demand"));
+    assert_eq!(
+        target.default_target_capacity_type().map(|t| t.as_str()),
+        Some("on-demand")
+    );
     let configs = fleet.launch_template_configs();
     assert_eq!(configs.len(), 1);
     let overrides = configs[0].overrides();
     assert_eq!(overrides.len(), 2);
-    assert_eq!(overrides[0].subnet_id(), f.best_subnet.get(&za).map(String::as_str));
-    assert_eq!(overrides[1].subnet_id(), f.best_subnet.get(&zb).map(String::as_str));
+    assert_eq!(
+        overrides[0].subnet_id(),
+        f.best_subnet.get(&za).map(String::as_str)
+    );
+    assert_eq!(
+        overrides[1].subnet_id(),
+        f.best_subnet.get(&zb).map(String::as_str)
+    );
 
     // The launch template: named by content hash, user data is an AL2023 NodeConfig.
     let templates = f.launch_templates().await;
     assert_eq!(templates.len(), 1);
-    let name = templates[0].launch_template_name().expect("name").to_owned();
+    let name = templates[0]
+        .launch_template_name()
+        .expect("name")
+        .to_owned();
     assert!(name.starts_with("nodewright/"), "{name}");
     let version = f
         .ec2()
@@ -244,40 +400,71 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
         .send()
         .await
         .expect("DescribeLaunchTemplateVersions");
-    let data = version.launch_template_versions()[0].launch_template_data().expect("data");
+    let data = version.launch_template_versions()[0]
+        .launch_template_data()
+        .expect("data");
     // (moto's fleets do not copy a template's security groups to the instance: check the template.)
-    assert_eq!(data.security_group_ids(), std::slice::from_ref(&f.security_group));
+    assert_eq!(
+        data.security_group_ids(),
+        std::slice::from_ref(&f.security_group)
+    );
     let manifest: serde_json::Value = seeded_parameters(&f).await;
     assert_eq!(data.image_id(), manifest["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id"].as_str());
-    let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().expect("user data")).expect("base64");
+    let user_data = base64::engine::general_purpose::STANDARD
+        .decode(data.user_data().expect("user data"))
+        .expect("base64");
     let user_data = String::from_utf8(user_data).expect("utf8");
-    assert!(user_data.contains("application/node.eks.aws"), "{user_data}");
+    assert!(
+        user_data.contains("application/node.eks.aws"),
+        "{user_data}"
+    );
     assert!(user_data.contains("maxPods: 29"), "{user_data}");
     assert!(user_data.contains("--node-labels=karpenter.sh/capacity-type=on-demand,karpenter.sh/nodepool=default,team=a"), "{user_data}");
-    assert!(user_data.contains("key: karpenter.sh/unregistered"), "{user_data}");
-    assert!(user_data.contains(&format!("name: {}", f.cluster)), "{user_data}");
+    assert!(
+        user_data.contains("key: karpenter.sh/unregistered"),
+        "{user_data}"
+    );
+    assert!(
+        user_data.contains(&format!("name: {}", f.cluster)),
+        "{user_data}"
+    );
     assert_eq!(
-        data.metadata_options().and_then(|m| m.http_tokens()).map(|t| t.as_str()),
+        data.metadata_options()
+            .and_then(|m| m.http_tokens())
+            .map(|t| t.as_str()),
         Some("required")
     );
 
     // A second claim of the same pool: same template, no new one.
     let calls_before = cloud.api_calls();
-    let req2 = request("default", vec![offering("m5.large", &zb, "on-demand", 0.096)]);
+    let req2 = request(
+        "default",
+        vec![offering("m5.large", &zb, "on-demand", 0.096)],
+    );
     let t1 = Instant::now();
     let second = cloud.launch(&req2).await.expect("second launch");
     let warm = t1.elapsed();
     assert_eq!(second.instance.zone, zb);
-    assert_eq!(f.launch_templates().await.len(), 1, "the template is reused");
+    assert_eq!(
+        f.launch_templates().await.len(),
+        1,
+        "the template is reused"
+    );
     let warm_calls = cloud.api_calls() - calls_before;
-    assert_eq!(warm_calls, 2, "warm launch = DescribeInstances (adopt check) + CreateFleet");
+    assert_eq!(
+        warm_calls, 2,
+        "warm launch = DescribeInstances (adopt check) + CreateFleet"
+    );
     eprintln!("launch latency: cold {cold:?}, warm {warm:?} ({warm_calls} API calls)");
 
     // Listing: both, running, with prices.
     let mut ours = cloud.instances().await.expect("instances");
     ours.sort_by(|a, b| a.zone.cmp(&b.zone));
     assert_eq!(ours.len(), 2);
-    assert!(ours.iter().all(|i| i.state == InstanceState::Running && i.pool.as_deref() == Some("default")));
+    assert!(
+        ours.iter()
+            .all(|i| i.state == InstanceState::Running && i.pool.as_deref() == Some("default"))
+    );
     assert!(ours.iter().all(|i| (i.price - 0.096).abs() < 1e-9));
 }
 
@@ -287,12 +474,22 @@ async fn seeded_parameters(f: &Ec2Fixture) -> serde_json::Value {
     let region = f.region.clone();
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Write};
-        let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let hostport = endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
         let mut s = std::net::TcpStream::connect(&hostport).expect("connect");
-        write!(s, "GET /nodewright/manifest?region={region} HTTP/1.0\r\nHost: {hostport}\r\n\r\n").expect("write");
+        write!(
+            s,
+            "GET /nodewright/manifest?region={region} HTTP/1.0\r\nHost: {hostport}\r\n\r\n"
+        )
+        .expect("write");
         let mut body = String::new();
         s.read_to_string(&mut body).expect("read");
-        let json = body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let json = body
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(&json).expect("manifest json");
         v["parameters"].clone()
     })
@@ -305,38 +502,73 @@ async fn selector_terms_by_any_value_and_by_id() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let za = f.zones[0].clone();
     // `*` matches any value of the key; the zone's biggest subnet wins.
-    let any = SubnetSelectorTermSpec { tags: [(f.member_key(), "*".to_owned())].into(), ..Default::default() };
-    let by_id = SecurityGroupSelectorTermSpec { id: Some(f.security_group.clone()), ..Default::default() };
+    let any = SubnetSelectorTermSpec {
+        tags: [(f.member_key(), "*".to_owned())].into(),
+        ..Default::default()
+    };
+    let by_id = SecurityGroupSelectorTermSpec {
+        id: Some(f.security_group.clone()),
+        ..Default::default()
+    };
     let class = EC2NodeClassSpec {
         subnet_selector_terms: vec![any],
         security_group_selector_terms: vec![by_id],
         tags: BTreeMap::new(),
         ..f.node_class_spec()
     };
-    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)), seeded(&f.zones))
-        .expect("adapter");
+    let cloud = Ec2Cloud::with_prices(
+        &f.config,
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
+        seeded(&f.zones),
+    )
+    .expect("adapter");
     let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096)]);
     cloud.launch(&req).await.expect("launch");
-    assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), f.best_subnet.get(&za).map(String::as_str));
+    assert_eq!(
+        f.instances_of_claim(&req.claim_id).await[0].subnet_id(),
+        f.best_subnet.get(&za).map(String::as_str)
+    );
 
     // An id term selects exactly that subnet, even the smaller one.
     let class = EC2NodeClassSpec {
-        subnet_selector_terms: vec![SubnetSelectorTermSpec { id: Some(f.small_subnet.clone()), ..Default::default() }],
+        subnet_selector_terms: vec![SubnetSelectorTermSpec {
+            id: Some(f.small_subnet.clone()),
+            ..Default::default()
+        }],
         ..f.node_class_spec()
     };
-    let cloud = Ec2Cloud::with_prices(&f.config, Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)), seeded(&f.zones))
-        .expect("adapter");
-    let req = request("sel", vec![offering("m5.large", &za, "on-demand", 0.096), offering("m5.large", &f.zones[1], "on-demand", 0.096)]);
+    let cloud = Ec2Cloud::with_prices(
+        &f.config,
+        Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
+        seeded(&f.zones),
+    )
+    .expect("adapter");
+    let req = request(
+        "sel",
+        vec![
+            offering("m5.large", &za, "on-demand", 0.096),
+            offering("m5.large", &f.zones[1], "on-demand", 0.096),
+        ],
+    );
     let launched = cloud.launch(&req).await.expect("launch");
-    assert_eq!(launched.instance.zone, za, "only the first zone has a selected subnet");
-    assert_eq!(f.instances_of_claim(&req.claim_id).await[0].subnet_id(), Some(f.small_subnet.as_str()));
+    assert_eq!(
+        launched.instance.zone, za,
+        "only the first zone has a selected subnet"
+    );
+    assert_eq!(
+        f.instances_of_claim(&req.claim_id).await[0].subnet_id(),
+        Some(f.small_subnet.as_str())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_launch_adopts_the_first_instance() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = cloud(&f).await;
-    let req = request("retry", vec![offering("c5.large", &f.zones[1], "on-demand", 0.085)]);
+    let req = request(
+        "retry",
+        vec![offering("c5.large", &f.zones[1], "on-demand", 0.085)],
+    );
     let first = cloud.launch(&req).await.expect("first launch");
     // A second invocation (fresh caches) retries the same claim.
     let other = Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter");
@@ -344,7 +576,11 @@ async fn a_retried_launch_adopts_the_first_instance() {
     assert_eq!(first.instance.id, second.instance.id);
     assert_eq!(second.instance.zone, f.zones[1]);
     assert_eq!(second.instance.price, 0.085);
-    assert_eq!(f.instances_of_claim(&req.claim_id).await.len(), 1, "no second instance");
+    assert_eq!(
+        f.instances_of_claim(&req.claim_id).await.len(),
+        1,
+        "no second instance"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,26 +598,64 @@ async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_eac
     );
     let launched = cloud.launch(&req).await.expect("launch");
     assert_eq!(launched.instance.capacity_type, "spot");
-    assert_eq!(launched.instance.instance_type, "m6g.large", "cheapest first");
+    assert_eq!(
+        launched.instance.instance_type, "m6g.large",
+        "cheapest first"
+    );
     let found = f.instances_of_claim(&req.claim_id).await;
-    assert_eq!(found[0].instance_lifecycle().map(|l| l.as_str()), Some("spot"));
+    assert_eq!(
+        found[0].instance_lifecycle().map(|l| l.as_str()),
+        Some("spot")
+    );
     assert_eq!(found[0].image_id().map(str::to_owned), {
         let m = seeded_parameters(&f).await;
         m["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id"].as_str().map(str::to_owned)
     });
-    assert_eq!(f.launch_templates().await.len(), 2, "arm64 and amd64 need different AMIs");
-    let fleets = f.ec2().describe_fleets().send().await.expect("DescribeFleets");
+    assert_eq!(
+        f.launch_templates().await.len(),
+        2,
+        "arm64 and amd64 need different AMIs"
+    );
+    let fleets = f
+        .ec2()
+        .describe_fleets()
+        .send()
+        .await
+        .expect("DescribeFleets");
     let fleet = fleets
         .fleets()
         .iter()
-        .find(|fl| fl.tags().iter().any(|t| t.value() == Some(req.claim_id.as_str())))
+        .find(|fl| {
+            fl.tags()
+                .iter()
+                .any(|t| t.value() == Some(req.claim_id.as_str()))
+        })
         .expect("fleet");
-    assert_eq!(fleet.target_capacity_specification().and_then(|t| t.default_target_capacity_type()).map(|t| t.as_str()), Some("spot"));
-    let overrides: usize = fleet.launch_template_configs().iter().map(|c| c.overrides().len()).sum();
-    assert_eq!(overrides, 2, "on-demand options are not sent with a spot fleet");
+    assert_eq!(
+        fleet
+            .target_capacity_specification()
+            .and_then(|t| t.default_target_capacity_type())
+            .map(|t| t.as_str()),
+        Some("spot")
+    );
+    let overrides: usize = fleet
+        .launch_template_configs()
+        .iter()
+        .map(|c| c.overrides().len())
+        .sum();
+    assert_eq!(
+        overrides, 2,
+        "on-demand options are not sent with a spot fleet"
+    );
 
     // A spot option that cannot be bought does not force spot: on-demand it is.
-    let req = request("spot", vec![offering("m5.large", "us-east-1z", "spot", 0.03), offering("m5.large", z, "on-demand", 0.096)]);
+    let req = request(
+        "spot",
+        vec![
+            offering("m5.large", "us-east-1z", "spot", 0.03),
+            offering("m5.large", z, "on-demand", 0.096),
+        ],
+    );
     let launched = cloud.launch(&req).await.expect("launch");
     assert_eq!(launched.instance.capacity_type, "on-demand");
 }
@@ -389,12 +663,22 @@ async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_eac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn al2_and_bottlerocket_user_data() {
     let f = Ec2Fixture::new("us-east-1", "1.31").await;
-    for (family, needle) in [("AL2", "/etc/eks/bootstrap.sh"), ("Bottlerocket", "[settings.kubernetes]")] {
+    for (family, needle) in [
+        ("AL2", "/etc/eks/bootstrap.sh"),
+        ("Bottlerocket", "[settings.kubernetes]"),
+    ] {
         let alias = format!("{}@latest", family.to_lowercase());
-        let class = EC2NodeClassSpec { ami_selector_terms: vec![ami_alias(&alias)], ..f.node_class_spec() };
-        let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(node_class(family, &class));
+        let class = EC2NodeClassSpec {
+            ami_selector_terms: vec![ami_alias(&alias)],
+            ..f.node_class_spec()
+        };
+        let settings =
+            Ec2CloudSettings::new(&f.cluster).with_node_class(node_class(family, &class));
         let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
-        let mut req = request(&family.to_lowercase(), vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)]);
+        let mut req = request(
+            &family.to_lowercase(),
+            vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+        );
         req.node_class = Some(family.into());
         let launched = cloud.launch(&req).await.expect("launch");
         let found = f.instances_of_claim(&req.claim_id).await;
@@ -428,8 +712,13 @@ async fn al2_and_bottlerocket_user_data() {
                 .await
                 .expect("versions");
             for ver in v.launch_template_versions() {
-                let ud = ver.launch_template_data().and_then(|d| d.user_data()).unwrap_or_default();
-                let ud = base64::engine::general_purpose::STANDARD.decode(ud).unwrap_or_default();
+                let ud = ver
+                    .launch_template_data()
+                    .and_then(|d| d.user_data())
+                    .unwrap_or_default();
+                let ud = base64::engine::general_purpose::STANDARD
+                    .decode(ud)
+                    .unwrap_or_default();
                 found_needle |= String::from_utf8_lossy(&ud).contains(needle);
             }
         }
@@ -442,30 +731,67 @@ async fn terminate_and_list_only_our_instances() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let ours = cloud(&f).await;
     // A second cluster sharing the subnets: its instances are not ours.
-    let mut other_settings = Ec2CloudSettings::new(unique("other-cluster")).with_node_class(f.node_class());
+    let mut other_settings =
+        Ec2CloudSettings::new(unique("other-cluster")).with_node_class(f.node_class());
     other_settings.cluster = Some(ClusterInfo {
         endpoint: "https://other.example".into(),
         ca_base64: "Q0E=".into(),
         service_cidr: "172.20.0.0/16".into(),
         version: "1.32".into(),
     });
-    let other = Ec2Cloud::with_prices(&f.config, other_settings, seeded(&f.zones)).expect("adapter");
-    let mine = ours.launch(&request("gc", vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)])).await.expect("launch");
-    let mine2 = ours.launch(&request("gc", vec![offering("m5.large", &f.zones[1], "on-demand", 0.096)])).await.expect("launch");
-    let theirs = other.launch(&request("gc", vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)])).await.expect("their launch");
-    let listed: Vec<String> = ours.instances().await.expect("instances").into_iter().map(|i| i.id).collect();
+    let other =
+        Ec2Cloud::with_prices(&f.config, other_settings, seeded(&f.zones)).expect("adapter");
+    let mine = ours
+        .launch(&request(
+            "gc",
+            vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+        ))
+        .await
+        .expect("launch");
+    let mine2 = ours
+        .launch(&request(
+            "gc",
+            vec![offering("m5.large", &f.zones[1], "on-demand", 0.096)],
+        ))
+        .await
+        .expect("launch");
+    let theirs = other
+        .launch(&request(
+            "gc",
+            vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+        ))
+        .await
+        .expect("their launch");
+    let listed: Vec<String> = ours
+        .instances()
+        .await
+        .expect("instances")
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
     assert_eq!(listed.len(), 2);
     assert!(listed.contains(&mine.instance.id) && listed.contains(&mine2.instance.id));
 
     // Terminate one of ours, an unknown id and (if any) theirs: only ours goes.
-    let ids = vec![mine.instance.id.clone(), "i-0123456789abcdef0".to_owned(), theirs.instance.id.clone()];
+    let ids = vec![
+        mine.instance.id.clone(),
+        "i-0123456789abcdef0".to_owned(),
+        theirs.instance.id.clone(),
+    ];
     ours.terminate(&ids).await.expect("terminate");
-    ours.terminate(&ids).await.expect("terminating again is fine");
+    ours.terminate(&ids)
+        .await
+        .expect("terminating again is fine");
     let listed = ours.instances().await.expect("instances");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, mine2.instance.id);
     let still = other.instances().await.expect("their instances");
-    assert!(still.iter().any(|i| i.id == theirs.instance.id && i.state == InstanceState::Running), "not ours: left alone");
+    assert!(
+        still
+            .iter()
+            .any(|i| i.id == theirs.instance.id && i.state == InstanceState::Running),
+        "not ours: left alone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,25 +799,55 @@ async fn insufficient_capacity_through_the_faulty_decorator() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = FaultyCloud::new(cloud(&f).await);
     let (za, zb) = (f.zones[0].clone(), f.zones[1].clone());
-    let key_a = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: za.clone() };
-    let key_b = OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: zb.clone() };
+    let key_a = OfferingKey {
+        capacity_type: "spot".into(),
+        instance_type: "m5.large".into(),
+        zone: za.clone(),
+    };
+    let key_b = OfferingKey {
+        capacity_type: "spot".into(),
+        instance_type: "m5.large".into(),
+        zone: zb.clone(),
+    };
     cloud.remove_capacity(key_a.clone());
-    let req = request("ice", vec![offering("m5.large", &za, "spot", 0.03), offering("m5.large", &zb, "spot", 0.031)]);
+    let req = request(
+        "ice",
+        vec![
+            offering("m5.large", &za, "spot", 0.03),
+            offering("m5.large", &zb, "spot", 0.031),
+        ],
+    );
     let launched = cloud.launch(&req).await.expect("falls through to zone b");
     assert_eq!(launched.instance.zone, zb);
     assert_eq!(launched.unavailable, vec![key_a.clone()]);
 
     cloud.remove_capacity(key_b.clone());
-    let req2 = request("ice", vec![offering("m5.large", &za, "spot", 0.03), offering("m5.large", &zb, "spot", 0.031)]);
+    let req2 = request(
+        "ice",
+        vec![
+            offering("m5.large", &za, "spot", 0.03),
+            offering("m5.large", &zb, "spot", 0.031),
+        ],
+    );
     match cloud.launch(&req2).await {
-        Err(CloudError::InsufficientCapacity { offerings, .. }) => assert_eq!(offerings, vec![key_a, key_b]),
+        Err(CloudError::InsufficientCapacity { offerings, .. }) => {
+            assert_eq!(offerings, vec![key_a, key_b])
+        }
         other => panic!("expected insufficient capacity, got {other:?}"),
     }
-    assert!(f.instances_of_claim(&req2.claim_id).await.is_empty(), "nothing launched");
+    assert!(
+        f.instances_of_claim(&req2.claim_id).await.is_empty(),
+        "nothing launched"
+    );
     assert_eq!(cloud.launch_calls(), 2);
 }
 
-async fn assert_invalid_and_nothing_launched(f: &Ec2Fixture, settings: Ec2CloudSettings, req: LaunchRequest, expect: &[&str]) {
+async fn assert_invalid_and_nothing_launched(
+    f: &Ec2Fixture,
+    settings: Ec2CloudSettings,
+    req: LaunchRequest,
+    expect: &[&str],
+) {
     let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
     match cloud.launch(&req).await {
         Err(CloudError::Invalid(msg)) => {
@@ -501,7 +857,10 @@ async fn assert_invalid_and_nothing_launched(f: &Ec2Fixture, settings: Ec2CloudS
         }
         other => panic!("expected an Invalid error, got {other:?}"),
     }
-    assert!(f.instances_of_claim(&req.claim_id).await.is_empty(), "no instance launched");
+    assert!(
+        f.instances_of_claim(&req.claim_id).await.is_empty(),
+        "no instance launched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -522,13 +881,21 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
         &f,
         Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
-        &["subnetSelectorTerms", "karpenter.sh/discovery", "nobody", "match no subnet"],
+        &[
+            "subnetSelectorTerms",
+            "karpenter.sh/discovery",
+            "nobody",
+            "match no subnet",
+        ],
     )
     .await;
 
     // Security group id that does not exist.
     let class = EC2NodeClassSpec {
-        security_group_selector_terms: vec![SecurityGroupSelectorTermSpec { id: Some("sg-00000000000000000".into()), ..Default::default() }],
+        security_group_selector_terms: vec![SecurityGroupSelectorTermSpec {
+            id: Some("sg-00000000000000000".into()),
+            ..Default::default()
+        }],
         ..f.node_class_spec()
     };
     assert_invalid_and_nothing_launched(
@@ -540,19 +907,28 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     .await;
 
     // AL2 has no AMI for Kubernetes 1.33 (as on AWS): the parameter does not exist.
-    let class = EC2NodeClassSpec { ami_selector_terms: vec![ami_alias("al2@latest")], ..f.node_class_spec() };
+    let class = EC2NodeClassSpec {
+        ami_selector_terms: vec![ami_alias("al2@latest")],
+        ..f.node_class_spec()
+    };
     assert_invalid_and_nothing_launched(
         &f,
         Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
-        &["/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id", "does not exist"],
+        &[
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id",
+            "does not exist",
+        ],
     )
     .await;
 
     // A custom SSM parameter that does not exist.
     let class = EC2NodeClassSpec {
         ami_family: Some("AL2023".into()),
-        ami_selector_terms: vec![AmiSelectorTermSpec { ssm_parameter: Some("/nodewright/test/missing".into()), ..Default::default() }],
+        ami_selector_terms: vec![AmiSelectorTermSpec {
+            ssm_parameter: Some("/nodewright/test/missing".into()),
+            ..Default::default()
+        }],
         ..f.node_class_spec()
     };
     assert_invalid_and_nothing_launched(
@@ -567,16 +943,34 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     assert_invalid_and_nothing_launched(
         &f,
         f.settings(),
-        request("bad", vec![offering("x9.huge", &z, "on-demand", 0.1), offering("m5.large", "us-east-1z", "on-demand", 0.096)]),
-        &["x9.huge is not an instance type offered in us-east-1", "m5.large is not offered as on-demand in zone us-east-1z"],
+        request(
+            "bad",
+            vec![
+                offering("x9.huge", &z, "on-demand", 0.1),
+                offering("m5.large", "us-east-1z", "on-demand", 0.096),
+            ],
+        ),
+        &[
+            "x9.huge is not an instance type offered in us-east-1",
+            "m5.large is not offered as on-demand in zone us-east-1z",
+        ],
     )
     .await;
 
     // An undefined NodeClass; an unsupported family.
     let mut req = ok();
     req.node_class = Some("missing".into());
-    assert_invalid_and_nothing_launched(&f, f.settings(), req, &["nodeclass \"missing\" is not defined"]).await;
-    let class = EC2NodeClassSpec { ami_selector_terms: vec![ami_alias("windows2022@latest")], ..f.node_class_spec() };
+    assert_invalid_and_nothing_launched(
+        &f,
+        f.settings(),
+        req,
+        &["nodeclass \"missing\" is not defined"],
+    )
+    .await;
+    let class = EC2NodeClassSpec {
+        ami_selector_terms: vec![ami_alias("windows2022@latest")],
+        ..f.node_class_spec()
+    };
     assert_invalid_and_nothing_launched(
         &f,
         Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
@@ -604,39 +998,91 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
 async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = cloud(&f).await;
-    let req = request("drift", vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)]);
+    let req = request(
+        "drift",
+        vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+    );
     let launched = cloud.launch(&req).await.expect("launch").instance;
     let found = f.instances_of_claim(&req.claim_id).await;
-    assert_eq!(launched.image_id.as_deref(), found[0].image_id(), "the AMI the fleet launched");
+    assert_eq!(
+        launched.image_id.as_deref(),
+        found[0].image_id(),
+        "the AMI the fleet launched"
+    );
     assert_eq!(launched.subnet_id.as_deref(), found[0].subnet_id());
     assert!(!launched.security_group_ids.is_empty());
     // What the adapter lists later says the same.
-    let listed = cloud.instances().await.expect("instances").into_iter().find(|i| i.id == launched.id).expect("listed");
-    assert_eq!((&listed.image_id, &listed.subnet_id), (&launched.image_id, &launched.subnet_id));
+    let listed = cloud
+        .instances()
+        .await
+        .expect("instances")
+        .into_iter()
+        .find(|i| i.id == launched.id)
+        .expect("listed");
+    assert_eq!(
+        (&listed.image_id, &listed.subnet_id),
+        (&launched.image_id, &launched.subnet_id)
+    );
     // (The emulator lists no groups for an instance its fleet launched from a template; EC2 does.)
-    assert!(listed.security_group_ids.is_empty() || listed.security_group_ids == launched.security_group_ids);
+    assert!(
+        listed.security_group_ids.is_empty()
+            || listed.security_group_ids == launched.security_group_ids
+    );
 
     let class = f.node_class();
     let now = cloud.resolved_class(&class).await.expect("resolves");
-    assert!(now.image_ids.contains(launched.image_id.as_ref().expect("image")), "{now:?}");
-    assert!(now.image_ids.len() >= 2, "amd64 and arm64 at least: {now:?}");
-    assert!(now.subnet_ids.contains(launched.subnet_id.as_ref().expect("subnet")), "{now:?}");
+    assert!(
+        now.image_ids
+            .contains(launched.image_id.as_ref().expect("image")),
+        "{now:?}"
+    );
+    assert!(
+        now.image_ids.len() >= 2,
+        "amd64 and arm64 at least: {now:?}"
+    );
+    assert!(
+        now.subnet_ids
+            .contains(launched.subnet_id.as_ref().expect("subnet")),
+        "{now:?}"
+    );
     assert_eq!(now.security_group_ids, launched.security_group_ids);
 
     let mut upgraded = f.settings();
     upgraded.kubernetes_version = Some("1.33".into());
     let later = Ec2Cloud::with_prices(&f.config, upgraded, seeded(&f.zones)).expect("adapter");
     let moved = later.resolved_class(&class).await.expect("resolves");
-    assert!(!moved.image_ids.is_empty() && !moved.image_ids.contains(launched.image_id.as_ref().expect("image")), "{moved:?}");
+    assert!(
+        !moved.image_ids.is_empty()
+            && !moved
+                .image_ids
+                .contains(launched.image_id.as_ref().expect("image")),
+        "{moved:?}"
+    );
 
-    let mut claim = nodewright_tests::claim_record(&req.claim_id, "drift", launched.launched_at, Default::default());
+    let mut claim = nodewright_tests::claim_record(
+        &req.claim_id,
+        "drift",
+        launched.launched_at,
+        Default::default(),
+    );
     claim.node_class = None;
     claim.stamp.image_id.clone_from(&launched.image_id);
     claim.stamp.subnet_id.clone_from(&launched.subnet_id);
-    claim.stamp.security_group_ids.clone_from(&launched.security_group_ids);
+    claim
+        .stamp
+        .security_group_ids
+        .clone_from(&launched.security_group_ids);
     let pool = nodewright::config::NodePool::open("drift");
     let labels = BTreeMap::new();
-    assert_eq!(nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&now), &labels), None);
-    let why = nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&moved), &labels).expect("drifted");
-    assert!(why.contains("AMI") && why.contains(launched.image_id.as_deref().expect("image")), "{why}");
+    assert_eq!(
+        nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&now), &labels),
+        None
+    );
+    let why =
+        nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&moved), &labels)
+            .expect("drifted");
+    assert!(
+        why.contains("AMI") && why.contains(launched.image_id.as_deref().expect("image")),
+        "{why}"
+    );
 }

@@ -16,7 +16,11 @@ const REGION: &str = "ap-south-1";
 /// Prices for the walkthrough's types, so the run does not depend on the Pricing API.
 fn seeded(zones: &[String]) -> SeededPrices {
     let mut p = SeededPrices::default();
-    for (ty, od) in [("r6gd.xlarge", 0.2304), ("r6g.xlarge", 0.2016), ("m6g.large", 0.077)] {
+    for (ty, od) in [
+        ("r6gd.xlarge", 0.2304),
+        ("r6g.xlarge", 0.2016),
+        ("m6g.large", 0.077),
+    ] {
         p.on_demand.insert(ty.to_owned(), od);
         for z in zones {
             p.spot.insert((ty.to_owned(), z.clone()), od * 0.35);
@@ -27,7 +31,10 @@ fn seeded(zones: &[String]) -> SeededPrices {
 
 /// A simulation whose cloud and store are the real adapters. The clock
 /// starts at the real time: moto stamps launches with it.
-async fn on_aws() -> (Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::aws::DynamoStore>, Ec2Fixture) {
+async fn on_aws() -> (
+    Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::aws::DynamoStore>,
+    Ec2Fixture,
+) {
     let f = Ec2Fixture::new(REGION, "1.32").await;
     let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter");
     let store = dynamo_store(REGION).await;
@@ -63,8 +70,15 @@ async fn walkthrough_one_on_ec2_and_dynamodb() {
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1);
     let tagged = f.instances_of_claim(&claims[0].id).await;
-    assert_eq!(tagged.len(), 1, "exactly one instance carries the claim's tag");
-    assert_eq!(tagged[0].instance_type().map(|t| t.as_str()), Some("r6gd.xlarge"));
+    assert_eq!(
+        tagged.len(),
+        1,
+        "exactly one instance carries the claim's tag"
+    );
+    assert_eq!(
+        tagged[0].instance_type().map(|t| t.as_str()),
+        Some("r6gd.xlarge")
+    );
 }
 
 /// A settled cluster costs the state table one GetItem per tick, not a
@@ -78,19 +92,31 @@ async fn a_quiet_cluster_scans_the_state_table_once_not_every_tick() {
     scenario::run(&mut sim, &s).await.expect("runs");
     assert!(scenario::check(&sim, &s.expect).await.is_empty());
     // Let the node's registration and the first decisions' bookkeeping land.
-    sim.run_for(nodewright::ports::SignedDuration::from_mins(2)).await;
+    sim.run_for(nodewright::ports::SignedDuration::from_mins(2))
+        .await;
     let before = sim.store.requests();
-    sim.run_for(nodewright::ports::SignedDuration::from_mins(5)).await;
+    sim.run_for(nodewright::ports::SignedDuration::from_mins(5))
+        .await;
     let used = sim.store.requests() - before;
-    assert!(used.state_scans <= 1, "{used:?}: Scans of the state table in five quiet minutes");
+    assert!(
+        used.state_scans <= 1,
+        "{used:?}: Scans of the state table in five quiet minutes"
+    );
     // Reads per second of ticking (provisioner every 1 s, disruption every
     // 2 s; the simulator's own observation reads through the same store):
     // the figure the running-cost model takes.
     let per_second = used.get_item as f64 / 300.0;
     eprintln!("five quiet minutes on DynamoDB: {used:?} ({per_second:.1} GetItem/s)");
     assert!(per_second < 12.0, "{used:?}");
-    assert_eq!(used.transact_write, 0, "no claim, usage or command was written: {used:?}");
-    assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "nothing launched or removed meanwhile");
+    assert_eq!(
+        used.transact_write, 0,
+        "no claim, usage or command was written: {used:?}"
+    );
+    assert_eq!(
+        sim.store.claims().await.expect("claims").len(),
+        1,
+        "nothing launched or removed meanwhile"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,16 +128,29 @@ async fn insufficient_capacity_moves_the_launch_to_another_zone_on_ec2() {
         .remove("topology.kubernetes.io/zone");
     s.expect.nodes_with.clear();
     let (mut sim, f) = on_aws().await;
-    let gone = OfferingKey { capacity_type: "on-demand".into(), instance_type: "r6gd.xlarge".into(), zone: "ap-south-1a".into() };
+    let gone = OfferingKey {
+        capacity_type: "on-demand".into(),
+        instance_type: "r6gd.xlarge".into(),
+        zone: "ap-south-1a".into(),
+    };
     sim.cloud.remove_capacity(gone.clone());
     load_with_fixture_class(&mut sim, &s, &f).await;
     scenario::run(&mut sim, &s).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
-    let unavailable = sim.store.unavailable_offerings(sim.now()).await.expect("store");
+    let unavailable = sim
+        .store
+        .unavailable_offerings(sim.now())
+        .await
+        .expect("store");
     assert!(unavailable.contains(&gone), "{unavailable:?}");
     let nodes = sim.cluster.all_nodes();
-    let zone = nodes[0].metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone")).cloned();
+    let zone = nodes[0]
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("topology.kubernetes.io/zone"))
+        .cloned();
     assert_ne!(zone.as_deref(), Some("ap-south-1a"));
 }
 
@@ -126,24 +165,51 @@ async fn twenty_thousand_unschedulable_pods_fit_the_batch_record() {
     s.expect = Default::default();
     let inflate = &mut s.objects[1];
     inflate["spec"]["replicas"] = 20_000.into();
-    inflate["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1000".into();
+    inflate["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+        "1000".into();
     let (mut sim, f) = on_aws().await;
     load_with_fixture_class(&mut sim, &s, &f).await;
-    sim.run_for(nodewright::ports::SignedDuration::from_secs(40)).await;
+    sim.run_for(nodewright::ports::SignedDuration::from_secs(40))
+        .await;
     assert_eq!(sim.pending().await, 20_000);
-    assert_eq!(sim.cloud.launch_calls(), 0, "nothing can fit: nothing launched");
-    let batch = sim.store.batch().await.expect("the batch record reads").expect("written");
+    assert_eq!(
+        sim.cloud.launch_calls(),
+        0,
+        "nothing can fit: nothing launched"
+    );
+    let batch = sim
+        .store
+        .batch()
+        .await
+        .expect("the batch record reads")
+        .expect("written");
     // Every pod parked: a few hundred with their reason, the rest by hash.
     let by_hash: usize = batch.parked_more.iter().map(|g| g.pods.len()).sum();
-    assert!(!batch.parked.is_empty() && by_hash > 0, "{} with a reason, {by_hash} by hash", batch.parked.len());
-    assert_eq!(batch.parked.len() + by_hash, 20_000, "all of them parked: none solved again until something changes");
+    assert!(
+        !batch.parked.is_empty() && by_hash > 0,
+        "{} with a reason, {by_hash} by hash",
+        batch.parked.len()
+    );
+    assert_eq!(
+        batch.parked.len() + by_hash,
+        20_000,
+        "all of them parked: none solved again until something changes"
+    );
     let bytes = serde_json::to_string(&batch).expect("serialises").len();
     assert!(bytes < 300_000, "{bytes} bytes in the batch record");
     // Each pod reported once (a few thousand a solve), none twice.
     let events = sim.cluster.events();
-    let reported: Vec<&str> = events.iter().filter(|(_, e)| e.reason == "FailedScheduling").map(|(_, e)| e.name.as_str()).collect();
+    let reported: Vec<&str> = events
+        .iter()
+        .filter(|(_, e)| e.reason == "FailedScheduling")
+        .map(|(_, e)| e.name.as_str())
+        .collect();
     let once: std::collections::BTreeSet<&str> = reported.iter().copied().collect();
-    assert_eq!((reported.len(), once.len()), (20_000, 20_000), "FailedScheduling events, and pods they name");
+    assert_eq!(
+        (reported.len(), once.len()),
+        (20_000, 20_000),
+        "FailedScheduling events, and pods they name"
+    );
 }
 
 /// The module's default deployment: the provisioner's invocation runs the
@@ -169,36 +235,65 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     // acquisition late); a long deadline keeps them held meanwhile.
     let both = scheduled_invocation(&ports, "scheduled-1", until(15), true);
     let others = async {
-        for name in [nodewright::handlers::provisioner::LEASE, nodewright::handlers::disruption::LEASE] {
+        for name in [
+            nodewright::handlers::provisioner::LEASE,
+            nodewright::handlers::disruption::LEASE,
+        ] {
             while lease_is_free(&ports.store, name).await {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-        let alone = scheduled_invocation(&ports, "scheduled-2", until(3), false).await.expect("provisioner alone");
+        let alone = scheduled_invocation(&ports, "scheduled-2", until(3), false)
+            .await
+            .expect("provisioner alone");
         let mut d = nodewright::handlers::disruption::Disruption::new(
             &ports,
             nodewright::handlers::disruption::DisruptionSettings::default(),
             "disruption-2",
         );
-        let disruption = d.run_until(until(3), |t| tokio::time::sleep(t.unsigned_abs())).await.expect("disruption alone");
+        let disruption = d
+            .run_until(until(3), |t| tokio::time::sleep(t.unsigned_abs()))
+            .await
+            .expect("disruption alone");
         (alone, disruption)
     };
     let (both, (alone, disruption_alone)) = tokio::join!(both, others);
     let both = both.expect("the invocation");
     // A loop's first tick comes right after its lease, whatever the pace.
     assert!(both.provisioner >= 1, "{both:?}: the provisioner ticked");
-    assert!(both.disruption.is_some_and(|t| t >= 1), "{both:?}: the disruption loop ticked beside it");
-    assert_eq!(alone, Ticks { provisioner: 0, disruption: None }, "the provisioner lease was held");
+    assert!(
+        both.disruption.is_some_and(|t| t >= 1),
+        "{both:?}: the disruption loop ticked beside it"
+    );
+    assert_eq!(
+        alone,
+        Ticks {
+            provisioner: 0,
+            disruption: None
+        },
+        "the provisioner lease was held"
+    );
     assert_eq!(disruption_alone, 0, "the disruption lease was held");
     // Both leases released on the way out: the next invocation ticks. On
     // an empty cluster it writes nothing and reads the state table's view
     // at most once; its GetItems per second are the deployed shape's figure
     // for the running-cost model.
     let (before, started) = (ports.store.requests(), std::time::Instant::now());
-    let next = scheduled_invocation(&ports, "scheduled-3", until(8), true).await.expect("the next invocation");
-    let (used, seconds) = (ports.store.requests() - before, started.elapsed().as_secs_f64());
-    assert!(next.provisioner >= 1 && next.disruption.is_some_and(|t| t >= 1), "{next:?}");
-    eprintln!("a quiet invocation with both loops: {next:?}, {used:?} in {seconds:.1} s ({:.1} GetItem/s)", used.get_item as f64 / seconds);
+    let next = scheduled_invocation(&ports, "scheduled-3", until(8), true)
+        .await
+        .expect("the next invocation");
+    let (used, seconds) = (
+        ports.store.requests() - before,
+        started.elapsed().as_secs_f64(),
+    );
+    assert!(
+        next.provisioner >= 1 && next.disruption.is_some_and(|t| t >= 1),
+        "{next:?}"
+    );
+    eprintln!(
+        "a quiet invocation with both loops: {next:?}, {used:?} in {seconds:.1} s ({:.1} GetItem/s)",
+        used.get_item as f64 / seconds
+    );
     assert!(used.state_scans <= 1, "{used:?}");
     assert_eq!(used.transact_write, 0, "{used:?}");
 }
@@ -207,8 +302,15 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
 /// taking it with an expiry already past, which a later acquisition
 /// overwrites as if nothing were there.
 async fn lease_is_free(store: &impl Store, name: &str) -> bool {
-    let probe = nodewright::ports::Lease { name: name.to_owned(), holder: "probe".to_owned(), expires_at: Timestamp::UNIX_EPOCH };
-    store.acquire_lease(&probe, Timestamp::now()).await.expect("the store answers")
+    let probe = nodewright::ports::Lease {
+        name: name.to_owned(),
+        holder: "probe".to_owned(),
+        expires_at: Timestamp::UNIX_EPOCH,
+    };
+    store
+        .acquire_lease(&probe, Timestamp::now())
+        .await
+        .expect("the store answers")
 }
 
 /// Four provisioner invocations at once (a late schedule overlapping the
@@ -233,16 +335,24 @@ async fn four_provisioner_invocations_at_once_launch_once() {
         store: sim.store.clone(),
         clock: SystemClock,
     };
-    assert_eq!(nodewright::ports::Cluster::pending_pods(&ports.cluster).await.expect("pods").len(), 3);
+    assert_eq!(
+        nodewright::ports::Cluster::pending_pods(&ports.cluster)
+            .await
+            .expect("pods")
+            .len(),
+        3
+    );
     // Long enough for the holder to close the batch window and launch even
     // when the shared emulator answers slowly.
     let until = Timestamp::now() + SignedDuration::from_secs(12);
-    let runs = futures_util::future::join_all(
-        (0..4).map(|i| {
-            let ports = &ports;
-            async move { scheduled_invocation(ports, &format!("invocation-{i}"), until, false).await.expect("invocation") }
-        }),
-    )
+    let runs = futures_util::future::join_all((0..4).map(|i| {
+        let ports = &ports;
+        async move {
+            scheduled_invocation(ports, &format!("invocation-{i}"), until, false)
+                .await
+                .expect("invocation")
+        }
+    }))
     .await;
     let holders: Vec<_> = runs.iter().filter(|t| t.provisioner > 0).collect();
     assert_eq!(holders.len(), 1, "one lease holder: {runs:?}");
@@ -252,7 +362,10 @@ async fn four_provisioner_invocations_at_once_launch_once() {
     assert_eq!(instances.len(), 1, "one instance for the claim");
 }
 
-type CrashSim = Simulation<FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>, nodewright::sim::FaultyStore<nodewright::aws::DynamoStore>>;
+type CrashSim = Simulation<
+    FaultyCloud<Arc<Ec2Cloud<SeededPrices>>>,
+    nodewright::sim::FaultyStore<nodewright::aws::DynamoStore>,
+>;
 
 /// `s` loaded and run on the emulator's EC2 and DynamoDB (us-east-1, the
 /// fixture's NodeClass), the store able to crash at a write.
@@ -261,10 +374,14 @@ async fn on_aws_crashable(s: &scenario::Scenario) -> (CrashSim, Ec2Fixture) {
 }
 
 /// [`on_aws_crashable`], with `crash` arming the faults before the run.
-async fn on_aws_crashing(s: &scenario::Scenario, crash: impl FnOnce(&CrashSim)) -> (CrashSim, Ec2Fixture) {
+async fn on_aws_crashing(
+    s: &scenario::Scenario,
+    crash: impl FnOnce(&CrashSim),
+) -> (CrashSim, Ec2Fixture) {
     use nodewright_tests::real;
     let f = Ec2Fixture::new(real::REGION, "1.32").await;
-    let cloud = Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
+    let cloud =
+        Ec2Cloud::with_prices(&f.config, f.settings(), real::seeded(&f.zones)).expect("adapter");
     let store = nodewright::sim::FaultyStore::new(dynamo_store(real::REGION).await);
     // Ticks every 5 s instead of 1–2 s: the emulator is one process that
     // every AWS test shares, and these tests run a dozen simulated minutes
@@ -272,7 +389,13 @@ async fn on_aws_crashing(s: &scenario::Scenario, crash: impl FnOnce(&CrashSim)) 
     let mut settings = SimSettings::default();
     settings.provisioner.poll = nodewright::ports::SignedDuration::from_secs(5);
     settings.disruption.poll = nodewright::ports::SignedDuration::from_secs(5);
-    let mut sim = Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, settings);
+    let mut sim = Simulation::new(
+        SimClock::starting_at(Timestamp::now()),
+        FaultyCloud::new(Arc::new(cloud)),
+        None,
+        store,
+        settings,
+    );
     scenario::load(&mut sim, s).await.expect("loads");
     f.store_node_class(&sim.store).await;
     crash(&sim);
@@ -294,11 +417,20 @@ async fn provisioning_crashing_at_either_step_launches_once_per_claim_on_ec2_and
     // One spot node for ten pods; its expectations: one node, all bound.
     let s = nodewright_tests::sim::scenario_file("spot-drain.yaml");
     for (point, crash) in [
-        ("after the claim's write, before CreateFleet", (|sim: &CrashSim| sim.cloud.fail_next_launches(1)) as fn(&CrashSim)),
-        ("after CreateFleet, before the instance's record", |sim: &CrashSim| sim.store.fail_next_claim_updates(1)),
+        (
+            "after the claim's write, before CreateFleet",
+            (|sim: &CrashSim| sim.cloud.fail_next_launches(1)) as fn(&CrashSim),
+        ),
+        (
+            "after CreateFleet, before the instance's record",
+            |sim: &CrashSim| sim.store.fail_next_claim_updates(1),
+        ),
     ] {
         let (sim, f) = Box::pin(on_aws_crashing(&s, crash)).await;
-        assert!(sim.cloud.launch_calls() >= 2, "crash {point}: the launch was tried again");
+        assert!(
+            sim.cloud.launch_calls() >= 2,
+            "crash {point}: the launch was tried again"
+        );
         let claims = sim.store.claims().await.expect("claims");
         assert_eq!(claims.len(), 1, "crash {point}: one claim: {claims:#?}");
         // Instances per claim tag. (The emulator puts fleet instances in the
@@ -308,18 +440,39 @@ async fn provisioning_crashing_at_either_step_launches_once_per_claim_on_ec2_and
         // claim, never a second instance of one.)
         let mut per_claim: std::collections::BTreeMap<String, Vec<String>> = Default::default();
         for i in f.instances().await {
-            let claim = i.tags().iter().find(|t| t.key() == Some("karpenter.sh/nodeclaim")).and_then(|t| t.value()).unwrap_or_default().to_owned();
-            per_claim.entry(claim).or_default().push(i.instance_id().unwrap_or_default().to_owned());
+            let claim = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some("karpenter.sh/nodeclaim"))
+                .and_then(|t| t.value())
+                .unwrap_or_default()
+                .to_owned();
+            per_claim
+                .entry(claim)
+                .or_default()
+                .push(i.instance_id().unwrap_or_default().to_owned());
         }
-        assert!(per_claim.values().all(|ids| ids.len() == 1), "crash {point}: a claim with two instances: {per_claim:?}");
-        let recorded = claims[0].instance_id().expect("the claim records its instance");
-        assert_eq!(per_claim.get(&claims[0].id).map(Vec::as_slice), Some(&[recorded.to_owned()][..]), "crash {point}: {per_claim:?}");
+        assert!(
+            per_claim.values().all(|ids| ids.len() == 1),
+            "crash {point}: a claim with two instances: {per_claim:?}"
+        );
+        let recorded = claims[0]
+            .instance_id()
+            .expect("the claim records its instance");
+        assert_eq!(
+            per_claim.get(&claims[0].id).map(Vec::as_slice),
+            Some(&[recorded.to_owned()][..]),
+            "crash {point}: {per_claim:?}"
+        );
     }
 }
 
 /// The interruption tests' small spot node (ten pods, a PDB keeping eight).
 async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::provisioning::claim::Claim) {
-    let (sim, f) = Box::pin(on_aws_crashable(&nodewright_tests::sim::scenario_file("spot-drain.yaml"))).await;
+    let (sim, f) = Box::pin(on_aws_crashable(&nodewright_tests::sim::scenario_file(
+        "spot-drain.yaml",
+    )))
+    .await;
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1, "{claims:#?}");
     (sim, f, claims[0].clone())
@@ -328,9 +481,17 @@ async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::provisioning::
 /// Nodes, scheduled pods, commands left and instances ever launched.
 async fn end_state(sim: &CrashSim, f: &Ec2Fixture) -> (usize, usize, usize, usize) {
     use nodewright::sim::ClusterDriver;
-    let pods = nodewright::ports::Cluster::scheduled_pods(&sim.cluster.port()).await.expect("pods").len();
+    let pods = nodewright::ports::Cluster::scheduled_pods(&sim.cluster.port())
+        .await
+        .expect("pods")
+        .len();
     let commands = sim.store.commands().await.expect("commands").len();
-    (sim.cluster.all_nodes().len(), pods, commands, f.instances().await.len())
+    (
+        sim.cluster.all_nodes().len(),
+        pods,
+        commands,
+        f.instances().await.len(),
+    )
 }
 
 /// A spot interruption whose handling crashes at its 1st, 2nd, … write of
@@ -361,11 +522,27 @@ async fn an_interruption_crashing_between_any_two_steps_converges_on_ec2_and_dyn
             }
         }
         let crashed = !sim.store.crash_pending();
-        assert_eq!(end_state(&sim, &f).await, WANT, "crash before command write {k}");
-        assert_eq!(sim.replacements.len(), 1, "crash before command write {k}: {:?}", sim.replacements);
+        assert_eq!(
+            end_state(&sim, &f).await,
+            WANT,
+            "crash before command write {k}"
+        );
+        assert_eq!(
+            sim.replacements.len(),
+            1,
+            "crash before command write {k}: {:?}",
+            sim.replacements
+        );
         let interrupted = f.instances_of_claim(&claim.id).await;
-        let state = interrupted[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
-        assert_eq!(state.as_deref(), Some("terminated"), "crash before command write {k}: the interrupted instance");
+        let state = interrupted[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_owned());
+        assert_eq!(
+            state.as_deref(),
+            Some("terminated"),
+            "crash before command write {k}: the interrupted instance"
+        );
         if !crashed {
             assert!(k >= 3, "the machine writes its command more than {k} times");
             return;
@@ -381,7 +558,11 @@ async fn drifting_node_on_aws() -> (CrashSim, Ec2Fixture) {
     s.expect = Default::default();
     s.run = "2m".into();
     let (sim, f) = Box::pin(on_aws_crashable(&s)).await;
-    assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "one node before the drift");
+    assert_eq!(
+        sim.store.claims().await.expect("claims").len(),
+        1,
+        "one node before the drift"
+    );
     (sim, f)
 }
 
@@ -398,14 +579,30 @@ async fn a_drift_replacement_crashing_between_any_two_steps_converges_on_ec2_and
         let (mut sim, f) = Box::pin(drifting_node_on_aws()).await;
         let old = sim.store.claims().await.expect("claims")[0].clone();
         sim.store.crash_after_command_writes(k);
-        let mut class = sim.store.config_items().await.expect("items").into_iter().find(|i| i.kind == ConfigKind::NodeClass).expect("class");
+        let mut class = sim
+            .store
+            .config_items()
+            .await
+            .expect("items")
+            .into_iter()
+            .find(|i| i.kind == ConfigKind::NodeClass)
+            .expect("class");
         class.spec["tags"]["team"] = "green".into();
         class.version += 1;
-        sim.store.put_config_item(&class).await.expect("the class changed");
+        sim.store
+            .put_config_item(&class)
+            .await
+            .expect("the class changed");
         // Up to six simulated minutes, stopping once the drifted claim is gone and no command is left.
         for _ in 0..12 {
             Box::pin(sim.run_for(SignedDuration::from_secs(30))).await;
-            let gone = sim.store.claims().await.expect("claims").iter().all(|c| c.id != old.id);
+            let gone = sim
+                .store
+                .claims()
+                .await
+                .expect("claims")
+                .iter()
+                .all(|c| c.id != old.id);
             if gone && sim.store.commands().await.expect("commands").is_empty() {
                 break;
             }
@@ -414,17 +611,52 @@ async fn a_drift_replacement_crashing_between_any_two_steps_converges_on_ec2_and
         Box::pin(sim.run_for(SignedDuration::from_secs(30))).await;
         let crashed = !sim.store.crash_pending();
         let claims = sim.store.claims().await.expect("claims");
-        assert_eq!(sim.cluster.all_nodes().len(), 1, "crash before command write {k}: one node at the end");
-        assert!(claims.iter().all(|c| c.id != old.id), "crash before command write {k}: the drifted claim is released");
-        assert_eq!(sim.store.commands().await.expect("commands").len(), 0, "crash before command write {k}: no command left");
-        assert_eq!(sim.replacements.len(), 1, "crash before command write {k}: one replacement, never two");
-        assert_eq!(f.instances().await.len(), 2, "crash before command write {k}: the original and its one replacement");
-        let state = f.instances_of_claim(&old.id).await[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
-        assert_eq!(state.as_deref(), Some("terminated"), "crash before command write {k}: the drifted instance");
+        assert_eq!(
+            sim.cluster.all_nodes().len(),
+            1,
+            "crash before command write {k}: one node at the end"
+        );
+        assert!(
+            claims.iter().all(|c| c.id != old.id),
+            "crash before command write {k}: the drifted claim is released"
+        );
+        assert_eq!(
+            sim.store.commands().await.expect("commands").len(),
+            0,
+            "crash before command write {k}: no command left"
+        );
+        assert_eq!(
+            sim.replacements.len(),
+            1,
+            "crash before command write {k}: one replacement, never two"
+        );
+        assert_eq!(
+            f.instances().await.len(),
+            2,
+            "crash before command write {k}: the original and its one replacement"
+        );
+        let state = f.instances_of_claim(&old.id).await[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_owned());
+        assert_eq!(
+            state.as_deref(),
+            Some("terminated"),
+            "crash before command write {k}: the drifted instance"
+        );
         let pods = sim.cluster.all_pods();
-        assert!(pods.len() == 2 && pods.iter().all(|p| nodewright::sim::controllers::node_of(p).is_some()), "crash {k}: both pods bound");
+        assert!(
+            pods.len() == 2
+                && pods
+                    .iter()
+                    .all(|p| nodewright::sim::controllers::node_of(p).is_some()),
+            "crash {k}: both pods bound"
+        );
         if !crashed {
-            assert!(k >= 3, "a drift replacement writes its command more than {k} times");
+            assert!(
+                k >= 3,
+                "a drift replacement writes its command more than {k} times"
+            );
             return;
         }
     }

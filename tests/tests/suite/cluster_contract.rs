@@ -70,13 +70,24 @@ async fn budget<F: ContractCluster>(f: &F, name: &str) -> ((i32, i32, i32, i32),
     let pdb = f.pdb(name).await.expect("the budget");
     let st = pdb.status.unwrap_or_default();
     let disrupted = st.disrupted_pods.unwrap_or_default().into_keys().collect();
-    ((st.current_healthy, st.desired_healthy, st.expected_pods, st.disruptions_allowed), disrupted)
+    (
+        (
+            st.current_healthy,
+            st.desired_healthy,
+            st.expected_pods,
+            st.disruptions_allowed,
+        ),
+        disrupted,
+    )
 }
 
 async fn running_pods<F: ContractCluster>(f: &F, app: &str, node: &str, n: usize) -> Vec<PodKey> {
     let mut keys = Vec::new();
     for i in 0..n {
-        keys.push(f.create_pod(NewPod::running(&format!("{app}-{i}"), app, node)).await);
+        keys.push(
+            f.create_pod(NewPod::running(&format!("{app}-{i}"), app, node))
+                .await,
+        );
     }
     keys
 }
@@ -87,28 +98,64 @@ async fn taints_are_added_once_and_removed_by_key<F: ContractCluster>(f: &F) {
     let node = f.create_node("n").await;
     let disrupted = Taint::new("karpenter.sh/disrupted", "", Effect::NoSchedule);
     f.port().add_taint(&node, &disrupted).await.expect("taint");
-    f.port().add_taint(&node, &disrupted).await.expect("taint again");
+    f.port()
+        .add_taint(&node, &disrupted)
+        .await
+        .expect("taint again");
     let other = Taint::new("example.com/x", "y", Effect::NoExecute);
-    f.port().add_taint(&node, &other).await.expect("another taint");
+    f.port()
+        .add_taint(&node, &other)
+        .await
+        .expect("another taint");
     let n = f.node(&node).await.expect("node");
     assert_eq!(
         taints_of(&n),
         [
-            ("karpenter.sh/disrupted".to_owned(), String::new(), "NoSchedule".to_owned()),
-            ("example.com/x".to_owned(), "y".to_owned(), "NoExecute".to_owned())
+            (
+                "karpenter.sh/disrupted".to_owned(),
+                String::new(),
+                "NoSchedule".to_owned()
+            ),
+            (
+                "example.com/x".to_owned(),
+                "y".to_owned(),
+                "NoExecute".to_owned()
+            )
         ],
         "added twice = once"
     );
 
-    f.port().remove_taint(&node, "karpenter.sh/disrupted").await.expect("untaint");
-    f.port().remove_taint(&node, "karpenter.sh/disrupted").await.expect("untaint again");
-    f.port().remove_taint(&node, "never.there/key").await.expect("a key the node never had");
-    assert_eq!(taints_of(&f.node(&node).await.expect("node")), [("example.com/x".to_owned(), "y".to_owned(), "NoExecute".to_owned())]);
+    f.port()
+        .remove_taint(&node, "karpenter.sh/disrupted")
+        .await
+        .expect("untaint");
+    f.port()
+        .remove_taint(&node, "karpenter.sh/disrupted")
+        .await
+        .expect("untaint again");
+    f.port()
+        .remove_taint(&node, "never.there/key")
+        .await
+        .expect("a key the node never had");
+    assert_eq!(
+        taints_of(&f.node(&node).await.expect("node")),
+        [(
+            "example.com/x".to_owned(),
+            "y".to_owned(),
+            "NoExecute".to_owned()
+        )]
+    );
 
     let missing = format!("{}-missing", f.namespace());
     for e in [
-        f.port().add_taint(&missing, &disrupted).await.expect_err("add on a missing node"),
-        f.port().remove_taint(&missing, "karpenter.sh/disrupted").await.expect_err("remove on a missing node"),
+        f.port()
+            .add_taint(&missing, &disrupted)
+            .await
+            .expect_err("add on a missing node"),
+        f.port()
+            .remove_taint(&missing, "karpenter.sh/disrupted")
+            .await
+            .expect_err("remove on a missing node"),
     ] {
         assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
     }
@@ -116,11 +163,27 @@ async fn taints_are_added_once_and_removed_by_key<F: ContractCluster>(f: &F) {
 
 async fn cordon_marks_the_node_unschedulable<F: ContractCluster>(f: &F) {
     let node = f.create_node("n").await;
-    assert_ne!(f.node(&node).await.and_then(|n| n.spec).and_then(|s| s.unschedulable), Some(true));
+    assert_ne!(
+        f.node(&node)
+            .await
+            .and_then(|n| n.spec)
+            .and_then(|s| s.unschedulable),
+        Some(true)
+    );
     f.port().cordon(&node).await.expect("cordon");
     f.port().cordon(&node).await.expect("cordon again");
-    assert_eq!(f.node(&node).await.and_then(|n| n.spec).and_then(|s| s.unschedulable), Some(true));
-    let e = f.port().cordon(&format!("{}-missing", f.namespace())).await.expect_err("missing node");
+    assert_eq!(
+        f.node(&node)
+            .await
+            .and_then(|n| n.spec)
+            .and_then(|s| s.unschedulable),
+        Some(true)
+    );
+    let e = f
+        .port()
+        .cordon(&format!("{}-missing", f.namespace()))
+        .await
+        .expect_err("missing node");
     assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
 }
 
@@ -129,7 +192,12 @@ async fn nodes_are_deleted_once<F: ContractCluster>(f: &F) {
     assert_eq!(f.port().delete_node(&node).await, Ok(true));
     assert!(f.node(&node).await.is_none());
     assert_eq!(f.port().delete_node(&node).await, Ok(false), "already gone");
-    assert_eq!(f.port().delete_node(&format!("{}-never", f.namespace())).await, Ok(false));
+    assert_eq!(
+        f.port()
+            .delete_node(&format!("{}-never", f.namespace()))
+            .await,
+        Ok(false)
+    );
 }
 
 // ------------------------------------------------------------ pods on a node
@@ -139,32 +207,80 @@ async fn pods_on_a_node_are_its_unfinished_ones<F: ContractCluster>(f: &F) {
     let n2 = f.create_node("n2").await;
     f.create_pod(NewPod::running("a", "web", &n1)).await;
     f.create_pod(NewPod::running("b", "web", &n1)).await;
-    f.create_pod(NewPod { phase: Phase::Succeeded, ..NewPod::running("done", "job", &n1) }).await;
+    f.create_pod(NewPod {
+        phase: Phase::Succeeded,
+        ..NewPod::running("done", "job", &n1)
+    })
+    .await;
     f.create_pod(NewPod::running("elsewhere", "web", &n2)).await;
     f.create_pod(NewPod::pending("unbound", "web")).await;
     let leaving = f.create_pod(NewPod::running("leaving", "web", &n1)).await;
-    f.port().delete_pod(&leaving, Some(60)).await.expect("delete");
+    f.port()
+        .delete_pod(&leaving, Some(60))
+        .await
+        .expect("delete");
 
-    let mut names: Vec<String> =
-        f.port().pods_on_node(&n1).await.expect("list").into_iter().filter_map(|p| p.metadata.name).collect();
+    let mut names: Vec<String> = f
+        .port()
+        .pods_on_node(&n1)
+        .await
+        .expect("list")
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
     names.sort();
-    assert_eq!(names, ["a", "b", "leaving"], "bound to n1 and not finished (a terminating pod is still there)");
-    assert!(f.port().pods_on_node(&format!("{}-none", f.namespace())).await.expect("list").is_empty());
+    assert_eq!(
+        names,
+        ["a", "b", "leaving"],
+        "bound to n1 and not finished (a terminating pod is still there)"
+    );
+    assert!(
+        f.port()
+            .pods_on_node(&format!("{}-none", f.namespace()))
+            .await
+            .expect("list")
+            .is_empty()
+    );
 }
 
 // ------------------------------------------------------------ eviction
 
-async fn an_allowed_eviction_leaves_the_pod_terminating_until_the_kubelet_confirms<F: ContractCluster>(f: &F) {
+async fn an_allowed_eviction_leaves_the_pod_terminating_until_the_kubelet_confirms<
+    F: ContractCluster,
+>(
+    f: &F,
+) {
     let node = f.create_node("n").await;
-    let pod = f.create_pod(NewPod { grace: Some(20), ..NewPod::running("web-0", "web", &node) }).await;
+    let pod = f
+        .create_pod(NewPod {
+            grace: Some(20),
+            ..NewPod::running("web-0", "web", &node)
+        })
+        .await;
     // No budget covers it.
     assert_eq!(f.port().evict(&pod).await, Ok(EvictOutcome::Evicted));
     let p = f.pod("web-0").await.expect("still there: terminating");
     assert!(is_terminating(&p));
-    assert_eq!(p.metadata.deletion_grace_period_seconds, Some(20), "the pod's own grace period");
-    let target = p.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "DisruptionTarget");
-    assert_eq!(target.map(|c| (c.status, c.reason)), Some(("True".into(), Some("EvictionByEvictionAPI".into()))));
-    assert_eq!(f.port().pods_on_node(&node).await.expect("list").len(), 1, "a drain still sees it");
+    assert_eq!(
+        p.metadata.deletion_grace_period_seconds,
+        Some(20),
+        "the pod's own grace period"
+    );
+    let target = p
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget");
+    assert_eq!(
+        target.map(|c| (c.status, c.reason)),
+        Some(("True".into(), Some("EvictionByEvictionAPI".into())))
+    );
+    assert_eq!(
+        f.port().pods_on_node(&node).await.expect("list").len(),
+        1,
+        "a drain still sees it"
+    );
 
     // Evicting a terminating pod again is accepted (no budget is consulted).
     assert_eq!(f.port().evict(&pod).await, Ok(EvictOutcome::Evicted));
@@ -174,7 +290,10 @@ async fn an_allowed_eviction_leaves_the_pod_terminating_until_the_kubelet_confir
     assert!(f.pod("web-0").await.is_some(), "within its grace period");
     f.advance(21).await;
     f.reconcile().await;
-    assert!(f.pod("web-0").await.is_none(), "gone once the kubelet confirmed");
+    assert!(
+        f.pod("web-0").await.is_none(),
+        "gone once the kubelet confirmed"
+    );
     assert_eq!(f.port().evict(&pod).await, Ok(EvictOutcome::Gone));
 }
 
@@ -188,10 +307,19 @@ async fn an_exhausted_budget_blocks_with_its_name<F: ContractCluster>(f: &F) {
     let out = f.port().evict(&pods[0]).await.expect("evict");
     assert_eq!(
         out,
-        EvictOutcome::Blocked(format!("{BUDGET_REFUSES} The disruption budget web needs 2 healthy pods and has 2 currently"))
+        EvictOutcome::Blocked(format!(
+            "{BUDGET_REFUSES} The disruption budget web needs 2 healthy pods and has 2 currently"
+        ))
     );
-    assert!(!is_terminating(&f.pod("web-0").await.expect("pod")), "untouched");
-    assert_eq!(budget(f, "web").await, ((2, 2, 2, 0), vec![]), "and the budget too");
+    assert!(
+        !is_terminating(&f.pod("web-0").await.expect("pod")),
+        "untouched"
+    );
+    assert_eq!(
+        budget(f, "web").await,
+        ((2, 2, 2, 0), vec![]),
+        "and the budget too"
+    );
 }
 
 async fn a_budget_is_spent_by_evictions_and_restored_by_its_controller<F: ContractCluster>(f: &F) {
@@ -203,9 +331,15 @@ async fn a_budget_is_spent_by_evictions_and_restored_by_its_controller<F: Contra
 
     assert_eq!(f.port().evict(&pods[0]).await, Ok(EvictOutcome::Evicted));
     // The eviction spent the budget and named the pod (before the controller ran again).
-    assert_eq!(budget(f, "web").await, ((3, 2, 3, 0), vec!["web-0".to_owned()]));
+    assert_eq!(
+        budget(f, "web").await,
+        ((3, 2, 3, 0), vec!["web-0".to_owned()])
+    );
     let out = f.port().evict(&pods[1]).await.expect("evict");
-    assert!(matches!(&out, EvictOutcome::Blocked(m) if m.contains("disruption budget web")), "{out:?}");
+    assert!(
+        matches!(&out, EvictOutcome::Blocked(m) if m.contains("disruption budget web")),
+        "{out:?}"
+    );
 
     // The controller: the terminating pod is not healthy, and no longer "disrupted".
     f.reconcile().await;
@@ -217,20 +351,38 @@ async fn a_budget_is_spent_by_evictions_and_restored_by_its_controller<F: Contra
     f.create_pod(NewPod::running("web-3", "web", &node)).await;
     f.reconcile().await;
     assert_eq!(budget(f, "web").await, ((3, 2, 3, 1), vec![]));
-    let observed = f.pdb("web").await.and_then(|p| p.status).and_then(|s| s.observed_generation);
+    let observed = f
+        .pdb("web")
+        .await
+        .and_then(|p| p.status)
+        .and_then(|s| s.observed_generation);
     assert_eq!(observed, Some(1));
 }
 
 async fn evicting_a_missing_or_replaced_pod_is_gone<F: ContractCluster>(f: &F) {
     let node = f.create_node("n").await;
-    let missing = PodKey { namespace: f.namespace().to_owned(), name: "nobody".into(), uid: String::new() };
-    assert_eq!(f.port().evict(&missing).await, Ok(EvictOutcome::Gone), "404");
+    let missing = PodKey {
+        namespace: f.namespace().to_owned(),
+        name: "nobody".into(),
+        uid: String::new(),
+    };
+    assert_eq!(
+        f.port().evict(&missing).await,
+        Ok(EvictOutcome::Gone),
+        "404"
+    );
 
     // Another pod now has the name (the key's uid is not its uid): 409.
     let lone = f.create_pod(NewPod::running("lone", "lone", &node)).await;
-    let stale = PodKey { uid: "00000000-0000-0000-0000-000000000000".into(), ..lone.clone() };
+    let stale = PodKey {
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+        ..lone.clone()
+    };
     assert_eq!(f.port().evict(&stale).await, Ok(EvictOutcome::Gone));
-    assert!(!is_terminating(&f.pod("lone").await.expect("pod")), "the other pod is untouched");
+    assert!(
+        !is_terminating(&f.pod("lone").await.expect("pod")),
+        "the other pod is untouched"
+    );
 
     // Under a budget that allows it, the server consults (and spends) the
     // budget before the uid precondition fails; the controller returns the
@@ -238,11 +390,17 @@ async fn evicting_a_missing_or_replaced_pod_is_gone<F: ContractCluster>(f: &F) {
     let pods = running_pods(f, "web", &node, 2).await;
     f.create_pdb("web", "web", 1).await;
     f.reconcile().await;
-    let stale = PodKey { uid: "00000000-0000-0000-0000-000000000000".into(), ..pods[0].clone() };
+    let stale = PodKey {
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+        ..pods[0].clone()
+    };
     assert_eq!(f.port().evict(&stale).await, Ok(EvictOutcome::Gone));
     assert!(!is_terminating(&f.pod("web-0").await.expect("pod")));
     f.reconcile().await;
-    assert_eq!(budget(f, "web").await, ((1, 1, 2, 0), vec!["web-0".to_owned()]));
+    assert_eq!(
+        budget(f, "web").await,
+        ((1, 1, 2, 0), vec!["web-0".to_owned()])
+    );
     f.advance(121).await;
     f.reconcile().await;
     assert_eq!(budget(f, "web").await, ((2, 1, 2, 1), vec![]));
@@ -252,10 +410,19 @@ async fn pods_that_are_not_running_ignore_their_budget<F: ContractCluster>(f: &F
     let node = f.create_node("n").await;
     running_pods(f, "web", &node, 1).await;
     let pending = f.create_pod(NewPod::pending("web-pending", "web")).await;
-    let done = f.create_pod(NewPod { phase: Phase::Succeeded, ..NewPod::running("web-done", "web", &node) }).await;
+    let done = f
+        .create_pod(NewPod {
+            phase: Phase::Succeeded,
+            ..NewPod::running("web-done", "web", &node)
+        })
+        .await;
     f.create_pdb("web", "web", 1).await;
     f.reconcile().await;
-    assert_eq!(budget(f, "web").await.0, (1, 1, 3, 0), "nothing may be disrupted");
+    assert_eq!(
+        budget(f, "web").await.0,
+        (1, 1, 3, 0),
+        "nothing may be disrupted"
+    );
 
     // Pending and finished pods are evicted without a budget check, and
     // (unbound or finished) removed at once.
@@ -263,7 +430,7 @@ async fn pods_that_are_not_running_ignore_their_budget<F: ContractCluster>(f: &F
     assert!(f.pod("web-pending").await.is_none());
     assert_eq!(f.port().evict(&done).await, Ok(EvictOutcome::Evicted));
     assert!(f.pod("web-done").await.is_none());
-    assert_eq!(budget(f, "web").await.0 .3, 0, "no disruption spent");
+    assert_eq!(budget(f, "web").await.0.3, 0, "no disruption spent");
 }
 
 async fn two_budgets_over_one_pod_block<F: ContractCluster>(f: &F) {
@@ -272,7 +439,7 @@ async fn two_budgets_over_one_pod_block<F: ContractCluster>(f: &F) {
     f.create_pdb("web", "web", 1).await;
     f.create_pdb("web-too", "web", 1).await;
     f.reconcile().await;
-    assert_eq!(budget(f, "web").await.0 .3, 2);
+    assert_eq!(budget(f, "web").await.0.3, 2);
     assert_eq!(
         f.port().evict(&pods[0]).await,
         Ok(EvictOutcome::Blocked(
@@ -289,7 +456,9 @@ async fn a_new_budget_blocks_until_its_controller_has_seen_it<F: ContractCluster
     // No status yet (observedGeneration behind the generation): refused, whatever the numbers.
     assert_eq!(
         f.port().evict(&pods[0]).await,
-        Ok(EvictOutcome::Blocked(format!("{BUDGET_REFUSES} The disruption budget web is still being processed by the server.")))
+        Ok(EvictOutcome::Blocked(format!(
+            "{BUDGET_REFUSES} The disruption budget web is still being processed by the server."
+        )))
     );
     f.reconcile().await;
     assert_eq!(f.port().evict(&pods[0]).await, Ok(EvictOutcome::Evicted));
@@ -301,7 +470,12 @@ async fn deleting_a_pod_is_graceful_unless_told_otherwise<F: ContractCluster>(f:
     let node = f.create_node("n").await;
     let a = f.create_pod(NewPod::running("a", "web", &node)).await;
     let b = f.create_pod(NewPod::running("b", "web", &node)).await;
-    let c = f.create_pod(NewPod { grace: Some(10), ..NewPod::running("c", "web", &node) }).await;
+    let c = f
+        .create_pod(NewPod {
+            grace: Some(10),
+            ..NewPod::running("c", "web", &node)
+        })
+        .await;
     let unbound = f.create_pod(NewPod::pending("unbound", "web")).await;
 
     // An explicit grace period.
@@ -311,15 +485,31 @@ async fn deleting_a_pod_is_graceful_unless_told_otherwise<F: ContractCluster>(f:
     assert_eq!(p.metadata.deletion_grace_period_seconds, Some(5));
     // The pod's own (10 s), and none given at all: the default 30 s.
     f.port().delete_pod(&c, None).await.expect("delete");
-    assert_eq!(f.pod("c").await.and_then(|p| p.metadata.deletion_grace_period_seconds), Some(10));
+    assert_eq!(
+        f.pod("c")
+            .await
+            .and_then(|p| p.metadata.deletion_grace_period_seconds),
+        Some(10)
+    );
     // A second deletion may shorten the grace period, never lengthen it.
-    f.port().delete_pod(&c, Some(60)).await.expect("delete again");
-    assert_eq!(f.pod("c").await.and_then(|p| p.metadata.deletion_grace_period_seconds), Some(10));
+    f.port()
+        .delete_pod(&c, Some(60))
+        .await
+        .expect("delete again");
+    assert_eq!(
+        f.pod("c")
+            .await
+            .and_then(|p| p.metadata.deletion_grace_period_seconds),
+        Some(10)
+    );
 
     // Grace 0, or a pod no kubelet runs: gone at once.
     f.port().delete_pod(&b, Some(0)).await.expect("delete now");
     assert!(f.pod("b").await.is_none());
-    f.port().delete_pod(&unbound, Some(30)).await.expect("delete unbound");
+    f.port()
+        .delete_pod(&unbound, Some(30))
+        .await
+        .expect("delete unbound");
     assert!(f.pod("unbound").await.is_none());
 
     f.advance(6).await;
@@ -331,15 +521,26 @@ async fn deleting_a_pod_is_graceful_unless_told_otherwise<F: ContractCluster>(f:
     assert!(f.pod("c").await.is_none());
 
     // Gone already: nothing to do.
-    f.port().delete_pod(&a, None).await.expect("delete a missing pod");
+    f.port()
+        .delete_pod(&a, None)
+        .await
+        .expect("delete a missing pod");
 }
 
 async fn deleting_a_replaced_pod_deletes_nothing<F: ContractCluster>(f: &F) {
     let node = f.create_node("n").await;
     let p = f.create_pod(NewPod::running("web", "web", &node)).await;
-    let stale = PodKey { uid: "00000000-0000-0000-0000-000000000000".into(), ..p };
-    f.port().delete_pod(&stale, Some(0)).await.expect("a precondition failure is not an error");
-    assert!(!is_terminating(&f.pod("web").await.expect("the pod under that name stays")));
+    let stale = PodKey {
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+        ..p
+    };
+    f.port()
+        .delete_pod(&stale, Some(0))
+        .await
+        .expect("a precondition failure is not an error");
+    assert!(!is_terminating(
+        &f.pod("web").await.expect("the pod under that name stays")
+    ));
 }
 
 // ------------------------------------------------------------ events
@@ -358,11 +559,20 @@ async fn events_are_recorded_and_read_back<F: ContractCluster>(f: &F) {
     let blocked = ClusterEvent {
         type_: "Warning".into(),
         reason: "FailedDraining".into(),
-        message: "Failed to drain node, 1 pods are waiting to be evicted: pdb web prevents pod evictions".into(),
+        message:
+            "Failed to drain node, 1 pods are waiting to be evicted: pdb web prevents pod evictions"
+                .into(),
         ..evicted.clone()
     };
     f.port().record_event(&evicted).await.expect("record");
     f.port().record_event(&blocked).await.expect("record");
-    f.port().record_event(&blocked).await.expect("record a repeat");
-    assert_eq!(f.events().await, [evicted, blocked.clone(), blocked], "each repeat counted");
+    f.port()
+        .record_event(&blocked)
+        .await
+        .expect("record a repeat");
+    assert_eq!(
+        f.events().await,
+        [evicted, blocked.clone(), blocked],
+        "each repeat counted"
+    );
 }

@@ -43,7 +43,12 @@ async fn described_cluster(name: &str) -> aws_sdk_eks::types::Cluster {
         .send()
         .await
         .expect("eks:CreateCluster");
-    let out = eks.describe_cluster().name(name).send().await.expect("eks:DescribeCluster");
+    let out = eks
+        .describe_cluster()
+        .name(name)
+        .send()
+        .await
+        .expect("eks:DescribeCluster");
     out.cluster().cloned().expect("a cluster")
 }
 
@@ -54,7 +59,11 @@ async fn eks_front(env: &KubeEnv, cluster: &str) -> (FaultProxy, Arc<StsAuthenti
     let auth = Arc::new(StsAuthenticator {
         cluster: cluster.to_owned(),
         region: REGION.to_owned(),
-        sts_address: moto().endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned(),
+        sts_address: moto()
+            .endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned(),
         upstream_authorization: format!("Bearer {}", env.function_token),
         identities: Mutex::new(Vec::new()),
         tokens: Mutex::new(Vec::new()),
@@ -72,33 +81,62 @@ async fn describe_cluster_then_iam_tokens_reach_the_api_server_as_the_function_u
 
     // What the adapter makes of the emulator's reply: its CA is no certificate.
     let ca_data = described.certificate_authority().and_then(|c| c.data());
-    let refused = EksClusterInfo::from_describe(&name, described.endpoint(), ca_data, described.version())
-        .expect_err("the emulator's CA is not a certificate");
+    let refused =
+        EksClusterInfo::from_describe(&name, described.endpoint(), ca_data, described.version())
+            .expect_err("the emulator's CA is not a certificate");
     assert!(refused.to_string().contains(&name), "{refused}");
 
     // The same reply with the local server's CA: endpoint and version as described.
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(env.ca_pem());
-    let mut info = EksClusterInfo::from_describe(&name, described.endpoint(), Some(&ca_b64), described.version())
-        .expect("a usable DescribeCluster reply");
+    let mut info = EksClusterInfo::from_describe(
+        &name,
+        described.endpoint(),
+        Some(&ca_b64),
+        described.version(),
+    )
+    .expect("a usable DescribeCluster reply");
     assert_eq!(info.version.as_deref(), Some("1.32"));
-    assert_eq!(info.endpoint, described.endpoint().expect("endpoint").trim_end_matches('/'));
+    assert_eq!(
+        info.endpoint,
+        described
+            .endpoint()
+            .expect("endpoint")
+            .trim_end_matches('/')
+    );
 
     // Point it at the local server, behind the token authentication.
     let (proxy, auth) = eks_front(env, &name).await;
     info.endpoint = proxy.url.clone();
     let sdk = sdk_config(REGION).await;
     let credentials = sdk.credentials_provider().expect("credentials");
-    let cluster = info.connect(EksTokenSource::new(&name, REGION, credentials, SystemClock), ClientSettings::default()).expect("client");
+    let cluster = info
+        .connect(
+            EksTokenSource::new(&name, REGION, credentials, SystemClock),
+            ClientSettings::default(),
+        )
+        .expect("client");
 
-    cluster.nodes().await.expect("the function lists nodes with an IAM token");
+    cluster
+        .nodes()
+        .await
+        .expect("the function lists nodes with an IAM token");
     cluster.pending_pods().await.expect("and pending pods");
     let identities = auth.identities.lock().expect("lock").clone();
-    assert!(!identities.is_empty() && identities.iter().all(|a| a.starts_with("arn:aws:sts::")), "{identities:?}");
+    assert!(
+        !identities.is_empty() && identities.iter().all(|a| a.starts_with("arn:aws:sts::")),
+        "{identities:?}"
+    );
 
     // Authenticated as the function user, RBAC still keeps Secrets out of reach.
     let secrets: Api<Secret> = Api::all(cluster.client().clone());
-    let err = secrets.list(&ListParams::default()).await.expect_err("secrets are forbidden");
-    assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err}");
+    let err = secrets
+        .list(&ListParams::default())
+        .await
+        .expect_err("secrets are forbidden");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,24 +146,49 @@ async fn tokens_the_cluster_refuses_end_in_a_clear_error() {
     let name = unique("refused");
     let (proxy, auth) = eks_front(env, &name).await;
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(env.ca_pem());
-    let mut info = EksClusterInfo::from_describe(&name, Some("https://example.invalid"), Some(&ca_b64), Some("1.32")).expect("info");
+    let mut info = EksClusterInfo::from_describe(
+        &name,
+        Some("https://example.invalid"),
+        Some(&ca_b64),
+        Some("1.32"),
+    )
+    .expect("info");
     info.endpoint = proxy.url.clone();
-    let credentials = sdk_config(REGION).await.credentials_provider().expect("credentials");
+    let credentials = sdk_config(REGION)
+        .await
+        .credentials_provider()
+        .expect("credentials");
 
     // Signed 20 minutes ago: outside the window.
-    let stale = info.connect(EksTokenSource::new(&name, REGION, credentials.clone(), TwentyMinutesAgo), ClientSettings::default()).expect("client");
+    let stale = info
+        .connect(
+            EksTokenSource::new(&name, REGION, credentials.clone(), TwentyMinutesAgo),
+            ClientSettings::default(),
+        )
+        .expect("client");
     match stale.nodes().await {
-        Err(ClusterError::Forbidden(m)) => assert!(m.contains("unauthorized") && m.contains("15-minute window"), "{m}"),
+        Err(ClusterError::Forbidden(m)) => assert!(
+            m.contains("unauthorized") && m.contains("15-minute window"),
+            "{m}"
+        ),
         other => panic!("a stale token is refused: {other:?}"),
     }
 
     // Signed for another region's STS.
-    let elsewhere = info.connect(EksTokenSource::new(&name, "us-west-2", credentials, SystemClock), ClientSettings::default()).expect("client");
+    let elsewhere = info
+        .connect(
+            EksTokenSource::new(&name, "us-west-2", credentials, SystemClock),
+            ClientSettings::default(),
+        )
+        .expect("client");
     match elsewhere.nodes().await {
         Err(ClusterError::Forbidden(m)) => assert!(m.contains("not this region's STS"), "{m}"),
         other => panic!("a token for another region is refused: {other:?}"),
     }
-    assert!(auth.identities.lock().expect("lock").is_empty(), "no identity was accepted");
+    assert!(
+        auth.identities.lock().expect("lock").is_empty(),
+        "no identity was accepted"
+    );
 
     // Not an EKS token at all.
     assert!(auth.verify("k8s-aws-v1.not-base64!").await.is_err());

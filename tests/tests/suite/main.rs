@@ -14,8 +14,8 @@
 mod aws_cloud;
 mod aws_scenarios;
 mod aws_store;
-mod disruption;
 mod cluster_contract;
+mod disruption;
 mod eks_auth;
 mod interruption;
 mod kube_cluster;

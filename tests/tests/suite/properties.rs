@@ -3,9 +3,9 @@
 //! deterministic; the best plan never costs more than Karpenter's, nor (on
 //! batches this small) more than one node per pod.
 
+use nodewright::scheduling::SchedPod;
 use nodewright::scheduling::requirements::{Operator, Requirement};
 use nodewright::scheduling::solver::{PoolInput, SolveOptions, Strategy as Solving, solve};
-use nodewright::scheduling::SchedPod;
 use nodewright_tests::*;
 use proptest::prelude::*;
 use serde_json::json;
@@ -23,14 +23,19 @@ fn requirement() -> impl Strategy<Value = Requirement> {
         Just(Operator::Gte),
         Just(Operator::Lte),
     ];
-    (ops, proptest::sample::subsequence(VALUES.to_vec(), 1..4), 0i64..8).prop_map(|(op, vals, n)| {
-        let values: Vec<String> = match op {
-            Operator::In | Operator::NotIn => vals.iter().map(|s| s.to_string()).collect(),
-            Operator::Exists | Operator::DoesNotExist => vec![],
-            _ => vec![n.to_string()],
-        };
-        Requirement::new("k", op, &values).expect("well-formed")
-    })
+    (
+        ops,
+        proptest::sample::subsequence(VALUES.to_vec(), 1..4),
+        0i64..8,
+    )
+        .prop_map(|(op, vals, n)| {
+            let values: Vec<String> = match op {
+                Operator::In | Operator::NotIn => vals.iter().map(|s| s.to_string()).collect(),
+                Operator::Exists | Operator::DoesNotExist => vec![],
+                _ => vec![n.to_string()],
+            };
+            Requirement::new("k", op, &values).expect("well-formed")
+        })
 }
 
 proptest! {
@@ -61,12 +66,28 @@ fn pending_pod(index: usize) -> impl Strategy<Value = SchedPod> {
         prop::option::of(0u8..2),
         any::<bool>(),
     )
-        .prop_map(move |(cpu, mem, arch, zone, anti, spread)| constrained_pod(&format!("p{index:03}"), (cpu, mem), arch, zone, anti, spread))
+        .prop_map(move |(cpu, mem, arch, zone, anti, spread)| {
+            constrained_pod(
+                &format!("p{index:03}"),
+                (cpu, mem),
+                arch,
+                zone,
+                anti,
+                spread,
+            )
+        })
 }
 
 /// A pending pod with an optional architecture and zone (node selector), a
 /// hostname anti-affinity group, and a zone spread over the "free" pods.
-fn constrained_pod(name: &str, (cpu, mem): (&str, &str), arch: Option<&str>, zone: Option<&str>, anti: Option<u8>, spread: bool) -> SchedPod {
+fn constrained_pod(
+    name: &str,
+    (cpu, mem): (&str, &str),
+    arch: Option<&str>,
+    zone: Option<&str>,
+    anti: Option<u8>,
+    spread: bool,
+) -> SchedPod {
     let mut selector = serde_json::Map::new();
     if let Some(a) = arch {
         selector.insert("kubernetes.io/arch".into(), json!(a));
@@ -192,7 +213,10 @@ mod real_catalog {
                 })
                 .collect();
             let zones = w2::zones(&pools[0].pool, &catalog);
-            let daemons = w2::daemon_pods().iter().map(|p| SchedPod::from_pod(p).expect("daemon pod")).collect();
+            let daemons = w2::daemon_pods()
+                .iter()
+                .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
+                .collect();
             (pools, daemons, zones)
         })
     }
@@ -201,7 +225,14 @@ mod real_catalog {
     /// hostname anti-affinity group or zone spread.
     fn pod(index: usize) -> impl Strategy<Value = SchedPod> {
         (
-            prop::sample::select(vec![("3500m", "2Gi"), ("500m", "14Gi"), ("250m", "256Mi"), ("100m", "128Mi"), ("2", "8Gi"), ("1", "2Gi")]),
+            prop::sample::select(vec![
+                ("3500m", "2Gi"),
+                ("500m", "14Gi"),
+                ("250m", "256Mi"),
+                ("100m", "128Mi"),
+                ("2", "8Gi"),
+                ("1", "2Gi"),
+            ]),
             prop::option::of(prop::sample::select(vec!["amd64", "arm64"])),
             prop::option::of(0usize..3),
             prop::option::of(0u8..2),
@@ -220,7 +251,12 @@ mod real_catalog {
 
     /// Each claim's pods and the DaemonSet pods together fit every type it
     /// may launch as: capacity after overhead.
-    fn check_overhead(pods: &[SchedPod], daemons: &[SchedPod], pool: &PoolInput, plan: &nodewright::scheduling::solver::Plan) {
+    fn check_overhead(
+        pods: &[SchedPod],
+        daemons: &[SchedPod],
+        pool: &PoolInput,
+        plan: &nodewright::scheduling::solver::Plan,
+    ) {
         for c in &plan.claims {
             let mut sum = daemons.iter().fold(Resources::default(), |mut s, d| {
                 s.add(&d.requests);
@@ -230,8 +266,17 @@ mod real_catalog {
                 sum.add(&pods[i].requests);
             }
             for o in &c.options {
-                let t = pool.instance_types.iter().find(|t| *t.name == *o.instance_type).expect("known type");
-                assert!(sum.fits_in(t.allocatable()), "pods and DaemonSets fit {}: {sum} vs {}", t.name, t.allocatable());
+                let t = pool
+                    .instance_types
+                    .iter()
+                    .find(|t| *t.name == *o.instance_type)
+                    .expect("known type");
+                assert!(
+                    sum.fits_in(t.allocatable()),
+                    "pods and DaemonSets fit {}: {sum} vs {}",
+                    t.name,
+                    t.allocatable()
+                );
             }
         }
     }

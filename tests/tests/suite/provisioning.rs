@@ -12,7 +12,11 @@ use nodewright::sim::{SimSettings, catalog};
 use nodewright_tests::sim::{in_memory, run, scenario_file};
 
 fn label<'a>(n: &'a k8s_openapi::api::core::v1::Node, key: &str) -> &'a str {
-    n.metadata.labels.as_ref().and_then(|l| l.get(key)).map_or("", String::as_str)
+    n.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
 }
 
 #[tokio::test]
@@ -27,8 +31,15 @@ async fn walkthrough_one_gives_one_on_demand_arm64_r6gd_xlarge_in_ap_south_1a() 
     assert_eq!(label(&nodes[0], labels::ZONE), "ap-south-1a");
     assert_eq!(label(&nodes[0], labels::NODEPOOL), "default");
     // Our registration taint is gone once the pods are bound.
-    let taints = nodes[0].spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-    assert!(taints.iter().all(|t| t.key != "karpenter.sh/unregistered"), "{taints:?}");
+    let taints = nodes[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(
+        taints.iter().all(|t| t.key != "karpenter.sh/unregistered"),
+        "{taints:?}"
+    );
 }
 
 #[tokio::test]
@@ -57,7 +68,10 @@ async fn mixed_shapes_on_the_real_catalog_cost_within_5_percent_of_the_bound() {
     let mut tight = scenario_file("mixed-shapes.yaml").expect;
     tight.cost_over_bound_at_most = Some(1.0);
     let failures = nodewright::sim::scenario::check_now(&sim, &tight).await;
-    assert!(failures.iter().any(|f| f.contains("× the lower bound")), "{failures:#?}");
+    assert!(
+        failures.iter().any(|f| f.contains("× the lower bound")),
+        "{failures:#?}"
+    );
 }
 
 #[tokio::test]
@@ -65,7 +79,10 @@ async fn an_impossible_pod_is_reported_once_and_never_launched_for() {
     let (sim, failures) = run(&scenario_file("impossible.yaml"), SimSettings::default()).await;
     assert!(failures.is_empty(), "{failures:#?}");
     let events = sim.cluster.events();
-    let (_, e) = events.iter().find(|(_, e)| e.reason == "FailedScheduling").expect("an event");
+    let (_, e) = events
+        .iter()
+        .find(|(_, e)| e.reason == "FailedScheduling")
+        .expect("an event");
     assert_eq!(e.name, "never");
     assert!(e.message.contains("m5.hyperlarge"), "{}", e.message);
 }
@@ -79,14 +96,37 @@ async fn pods_follow_their_volumes_zones_and_missing_claims_are_reported() {
     assert!(failures.is_empty(), "{failures:#?}");
     let nodes = sim.cluster.all_nodes();
     let zone_of = |pod: &str| {
-        let p = sim.cluster.all_pods().into_iter().find(|p| p.metadata.name.as_deref() == Some(pod)).expect("pod");
-        let node = p.spec.and_then(|s| s.node_name).unwrap_or_else(|| panic!("{pod} is not bound"));
-        let n = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node.as_str())).expect("node");
+        let p = sim
+            .cluster
+            .all_pods()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(pod))
+            .expect("pod");
+        let node = p
+            .spec
+            .and_then(|s| s.node_name)
+            .unwrap_or_else(|| panic!("{pod} is not bound"));
+        let n = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+            .expect("node");
         label(n, labels::ZONE).to_owned()
     };
-    assert_eq!(zone_of("db"), "ap-south-1b", "bound to a volume in ap-south-1b");
-    assert_eq!(zone_of("cache"), "ap-south-1c", "its class allows only ap-south-1c");
-    assert_eq!(zone_of("orphan"), "ap-south-1a", "its claim, created at 3m, is bound to a volume in ap-south-1a");
+    assert_eq!(
+        zone_of("db"),
+        "ap-south-1b",
+        "bound to a volume in ap-south-1b"
+    );
+    assert_eq!(
+        zone_of("cache"),
+        "ap-south-1c",
+        "its class allows only ap-south-1c"
+    );
+    assert_eq!(
+        zone_of("orphan"),
+        "ap-south-1a",
+        "its claim, created at 3m, is bound to a volume in ap-south-1a"
+    );
     let reasons: Vec<(String, String)> = sim
         .cluster
         .events()
@@ -95,36 +135,62 @@ async fn pods_follow_their_volumes_zones_and_missing_claims_are_reported() {
         .map(|(_, e)| (e.name, e.message))
         .collect();
     assert!(
-        reasons.iter().any(|(n, m)| n == "orphan" && m.contains("persistentvolumeclaim default/never-created not found")),
+        reasons.iter().any(|(n, m)| n == "orphan"
+            && m.contains("persistentvolumeclaim default/never-created not found")),
         "{reasons:#?}"
     );
     assert!(
         reasons.iter().any(|(n, m)| n == "lost-class"
-            && m.contains("storageclass no-such-class of persistentvolumeclaim default/classless not found")),
+            && m.contains(
+                "storageclass no-such-class of persistentvolumeclaim default/classless not found"
+            )),
         "{reasons:#?}"
     );
 }
 
 #[tokio::test]
 async fn daemonset_overhead_is_honoured() {
-    let (sim, failures) = run(&scenario_file("daemonset-overhead.yaml"), SimSettings::default()).await;
+    let (sim, failures) = run(
+        &scenario_file("daemonset-overhead.yaml"),
+        SimSettings::default(),
+    )
+    .await;
     assert!(failures.is_empty(), "{failures:#?}");
     // Every node holds its DaemonSet pod and its pods within allocatable.
     let pods = sim.cluster.all_pods();
     for n in sim.cluster.all_nodes() {
         let name = n.metadata.name.clone().unwrap_or_default();
         let alloc = nodewright::resources::Resources::from_list(
-            n.status.as_ref().and_then(|s| s.allocatable.as_ref()).expect("allocatable"),
+            n.status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .expect("allocatable"),
         )
         .expect("quantities");
         let mut used = nodewright::resources::Resources::default();
         let mut daemon = 0;
-        for p in pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())) {
-            used.add(&nodewright::scheduling::SchedPod::from_pod(p).expect("pod").requests);
-            daemon += usize::from(p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet"));
+        for p in pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+        {
+            used.add(
+                &nodewright::scheduling::SchedPod::from_pod(p)
+                    .expect("pod")
+                    .requests,
+            );
+            daemon += usize::from(
+                p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "DaemonSet"),
+            );
         }
         assert_eq!(daemon, 1, "node {name} lacks its DaemonSet pod");
-        assert!(used.cpu_millis <= alloc.cpu_millis, "node {name}: {used:?} > {alloc:?}");
+        assert!(
+            used.cpu_millis <= alloc.cpu_millis,
+            "node {name}: {used:?} > {alloc:?}"
+        );
     }
 }
 
@@ -136,10 +202,18 @@ async fn limits_hold_for_two_thousand_pods() {
     let cat = catalog::catalog("us-east-1").expect("catalog");
     let cpus: u32 = instances
         .iter()
-        .map(|i| cat.instance_types.iter().find(|t| t.name == i.instance_type).map_or(0, |t| t.vcpu))
+        .map(|i| {
+            cat.instance_types
+                .iter()
+                .find(|t| t.name == i.instance_type)
+                .map_or(0, |t| t.vcpu)
+        })
         .sum();
     assert!(cpus <= 1000, "launched {cpus} vCPUs past the 1000 limit");
-    assert!(cpus >= 900, "only {cpus} vCPUs launched: the limit should be nearly used");
+    assert!(
+        cpus >= 900,
+        "only {cpus} vCPUs launched: the limit should be nearly used"
+    );
     // Pods that did not fit are reported with the limit as the reason, once each.
     let pending: BTreeSet<String> = sim
         .cluster
@@ -150,12 +224,26 @@ async fn limits_hold_for_two_thousand_pods() {
         .collect();
     assert!(!pending.is_empty());
     let events = sim.cluster.events();
-    let reported: Vec<&str> =
-        events.iter().filter(|(_, e)| e.reason == "FailedScheduling").map(|(_, e)| e.name.as_str()).collect();
+    let reported: Vec<&str> = events
+        .iter()
+        .filter(|(_, e)| e.reason == "FailedScheduling")
+        .map(|(_, e)| e.name.as_str())
+        .collect();
     let unique: BTreeSet<&str> = reported.iter().copied().collect();
-    assert_eq!(unique.len(), reported.len(), "a pod was reported twice for the same reason");
-    assert!(pending.iter().all(|p| unique.contains(p.as_str())), "every waiting pod was reported");
-    assert!(events.iter().all(|(_, e)| e.reason != "FailedScheduling" || e.message.contains("limit cpu")));
+    assert_eq!(
+        unique.len(),
+        reported.len(),
+        "a pod was reported twice for the same reason"
+    );
+    assert!(
+        pending.iter().all(|p| unique.contains(p.as_str())),
+        "every waiting pod was reported"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|(_, e)| e.reason != "FailedScheduling" || e.message.contains("limit cpu"))
+    );
 }
 
 /// Two provisioner invocations at once (a lease lost to a stall, say) share
@@ -167,7 +255,10 @@ async fn limits_hold_with_two_provisioners_at_once() {
     scenario::load(&mut sim, &s).await.expect("loads");
     sim.cluster.reconcile(); // the Deployment's pods exist and are marked Unschedulable
     let settings = ProvisionerSettings {
-        window: BatchWindow { idle: SignedDuration::ZERO, max: SignedDuration::ZERO },
+        window: BatchWindow {
+            idle: SignedDuration::ZERO,
+            max: SignedDuration::ZERO,
+        },
         ..Default::default()
     };
     let mut tasks = Vec::new();
@@ -185,11 +276,18 @@ async fn limits_hold_with_two_provisioners_at_once() {
         t.await.expect("task");
     }
     let usage = sim.store.pool_usage().await.expect("usage");
-    let cpu = usage.get("default").and_then(|u| u.get("cpu")).copied().unwrap_or(0);
+    let cpu = usage
+        .get("default")
+        .and_then(|u| u.get("cpu"))
+        .copied()
+        .unwrap_or(0);
     assert!(cpu <= 1_000_000, "reserved {cpu} millicores past the limit");
     let claims = sim.store.claims().await.expect("claims");
     let pods: usize = claims.iter().map(|c| c.pods.len()).sum();
-    let unique: BTreeSet<_> = claims.iter().flat_map(|c| c.pods.iter().map(|p| p.uid.clone())).collect();
+    let unique: BTreeSet<_> = claims
+        .iter()
+        .flat_map(|c| c.pods.iter().map(|p| p.uid.clone()))
+        .collect();
     assert_eq!(pods, unique.len(), "no pod is nominated to two claims");
     assert!(cpu >= 900_000, "only {cpu} millicores reserved");
 }
@@ -198,7 +296,8 @@ async fn limits_hold_with_two_provisioners_at_once() {
 async fn the_cheapest_offering_wins_and_spot_when_allowed() {
     let mut s = scenario::parse(WALKTHROUGH_1).expect("parses");
     // Drop the Deployment's pins except arm64: the pool allows spot and on-demand.
-    s.objects[1]["spec"]["template"]["spec"]["nodeSelector"] = serde_json::json!({"kubernetes.io/arch": "arm64"});
+    s.objects[1]["spec"]["template"]["spec"]["nodeSelector"] =
+        serde_json::json!({"kubernetes.io/arch": "arm64"});
     s.expect = Default::default();
     let (sim, _) = run(&s, SimSettings::default()).await;
     let instances = sim.cloud.instances().await.expect("instances");
@@ -212,20 +311,35 @@ async fn the_cheapest_offering_wins_and_spot_when_allowed() {
             .cluster
             .all_nodes()
             .into_iter()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(i.provider_id.as_str()))
+            .find(|n| {
+                n.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                    == Some(i.provider_id.as_str())
+            })
             .expect("node registered");
         let name = node.metadata.name.clone().expect("name");
-        let k = pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())).count();
-        let cheaper = cat.offerings.iter().filter(|o| o.price < i.price).find(|o| {
-            cat.instance_types.iter().any(|t| {
-                t.name == o.instance_type
-                    && t.arch == "arm64"
-                    && t.capacity(&Default::default()).saturating_sub(&t.overhead(&Default::default())).cpu_millis
-                        >= 1000 * k as i64
-                    && t.max_pods(&Default::default()) >= k as i64
-            })
-        });
-        assert!(cheaper.is_none(), "{i:?} holds {k} pod(s) but {cheaper:?} is cheaper");
+        let k = pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+            .count();
+        let cheaper = cat
+            .offerings
+            .iter()
+            .filter(|o| o.price < i.price)
+            .find(|o| {
+                cat.instance_types.iter().any(|t| {
+                    t.name == o.instance_type
+                        && t.arch == "arm64"
+                        && t.capacity(&Default::default())
+                            .saturating_sub(&t.overhead(&Default::default()))
+                            .cpu_millis
+                            >= 1000 * k as i64
+                        && t.max_pods(&Default::default()) >= k as i64
+                })
+            });
+        assert!(
+            cheaper.is_none(),
+            "{i:?} holds {k} pod(s) but {cheaper:?} is cheaper"
+        );
     }
 }
 
@@ -233,14 +347,22 @@ async fn the_cheapest_offering_wins_and_spot_when_allowed() {
 async fn insufficient_capacity_falls_back_to_the_next_offering() {
     let s = scenario::parse(WALKTHROUGH_1).expect("parses");
     let mut sim = in_memory(&s.region, SimSettings::default());
-    let gone = OfferingKey { capacity_type: "on-demand".into(), instance_type: "r6gd.xlarge".into(), zone: "ap-south-1a".into() };
+    let gone = OfferingKey {
+        capacity_type: "on-demand".into(),
+        instance_type: "r6gd.xlarge".into(),
+        zone: "ap-south-1a".into(),
+    };
     sim.cloud.remove_capacity(gone.clone());
     scenario::load(&mut sim, &s).await.expect("loads");
     scenario::run(&mut sim, &s).await.expect("runs");
     // The only offering the pods accept is out: the pods wait, the offering is
     // marked unavailable for 3 minutes, and nothing is launched.
     assert_eq!(sim.cloud.inner().launches(), 0);
-    let unavailable = sim.store.unavailable_offerings(sim.now()).await.expect("store");
+    let unavailable = sim
+        .store
+        .unavailable_offerings(sim.now())
+        .await
+        .expect("store");
     assert!(unavailable.contains(&gone), "{unavailable:?}");
 
     // With a choice of zones, the launch moves to another zone.
@@ -273,8 +395,16 @@ async fn a_node_that_never_registers_is_replaced_after_fifteen_minutes() {
     sim.run_for(SignedDuration::from_mins(2)).await;
     let all = sim.cloud.inner().all_instances();
     assert_eq!(all.len(), 2, "the timed-out instance is replaced");
-    assert!(all[0].instance.state.is_gone_or_going(), "the first instance is terminated: {:?}", all[0].instance.state);
-    assert_eq!(sim.store.claims().await.expect("claims").len(), 1, "one live claim");
+    assert!(
+        all[0].instance.state.is_gone_or_going(),
+        "the first instance is terminated: {:?}",
+        all[0].instance.state
+    );
+    assert_eq!(
+        sim.store.claims().await.expect("claims").len(),
+        1,
+        "one live claim"
+    );
     // Once the type registers again, the pods get their node.
     sim.never_register.clear();
     sim.run_for(SignedDuration::from_mins(2)).await;
@@ -307,36 +437,80 @@ async fn pods_half_a_second_apart_share_one_batch_and_a_trickle_closes_at_ten_se
         sim.cluster.scale("default", "inflate", n).expect("scale");
         sim.run_for(SignedDuration::from_millis(500)).await;
     }
-    let mut created: Vec<_> = sim.store.claims().await.expect("claims").iter().map(|c| c.created_at).collect();
+    let mut created: Vec<_> = sim
+        .store
+        .claims()
+        .await
+        .expect("claims")
+        .iter()
+        .map(|c| c.created_at)
+        .collect();
     created.sort();
-    let first = created.first().expect("a claim").duration_since(start).as_secs_f64();
-    assert!((10.0..=12.0).contains(&first), "first batch closed at {first}s");
-    assert!(created.len() >= 2, "a steady trickle is batched every 10 s: {created:?}");
+    let first = created
+        .first()
+        .expect("a claim")
+        .duration_since(start)
+        .as_secs_f64();
+    assert!(
+        (10.0..=12.0).contains(&first),
+        "first batch closed at {first}s"
+    );
+    assert!(
+        created.len() >= 2,
+        "a steady trickle is batched every 10 s: {created:?}"
+    );
 }
 
 #[tokio::test]
 async fn duplicate_and_reordered_state_change_events_change_nothing_twice() {
     let s = scenario::parse(WALKTHROUGH_1).expect("parses");
-    let settings = SimSettings { duplicate_events: true, reorder_events: true, ..Default::default() };
+    let settings = SimSettings {
+        duplicate_events: true,
+        reorder_events: true,
+        ..Default::default()
+    };
     let mut sim = in_memory(&s.region, settings);
     scenario::load(&mut sim, &s).await.expect("loads");
     sim.cluster.scale("default", "inflate", 3).expect("scale");
     sim.run_for(SignedDuration::from_mins(2)).await;
     let first = sim.cloud.inner().all_instances()[0].instance.id.clone();
-    let node = sim.cluster.all_nodes()[0].metadata.name.clone().expect("node");
+    let node = sim.cluster.all_nodes()[0]
+        .metadata
+        .name
+        .clone()
+        .expect("node");
     // Someone terminates the instance from the console.
-    sim.cloud.inner().external_state_change(&first, InstanceState::ShuttingDown);
+    sim.cloud
+        .inner()
+        .external_state_change(&first, InstanceState::ShuttingDown);
     sim.run_for(SignedDuration::from_mins(3)).await;
     let released = sim
         .state_changes
         .iter()
-        .filter(|o| matches!(o, nodewright::handlers::state_change::StateChangeOutcome::Released { .. }))
+        .filter(|o| {
+            matches!(
+                o,
+                nodewright::handlers::state_change::StateChangeOutcome::Released { .. }
+            )
+        })
         .count();
-    assert_eq!(released, 1, "the claim is released once: {:?}", sim.state_changes);
+    assert_eq!(
+        released, 1,
+        "the claim is released once: {:?}",
+        sim.state_changes
+    );
     let nodes = sim.cluster.all_nodes();
     assert_eq!(nodes.len(), 1);
-    assert_ne!(nodes[0].metadata.name.as_deref(), Some(node.as_str()), "the old node is deleted, a new one replaces it");
-    assert_eq!(sim.pending().await, 0, "the pods rescheduled on the replacement");
+    assert_ne!(
+        nodes[0].metadata.name.as_deref(),
+        Some(node.as_str()),
+        "the old node is deleted, a new one replaces it"
+    );
+    assert_eq!(
+        sim.pending().await,
+        0,
+        "the pods rescheduled on the replacement"
+    );
     assert_eq!(sim.cloud.inner().launches(), 2);
 }
 
@@ -349,7 +523,11 @@ async fn a_crash_between_claim_write_and_launch_launches_once() {
     scenario::run(&mut sim, &s).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(sim.cloud.launch_calls(), 2, "the recorded claim's launch is resumed");
+    assert_eq!(
+        sim.cloud.launch_calls(),
+        2,
+        "the recorded claim's launch is resumed"
+    );
     assert_eq!(sim.cloud.inner().launches(), 1);
 }
 
@@ -362,7 +540,11 @@ async fn a_crash_after_launch_before_recording_adopts_the_instance() {
     scenario::run(&mut sim, &s).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(sim.cloud.inner().launches(), 1, "the same client token returns the same instance");
+    assert_eq!(
+        sim.cloud.inner().launches(),
+        1,
+        "the same client token returns the same instance"
+    );
     assert_eq!(sim.cloud.inner().all_instances().len(), 1);
 }
 
@@ -388,42 +570,83 @@ async fn an_orphan_instance_is_terminated() {
         taints: vec![],
         kubelet: Default::default(),
     };
-    let ghost = sim.cloud.inner().launch(&request).await.expect("launch").instance;
+    let ghost = sim
+        .cloud
+        .inner()
+        .launch(&request)
+        .await
+        .expect("launch")
+        .instance;
     sim.run_for(SignedDuration::from_mins(4)).await;
-    let state = sim.cloud.inner().all_instances().into_iter().find(|i| i.instance.id == ghost.id).expect("known");
-    assert!(state.instance.state.is_gone_or_going(), "orphan left running: {:?}", state.instance.state);
-    assert_eq!(sim.cluster.all_nodes().len(), 0, "an orphan joins no cluster");
+    let state = sim
+        .cloud
+        .inner()
+        .all_instances()
+        .into_iter()
+        .find(|i| i.instance.id == ghost.id)
+        .expect("known");
+    assert!(
+        state.instance.state.is_gone_or_going(),
+        "orphan left running: {:?}",
+        state.instance.state
+    );
+    assert_eq!(
+        sim.cluster.all_nodes().len(),
+        0,
+        "an orphan joins no cluster"
+    );
 }
 
 #[tokio::test]
 async fn the_state_change_fixtures_parse_and_unknown_instances_are_ignored() {
     use nodewright::handlers::state_change::{StateChangeOutcome, handle};
     let sim = in_memory("ap-south-1", SimSettings::default());
-    let dir = format!("{}/../functions/state-change/events", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!(
+        "{}/../functions/state-change/events",
+        env!("CARGO_MANIFEST_DIR")
+    );
     for name in ["running", "shutting-down", "stopped", "terminated"] {
         let text = std::fs::read_to_string(format!("{dir}/{name}.json")).expect("fixture");
         let event: serde_json::Value = serde_json::from_str(&text).expect("json");
-        assert_eq!(handle(&sim.ports(), &event).await.expect(name), StateChangeOutcome::Ignored, "{name}");
+        assert_eq!(
+            handle(&sim.ports(), &event).await.expect(name),
+            StateChangeOutcome::Ignored,
+            "{name}"
+        );
     }
     let text = std::fs::read_to_string(format!("{dir}/malformed.json")).expect("fixture");
-    let err = handle(&sim.ports(), &serde_json::from_str(&text).expect("json")).await.expect_err("malformed");
-    assert!(!err.is_retryable(), "a malformed event is dropped, not retried: {err}");
+    let err = handle(&sim.ports(), &serde_json::from_str(&text).expect("json"))
+        .await
+        .expect_err("malformed");
+    assert!(
+        !err.is_retryable(),
+        "a malformed event is dropped, not retried: {err}"
+    );
     assert!(err.to_string().contains("instance-id"), "{err}");
 }
 
 #[tokio::test]
 async fn a_vanished_instance_releases_its_claim_without_any_event() {
     let s = scenario::parse(WALKTHROUGH_1).expect("parses");
-    let settings = SimSettings { drop_events: true, ..Default::default() };
+    let settings = SimSettings {
+        drop_events: true,
+        ..Default::default()
+    };
     let mut sim = in_memory(&s.region, settings);
     scenario::load(&mut sim, &s).await.expect("loads");
     sim.cluster.scale("default", "inflate", 3).expect("scale");
     sim.run_for(SignedDuration::from_mins(2)).await;
     let first = sim.cloud.inner().all_instances()[0].instance.id.clone();
-    sim.cloud.inner().external_state_change(&first, InstanceState::ShuttingDown);
+    sim.cloud
+        .inner()
+        .external_state_change(&first, InstanceState::ShuttingDown);
     sim.run_for(SignedDuration::from_mins(4)).await;
     assert!(sim.state_changes.is_empty(), "no event was delivered");
-    assert_eq!(sim.cloud.inner().launches(), 2, "garbage collection released the claim and the pods were re-planned");
+    assert_eq!(
+        sim.cloud.inner().launches(),
+        2,
+        "garbage collection released the claim and the pods were re-planned"
+    );
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1);
     assert_ne!(claims[0].instance_id(), Some(first.as_str()));
@@ -437,16 +660,27 @@ async fn a_vanished_instance_releases_its_claim_without_any_event() {
 async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
     let s = scenario::parse(WALKTHROUGH_1).expect("parses");
     let sim = in_memory(&s.region, SimSettings::default());
-    scenario::put_config(&sim.store, scenario::split_objects(&s.objects, sim.now()).expect("objects").0)
-        .await
-        .expect("config");
+    scenario::put_config(
+        &sim.store,
+        scenario::split_objects(&s.objects, sim.now())
+            .expect("objects")
+            .0,
+    )
+    .await
+    .expect("config");
     let deadline = sim.now() + SignedDuration::from_secs(57);
     let clock = sim.clock.clone();
     let first = Provisioner::new(sim.ports(), ProvisionerSettings::default(), "invocation-1");
     assert!(first.acquire_lease(deadline).await.expect("lease"));
     let mut second = Provisioner::new(sim.ports(), ProvisionerSettings::default(), "invocation-2");
-    let ticks = second.run_until(deadline, |_| async {}).await.expect("runs");
-    assert_eq!(ticks, 0, "the second invocation must not work while the first holds the lease");
+    let ticks = second
+        .run_until(deadline, |_| async {})
+        .await
+        .expect("runs");
+    assert_eq!(
+        ticks, 0,
+        "the second invocation must not work while the first holds the lease"
+    );
     first.release_lease().await.expect("release");
     let ticks = second
         .run_until(deadline, |d| {
@@ -455,9 +689,17 @@ async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
         })
         .await
         .expect("runs");
-    assert!((50..=60).contains(&ticks), "about one tick a second until the deadline: {ticks}");
+    assert!(
+        (50..=60).contains(&ticks),
+        "about one tick a second until the deadline: {ticks}"
+    );
     // The lease was released at the end: the next invocation takes it.
-    assert!(first.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"));
+    assert!(
+        first
+            .acquire_lease(sim.now() + SignedDuration::from_secs(60))
+            .await
+            .expect("lease")
+    );
 }
 
 #[tokio::test]
@@ -468,13 +710,20 @@ async fn a_pod_that_fits_on_an_in_flight_claim_joins_it_instead_of_launching() {
     sim.cluster.scale("default", "inflate", 2).expect("scale");
     sim.run_for(SignedDuration::from_secs(15)).await;
     assert_eq!(sim.cloud.inner().launches(), 1);
-    assert!(sim.cluster.all_nodes().is_empty(), "the node is still booting");
+    assert!(
+        sim.cluster.all_nodes().is_empty(),
+        "the node is still booting"
+    );
     // r6gd.xlarge holds three 1-CPU pods: the third rides on the booting node.
     sim.cluster.scale("default", "inflate", 3).expect("scale");
     sim.run_for(SignedDuration::from_secs(5)).await;
     let claims = sim.store.claims().await.expect("claims");
     assert_eq!(claims.len(), 1);
-    assert_eq!(claims[0].pods.len(), 3, "the third pod is nominated to the booting node");
+    assert_eq!(
+        claims[0].pods.len(),
+        3,
+        "the third pod is nominated to the booting node"
+    );
     sim.run_for(SignedDuration::from_secs(60)).await;
     assert_eq!(sim.cloud.inner().launches(), 1);
     assert_eq!(sim.pending().await, 0);

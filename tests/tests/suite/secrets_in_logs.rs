@@ -31,7 +31,10 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -66,19 +69,42 @@ async fn no_secret_key_token_or_user_data_is_logged_at_debug_level() {
     // 1. Provisioning on EC2 and DynamoDB, signed with our own credentials.
     let f = Ec2Fixture::new(real::REGION, "1.32").await;
     let credentials = Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "secrets-test");
-    let config = f.config.to_builder().credentials_provider(SharedCredentialsProvider::new(credentials.clone())).build();
-    let cloud = Ec2Cloud::with_prices(&config, f.settings(), real::seeded(&f.zones)).expect("adapter");
-    let store = DynamoStore::new(&config, nodewright::aws::DynamoTables::with_prefix(&unique("nw")));
+    let config = f
+        .config
+        .to_builder()
+        .credentials_provider(SharedCredentialsProvider::new(credentials.clone()))
+        .build();
+    let cloud =
+        Ec2Cloud::with_prices(&config, f.settings(), real::seeded(&f.zones)).expect("adapter");
+    let store = DynamoStore::new(
+        &config,
+        nodewright::aws::DynamoTables::with_prefix(&unique("nw")),
+    );
     store.ensure_tables().await.expect("tables");
-    let mut sim =
-        Simulation::new(SimClock::starting_at(Timestamp::now()), FaultyCloud::new(Arc::new(cloud)), None, store, SimSettings::default());
+    let mut sim = Simulation::new(
+        SimClock::starting_at(Timestamp::now()),
+        FaultyCloud::new(Arc::new(cloud)),
+        None,
+        store,
+        SimSettings::default(),
+    );
     let s = nodewright_tests::sim::scenario_file("spot-drain.yaml");
     scenario::load(&mut sim, &s).await.expect("loads");
     f.store_node_class(&sim.store).await;
-    let mut class = sim.store.config_items().await.expect("items").into_iter().find(|i| i.kind == ConfigKind::NodeClass).expect("class");
+    let mut class = sim
+        .store
+        .config_items()
+        .await
+        .expect("items")
+        .into_iter()
+        .find(|i| i.kind == ConfigKind::NodeClass)
+        .expect("class");
     class.spec["userData"] = format!("#!/bin/bash\necho {USER_DATA_CANARY}\n").into();
     class.version += 1;
-    sim.store.put_config_item(&class).await.expect("class with user data");
+    sim.store
+        .put_config_item(&class)
+        .await
+        .expect("class with user data");
     Box::pin(scenario::run(&mut sim, &s)).await.expect("runs");
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
@@ -104,9 +130,19 @@ async fn no_secret_key_token_or_user_data_is_logged_at_debug_level() {
     assert!(!user_data.is_empty(), "the template carries user data");
     let decoded: Vec<String> = user_data
         .iter()
-        .map(|b| String::from_utf8_lossy(&base64::engine::general_purpose::STANDARD.decode(b).expect("base64")).into_owned())
+        .map(|b| {
+            String::from_utf8_lossy(
+                &base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .expect("base64"),
+            )
+            .into_owned()
+        })
         .collect();
-    assert!(decoded.iter().any(|d| d.contains(USER_DATA_CANARY)), "the NodeClass's user data made it into the template");
+    assert!(
+        decoded.iter().any(|d| d.contains(USER_DATA_CANARY)),
+        "the NodeClass's user data made it into the template"
+    );
 
     // 2. The EKS flow: bearer tokens signed with the same credentials.
     let env = KubeEnv::get();
@@ -116,37 +152,82 @@ async fn no_secret_key_token_or_user_data_is_logged_at_debug_level() {
     let auth = Arc::new(StsAuthenticator {
         cluster: name.clone(),
         region: real::REGION.to_owned(),
-        sts_address: moto().endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned(),
+        sts_address: moto()
+            .endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned(),
         upstream_authorization: format!("Bearer {}", env.function_token),
         identities: Mutex::new(Vec::new()),
         tokens: Mutex::new(Vec::new()),
     });
     proxy.authenticate_with(auth.clone().into_authenticator());
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(env.ca_pem());
-    let mut info = EksClusterInfo::from_describe(&name, Some("https://example.invalid"), Some(&ca_b64), Some("1.32")).expect("info");
+    let mut info = EksClusterInfo::from_describe(
+        &name,
+        Some("https://example.invalid"),
+        Some(&ca_b64),
+        Some("1.32"),
+    )
+    .expect("info");
     info.endpoint = proxy.url.clone();
-    let cluster = info.connect(EksTokenSource::new(&name, real::REGION, credentials, SystemClock), ClientSettings::default()).expect("client");
+    let cluster = info
+        .connect(
+            EksTokenSource::new(&name, real::REGION, credentials, SystemClock),
+            ClientSettings::default(),
+        )
+        .expect("client");
     cluster.nodes().await.expect("nodes with an EKS token");
     let tokens = auth.tokens.lock().expect("lock").clone();
     assert!(!tokens.is_empty(), "the cluster was shown a token");
 
     // 3. The search.
     let text = logs.text();
-    assert!(text.lines().count() > 100, "debug logging was captured ({} lines)", text.lines().count());
-    assert!(!text.contains(SECRET_KEY), "the AWS secret key is in the logs");
+    assert!(
+        text.lines().count() > 100,
+        "debug logging was captured ({} lines)",
+        text.lines().count()
+    );
+    assert!(
+        !text.contains(SECRET_KEY),
+        "the AWS secret key is in the logs"
+    );
     for token in &tokens {
-        assert!(!text.contains(token.as_str()), "an EKS bearer token is in the logs");
+        assert!(
+            !text.contains(token.as_str()),
+            "an EKS bearer token is in the logs"
+        );
         // The presigned URL inside the token carries the signature.
         let url = String::from_utf8(
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token.trim_start_matches("k8s-aws-v1.")).expect("base64url"),
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(token.trim_start_matches("k8s-aws-v1."))
+                .expect("base64url"),
         )
         .expect("utf-8");
-        let signature = url.split("X-Amz-Signature=").nth(1).expect("signed").split('&').next().expect("value");
-        assert!(!text.contains(signature), "an EKS token's signature is in the logs");
+        let signature = url
+            .split("X-Amz-Signature=")
+            .nth(1)
+            .expect("signed")
+            .split('&')
+            .next()
+            .expect("value");
+        assert!(
+            !text.contains(signature),
+            "an EKS token's signature is in the logs"
+        );
     }
     for (encoded, plain) in user_data.iter().zip(&decoded) {
-        assert!(!text.contains(encoded.as_str()), "the launch template's user data (base64) is in the logs");
-        assert!(!text.contains(plain.as_str()), "the launch template's user data is in the logs");
+        assert!(
+            !text.contains(encoded.as_str()),
+            "the launch template's user data (base64) is in the logs"
+        );
+        assert!(
+            !text.contains(plain.as_str()),
+            "the launch template's user data is in the logs"
+        );
     }
-    assert!(!text.contains(USER_DATA_CANARY), "the NodeClass's user data is in the logs");
+    assert!(
+        !text.contains(USER_DATA_CANARY),
+        "the NodeClass's user data is in the logs"
+    );
 }

@@ -7,7 +7,6 @@
 //! `cargo test -p nodewright-tests --test suite store_contract::commands_` runs
 //! both adapters' command tests.
 
-
 use futures_util::future::join_all;
 use nodewright::config::Limits;
 use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
@@ -62,7 +61,11 @@ fn command(id: &str, created: i64) -> Command {
         reason: RemovalReason::SpotInterrupted,
         replace: true,
         deadline: Some(at(created + 120)),
-        avoid: vec![OfferingKey { capacity_type: "spot".into(), instance_type: "m5.large".into(), zone: "us-east-1a".into() }],
+        avoid: vec![OfferingKey {
+            capacity_type: "spot".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+        }],
         event_at: Some(at(created)),
     };
     Command::new(spec, at(created))
@@ -73,7 +76,12 @@ fn is_conflict<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> bool {
 }
 
 async fn stored<S: Store>(store: &S, id: &str) -> Option<Command> {
-    store.commands().await.expect("list commands").into_iter().find(|c| c.id == id)
+    store
+        .commands()
+        .await
+        .expect("list commands")
+        .into_iter()
+        .find(|c| c.id == id)
 }
 
 // ------------------------------------------------------------ commands
@@ -81,13 +89,24 @@ async fn stored<S: Store>(store: &S, id: &str) -> Option<Command> {
 async fn commands_are_created_once<S: Store>(store: &S) {
     let first = command("default-aaaaa", 0);
     store.put_command(None, &first).await.expect("create");
-    assert_eq!(stored(store, &first.id).await, Some(first.clone()), "read back whole");
+    assert_eq!(
+        stored(store, &first.id).await,
+        Some(first.clone()),
+        "read back whole"
+    );
 
     // A second invocation deciding to remove the same node loses.
     let mut second = command("default-aaaaa", 5);
     second.spec.reason = RemovalReason::Rebalance;
-    assert!(is_conflict(&store.put_command(None, &second).await), "second create");
-    assert_eq!(stored(store, &first.id).await, Some(first), "the first is untouched");
+    assert!(
+        is_conflict(&store.put_command(None, &second).await),
+        "second create"
+    );
+    assert_eq!(
+        stored(store, &first.id).await,
+        Some(first),
+        "the first is untouched"
+    );
 }
 
 async fn commands_advance_only_from_the_stored_version<S: Store>(store: &S) {
@@ -102,7 +121,10 @@ async fn commands_advance_only_from_the_stored_version<S: Store>(store: &S) {
     // A writer still holding v1 loses, and changes nothing.
     let mut stale = v1.next(at(2));
     stale.step = Step::Drain;
-    assert!(is_conflict(&store.put_command(Some(&v1), &stale).await), "stale previous");
+    assert!(
+        is_conflict(&store.put_command(Some(&v1), &stale).await),
+        "stale previous"
+    );
     assert_eq!(stored(store, &v1.id).await, Some(v2.clone()));
 
     let v3 = v2.next(at(3));
@@ -110,7 +132,10 @@ async fn commands_advance_only_from_the_stored_version<S: Store>(store: &S) {
 
     // An update of a command that is gone is a conflict, never a re-create.
     store.delete_command(&v3).await.expect("delete");
-    assert!(is_conflict(&store.put_command(Some(&v3), &v3.next(at(4))).await), "gone");
+    assert!(
+        is_conflict(&store.put_command(Some(&v3), &v3.next(at(4))).await),
+        "gone"
+    );
     assert_eq!(stored(store, &v1.id).await, None);
 }
 
@@ -129,15 +154,28 @@ async fn concurrent_writers_advance_a_command_one_at_a_time<S: Store>(store: &S)
             async move {
                 let mut next = current.next(at(10 * (round as i64 + 1)));
                 next.evictions_blocked = writer;
-                store.put_command(Some(&current), &next).await.map(|()| writer)
+                store
+                    .put_command(Some(&current), &next)
+                    .await
+                    .map(|()| writer)
             }
         });
         let results = join_all(attempts).await;
-        let winners: Vec<u64> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+        let winners: Vec<u64> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
         assert_eq!(winners.len(), 1, "round {round}: {results:?}");
-        assert!(results.iter().all(|r| r.is_ok() || is_conflict(r)), "losers see Conflict: {results:?}");
+        assert!(
+            results.iter().all(|r| r.is_ok() || is_conflict(r)),
+            "losers see Conflict: {results:?}"
+        );
         let after = stored(store, &v1.id).await.expect("stored");
-        assert_eq!((after.version, after.evictions_blocked), (round + 2, winners[0]), "the winner's write");
+        assert_eq!(
+            (after.version, after.evictions_blocked),
+            (round + 2, winners[0]),
+            "the winner's write"
+        );
     }
 }
 
@@ -148,30 +186,74 @@ async fn commands_are_deleted_at_their_version<S: Store>(store: &S) {
     store.put_command(Some(&v1), &v2).await.expect("advance");
 
     // Deleting with the version another writer already replaced is refused.
-    assert!(is_conflict(&store.delete_command(&v1).await), "stale delete");
+    assert!(
+        is_conflict(&store.delete_command(&v1).await),
+        "stale delete"
+    );
     assert_eq!(stored(store, &v1.id).await, Some(v2.clone()));
 
     store.delete_command(&v2).await.expect("delete");
     assert_eq!(stored(store, &v1.id).await, None);
     // Already gone: not an error (the release step may run twice).
     store.delete_command(&v2).await.expect("delete again");
-    store.delete_command(&command("default-never", 0)).await.expect("delete a command never written");
+    store
+        .delete_command(&command("default-never", 0))
+        .await
+        .expect("delete a command never written");
 
     // Once deleted, the node may get a new command.
-    store.put_command(None, &command("default-ddddd", 9)).await.expect("a new command after the old one");
+    store
+        .put_command(None, &command("default-ddddd", 9))
+        .await
+        .expect("a new command after the old one");
 }
 
 async fn commands_are_listed_oldest_first<S: Store>(store: &S) {
     assert_eq!(store.commands().await.expect("list"), vec![], "none yet");
     // Created out of order; ties on created_at are broken by id.
-    for (id, created) in [("default-zzzzz", 30), ("default-mmmmm", 10), ("default-bbbbb", 10), ("default-aaaaa", 20)] {
-        store.put_command(None, &command(id, created)).await.expect("create");
+    for (id, created) in [
+        ("default-zzzzz", 30),
+        ("default-mmmmm", 10),
+        ("default-bbbbb", 10),
+        ("default-aaaaa", 20),
+    ] {
+        store
+            .put_command(None, &command(id, created))
+            .await
+            .expect("create");
     }
-    let order: Vec<String> = store.commands().await.expect("list").into_iter().map(|c| c.id).collect();
-    assert_eq!(order, ["default-bbbbb", "default-mmmmm", "default-aaaaa", "default-zzzzz"]);
+    let order: Vec<String> = store
+        .commands()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "default-bbbbb",
+            "default-mmmmm",
+            "default-aaaaa",
+            "default-zzzzz"
+        ]
+    );
     // Other items in the same table are not commands.
-    store.put_batch(None, &Batch::default()).await.expect("batch");
-    store.acquire_lease(&Lease { name: "provisioner".into(), holder: "a".into(), expires_at: at(60) }, at(0)).await.expect("lease");
+    store
+        .put_batch(None, &Batch::default())
+        .await
+        .expect("batch");
+    store
+        .acquire_lease(
+            &Lease {
+                name: "provisioner".into(),
+                holder: "a".into(),
+                expires_at: at(60),
+            },
+            at(0),
+        )
+        .await
+        .expect("lease");
     assert_eq!(store.commands().await.expect("list").len(), 4);
 }
 
@@ -179,32 +261,71 @@ async fn command_writes_must_move_one_version<S: Store>(store: &S) {
     let v1 = command("default-eeeee", 0);
     let mut born_late = v1.clone();
     born_late.version = 2;
-    assert!(matches!(store.put_command(None, &born_late).await, Err(StoreError::Invalid(_))), "created at version 2");
+    assert!(
+        matches!(
+            store.put_command(None, &born_late).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "created at version 2"
+    );
     store.put_command(None, &v1).await.expect("create");
     let mut skip = v1.next(at(1));
     skip.version += 1;
-    assert!(matches!(store.put_command(Some(&v1), &skip).await, Err(StoreError::Invalid(_))), "skipped a version");
+    assert!(
+        matches!(
+            store.put_command(Some(&v1), &skip).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "skipped a version"
+    );
     let same = v1.clone();
-    assert!(matches!(store.put_command(Some(&v1), &same).await, Err(StoreError::Invalid(_))), "same version");
+    assert!(
+        matches!(
+            store.put_command(Some(&v1), &same).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "same version"
+    );
     let mut other = v1.next(at(1));
     other.id = "default-other".into();
-    assert!(matches!(store.put_command(Some(&v1), &other).await, Err(StoreError::Invalid(_))), "another id");
-    assert_eq!(store.commands().await.expect("list"), vec![v1], "nothing written");
+    assert!(
+        matches!(
+            store.put_command(Some(&v1), &other).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "another id"
+    );
+    assert_eq!(
+        store.commands().await.expect("list"),
+        vec![v1],
+        "nothing written"
+    );
 }
 
 // ------------------------------------------------------------ claims
 
 fn claim(id: &str, pool: &str, cpu_millis: i64) -> Claim {
-    nodewright_tests::claim_record(id, pool, at(0), [("cpu".to_owned(), cpu_millis), ("nodes".to_owned(), 1)].into())
+    nodewright_tests::claim_record(
+        id,
+        pool,
+        at(0),
+        [("cpu".to_owned(), cpu_millis), ("nodes".to_owned(), 1)].into(),
+    )
 }
 
 fn limits(pairs: &[(&str, i64)]) -> Limits {
-    Limits { resources: pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect() }
+    Limits {
+        resources: pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+    }
 }
 
 async fn usage_of<S: Store>(store: &S, pool: &str, resource: &str) -> i64 {
     let usage = store.pool_usage().await.expect("usage");
-    usage.get(pool).and_then(|u| u.get(resource)).copied().unwrap_or(0)
+    usage
+        .get(pool)
+        .and_then(|u| u.get(resource))
+        .copied()
+        .unwrap_or(0)
 }
 
 async fn claims_are_created_once_within_limits<S: Store>(store: &S) {
@@ -212,18 +333,38 @@ async fn claims_are_created_once_within_limits<S: Store>(store: &S) {
     let a = claim("default-aaaaa", "default", 6000);
     store.create_claim(&a, &lim).await.expect("create");
     assert!(is_conflict(&store.create_claim(&a, &lim).await), "exists");
-    assert_eq!((usage_of(store, "default", "cpu").await, usage_of(store, "default", "nodes").await), (6000, 1));
+    assert_eq!(
+        (
+            usage_of(store, "default", "cpu").await,
+            usage_of(store, "default", "nodes").await
+        ),
+        (6000, 1)
+    );
 
     let b = claim("default-bbbbb", "default", 5000);
     assert_eq!(
         store.create_claim(&b, &lim).await,
-        Err(StoreError::LimitExceeded { pool: "default".into(), resource: "cpu".into() })
+        Err(StoreError::LimitExceeded {
+            pool: "default".into(),
+            resource: "cpu".into()
+        })
     );
-    assert_eq!(store.claims().await.expect("claims"), vec![a.clone()], "the refused claim is not written");
-    assert_eq!(usage_of(store, "default", "cpu").await, 6000, "nor reserved");
+    assert_eq!(
+        store.claims().await.expect("claims"),
+        vec![a.clone()],
+        "the refused claim is not written"
+    );
+    assert_eq!(
+        usage_of(store, "default", "cpu").await,
+        6000,
+        "nor reserved"
+    );
 
     // Another pool's usage is its own.
-    store.create_claim(&claim("other-ccccc", "other", 9000), &lim).await.expect("other pool");
+    store
+        .create_claim(&claim("other-ccccc", "other", 9000), &lim)
+        .await
+        .expect("other pool");
     assert_eq!(usage_of(store, "other", "cpu").await, 9000);
 
     // Deleting releases the reservation; again is fine.
@@ -240,22 +381,35 @@ async fn claim_updates_are_conditional_and_move_usage<S: Store>(store: &S) {
     let mut a2 = a.next();
     a2.reservation.insert("cpu".into(), 2000);
     store.update_claim(&a, &a2, &lim).await.expect("shrink");
-    assert!(is_conflict(&store.update_claim(&a, &a2, &lim).await), "stale previous");
+    assert!(
+        is_conflict(&store.update_claim(&a, &a2, &lim).await),
+        "stale previous"
+    );
     assert_eq!(usage_of(store, "default", "cpu").await, 2000);
 
     let mut a3 = a2.next();
     a3.reservation.insert("cpu".into(), 12_000);
     assert_eq!(
         store.update_claim(&a2, &a3, &lim).await,
-        Err(StoreError::LimitExceeded { pool: "default".into(), resource: "cpu".into() })
+        Err(StoreError::LimitExceeded {
+            pool: "default".into(),
+            resource: "cpu".into()
+        })
     );
-    assert_eq!(store.claims().await.expect("claims")[0].version, 2, "refused growth changes nothing");
+    assert_eq!(
+        store.claims().await.expect("claims")[0].version,
+        2,
+        "refused growth changes nothing"
+    );
     assert_eq!(usage_of(store, "default", "cpu").await, 2000);
 
     // Delete releases what is stored (a2's 2000), whatever the caller holds.
     store.delete_claim(&a).await.expect("delete");
     assert_eq!(usage_of(store, "default", "cpu").await, 0);
-    assert!(is_conflict(&store.update_claim(&a2, &a2.next(), &lim).await), "gone");
+    assert!(
+        is_conflict(&store.update_claim(&a2, &a2.next(), &lim).await),
+        "gone"
+    );
 }
 
 async fn claim_updates_must_move_one_version<S: Store>(store: &S) {
@@ -264,22 +418,38 @@ async fn claim_updates_must_move_one_version<S: Store>(store: &S) {
     store.create_claim(&a, &lim).await.expect("create");
     let mut skip = a.next();
     skip.version += 1;
-    assert!(matches!(store.update_claim(&a, &skip, &lim).await, Err(StoreError::Invalid(_))), "skipped a version");
+    assert!(
+        matches!(
+            store.update_claim(&a, &skip, &lim).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "skipped a version"
+    );
     let mut moved = a.next();
     moved.pool = "other".into();
-    assert!(matches!(store.update_claim(&a, &moved, &lim).await, Err(StoreError::Invalid(_))), "another pool");
+    assert!(
+        matches!(
+            store.update_claim(&a, &moved, &lim).await,
+            Err(StoreError::Invalid(_))
+        ),
+        "another pool"
+    );
     assert_eq!(store.claims().await.expect("claims"), vec![a]);
 }
 
 /// Eight invocations reserve at once against a limit that fits three.
 async fn concurrent_claims_never_pass_a_limit<S: Store>(store: &S) {
     let lim = limits(&[("cpu", 3000)]);
-    let claims: Vec<Claim> = (0..8).map(|i| claim(&format!("default-{i:05}"), "default", 1000)).collect();
+    let claims: Vec<Claim> = (0..8)
+        .map(|i| claim(&format!("default-{i:05}"), "default", 1000))
+        .collect();
     let results = join_all(claims.iter().map(|c| store.create_claim(c, &lim))).await;
     let created = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(created, 3, "{results:?}");
     assert!(
-        results.iter().all(|r| r.is_ok() || matches!(r, Err(StoreError::LimitExceeded { .. }))),
+        results
+            .iter()
+            .all(|r| r.is_ok() || matches!(r, Err(StoreError::LimitExceeded { .. }))),
         "the rest are refused for the limit: {results:?}"
     );
     assert_eq!(usage_of(store, "default", "cpu").await, 3000);
@@ -290,15 +460,27 @@ async fn concurrent_claims_never_pass_a_limit<S: Store>(store: &S) {
 
 async fn the_batch_is_conditional_on_its_version<S: Store>(store: &S) {
     assert_eq!(store.batch().await.expect("batch"), None);
-    let b1 = Batch { version: 1, ..Batch::default() };
+    let b1 = Batch {
+        version: 1,
+        ..Batch::default()
+    };
     store.put_batch(None, &b1).await.expect("create");
-    assert!(is_conflict(&store.put_batch(None, &b1).await), "create twice");
+    assert!(
+        is_conflict(&store.put_batch(None, &b1).await),
+        "create twice"
+    );
     let stored1 = store.batch().await.expect("batch").expect("stored");
     let mut b2 = stored1.clone();
     b2.version += 1;
     store.put_batch(Some(&stored1), &b2).await.expect("advance");
-    assert!(is_conflict(&store.put_batch(Some(&stored1), &b2).await), "stale");
-    assert!(is_conflict(&store.delete_batch(&stored1).await), "stale delete");
+    assert!(
+        is_conflict(&store.put_batch(Some(&stored1), &b2).await),
+        "stale"
+    );
+    assert!(
+        is_conflict(&store.delete_batch(&stored1).await),
+        "stale delete"
+    );
     assert_eq!(store.batch().await.expect("batch"), Some(b2.clone()));
     store.delete_batch(&b2).await.expect("delete");
     store.delete_batch(&b2).await.expect("delete again");
@@ -306,33 +488,113 @@ async fn the_batch_is_conditional_on_its_version<S: Store>(store: &S) {
 }
 
 async fn leases_have_one_holder<S: Store>(store: &S) {
-    let lease = |holder: &str, expires: i64| Lease { name: "provisioner".into(), holder: holder.into(), expires_at: at(expires) };
-    assert!(store.acquire_lease(&lease("a", 60), at(0)).await.expect("acquire"), "free");
-    assert!(!store.acquire_lease(&lease("b", 70), at(10)).await.expect("acquire"), "held by a");
-    assert!(store.acquire_lease(&lease("a", 90), at(30)).await.expect("renew"), "a renews");
-    assert!(!store.acquire_lease(&lease("b", 100), at(60)).await.expect("acquire"), "renewed until 90");
-    assert!(store.acquire_lease(&lease("b", 200), at(91)).await.expect("acquire"), "expired: b takes it");
-    store.release_lease("provisioner", "a").await.expect("a releases nothing of its own");
-    assert!(!store.acquire_lease(&lease("c", 300), at(100)).await.expect("acquire"), "still b's");
-    store.release_lease("provisioner", "b").await.expect("release");
-    assert!(store.acquire_lease(&lease("c", 300), at(100)).await.expect("acquire"), "free again");
+    let lease = |holder: &str, expires: i64| Lease {
+        name: "provisioner".into(),
+        holder: holder.into(),
+        expires_at: at(expires),
+    };
+    assert!(
+        store
+            .acquire_lease(&lease("a", 60), at(0))
+            .await
+            .expect("acquire"),
+        "free"
+    );
+    assert!(
+        !store
+            .acquire_lease(&lease("b", 70), at(10))
+            .await
+            .expect("acquire"),
+        "held by a"
+    );
+    assert!(
+        store
+            .acquire_lease(&lease("a", 90), at(30))
+            .await
+            .expect("renew"),
+        "a renews"
+    );
+    assert!(
+        !store
+            .acquire_lease(&lease("b", 100), at(60))
+            .await
+            .expect("acquire"),
+        "renewed until 90"
+    );
+    assert!(
+        store
+            .acquire_lease(&lease("b", 200), at(91))
+            .await
+            .expect("acquire"),
+        "expired: b takes it"
+    );
+    store
+        .release_lease("provisioner", "a")
+        .await
+        .expect("a releases nothing of its own");
+    assert!(
+        !store
+            .acquire_lease(&lease("c", 300), at(100))
+            .await
+            .expect("acquire"),
+        "still b's"
+    );
+    store
+        .release_lease("provisioner", "b")
+        .await
+        .expect("release");
+    assert!(
+        store
+            .acquire_lease(&lease("c", 300), at(100))
+            .await
+            .expect("acquire"),
+        "free again"
+    );
 
     // Racing for a free lease: exactly one wins.
-    let other = |holder: String| Lease { name: "interruption".into(), holder, expires_at: at(500) };
+    let other = |holder: String| Lease {
+        name: "interruption".into(),
+        holder,
+        expires_at: at(500),
+    };
     let contenders: Vec<Lease> = (0..5).map(|i| other(format!("h{i}"))).collect();
     let results = join_all(contenders.iter().map(|l| store.acquire_lease(l, at(400)))).await;
-    assert_eq!(results.iter().filter(|r| matches!(r, Ok(true))).count(), 1, "{results:?}");
+    assert_eq!(
+        results.iter().filter(|r| matches!(r, Ok(true))).count(),
+        1,
+        "{results:?}"
+    );
 }
 
 async fn unavailable_offerings_expire<S: Store>(store: &S) {
-    let o = |t: &str| OfferingKey { capacity_type: "spot".into(), instance_type: t.into(), zone: "us-east-1a".into() };
-    store.mark_unavailable(&o("m5.large"), at(180)).await.expect("mark");
-    store.mark_unavailable(&o("c5.large"), at(60)).await.expect("mark");
+    let o = |t: &str| OfferingKey {
+        capacity_type: "spot".into(),
+        instance_type: t.into(),
+        zone: "us-east-1a".into(),
+    };
+    store
+        .mark_unavailable(&o("m5.large"), at(180))
+        .await
+        .expect("mark");
+    store
+        .mark_unavailable(&o("c5.large"), at(60))
+        .await
+        .expect("mark");
     // A shorter mark never shortens a longer one.
-    store.mark_unavailable(&o("m5.large"), at(100)).await.expect("mark again");
+    store
+        .mark_unavailable(&o("m5.large"), at(100))
+        .await
+        .expect("mark again");
     let mut now = store.unavailable_offerings(at(0)).await.expect("list");
     now.sort();
     assert_eq!(now, vec![o("c5.large"), o("m5.large")]);
-    assert_eq!(store.unavailable_offerings(at(120)).await.expect("list"), vec![o("m5.large")]);
-    assert_eq!(store.unavailable_offerings(at(180)).await.expect("list"), vec![], "until is exclusive");
+    assert_eq!(
+        store.unavailable_offerings(at(120)).await.expect("list"),
+        vec![o("m5.large")]
+    );
+    assert_eq!(
+        store.unavailable_offerings(at(180)).await.expect("list"),
+        vec![],
+        "until is exclusive"
+    );
 }

@@ -12,9 +12,9 @@
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use nodewright::ports::{SignedDuration, Store, Timestamp};
-use nodewright::sim::scenario;
-use nodewright::sim::ClusterDriver;
 use nodewright::provisioning::claim::Claim;
+use nodewright::sim::ClusterDriver;
+use nodewright::sim::scenario;
 use nodewright_tests::aws::{Ec2Fixture, dynamo_store, unique};
 use nodewright_tests::interruption as cases;
 use nodewright_tests::real::{self, RealSim};
@@ -24,7 +24,10 @@ use nodewright_tests::real::REGION;
 const PLACEHOLDER: &str = "i-0123456789abcdef0";
 
 fn init_logs() {
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
 }
 
 async fn on_real() -> (RealSim, Ec2Fixture) {
@@ -33,8 +36,18 @@ async fn on_real() -> (RealSim, Ec2Fixture) {
 
 /// The small spot scenario on the real adapters, run until its node is up.
 async fn spot_node() -> (RealSim, Ec2Fixture, Claim) {
-    let (sim, f) = Box::pin(real::run_scenario(dynamo_store(REGION).await, &scenario_file("spot-drain.yaml"))).await;
-    let claim = sim.store.claims().await.expect("claims").pop().expect("claim");
+    let (sim, f) = Box::pin(real::run_scenario(
+        dynamo_store(REGION).await,
+        &scenario_file("spot-drain.yaml"),
+    ))
+    .await;
+    let claim = sim
+        .store
+        .claims()
+        .await
+        .expect("claims")
+        .pop()
+        .expect("claim");
     (sim, f, claim)
 }
 
@@ -70,20 +83,37 @@ fn spot_warning(instance: &str, at: Timestamp) -> String {
 async fn pump(sim: &mut RealSim, sqs: &aws_sdk_sqs::Client, url: &str) -> usize {
     let mut returned = 0;
     loop {
-        let got = sqs.receive_message().queue_url(url).max_number_of_messages(10).visibility_timeout(30).send().await.expect("ReceiveMessage");
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(30)
+            .send()
+            .await
+            .expect("ReceiveMessage");
         let messages = got.messages();
         if messages.is_empty() {
             return returned;
         }
         let batch: Vec<(String, String)> = messages
             .iter()
-            .map(|m| (m.message_id().unwrap_or_default().to_owned(), m.body().unwrap_or_default().to_owned()))
+            .map(|m| {
+                (
+                    m.message_id().unwrap_or_default().to_owned(),
+                    m.body().unwrap_or_default().to_owned(),
+                )
+            })
             .collect();
         let failed = sim.deliver_interruptions(&batch).await;
         returned += failed.len();
         for m in messages {
             if !failed.iter().any(|id| Some(id.as_str()) == m.message_id()) {
-                sqs.delete_message().queue_url(url).receipt_handle(m.receipt_handle().unwrap_or_default()).send().await.expect("DeleteMessage");
+                sqs.delete_message()
+                    .queue_url(url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await
+                    .expect("DeleteMessage");
             }
         }
         if !failed.is_empty() {
@@ -100,29 +130,65 @@ async fn the_spot_walkthrough_on_ec2_dynamodb_sqs_and_the_api_server() {
     // `launches` counts the in-memory cloud's launches, or else the
     // instances EC2 still runs (the interrupted one is gone): counted below
     // as CreateFleet calls instead.
-    let launches = s.expect.launches.take().expect("the scenario counts launches");
+    let launches = s
+        .expect
+        .launches
+        .take()
+        .expect("the scenario counts launches");
     let (mut sim, f) = on_real().await;
     let (sqs, url) = queue(&f).await;
     scenario::load(&mut sim, &s).await.expect("loads");
     f.store_node_class(&sim.store).await;
     sim.run_for(SignedDuration::from_mins(3)).await;
     let claims = sim.store.claims().await.expect("claims");
-    let spot = claims.iter().find(|c| c.pool == "spot").expect("the spot node's claim").clone();
+    let spot = claims
+        .iter()
+        .find(|c| c.pool == "spot")
+        .expect("the spot node's claim")
+        .clone();
     let instance = spot.instance_id().expect("launched").to_owned();
-    sqs.send_message().queue_url(&url).message_body(spot_warning(&instance, sim.now())).send().await.expect("SendMessage");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(spot_warning(&instance, sim.now()))
+        .send()
+        .await
+        .expect("SendMessage");
     assert_eq!(pump(&mut sim, &sqs, &url).await, 0, "nothing handed back");
     sim.run_for(SignedDuration::from_mins(4)).await;
     let failures = scenario::check(&sim, &s.expect).await;
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(sim.cloud.launch_calls(), launches, "two nodes and one replacement");
+    assert_eq!(
+        sim.cloud.launch_calls(),
+        launches,
+        "two nodes and one replacement"
+    );
     // EC2 has the interrupted instance terminated (by us), DynamoDB no longer has its claim.
     let described = f.instances_of_claim(&spot.id).await;
-    let state = described[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
-    assert!(matches!(state.as_deref(), Some("terminated" | "shutting-down")), "{state:?}");
-    assert!(sim.store.claims().await.expect("claims").iter().all(|c| c.id != spot.id));
+    let state = described[0]
+        .state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_owned());
+    assert!(
+        matches!(state.as_deref(), Some("terminated" | "shutting-down")),
+        "{state:?}"
+    );
+    assert!(
+        sim.store
+            .claims()
+            .await
+            .expect("claims")
+            .iter()
+            .all(|c| c.id != spot.id)
+    );
     assert!(sim.store.commands().await.expect("commands").is_empty());
     // Events are real API objects: every pod of the spot node was evicted.
-    let evicted = sim.cluster.events().await.into_iter().filter(|(_, e)| e.reason == "Evicted").count();
+    let evicted = sim
+        .cluster
+        .events()
+        .await
+        .into_iter()
+        .filter(|(_, e)| e.reason == "Evicted")
+        .count();
     assert!(evicted >= 110, "{evicted} Evicted events");
 }
 
@@ -143,7 +209,12 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
         .tag_specifications(
             aws_sdk_ec2::types::TagSpecification::builder()
                 .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
-                .tags(aws_sdk_ec2::types::Tag::builder().key("kubernetes.io/cluster/someone-else").value("owned").build())
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kubernetes.io/cluster/someone-else")
+                        .value("owned")
+                        .build(),
+                )
                 .build(),
         )
         .send()
@@ -154,14 +225,24 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
         .expect("id")
         .to_owned();
     let fixture = |name: &str, id: &str| -> Vec<String> {
-        let path = format!("{}/../functions/interruption/events/{name}", env!("CARGO_MANIFEST_DIR"));
-        let event: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
+        let path = format!(
+            "{}/../functions/interruption/events/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let event: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
         let now = Timestamp::now().to_string();
         event["Records"]
             .as_array()
             .expect("records")
             .iter()
-            .map(|r| r["body"].as_str().expect("body").replace(PLACEHOLDER, id).replace("2026-12-01T09:00:00Z", &now))
+            .map(|r| {
+                r["body"]
+                    .as_str()
+                    .expect("body")
+                    .replace(PLACEHOLDER, id)
+                    .replace("2026-12-01T09:00:00Z", &now)
+            })
             .collect()
     };
     let mut bodies = Vec::new();
@@ -172,13 +253,28 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
     bodies.extend(fixture("malformed.json", &instance));
     bodies.extend(fixture("rebalance-recommendation.json", &instance));
     for b in &bodies {
-        sqs.send_message().queue_url(&url).message_body(b).send().await.expect("SendMessage");
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(b)
+            .send()
+            .await
+            .expect("SendMessage");
     }
     assert_eq!(pump(&mut sim, &sqs, &url).await, 0);
     let kinds: Vec<&str> = sim.interruptions.iter().map(|o| o.kind()).collect();
-    assert_eq!(kinds.iter().filter(|k| **k == "dropped").count(), 2, "{kinds:?}");
-    assert!(kinds.iter().all(|k| *k == "dropped" || *k == "ignored"), "{kinds:?}");
-    assert!(sim.store.commands().await.expect("commands").is_empty(), "nothing removed");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "dropped").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().all(|k| *k == "dropped" || *k == "ignored"),
+        "{kinds:?}"
+    );
+    assert!(
+        sim.store.commands().await.expect("commands").is_empty(),
+        "nothing removed"
+    );
     let attrs = sqs
         .get_queue_attributes()
         .queue_url(&url)
@@ -186,20 +282,46 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
         .send()
         .await
         .expect("attributes");
-    let left = attrs.attributes().and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages)).cloned();
-    assert_eq!(left.as_deref(), Some("0"), "every message was deleted, none left to come back");
+    let left = attrs
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .cloned();
+    assert_eq!(
+        left.as_deref(),
+        Some("0"),
+        "every message was deleted, none left to come back"
+    );
     // The foreign instance is untouched.
-    let described = f.ec2().describe_instances().instance_ids(&foreign).send().await.expect("describe");
-    let state = described.reservations()[0].instances()[0].state().and_then(|s| s.name()).map(|n| n.as_str().to_owned());
+    let described = f
+        .ec2()
+        .describe_instances()
+        .instance_ids(&foreign)
+        .send()
+        .await
+        .expect("describe");
+    let state = described.reservations()[0].instances()[0]
+        .state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_owned());
     assert_eq!(state.as_deref(), Some("running"));
 
     // The same warning twice in one batch, and once more later: one removal, one replacement.
     for b in fixture("duplicate-spot-interruption.json", &instance) {
-        sqs.send_message().queue_url(&url).message_body(b).send().await.expect("SendMessage");
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(b)
+            .send()
+            .await
+            .expect("SendMessage");
     }
     assert_eq!(pump(&mut sim, &sqs, &url).await, 0);
     sim.run_for(SignedDuration::from_secs(30)).await;
-    sqs.send_message().queue_url(&url).message_body(spot_warning(&instance, sim.now())).send().await.expect("SendMessage");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(spot_warning(&instance, sim.now()))
+        .send()
+        .await
+        .expect("SendMessage");
     assert_eq!(pump(&mut sim, &sqs, &url).await, 0);
     sim.run_for(SignedDuration::from_mins(3)).await;
     assert_eq!(sim.replacements.len(), 1, "{:?}", sim.replacements);

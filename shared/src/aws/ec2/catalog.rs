@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::{
-    ArchitectureType, EphemeralNvmeSupport, Filter, InstanceTypeInfo as Ec2TypeInfo, LocationType, UsageClassType,
-    VirtualizationType,
+    ArchitectureType, EphemeralNvmeSupport, Filter, InstanceTypeInfo as Ec2TypeInfo, LocationType,
+    UsageClassType, VirtualizationType,
 };
 
-use super::super::prices::{OnDemandPrices, SpotPrices};
 use super::super::ApiError;
+use super::super::prices::{OnDemandPrices, SpotPrices};
 use crate::cloud::InstanceTypeInfo;
 use crate::ports::{CloudCatalog, PricedOffering};
 use crate::scheduling::labels;
@@ -29,7 +29,10 @@ pub struct TypeFacts {
 /// (not HVM, not x86_64/arm64, e.g. Mac instances).
 pub fn facts_of(t: &Ec2TypeInfo) -> Option<(InstanceTypeInfo, bool, bool)> {
     let name = t.instance_type()?.as_str().to_owned();
-    if !t.supported_virtualization_types().contains(&VirtualizationType::Hvm) {
+    if !t
+        .supported_virtualization_types()
+        .contains(&VirtualizationType::Hvm)
+    {
         return None;
     }
     let archs = t.processor_info()?.supported_architectures();
@@ -44,21 +47,48 @@ pub fn facts_of(t: &Ec2TypeInfo) -> Option<(InstanceTypeInfo, bool, bool)> {
     let memory_mib = u64::try_from(t.memory_info()?.size_in_mib()?).ok()?;
     let (mut gpu_count, mut gpu_name, mut gpu_manufacturer) = (0u32, None, None);
     if let Some(g) = t.gpu_info().and_then(|g| g.gpus().first()) {
-        gpu_count = t.gpu_info().map_or(0, |gi| gi.gpus().iter().filter_map(|d| d.count()).sum::<i32>()).max(0) as u32;
+        gpu_count = t
+            .gpu_info()
+            .map_or(0, |gi| {
+                gi.gpus().iter().filter_map(|d| d.count()).sum::<i32>()
+            })
+            .max(0) as u32;
         gpu_name = g.name().map(str::to_owned);
         gpu_manufacturer = g.manufacturer().map(str::to_owned);
     } else if let Some(n) = t.neuron_info().and_then(|n| n.neuron_devices().first()) {
-        gpu_count = t.neuron_info().map_or(0, |ni| ni.neuron_devices().iter().filter_map(|d| d.count()).sum::<i32>()).max(0) as u32;
+        gpu_count = t
+            .neuron_info()
+            .map_or(0, |ni| {
+                ni.neuron_devices()
+                    .iter()
+                    .filter_map(|d| d.count())
+                    .sum::<i32>()
+            })
+            .max(0) as u32;
         gpu_name = n.name().map(str::to_owned);
         gpu_manufacturer = Some("AWS".to_owned());
-    } else if let Some(a) = t.inference_accelerator_info().and_then(|i| i.accelerators().first()) {
-        gpu_count = t.inference_accelerator_info().map_or(0, |ii| ii.accelerators().iter().filter_map(|d| d.count()).sum::<i32>()).max(0) as u32;
+    } else if let Some(a) = t
+        .inference_accelerator_info()
+        .and_then(|i| i.accelerators().first())
+    {
+        gpu_count = t
+            .inference_accelerator_info()
+            .map_or(0, |ii| {
+                ii.accelerators()
+                    .iter()
+                    .filter_map(|d| d.count())
+                    .sum::<i32>()
+            })
+            .max(0) as u32;
         gpu_name = a.name().map(str::to_owned);
         gpu_manufacturer = Some(a.manufacturer().unwrap_or("AWS").to_owned());
     }
     let local_nvme_gb = t
         .instance_storage_info()
-        .filter(|s| s.nvme_support().is_some_and(|n| *n != EphemeralNvmeSupport::Unsupported))
+        .filter(|s| {
+            s.nvme_support()
+                .is_some_and(|n| *n != EphemeralNvmeSupport::Unsupported)
+        })
         .and_then(|s| s.total_size_in_gb())
         .map_or(0, |g| g.max(0) as u64);
     let net = t.network_info();
@@ -66,12 +96,22 @@ pub fn facts_of(t: &Ec2TypeInfo) -> Option<(InstanceTypeInfo, bool, bool)> {
     let max_enis = net
         .and_then(|n| {
             let default = n.default_network_card_index().unwrap_or(0);
-            n.network_cards().iter().find(|c| c.network_card_index() == Some(default)).and_then(|c| c.maximum_network_interfaces())
+            n.network_cards()
+                .iter()
+                .find(|c| c.network_card_index() == Some(default))
+                .and_then(|c| c.maximum_network_interfaces())
         })
         .or_else(|| net.and_then(|n| n.maximum_network_interfaces()))
         .map_or(0, |e| e.max(0) as u32);
-    let ipv4_per_eni = net.and_then(|n| n.ipv4_addresses_per_interface()).map_or(0, |i| i.max(0) as u32);
-    let bandwidth: f64 = net.map_or(0.0, |n| n.network_cards().iter().filter_map(|c| c.baseline_bandwidth_in_gbps()).sum());
+    let ipv4_per_eni = net
+        .and_then(|n| n.ipv4_addresses_per_interface())
+        .map_or(0, |i| i.max(0) as u32);
+    let bandwidth: f64 = net.map_or(0.0, |n| {
+        n.network_cards()
+            .iter()
+            .filter_map(|c| c.baseline_bandwidth_in_gbps())
+            .sum()
+    });
     let info = InstanceTypeInfo {
         name,
         vcpu,
@@ -88,17 +128,35 @@ pub fn facts_of(t: &Ec2TypeInfo) -> Option<(InstanceTypeInfo, bool, bool)> {
         network_bandwidth_mbps: (bandwidth > 0.0).then(|| (bandwidth * 1000.0).round() as u64),
     };
     let classes = t.supported_usage_classes();
-    Some((info, classes.contains(&UsageClassType::OnDemand), classes.contains(&UsageClassType::Spot)))
+    Some((
+        info,
+        classes.contains(&UsageClassType::OnDemand),
+        classes.contains(&UsageClassType::Spot),
+    ))
 }
 
 /// Lists the region's HVM x86_64/arm64 instance types and the zones that offer each.
-pub(crate) async fn fetch_types(ec2: &aws_sdk_ec2::Client, calls: &std::sync::atomic::AtomicU64) -> Result<Vec<TypeFacts>, ApiError> {
+pub(crate) async fn fetch_types(
+    ec2: &aws_sdk_ec2::Client,
+    calls: &std::sync::atomic::AtomicU64,
+) -> Result<Vec<TypeFacts>, ApiError> {
     use std::sync::atomic::Ordering::Relaxed;
     let types = async {
         let mut pages = ec2
             .describe_instance_types()
-            .filters(Filter::builder().name("supported-virtualization-type").values("hvm").build())
-            .filters(Filter::builder().name("processor-info.supported-architecture").values("x86_64").values("arm64").build())
+            .filters(
+                Filter::builder()
+                    .name("supported-virtualization-type")
+                    .values("hvm")
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name("processor-info.supported-architecture")
+                    .values("x86_64")
+                    .values("arm64")
+                    .build(),
+            )
             .max_results(100)
             .into_paginator()
             .send();
@@ -123,7 +181,10 @@ pub(crate) async fn fetch_types(ec2: &aws_sdk_ec2::Client, calls: &std::sync::at
             let page = page.map_err(|e| ApiError::from_sdk("DescribeInstanceTypeOfferings", e))?;
             for o in page.instance_type_offerings() {
                 if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
-                    zones.entry(t.as_str().to_owned()).or_default().insert(zone.to_owned());
+                    zones
+                        .entry(t.as_str().to_owned())
+                        .or_default()
+                        .insert(zone.to_owned());
                 }
             }
         }
@@ -134,7 +195,12 @@ pub(crate) async fn fetch_types(ec2: &aws_sdk_ec2::Client, calls: &std::sync::at
         .into_iter()
         .filter_map(|(info, on_demand, spot)| {
             let zones: Vec<String> = zones.remove(&info.name)?.into_iter().collect();
-            Some(TypeFacts { info, on_demand, spot, zones })
+            Some(TypeFacts {
+                info,
+                on_demand,
+                spot,
+                zones,
+            })
         })
         .collect();
     facts.sort_by(|a, b| a.info.name.cmp(&b.info.name));
@@ -144,8 +210,16 @@ pub(crate) async fn fetch_types(ec2: &aws_sdk_ec2::Client, calls: &std::sync::at
 /// Joins types, zones and prices. A type's offering exists where the zone
 /// offers it, its usage classes allow the capacity type and a price is known;
 /// types left without any offering are not in the catalog.
-pub fn assemble(region: &str, types: &[TypeFacts], on_demand: &OnDemandPrices, spot: &SpotPrices) -> CloudCatalog {
-    let mut catalog = CloudCatalog { region: region.to_owned(), ..CloudCatalog::default() };
+pub fn assemble(
+    region: &str,
+    types: &[TypeFacts],
+    on_demand: &OnDemandPrices,
+    spot: &SpotPrices,
+) -> CloudCatalog {
+    let mut catalog = CloudCatalog {
+        region: region.to_owned(),
+        ..CloudCatalog::default()
+    };
     for t in types {
         let before = catalog.offerings.len();
         for zone in &t.zones {
@@ -181,15 +255,24 @@ pub fn assemble(region: &str, types: &[TypeFacts], on_demand: &OnDemandPrices, s
 mod tests {
     use super::*;
     use aws_sdk_ec2::types::{
-        GpuDeviceInfo, GpuInfo, InstanceStorageInfo, InstanceType as Ec2Type, MemoryInfo, NetworkCardInfo, NetworkInfo,
-        ProcessorInfo, VCpuInfo,
+        GpuDeviceInfo, GpuInfo, InstanceStorageInfo, InstanceType as Ec2Type, MemoryInfo,
+        NetworkCardInfo, NetworkInfo, ProcessorInfo, VCpuInfo,
     };
 
-    fn ec2_type(name: &str, arch: ArchitectureType, vcpu: i32, mib: i64) -> aws_sdk_ec2::types::builders::InstanceTypeInfoBuilder {
+    fn ec2_type(
+        name: &str,
+        arch: ArchitectureType,
+        vcpu: i32,
+        mib: i64,
+    ) -> aws_sdk_ec2::types::builders::InstanceTypeInfoBuilder {
         Ec2TypeInfo::builder()
             .instance_type(Ec2Type::from(name))
             .supported_virtualization_types(VirtualizationType::Hvm)
-            .processor_info(ProcessorInfo::builder().supported_architectures(arch).build())
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_architectures(arch)
+                    .build(),
+            )
             .v_cpu_info(VCpuInfo::builder().default_v_cpus(vcpu).build())
             .memory_info(MemoryInfo::builder().size_in_mib(mib).build())
             .supported_usage_classes(UsageClassType::OnDemand)
@@ -200,15 +283,42 @@ mod tests {
     fn reads_ec2_facts() {
         let t = ec2_type("p4d.24xlarge", ArchitectureType::X8664, 96, 1_179_648)
             .hypervisor(aws_sdk_ec2::types::InstanceTypeHypervisor::Nitro)
-            .gpu_info(GpuInfo::builder().gpus(GpuDeviceInfo::builder().count(8).name("A100").manufacturer("NVIDIA").build()).build())
-            .instance_storage_info(InstanceStorageInfo::builder().total_size_in_gb(8000).nvme_support(EphemeralNvmeSupport::Required).build())
+            .gpu_info(
+                GpuInfo::builder()
+                    .gpus(
+                        GpuDeviceInfo::builder()
+                            .count(8)
+                            .name("A100")
+                            .manufacturer("NVIDIA")
+                            .build(),
+                    )
+                    .build(),
+            )
+            .instance_storage_info(
+                InstanceStorageInfo::builder()
+                    .total_size_in_gb(8000)
+                    .nvme_support(EphemeralNvmeSupport::Required)
+                    .build(),
+            )
             .network_info(
                 NetworkInfo::builder()
                     .maximum_network_interfaces(60)
                     .ipv4_addresses_per_interface(50)
                     .default_network_card_index(0)
-                    .network_cards(NetworkCardInfo::builder().network_card_index(0).maximum_network_interfaces(15).baseline_bandwidth_in_gbps(100.0).build())
-                    .network_cards(NetworkCardInfo::builder().network_card_index(1).maximum_network_interfaces(15).baseline_bandwidth_in_gbps(100.0).build())
+                    .network_cards(
+                        NetworkCardInfo::builder()
+                            .network_card_index(0)
+                            .maximum_network_interfaces(15)
+                            .baseline_bandwidth_in_gbps(100.0)
+                            .build(),
+                    )
+                    .network_cards(
+                        NetworkCardInfo::builder()
+                            .network_card_index(1)
+                            .maximum_network_interfaces(15)
+                            .baseline_bandwidth_in_gbps(100.0)
+                            .build(),
+                    )
                     .build(),
             )
             .build();
@@ -218,7 +328,10 @@ mod tests {
         assert_eq!(info.gpu_count, 8);
         assert_eq!(info.gpu_manufacturer.as_deref(), Some("NVIDIA"));
         assert_eq!(info.local_nvme_gb, 8000);
-        assert_eq!(info.max_enis, 15, "the default card's ENIs, as the VPC CNI uses");
+        assert_eq!(
+            info.max_enis, 15,
+            "the default card's ENIs, as the VPC CNI uses"
+        );
         assert_eq!(info.max_pods(&Default::default()), 737);
         assert_eq!(info.network_bandwidth_mbps, Some(200_000));
         assert_eq!(info.hypervisor.as_deref(), Some("nitro"));
@@ -246,11 +359,30 @@ mod tests {
             network_bandwidth_mbps: None,
         };
         let types = vec![
-            TypeFacts { info: info("m5.large"), on_demand: true, spot: true, zones: vec!["z-a".into(), "z-b".into()] },
-            TypeFacts { info: info("odonly.large"), on_demand: true, spot: false, zones: vec!["z-a".into()] },
-            TypeFacts { info: info("unpriced.large"), on_demand: true, spot: true, zones: vec!["z-a".into()] },
+            TypeFacts {
+                info: info("m5.large"),
+                on_demand: true,
+                spot: true,
+                zones: vec!["z-a".into(), "z-b".into()],
+            },
+            TypeFacts {
+                info: info("odonly.large"),
+                on_demand: true,
+                spot: false,
+                zones: vec!["z-a".into()],
+            },
+            TypeFacts {
+                info: info("unpriced.large"),
+                on_demand: true,
+                spot: true,
+                zones: vec!["z-a".into()],
+            },
         ];
-        let od: OnDemandPrices = [("m5.large".to_owned(), 0.096), ("odonly.large".to_owned(), 0.5)].into();
+        let od: OnDemandPrices = [
+            ("m5.large".to_owned(), 0.096),
+            ("odonly.large".to_owned(), 0.5),
+        ]
+        .into();
         let spot: SpotPrices = [
             (("m5.large".to_owned(), "z-a".to_owned()), 0.03),
             (("odonly.large".to_owned(), "z-a".to_owned()), 0.1),
@@ -259,10 +391,19 @@ mod tests {
         let c = assemble("r", &types, &od, &spot);
         let names: Vec<&str> = c.instance_types.iter().map(|i| i.name.as_str()).collect();
         assert_eq!(names, ["m5.large", "odonly.large"]);
-        let keys: Vec<String> = c.offerings.iter().map(|o| format!("{}:{}:{}", o.capacity_type, o.instance_type, o.zone)).collect();
+        let keys: Vec<String> = c
+            .offerings
+            .iter()
+            .map(|o| format!("{}:{}:{}", o.capacity_type, o.instance_type, o.zone))
+            .collect();
         assert_eq!(
             keys,
-            ["on-demand:m5.large:z-a", "spot:m5.large:z-a", "on-demand:m5.large:z-b", "on-demand:odonly.large:z-a"]
+            [
+                "on-demand:m5.large:z-a",
+                "spot:m5.large:z-a",
+                "on-demand:m5.large:z-b",
+                "on-demand:odonly.large:z-a"
+            ]
         );
     }
 }

@@ -14,27 +14,32 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
-    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle,
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
-    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest, VolumeType,
+    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy,
+    SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest, VolumeType,
 };
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 use tracing::{debug, info, warn};
 
-use super::super::nodeclass::{instance_profile_name, launch_family};
-use super::super::userdata::{self, Bootstrap};
 use super::super::ApiError;
+use super::super::nodeclass::{instance_profile_name, launch_family};
 use super::super::prices::PriceSource;
+use super::super::userdata::{self, Bootstrap};
 use super::{Ec2Cloud, NOT_TERMINATING, catalog_price, tags, to_instance};
 use crate::cloud::InstanceTypeInfo;
 use crate::config::nodeclass::{ANY_TAG_VALUE, AmiSelector, SelectorTerm};
 use crate::config::{AmiFamily, NodeClass};
-use crate::ports::{CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering, Timestamp};
+use crate::ports::{
+    CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering,
+    Timestamp,
+};
 use crate::scheduling::labels;
 
 /// Fleet error codes that mean "no capacity for this offering now".
@@ -153,7 +158,13 @@ pub fn fleet_client_token(token: &str) -> String {
 
 /// The SSM parameter that names the AMI of a family, version, arch and
 /// accelerator; none for the families the launch path does not support.
-pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &str, acc: Accelerator) -> Option<String> {
+pub fn ami_parameter(
+    family: AmiFamily,
+    pinned: Option<&str>,
+    k8s: &str,
+    arch: &str,
+    acc: Accelerator,
+) -> Option<String> {
     let ec2_arch = if arch == "arm64" { "arm64" } else { "x86_64" };
     let path = match family {
         AmiFamily::AL2023 => {
@@ -162,10 +173,14 @@ pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &
                 Accelerator::Nvidia => "nvidia",
                 Accelerator::Neuron => "neuron",
             };
-            let base = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ec2_arch}/{variant}");
+            let base = format!(
+                "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{ec2_arch}/{variant}"
+            );
             match pinned {
                 None => format!("{base}/recommended/image_id"),
-                Some(v) => format!("{base}/amazon-eks-node-al2023-{ec2_arch}-{variant}-{k8s}-{v}/image_id"),
+                Some(v) => {
+                    format!("{base}/amazon-eks-node-al2023-{ec2_arch}-{variant}-{k8s}-{v}/image_id")
+                }
             }
         }
         AmiFamily::AL2 => {
@@ -181,8 +196,15 @@ pub fn ami_parameter(family: AmiFamily, pinned: Option<&str>, k8s: &str, arch: &
             }
         }
         AmiFamily::Bottlerocket => {
-            let flavour = if acc == Accelerator::Nvidia { format!("aws-k8s-{k8s}-nvidia") } else { format!("aws-k8s-{k8s}") };
-            let version = pinned.map_or_else(|| "latest".to_owned(), |v| v.trim_start_matches('v').to_owned());
+            let flavour = if acc == Accelerator::Nvidia {
+                format!("aws-k8s-{k8s}-nvidia")
+            } else {
+                format!("aws-k8s-{k8s}")
+            };
+            let version = pinned.map_or_else(
+                || "latest".to_owned(),
+                |v| v.trim_start_matches('v').to_owned(),
+            );
             format!("/aws/service/bottlerocket/{flavour}/{ec2_arch}/{version}/image_id")
         }
         AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => return None,
@@ -209,7 +231,11 @@ fn selector_filters(term: &SelectorTerm, id_filter: &str) -> Vec<Filter> {
 }
 
 fn terms_text(terms: &[SelectorTerm]) -> String {
-    terms.iter().map(ToString::to_string).collect::<Vec<_>>().join(" or ")
+    terms
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 fn tag(k: &str, v: &str) -> Tag {
@@ -220,7 +246,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
     pub(super) async fn launch_claim(&self, req: &LaunchRequest) -> Result<Launched, CloudError> {
         let started = Instant::now();
         if req.options.is_empty() {
-            return Err(CloudError::Invalid(format!("nodeclaim {}: no launch options", req.claim_id)));
+            return Err(CloudError::Invalid(format!(
+                "nodeclaim {}: no launch options",
+                req.claim_id
+            )));
         }
         // The class the launcher read this tick; the adapter's own map is for
         // callers that pass none (tests, tools).
@@ -229,21 +258,35 @@ impl<P: PriceSource> Ec2Cloud<P> {
             None => self.node_class(req.node_class.as_deref())?,
         };
         // Configuration errors first: they need no API call.
-        let (family, pinned) = launch_family(class).map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+        let (family, pinned) = launch_family(class)
+            .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
         if let Some(instance) = self.adopt(req).await? {
             info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
-            return Ok(Launched { instance, unavailable: Vec::new() });
+            return Ok(Launched {
+                instance,
+                unavailable: Vec::new(),
+            });
         }
         let network = {
             let mut cache = self.launch.lock().await;
             self.network(&mut cache, class_name, class).await?
         };
         let catalog = self.refresh_catalog().await?;
-        let infos: HashMap<&str, &InstanceTypeInfo> = catalog.instance_types.iter().map(|i| (i.name.as_str(), i)).collect();
+        let infos: HashMap<&str, &InstanceTypeInfo> = catalog
+            .instance_types
+            .iter()
+            .map(|i| (i.name.as_str(), i))
+            .collect();
         let offered: HashSet<(&str, &str, &str)> = catalog
             .offerings
             .iter()
-            .map(|o| (o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str()))
+            .map(|o| {
+                (
+                    o.capacity_type.as_str(),
+                    o.instance_type.as_str(),
+                    o.zone.as_str(),
+                )
+            })
             .collect();
         // Every option must be a type of the region, offered in its zone as
         // its capacity type, in a zone the NodeClass has a subnet in.
@@ -251,15 +294,28 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let mut valid: Vec<(&PricedOffering, &InstanceTypeInfo)> = Vec::new();
         for o in &req.options {
             let Some(info) = infos.get(o.instance_type.as_str()) else {
-                rejected.push(format!("{} is not an instance type offered in {}", o.instance_type, self.region));
+                rejected.push(format!(
+                    "{} is not an instance type offered in {}",
+                    o.instance_type, self.region
+                ));
                 continue;
             };
-            if !offered.contains(&(o.capacity_type.as_str(), o.instance_type.as_str(), o.zone.as_str())) {
-                rejected.push(format!("{} is not offered as {} in zone {}", o.instance_type, o.capacity_type, o.zone));
+            if !offered.contains(&(
+                o.capacity_type.as_str(),
+                o.instance_type.as_str(),
+                o.zone.as_str(),
+            )) {
+                rejected.push(format!(
+                    "{} is not offered as {} in zone {}",
+                    o.instance_type, o.capacity_type, o.zone
+                ));
                 continue;
             }
             if !network.subnets.contains_key(&o.zone) {
-                rejected.push(format!("nodeclass {class_name} has no subnet in zone {}", o.zone));
+                rejected.push(format!(
+                    "nodeclass {class_name} has no subnet in zone {}",
+                    o.zone
+                ));
                 continue;
             }
             valid.push((o, info));
@@ -272,29 +328,48 @@ impl<P: PriceSource> Ec2Cloud<P> {
             )));
         }
         // Spot when any (valid) spot option is present, as Karpenter does.
-        let capacity_type = if valid.iter().any(|(o, _)| o.capacity_type == labels::CAPACITY_TYPE_SPOT) {
+        let capacity_type = if valid
+            .iter()
+            .any(|(o, _)| o.capacity_type == labels::CAPACITY_TYPE_SPOT)
+        {
             labels::CAPACITY_TYPE_SPOT
         } else {
             labels::CAPACITY_TYPE_ON_DEMAND
         };
-        let chosen: Vec<(&PricedOffering, &InstanceTypeInfo)> =
-            valid.into_iter().filter(|(o, _)| o.capacity_type == capacity_type).collect();
+        let chosen: Vec<(&PricedOffering, &InstanceTypeInfo)> = valid
+            .into_iter()
+            .filter(|(o, _)| o.capacity_type == capacity_type)
+            .collect();
 
         // Cluster, AMIs and templates: under the launch cache's lock, so
         // concurrent launches share one lookup.
         let (network, groups) = {
             let mut cache = self.launch.lock().await;
             let cluster = self.cluster(&mut cache).await?;
-            let k8s = self.settings.kubernetes_version.clone().unwrap_or_else(|| cluster.version.clone());
+            let k8s = self
+                .settings
+                .kubernetes_version
+                .clone()
+                .unwrap_or_else(|| cluster.version.clone());
 
             let mut groups: Vec<Group<'_>> = Vec::new();
             for (o, info) in &chosen {
                 let arch = info.arch.clone();
                 let acc = Accelerator::of(info);
                 let max_pods = info.max_pods(&req.kubelet);
-                match groups.iter_mut().find(|g| g.arch == arch && g.accelerator == acc && g.max_pods == max_pods) {
+                match groups
+                    .iter_mut()
+                    .find(|g| g.arch == arch && g.accelerator == acc && g.max_pods == max_pods)
+                {
                     Some(g) => g.options.push(o),
-                    None => groups.push(Group { arch, accelerator: acc, max_pods, options: vec![o], template: None, image: None }),
+                    None => groups.push(Group {
+                        arch,
+                        accelerator: acc,
+                        max_pods,
+                        options: vec![o],
+                        template: None,
+                        image: None,
+                    }),
                 }
             }
 
@@ -313,7 +388,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 let image_id = match self.ami(&mut cache, &key, class).await {
                     Ok(id) => id,
                     Err(CloudError::Invalid(why)) => {
-                        let types: Vec<&str> = g.options.iter().map(|o| o.instance_type.as_str()).collect();
+                        let types: Vec<&str> =
+                            g.options.iter().map(|o| o.instance_type.as_str()).collect();
                         rejected.push(format!("{} ({}): {why}", types.join(", "), g.arch));
                         continue;
                     }
@@ -335,7 +411,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 )
                 .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
                 g.image = Some(image_id.clone());
-                let spec = self.template_spec(class_name, class, family, &req.pool, image_id, user_data, &network);
+                let spec = self.template_spec(
+                    class_name, class, family, &req.pool, image_id, user_data, &network,
+                );
                 let name = spec.name();
                 g.template = Some(name.clone());
                 specs.push((name, spec));
@@ -355,7 +433,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
             warn!(nodeclaim = %req.claim_id, skipped = %rejected.join("; "), "launching without some options");
         }
         let resource_tags = self.owned_tags(class_name, class, &req.pool);
-        let result = self.create_fleet(req, capacity_type, &groups, &network, resource_tags).await;
+        let result = self
+            .create_fleet(req, capacity_type, &groups, &network, resource_tags)
+            .await;
         debug!(nodeclaim = %req.claim_id, elapsed_ms = started.elapsed().as_millis() as u64, "launch finished");
         result
     }
@@ -364,7 +444,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
     async fn adopt(&self, req: &LaunchRequest) -> Result<Option<Instance>, CloudError> {
         let found = self
             .describe_ours(
-                vec![Filter::builder().name(format!("tag:{}", tags::NODECLAIM)).values(&req.claim_id).build()],
+                vec![
+                    Filter::builder()
+                        .name(format!("tag:{}", tags::NODECLAIM))
+                        .values(&req.claim_id)
+                        .build(),
+                ],
                 NOT_TERMINATING,
             )
             .await?;
@@ -376,30 +461,55 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 .map(|o| o.price)
                 .or_else(|| catalog_price(catalog.as_deref(), ct, ty, zone))
         };
-        let mut instances: Vec<Instance> = found.iter().filter_map(|i| to_instance(i, price)).collect();
-        instances.sort_by(|a, b| a.launched_at.cmp(&b.launched_at).then_with(|| a.id.cmp(&b.id)));
+        let mut instances: Vec<Instance> =
+            found.iter().filter_map(|i| to_instance(i, price)).collect();
+        instances.sort_by(|a, b| {
+            a.launched_at
+                .cmp(&b.launched_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         if instances.len() > 1 {
             warn!(nodeclaim = %req.claim_id, instances = instances.len(), "more than one instance carries this nodeclaim; adopting the oldest");
         }
         Ok(instances.into_iter().next())
     }
 
-    pub(super) async fn network(&self, cache: &mut LaunchCache, class_name: &str, class: &NodeClass) -> Result<Arc<Network>, CloudError> {
+    pub(super) async fn network(
+        &self,
+        cache: &mut LaunchCache,
+        class_name: &str,
+        class: &NodeClass,
+    ) -> Result<Arc<Network>, CloudError> {
         if let Some((at, n)) = cache.networks.get(class_name)
             && at.elapsed() < self.settings.refresh.network
         {
             return Ok(n.clone());
         }
-        let subnets = self.subnets(class_name, &class.subnet_selector_terms).await?;
-        let security_groups = self.security_groups(class_name, &class.security_group_selector_terms).await?;
-        let network = Arc::new(Network { subnets, security_groups });
-        cache.networks.insert(class_name.to_owned(), (Instant::now(), network.clone()));
+        let subnets = self
+            .subnets(class_name, &class.subnet_selector_terms)
+            .await?;
+        let security_groups = self
+            .security_groups(class_name, &class.security_group_selector_terms)
+            .await?;
+        let network = Arc::new(Network {
+            subnets,
+            security_groups,
+        });
+        cache
+            .networks
+            .insert(class_name.to_owned(), (Instant::now(), network.clone()));
         Ok(network)
     }
 
-    async fn subnets(&self, class_name: &str, terms: &[SelectorTerm]) -> Result<BTreeMap<String, String>, CloudError> {
+    async fn subnets(
+        &self,
+        class_name: &str,
+        terms: &[SelectorTerm],
+    ) -> Result<BTreeMap<String, String>, CloudError> {
         if terms.is_empty() {
-            return Err(CloudError::Invalid(format!("nodeclass {class_name}: subnetSelectorTerms is empty")));
+            return Err(CloudError::Invalid(format!(
+                "nodeclass {class_name}: subnetSelectorTerms is empty"
+            )));
         }
         // zone → (free addresses, subnet id)
         let mut best: BTreeMap<String, (i32, String)> = BTreeMap::new();
@@ -412,11 +522,16 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 .send();
             while let Some(page) = pages.next().await {
                 self.count();
-                let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
+                let page =
+                    page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
                 for s in page.subnets() {
-                    let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else { continue };
+                    let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else {
+                        continue;
+                    };
                     let free = s.available_ip_address_count().unwrap_or(0);
-                    let better = best.get(zone).is_none_or(|(f, cur)| free > *f || (free == *f && id < cur.as_str()));
+                    let better = best
+                        .get(zone)
+                        .is_none_or(|(f, cur)| free > *f || (free == *f && id < cur.as_str()));
                     if better {
                         best.insert(zone.to_owned(), (free, id.to_owned()));
                     }
@@ -432,9 +547,15 @@ impl<P: PriceSource> Ec2Cloud<P> {
         Ok(best.into_iter().map(|(zone, (_, id))| (zone, id)).collect())
     }
 
-    async fn security_groups(&self, class_name: &str, terms: &[SelectorTerm]) -> Result<Vec<String>, CloudError> {
+    async fn security_groups(
+        &self,
+        class_name: &str,
+        terms: &[SelectorTerm],
+    ) -> Result<Vec<String>, CloudError> {
         if terms.is_empty() {
-            return Err(CloudError::Invalid(format!("nodeclass {class_name}: securityGroupSelectorTerms is empty")));
+            return Err(CloudError::Invalid(format!(
+                "nodeclass {class_name}: securityGroupSelectorTerms is empty"
+            )));
         }
         let mut ids = BTreeSet::new();
         for term in terms {
@@ -446,8 +567,14 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 .send();
             while let Some(page) = pages.next().await {
                 self.count();
-                let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSecurityGroups", e)))?;
-                ids.extend(page.security_groups().iter().filter_map(|g| g.group_id().map(str::to_owned)));
+                let page = page.map_err(|e| {
+                    CloudError::from(ApiError::from_sdk("DescribeSecurityGroups", e))
+                })?;
+                ids.extend(
+                    page.security_groups()
+                        .iter()
+                        .filter_map(|g| g.group_id().map(str::to_owned)),
+                );
             }
         }
         if ids.is_empty() {
@@ -475,14 +602,22 @@ impl<P: PriceSource> Ec2Cloud<P> {
             Err(e) => {
                 let e = ApiError::from_sdk("DescribeCluster", e);
                 if e.is("ResourceNotFoundException") {
-                    return Err(CloudError::Invalid(format!("EKS cluster {name:?} does not exist in {}", self.region)));
+                    return Err(CloudError::Invalid(format!(
+                        "EKS cluster {name:?} does not exist in {}",
+                        self.region
+                    )));
                 }
                 return Err(e.into());
             }
         };
-        let c = out.cluster().ok_or_else(|| CloudError::Invalid(format!("DescribeCluster {name}: no cluster in the reply")))?;
+        let c = out.cluster().ok_or_else(|| {
+            CloudError::Invalid(format!("DescribeCluster {name}: no cluster in the reply"))
+        })?;
         let endpoint = c.endpoint().filter(|e| !e.is_empty()).ok_or_else(|| {
-            CloudError::Transient(format!("EKS cluster {name} has no endpoint yet (status {:?})", c.status()))
+            CloudError::Transient(format!(
+                "EKS cluster {name} has no endpoint yet (status {:?})",
+                c.status()
+            ))
         })?;
         let net = c.kubernetes_network_config();
         let service_cidr = net
@@ -494,7 +629,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
             });
         let info = ClusterInfo {
             endpoint: endpoint.to_owned(),
-            ca_base64: c.certificate_authority().and_then(|a| a.data()).unwrap_or_default().to_owned(),
+            ca_base64: c
+                .certificate_authority()
+                .and_then(|a| a.data())
+                .unwrap_or_default()
+                .to_owned(),
             service_cidr,
             version: c.version().unwrap_or_default().to_owned(),
         };
@@ -502,7 +641,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
         Ok(info)
     }
 
-    async fn ami(&self, cache: &mut LaunchCache, key: &AmiKey, class: &NodeClass) -> Result<String, CloudError> {
+    async fn ami(
+        &self,
+        cache: &mut LaunchCache,
+        key: &AmiKey,
+        class: &NodeClass,
+    ) -> Result<String, CloudError> {
         if let Some((at, id)) = cache.amis.get(key)
             && at.elapsed() < self.settings.refresh.images
         {
@@ -529,8 +673,19 @@ impl<P: PriceSource> Ec2Cloud<P> {
             })
             .collect();
         let id = if explicit.is_empty() && ssm_terms.is_empty() {
-            let path = ami_parameter(key.family, key.version.as_deref(), &key.k8s, &key.arch, key.accelerator)
-                .ok_or_else(|| CloudError::Invalid(format!("no EKS-optimized AMI parameter for amiFamily {}", key.family)))?;
+            let path = ami_parameter(
+                key.family,
+                key.version.as_deref(),
+                &key.k8s,
+                &key.arch,
+                key.accelerator,
+            )
+            .ok_or_else(|| {
+                CloudError::Invalid(format!(
+                    "no EKS-optimized AMI parameter for amiFamily {}",
+                    key.family
+                ))
+            })?;
             self.ssm_value(&path).await.map_err(|e| match e {
                 CloudError::Invalid(why) => CloudError::Invalid(format!(
                     "no {} AMI for Kubernetes {} on {}: {why}",
@@ -553,14 +708,22 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 .send()
                 .await
                 .map_err(|e| CloudError::from(ApiError::from_sdk("DescribeImages", e)))?;
-            let want = if key.arch == "arm64" { "arm64" } else { "x86_64" };
+            let want = if key.arch == "arm64" {
+                "arm64"
+            } else {
+                "x86_64"
+            };
             images
                 .images()
                 .iter()
                 .find(|i| i.architecture().map(|a| a.as_str()) == Some(want))
                 .and_then(|i| i.image_id())
                 .map(str::to_owned)
-                .ok_or_else(|| CloudError::Invalid(format!("amiSelectorTerms {candidates:?} have no {want} image")))?
+                .ok_or_else(|| {
+                    CloudError::Invalid(format!(
+                        "amiSelectorTerms {candidates:?} have no {want} image"
+                    ))
+                })?
         };
         cache.amis.insert(key.clone(), (Instant::now(), id.clone()));
         Ok(id)
@@ -577,7 +740,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
             Err(e) => {
                 let e = ApiError::from_sdk("GetParameter", e);
                 if e.is("ParameterNotFound") {
-                    Err(CloudError::Invalid(format!("SSM parameter {name} does not exist")))
+                    Err(CloudError::Invalid(format!(
+                        "SSM parameter {name} does not exist"
+                    )))
                 } else {
                     Err(e.into())
                 }
@@ -588,10 +753,21 @@ impl<P: PriceSource> Ec2Cloud<P> {
     #[allow(clippy::too_many_arguments)]
     /// The tags on everything a launch creates (template, instance, volumes,
     /// fleet): the NodeClass's own, then ours.
-    fn owned_tags(&self, class_name: &str, class: &NodeClass, pool: &str) -> BTreeMap<String, String> {
+    fn owned_tags(
+        &self,
+        class_name: &str,
+        class: &NodeClass,
+        pool: &str,
+    ) -> BTreeMap<String, String> {
         let mut t = class.tags.clone();
-        t.insert(tags::cluster(&self.settings.cluster_name), tags::OWNED.to_owned());
-        t.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.settings.cluster_name.clone());
+        t.insert(
+            tags::cluster(&self.settings.cluster_name),
+            tags::OWNED.to_owned(),
+        );
+        t.insert(
+            tags::EKS_CLUSTER_NAME.to_owned(),
+            self.settings.cluster_name.clone(),
+        );
         t.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
         t.insert(tags::NODECLASS.to_owned(), class_name.to_owned());
         t
@@ -610,7 +786,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
         // Karpenter's defaults (blockDeviceMappings are not read yet).
         let size = 20;
         let volumes = match family {
-            AmiFamily::Bottlerocket => vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)],
+            AmiFamily::Bottlerocket => {
+                vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)]
+            }
             _ => vec![("/dev/xvda".to_owned(), size)],
         };
         let t = self.owned_tags(class_name, class, pool);
@@ -620,15 +798,27 @@ impl<P: PriceSource> Ec2Cloud<P> {
             image_id,
             user_data,
             security_groups: network.security_groups.clone(),
-            instance_profile: instance_profile_name(class, self.settings.default_instance_profile.as_deref()).map(str::to_owned),
+            instance_profile: instance_profile_name(
+                class,
+                self.settings.default_instance_profile.as_deref(),
+            )
+            .map(str::to_owned),
             volumes,
             tags: t,
         }
     }
 
     /// Creates the templates not known to exist; reuses the rest.
-    async fn ensure_templates(&self, cache: &mut LaunchCache, specs: Vec<(String, TemplateSpec)>) -> Result<(), CloudError> {
-        let missing: BTreeSet<&String> = specs.iter().map(|(n, _)| n).filter(|n| !cache.templates.contains(*n)).collect();
+    async fn ensure_templates(
+        &self,
+        cache: &mut LaunchCache,
+        specs: Vec<(String, TemplateSpec)>,
+    ) -> Result<(), CloudError> {
+        let missing: BTreeSet<&String> = specs
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| !cache.templates.contains(*n))
+            .collect();
         if missing.is_empty() {
             return Ok(());
         }
@@ -636,7 +826,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let existing = self
             .ec2
             .describe_launch_templates()
-            .filters(Filter::builder().name("launch-template-name").set_values(Some(missing.iter().map(|s| (*s).clone()).collect())).build())
+            .filters(
+                Filter::builder()
+                    .name("launch-template-name")
+                    .set_values(Some(missing.iter().map(|s| (*s).clone()).collect()))
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| CloudError::from(ApiError::from_sdk("DescribeLaunchTemplates", e)))?;
@@ -683,7 +878,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
             );
         }
         if let Some(profile) = &spec.instance_profile {
-            data = data.iam_instance_profile(LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(profile).build());
+            data = data.iam_instance_profile(
+                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                    .name(profile)
+                    .build(),
+            );
         }
         let tag_spec = TagSpecification::builder()
             .resource_type(ResourceType::LaunchTemplate)
@@ -734,7 +933,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
                         let subnet = network.subnets.get(&o.zone)?;
                         Some(
                             FleetLaunchTemplateOverridesRequest::builder()
-                                .instance_type(aws_sdk_ec2::types::InstanceType::from(o.instance_type.as_str()))
+                                .instance_type(aws_sdk_ec2::types::InstanceType::from(
+                                    o.instance_type.as_str(),
+                                ))
                                 .subnet_id(subnet)
                                 .build(),
                         )
@@ -743,7 +944,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 Some(
                     FleetLaunchTemplateConfigRequest::builder()
                         .launch_template_specification(
-                            FleetLaunchTemplateSpecificationRequest::builder().launch_template_name(name).version("$Latest").build(),
+                            FleetLaunchTemplateSpecificationRequest::builder()
+                                .launch_template_name(name)
+                                .version("$Latest")
+                                .build(),
                         )
                         .set_overrides(Some(overrides))
                         .build(),
@@ -752,7 +956,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .collect();
         resource_tags.insert(tags::NODECLAIM.to_owned(), req.claim_id.clone());
         resource_tags.insert(tags::NAME.to_owned(), req.claim_id.clone());
-        let tag_specs = [ResourceType::Instance, ResourceType::Volume, ResourceType::Fleet].map(|rt| {
+        let tag_specs = [
+            ResourceType::Instance,
+            ResourceType::Volume,
+            ResourceType::Fleet,
+        ]
+        .map(|rt| {
             TagSpecification::builder()
                 .resource_type(rt)
                 .set_tags(Some(resource_tags.iter().map(|(k, v)| tag(k, v)).collect()))
@@ -766,21 +975,37 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
                     .total_target_capacity(1)
-                    .default_target_capacity_type(if spot { DefaultTargetCapacityType::Spot } else { DefaultTargetCapacityType::OnDemand })
+                    .default_target_capacity_type(if spot {
+                        DefaultTargetCapacityType::Spot
+                    } else {
+                        DefaultTargetCapacityType::OnDemand
+                    })
                     .build(),
             )
             .set_launch_template_configs(Some(configs))
             .set_tag_specifications(Some(tag_specs.to_vec()));
         call = if spot {
-            call.spot_options(SpotOptionsRequest::builder().allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized).build())
+            call.spot_options(
+                SpotOptionsRequest::builder()
+                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .build(),
+            )
         } else {
-            call.on_demand_options(OnDemandOptionsRequest::builder().allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice).build())
+            call.on_demand_options(
+                OnDemandOptionsRequest::builder()
+                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .build(),
+            )
         };
         let all_keys = || -> Vec<OfferingKey> {
             groups
                 .iter()
                 .flat_map(|g| g.options.iter())
-                .map(|o| OfferingKey { capacity_type: capacity_type.to_owned(), instance_type: o.instance_type.clone(), zone: o.zone.clone() })
+                .map(|o| OfferingKey {
+                    capacity_type: capacity_type.to_owned(),
+                    instance_type: o.instance_type.clone(),
+                    zone: o.zone.clone(),
+                })
                 .collect()
         };
         self.count();
@@ -788,8 +1013,14 @@ impl<P: PriceSource> Ec2Cloud<P> {
             Ok(out) => out,
             Err(e) => {
                 let e = ApiError::from_sdk("CreateFleet", e);
-                if e.code.as_deref().is_some_and(|c| INSUFFICIENT_CAPACITY_CODES.contains(&c)) {
-                    return Err(CloudError::InsufficientCapacity { offerings: all_keys(), message: e.to_string() });
+                if e.code
+                    .as_deref()
+                    .is_some_and(|c| INSUFFICIENT_CAPACITY_CODES.contains(&c))
+                {
+                    return Err(CloudError::InsufficientCapacity {
+                        offerings: all_keys(),
+                        message: e.to_string(),
+                    });
                 }
                 return Err(e.into());
             }
@@ -797,14 +1028,20 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let mut launched = fleet_outcome(&out, req, capacity_type, &all_keys(), &network.subnets)?;
         // What it booted with, for drift: the group's AMI, the zone's subnet, the class's groups.
         let i = &mut launched.instance;
-        i.image_id = groups.iter().find(|g| g.options.iter().any(|o| o.instance_type == i.instance_type)).and_then(|g| g.image.clone());
+        i.image_id = groups
+            .iter()
+            .find(|g| g.options.iter().any(|o| o.instance_type == i.instance_type))
+            .and_then(|g| g.image.clone());
         i.subnet_id = network.subnets.get(&i.zone).cloned();
         i.security_group_ids.clone_from(&network.security_groups);
         Ok(launched)
     }
 
     /// See `Cloud::resolved_class` on `Ec2Cloud`.
-    pub(super) async fn resolve_class(&self, class: &NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+    pub(super) async fn resolve_class(
+        &self,
+        class: &NodeClass,
+    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
         let mut cache = self.launch.lock().await;
         if let Some((at, r)) = cache.resolved.get(&class.name)
             && at.elapsed() < self.settings.refresh.network
@@ -814,10 +1051,21 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let mut image_ids = BTreeSet::new();
         if let Ok((family, pinned)) = launch_family(class) {
             let cluster = self.cluster(&mut cache).await?;
-            let k8s = self.settings.kubernetes_version.clone().unwrap_or_else(|| cluster.version.clone());
+            let k8s = self
+                .settings
+                .kubernetes_version
+                .clone()
+                .unwrap_or_else(|| cluster.version.clone());
             for arch in ["amd64", "arm64"] {
                 for accelerator in [Accelerator::None, Accelerator::Nvidia, Accelerator::Neuron] {
-                    let key = AmiKey { class: class.name.clone(), family, version: pinned.clone(), k8s: k8s.clone(), arch: arch.to_owned(), accelerator };
+                    let key = AmiKey {
+                        class: class.name.clone(),
+                        family,
+                        version: pinned.clone(),
+                        k8s: k8s.clone(),
+                        arch: arch.to_owned(),
+                        accelerator,
+                    };
                     match self.ami(&mut cache, &key, class).await {
                         Ok(id) => {
                             image_ids.insert(id);
@@ -829,22 +1077,46 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 }
             }
         }
-        let subnet_ids = self.matching_subnets(&class.name, &class.subnet_selector_terms).await?;
-        let security_group_ids = self.security_groups(&class.name, &class.security_group_selector_terms).await?;
-        let resolved = crate::disruption::ResolvedClass { image_ids: image_ids.into_iter().collect(), subnet_ids, security_group_ids };
-        cache.resolved.insert(class.name.clone(), (Instant::now(), resolved.clone()));
+        let subnet_ids = self
+            .matching_subnets(&class.name, &class.subnet_selector_terms)
+            .await?;
+        let security_group_ids = self
+            .security_groups(&class.name, &class.security_group_selector_terms)
+            .await?;
+        let resolved = crate::disruption::ResolvedClass {
+            image_ids: image_ids.into_iter().collect(),
+            subnet_ids,
+            security_group_ids,
+        };
+        cache
+            .resolved
+            .insert(class.name.clone(), (Instant::now(), resolved.clone()));
         Ok(resolved)
     }
 
     /// Every subnet the terms match (not only the roomiest per zone, as a launch picks).
-    async fn matching_subnets(&self, class_name: &str, terms: &[SelectorTerm]) -> Result<Vec<String>, CloudError> {
+    async fn matching_subnets(
+        &self,
+        class_name: &str,
+        terms: &[SelectorTerm],
+    ) -> Result<Vec<String>, CloudError> {
         let mut ids = BTreeSet::new();
         for term in terms {
-            let mut pages = self.ec2.describe_subnets().set_filters(Some(selector_filters(term, "subnet-id"))).into_paginator().send();
+            let mut pages = self
+                .ec2
+                .describe_subnets()
+                .set_filters(Some(selector_filters(term, "subnet-id")))
+                .into_paginator()
+                .send();
             while let Some(page) = pages.next().await {
                 self.count();
-                let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
-                ids.extend(page.subnets().iter().filter_map(|s| s.subnet_id().map(str::to_owned)));
+                let page =
+                    page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
+                ids.extend(
+                    page.subnets()
+                        .iter()
+                        .filter_map(|s| s.subnet_id().map(str::to_owned)),
+                );
             }
         }
         debug!(nodeclass = %class_name, subnets = ids.len(), "resolved the class's subnets");
@@ -862,13 +1134,19 @@ pub(crate) fn fleet_outcome(
     all_keys: &[OfferingKey],
     subnets: &BTreeMap<String, String>,
 ) -> Result<Launched, CloudError> {
-    let zone_of_subnet: HashMap<&str, &str> = subnets.iter().map(|(z, s)| (s.as_str(), z.as_str())).collect();
-    let zone_of = |ov: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>| -> Option<String> {
-        let ov = ov?;
-        ov.availability_zone()
-            .map(str::to_owned)
-            .or_else(|| ov.subnet_id().and_then(|s| zone_of_subnet.get(s)).map(|z| (*z).to_owned()))
-    };
+    let zone_of_subnet: HashMap<&str, &str> = subnets
+        .iter()
+        .map(|(z, s)| (s.as_str(), z.as_str()))
+        .collect();
+    let zone_of =
+        |ov: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>| -> Option<String> {
+            let ov = ov?;
+            ov.availability_zone().map(str::to_owned).or_else(|| {
+                ov.subnet_id()
+                    .and_then(|s| zone_of_subnet.get(s))
+                    .map(|z| (*z).to_owned())
+            })
+        };
     let lifecycle = |l: Option<&InstanceLifecycle>| match l {
         Some(InstanceLifecycle::Spot) => labels::CAPACITY_TYPE_SPOT,
         Some(InstanceLifecycle::OnDemand) => labels::CAPACITY_TYPE_ON_DEMAND,
@@ -881,7 +1159,9 @@ pub(crate) fn fleet_outcome(
     for err in out.errors() {
         let code = err.error_code().unwrap_or("Unknown");
         let message = err.error_message().unwrap_or_default();
-        let ov = err.launch_template_and_overrides().and_then(|l| l.overrides());
+        let ov = err
+            .launch_template_and_overrides()
+            .and_then(|l| l.overrides());
         if INSUFFICIENT_CAPACITY_CODES.contains(&code) {
             ice_messages.push(format!("{code}: {message}"));
             if let (Some(ty), Some(zone)) = (ov.and_then(|o| o.instance_type()), zone_of(ov)) {
@@ -901,7 +1181,9 @@ pub(crate) fn fleet_outcome(
 
     let launched = out.instances().iter().find_map(|i| {
         let id = i.instance_ids().first()?;
-        let ov = i.launch_template_and_overrides().and_then(|l| l.overrides());
+        let ov = i
+            .launch_template_and_overrides()
+            .and_then(|l| l.overrides());
         let ty = i
             .instance_type()
             .or_else(|| ov.and_then(|o| o.instance_type()))
@@ -910,7 +1192,12 @@ pub(crate) fn fleet_outcome(
     });
     if let Some((id, instance_type, zone, ct)) = launched {
         let zone = zone
-            .or_else(|| all_keys.iter().find(|k| k.instance_type == instance_type).map(|k| k.zone.clone()))
+            .or_else(|| {
+                all_keys
+                    .iter()
+                    .find(|k| k.instance_type == instance_type)
+                    .map(|k| k.zone.clone())
+            })
             .unwrap_or_default();
         let price = req
             .options
@@ -932,19 +1219,34 @@ pub(crate) fn fleet_outcome(
             subnet_id: None,
             security_group_ids: Vec::new(),
         };
-        return Ok(Launched { instance, unavailable });
+        return Ok(Launched {
+            instance,
+            unavailable,
+        });
     }
     if !ice_messages.is_empty() || other_errors.is_empty() {
         let message = if ice_messages.is_empty() {
-            "UnfulfillableCapacity: CreateFleet launched no instance and reported no error".to_owned()
+            "UnfulfillableCapacity: CreateFleet launched no instance and reported no error"
+                .to_owned()
         } else {
             ice_messages.join("; ")
         };
-        let offerings = if unavailable.is_empty() { all_keys.to_vec() } else { unavailable };
+        let offerings = if unavailable.is_empty() {
+            all_keys.to_vec()
+        } else {
+            unavailable
+        };
         return Err(CloudError::InsufficientCapacity { offerings, message });
     }
-    let text = other_errors.iter().map(|(c, m)| format!("{c}: {m}")).collect::<Vec<_>>().join("; ");
-    if other_errors.iter().any(|(c, _)| super::super::TRANSIENT_CODES.contains(&c.as_str())) {
+    let text = other_errors
+        .iter()
+        .map(|(c, m)| format!("{c}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if other_errors
+        .iter()
+        .any(|(c, _)| super::super::TRANSIENT_CODES.contains(&c.as_str()))
+    {
         Err(CloudError::Transient(format!("CreateFleet: {text}")))
     } else {
         Err(CloudError::Invalid(format!("CreateFleet: {text}")))
@@ -956,13 +1258,18 @@ mod tests {
     use super::*;
     use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
     use aws_sdk_ec2::types::{
-        CreateFleetError, CreateFleetInstance, FleetLaunchTemplateOverrides, InstanceType as Ec2Type,
-        LaunchTemplateAndOverridesResponse,
+        CreateFleetError, CreateFleetInstance, FleetLaunchTemplateOverrides,
+        InstanceType as Ec2Type, LaunchTemplateAndOverridesResponse,
     };
 
     fn overrides(ty: &str, subnet: &str) -> LaunchTemplateAndOverridesResponse {
         LaunchTemplateAndOverridesResponse::builder()
-            .overrides(FleetLaunchTemplateOverrides::builder().instance_type(Ec2Type::from(ty)).subnet_id(subnet).build())
+            .overrides(
+                FleetLaunchTemplateOverrides::builder()
+                    .instance_type(Ec2Type::from(ty))
+                    .subnet_id(subnet)
+                    .build(),
+            )
             .build()
     }
 
@@ -976,7 +1283,11 @@ mod tests {
     }
 
     fn key(ty: &str, zone: &str) -> OfferingKey {
-        OfferingKey { capacity_type: "spot".into(), instance_type: ty.into(), zone: zone.into() }
+        OfferingKey {
+            capacity_type: "spot".into(),
+            instance_type: ty.into(),
+            zone: zone.into(),
+        }
     }
 
     fn fixture() -> (LaunchRequest, Vec<OfferingKey>, BTreeMap<String, String>) {
@@ -987,16 +1298,39 @@ mod tests {
             node_class: None,
             node_class_spec: None,
             options: vec![
-                PricedOffering { instance_type: "m5.large".into(), zone: "za".into(), capacity_type: "spot".into(), price: 0.03 },
-                PricedOffering { instance_type: "m5.large".into(), zone: "zb".into(), capacity_type: "spot".into(), price: 0.031 },
-                PricedOffering { instance_type: "c5.large".into(), zone: "za".into(), capacity_type: "spot".into(), price: 0.032 },
+                PricedOffering {
+                    instance_type: "m5.large".into(),
+                    zone: "za".into(),
+                    capacity_type: "spot".into(),
+                    price: 0.03,
+                },
+                PricedOffering {
+                    instance_type: "m5.large".into(),
+                    zone: "zb".into(),
+                    capacity_type: "spot".into(),
+                    price: 0.031,
+                },
+                PricedOffering {
+                    instance_type: "c5.large".into(),
+                    zone: "za".into(),
+                    capacity_type: "spot".into(),
+                    price: 0.032,
+                },
             ],
             labels: BTreeMap::new(),
             taints: vec![],
             kubelet: Default::default(),
         };
-        let keys = vec![key("m5.large", "za"), key("m5.large", "zb"), key("c5.large", "za")];
-        let subnets = [("za".to_owned(), "subnet-a".to_owned()), ("zb".to_owned(), "subnet-b".to_owned())].into();
+        let keys = vec![
+            key("m5.large", "za"),
+            key("m5.large", "zb"),
+            key("c5.large", "za"),
+        ];
+        let subnets = [
+            ("za".to_owned(), "subnet-a".to_owned()),
+            ("zb".to_owned(), "subnet-b".to_owned()),
+        ]
+        .into();
         (req, keys, subnets)
     }
 
@@ -1004,8 +1338,16 @@ mod tests {
     fn a_launch_reports_the_offerings_that_ran_out_on_the_way() {
         let (req, keys, subnets) = fixture();
         let out = CreateFleetOutput::builder()
-            .errors(fleet_error("InsufficientInstanceCapacity", "m5.large", "subnet-a"))
-            .errors(fleet_error("InsufficientInstanceCapacity", "m5.large", "subnet-a"))
+            .errors(fleet_error(
+                "InsufficientInstanceCapacity",
+                "m5.large",
+                "subnet-a",
+            ))
+            .errors(fleet_error(
+                "InsufficientInstanceCapacity",
+                "m5.large",
+                "subnet-a",
+            ))
             .instances(
                 CreateFleetInstance::builder()
                     .instance_ids("i-0abc")
@@ -1017,7 +1359,14 @@ mod tests {
             .build();
         let l = fleet_outcome(&out, &req, "spot", &keys, &subnets).expect("launched");
         assert_eq!(l.instance.id, "i-0abc");
-        assert_eq!((l.instance.zone.as_str(), l.instance.capacity_type.as_str(), l.instance.price), ("zb", "spot", 0.031));
+        assert_eq!(
+            (
+                l.instance.zone.as_str(),
+                l.instance.capacity_type.as_str(),
+                l.instance.price
+            ),
+            ("zb", "spot", 0.031)
+        );
         assert_eq!(l.instance.provider_id, "aws:///zb/i-0abc");
         assert_eq!(l.unavailable, vec![key("m5.large", "za")], "deduplicated");
     }
@@ -1027,18 +1376,35 @@ mod tests {
         let (req, keys, subnets) = fixture();
         // Every capacity error names its offering.
         let out = CreateFleetOutput::builder()
-            .errors(fleet_error("InsufficientInstanceCapacity", "m5.large", "subnet-a"))
-            .errors(fleet_error("MaxSpotInstanceCountExceeded", "c5.large", "subnet-a"))
+            .errors(fleet_error(
+                "InsufficientInstanceCapacity",
+                "m5.large",
+                "subnet-a",
+            ))
+            .errors(fleet_error(
+                "MaxSpotInstanceCountExceeded",
+                "c5.large",
+                "subnet-a",
+            ))
             .build();
         match fleet_outcome(&out, &req, "spot", &keys, &subnets) {
             Err(CloudError::InsufficientCapacity { offerings, message }) => {
-                assert_eq!(offerings, vec![key("m5.large", "za"), key("c5.large", "za")]);
+                assert_eq!(
+                    offerings,
+                    vec![key("m5.large", "za"), key("c5.large", "za")]
+                );
                 assert!(message.contains("MaxSpotInstanceCountExceeded"));
             }
             other => panic!("{other:?}"),
         }
         // An empty reply is UnfulfillableCapacity for everything asked.
-        match fleet_outcome(&CreateFleetOutput::builder().build(), &req, "spot", &keys, &subnets) {
+        match fleet_outcome(
+            &CreateFleetOutput::builder().build(),
+            &req,
+            "spot",
+            &keys,
+            &subnets,
+        ) {
             Err(CloudError::InsufficientCapacity { offerings, message }) => {
                 assert_eq!(offerings, keys);
                 assert!(message.starts_with("UnfulfillableCapacity"));
@@ -1046,43 +1412,93 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Other errors: retryable or not by their code.
-        let out = CreateFleetOutput::builder().errors(fleet_error("InvalidLaunchTemplateName.NotFoundException", "m5.large", "subnet-a")).build();
-        assert!(matches!(fleet_outcome(&out, &req, "spot", &keys, &subnets), Err(CloudError::Invalid(m)) if m.contains("InvalidLaunchTemplateName")));
-        let out = CreateFleetOutput::builder().errors(fleet_error("RequestLimitExceeded", "m5.large", "subnet-a")).build();
-        assert!(matches!(fleet_outcome(&out, &req, "spot", &keys, &subnets), Err(CloudError::Transient(_))));
+        let out = CreateFleetOutput::builder()
+            .errors(fleet_error(
+                "InvalidLaunchTemplateName.NotFoundException",
+                "m5.large",
+                "subnet-a",
+            ))
+            .build();
+        assert!(
+            matches!(fleet_outcome(&out, &req, "spot", &keys, &subnets), Err(CloudError::Invalid(m)) if m.contains("InvalidLaunchTemplateName"))
+        );
+        let out = CreateFleetOutput::builder()
+            .errors(fleet_error("RequestLimitExceeded", "m5.large", "subnet-a"))
+            .build();
+        assert!(matches!(
+            fleet_outcome(&out, &req, "spot", &keys, &subnets),
+            Err(CloudError::Transient(_))
+        ));
     }
 
     #[test]
     fn ami_parameters_per_family() {
         assert_eq!(
             ami_parameter(AmiFamily::AL2023, None, "1.32", "arm64", Accelerator::None).as_deref(),
-            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id")
+            Some(
+                "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/arm64/standard/recommended/image_id"
+            )
         );
         assert_eq!(
-            ami_parameter(AmiFamily::AL2023, None, "1.32", "amd64", Accelerator::Nvidia).as_deref(),
-            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/nvidia/recommended/image_id")
+            ami_parameter(
+                AmiFamily::AL2023,
+                None,
+                "1.32",
+                "amd64",
+                Accelerator::Nvidia
+            )
+            .as_deref(),
+            Some(
+                "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+            )
         );
         assert_eq!(
             ami_parameter(AmiFamily::AL2, None, "1.29", "amd64", Accelerator::Nvidia).as_deref(),
             Some("/aws/service/eks/optimized-ami/1.29/amazon-linux-2-gpu/recommended/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::AL2, Some("v20240807"), "1.29", "arm64", Accelerator::None).as_deref(),
-            Some("/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240807/image_id")
+            ami_parameter(
+                AmiFamily::AL2,
+                Some("v20240807"),
+                "1.29",
+                "arm64",
+                Accelerator::None
+            )
+            .as_deref(),
+            Some(
+                "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240807/image_id"
+            )
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Bottlerocket, None, "1.34", "amd64", Accelerator::Nvidia).as_deref(),
+            ami_parameter(
+                AmiFamily::Bottlerocket,
+                None,
+                "1.34",
+                "amd64",
+                Accelerator::Nvidia
+            )
+            .as_deref(),
             Some("/aws/service/bottlerocket/aws-k8s-1.34-nvidia/x86_64/latest/image_id")
         );
         assert_eq!(
-            ami_parameter(AmiFamily::Bottlerocket, Some("v1.20.3"), "1.30", "arm64", Accelerator::None).as_deref(),
+            ami_parameter(
+                AmiFamily::Bottlerocket,
+                Some("v1.20.3"),
+                "1.30",
+                "arm64",
+                Accelerator::None
+            )
+            .as_deref(),
             Some("/aws/service/bottlerocket/aws-k8s-1.30/arm64/1.20.3/image_id")
         );
     }
 
     #[test]
     fn client_tokens_fit_fleet_limits() {
-        assert_eq!(fleet_client_token("nodewright-default-abcde"), "nodewright-default-abcde");
+        assert_eq!(
+            fleet_client_token("nodewright-default-abcde"),
+            "nodewright-default-abcde"
+        );
         let long = format!("nodewright-{}-abcde", "p".repeat(63));
         let t = fleet_client_token(&long);
         assert!(t.len() <= 64);
@@ -1093,9 +1509,18 @@ mod tests {
     #[test]
     fn selector_terms_become_filters() {
         let names = |term: &SelectorTerm| -> Vec<String> {
-            selector_filters(term, "group-id").iter().filter_map(|f| f.name().map(str::to_owned)).collect()
+            selector_filters(term, "group-id")
+                .iter()
+                .filter_map(|f| f.name().map(str::to_owned))
+                .collect()
         };
-        let tags = SelectorTerm::Tags([("a".to_owned(), "*".to_owned()), ("b".to_owned(), "x".to_owned())].into());
+        let tags = SelectorTerm::Tags(
+            [
+                ("a".to_owned(), "*".to_owned()),
+                ("b".to_owned(), "x".to_owned()),
+            ]
+            .into(),
+        );
         assert_eq!(names(&tags), ["tag-key", "tag:b"]);
         assert_eq!(names(&SelectorTerm::Name("nodes".into())), ["group-name"]);
         assert_eq!(names(&SelectorTerm::Id("sg-1".into())), ["group-id"]);

@@ -30,10 +30,12 @@ use aws_sdk_ec2::types::{Filter, InstanceLifecycleType};
 use tracing::{debug, info, warn};
 
 use self::catalog::TypeFacts;
-use crate::config::NodeClass;
-use super::prices::{AwsPrices, OnDemand, PriceOrigin, PriceSource, SpotPrices};
 use super::ApiError;
-use crate::ports::{Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, Timestamp};
+use super::prices::{AwsPrices, OnDemand, PriceOrigin, PriceSource, SpotPrices};
+use crate::config::NodeClass;
+use crate::ports::{
+    Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, Timestamp,
+};
 use crate::scheduling::labels;
 
 pub use launch::ClusterInfo;
@@ -140,7 +142,10 @@ pub struct Ec2Cloud<P = AwsPrices> {
 
 impl Ec2Cloud<AwsPrices> {
     /// An adapter with prices from the Pricing API (static fallback) and spot history.
-    pub fn new(config: &aws_config::SdkConfig, settings: Ec2CloudSettings) -> Result<Ec2Cloud<AwsPrices>, CloudError> {
+    pub fn new(
+        config: &aws_config::SdkConfig,
+        settings: Ec2CloudSettings,
+    ) -> Result<Ec2Cloud<AwsPrices>, CloudError> {
         let region = region_of(config)?;
         let prices = AwsPrices::new(config, &region);
         Ec2Cloud::with_prices(config, settings, prices)
@@ -151,11 +156,17 @@ fn region_of(config: &aws_config::SdkConfig) -> Result<String, CloudError> {
     config
         .region()
         .map(|r| r.as_ref().to_owned())
-        .ok_or_else(|| CloudError::Invalid("no AWS region configured (set AWS_REGION or pass a region)".into()))
+        .ok_or_else(|| {
+            CloudError::Invalid("no AWS region configured (set AWS_REGION or pass a region)".into())
+        })
 }
 
 impl<P: PriceSource> Ec2Cloud<P> {
-    pub fn with_prices(config: &aws_config::SdkConfig, settings: Ec2CloudSettings, prices: P) -> Result<Ec2Cloud<P>, CloudError> {
+    pub fn with_prices(
+        config: &aws_config::SdkConfig,
+        settings: Ec2CloudSettings,
+        prices: P,
+    ) -> Result<Ec2Cloud<P>, CloudError> {
         Ok(Ec2Cloud {
             ec2: aws_sdk_ec2::Client::new(config),
             ssm: aws_sdk_ssm::Client::new(config),
@@ -185,7 +196,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
 
     /// Where the cached on-demand prices came from.
     pub async fn price_origin(&self) -> Option<PriceOrigin> {
-        self.catalog.lock().await.on_demand.as_ref().map(|(_, p)| p.origin.clone())
+        self.catalog
+            .lock()
+            .await
+            .on_demand
+            .as_ref()
+            .map(|(_, p)| p.origin.clone())
     }
 
     /// The catalog as cached, without refreshing it.
@@ -253,7 +269,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
         }
 
         if changed || cache.built.is_none() {
-            let (Some((_, types)), Some((_, od)), Some((_, spot))) = (&cache.types, &cache.on_demand, &cache.spot) else {
+            let (Some((_, types)), Some((_, od)), Some((_, spot))) =
+                (&cache.types, &cache.on_demand, &cache.spot)
+            else {
                 return Err(CloudError::Transient("catalog incomplete".into()));
             };
             let built = catalog::assemble(&self.region, types, &od.prices, spot);
@@ -266,7 +284,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
             );
             cache.built = Some(Arc::new(built));
         }
-        cache.built.clone().ok_or_else(|| CloudError::Transient("catalog unavailable".into()))
+        cache
+            .built
+            .clone()
+            .ok_or_else(|| CloudError::Transient("catalog unavailable".into()))
     }
 
     fn node_class(&self, name: Option<&str>) -> Result<(&str, &NodeClass), CloudError> {
@@ -279,12 +300,29 @@ impl<P: PriceSource> Ec2Cloud<P> {
     }
 
     /// Our live instances matching extra filters.
-    async fn describe_ours(&self, extra: Vec<Filter>, states: &[&str]) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
+    async fn describe_ours(
+        &self,
+        extra: Vec<Filter>,
+        states: &[&str],
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
         let mut req = self
             .ec2
             .describe_instances()
-            .filters(Filter::builder().name(format!("tag:{}", tags::cluster(&self.settings.cluster_name))).values(tags::OWNED).build())
-            .filters(Filter::builder().name("instance-state-name").set_values(Some(states.iter().map(|s| (*s).to_owned()).collect())).build());
+            .filters(
+                Filter::builder()
+                    .name(format!(
+                        "tag:{}",
+                        tags::cluster(&self.settings.cluster_name)
+                    ))
+                    .values(tags::OWNED)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name("instance-state-name")
+                    .set_values(Some(states.iter().map(|s| (*s).to_owned()).collect()))
+                    .build(),
+            );
         for f in extra {
             req = req.filters(f);
         }
@@ -292,7 +330,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let mut out = Vec::new();
         while let Some(page) = pages.next().await {
             self.count();
-            let page = page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeInstances", e)))?;
+            let page =
+                page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeInstances", e)))?;
             for r in page.reservations() {
                 out.extend(r.instances().iter().cloned());
             }
@@ -307,21 +346,38 @@ const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shu
 const NOT_TERMINATING: &[&str] = &["pending", "running", "stopping", "stopped"];
 
 /// Our view of an EC2 instance; the price comes from `price_of(ct, type, zone)`.
-fn to_instance(i: &aws_sdk_ec2::types::Instance, price_of: impl Fn(&str, &str, &str) -> Option<f64>) -> Option<Instance> {
+fn to_instance(
+    i: &aws_sdk_ec2::types::Instance,
+    price_of: impl Fn(&str, &str, &str) -> Option<f64>,
+) -> Option<Instance> {
     let id = i.instance_id()?.to_owned();
     let instance_type = i.instance_type()?.as_str().to_owned();
-    let zone = i.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_owned();
+    let zone = i
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap_or_default()
+        .to_owned();
     let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
         labels::CAPACITY_TYPE_SPOT
     } else {
         labels::CAPACITY_TYPE_ON_DEMAND
     };
-    let state = i.state().and_then(|s| s.name()).and_then(|n| InstanceState::parse(n.as_str())).unwrap_or(InstanceState::Pending);
+    let state = i
+        .state()
+        .and_then(|s| s.name())
+        .and_then(|n| InstanceState::parse(n.as_str()))
+        .unwrap_or(InstanceState::Pending);
     let launched_at = i
         .launch_time()
         .and_then(|t| Timestamp::new(t.secs(), i32::try_from(t.subsec_nanos()).unwrap_or(0)).ok())
         .unwrap_or_else(Timestamp::now);
-    let tag = |k: &str| i.tags().iter().find(|t| t.key() == Some(k)).and_then(|t| t.value()).map(str::to_owned);
+    let tag = |k: &str| {
+        i.tags()
+            .iter()
+            .find(|t| t.key() == Some(k))
+            .and_then(|t| t.value())
+            .map(str::to_owned)
+    };
     Some(Instance {
         provider_id: format!("aws:///{zone}/{id}"),
         price: price_of(capacity_type, &instance_type, &zone).unwrap_or(0.0),
@@ -335,7 +391,11 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance, price_of: impl Fn(&str, &str, &
         pool: tag(tags::NODEPOOL),
         image_id: i.image_id().map(str::to_owned),
         subnet_id: i.subnet_id().map(str::to_owned),
-        security_group_ids: i.security_groups().iter().filter_map(|g| g.group_id().map(str::to_owned)).collect(),
+        security_group_ids: i
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_owned))
+            .collect(),
     })
 }
 
@@ -364,19 +424,40 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
         for chunk in instance_ids.chunks(200) {
             let found = self
                 .describe_ours(
-                    vec![Filter::builder().name("instance-id").set_values(Some(chunk.to_vec())).build()],
+                    vec![
+                        Filter::builder()
+                            .name("instance-id")
+                            .set_values(Some(chunk.to_vec()))
+                            .build(),
+                    ],
                     NOT_TERMINATING,
                 )
                 .await?;
-            ours.extend(found.iter().filter_map(|i| i.instance_id().map(str::to_owned)));
+            ours.extend(
+                found
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_owned)),
+            );
         }
-        let skipped: Vec<&String> = instance_ids.iter().filter(|id| !ours.contains(id)).collect();
+        let skipped: Vec<&String> = instance_ids
+            .iter()
+            .filter(|id| !ours.contains(id))
+            .collect();
         if !skipped.is_empty() {
-            debug!(?skipped, "not terminating instances that are gone or not ours");
+            debug!(
+                ?skipped,
+                "not terminating instances that are gone or not ours"
+            );
         }
         for chunk in ours.chunks(500) {
             self.count();
-            match self.ec2.terminate_instances().set_instance_ids(Some(chunk.to_vec())).send().await {
+            match self
+                .ec2
+                .terminate_instances()
+                .set_instance_ids(Some(chunk.to_vec()))
+                .send()
+                .await
+            {
                 Ok(_) => info!(instances = ?chunk, "terminated instance(s)"),
                 Err(e) => {
                     let e = ApiError::from_sdk("TerminateInstances", e);
@@ -394,7 +475,10 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
     /// the network refresh interval). A family the launch path does not
     /// support, or AMI terms it cannot resolve, give no image ids (not
     /// compared).
-    async fn resolved_class(&self, class: &NodeClass) -> Result<crate::disruption::ResolvedClass, CloudError> {
+    async fn resolved_class(
+        &self,
+        class: &NodeClass,
+    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
         self.resolve_class(class).await
     }
 
@@ -402,6 +486,11 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         let catalog = self.cached_catalog().await;
         let found = self.describe_ours(Vec::new(), LIVE_STATES).await?;
-        Ok(found.iter().filter_map(|i| to_instance(i, |ct, ty, z| catalog_price(catalog.as_deref(), ct, ty, z))).collect())
+        Ok(found
+            .iter()
+            .filter_map(|i| {
+                to_instance(i, |ct, ty, z| catalog_price(catalog.as_deref(), ct, ty, z))
+            })
+            .collect())
     }
 }

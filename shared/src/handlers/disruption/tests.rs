@@ -49,8 +49,14 @@ type Sim<S> = Simulation<SimCloud, S>;
 /// The world after 2 minutes: `n` registered nodes, their pods bound.
 async fn world<S: Store + Clone>(store: S, n: usize, budget: &str, disruption: bool) -> Sim<S> {
     let clock = SimClock::default();
-    let cloud = SimCloud::new(catalog::catalog("us-east-1").expect("region"), clock.clone());
-    let settings = SimSettings { disruption_enabled: disruption, ..Default::default() };
+    let cloud = SimCloud::new(
+        catalog::catalog("us-east-1").expect("region"),
+        clock.clone(),
+    );
+    let settings = SimSettings {
+        disruption_enabled: disruption,
+        ..Default::default()
+    };
     let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud), store, settings);
     let s = scenario::parse(&world_yaml(n, budget)).expect("scenario");
     scenario::load(&mut sim, &s).await.expect("loads");
@@ -63,16 +69,26 @@ async fn world<S: Store + Clone>(store: S, n: usize, budget: &str, disruption: b
 async fn change_class<S: Store + Clone>(sim: &Sim<S>, team: &str) {
     let value: serde_json::Value = serde_norway::from_str(&class_json(team)).expect("class yaml");
     let docs = crate::config::document::from_value(&value, 0).expect("class document");
-    let items: Vec<ConfigItem> = docs.iter().map(|d: &ConfigDocument| d.to_item(1, sim.now())).collect();
-    scenario::put_config(&sim.store, items).await.expect("stored");
+    let items: Vec<ConfigItem> = docs
+        .iter()
+        .map(|d: &ConfigDocument| d.to_item(1, sim.now()))
+        .collect();
+    scenario::put_config(&sim.store, items)
+        .await
+        .expect("stored");
 }
 
-fn handler<S: Store + Clone>(sim: &Sim<S>, holder: &str) -> Disruption<crate::sim::simulation::SimPorts<SimCloud, S>> {
+fn handler<S: Store + Clone>(
+    sim: &Sim<S>,
+    holder: &str,
+) -> Disruption<crate::sim::simulation::SimPorts<SimCloud, S>> {
     Disruption::new(sim.ports(), DisruptionSettings::default(), holder)
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().build().expect("runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
 }
 
 #[test]
@@ -83,7 +99,14 @@ fn two_invocations_at_once_start_one_command_per_node_and_stay_within_the_budget
         let until = sim.now() + SignedDuration::from_secs(60);
         let (mut a, mut b) = (handler(&sim, "invocation-a"), handler(&sim, "invocation-b"));
         let (la, lb) = join(a.acquire_lease(until), b.acquire_lease(until)).await;
-        assert_eq!([la.expect("lease"), lb.expect("lease")].iter().filter(|x| **x).count(), 1, "one invocation decides");
+        assert_eq!(
+            [la.expect("lease"), lb.expect("lease")]
+                .iter()
+                .filter(|x| **x)
+                .count(),
+            1,
+            "one invocation decides"
+        );
         // Both tick at once, again and again, past the re-validation.
         for _ in 0..3 {
             let (ra, rb) = join(a.tick(), b.tick()).await;
@@ -92,19 +115,35 @@ fn two_invocations_at_once_start_one_command_per_node_and_stay_within_the_budget
             sim.clock.set(sim.now() + SignedDuration::from_secs(16));
         }
         let commands = sim.store.commands().await.expect("commands");
-        assert_eq!(commands.len(), 1, "budget nodes: 1 → one drift at a time: {commands:#?}");
-        assert!(commands.iter().all(|c| c.spec.reason == RemovalReason::Drifted && c.given_replacement));
+        assert_eq!(
+            commands.len(),
+            1,
+            "budget nodes: 1 → one drift at a time: {commands:#?}"
+        );
+        assert!(
+            commands
+                .iter()
+                .all(|c| c.spec.reason == RemovalReason::Drifted && c.given_replacement)
+        );
         // The lease holder goes away; the other one takes over and still respects the budget.
         a.release_lease().await.expect("release");
         b.release_lease().await.expect("release");
         let mut c = handler(&sim, "invocation-c");
-        assert!(c.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"));
+        assert!(
+            c.acquire_lease(sim.now() + SignedDuration::from_secs(60))
+                .await
+                .expect("lease")
+        );
         for _ in 0..3 {
             c.tick().await.expect("tick c");
             sim.clock.set(sim.now() + SignedDuration::from_secs(16));
         }
         let commands = sim.store.commands().await.expect("commands");
-        assert_eq!(commands.len(), 1, "the budget counts the removal already in flight: {commands:#?}");
+        assert_eq!(
+            commands.len(),
+            1,
+            "the budget counts the removal already in flight: {commands:#?}"
+        );
     });
 }
 
@@ -136,7 +175,14 @@ fn two_starts_for_one_node_make_one_command_and_one_replacement() {
         )
         .await;
         let outcomes = [x.expect("start"), y.expect("start")];
-        assert_eq!(outcomes.iter().filter(|o| matches!(o, Started::New(_))).count(), 1, "{outcomes:?}");
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| matches!(o, Started::New(_)))
+                .count(),
+            1,
+            "{outcomes:?}"
+        );
         let commands = sim.store.commands().await.expect("commands");
         assert_eq!(commands.len(), 1);
         assert_eq!(commands[0].replacements, vec!["default-repl1".to_owned()]);
@@ -149,18 +195,29 @@ fn a_voluntary_command_that_no_longer_holds_at_revalidation_is_dropped() {
         let sim = world(MemStore::new(), 1, "10%", false).await;
         change_class(&sim, "green").await;
         let mut d = handler(&sim, "invocation");
-        assert!(d.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"));
+        assert!(
+            d.acquire_lease(sim.now() + SignedDuration::from_secs(60))
+                .await
+                .expect("lease")
+        );
         let first = d.tick().await.expect("tick");
         let plan = first.plan.expect("decided");
         assert_eq!(plan.commands.len(), 1, "drifted: {plan:#?}");
         assert_eq!(d.pending().len(), 1, "waits for its re-validation");
-        assert!(sim.store.commands().await.expect("commands").is_empty(), "nothing acted on yet");
+        assert!(
+            sim.store.commands().await.expect("commands").is_empty(),
+            "nothing acted on yet"
+        );
         // The class is changed back before the 15 s are up.
         change_class(&sim, "blue").await;
         sim.clock.set(sim.now() + SignedDuration::from_secs(15));
         let second = d.tick().await.expect("tick");
         assert_eq!(second.rejected.len(), 1, "{second:#?}");
-        assert!(second.rejected[0].1.contains("no longer drifted"), "{:?}", second.rejected);
+        assert!(
+            second.rejected[0].1.contains("no longer drifted"),
+            "{:?}",
+            second.rejected
+        );
         assert!(sim.store.commands().await.expect("commands").is_empty());
         assert!(d.pending().is_empty());
     });
@@ -171,9 +228,16 @@ fn the_claims_bookkeeping_is_written_back() {
     rt().block_on(async {
         let sim = world(MemStore::new(), 1, "10%", false).await;
         let before = sim.store.claims().await.expect("claims");
-        assert!(before[0].disruption.pods_fingerprint.is_none(), "nothing observed yet");
+        assert!(
+            before[0].disruption.pods_fingerprint.is_none(),
+            "nothing observed yet"
+        );
         let mut d = handler(&sim, "invocation");
-        assert!(d.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"));
+        assert!(
+            d.acquire_lease(sim.now() + SignedDuration::from_secs(60))
+                .await
+                .expect("lease")
+        );
         d.tick().await.expect("tick");
         let after = sim.store.claims().await.expect("claims");
         assert!(after[0].disruption.pods_fingerprint.is_some());
@@ -196,7 +260,10 @@ fn a_crash_between_any_two_steps_is_resumed_and_the_node_is_replaced_once() {
         let mut clean = world(FaultyStore::new(MemStore::new()), 1, "10%", true).await;
         let old = clean.store.claims().await.expect("claims")[0].id.clone();
         drift_to_the_end(&mut clean).await;
-        assert_eq!(clean.removal_reasons.get(&old).map(String::as_str), Some("Drifted"));
+        assert_eq!(
+            clean.removal_reasons.get(&old).map(String::as_str),
+            Some("Drifted")
+        );
         let steps = Step::Release as usize;
         for n in 0..=steps {
             let mut sim = world(FaultyStore::new(MemStore::new()), 1, "10%", true).await;
@@ -206,13 +273,35 @@ fn a_crash_between_any_two_steps_is_resumed_and_the_node_is_replaced_once() {
             assert!(!sim.store.crash_pending(), "crash {n} happened");
             let claims = sim.store.claims().await.expect("claims");
             let nodes = sim.cluster.all_nodes();
-            assert_eq!(nodes.len(), 1, "crash after {n} command write(s): one node at the end");
-            assert!(claims.iter().all(|c| c.id != old), "crash after {n}: the drifted node's claim is released");
-            assert!(sim.store.commands().await.expect("commands").is_empty(), "crash after {n}: no command left");
-            assert_eq!(sim.replacements.len(), 1, "crash after {n}: one replacement, never two");
-            assert_eq!(sim.cloud.launches(), 2, "crash after {n}: the original node and its one replacement");
+            assert_eq!(
+                nodes.len(),
+                1,
+                "crash after {n} command write(s): one node at the end"
+            );
+            assert!(
+                claims.iter().all(|c| c.id != old),
+                "crash after {n}: the drifted node's claim is released"
+            );
+            assert!(
+                sim.store.commands().await.expect("commands").is_empty(),
+                "crash after {n}: no command left"
+            );
+            assert_eq!(
+                sim.replacements.len(),
+                1,
+                "crash after {n}: one replacement, never two"
+            );
+            assert_eq!(
+                sim.cloud.launches(),
+                2,
+                "crash after {n}: the original node and its one replacement"
+            );
             let pods = sim.cluster.all_pods();
-            assert!(pods.iter().all(|p| crate::sim::controllers::node_of(p).is_some()), "crash after {n}: every pod bound");
+            assert!(
+                pods.iter()
+                    .all(|p| crate::sim::controllers::node_of(p).is_some()),
+                "crash after {n}: every pod bound"
+            );
         }
     });
 }
@@ -223,17 +312,43 @@ fn the_dry_run_acts_on_nothing_and_says_what_it_would_do() {
         let sim = world(MemStore::new(), 2, "10%", false).await;
         change_class(&sim, "green").await;
         let claims_before = sim.store.claims().await.expect("claims");
-        let plan = dry_run(&sim.ports(), Tuning::default()).await.expect("dry run");
+        let plan = dry_run(&sim.ports(), Tuning::default())
+            .await
+            .expect("dry run");
         assert_eq!(plan.nodes.len(), 2);
-        let drifted: Vec<_> = plan.nodes.iter().filter(|n| n.action == "replace-drifted").collect();
-        assert_eq!(drifted.len(), 1, "the budget allows one at a time: {plan:#?}");
-        assert!(drifted[0].reason.contains("NodeClass default changed"), "{}", drifted[0].reason);
-        assert!(plan.nodes.iter().any(|n| n.action == "keep" && n.reason.contains("budget")), "{plan:#?}");
+        let drifted: Vec<_> = plan
+            .nodes
+            .iter()
+            .filter(|n| n.action == "replace-drifted")
+            .collect();
+        assert_eq!(
+            drifted.len(),
+            1,
+            "the budget allows one at a time: {plan:#?}"
+        );
+        assert!(
+            drifted[0].reason.contains("NodeClass default changed"),
+            "{}",
+            drifted[0].reason
+        );
+        assert!(
+            plan.nodes
+                .iter()
+                .any(|n| n.action == "keep" && n.reason.contains("budget")),
+            "{plan:#?}"
+        );
         assert!((plan.cost_now - 2.0 * 0.192).abs() < 1e-9);
-        assert!((plan.cost_after - plan.cost_now).abs() < 1e-9, "a drift replacement of the same type costs the same");
+        assert!(
+            (plan.cost_after - plan.cost_now).abs() < 1e-9,
+            "a drift replacement of the same type costs the same"
+        );
         assert!(plan.render().contains("replace-drifted"));
         assert!(sim.store.commands().await.expect("commands").is_empty());
-        assert_eq!(sim.store.claims().await.expect("claims"), claims_before, "not even the bookkeeping is written");
+        assert_eq!(
+            sim.store.claims().await.expect("claims"),
+            claims_before,
+            "not even the bookkeeping is written"
+        );
     });
 }
 
@@ -242,16 +357,46 @@ fn the_dry_run_acts_on_nothing_and_says_what_it_would_do() {
 /// by the CLI and the integration suite, not here: it takes half a minute
 /// in a debug build).
 const SCENARIOS: [(&str, &str); 10] = [
-    ("upgrade-walkthrough", include_str!("../../../../tests/scenarios/upgrade-walkthrough.yaml")),
-    ("consolidation-example", include_str!("../../../../tests/scenarios/consolidation-example.yaml")),
-    ("consolidation-threshold", include_str!("../../../../tests/scenarios/consolidation-threshold.yaml")),
-    ("emptiness-30s", include_str!("../../../../tests/scenarios/emptiness-30s.yaml")),
-    ("drift-nodeclass", include_str!("../../../../tests/scenarios/drift-nodeclass.yaml")),
-    ("drift-nodepool-labels", include_str!("../../../../tests/scenarios/drift-nodepool-labels.yaml")),
-    ("budgets", include_str!("../../../../tests/scenarios/budgets.yaml")),
-    ("do-not-disrupt", include_str!("../../../../tests/scenarios/do-not-disrupt.yaml")),
-    ("replacement-rollback", include_str!("../../../../tests/scenarios/replacement-rollback.yaml")),
-    ("node-repair", include_str!("../../../../tests/scenarios/node-repair.yaml")),
+    (
+        "upgrade-walkthrough",
+        include_str!("../../../../tests/scenarios/upgrade-walkthrough.yaml"),
+    ),
+    (
+        "consolidation-example",
+        include_str!("../../../../tests/scenarios/consolidation-example.yaml"),
+    ),
+    (
+        "consolidation-threshold",
+        include_str!("../../../../tests/scenarios/consolidation-threshold.yaml"),
+    ),
+    (
+        "emptiness-30s",
+        include_str!("../../../../tests/scenarios/emptiness-30s.yaml"),
+    ),
+    (
+        "drift-nodeclass",
+        include_str!("../../../../tests/scenarios/drift-nodeclass.yaml"),
+    ),
+    (
+        "drift-nodepool-labels",
+        include_str!("../../../../tests/scenarios/drift-nodepool-labels.yaml"),
+    ),
+    (
+        "budgets",
+        include_str!("../../../../tests/scenarios/budgets.yaml"),
+    ),
+    (
+        "do-not-disrupt",
+        include_str!("../../../../tests/scenarios/do-not-disrupt.yaml"),
+    ),
+    (
+        "replacement-rollback",
+        include_str!("../../../../tests/scenarios/replacement-rollback.yaml"),
+    ),
+    (
+        "node-repair",
+        include_str!("../../../../tests/scenarios/node-repair.yaml"),
+    ),
 ];
 
 #[test]
@@ -261,9 +406,19 @@ fn every_disruption_scenario_meets_its_expectations() {
             let s = scenario::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
             let clock = SimClock::default();
             let cloud = SimCloud::new(catalog::catalog(&s.region).expect("region"), clock.clone());
-            let mut sim = Simulation::new(clock, cloud.clone(), Some(cloud), MemStore::new(), SimSettings::default());
-            scenario::load(&mut sim, &s).await.unwrap_or_else(|e| panic!("{name}: {e}"));
-            scenario::run(&mut sim, &s).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let mut sim = Simulation::new(
+                clock,
+                cloud.clone(),
+                Some(cloud),
+                MemStore::new(),
+                SimSettings::default(),
+            );
+            scenario::load(&mut sim, &s)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            scenario::run(&mut sim, &s)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             scenario::check(&sim, &s.expect).await
         });
         assert!(failures.is_empty(), "{name}: {failures:#?}");
@@ -290,6 +445,12 @@ fn the_lambda_loop_ticks_until_its_deadline_and_a_second_invocation_exits_at_onc
         let ticks = d.run_until(deadline, sleep).await.expect("runs");
         assert!((20..=30).contains(&ticks), "{ticks} ticks in 55 s");
         assert!(sim.now() < deadline + SignedDuration::from_secs(2));
-        assert!(other.acquire_lease(sim.now() + SignedDuration::from_secs(60)).await.expect("lease"), "released at the end");
+        assert!(
+            other
+                .acquire_lease(sim.now() + SignedDuration::from_secs(60))
+                .await
+                .expect("lease"),
+            "released at the end"
+        );
     });
 }

@@ -54,12 +54,16 @@ impl Solver<'_> {
     fn movable(&self, ci: usize) -> bool {
         let c = &self.claims[ci];
         !c.pods.is_empty()
-            && c.pods.iter().all(|&i| self.placed[i].is_some_and(|k| self.classes[k as usize].shape.topo.is_empty()))
+            && c.pods.iter().all(|&i| {
+                self.placed[i].is_some_and(|k| self.classes[k as usize].shape.topo.is_empty())
+            })
     }
 
     /// What the claim launches at: its cheapest type under its requirements.
     fn launch_price(&self, c: &Claim) -> f64 {
-        self.pools[c.pool].cheapest_in(&c.types, &c.reqs).map_or(f64::INFINITY, |(p, _)| p)
+        self.pools[c.pool]
+            .cheapest_in(&c.types, &c.reqs)
+            .map_or(f64::INFINITY, |(p, _)| p)
     }
 
     /// Splits every claim it can onto cheaper smaller nodes.
@@ -75,7 +79,10 @@ impl Solver<'_> {
 
     fn splittable(&self, ci: usize) -> bool {
         let c = &self.claims[ci];
-        c.pods.len() >= 2 && c.ports.is_empty() && self.pools[c.pool].input.pool.limits.is_empty() && self.movable(ci)
+        c.pods.len() >= 2
+            && c.ports.is_empty()
+            && self.pools[c.pool].input.pool.limits.is_empty()
+            && self.movable(ci)
     }
 
     /// The types the claim's pods all admit under its requirements, offered
@@ -83,10 +90,17 @@ impl Solver<'_> {
     /// the answer.
     fn split_types(&mut self, ci: usize) -> Rc<[(f64, usize)]> {
         let pool = self.claims[ci].pool;
-        let mut classes: Vec<usize> = self.claims[ci].pods.iter().map(|&i| self.placed[i].expect("placed") as usize).collect();
+        let mut classes: Vec<usize> = self.claims[ci]
+            .pods
+            .iter()
+            .map(|&i| self.placed[i].expect("placed") as usize)
+            .collect();
         classes.sort_unstable();
         classes.dedup();
-        let mut compat: Vec<u32> = classes.iter().map(|&k| self.compat_id(pool, k) as u32).collect();
+        let mut compat: Vec<u32> = classes
+            .iter()
+            .map(|&k| self.compat_id(pool, k) as u32)
+            .collect();
         compat.sort_unstable();
         compat.dedup();
         let key = (pool, compat, self.claims[ci].req_id);
@@ -98,8 +112,11 @@ impl Solver<'_> {
             types.intersect_with(&self.compat_sets[id as usize]);
         }
         let ps = &self.pools[pool];
-        let mut priced: Vec<(f64, usize)> =
-            types.ones().filter(|&t| ps.room[t].pods > 0).filter_map(|t| ps.price_of(t, &self.claims[ci].reqs).map(|p| (p, t))).collect();
+        let mut priced: Vec<(f64, usize)> = types
+            .ones()
+            .filter(|&t| ps.room[t].pods > 0)
+            .filter_map(|t| ps.price_of(t, &self.claims[ci].reqs).map(|p| (p, t)))
+            .collect();
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let priced: Rc<[(f64, usize)]> = priced.into();
         self.split_memo.insert(key, priced.clone());
@@ -119,7 +136,10 @@ impl Solver<'_> {
         let key = RepackKey {
             types: Rc::as_ptr(&types) as *const () as usize,
             price: price.to_bits(),
-            requests: pods.iter().map(|&i| self.pods[i].requests.clone()).collect(),
+            requests: pods
+                .iter()
+                .map(|&i| self.pods[i].requests.clone())
+                .collect(),
         };
         let repack = match self.repack_memo.get(&key) {
             Some(repack) => repack.clone(),
@@ -141,7 +161,13 @@ impl Solver<'_> {
     /// The cheapest re-packing of `requests` (largest first) below `price`
     /// on nodes of `pool`, by position in `requests`: it depends on nothing
     /// else, so claims with the same key share it.
-    fn repack(&self, pool: usize, price: f64, types: &[(f64, usize)], requests: &[Resources]) -> Option<Repack> {
+    fn repack(
+        &self,
+        pool: usize,
+        price: f64,
+        types: &[(f64, usize)],
+        requests: &[Resources],
+    ) -> Option<Repack> {
         let ps = &self.pools[pool];
         let mut total = Resources::default();
         for r in requests {
@@ -153,7 +179,15 @@ impl Solver<'_> {
             .iter()
             .map(|&(p, t)| {
                 let room = units(&ps.room[t]);
-                p * (0..3).map(|r| if used[r] > 0.0 { used[r] / room[r] } else { 0.0 }).fold(0.0, f64::max)
+                p * (0..3)
+                    .map(|r| {
+                        if used[r] > 0.0 {
+                            used[r] / room[r]
+                        } else {
+                            0.0
+                        }
+                    })
+                    .fold(0.0, f64::max)
             })
             .fold(f64::INFINITY, f64::min);
         // Nor can two nodes cost less than twice the cheapest type.
@@ -162,7 +196,11 @@ impl Solver<'_> {
             return None;
         }
         let mut best: Option<Repack> = None;
-        for &(p, t) in types.iter().rev().filter(|(p, t)| *p < price && !total.fits_in(&ps.room[*t])) {
+        for &(p, t) in types
+            .iter()
+            .rev()
+            .filter(|(p, t)| *p < price && !total.fits_in(&ps.room[*t]))
+        {
             if best.as_ref().is_some_and(|b| p >= b.cost) {
                 continue;
             }
@@ -219,7 +257,9 @@ impl Solver<'_> {
             if !min_values_hold(&original.reqs, &set, &ps.input.instance_types) {
                 return;
             }
-            let (price, cheapest) = ps.cheapest_in(&set, &original.reqs).unwrap_or((f64::INFINITY, usize::MAX));
+            let (price, cheapest) = ps
+                .cheapest_in(&set, &original.reqs)
+                .unwrap_or((f64::INFINITY, usize::MAX));
             claims.push(Claim {
                 types: set,
                 used,

@@ -35,12 +35,20 @@ impl Thresholds {
             at_least.push(set);
         }
         at_least.reverse();
-        Thresholds { order, values, at_least }
+        Thresholds {
+            order,
+            values,
+            at_least,
+        }
     }
 
     /// The most room any of `types` has (0 for none).
     fn max_in(&self, types: &FixedBitSet) -> i64 {
-        self.order.iter().rev().position(|&t| types.contains(t)).map_or(0, |k| self.values[self.values.len() - 1 - k])
+        self.order
+            .iter()
+            .rev()
+            .position(|&t| types.contains(t))
+            .map_or(0, |k| self.values[self.values.len() - 1 - k])
     }
 
     /// The types whose room is at least `need`.
@@ -67,14 +75,23 @@ impl RoomIndex {
             memory: Thresholds::new(room, |r| r.memory_bytes),
             pods: Thresholds::new(room, |r| r.pods),
             ephemeral: Thresholds::new(room, |r| r.ephemeral_bytes),
-            with_extended: room.iter().enumerate().filter(|(_, r)| !r.extended.is_empty()).map(|(t, _)| t).collect(),
+            with_extended: room
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| !r.extended.is_empty())
+                .map(|(t, _)| t)
+                .collect(),
         }
     }
 
     /// Per resource, the most room any of `types` has (what
     /// `Resources::max_each` over their rooms gives).
     pub(super) fn max_room(&self, types: &FixedBitSet, room: &[Resources]) -> Resources {
-        let mut max = Resources::new(self.cpu.max_in(types), self.memory.max_in(types), self.pods.max_in(types));
+        let mut max = Resources::new(
+            self.cpu.max_in(types),
+            self.memory.max_in(types),
+            self.pods.max_in(types),
+        );
         max.ephemeral_bytes = self.ephemeral.max_in(types);
         if !self.with_extended.is_disjoint(types) {
             for t in self.with_extended.intersection(types) {
@@ -91,7 +108,12 @@ impl RoomIndex {
     /// Keeps in `types` those whose room holds `need` (`Resources::fits_in`).
     /// Ephemeral storage and extended resources, rarely requested, are
     /// checked type by type among those left.
-    pub(super) fn keep_holding(&self, need: &Resources, types: &mut FixedBitSet, room: &[Resources]) {
+    pub(super) fn keep_holding(
+        &self,
+        need: &Resources,
+        types: &mut FixedBitSet,
+        room: &[Resources],
+    ) {
         types.intersect_with(self.cpu.holding(need.cpu_millis));
         types.intersect_with(self.memory.holding(need.memory_bytes));
         types.intersect_with(self.pods.holding(need.pods));
@@ -110,14 +132,21 @@ mod tests {
     use proptest::prelude::*;
 
     fn resources() -> impl Strategy<Value = Resources> {
-        (0i64..8, 0i64..8, 0i64..4, 0i64..3, proptest::option::of(0i64..3)).prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
-            let mut r = Resources::new(cpu * 500, memory << 30, pods);
-            r.ephemeral_bytes = ephemeral << 30;
-            if let Some(gpu) = gpu.filter(|&g| g > 0) {
-                r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
-            }
-            r
-        })
+        (
+            0i64..8,
+            0i64..8,
+            0i64..4,
+            0i64..3,
+            proptest::option::of(0i64..3),
+        )
+            .prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
+                let mut r = Resources::new(cpu * 500, memory << 30, pods);
+                r.ephemeral_bytes = ephemeral << 30;
+                if let Some(gpu) = gpu.filter(|&g| g > 0) {
+                    r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
+                }
+                r
+            })
     }
 
     proptest! {
