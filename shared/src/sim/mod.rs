@@ -9,9 +9,12 @@ pub mod clock;
 pub mod cloud;
 pub mod cluster;
 pub mod cluster_faults;
+#[cfg(test)]
+mod conformance;
 pub mod controllers;
 pub mod driver;
 pub mod faults;
+pub mod placement;
 pub mod pools;
 pub mod rng;
 pub mod scenario;

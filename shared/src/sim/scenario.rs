@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::cloud::SimCloud;
 use super::controllers::node_of;
 use super::driver::ClusterDriver;
+use super::placement;
 use super::pools::{self, PoolDepths};
 use super::simulation::Simulation;
 use crate::config::{self, ConfigDocument, ConfigError};
@@ -312,6 +313,15 @@ pub struct Expect {
     /// price) at most this multiple of the LP lower bound of the pods now
     /// running or pending on the NodePools (`workload::fleet_bound`).
     pub cost_over_bound_at_most: Option<f64>,
+    /// Where sets of pods landed: bound or not, their nodes' labels, how
+    /// many nodes hold them (`sim::placement`).
+    #[serde(default)]
+    pub placements: Vec<placement::Placement>,
+    /// Bound pods per domain of a node label, in any order.
+    #[serde(default)]
+    pub spread: Vec<placement::SpreadExpect>,
+    /// What every launch offered EC2 (in-memory cloud only).
+    pub launch_options: Option<placement::LaunchOptionsExpect>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -934,6 +944,23 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 if on != want {
                     failures.push(format!("expected {want} pod(s) on node {name}, found {on}"));
                 }
+            }
+        }
+    }
+    failures.extend(placement::check_pods(
+        &expect.placements,
+        &expect.spread,
+        &nodes,
+        &pods,
+    ));
+    if let Some(want) = &expect.launch_options {
+        match (&sim.sim_cloud, sim.cloud.catalog().await) {
+            (Some(c), Ok(catalog)) => {
+                let requests: Vec<_> = c.all_instances().into_iter().map(|i| i.request).collect();
+                failures.extend(placement::check_launches(want, &requests, &catalog));
+            }
+            _ => {
+                failures.push("launchOptions: needs the in-memory cloud and its catalog".to_owned())
             }
         }
     }
