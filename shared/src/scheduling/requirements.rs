@@ -530,6 +530,15 @@ impl Requirements {
         }
     }
 
+    /// True when a node with these labels satisfies every requirement
+    /// (what the kubelet's node-affinity admission checks).
+    pub fn satisfied_by(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|(k, r)| match labels.get(k) {
+            Some(v) => r.has(v),
+            None => r.allows_absence(),
+        })
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Requirement)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v))
     }

@@ -282,6 +282,28 @@ impl SimCluster {
                     p,
                 );
             }
+            "Node" => {
+                // A node that is not ours (joined by other means): stored as
+                // given, Ready unless its conditions say otherwise.
+                let mut n: Node = serde_json::from_value(object.clone()).map_err(err)?;
+                n.metadata
+                    .creation_timestamp
+                    .get_or_insert(Time(self.clock.now()));
+                let status = n.status.get_or_insert_with(NodeStatus::default);
+                if status.capacity.is_none() {
+                    status.capacity = status.allocatable.clone();
+                }
+                status.conditions.get_or_insert_with(|| {
+                    vec![NodeCondition {
+                        type_: "Ready".to_owned(),
+                        status: "True".to_owned(),
+                        reason: Some("KubeletReady".to_owned()),
+                        ..Default::default()
+                    }]
+                });
+                s.nodes
+                    .insert(n.metadata.name.clone().unwrap_or_default(), n);
+            }
             other => {
                 return Err(format!(
                     "the simulated cluster does not model kind {other:?}"

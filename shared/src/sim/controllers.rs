@@ -275,15 +275,15 @@ fn place_daemon_pods(ds: &DaemonSet, view: &ClusterView<'_>) -> Vec<ControllerAc
             spec: template.spec,
             status: None,
         };
-        // Only on nodes the pod's selector allows.
+        // Only on nodes the pod's selector and required node affinity allow.
         let Ok(sp) = SchedPod::from_pod(&pod) else {
             continue;
         };
         let labels = node.metadata.labels.clone().unwrap_or_default();
-        if !sp.node_selector.keys().all(|k| {
-            sp.node_selector
-                .allows(k, labels.get(k).map(String::as_str))
-        }) {
+        if !sp.node_selector.satisfied_by(&labels)
+            || !(sp.required_terms.is_empty()
+                || sp.required_terms.iter().any(|t| t.satisfied_by(&labels)))
+        {
             continue;
         }
         // Nor on nodes with a taint it does not tolerate (a node being
