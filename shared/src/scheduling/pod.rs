@@ -422,18 +422,25 @@ impl SchedPod {
 
     /// The constraints that hold at relaxation `r`.
     pub fn constraints(&self, r: &Relaxation) -> Constraints {
-        let mut node = self.node_selector.clone();
+        // What a spread counts its domains over: the pod's nodeSelector and
+        // required affinity only, as kube-scheduler's nodeAffinityPolicy
+        // Honor does (preferences and volumes narrow the node, not the domains).
+        let mut scope = self.node_selector.clone();
         if let Some(term) = self.required_terms.get(usize::from(r.term)) {
-            node.add_all(term);
+            scope.add_all(term);
         }
-        for (_, reqs) in by_weight(&self.preferred_terms, |(w, _)| *w)
+        let mut node = scope.clone();
+        // As Karpenter: the heaviest preferred term still kept applies alone
+        // (the terms are alternatives, each worth its weight); relaxing drops
+        // it and the next heaviest applies.
+        if let Some((_, reqs)) = by_weight(&self.preferred_terms, |(w, _)| *w)
             .into_iter()
-            .skip(usize::from(r.dropped_node_preferences))
+            .nth(usize::from(r.dropped_node_preferences))
         {
             node.add_all(reqs);
         }
-        let spread_scope = (!self.volume.is_empty()).then(|| node.clone());
         node.add_all(&self.volume);
+        let spread_scope = (node != scope).then_some(scope);
         let spreads = self
             .spreads
             .iter()

@@ -413,9 +413,16 @@ impl Topology {
                                 .cmp(&g.matched.value(b))
                                 .then_with(|| b.cmp(a))
                         });
+                    // A pod that selects itself may start a domain when no
+                    // peer is in a domain it may use (none at all, or only
+                    // where its own node requirements forbid), as Karpenter.
+                    let peers_reachable = g.matched.total > 0
+                        && g.domains.iter().any(|v| {
+                            g.matched.value(v) > 0 && pod_node.allows(&g.key.key, Some(v))
+                        });
                     let chosen = match with_peers {
                         Some(v) => Some(v),
-                        None if g.matched.total == 0 && self_match => {
+                        None if self_match && !peers_reachable => {
                             Self::options(g, cand, pod_node, &extra).next()
                         }
                         None => None,

@@ -273,8 +273,15 @@ impl SimCluster {
                     .get_or_insert_with(|| "default".to_owned());
                 p.metadata.uid = Some(Self::uid(&mut s));
                 p.metadata.creation_timestamp = Some(Time(now));
+                // A pod given as finished (a Job's) stays so; any other starts Pending.
+                let phase = p
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.phase.clone())
+                    .filter(|ph| ph == "Succeeded" || ph == "Failed")
+                    .unwrap_or_else(|| "Pending".to_owned());
                 p.status = Some(PodStatus {
-                    phase: Some("Pending".to_owned()),
+                    phase: Some(phase),
                     ..Default::default()
                 });
                 s.pods.insert(

@@ -16,6 +16,7 @@
 //!       nodes: 3
 //!   spread:
 //!     - {pods: {labels: {app: db}}, key: topology.kubernetes.io/zone, counts: [1, 1, 1]}
+//!     - {pods: {labels: {app: db}}, key: kubernetes.io/hostname, atMost: 3}
 //!   launchOptions:
 //!     labels: {kubernetes.io/arch: arm64}
 //! ```
@@ -112,9 +113,24 @@ pub struct Placement {
     /// … with an integer value less than this one.
     #[serde(default)]
     pub node_labels_lt: BTreeMap<String, i64>,
+    /// Each matched pod's node carries these taints (key, value, effect).
+    #[serde(default)]
+    pub node_taints: Vec<TaintSpec>,
+    /// Each matched pod's node carries exactly this many taints.
+    pub node_taint_count: Option<usize>,
     /// The bound matched pods sit on exactly this many distinct nodes
     /// (1: all together; `count`: each alone).
     pub nodes: Option<usize>,
+}
+
+/// A taint a node must carry.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaintSpec {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: String,
 }
 
 /// How bound pods spread over the values of a node label.
@@ -126,7 +142,9 @@ pub struct SpreadExpect {
     pub key: String,
     /// Bound matched pods per domain that holds any, in any order
     /// (Karpenter's `ExpectSkew(...).To(ConsistOf(...))`).
-    pub counts: Vec<usize>,
+    pub counts: Option<Vec<usize>>,
+    /// No domain holds more than this many bound matched pods.
+    pub at_most: Option<usize>,
 }
 
 /// What every launch request offered EC2 (every option of every launch
@@ -162,6 +180,26 @@ pub fn check_pods(
     nodes: &[Node],
     pods: &[Pod],
 ) -> Vec<String> {
+    let node_taints: BTreeMap<&str, Vec<(String, String, String)>> = nodes
+        .iter()
+        .map(|n| {
+            let taints = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    (
+                        t.key.clone(),
+                        t.value.clone().unwrap_or_default(),
+                        t.effect.clone(),
+                    )
+                })
+                .collect();
+            (n.metadata.name.as_deref().unwrap_or_default(), taints)
+        })
+        .collect();
     let node_labels: BTreeMap<&str, BTreeMap<String, String>> = nodes
         .iter()
         .map(|n| {
@@ -238,6 +276,23 @@ pub fn check_pods(
                 &pl.node_labels_not,
                 &pl.node_labels_absent,
             ));
+            let taints = node_taints.get(node).cloned().unwrap_or_default();
+            for t in &pl.node_taints {
+                let want = (t.key.clone(), t.value.clone(), t.effect.clone());
+                if !taints.contains(&want) {
+                    failures.push(format!(
+                        "{at}: {name} on node {node}: expected taint {}={}:{}, found {taints:?}",
+                        t.key, t.value, t.effect
+                    ));
+                }
+            }
+            if let Some(want) = pl.node_taint_count
+                && taints.len() != want
+            {
+                failures.push(format!(
+                    "{at}: {name} on node {node}: expected {want} taint(s), found {taints:?}"
+                ));
+            }
             for (k, bound, greater) in pl
                 .node_labels_gt
                 .iter()
@@ -280,11 +335,22 @@ pub fn check_pods(
         }
         let mut got: Vec<usize> = per_domain.values().copied().collect();
         got.sort_unstable();
-        let mut want = s.counts.clone();
-        want.sort_unstable();
-        if got != want {
+        if let Some(counts) = &s.counts {
+            let mut want = counts.clone();
+            want.sort_unstable();
+            if got != want {
+                failures.push(format!(
+                    "spread[{i}] ({} over {}): expected counts {want:?}, found {got:?} ({per_domain:?})",
+                    s.pods.describe(),
+                    s.key
+                ));
+            }
+        }
+        if let Some(max) = s.at_most
+            && got.last().is_some_and(|most| *most > max)
+        {
             failures.push(format!(
-                "spread[{i}] ({} over {}): expected counts {want:?}, found {got:?} ({per_domain:?})",
+                "spread[{i}] ({} over {}): expected at most {max} per domain, found {per_domain:?}",
                 s.pods.describe(),
                 s.key
             ));
