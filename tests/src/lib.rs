@@ -18,11 +18,11 @@ pub mod sim;
 use k8s_openapi::api::core::v1::Pod;
 use nodewright::cloud::{InstanceType, Offering};
 use nodewright::config::{NodePool, NodePoolSpec};
+use nodewright::packing::{Plan, PoolInput, SolveOptions, solve};
 use nodewright::resources::{GIB, MIB, Resources};
 use nodewright::scheduling::SchedPod;
 use nodewright::scheduling::labels;
 use nodewright::scheduling::requirements::{Requirement, Requirements};
-use nodewright::scheduling::solver::{Plan, PoolInput, SolveOptions, solve};
 
 /// A pod from a JSON `spec` fragment, with requests `cpu`/`memory`.
 pub fn pod(name: &str, cpu: &str, memory: &str, extra_spec: serde_json::Value) -> SchedPod {
@@ -134,7 +134,7 @@ pub fn claim_of<'a>(
     plan: &'a Plan,
     pods: &[SchedPod],
     name: &str,
-) -> Option<&'a nodewright::scheduling::NewClaim> {
+) -> Option<&'a nodewright::packing::NewClaim> {
     plan.claims
         .iter()
         .find(|c| c.pods.iter().any(|i| pods[*i].pod.name == name))
@@ -161,7 +161,7 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
     let mut node_count: BTreeMap<&str, i64> = BTreeMap::new();
     for c in &plan.claims {
         assert!(!c.options.is_empty(), "a claim has launch options");
-        assert!(c.options.len() <= nodewright::scheduling::solver::MAX_INSTANCE_TYPES);
+        assert!(c.options.len() <= nodewright::packing::MAX_INSTANCE_TYPES);
         assert!(
             c.options.windows(2).all(|w| w[0].price <= w[1].price),
             "options cheapest first"

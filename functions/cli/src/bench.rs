@@ -9,11 +9,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use nodewright::config::NodePool;
+use nodewright::packing::{Plan, PoolInput, PreferencePolicy, SolveOptions, Strategy, solve};
 use nodewright::resources::Resources;
 use nodewright::scheduling::SchedPod;
-use nodewright::scheduling::solver::{
-    Plan, PoolInput, PreferencePolicy, SolveOptions, Strategy, solve,
-};
 use nodewright::workload::lower_bound::{Candidate, lp_lower_bound};
 use nodewright::workload::w1::{self, Mix};
 use serde_json::json;

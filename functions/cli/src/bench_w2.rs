@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::ValueEnum;
+use nodewright::packing::{Plan, PoolInput, SolveOptions, Strategy, solve};
 use nodewright::provisioning::plan::instance_types;
 use nodewright::scheduling::SchedPod;
-use nodewright::scheduling::solver::{Plan, PoolInput, SolveOptions, Strategy, solve};
 use nodewright::workload::fleet_bound::FleetBound;
 use nodewright::workload::w2::{self, Capacity, Mix, PoolRequirements};
 use serde_json::json;

@@ -35,7 +35,7 @@ use super::methods::Method;
 use super::simulate::Outcome;
 use super::snapshot::POD_DELETION_COST;
 use crate::config::ConsolidationPolicy;
-use crate::scheduling::NewClaim;
+use crate::packing::NewClaim;
 use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 
 /// Karpenter's `Balanced` k: a move is worth it when savings share / disruption share ≥ 1/k.
@@ -193,7 +193,7 @@ fn narrow(
     // Never the type and capacity type of a candidate: for one node that is
     // churn for nothing, for several it is "delete the others", which a
     // delete-only move does with fewer evictions.
-    let same = |o: &crate::scheduling::solver::LaunchOption| {
+    let same = |o: &crate::packing::LaunchOption| {
         targets.iter().any(|i| {
             *o.instance_type == *cx.facts[*i].instance_type
                 && *o.capacity_type == *cx.facts[*i].capacity_type

@@ -10,10 +10,10 @@ use super::drift::fnv1a;
 use super::observe;
 use super::simulate::{Outcome, Simulator};
 use super::snapshot::{NodeFacts, Snapshot, node_facts};
+use crate::packing::NewClaim;
 use crate::provisioning::claim::DisruptionState;
 use crate::provisioning::plan::{new_claim, random_suffix};
 use crate::provisioning::{Claim, Phase};
-use crate::scheduling::NewClaim;
 
 #[derive(Debug)]
 pub struct Context<'s, 'a> {

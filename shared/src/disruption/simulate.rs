@@ -8,14 +8,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::snapshot::{NodeFacts, Snapshot};
+use crate::packing::{ExistingNode, NewClaim, PoolInput, SolveOptions, solve};
 use crate::ports::{PodKey, Usage};
 use crate::provisioning::Claim;
 use crate::provisioning::claim::UNREGISTERED_TAINT_KEY;
 use crate::provisioning::plan::{self, daemon_pods, instance_types, resources_of};
 use crate::resources::Resources;
+use crate::scheduling::SchedPod;
 use crate::scheduling::labels;
 use crate::scheduling::volumes::VolumeIndex;
-use crate::scheduling::{ExistingNode, NewClaim, PoolInput, SchedPod, SolveOptions, solve};
 
 /// The result of placing some pods.
 #[derive(Debug, Clone)]

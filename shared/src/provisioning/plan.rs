@@ -11,14 +11,15 @@ use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
 use crate::config::{NodeClass, NodePool};
 use crate::disruption::drift;
+use crate::packing::{ExistingNode, NewClaim, PoolInput, SolveOptions, solve};
 use crate::ports::{
     CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
 };
 use crate::resources::{self, Resources};
+use crate::scheduling::SchedPod;
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
 use crate::scheduling::volumes::VolumeIndex;
-use crate::scheduling::{ExistingNode, NewClaim, PoolInput, SchedPod, SolveOptions, solve};
 
 /// Everything the decision looks at.
 #[derive(Debug, Clone, Copy)]

@@ -3,9 +3,9 @@
 //! deterministic; the best plan never costs more than Karpenter's, nor (on
 //! batches this small) more than one node per pod.
 
+use nodewright::packing::{PoolInput, SolveOptions, Strategy as Solving, solve};
 use nodewright::scheduling::SchedPod;
 use nodewright::scheduling::requirements::{Operator, Requirement};
-use nodewright::scheduling::solver::{PoolInput, SolveOptions, Strategy as Solving, solve};
 use nodewright_tests::*;
 use proptest::prelude::*;
 use serde_json::json;
@@ -255,7 +255,7 @@ mod real_catalog {
         pods: &[SchedPod],
         daemons: &[SchedPod],
         pool: &PoolInput,
-        plan: &nodewright::scheduling::solver::Plan,
+        plan: &nodewright::packing::Plan,
     ) {
         for c in &plan.claims {
             let mut sum = daemons.iter().fold(Resources::default(), |mut s, d| {

@@ -2,8 +2,8 @@
 //! would write them. Every plan also goes through `check_plan`, which
 //! re-verifies all hard constraints independently.
 
+use nodewright::packing::{ExistingNode, PoolInput, SolveOptions, Strategy, solve};
 use nodewright::scheduling::labels;
-use nodewright::scheduling::solver::{ExistingNode, PoolInput, SolveOptions, Strategy, solve};
 use nodewright_tests::*;
 use serde_json::json;
 
@@ -91,7 +91,7 @@ fn arm64_vs_amd64_choice() {
     ];
     let (plan, _) = solve_simple(&pods, vec![open_pool()]);
     assert_eq!(plan.claims.len(), 2, "one node per architecture");
-    let graviton = |o: &nodewright::scheduling::solver::LaunchOption| {
+    let graviton = |o: &nodewright::packing::LaunchOption| {
         o.instance_type
             .split('.')
             .next()
@@ -447,7 +447,7 @@ fn min_values_keeps_enough_types() {
         &[],
         &inputs,
         &[],
-        &nodewright::scheduling::solver::SolveOptions {
+        &nodewright::packing::SolveOptions {
             max_instance_types: 2,
             ..Default::default()
         },

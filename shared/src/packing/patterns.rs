@@ -476,7 +476,7 @@ fn ints(u: &[f64; 3]) -> [i64; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::guide;
+    use crate::packing::guide;
     use proptest::prelude::*;
 
     proptest! {

@@ -20,8 +20,11 @@ use std::rc::Rc;
 
 use fixedbitset::FixedBitSet;
 
-use super::{Claim, HostId, Solver, larger_first, min_values_hold, units};
+use super::Solver;
+use super::claims::{Claim, min_values_hold};
+use super::guided::{larger_first, units};
 use crate::resources::Resources;
+use crate::scheduling::topology::HostId;
 
 /// A claim's pods re-packed onto smaller nodes: per node, its pods and
 /// what they request.

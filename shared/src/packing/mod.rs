@@ -1,0 +1,231 @@
+//! The packing solver: pending pods → placements on existing nodes, new
+//! claims (a NodePool and the instance types that may serve it, cheapest
+//! first) and the pods that cannot be placed, each with a reason.
+//!
+//! ## How it works
+//! Each pod tries, in order: existing nodes; claims already planned in this
+//! solve; a new claim from each NodePool by weight. A claim keeps every
+//! instance type that still fits all of its pods and every requirement;
+//! adding a pod narrows the requirements (a spread may pin the zone) and the
+//! type set. Limits are reserved per claim as the per-resource maximum over
+//! its launch options, so whatever type CreateFleet picks, a NodePool's
+//! limits hold. A pod that fails everywhere has one preference relaxed
+//! (Karpenter's order) and tries again; pods that still fail are retried
+//! after the rest are placed (their affinity peers may have appeared), then
+//! reported with a reason. At the end each claim is right-sized: its launch
+//! options are the cheapest types that hold its pods.
+//!
+//! ## Strategies, the cheapest plan kept
+//! - **Karpenter's algorithm** (`Strategy::Karpenter`): pods largest first
+//!   (CPU, then memory, then age), each into the claim with the fewest pods
+//!   that still has a type holding it, whatever that type costs.
+//! - **Guided** (`Strategy::Guided`): a linear program over the whole demand
+//!   (`packing::guide`) picks the instance types that serve it most
+//!   cheaply and how many pods of each kind go to each; on real catalogs
+//!   that pairs CPU-heavy pods on c-family nodes with memory-heavy ones on
+//!   r-family nodes, and takes large nodes where per-node overheads make
+//!   them cheaper per usable core. Pods are then placed type by type, in
+//!   the program's proportions, each first into room a claim already pays
+//!   for, then onto claims of its type; a pod its type cannot take (a limit,
+//!   a topology pin) joins a claim only if the claim's price rises by no
+//!   more than a node of its own would cost. After placement a repair pass
+//!   (`repair`) splits each claim whose pods fit more cheaply on smaller
+//!   nodes — typically the last, half-full node of a type.
+//!
+//! - **Patterns** (`Strategy::Patterns`): the guide's whole-pod program
+//!   (`packing::patterns`) chooses the nodes and the pods each holds,
+//!   so whole pods leave less idle room; pods are placed node by node.
+//!
+//! `Strategy::Best` (the default) solves Patterns, and Guided too unless
+//! the Patterns plan is within `CLOSE_TO_BOUND` of the whole-pod bound
+//! the pattern program proves (when it does), and
+//! Karpenter's, and keeps the cheapest plan,
+//! so no plan is costlier than Karpenter's on the same input (Karpenter's
+//! solve stops as soon as its claims cost more than the plan it would
+//! have to beat). On batches of
+//! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
+//! which a pod joins a claim only if the claim's price rises by no more
+//! than a node of its own would cost: a few pods on few nodes are where the
+//! guide's fluid view is furthest from whole pods, and there no plan then
+//! costs more than a node per pod.
+//!
+//! ## Why it is fast
+//! Pods with identical constraints, requests and part in every topology
+//! group share a *class* (pods of different apps with no topology share
+//! one); classes are made once per batch and shared by every strategy's
+//! solve (`Solver::fork`), and only the plan kept becomes launch requests.
+//! Compatibility of a class's node requirements with each instance type is
+//! a bitset computed once; which types still hold a claim's pods, which
+//! offerings a join leaves (masks over zone and capacity type) and the
+//! cheapest type left are bitset and mask arithmetic. Per class, a cursor
+//! skips the prefix of claims that refused it for good (capacity only
+//! shrinks, requirements only narrow, host-level topology counts only
+//! grow), and a claim that refused it for now is not asked again until its
+//! pods change. Refusals for
+//! capacity, requirements or guidance are shared by every class with the
+//! same requests, requirements and guidance (`AlikeKey`): the pods of 500
+//! apps in 500 spreads ask each full claim once, not 500 times.
+
+mod claims;
+mod classes;
+mod diagnosis;
+pub mod guide;
+mod guided;
+mod interned;
+pub mod knapsack;
+mod offerings;
+mod outcome;
+pub mod patterns;
+mod place;
+mod pools;
+mod repair;
+mod room_index;
+mod solve;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::cloud::InstanceType;
+use crate::config::NodePool;
+use crate::resources::Resources;
+use crate::scheduling::labels;
+use crate::scheduling::pod::SchedPod;
+use crate::scheduling::requirements::Requirements;
+use crate::scheduling::taints::Taint;
+
+use solve::Solver;
+pub use solve::{STANDALONE_UP_TO, Strategy, solve};
+
+/// The most instance types one claim offers CreateFleet.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
+/// A NodePool with the instance types its NodeClass can launch.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    pub pool: NodePool,
+    pub instance_types: Vec<InstanceType>,
+    /// Capacity already launched by this pool (nodes and in-flight claims), for limits.
+    pub in_use: Resources,
+    pub nodes_in_use: i64,
+}
+
+impl PoolInput {
+    pub fn new(pool: NodePool, instance_types: Vec<InstanceType>) -> Self {
+        PoolInput {
+            pool,
+            instance_types,
+            in_use: Resources::default(),
+            nodes_in_use: 0,
+        }
+    }
+}
+
+/// A node that exists or is being launched (an in-flight claim is a node
+/// whose labels come from its requirements).
+#[derive(Debug, Clone, Default)]
+pub struct ExistingNode {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    /// Requests of the pods already on it (DaemonSet pods included).
+    pub requested: Resources,
+    /// Its pods, for topology counts.
+    pub pods: Vec<SchedPod>,
+    /// Cordoned or being deleted: counts for topology, takes no pods.
+    pub unschedulable: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SolveOptions {
+    pub max_instance_types: usize,
+    pub strategy: Strategy,
+    pub preferences: PreferencePolicy,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        SolveOptions {
+            max_instance_types: MAX_INSTANCE_TYPES,
+            strategy: Strategy::Best,
+            preferences: PreferencePolicy::Respect,
+        }
+    }
+}
+
+/// Karpenter's `preferencePolicy`: `Respect` tries each pod with its
+/// preferences and relaxes them one by one; `Ignore` plans every pod as if
+/// it had none (preferred node and pod affinity, `ScheduleAnyway` spreads).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PreferencePolicy {
+    #[default]
+    Respect,
+    Ignore,
+}
+
+/// What the solver decided.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Pods placed on existing nodes: (pod index, node name).
+    pub bindings: Vec<(usize, String)>,
+    pub claims: Vec<NewClaim>,
+    /// Pods that fit nowhere: (pod index, reason).
+    pub unschedulable: Vec<(usize, String)>,
+}
+
+impl Plan {
+    /// Sum of the new claims' cheapest prices, USD per hour.
+    pub fn cost_per_hour(&self) -> f64 {
+        self.claims.iter().map(NewClaim::price).sum()
+    }
+
+    pub fn scheduled(&self) -> usize {
+        self.bindings.len() + self.claims.iter().map(|c| c.pods.len()).sum::<usize>()
+    }
+}
+
+/// One instance type a claim may launch as, at its cheapest allowed offering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchOption {
+    /// Shared with every other option naming the same type (a plan can hold
+    /// thousands of claims × 60 options).
+    pub instance_type: Arc<str>,
+    pub zone: Arc<str>,
+    pub capacity_type: Arc<str>,
+    pub price: f64,
+}
+
+impl From<&LaunchOption> for crate::ports::PricedOffering {
+    /// What a launch request offers CreateFleet for this option.
+    fn from(o: &LaunchOption) -> Self {
+        crate::ports::PricedOffering {
+            instance_type: o.instance_type.to_string(),
+            zone: o.zone.to_string(),
+            capacity_type: o.capacity_type.to_string(),
+            price: o.price,
+        }
+    }
+}
+
+/// A node to launch.
+#[derive(Debug, Clone)]
+pub struct NewClaim {
+    pub pool: String,
+    /// NodePool template ∩ every pod's requirements ∩ topology decisions;
+    /// shared by the claims that require the same (a plan of thousands of
+    /// claims holds a few hundred distinct sets).
+    pub requirements: Arc<Requirements>,
+    /// Cheapest first, at most `max_instance_types`.
+    pub options: Vec<LaunchOption>,
+    /// Pod indices.
+    pub pods: Vec<usize>,
+    /// Sum of the pods' requests (DaemonSet overhead not included).
+    pub requests: Resources,
+}
+
+impl NewClaim {
+    /// The price of the cheapest option, what the fleet will most likely pay.
+    pub fn price(&self) -> f64 {
+        self.options.first().map_or(0.0, |o| o.price)
+    }
+}
