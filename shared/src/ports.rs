@@ -138,7 +138,8 @@ impl InstanceState {
     }
 }
 
-/// An instance we launched (it carries our cluster tag).
+/// An instance we launched (it carries our ownership tag,
+/// `nodewright.io/cluster=<cluster>`: [`crate::cloud::ownership`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Instance {
     pub id: String,
@@ -147,10 +148,13 @@ pub struct Instance {
     pub capacity_type: String,
     pub state: InstanceState,
     pub launched_at: Timestamp,
-    /// The `karpenter.sh/nodeclaim` tag.
+    /// The `nodewright.io/nodeclaim` tag.
     pub claim_id: Option<String>,
-    /// The `karpenter.sh/nodepool` tag.
+    /// The `nodewright.io/nodepool` tag.
     pub pool: Option<String>,
+    /// The `nodewright.io/nodeclass` tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class: Option<String>,
     /// What the Node's `spec.providerID` will say: `aws:///<zone>/<id>`.
     pub provider_id: String,
     pub price: f64,
@@ -204,12 +208,15 @@ pub trait Cloud: Send + Sync {
         &self,
         request: &LaunchRequest,
     ) -> impl Future<Output = Result<Launched, CloudError>> + Send;
-    /// Terminates instances; unknown or already terminated ids are not an error.
+    /// Terminates those of the instances that are ours; unknown, already
+    /// terminated and foreign ids are skipped (logged), not an error.
     fn terminate(
         &self,
         instance_ids: &[String],
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
-    /// Our instances (cluster tag) that are not terminated.
+    /// Our instances (ownership tag `nodewright.io/cluster=<cluster>`) that
+    /// are not terminated; never another's (a node group's, a Karpenter's,
+    /// another cluster's).
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
     /// What a NodeClass resolves to now (AMIs, subnets, security groups),
     /// for drift. The default knows nothing (every list empty), which

@@ -385,7 +385,7 @@ impl Ec2Fixture {
             .describe_instances()
             .filters(
                 Filter::builder()
-                    .name("tag:karpenter.sh/nodeclaim")
+                    .name("tag:nodewright.io/nodeclaim")
                     .values(claim)
                     .build(),
             )
@@ -398,15 +398,15 @@ impl Ec2Fixture {
             .collect()
     }
 
-    /// The filter on this fixture's cluster tag.
+    /// The filter on nodewright's ownership tag for this fixture's cluster.
     fn owned(&self) -> Filter {
         Filter::builder()
-            .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
-            .values("owned")
+            .name("tag:nodewright.io/cluster")
+            .values(&self.cluster)
             .build()
     }
 
-    /// Every instance (any state) tagged as this fixture's cluster's.
+    /// Every instance (any state) nodewright launched for this fixture's cluster.
     pub async fn instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
         let out = self
             .ec2()
@@ -421,7 +421,7 @@ impl Ec2Fixture {
             .collect()
     }
 
-    /// Launch templates carrying this fixture's cluster tag.
+    /// Launch templates nodewright made for this fixture's cluster.
     pub async fn launch_templates(&self) -> Vec<aws_sdk_ec2::types::LaunchTemplate> {
         let out = self
             .ec2()

@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod instance_type;
+pub mod ownership;
 
 pub use catalog::{InstanceTypeInfo, KubeletConfig, Reserved, Threshold};
 pub use instance_type::{InstanceType, Offering};

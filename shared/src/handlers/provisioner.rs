@@ -246,9 +246,19 @@ impl<P: PortSet> Provisioner<P> {
                 claims = store.claims().await?;
             }
             let instances = self.ports.cloud().instances().await?;
-            let actions = lifecycle::collect_garbage(&claims, &instances, now);
-            changed = !actions.is_empty();
-            for action in actions {
+            let garbage = lifecycle::collect_garbage(&claims, &instances, &nodes, None, now);
+            for left in &garbage.left_alone {
+                info!(subject = %left.subject, reason = %left.reason, "garbage collection leaves this alone");
+            }
+            debug!(
+                instances = instances.len(),
+                claims = claims.len(),
+                actions = garbage.actions.len(),
+                left_alone = garbage.left_alone.len(),
+                "garbage collection"
+            );
+            changed = !garbage.actions.is_empty();
+            for action in garbage.actions {
                 self.carry_out(action, &config, &mut report).await?;
             }
         }
@@ -589,11 +599,35 @@ impl<P: PortSet> Provisioner<P> {
                 self.launcher().drop_claim(&claim).await;
             }
             LifecycleAction::Orphan { instance } => {
-                warn!(instance = %instance.id, "terminating instance tagged as ours with no nodeclaim");
+                warn!(instance = %instance.id, launched_at = %instance.launched_at, "terminating instance tagged as ours with no nodeclaim and no Node past the registration timeout");
                 self.ports
                     .cloud()
                     .terminate(std::slice::from_ref(&instance.id))
                     .await?;
+            }
+            LifecycleAction::Adopt {
+                instance,
+                node,
+                claim,
+            } => {
+                let mut claim = *claim;
+                let catalog = self.ports.cloud().catalog().await?;
+                claim.reservation =
+                    lifecycle::adopted_reservation(&catalog, &instance.instance_type);
+                // The instance exists whatever the limits say: its
+                // reservation is counted, never refused.
+                match store
+                    .create_claim(&claim, &crate::config::Limits::default())
+                    .await
+                {
+                    Ok(()) => {
+                        warn!(instance = %instance.id, nodeclaim = %claim.id, pool = %claim.pool, node = ?node, "adopted an instance of ours that no nodeclaim knew (state lost or restored from an older copy)")
+                    }
+                    Err(StoreError::Conflict(_)) => {
+                        debug!(instance = %instance.id, nodeclaim = %claim.id, "nodeclaim appeared meanwhile; not adopted again")
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Ok(())

@@ -1,18 +1,25 @@
 //! What happens to a claim after the decision: registration of its Node,
 //! the registration timeout, and garbage collection in both directions
-//! (instances without a claim, claims without an instance). Pure.
+//! (instances without a claim — adopted or terminated —, claims without an
+//! instance). Pure.
 
 use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::claim::{Claim, Phase, UNREGISTERED_TAINT_KEY};
-use crate::ports::{Instance, PodKey, SignedDuration, Timestamp};
+use super::claim::{
+    CLAIM_LABEL, Claim, ClaimInstance, LaunchStamp, NODES, Phase, UNREGISTERED_TAINT_KEY,
+    reservation_of,
+};
+use crate::ports::{
+    CloudCatalog, Instance, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
+};
 
 /// Karpenter's registration TTL.
 pub const REGISTRATION_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
 /// An instance tagged as ours with no claim is left alone this long, in case
-/// its claim write is not visible yet.
+/// its claim write is not visible yet (then adopted, or terminated when it
+/// has no Node past [`REGISTRATION_TIMEOUT`]).
 pub const ORPHAN_GRACE: SignedDuration = SignedDuration::from_mins(2);
 /// A claim recorded but not launched is launched again after this long: its
 /// own invocation normally records the launch well within it.
@@ -36,8 +43,17 @@ pub enum LifecycleAction {
     RegistrationTimedOut { claim: Claim },
     /// The instance is gone: drop the claim (and its Node, if any).
     InstanceGone { claim: Claim },
-    /// An instance of ours that no claim knows: terminate it.
+    /// An instance of ours that no claim knows, without a Node past the
+    /// registration timeout: terminate it.
     Orphan { instance: Instance },
+    /// An instance of ours that no claim knows, registered or still
+    /// booting (or any, while the claim set reads empty): write the claim
+    /// recovered from its tags and Node.
+    Adopt {
+        instance: Instance,
+        node: Option<String>,
+        claim: Box<Claim>,
+    },
 }
 
 fn provider_id(n: &Node) -> Option<&str> {
@@ -99,39 +115,462 @@ pub fn registration(
     actions
 }
 
-/// Garbage collection against the cloud's list of our instances.
+/// Why garbage collection may not act at all this pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcBlock {
+    /// State items (claims, commands) that could not be read: the claim set
+    /// may be missing the very claim of an instance.
+    Unreadable(usize),
+}
+
+/// What one garbage-collection pass decided: the actions, and every
+/// instance of ours without a claim that it leaves alone, with why (the
+/// handler logs each).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Garbage {
+    pub actions: Vec<LifecycleAction>,
+    pub left_alone: Vec<LeftAlone>,
+}
+
+/// An instance (or a claim) garbage collection did not act on, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftAlone {
+    /// The instance id (or, for a claim kept, the claim id).
+    pub subject: String,
+    pub reason: String,
+}
+
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Garbage collection against the cloud's list of our instances (those
+/// with our ownership tag: nothing else is ever listed) and the cluster's
+/// Nodes. It fails closed:
+/// - while `blocked` (unreadable state items) it does nothing;
+/// - an instance without a claim whose Node is registered is **adopted**
+///   (a claim recovered from its tags and Node), never terminated: it runs
+///   pods, and an unneeded one is then removed by disruption, drained;
+/// - so is one without a Node launched less than the registration timeout
+///   ago (it may still register), and, while the claim set reads empty (a
+///   lost, new or misnamed state table), every one: nothing is terminated
+///   on an empty claim set;
+/// - only an instance without a claim, without a Node, past the
+///   registration timeout, with claims readable and present, is terminated;
+/// - a claim whose instance is no longer listed is released only when its
+///   Node is gone or not Ready (a Ready kubelet says the instance is alive,
+///   as Karpenter's garbage collection checks).
+///
+/// Every instance without a claim that it does not act on is in
+/// `left_alone` with the reason.
 pub fn collect_garbage(
     claims: &[Claim],
     instances: &[Instance],
+    nodes: &[Node],
+    blocked: Option<GcBlock>,
     now: Timestamp,
-) -> Vec<LifecycleAction> {
-    let claimed: HashSet<&str> = claims.iter().map(|c| c.id.as_str()).collect();
+) -> Garbage {
+    let mut out = Garbage::default();
+    if let Some(GcBlock::Unreadable(n)) = blocked {
+        for i in instances.iter().filter(|i| !i.state.is_gone_or_going()) {
+            out.left_alone.push(LeftAlone {
+                subject: i.id.clone(),
+                reason: format!(
+                    "{n} state item(s) cannot be read: garbage collection waits until they are fixed or removed"
+                ),
+            });
+        }
+        return out;
+    }
+    let claimed: HashMap<&str, &Claim> = claims.iter().map(|c| (c.id.as_str(), c)).collect();
     let claimed_instances: HashSet<&str> = claims.iter().filter_map(|c| c.instance_id()).collect();
+    let nodes_by_provider: HashMap<&str, &Node> = nodes
+        .iter()
+        .filter_map(|n| Some((provider_id(n)?, n)))
+        .collect();
     let live: HashSet<&str> = instances
         .iter()
         .filter(|i| !i.state.is_gone_or_going())
         .map(|i| i.id.as_str())
         .collect();
-    let mut actions = Vec::new();
+    let state_empty = claims.is_empty();
     for i in instances {
         if i.state.is_gone_or_going() || claimed_instances.contains(i.id.as_str()) {
             continue;
         }
+        let age = now.duration_since(i.launched_at);
+        let node = nodes_by_provider.get(i.provider_id.as_str()).copied();
+        let mut leave = |reason: String| {
+            out.left_alone.push(LeftAlone {
+                subject: i.id.clone(),
+                reason,
+            })
+        };
+        if age < ORPHAN_GRACE {
+            leave(format!(
+                "launched {}s ago: its claim may not be visible yet",
+                age.as_secs()
+            ));
+            continue;
+        }
         // A claim that launched but did not record its instance yet still owns it.
-        let owned = i.claim_id.as_deref().is_some_and(|id| claimed.contains(id));
-        if !owned && now.duration_since(i.launched_at) >= ORPHAN_GRACE {
-            actions.push(LifecycleAction::Orphan {
+        if let Some(c) = i.claim_id.as_deref().and_then(|id| claimed.get(id)) {
+            match c.instance_id() {
+                None => leave(format!(
+                    "its nodeclaim {} has not recorded the launch yet",
+                    c.id
+                )),
+                Some(other) => leave(format!(
+                    "tagged with nodeclaim {}, which holds instance {other}: a second launch of one claim{}",
+                    c.id,
+                    if node.is_some() {
+                        "; its Node is registered, so it is not terminated"
+                    } else {
+                        ""
+                    }
+                )),
+            }
+            if c.instance_id().is_some() && node.is_none() && age >= REGISTRATION_TIMEOUT {
+                out.left_alone.pop();
+                out.actions.push(LifecycleAction::Orphan {
+                    instance: i.clone(),
+                });
+            }
+            continue;
+        }
+        let adopt = node.is_some() || age < REGISTRATION_TIMEOUT || state_empty;
+        if adopt {
+            match adopted_claim(i, node, now) {
+                Ok(claim) => out.actions.push(LifecycleAction::Adopt {
+                    instance: i.clone(),
+                    node: node.and_then(|n| n.metadata.name.clone()),
+                    claim: Box::new(claim),
+                }),
+                Err(why) => leave(why),
+            }
+        } else {
+            out.actions.push(LifecycleAction::Orphan {
                 instance: i.clone(),
             });
         }
     }
     for c in claims {
         let Some(inst) = &c.instance else { continue };
-        if !live.contains(inst.id.as_str())
-            && now.duration_since(inst.launched_at) >= MISSING_INSTANCE_GRACE
+        if live.contains(inst.id.as_str())
+            || now.duration_since(inst.launched_at) < MISSING_INSTANCE_GRACE
         {
-            actions.push(LifecycleAction::InstanceGone { claim: c.clone() });
+            continue;
+        }
+        let ready_node = nodes_by_provider
+            .get(inst.provider_id.as_str())
+            .filter(|n| node_ready(n));
+        if let Some(n) = ready_node {
+            out.left_alone.push(LeftAlone {
+                subject: c.id.clone(),
+                reason: format!(
+                    "instance {} is not listed as ours, but its Node {} is Ready: the claim is kept",
+                    inst.id,
+                    n.metadata.name.as_deref().unwrap_or_default()
+                ),
+            });
+            continue;
+        }
+        out.actions
+            .push(LifecycleAction::InstanceGone { claim: c.clone() });
+    }
+    out
+}
+
+/// What an adopted instance counts against its pool: its type's capacity
+/// (with the default kubelet) and one node; one node alone when the catalog
+/// does not know the type.
+pub fn adopted_reservation(catalog: &CloudCatalog, instance_type: &str) -> Usage {
+    match catalog
+        .instance_types
+        .iter()
+        .find(|t| t.name == instance_type)
+    {
+        Some(info) => reservation_of(&info.capacity(&Default::default())),
+        None => [(NODES.to_owned(), 1)].into(),
+    }
+}
+
+/// The claim an instance of ours without one gets back: its id, pool and
+/// NodeClass from the instance's tags (else the Node's labels), the
+/// instance recorded, registered when its Node is. Its reservation is left
+/// empty here; the handler fills it from the catalog. An instance without
+/// a Node gets the registration timeout from now, so a node that boots
+/// late is not cut short by the adoption. Errs with why when the instance
+/// names no NodePool.
+pub fn adopted_claim(
+    instance: &Instance,
+    node: Option<&Node>,
+    now: Timestamp,
+) -> Result<Claim, String> {
+    let label = |k: &str| {
+        node.and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(k))
+            .cloned()
+    };
+    let pool = instance
+        .pool
+        .clone()
+        .or_else(|| label(crate::scheduling::labels::NODEPOOL))
+        .ok_or_else(|| {
+            "no nodepool tag on the instance nor label on a Node: not adopted".to_owned()
+        })?;
+    let id = instance
+        .claim_id
+        .clone()
+        .or_else(|| label(CLAIM_LABEL))
+        .unwrap_or_else(|| format!("{pool}-{}", instance.id));
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert(crate::scheduling::labels::NODEPOOL.to_owned(), pool.clone());
+    let mut recorded = ClaimInstance::from(instance);
+    if node.is_none() {
+        recorded.launched_at = now;
+    }
+    Ok(Claim {
+        id,
+        pool,
+        node_class: instance.node_class.clone(),
+        version: 1,
+        created_at: now,
+        options: vec![PricedOffering {
+            instance_type: instance.instance_type.clone(),
+            zone: instance.zone.clone(),
+            capacity_type: instance.capacity_type.clone(),
+            price: instance.price,
+        }],
+        labels,
+        taints: Vec::new(),
+        kubelet: Default::default(),
+        pods: Vec::new(),
+        requests: Default::default(),
+        reservation: Default::default(),
+        launch_attempts: 1,
+        running_at: (instance.state == crate::ports::InstanceState::Running).then_some(now),
+        instance: Some(recorded),
+        node_name: node.and_then(|n| n.metadata.name.clone()),
+        registered_at: node.map(|_| now),
+        stamp: LaunchStamp {
+            image_id: instance.image_id.clone(),
+            subnet_id: instance.subnet_id.clone(),
+            security_group_ids: instance.security_group_ids.clone(),
+            ..LaunchStamp::default()
+        },
+        disruption: Default::default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::InstanceState;
+
+    fn t(mins: i64) -> Timestamp {
+        Timestamp::UNIX_EPOCH + SignedDuration::from_hours(1000) + SignedDuration::from_mins(mins)
+    }
+
+    fn instance(id: &str, claim: Option<&str>, launched: Timestamp) -> Instance {
+        Instance {
+            id: id.to_owned(),
+            instance_type: "m5.large".to_owned(),
+            zone: "us-east-1a".to_owned(),
+            capacity_type: "on-demand".to_owned(),
+            state: InstanceState::Running,
+            launched_at: launched,
+            claim_id: claim.map(str::to_owned),
+            pool: Some("default".to_owned()),
+            node_class: Some("default".to_owned()),
+            provider_id: format!("aws:///us-east-1a/{id}"),
+            price: 0.096,
+            image_id: Some("ami-1".to_owned()),
+            subnet_id: None,
+            security_group_ids: Vec::new(),
         }
     }
-    actions
+
+    fn node(name: &str, i: &Instance, ready: bool) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"providerID": i.provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        }))
+        .expect("node")
+    }
+
+    /// A registered claim holding `i`.
+    fn claim_of(i: &Instance, node: &str) -> Claim {
+        let mut c = adopted_claim(i, None, i.launched_at).expect("claim");
+        c.node_name = Some(node.to_owned());
+        c
+    }
+
+    fn adopted(g: &Garbage) -> Vec<(&str, Option<&str>, &str)> {
+        g.actions
+            .iter()
+            .filter_map(|a| match a {
+                LifecycleAction::Adopt {
+                    instance,
+                    node,
+                    claim,
+                } => Some((instance.id.as_str(), node.as_deref(), claim.id.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn terminated(g: &Garbage) -> Vec<&str> {
+        g.actions
+            .iter()
+            .filter_map(|a| match a {
+                LifecycleAction::Orphan { instance } => Some(instance.id.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_claim_set_adopts_every_instance_and_terminates_none() {
+        let ready = instance("i-ready", Some("default-aaaaa"), t(0));
+        let booting = instance("i-booting", Some("default-bbbbb"), t(55));
+        let silent = instance("i-silent", Some("default-ccccc"), t(-120));
+        let nodes = [node("n-ready", &ready, true)];
+        let g = collect_garbage(&[], &[ready, booting, silent], &nodes, None, t(60));
+        assert!(terminated(&g).is_empty(), "{g:?}");
+        assert_eq!(
+            adopted(&g),
+            [
+                ("i-ready", Some("n-ready"), "default-aaaaa"),
+                ("i-booting", None, "default-bbbbb"),
+                ("i-silent", None, "default-ccccc"),
+            ]
+        );
+        // The registered one comes back registered; the others get the
+        // registration timeout from the adoption, not from their launch.
+        let LifecycleAction::Adopt { claim, .. } = &g.actions[0] else {
+            panic!()
+        };
+        assert_eq!(claim.phase(), Phase::Registered);
+        assert_eq!(claim.pool, "default");
+        assert_eq!(claim.node_class.as_deref(), Some("default"));
+        let LifecycleAction::Adopt { claim, .. } = &g.actions[2] else {
+            panic!()
+        };
+        assert_eq!(claim.phase(), Phase::Launched);
+        assert_eq!(claim.instance.as_ref().map(|i| i.launched_at), Some(t(60)));
+        assert!(
+            registration(&[(**claim).clone()], &[], &[], t(70)).is_empty(),
+            "no timeout right after the adoption"
+        );
+    }
+
+    #[test]
+    fn unreadable_state_items_stop_garbage_collection() {
+        let other = instance("i-known", Some("default-known"), t(0));
+        let claims = [claim_of(&other, "n-known")];
+        let orphan = instance("i-orphan", None, t(-600));
+        let mut gone = claims[0].clone();
+        gone.id = "default-gone".into();
+        gone.instance.as_mut().expect("instance").id = "i-gone".into();
+        let g = collect_garbage(
+            &[claims[0].clone(), gone],
+            &[other, orphan],
+            &[],
+            Some(GcBlock::Unreadable(1)),
+            t(60),
+        );
+        assert!(g.actions.is_empty(), "{g:?}");
+        assert!(
+            g.left_alone
+                .iter()
+                .any(|l| l.subject == "i-orphan" && l.reason.contains("cannot be read")),
+            "{g:?}"
+        );
+    }
+
+    #[test]
+    fn an_instance_without_a_claim_whose_node_is_registered_is_adopted_not_terminated() {
+        // The claim set is not empty (restored from an older copy): the
+        // newer instance, registered and Ready — or not Ready — comes back.
+        let known = instance("i-known", Some("default-known"), t(0));
+        let newer = instance("i-newer", Some("default-newer"), t(10));
+        let sick = instance("i-sick", None, t(10));
+        let nodes = [node("n-newer", &newer, true), node("n-sick", &sick, false)];
+        let g = collect_garbage(
+            &[claim_of(&known, "n-known")],
+            &[known, newer, sick],
+            &nodes,
+            None,
+            t(300),
+        );
+        assert!(terminated(&g).is_empty(), "{g:?}");
+        assert_eq!(
+            adopted(&g),
+            [
+                ("i-newer", Some("n-newer"), "default-newer"),
+                // No claim tag: the claim id is made from the pool and the instance.
+                ("i-sick", Some("n-sick"), "default-i-sick"),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_an_unclaimed_instance_without_a_node_past_the_registration_timeout_is_terminated() {
+        let known = instance("i-known", Some("default-known"), t(0));
+        let young = instance("i-young", None, t(59));
+        let booting = instance("i-booting", None, t(50));
+        let dead = instance("i-dead", None, t(40));
+        let g = collect_garbage(
+            &[claim_of(&known, "n-known")],
+            &[known, young, booting, dead],
+            &[],
+            None,
+            t(60),
+        );
+        assert_eq!(terminated(&g), ["i-dead"]);
+        assert_eq!(adopted(&g), [("i-booting", None, "default-i-booting")]);
+        assert_eq!(g.left_alone.len(), 1, "{g:?}");
+        assert_eq!(g.left_alone[0].subject, "i-young");
+        assert!(g.left_alone[0].reason.contains("may not be visible yet"));
+    }
+
+    #[test]
+    fn a_second_instance_of_a_claim_is_left_alone_until_it_cannot_register() {
+        let first = instance("i-first", Some("default-twice"), t(0));
+        let claims = [claim_of(&first, "n-first")];
+        let second = instance("i-second", Some("default-twice"), t(10));
+        let g = collect_garbage(&claims, &[first.clone(), second.clone()], &[], None, t(20));
+        assert!(g.actions.is_empty(), "{g:?}");
+        assert!(g.left_alone[0].reason.contains("second launch"));
+        let g = collect_garbage(&claims, &[first.clone(), second.clone()], &[], None, t(30));
+        assert_eq!(terminated(&g), ["i-second"]);
+        // With its Node registered it is never terminated here.
+        let nodes = [node("n-second", &second, true)];
+        let g = collect_garbage(&claims, &[first, second], &nodes, None, t(30));
+        assert!(g.actions.is_empty(), "{g:?}");
+    }
+
+    #[test]
+    fn a_claim_whose_instance_is_not_listed_is_kept_while_its_node_is_ready() {
+        let i = instance("i-vanished", Some("default-v"), t(0));
+        let claims = [claim_of(&i, "n-v")];
+        let g = collect_garbage(&claims, &[], &[node("n-v", &i, true)], None, t(60));
+        assert!(g.actions.is_empty(), "{g:?}");
+        assert!(g.left_alone[0].reason.contains("is Ready"));
+        let g = collect_garbage(&claims, &[], &[node("n-v", &i, false)], None, t(60));
+        assert!(matches!(
+            g.actions.as_slice(),
+            [LifecycleAction::InstanceGone { .. }]
+        ));
+        let g = collect_garbage(&claims, &[], &[], None, t(60));
+        assert!(matches!(
+            g.actions.as_slice(),
+            [LifecycleAction::InstanceGone { .. }]
+        ));
+    }
 }

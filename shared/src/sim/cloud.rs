@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::clock::SimClock;
 use super::pools::{self, PoolDepths, SpotPools};
+use crate::cloud::ownership;
 use crate::ports::{
     Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched,
     OfferingKey, PricedOffering, SignedDuration, Timestamp,
@@ -37,7 +38,11 @@ impl Default for Delays {
 #[derive(Debug, Clone)]
 pub struct SimInstance {
     pub instance: Instance,
+    /// The launch request (a neighbour's is a stand-in: no options).
     pub request: LaunchRequest,
+    /// Its EC2 tags: ours carry [`ownership::resource_tags`] of
+    /// [`SIM_CLUSTER`]; a neighbour's are whatever it was given.
+    pub tags: BTreeMap<String, String>,
     /// When the next state transition is due.
     pub next_transition: Option<Timestamp>,
     /// When EC2 takes the instance back (after a spot interruption warning,
@@ -66,7 +71,14 @@ struct State {
     next_message: u64,
     /// The cluster's Kubernetes version: which AMI NodeClasses resolve to.
     kubernetes_version: String,
+    /// Ids a terminate call named that are not ours (a neighbour's, or
+    /// unknown): skipped, as EC2's adapter skips them, and remembered so a
+    /// test can say nobody even asked.
+    foreign_terminations: Vec<String>,
 }
+
+/// The cluster name the simulated EC2 tags our instances with.
+pub const SIM_CLUSTER: &str = "simulated";
 
 #[derive(Debug, Clone)]
 pub struct SimCloud {
@@ -92,6 +104,7 @@ impl SimCloud {
                 queue: Vec::new(),
                 next_message: 1,
                 kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_owned(),
+                foreign_terminations: Vec::new(),
             })),
             clock,
         }
@@ -146,9 +159,94 @@ impl SimCloud {
         self.lock().launches
     }
 
-    /// Every instance ever launched, terminated ones included.
+    /// The region of the catalog (what node names are made of).
+    pub fn catalog_region(&self) -> String {
+        self.lock().catalog.region.clone()
+    }
+
+    /// Every instance of ours ever launched, terminated ones included.
     pub fn all_instances(&self) -> Vec<SimInstance> {
-        self.lock().instances.values().cloned().collect()
+        self.lock()
+            .instances
+            .values()
+            .filter(|i| ownership::is_ours(&i.tags, SIM_CLUSTER))
+            .cloned()
+            .collect()
+    }
+
+    /// An instance someone else runs in the same account — a managed node
+    /// group's, a Karpenter's, another cluster's — with these tags,
+    /// running from now. It moves, is interrupted and publishes state
+    /// changes like ours, but is never listed as ours nor terminated by us
+    /// (unless its tags say it is ours).
+    pub fn add_neighbour(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: &str,
+        tags: BTreeMap<String, String>,
+    ) -> Instance {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        let n = s.next_id;
+        s.next_id += 1;
+        let id = format!("i-{:017x}", 0x0f0e_0000_0000_0000u64 + n);
+        let instance = Instance {
+            id: id.clone(),
+            instance_type: instance_type.to_owned(),
+            zone: zone.to_owned(),
+            capacity_type: capacity_type.to_owned(),
+            state: InstanceState::Running,
+            launched_at: now,
+            claim_id: None,
+            pool: None,
+            node_class: None,
+            provider_id: format!("aws:///{zone}/{id}"),
+            price: 0.0,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
+        };
+        let request = LaunchRequest {
+            claim_id: String::new(),
+            client_token: String::new(),
+            pool: String::new(),
+            node_class: None,
+            node_class_spec: None,
+            options: Vec::new(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            kubelet: Default::default(),
+        };
+        if let Some(pool) = spot_pool(&instance) {
+            s.spot_pools.take(&pool);
+        }
+        s.instances.insert(
+            id,
+            SimInstance {
+                instance: instance.clone(),
+                request,
+                tags,
+                next_transition: None,
+                reclaim_at: None,
+            },
+        );
+        instance
+    }
+
+    /// The instances of the account that are not ours, as they are now.
+    pub fn neighbours(&self) -> Vec<SimInstance> {
+        self.lock()
+            .instances
+            .values()
+            .filter(|i| !ownership::is_ours(&i.tags, SIM_CLUSTER))
+            .cloned()
+            .collect()
+    }
+
+    /// Ids a terminate call named that were not ours, in order.
+    pub fn foreign_terminations(&self) -> Vec<String> {
+        self.lock().foreign_terminations.clone()
     }
 
     /// Moves instances through their states; queues the notifications.
@@ -479,6 +577,7 @@ impl State {
             launched_at: now,
             claim_id: Some(request.claim_id.clone()),
             pool: Some(request.pool.clone()),
+            node_class: request.node_class.clone(),
             provider_id: format!("aws:///{}/{}", o.zone, id),
             price: o.price,
             image_id: Some(image_for(&self.kubernetes_version)),
@@ -494,6 +593,17 @@ impl State {
             SimInstance {
                 instance: instance.clone(),
                 request: request.clone(),
+                tags: ownership::resource_tags(
+                    SIM_CLUSTER,
+                    &request
+                        .node_class_spec
+                        .as_ref()
+                        .map(|c| c.tags.clone())
+                        .unwrap_or_default(),
+                    &request.pool,
+                    request.node_class.as_deref().unwrap_or("default"),
+                    Some(&request.claim_id),
+                ),
                 next_transition: Some(now + start),
                 reclaim_at: None,
             },
@@ -581,7 +691,18 @@ impl Cloud for SimCloud {
 
     async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError> {
         for id in instance_ids {
-            let state = self.lock().instances.get(id).map(|i| i.instance.state);
+            let state = {
+                let mut s = self.lock();
+                let found = s
+                    .instances
+                    .get(id)
+                    .filter(|i| ownership::is_ours(&i.tags, SIM_CLUSTER))
+                    .map(|i| i.instance.state);
+                if found.is_none() {
+                    s.foreign_terminations.push(id.clone());
+                }
+                found
+            };
             if state.is_some_and(|s| !s.is_gone_or_going()) {
                 self.external_state_change(id, InstanceState::ShuttingDown);
             }
@@ -604,7 +725,10 @@ impl Cloud for SimCloud {
             .lock()
             .instances
             .values()
-            .filter(|i| i.instance.state != InstanceState::Terminated)
+            .filter(|i| {
+                i.instance.state != InstanceState::Terminated
+                    && ownership::is_ours(&i.tags, SIM_CLUSTER)
+            })
             .map(|i| i.instance.clone())
             .collect())
     }

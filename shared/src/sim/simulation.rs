@@ -185,7 +185,15 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     pub disruption_starts: Vec<DisruptionStart>,
     /// Interruption-queue messages lost (`SimSettings::drop_messages`).
     pub messages_lost: usize,
+    /// Instances whose kubelet stopped with them (shut down, stopped,
+    /// terminated): when the node lifecycle controller marks their Node
+    /// not Ready ([`NODE_MONITOR_GRACE`] later).
+    kubelets_stopped: BTreeMap<String, Timestamp>,
 }
+
+/// kube-controller-manager's `node-monitor-grace-period`: a Node whose
+/// kubelet stopped posting status turns Ready=Unknown this long after.
+pub const NODE_MONITOR_GRACE: SignedDuration = SignedDuration::from_secs(40);
 
 impl<C: Cloud + Clone, S: Store + Clone> Simulation<C, S> {
     /// A simulation on the in-memory cluster.
@@ -264,6 +272,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             interruption_drive: None,
             disruption_starts: Vec::new(),
             messages_lost: 0,
+            kubelets_stopped: BTreeMap::new(),
         }
     }
 
@@ -318,6 +327,15 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if let Some(sim) = self.sim_cloud.clone() {
             sim.advance(now);
             let mut due = sim.take_notifications(now - self.settings.event_delay);
+            // The kubelet goes with its instance, whether or not the event
+            // reaches anyone: its Node turns not Ready a grace later.
+            for (at, id, state) in &due {
+                if state.is_gone_or_going() {
+                    self.kubelets_stopped
+                        .entry(id.clone())
+                        .or_insert(*at + NODE_MONITOR_GRACE);
+                }
+            }
             if self.settings.reorder_events {
                 due.reverse();
             }
@@ -354,6 +372,24 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             if let Some(t) = sim.next_due() {
                 next = next
                     .min((t + self.settings.event_delay).max(now + SignedDuration::from_millis(1)));
+            }
+            let region = sim.catalog_region();
+            let stopped: Vec<String> = self
+                .kubelets_stopped
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in stopped {
+                self.kubelets_stopped.remove(&id);
+                // A Node already deleted has nothing to mark.
+                let _ = self
+                    .cluster
+                    .set_node_ready(&node_name(&id, &region), false)
+                    .await;
+            }
+            if let Some(at) = self.kubelets_stopped.values().min() {
+                next = next.min((*at).max(now + SignedDuration::from_millis(1)));
             }
         }
         if std::mem::take(&mut self.look_for_registrations)
@@ -604,11 +640,15 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 next = Some(next.map_or(due, |n: Timestamp| n.min(due)));
                 continue;
             }
-            // An instance booted without a claim (an orphan) joins no cluster here.
+            // An instance booted without a claim (an orphan) joins no
+            // cluster here (its labels come from the claim) until it is
+            // adopted: looked at again in 10 s.
             let Some(claim) = claims
                 .iter()
                 .find(|c| Some(c.id.as_str()) == i.claim_id.as_deref())
             else {
+                let again = now + SignedDuration::from_secs(10);
+                next = Some(next.map_or(again, |n: Timestamp| n.min(again)));
                 continue;
             };
             let Some(info) = catalog

@@ -14,7 +14,7 @@ use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
 use crate::termination::Command;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct State {
     config: BTreeMap<(ConfigKind, String), ConfigItem>,
     config_version: u64,
@@ -27,6 +27,10 @@ struct State {
     /// Claims deleted, in order (a claim released twice would show twice).
     deleted_claims: Vec<String>,
 }
+
+/// A copy of a [`MemStore`]'s state ([`MemStore::backup`]).
+#[derive(Debug, Clone)]
+pub struct StateBackup(State);
 
 #[derive(Debug, Clone, Default)]
 pub struct MemStore {
@@ -41,6 +45,41 @@ impl MemStore {
     /// The ids of claims this store deleted, in order.
     pub fn deleted_claims(&self) -> Vec<String> {
         self.lock().deleted_claims.clone()
+    }
+
+    /// The state table is lost (deleted, or a new table under a mistyped
+    /// prefix): claims, usage, commands, the batch, leases and unavailable
+    /// marks are gone; the configuration stays.
+    pub fn lose_state(&self) {
+        let mut s = self.lock();
+        let config = std::mem::take(&mut s.config);
+        let config_version = s.config_version;
+        let deleted_claims = std::mem::take(&mut s.deleted_claims);
+        *s = State {
+            config,
+            config_version,
+            deleted_claims,
+            ..State::default()
+        };
+    }
+
+    /// A copy of the state table as it is now (a backup).
+    pub fn backup(&self) -> StateBackup {
+        StateBackup(self.lock().clone())
+    }
+
+    /// The state table restored from `backup` (the configuration as it is now).
+    pub fn restore(&self, backup: &StateBackup) {
+        let mut s = self.lock();
+        let config = std::mem::take(&mut s.config);
+        let config_version = s.config_version;
+        let deleted_claims = std::mem::take(&mut s.deleted_claims);
+        *s = State {
+            config,
+            config_version,
+            deleted_claims,
+            ..backup.0.clone()
+        };
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -335,15 +335,23 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
         .iter()
         .filter_map(|t| Some((t.key()?, t.value()?)))
         .collect();
-    let cluster_tag = tags::cluster(&f.cluster);
+    let cluster_tag = tags::kubernetes_cluster(&f.cluster);
     assert_eq!(tag_map.get(cluster_tag.as_str()), Some(&"owned"));
-    assert_eq!(tag_map.get("karpenter.sh/nodepool"), Some(&"default"));
-    assert_eq!(
-        tag_map.get("karpenter.sh/nodeclaim"),
-        Some(&req.claim_id.as_str())
-    );
+    assert_eq!(tag_map.get(tags::CLUSTER), Some(&f.cluster.as_str()));
+    assert_eq!(tag_map.get(tags::NODEPOOL), Some(&"default"));
+    assert_eq!(tag_map.get(tags::NODECLASS), Some(&"default"));
+    assert_eq!(tag_map.get(tags::NODECLAIM), Some(&req.claim_id.as_str()));
     assert_eq!(tag_map.get("Name"), Some(&req.claim_id.as_str()));
     assert_eq!(tag_map.get("team"), Some(&"adapters"), "NodeClass tags");
+    // Never Karpenter's ownership set: its garbage collector would take it.
+    let owned: BTreeMap<String, String> = tag_map
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    assert!(!tags::karpenter_lists(&owned, &f.cluster), "{owned:?}");
+    for k in tags::KARPENTER_OWNERSHIP_KEYS {
+        assert!(!tag_map.contains_key(k), "{k} on our instance");
+    }
 
     // The fleet: instant, one on-demand unit, tagged.
     let fleets = f
@@ -357,8 +365,7 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
         .iter()
         .find(|fl| {
             fl.tags().iter().any(|t| {
-                t.key() == Some("karpenter.sh/nodeclaim")
-                    && t.value() == Some(req.claim_id.as_str())
+                t.key() == Some(tags::NODECLAIM) && t.value() == Some(req.claim_id.as_str())
             })
         })
         .expect("a fleet tagged with the claim");
@@ -392,6 +399,19 @@ async fn launch_creates_a_tagged_fleet_instance_and_reuses_its_template() {
         .expect("name")
         .to_owned();
     assert!(name.starts_with("nodewright/"), "{name}");
+    let template_tags: BTreeMap<String, String> = templates[0]
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
+        .collect();
+    assert!(
+        tags::is_ours(&template_tags, &f.cluster),
+        "{template_tags:?}"
+    );
+    assert!(
+        !tags::karpenter_loads_template(&template_tags, &f.cluster),
+        "Karpenter would load and later delete it: {template_tags:?}"
+    );
     let version = f
         .ec2()
         .describe_launch_template_versions()

@@ -443,7 +443,7 @@ async fn provisioning_crashing_at_either_step_launches_once_per_claim_on_ec2_and
             let claim = i
                 .tags()
                 .iter()
-                .find(|t| t.key() == Some("karpenter.sh/nodeclaim"))
+                .find(|t| t.key() == Some("nodewright.io/nodeclaim"))
                 .and_then(|t| t.value())
                 .unwrap_or_default()
                 .to_owned();

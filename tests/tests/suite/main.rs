@@ -19,6 +19,7 @@ mod disruption;
 mod eks_auth;
 mod interruption;
 mod kube_cluster;
+mod ownership;
 mod properties;
 mod provisioning;
 mod scheduling;

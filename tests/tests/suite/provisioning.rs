@@ -548,15 +548,24 @@ async fn a_crash_after_launch_before_recording_adopts_the_instance() {
     assert_eq!(sim.cloud.inner().all_instances().len(), 1);
 }
 
+/// An instance tagged as ours whose claim never made it to the store (a
+/// launch that outlived its claim, or state lost): it is adopted — its
+/// Node registers and takes pods like any other — and one whose Node never
+/// registers is terminated once the registration timeout has passed.
 #[tokio::test]
-async fn an_orphan_instance_is_terminated() {
+async fn an_orphan_instance_is_adopted_and_terminated_only_when_it_never_registers() {
     let s = scenario::parse(WALKTHROUGH_1).expect("parses");
-    let mut sim = in_memory(&s.region, SimSettings::default());
+    // Without disruption: an adopted node nobody needs would be removed
+    // (drained) as empty, which is not what is looked at here.
+    let settings = SimSettings {
+        disruption_enabled: false,
+        ..Default::default()
+    };
+    let mut sim = in_memory(&s.region, settings);
     scenario::load(&mut sim, &s).await.expect("loads");
-    // An instance tagged as ours whose claim never made it to the store.
-    let request = nodewright::ports::LaunchRequest {
-        claim_id: "default-ghost".into(),
-        client_token: "ghost".into(),
+    let request = |claim: &str| nodewright::ports::LaunchRequest {
+        claim_id: claim.into(),
+        client_token: claim.into(),
         pool: "default".into(),
         node_class: None,
         node_class_spec: None,
@@ -573,28 +582,56 @@ async fn an_orphan_instance_is_terminated() {
     let ghost = sim
         .cloud
         .inner()
-        .launch(&request)
+        .launch(&request("default-ghost"))
         .await
         .expect("launch")
         .instance;
-    sim.run_for(SignedDuration::from_mins(4)).await;
-    let state = sim
+    let silent = sim
         .cloud
         .inner()
-        .all_instances()
-        .into_iter()
-        .find(|i| i.instance.id == ghost.id)
-        .expect("known");
+        .launch(&request("default-silent"))
+        .await
+        .expect("launch")
+        .instance;
+    sim.never_register_instances.insert(silent.id.clone());
+    let state = |sim: &nodewright_tests::sim::MemSim, id: &str| {
+        sim.cloud
+            .inner()
+            .all_instances()
+            .into_iter()
+            .find(|i| i.instance.id == id)
+            .expect("known")
+            .instance
+            .state
+    };
+    sim.run_for(SignedDuration::from_mins(4)).await;
+    let claims = sim.store.claims().await.expect("claims");
+    for id in [&ghost.id, &silent.id] {
+        assert!(
+            !state(&sim, id).is_gone_or_going(),
+            "{id} adopted, not terminated"
+        );
+        assert!(
+            claims.iter().any(|c| c.instance_id() == Some(id.as_str())),
+            "{id} has a claim again: {claims:?}"
+        );
+    }
     assert!(
-        state.instance.state.is_gone_or_going(),
-        "orphan left running: {:?}",
-        state.instance.state
+        sim.cluster.all_nodes().iter().any(|n| {
+            n.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                == Some(ghost.provider_id.as_str())
+        }),
+        "the adopted instance's Node registered"
     );
-    assert_eq!(
-        sim.cluster.all_nodes().len(),
-        0,
-        "an orphan joins no cluster"
+    // The silent one's registration timeout runs from its adoption.
+    sim.run_for(SignedDuration::from_mins(10)).await;
+    assert!(!state(&sim, &silent.id).is_gone_or_going());
+    sim.run_for(SignedDuration::from_mins(8)).await;
+    assert!(
+        state(&sim, &silent.id).is_gone_or_going(),
+        "never registered: terminated"
     );
+    assert!(!state(&sim, &ghost.id).is_gone_or_going());
 }
 
 #[tokio::test]

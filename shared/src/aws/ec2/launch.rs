@@ -432,7 +432,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         if !rejected.is_empty() {
             warn!(nodeclaim = %req.claim_id, skipped = %rejected.join("; "), "launching without some options");
         }
-        let resource_tags = self.owned_tags(class_name, class, &req.pool);
+        let resource_tags = self.owned_tags(class_name, class, &req.pool, Some(&req.claim_id));
         let result = self
             .create_fleet(req, capacity_type, &groups, &network, resource_tags)
             .await;
@@ -750,29 +750,26 @@ impl<P: PriceSource> Ec2Cloud<P> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    /// The tags on everything a launch creates (template, instance, volumes,
-    /// fleet): the NodeClass's own, then ours.
+    /// The tags on everything a launch creates (templates without a claim;
+    /// instance, volumes and fleet with it): the NodeClass's own, then ours
+    /// ([`tags::resource_tags`]: ownership, never Karpenter's keys).
     fn owned_tags(
         &self,
         class_name: &str,
         class: &NodeClass,
         pool: &str,
+        claim: Option<&str>,
     ) -> BTreeMap<String, String> {
-        let mut t = class.tags.clone();
-        t.insert(
-            tags::cluster(&self.settings.cluster_name),
-            tags::OWNED.to_owned(),
-        );
-        t.insert(
-            tags::EKS_CLUSTER_NAME.to_owned(),
-            self.settings.cluster_name.clone(),
-        );
-        t.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
-        t.insert(tags::NODECLASS.to_owned(), class_name.to_owned());
-        t
+        tags::resource_tags(
+            &self.settings.cluster_name,
+            &class.tags,
+            pool,
+            class_name,
+            claim,
+        )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn template_spec(
         &self,
         class_name: &str,
@@ -791,7 +788,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             }
             _ => vec![("/dev/xvda".to_owned(), size)],
         };
-        let t = self.owned_tags(class_name, class, pool);
+        let t = self.owned_tags(class_name, class, pool, None);
         TemplateSpec {
             cluster: self.settings.cluster_name.clone(),
             node_class: class_name.to_owned(),
@@ -919,7 +916,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         capacity_type: &str,
         groups: &[Group<'_>],
         network: &Network,
-        mut resource_tags: BTreeMap<String, String>,
+        resource_tags: BTreeMap<String, String>,
     ) -> Result<Launched, CloudError> {
         let spot = capacity_type == labels::CAPACITY_TYPE_SPOT;
         let configs: Vec<FleetLaunchTemplateConfigRequest> = groups
@@ -954,8 +951,6 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 )
             })
             .collect();
-        resource_tags.insert(tags::NODECLAIM.to_owned(), req.claim_id.clone());
-        resource_tags.insert(tags::NAME.to_owned(), req.claim_id.clone());
         let tag_specs = [
             ResourceType::Instance,
             ResourceType::Volume,
@@ -1214,6 +1209,7 @@ pub(crate) fn fleet_outcome(
             launched_at: Timestamp::now(),
             claim_id: Some(req.claim_id.clone()),
             pool: Some(req.pool.clone()),
+            node_class: req.node_class.clone(),
             price,
             image_id: None,
             subnet_id: None,

@@ -15,8 +15,10 @@
 //! claim id and adopts it — so a retried launch returns the instance the
 //! first attempt made even where ClientToken is not honoured (the emulator).
 //!
-//! **Only what we own.** `instances()` and `terminate()` only see instances
-//! with our cluster tag (`kubernetes.io/cluster/<name>=owned`).
+//! **Only what we own.** `instances()`, `terminate()` and the launch's
+//! adoption only see instances tagged `nodewright.io/cluster=<name>`
+//! ([`tags::CLUSTER`]); the cluster's `kubernetes.io/cluster/<name>=owned`
+//! tag is membership (managed node groups carry it too), never ownership.
 
 pub mod catalog;
 mod launch;
@@ -40,19 +42,8 @@ use crate::scheduling::labels;
 
 pub use launch::ClusterInfo;
 
-/// Tag keys the adapter writes and filters on.
-pub mod tags {
-    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
-    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
-    pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
-    pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
-    pub const NAME: &str = "Name";
-    /// `kubernetes.io/cluster/<cluster>`, value `owned`.
-    pub fn cluster(cluster: &str) -> String {
-        format!("kubernetes.io/cluster/{cluster}")
-    }
-    pub const OWNED: &str = "owned";
-}
+/// Tag keys the adapter writes and filters on (see [`crate::cloud::ownership`]).
+pub use crate::cloud::ownership as tags;
 
 /// How long cached facts are trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,7 +290,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .ok_or_else(|| CloudError::Invalid(format!("nodeclass {name:?} is not defined")))
     }
 
-    /// Our live instances matching extra filters.
+    /// Our live instances matching extra filters: those tagged
+    /// `nodewright.io/cluster=<cluster>`, by the request's filter and again
+    /// here on the tags returned (an instance the filter let through without
+    /// our tag is logged and dropped, never acted on).
     async fn describe_ours(
         &self,
         extra: Vec<Filter>,
@@ -310,11 +304,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .describe_instances()
             .filters(
                 Filter::builder()
-                    .name(format!(
-                        "tag:{}",
-                        tags::cluster(&self.settings.cluster_name)
-                    ))
-                    .values(tags::OWNED)
+                    .name(format!("tag:{}", tags::CLUSTER))
+                    .values(&self.settings.cluster_name)
                     .build(),
             )
             .filters(
@@ -333,11 +324,24 @@ impl<P: PriceSource> Ec2Cloud<P> {
             let page =
                 page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeInstances", e)))?;
             for r in page.reservations() {
-                out.extend(r.instances().iter().cloned());
+                for i in r.instances() {
+                    if is_ours(i, &self.settings.cluster_name) {
+                        out.push(i.clone());
+                    } else {
+                        warn!(instance = ?i.instance_id(), "DescribeInstances returned an instance without our ownership tag; leaving it alone");
+                    }
+                }
             }
         }
         Ok(out)
     }
+}
+
+/// Whether an EC2 instance carries `nodewright.io/cluster=<cluster>`.
+fn is_ours(i: &aws_sdk_ec2::types::Instance, cluster: &str) -> bool {
+    i.tags()
+        .iter()
+        .any(|t| t.key() == Some(tags::CLUSTER) && t.value() == Some(cluster))
 }
 
 /// States of an instance that still exists (or is on its way out).
@@ -389,6 +393,7 @@ fn to_instance(
         launched_at,
         claim_id: tag(tags::NODECLAIM),
         pool: tag(tags::NODEPOOL),
+        node_class: tag(tags::NODECLASS),
         image_id: i.image_id().map(str::to_owned),
         subnet_id: i.subnet_id().map(str::to_owned),
         security_group_ids: i
