@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What running nodewright costs per month, next to Karpenter's in-cluster
 controller. Pure arithmetic: measured inputs (flags, defaults = the figures
-in README.md "Deploy") × AWS's published us-east-1 prices.
+in infra/README.md "What running it costs") × AWS's published us-east-1 prices.
 
     python3 infra/running-cost.py [--nodes 100] [--churn-per-day 0.2] ... [--json]
 
@@ -58,13 +58,14 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--account-instances-factor", type=float, default=2.0,
                     help="EC2 state changes of the whole account per change of ours (the rule cannot filter by cluster)")
     ap.add_argument("--interruption-mb", type=int, default=128)
-    ap.add_argument("--interruption-s", type=float, default=90.0,
-                    help="seconds per interruption invocation (drains advance inside it)")
+    ap.add_argument("--interruption-s", type=float, default=1.0,
+                    help="seconds per interruption invocation (records the batch's removals and taints their nodes; "
+                         "the scheduled loops drain)")
     ap.add_argument("--interruption-events-per-node-month", type=float, default=0.5,
                     help="spot warnings + rebalance recommendations + scheduled changes per node per month")
     # DynamoDB: what one tick reads (Scan / GetItem sizes).
     ap.add_argument("--claim-item-kb", type=float, default=5.7,
-                    help="size of one claim item (measured on the emulator: 60 pods, 60 launch options; see README)")
+                    help="size of one claim item (measured on the emulator: 60 pods, 60 launch options; see infra/README.md)")
     ap.add_argument("--state-overhead-kb", type=float, default=4.0,
                     help="the state table's other items (usage, batch, leases, unavailable marks)")
     ap.add_argument("--config-kb", type=float, default=4.0, help="the config table (NodePools, NodeClasses, settings)")
@@ -82,7 +83,9 @@ def parse() -> argparse.Namespace:
                          "1 models the earlier Scan per tick")
     ap.add_argument("--log-kb-per-invocation", type=float, default=1.5,
                     help="CloudWatch Logs per invocation (START/END/REPORT + a summary line)")
-    ap.add_argument("--alarms", type=int, default=6)
+    ap.add_argument("--alarms", type=int, default=17,
+                    help="alarm metrics (alarms.tf: 2 dead-letter, backlog, dropped, provisioner idle, "
+                         "4 function errors, 4 function throttles, 2 table throttles of 2 metrics each)")
     ap.add_argument("--json", action="store_true")
     return ap.parse_args()
 
@@ -150,7 +153,7 @@ def compute(a: argparse.Namespace) -> dict:
                  "note": "the event source mapping's long polls dominate"})
     log_gb = inv * a.log_kb_per_invocation / 1024 / 1024
     rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB, "note": "ingestion"})
-    rows.append({"item": "CloudWatch alarms", "quantity": f"{a.alarms}", "usd": a.alarms * ALARM_MONTH, "note": "2 dead-letter + 4 error alarms"})
+    rows.append({"item": "CloudWatch alarms", "quantity": f"{a.alarms}", "usd": a.alarms * ALARM_MONTH, "note": "dead letters, backlog, dropped, provisioner idle; errors and throttles per function and table"})
     total = sum(r["usd"] for r in rows)
     # The always-free tier, per account (shared with whatever else runs there):
     # Lambda 400,000 GB-s and 1 M requests, SQS 1 M requests a month.

@@ -16,8 +16,11 @@ use crate::resources::{format_cpu, parse_milli, parse_whole};
 /// The longest input a target looks at.
 pub const MAX_INPUT: usize = 64 * 1024;
 
+/// A fuzz target: its name and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// Every target, by the name its corpus directory and `cargo fuzz` use.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[Target] = &[
     ("event_message", event_message),
     ("config_documents", config_documents),
     ("quantity", quantity),
@@ -47,9 +50,9 @@ pub fn event_message(data: &[u8]) {
     use crate::interruption::Message::*;
     let ids: Vec<&String> = match &message {
         StateChange { instance_id, .. }
-        | SpotInterruption { instance_id }
+        | SpotInterruption { instance_id, .. }
         | RebalanceRecommendation { instance_id }
-        | CapacityReservationInterruption { instance_id } => vec![instance_id],
+        | CapacityReservationInterruption { instance_id, .. } => vec![instance_id],
         ScheduledChange { instance_ids, .. } => instance_ids.iter().collect(),
     };
     assert!(
@@ -121,6 +124,7 @@ pub fn cron(data: &[u8]) {
             s.trim(),
             "a parsed schedule keeps its text"
         );
+        #[allow(clippy::expect_used, reason = "a constant in range")]
         let at = crate::ports::Timestamp::from_second(1_767_225_600).expect("2026-01-01");
         let _ = schedule.is_active(at, crate::ports::SignedDuration::from_hours(24));
     }

@@ -82,6 +82,11 @@ pub struct CloudCatalog {
     pub region: String,
     pub instance_types: Vec<InstanceTypeInfo>,
     pub offerings: Vec<PricedOffering>,
+    /// Zone name → zone id (`us-east-1a` → `use1-az1`), where known: what
+    /// `topology.k8s.aws/zone-id` means. Empty when unknown (a pod that
+    /// requires a zone id then waits, it is never placed by guess).
+    #[serde(default)]
+    pub zone_ids: std::collections::BTreeMap<String, String>,
 }
 
 /// One launch: a claim's options, cheapest first. The cloud buys exactly one
@@ -169,11 +174,94 @@ pub struct Instance {
     pub security_group_ids: Vec<String>,
 }
 
+/// A launch template of ours (ownership tag `nodewright.io/cluster=<cluster>`),
+/// as the cloud lists it for clean-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchTemplate {
+    pub id: String,
+    pub name: String,
+    pub created_at: Timestamp,
+    /// The `nodewright.io/nodeclass` tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class: Option<String>,
+    /// The `nodewright.io/nodepool` tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// The `nodewright.io/image` tag: the AMI it boots (absent on templates
+    /// made before the tag existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+}
+
 /// A successful launch, and the options the cloud found out of capacity on the way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launched {
     pub instance: Instance,
     pub unavailable: Vec<OfferingKey>,
+}
+
+/// What a failed call to a service (EC2, DynamoDB, SSM, …) was, as far as
+/// a caller's decision goes: whether the same call can succeed later on
+/// its own, and what an operator has to fix when it cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailureKind {
+    /// Throttled (HTTP 429, a throttling or provisioned-throughput code):
+    /// the same call succeeds a little later.
+    Throttled,
+    /// The service or the way to it failed (a 5xx, a timeout, a dropped
+    /// connection): the same call may succeed a little later.
+    Unavailable,
+    /// Not allowed: credentials, an IAM policy, or a KMS key that refuses
+    /// or is disabled (401/403, `AccessDenied`, `UnauthorizedOperation`,
+    /// `KMS…`). Nothing changes until an operator fixes the grant.
+    AccessDenied,
+    /// Something the call names does not exist (a table, a parameter, a
+    /// launch template).
+    NotFound,
+    /// The service refused the request itself (validation, a bad parameter).
+    InvalidRequest,
+}
+
+impl FailureKind {
+    /// The same call may succeed later without anyone changing anything.
+    pub fn is_transient(self) -> bool {
+        matches!(self, FailureKind::Throttled | FailureKind::Unavailable)
+    }
+
+    /// The short name logs and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Throttled => "throttled",
+            FailureKind::Unavailable => "unavailable",
+            FailureKind::AccessDenied => "access denied",
+            FailureKind::NotFound => "not found",
+            FailureKind::InvalidRequest => "invalid request",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A call a service refused or failed: its kind, and what the service
+/// said (operation, error code and message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ServiceError {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl ServiceError {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        ServiceError {
+            kind,
+            message: message.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -184,18 +272,47 @@ pub enum CloudError {
         offerings: Vec<OfferingKey>,
         message: String,
     },
-    /// Throttling, a 5xx, a timeout: worth retrying later.
+    /// Not ready yet for a reason of our own (a catalog still loading):
+    /// worth retrying later.
     #[error("transient cloud error: {0}")]
     Transient(String),
-    /// Bad input or configuration (a selector matching nothing, an unknown type):
-    /// retrying the same request cannot help.
+    /// Bad input or configuration found before any call (a selector
+    /// matching nothing, an unknown type): retrying cannot help.
     #[error("{0}")]
     Invalid(String),
+    /// The cloud refused or failed a call, classified.
+    #[error("{0}")]
+    Service(ServiceError),
 }
 
 impl CloudError {
     pub fn is_retryable(&self) -> bool {
-        matches!(self, CloudError::Transient(_))
+        match self {
+            CloudError::Transient(_) => true,
+            CloudError::Service(e) => e.kind.is_transient(),
+            CloudError::InsufficientCapacity { .. } | CloudError::Invalid(_) => false,
+        }
+    }
+
+    /// What kind of service failure this is, when the cloud reported one.
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        match self {
+            CloudError::Service(e) => Some(e.kind),
+            _ => None,
+        }
+    }
+
+    /// The same error with `context` before its message (its kind kept).
+    pub fn context(self, context: &str) -> CloudError {
+        match self {
+            CloudError::Transient(m) => CloudError::Transient(format!("{context}: {m}")),
+            CloudError::Invalid(m) => CloudError::Invalid(format!("{context}: {m}")),
+            CloudError::Service(e) => CloudError::Service(ServiceError::new(
+                e.kind,
+                format!("{context}: {}", e.message),
+            )),
+            other @ CloudError::InsufficientCapacity { .. } => other,
+        }
     }
 }
 
@@ -218,6 +335,24 @@ pub trait Cloud: Send + Sync {
     /// are not terminated; never another's (a node group's, a Karpenter's,
     /// another cluster's).
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
+    /// Our launch templates (ownership tag `nodewright.io/cluster=<cluster>`);
+    /// never another's. The default lists none: an adapter that makes no
+    /// templates has nothing to clean up.
+    fn launch_templates(
+        &self,
+    ) -> impl Future<Output = Result<Vec<LaunchTemplate>, CloudError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// Deletes one of our launch templates. `Ok(false)` when it is already
+    /// gone or is not ours (then it is left alone, and logged): only a
+    /// template carrying our ownership tag is ever deleted.
+    fn delete_launch_template(
+        &self,
+        template: &LaunchTemplate,
+    ) -> impl Future<Output = Result<bool, CloudError>> + Send {
+        let _ = template;
+        async { Ok(false) }
+    }
     /// What a NodeClass resolves to now (AMIs, subnets, security groups),
     /// for drift. The default knows nothing (every list empty), which
     /// drift reads as "not compared": an adapter that does not resolve
@@ -251,6 +386,17 @@ impl<C: Cloud> Cloud for Arc<C> {
     }
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send {
         (**self).instances()
+    }
+    fn launch_templates(
+        &self,
+    ) -> impl Future<Output = Result<Vec<LaunchTemplate>, CloudError>> + Send {
+        (**self).launch_templates()
+    }
+    fn delete_launch_template(
+        &self,
+        template: &LaunchTemplate,
+    ) -> impl Future<Output = Result<bool, CloudError>> + Send {
+        (**self).delete_launch_template(template)
     }
     fn resolved_class(
         &self,
@@ -389,6 +535,16 @@ pub trait Cluster: Send + Sync {
         key: &str,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Sets these labels and annotations on the node (adding or replacing
+    /// each key given; every other key is left as it is): a registered
+    /// node gets the labels its kubelet could not set (its instance type's
+    /// facts) and its NodePool's annotations. A missing node is `NotFound`.
+    fn label_node(
+        &self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Evicts through the Eviction API, so PodDisruptionBudgets are honoured.
     fn evict(
         &self,
@@ -416,15 +572,22 @@ pub enum ConfigKind {
     NodePool,
     NodeClass,
     Settings,
+    /// A Karpenter `NodeOverlay` (price and capacity overrides).
+    NodeOverlay,
+    /// A `CapacityBuffer` (spare capacity kept as virtual pods).
+    CapacityBuffer,
 }
 
 impl ConfigKind {
-    /// `nodepool`, `nodeclass`, `settings`: the stored key's prefix and how errors name items.
+    /// `nodepool`, `nodeclass`, `settings`, `nodeoverlay`, `capacitybuffer`:
+    /// the stored key's prefix and how errors name items.
     pub fn as_str(self) -> &'static str {
         match self {
             ConfigKind::NodePool => "nodepool",
             ConfigKind::NodeClass => "nodeclass",
             ConfigKind::Settings => "settings",
+            ConfigKind::NodeOverlay => "nodeoverlay",
+            ConfigKind::CapacityBuffer => "capacitybuffer",
         }
     }
 
@@ -436,6 +599,10 @@ impl ConfigKind {
                 Some(ConfigKind::NodeClass)
             }
             "settings" | "setting" => Some(ConfigKind::Settings),
+            "nodeoverlay" | "nodeoverlays" | "overlay" | "overlays" => {
+                Some(ConfigKind::NodeOverlay)
+            }
+            "capacitybuffer" | "capacitybuffers" | "cb" => Some(ConfigKind::CapacityBuffer),
             _ => None,
         }
     }
@@ -453,6 +620,51 @@ pub struct ConfigItem {
     /// Starts at 1; a write must name the version it replaces.
     pub version: u64,
     pub updated_at: Timestamp,
+}
+
+/// The key an unreadable item's reason is kept under, in place of its spec
+/// (no spec field starts with `$`).
+const UNREADABLE_SPEC_KEY: &str = "$unreadable";
+
+impl ConfigItem {
+    /// A stored item whose body cannot be read: kept beside the others,
+    /// named by its key, so the reader reports it as invalid (with `reason`)
+    /// instead of failing every item's read.
+    pub fn unreadable(
+        kind: ConfigKind,
+        name: &str,
+        version: u64,
+        reason: impl Into<String>,
+    ) -> ConfigItem {
+        ConfigItem {
+            kind,
+            name: name.to_owned(),
+            spec: serde_json::json!({ UNREADABLE_SPEC_KEY: reason.into() }),
+            annotations: BTreeMap::new(),
+            version,
+            updated_at: Timestamp::UNIX_EPOCH,
+        }
+    }
+
+    /// Why the stored item could not be read, for one made by [`ConfigItem::unreadable`].
+    pub fn unreadable_reason(&self) -> Option<&str> {
+        self.spec.get(UNREADABLE_SPEC_KEY)?.as_str()
+    }
+}
+
+/// A state item (a claim or a removal command) that cannot be read back:
+/// its key and why. Listings skip it; garbage collection and terminations
+/// wait while one exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    pub key: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.reason)
+    }
 }
 
 /// One change of an all-or-nothing configuration write.
@@ -500,14 +712,45 @@ pub enum StoreError {
     /// Reserving a claim would take its NodePool past a limit.
     #[error("nodepool {pool}: limit {resource} would be exceeded")]
     LimitExceeded { pool: String, resource: String },
+    /// Our own retries ran out (transactions that kept losing to
+    /// concurrent ones): worth retrying later.
     #[error("transient store error: {0}")]
     Transient(String),
-    /// An item that cannot be read back (corrupt or from an incompatible version).
+    /// An item that cannot be read back (corrupt or from an incompatible
+    /// version), or a write that breaks the store's rules.
     #[error("{0}")]
     Invalid(String),
+    /// The database refused or failed a call, classified.
+    #[error("{0}")]
+    Service(ServiceError),
+}
+
+impl StoreError {
+    /// Worth retrying as it is: the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Transient(_) | StoreError::Conflict(_) => true,
+            StoreError::Service(e) => e.kind.is_transient(),
+            StoreError::LimitExceeded { .. } | StoreError::Invalid(_) => false,
+        }
+    }
+
+    /// What kind of service failure this is, when the database reported one.
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        match self {
+            StoreError::Service(e) => Some(e.kind),
+            _ => None,
+        }
+    }
 }
 
 /// DynamoDB as the handlers see it: the only state that outlives an invocation.
+///
+/// **Unreadable items are quarantined, never fatal.** A configuration item
+/// whose body cannot be read is listed by `config_items` as
+/// [`ConfigItem::unreadable`] (reported invalid beside the valid ones); a
+/// claim or removal command that cannot be read is left out of `claims` and
+/// `commands` (logged) and listed by `unreadable_state`.
 pub trait Store: Send + Sync {
     fn config_items(&self) -> impl Future<Output = Result<Vec<ConfigItem>, StoreError>> + Send;
     /// A counter every configuration write moves: a reader that saw this
@@ -532,7 +775,13 @@ pub trait Store: Send + Sync {
         writes: &[ConfigWrite],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Every readable claim (unreadable ones are in `unreadable_state`).
     fn claims(&self) -> impl Future<Output = Result<Vec<Claim>, StoreError>> + Send;
+    /// Claims and removal commands that cannot be read, as of the view
+    /// `claims` and `commands` answer from. While any exists, garbage
+    /// collection does nothing and no instance is terminated (fail closed):
+    /// the missing claim may be the very one of an instance.
+    fn unreadable_state(&self) -> impl Future<Output = Result<Vec<Unreadable>, StoreError>> + Send;
     /// Writes a new claim and adds its reservation to its pool's usage in one
     /// atomic step; refuses if the claim exists or a limit would be exceeded.
     fn create_claim(
@@ -579,7 +828,7 @@ pub trait Store: Send + Sync {
         holder: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Removal commands in progress (`command#<id>`, one per claim).
+    /// Removal commands in progress (`command#<id>`, one per claim), readable ones.
     fn commands(&self) -> impl Future<Output = Result<Vec<Command>, StoreError>> + Send;
     /// Writes `next` if the stored command is `previous` (by version);
     /// `None` means it must not exist yet, so a node gets one command only.

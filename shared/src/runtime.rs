@@ -94,6 +94,16 @@ pub async fn provisioner(
         remaining_at_start_s = remaining.as_secs_f64(),
         "provisioner invocation done"
     );
+    // The heartbeat the "provisioner not running" alarm watches: three
+    // minutes without a tick (no invocation, or none that got to tick).
+    crate::handlers::metrics::emit(
+        Timestamp::now().as_millisecond(),
+        &[("Function", "provisioner".to_owned())].into(),
+        &[crate::handlers::metrics::Metric::count(
+            "ProvisionerTicks",
+            ticks.provisioner as f64,
+        )],
+    );
     Ok(
         serde_json::json!({ "ticks": ticks.provisioner, "disruption_ticks": ticks.disruption, "dynamodb": dynamodb }),
     )
@@ -188,32 +198,63 @@ pub async fn disruption(
 }
 
 /// The state-change function: one EventBridge event. A malformed event is
-/// logged and dropped (returning an error would only make EventBridge retry
-/// it); a failure worth retrying is returned as an error.
+/// logged and dropped (returning an error would only make Lambda retry
+/// it); every other failure — an access error or an unreadable item as
+/// much as a throttle — is returned as an error, so Lambda retries the
+/// asynchronous invocation and, after its retries, keeps the event in the
+/// failed-invocations queue (an alarm watches it).
 pub async fn state_change(
     ports: &LivePorts,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
-    match state_change::handle(ports, &event.payload).await {
+    state_change_outcome(state_change::handle(ports, &event.payload).await)
+}
+
+/// What the state-change function returns for a handler's result.
+fn state_change_outcome(
+    result: Result<state_change::StateChangeOutcome, HandlerError>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
+    match result {
         Ok(outcome) => Ok(serde_json::json!({ "outcome": format!("{outcome:?}") })),
-        Err(e) if e.is_retryable() => Err(lambda_runtime::Error::from(e.to_string())),
-        Err(e) => {
+        Err(HandlerError::Invalid(e)) => {
             error!(error = %e, "dropping an event that can never be handled");
-            Ok(serde_json::json!({ "dropped": e.to_string() }))
+            Ok(serde_json::json!({ "dropped": e }))
+        }
+        Err(e) => {
+            error!(error = %e, kind = interruption_handler::failure_kind(&e), "state change failed; returning the error so Lambda retries it");
+            Err(lambda_runtime::Error::from(e.to_string()))
         }
     }
 }
 
-/// The interruption function: one SQS batch. Each message is handled (or
-/// dropped when it can never be); only retryable failures are returned, in
-/// the partial batch response. Then the invocation keeps driving every
-/// removal in progress until none is left or its deadline nears, so a
-/// 2-minute notice is worked through every few seconds.
+/// Timeout of the interruption function as the Terraform module deploys
+/// it (`interruption_timeout`): assumed when the runtime gives no usable
+/// deadline.
+pub const INTERRUPTION_TIMEOUT: SignedDuration = SignedDuration::from_secs(5);
+
+/// The interruption function stops starting messages this long before its
+/// deadline: a message it cannot finish goes back to the queue whole.
+pub const INTERRUPTION_MARGIN: SignedDuration = SignedDuration::from_secs(1);
+
+/// The interruption function: one SQS batch. Each message is handled,
+/// ignored or dropped (a body that can never be read); every failure is
+/// returned in the partial batch response, so SQS delivers it again after
+/// the queue's visibility timeout (and to the dead-letter queue after
+/// `maxReceiveCount` receives). The batch's removals are recorded and
+/// their nodes tainted; the replacement, drain and termination are driven
+/// by the scheduled loops, so the invocation returns in about a second.
 pub async fn interruption(
     ports: &LivePorts,
     event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>,
 ) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, lambda_runtime::Error> {
-    let deadline = deadline_of(&event);
+    let now = Timestamp::now();
+    let deadline = match i64::try_from(event.context.deadline)
+        .ok()
+        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+    {
+        Some(d) if d > now => d,
+        _ => now + INTERRUPTION_TIMEOUT,
+    };
     let records: Vec<Record> = event
         .payload
         .records
@@ -237,30 +278,53 @@ pub async fn interruption(
         }
     };
     let settings = config.settings.clone();
-    let report = interruption_handler::handle_batch(ports, &config, &settings, &options, &records)
-        .await
-        .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    let report = interruption_handler::handle_batch(
+        ports,
+        &config,
+        &settings,
+        &options,
+        &records,
+        deadline - INTERRUPTION_MARGIN,
+    )
+    .await
+    .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
     for id in &report.failures {
         response.add_failure(id.clone());
     }
-    let passes = interruption_handler::drive_until(
-        ports,
-        &config,
-        &options.launch,
-        deadline - DEADLINE_MARGIN,
-        |d| tokio::time::sleep(d.unsigned_abs()),
-    )
-    .await
-    .unwrap_or_else(|e| {
-        // The commands are stored; the provisioner's tick or the next message resumes them.
-        warn!(error = %e, "stopped driving removals");
-        0
-    });
     info!(
         messages = records.len(),
         failures = report.failures.len(),
-        passes,
+        remaining_s = deadline.duration_since(Timestamp::now()).as_secs_f64(),
         "interruption invocation done"
     );
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::{FailureKind, ServiceError, StoreError};
+
+    /// A state change whose handling failed for any reason but an
+    /// unreadable event is an invocation error (Lambda retries it, then
+    /// keeps it in the failed-invocations queue); before, an access error
+    /// counted as "can never succeed" and the event was dropped.
+    #[test]
+    fn a_state_change_is_dropped_only_when_it_cannot_be_read() {
+        let denied = HandlerError::Store(StoreError::Service(ServiceError::new(
+            FailureKind::AccessDenied,
+            "GetItem: AccessDeniedException: not allowed",
+        )));
+        assert!(state_change_outcome(Err(denied)).is_err());
+        let unreadable =
+            HandlerError::Store(StoreError::Invalid("claim#a: unreadable body".into()));
+        assert!(state_change_outcome(Err(unreadable)).is_err());
+        let throttled = HandlerError::Store(StoreError::Service(ServiceError::new(
+            FailureKind::Throttled,
+            "Scan: ThrottlingException",
+        )));
+        assert!(state_change_outcome(Err(throttled)).is_err());
+        let malformed = HandlerError::Invalid("not an EventBridge event".into());
+        assert!(state_change_outcome(Err(malformed)).is_ok());
+    }
 }

@@ -203,7 +203,9 @@ pub struct Ec2Fixture {
     pub security_group: String,
 }
 
-fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
+/// A tag specification of `pairs` for one resource type (what a test
+/// creates in the emulated account carries the tags it is given).
+pub fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
     TagSpecification::builder()
         .resource_type(resource)
         .set_tags(Some(
@@ -440,4 +442,70 @@ pub async fn dynamo_store(region: &str) -> DynamoStore {
     let store = DynamoStore::new(&config, DynamoTables::with_prefix(&unique("nw")));
     store.ensure_tables().await.expect("tables created");
     store
+}
+
+/// The table a hand-written item lives in and the marker its writes move:
+/// configuration keys (`nodepool#`, `nodeclass#`, `settings#`) in the
+/// config table, everything else in the state table.
+fn table_of<'a>(store: &'a DynamoStore, key: &str) -> (&'a str, &'static str) {
+    let config = ["nodepool#", "nodeclass#", "settings#"]
+        .iter()
+        .any(|p| key.starts_with(p));
+    if config {
+        (&store.tables().config, "config#version")
+    } else {
+        (&store.tables().state, "state#version")
+    }
+}
+
+/// Moves a table's version marker, so the store's cached view is read again
+/// (as a write of an older release that bypassed it would be within the
+/// view's maximum age).
+async fn bump_marker(client: &aws_sdk_dynamodb::Client, table: &str, marker: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    client
+        .update_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(marker.to_owned()))
+        .update_expression("ADD #v :one")
+        .expression_attribute_names("#v", "version")
+        .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+        .send()
+        .await
+        .expect("version marker moved");
+}
+
+/// Writes an item by hand under its key, `body` as its JSON and `version`
+/// as its version attribute, as an operator's edit or an older release
+/// might: the DynamoDB side of `MemStore::put_raw`.
+pub async fn put_raw_item(store: &DynamoStore, region: &str, key: &str, body: &str, version: u64) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config(region).await);
+    let (table, marker) = table_of(store, key);
+    client
+        .put_item()
+        .table_name(table)
+        .item("pk", AttributeValue::S(key.to_owned()))
+        .item("body", AttributeValue::S(body.to_owned()))
+        .item("version", AttributeValue::N(version.to_string()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{key} written by hand: {e:?}"));
+    bump_marker(&client, table, marker).await;
+}
+
+/// Deletes an item by hand under its key: the DynamoDB side of
+/// `MemStore::delete_raw`.
+pub async fn delete_raw_item(store: &DynamoStore, region: &str, key: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config(region).await);
+    let (table, marker) = table_of(store, key);
+    client
+        .delete_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(key.to_owned()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{key} deleted by hand: {e:?}"));
+    bump_marker(&client, table, marker).await;
 }

@@ -23,6 +23,8 @@ pub type AnySim<C, S, K> = Simulation<FaultyCloud<C>, S, K>;
 pub const PLACEHOLDER: &str = "i-0123456789abcdef0";
 /// The fixture events' time; a warning's deadline counts from it.
 pub const FIXTURE_TIME: &str = "2026-12-01T09:00:00Z";
+/// Two minutes after it (a capacity reservation's termination time).
+pub const FIXTURE_TIME_PLUS_2: &str = "2026-12-01T09:02:00Z";
 
 pub fn fixture(name: &str) -> serde_json::Value {
     let path = format!(
@@ -36,6 +38,7 @@ pub fn fixture(name: &str) -> serde_json::Value {
 /// The fixture's SQS records, for `instance`, as if sent at `now`.
 pub fn records(name: &str, instance: &str, now: Timestamp) -> Vec<Record> {
     let event = fixture(name);
+    let later = (now + SignedDuration::from_mins(2)).to_string();
     let now = now.to_string();
     event["Records"]
         .as_array()
@@ -47,13 +50,14 @@ pub fn records(name: &str, instance: &str, now: Timestamp) -> Vec<Record> {
                 .as_str()
                 .expect("body")
                 .replace(PLACEHOLDER, instance)
-                .replace(FIXTURE_TIME, &now),
+                .replace(FIXTURE_TIME, &now)
+                .replace(FIXTURE_TIME_PLUS_2, &later),
         })
         .collect()
 }
 
 /// Hands records to the interruption handler as the function would, with
-/// the configuration as stored.
+/// the configuration as stored and the function's timeout.
 pub async fn deliver<C, S, K>(sim: &AnySim<C, S, K>, rs: &[Record]) -> BatchReport
 where
     C: Cloud + Clone,
@@ -67,6 +71,7 @@ where
         &config.settings,
         &InterruptionSettings::default(),
         rs,
+        sim.now() + sim.settings.interruption_invocation,
     )
     .await
     .expect("batch")
@@ -100,6 +105,14 @@ pub fn node_tainted(nodes: &[Node], name: &str) -> bool {
         .find(|n| n.metadata.name.as_deref() == Some(name))
         .and_then(|n| n.spec.as_ref()?.taints.clone())
         .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+}
+
+pub fn node_cordoned(nodes: &[Node], name: &str) -> bool {
+    nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(name))
+        .and_then(|n| n.spec.as_ref()?.unschedulable)
+        .unwrap_or(false)
 }
 
 /// Annotates the stored spot NodePool with a rebalance policy, as `config
@@ -146,7 +159,8 @@ where
     assert!(sim.store.commands().await.expect("commands").is_empty());
 }
 
-/// `Cordon`: the node is tainted, nothing else happens.
+/// `Cordon`: the node is cordoned, nothing else happens — and it carries
+/// no removal taint, so it is not taken for a node being removed.
 pub async fn rebalance_cordon<C, S, K>(sim: &mut AnySim<C, S, K>, claim: &Claim)
 where
     C: Cloud + Clone,
@@ -159,7 +173,9 @@ where
     assert_eq!(kinds(&report), ["cordoned"], "{report:?}");
     sim.run_for(SignedDuration::from_mins(3)).await;
     let node = claim.node_name.as_deref().expect("node");
-    assert!(node_tainted(&sim.cluster.all_nodes().await, node));
+    let nodes = sim.cluster.all_nodes().await;
+    assert!(node_cordoned(&nodes, node));
+    assert!(!node_tainted(&nodes, node));
     assert!(sim.store.commands().await.expect("commands").is_empty());
     assert_eq!(
         sim.cloud.launch_calls(),

@@ -9,6 +9,13 @@
 //!
 //! Tests share the server, so each works in its own namespace and on nodes
 //! whose names carry the test's name and the process id.
+//!
+//! A second server runs the rest of a control plane beside it
+//! (kube-controller-manager, kube-scheduler, kwok: `kube.sh start
+//! --control-plane`): `KubeEnv::control_plane`, from
+//! `NODEWRIGHT_CONTROL_PLANE_ENV` or, unset, started for the test binary
+//! the same way. Its controllers act on every object, so it is never the
+//! server the namespace-sharing tests use.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,11 +40,18 @@ pub struct KubeEnv {
     pub admin_token: String,
     pub function_token: String,
     pub function_kubeconfig: PathBuf,
+    pub admin_kubeconfig: PathBuf,
     pub version: String,
+    /// kube-controller-manager, kube-scheduler and kwok run beside the server.
+    pub control_plane: bool,
+    /// The harness's processes by name (`kube-apiserver`, `etcd`, …) → pid.
+    pub pids: BTreeMap<String, String>,
 }
 
 /// The variable `tests/run` sets.
 pub const ENV_VAR: &str = "NODEWRIGHT_KUBE_ENV";
+/// The variable `tests/run` sets for the server with the whole control plane.
+pub const CONTROL_PLANE_ENV_VAR: &str = "NODEWRIGHT_CONTROL_PLANE_ENV";
 
 /// The repository root (the tests crate sits one level below it).
 pub fn repo_root() -> PathBuf {
@@ -83,7 +97,19 @@ impl KubeEnv {
             admin_token: get("KUBE_ADMIN_TOKEN"),
             function_token: get("KUBE_FUNCTION_TOKEN"),
             function_kubeconfig: PathBuf::from(get("KUBE_FUNCTION_KUBECONFIG")),
+            admin_kubeconfig: PathBuf::from(get("KUBE_ADMIN_KUBECONFIG")),
             version: vars.get("KUBE_VERSION").cloned().unwrap_or_default(),
+            control_plane: vars.get("KUBE_CONTROL_PLANE").is_some_and(|v| v == "1"),
+            pids: [
+                ("kube-apiserver", "KUBE_APISERVER_PID"),
+                ("etcd", "KUBE_ETCD_PID"),
+                ("kube-controller-manager", "KUBE_CONTROLLER_MANAGER_PID"),
+                ("kube-scheduler", "KUBE_SCHEDULER_PID"),
+                ("kwok", "KUBE_KWOK_PID"),
+            ]
+            .into_iter()
+            .filter_map(|(name, var)| Some((name.to_owned(), vars.get(var)?.clone())))
+            .collect(),
         }
     }
 
@@ -92,8 +118,30 @@ impl KubeEnv {
         static ENV: OnceLock<KubeEnv> = OnceLock::new();
         ENV.get_or_init(|| match std::env::var(ENV_VAR) {
             Ok(path) if !path.is_empty() => KubeEnv::from_file(Path::new(&path)),
-            _ => start_own_server(),
+            _ => start_own_server(false),
         })
+    }
+
+    /// A bare server of the caller's alone (for a test that changes what
+    /// every test would see: CustomResourceDefinitions, say), stopped when
+    /// the process exits. Starts in ~5 s.
+    pub fn private() -> KubeEnv {
+        start_server(false, &unique("private"))
+    }
+
+    /// The server with kube-controller-manager, kube-scheduler and kwok
+    /// beside it (see the module doc).
+    pub fn control_plane() -> &'static KubeEnv {
+        static ENV: OnceLock<KubeEnv> = OnceLock::new();
+        let env = ENV.get_or_init(|| match std::env::var(CONTROL_PLANE_ENV_VAR) {
+            Ok(path) if !path.is_empty() => KubeEnv::from_file(Path::new(&path)),
+            _ => start_own_server(true),
+        });
+        assert!(
+            env.control_plane,
+            "{CONTROL_PLANE_ENV_VAR} names a server started without --control-plane"
+        );
+        env
     }
 
     pub fn ca_pem(&self) -> Vec<u8> {
@@ -123,16 +171,31 @@ impl KubeEnv {
     }
 }
 
-fn start_own_server() -> KubeEnv {
+fn start_own_server(control_plane: bool) -> KubeEnv {
+    start_server(control_plane, &std::process::id().to_string())
+}
+
+fn start_server(control_plane: bool, tag: &str) -> KubeEnv {
     let script = repo_root().join("tests/harness/kube/kube.sh");
-    let dir = std::env::temp_dir().join(format!("nodewright-kube-{}", std::process::id()));
+    let (var, what, flags, suffix) = if control_plane {
+        (
+            CONTROL_PLANE_ENV_VAR,
+            "a kube-apiserver with its control plane",
+            &["--control-plane"][..],
+            "-cp",
+        )
+    } else {
+        (ENV_VAR, "a kube-apiserver", &[][..], "")
+    };
+    let dir = std::env::temp_dir().join(format!("nodewright-kube-{tag}{suffix}"));
     eprintln!(
-        "{ENV_VAR} is not set: starting a kube-apiserver for this test binary in {}",
+        "starting {what} for this test binary in {} ({var} names none, or a server of its own was asked for)",
         dir.display()
     );
     let out = Command::new("bash")
         .arg(&script)
         .arg("start")
+        .args(flags)
         .arg(&dir)
         .stdin(Stdio::null())
         .output()

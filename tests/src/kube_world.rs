@@ -1,18 +1,29 @@
 //! A simulation's cluster played on the real kube-apiserver: the handlers
-//! reach it through `KubeCluster` as the restricted function identity,
-//! while the cluster's own controllers (`nodewright::sim::controllers` —
-//! ReplicaSets, DaemonSets, pod GC, the kubelets, kube-scheduler) act as
-//! the admin through the API, as kube-controller-manager, kube-scheduler
-//! and the kubelets would. Nothing is simulated inside the server: pods,
-//! bindings, taints, evictions and Events are real API objects.
+//! reach it through `KubeCluster` as the restricted function identity.
+//! Nothing is simulated inside the server: pods, bindings, taints,
+//! evictions and Events are real API objects. Who plays the rest of the
+//! cluster depends on the server ([`Controllers`]):
 //!
-//! There is no kube-controller-manager, so the disruption controller is
-//! played here too: each reconcile recomputes every PodDisruptionBudget's
-//! status ([`controllers::disruption_budgets`]) and writes it through the
-//! status subresource, conditional on the budget's resourceVersion — the
-//! server's eviction handler decides from that status, as in a cluster.
-//! The kubelets confirm a graceful deletion once the pod's
-//! `deletionTimestamp` has passed.
+//! - On a bare server, the cluster's own controllers
+//!   (`nodewright::sim::controllers` — ReplicaSets, DaemonSets, pod GC, the
+//!   kubelets, kube-scheduler) act as the admin through the API, as
+//!   kube-controller-manager, kube-scheduler and the kubelets would. There
+//!   is no kube-controller-manager, so the disruption controller is played
+//!   here too: each reconcile recomputes every PodDisruptionBudget's status
+//!   ([`controllers::disruption_budgets`]) and writes it through the status
+//!   subresource, conditional on the budget's resourceVersion — the
+//!   server's eviction handler decides from that status, as in a cluster.
+//!   The kubelets confirm a graceful deletion once the pod's
+//!   `deletionTimestamp` has passed.
+//! - On a server started with its control plane (`kube.sh start
+//!   --control-plane`), the real kube-controller-manager and kube-scheduler
+//!   do all of that, and kwok plays the kubelets: the only part played here
+//!   is the registrar, the boot of an instance's kubelet — its Node,
+//!   created with the instance type's capacity and allocatable, the
+//!   launch's labels and startup taints, and kwok's annotation; kwok then
+//!   reports it Ready and the node lifecycle controller lifts the
+//!   not-ready taint. Such a simulation runs on a wall clock
+//!   (`SimClock::wall`): the controllers beside it live in real time.
 //!
 //! The server is shared by every test of a binary, and the provisioner
 //! looks at the whole cluster, so a scenario takes [`ApiServerCluster::exclusive`]:
@@ -21,6 +32,7 @@
 use std::sync::Arc;
 
 use futures_util::future::try_join_all;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -40,7 +52,21 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::kube_harness::{KubeEnv, apply_rbac};
 
 const FIELD_MANAGER: &str = "nodewright-sim";
+/// Deletions in flight at once while a cluster is emptied.
+const WIPE_CONCURRENCY: usize = 32;
 const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// The annotation kwok selects the Nodes it plays the kubelet of by
+/// (`kube.sh start --control-plane`).
+pub const KWOK_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// Who plays the cluster's controllers, kube-scheduler and the kubelets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Controllers {
+    /// `nodewright::sim::controllers`, acting through the API as the admin.
+    Played,
+    /// kube-controller-manager, kube-scheduler and kwok beside the server.
+    Real,
+}
 /// Who published the Events the scenarios count.
 const REPORTING_CONTROLLER: &str = nodewright::kube::CONTROLLER_NAME;
 
@@ -52,6 +78,7 @@ pub struct ApiServerCluster {
     admin: Client,
     /// Events before this are another test's.
     since: Timestamp,
+    controllers: Controllers,
     _exclusive: Arc<OwnedMutexGuard<()>>,
 }
 
@@ -87,23 +114,51 @@ where
 
 impl ApiServerCluster {
     /// Waits for the cluster, then empties it of pods, workloads, PDBs and
-    /// nodes left by earlier tests, and applies the shipped RBAC.
+    /// nodes left by earlier tests, and applies the shipped RBAC. On a
+    /// server with its control plane, the real controllers play the
+    /// cluster ([`Controllers::Real`]); otherwise they are played here.
     pub async fn exclusive(env: &KubeEnv) -> ApiServerCluster {
-        static LOCK: std::sync::OnceLock<Arc<Mutex<()>>> = std::sync::OnceLock::new();
-        let guard = LOCK
+        static PLAYED: std::sync::OnceLock<Arc<Mutex<()>>> = std::sync::OnceLock::new();
+        static REAL: std::sync::OnceLock<Arc<Mutex<()>>> = std::sync::OnceLock::new();
+        let (lock, controllers) = if env.control_plane {
+            (&REAL, Controllers::Real)
+        } else {
+            (&PLAYED, Controllers::Played)
+        };
+        let guard = lock
             .get_or_init(|| Arc::new(Mutex::new(())))
             .clone()
             .lock_owned()
             .await;
         apply_rbac(env).await;
         let admin = env.admin_client();
-        wipe(&admin).await.expect("emptying the cluster");
+        match controllers {
+            Controllers::Played => wipe(&admin).await,
+            Controllers::Real => wipe_with_controllers(&admin).await,
+        }
+        .expect("emptying the cluster");
         ApiServerCluster {
             function: env.function(ClientSettings::default()),
             admin,
             since: Timestamp::now(),
+            controllers,
             _exclusive: Arc::new(guard),
         }
+    }
+
+    /// When this test took the cluster: Events before are another test's.
+    pub fn since(&self) -> Timestamp {
+        self.since
+    }
+
+    /// Who plays the controllers of this cluster.
+    pub fn controllers(&self) -> Controllers {
+        self.controllers
+    }
+
+    /// The test admin's client (`system:masters`).
+    pub fn admin(&self) -> &Client {
+        &self.admin
     }
 
     async fn ensure_namespace(&self, ns: &str) -> Result<(), String> {
@@ -226,7 +281,7 @@ impl ApiServerCluster {
     /// The kubelet: the pod runs and is ready.
     async fn start(&self, pod: &PodKey) -> Result<(), String> {
         let now = Timestamp::now().to_string();
-        let status = json!({"status": {"phase": "Running", "conditions": [
+        let status = json!({"status": {"phase": "Running", "startTime": now, "conditions": [
             {"type": "Ready", "status": "True", "lastTransitionTime": now},
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
         ]}});
@@ -369,7 +424,8 @@ async fn wipe(admin: &Client) -> Result<(), String> {
             .map_err(err("delete pdb"))?;
     }
     let pods: Vec<Pod> = list(admin).await?;
-    try_join_all(pods.iter().map(|p| {
+    // A few at a time: a thousand connections at once are refused.
+    stream::iter(pods.iter().map(|p| {
         let api: Api<Pod> = Api::namespaced(
             admin.clone(),
             p.metadata.namespace.as_deref().unwrap_or("default"),
@@ -384,6 +440,8 @@ async fn wipe(admin: &Client) -> Result<(), String> {
             }
         }
     }))
+    .buffer_unordered(WIPE_CONCURRENCY)
+    .try_collect::<Vec<()>>()
     .await?;
     // Without the controllers that clear them, the protection finalizers
     // would keep deleted claims and volumes around for good.
@@ -436,6 +494,72 @@ async fn wipe(admin: &Client) -> Result<(), String> {
     Ok(())
 }
 
+/// Empties a cluster whose controllers run: the workload controllers'
+/// objects first (so nothing re-creates pods), then budgets, pods (at
+/// once), volumes and Nodes; waits until no pod is left.
+async fn wipe_with_controllers(admin: &Client) -> Result<(), String> {
+    use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+    use k8s_openapi::api::batch::v1::Job;
+    let background = DeleteParams {
+        grace_period_seconds: Some(0),
+        propagation_policy: Some(kube::api::PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    async fn delete_all<K>(admin: &Client, dp: &DeleteParams) -> Result<(), String>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        for o in list::<K>(admin).await? {
+            let api: Api<K> = Api::namespaced(
+                admin.clone(),
+                o.meta().namespace.as_deref().unwrap_or("default"),
+            );
+            match api
+                .delete(o.meta().name.as_deref().unwrap_or_default(), dp)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_code(&e, 404) => {}
+                Err(e) => {
+                    return Err(format!(
+                        "delete {}: {e}",
+                        K::kind(&K::DynamicType::default())
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+    delete_all::<Deployment>(admin, &background).await?;
+    delete_all::<StatefulSet>(admin, &background).await?;
+    delete_all::<ReplicaSet>(admin, &background).await?;
+    delete_all::<DaemonSet>(admin, &background).await?;
+    delete_all::<Job>(admin, &background).await?;
+    delete_all::<PodDisruptionBudget>(admin, &background).await?;
+    // What `wipe` does for the rest: pods at once, volumes, classes, Nodes.
+    wipe(admin).await?;
+    let start = std::time::Instant::now();
+    loop {
+        let pods: Vec<Pod> = list(admin).await?;
+        if pods.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            return Err(format!("{} pod(s) still there after 60 s", pods.len()));
+        }
+        let keys: Vec<PodKey> = pods.iter().map(PodKey::of).collect();
+        stream::iter(keys.iter().map(|k| remove_pod(admin, k)))
+            .buffer_unordered(WIPE_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 impl ClusterDriver for ApiServerCluster {
     type Port = KubeCluster;
 
@@ -467,14 +591,28 @@ impl ClusterDriver for ApiServerCluster {
         Ok(())
     }
 
-    async fn register_node(&self, node: Node) -> Result<(), String> {
+    async fn register_node(&self, mut node: Node) -> Result<(), String> {
         let api: Api<Node> = Api::all(self.admin.clone());
+        if self.controllers == Controllers::Real {
+            // The kubelet (kwok) reports the conditions, not the registrar.
+            node.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(KWOK_ANNOTATION.0.to_owned(), KWOK_ANNOTATION.1.to_owned());
+            if let Some(status) = node.status.as_mut() {
+                status.conditions = None;
+            }
+        }
         // A Node's status may be set on create (as the kubelet registers).
         let created = match api.create(&PostParams::default(), &node).await {
             Ok(created) => created,
             Err(e) if is_code(&e, 409) => return Ok(()),
             Err(e) => return Err(format!("register node: {e}")),
         };
+        if self.controllers == Controllers::Real {
+            // The node lifecycle controller lifts the not-ready taint.
+            return Ok(());
+        }
         // Admission taints every new node not-ready; the node lifecycle
         // controller lifts that once the node reports Ready, as this one does.
         let taints = created
@@ -497,6 +635,10 @@ impl ClusterDriver for ApiServerCluster {
     }
 
     async fn reconcile(&self) -> Result<(), String> {
+        if self.controllers == Controllers::Real {
+            // kube-controller-manager, kube-scheduler and kwok are at work.
+            return Ok(());
+        }
         let Snapshot {
             pods,
             nodes,

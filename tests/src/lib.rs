@@ -13,6 +13,7 @@ pub mod interruption;
 pub mod kube_harness;
 pub mod kube_world;
 pub mod real;
+pub mod scale_up;
 pub mod sim;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -312,6 +313,7 @@ pub fn claim_record(
         created_at,
         options: vec![],
         labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
         taints: vec![],
         kubelet: Default::default(),
         pods: vec![],

@@ -57,8 +57,8 @@ pub struct SchedulingArgs {
     /// Solve this many times and report the median time.
     #[arg(long, default_value_t = 1)]
     pub(crate) runs: usize,
-    /// How to plan: best (the cheapest of patterns, guided, karpenter and,
-    /// up to 500 pods, standalone), guided (the fluid linear program's
+    /// How to plan: best (what the provisioner runs: the best plan of
+    /// several of the others, as `Strategy::Best` says), guided (the fluid linear program's
     /// types), patterns (the whole-pod program's nodes), karpenter
     /// (Karpenter's algorithm: fewest-pods claim order, no price judgement)
     /// or standalone (no claim dearer than its pods on nodes of their own).

@@ -1,7 +1,8 @@
-//! `nodewright config validate|convert|apply|diff|get|delete` and
+//! `nodewright config validate|convert|apply|diff|get|delete|import` and
 //! `nodewright init`: configuration as DynamoDB items, handled the way
 //! `kubectl` handles Karpenter's objects. `validate` and `convert` are
-//! offline; the others (feature `aws`) talk to the config table.
+//! offline; the others (feature `aws`) talk to the config table, and
+//! `import --from-cluster` reads Karpenter's objects from a cluster first.
 //!
 //! Files are multi-document YAML or JSON (`-f FILE`, `-f -` for stdin);
 //! every error is reported at once with the file, the item, the field path
@@ -34,6 +35,74 @@ pub enum ConfigCommand {
     /// Delete one item (`delete nodepool NAME`).
     #[cfg(feature = "aws")]
     Delete(DeleteArgs),
+    /// Set a static NodePool's replicas (`scale nodepool/NAME --replicas N`).
+    #[cfg(feature = "aws")]
+    Scale(ScaleArgs),
+    /// Read Karpenter's NodePools and EC2NodeClasses (v1, v1beta1) and
+    /// v1alpha5 Provisioners and AWSNodeTemplates from a cluster and write
+    /// them as items, as `apply` writes a file (`--dry-run`: the difference only).
+    #[cfg(feature = "aws")]
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// `nodepool/NAME` (or `NAME`): a NodePool created with `spec.replicas`.
+    pool: String,
+    /// How many nodes it keeps.
+    #[arg(long)]
+    replicas: i64,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[cfg(feature = "aws")]
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Read from the cluster the kubeconfig points at (the only source).
+    #[arg(long, required = true)]
+    from_cluster: bool,
+    /// The kubeconfig (default: `KUBECONFIG`, then `~/.kube/config`).
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// A context of the kubeconfig other than its current one.
+    #[arg(long)]
+    context: Option<String>,
+    /// Import only this pool (a NodePool or Provisioner name; repeat the
+    /// flag for more) and the class it refers to. Default: every pool.
+    #[arg(long = "nodepool", value_name = "NAME")]
+    pools: Vec<String>,
+    /// What nodewright does with the nodes Karpenter launched for an
+    /// imported pool (recorded on the pool as the
+    /// `nodewright.io/karpenter-nodes` annotation).
+    #[arg(long, value_enum, default_value_t = Adopt::None)]
+    adopt: Adopt,
+    /// Print the difference and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the documents read (YAML) and stop: no table is read or written.
+    #[arg(long)]
+    print: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `--adopt`: what happens to Karpenter's nodes of a pool handed over.
+#[cfg(feature = "aws")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Adopt {
+    /// Leave them to Karpenter, which keeps draining them as it would
+    /// (expiry, its own consolidation); nodewright never touches them.
+    None,
+}
+
+#[cfg(feature = "aws")]
+impl Adopt {
+    fn as_str(self) -> &'static str {
+        match self {
+            Adopt::None => "none",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -92,19 +161,32 @@ fn read(file: &str) -> anyhow::Result<(String, String)> {
     Ok((file.to_owned(), text))
 }
 
-fn invalid(errors: &[String]) -> anyhow::Error {
+/// Prints each error; the summary says nothing was changed only where
+/// something could have been (`apply`, `delete`), not for `validate`.
+fn invalid(errors: &[String], writes: bool) -> anyhow::Error {
     for e in errors {
         eprintln!("{e}");
     }
-    anyhow::anyhow!("{} error(s); nothing was changed", errors.len())
+    if writes {
+        anyhow::anyhow!("{} error(s); nothing was changed", errors.len())
+    } else {
+        anyhow::anyhow!("{} error(s)", errors.len())
+    }
+}
+
+fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
 }
 
 pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
     match cmd {
         ConfigCommand::Validate(a) => {
             let (name, text) = read(&a.file)?;
-            let (docs, others) =
-                config_write::validate_text(&name, &text, true).map_err(|e| invalid(&e))?;
+            let v =
+                config_write::validate_file(&name, &text, true).map_err(|e| invalid(&e, false))?;
+            let (docs, others) = (v.docs, v.others);
             let others = if others > 0 {
                 format!(" ({others} other document(s) are not configuration: ignored)")
             } else {
@@ -114,12 +196,15 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
                 "{name}: {} configuration document(s) valid{others}",
                 docs.len()
             );
+            warn(&v.warnings);
             Ok(())
         }
         ConfigCommand::Convert(a) => {
             let (name, text) = read(&a.file)?;
-            let (docs, _) =
-                config_write::validate_text(&name, &text, false).map_err(|e| invalid(&e))?;
+            let v =
+                config_write::validate_file(&name, &text, false).map_err(|e| invalid(&e, false))?;
+            warn(&v.warnings);
+            let docs = v.docs;
             print!(
                 "{}",
                 manifests_yaml(&docs.iter().map(|d| d.to_manifest()).collect::<Vec<_>>())?
@@ -182,6 +267,8 @@ mod stored {
                 ConfigCommand::Diff(a) => apply(&a, true).await,
                 ConfigCommand::Get(a) => get(&a).await,
                 ConfigCommand::Delete(a) => delete(&a).await,
+                ConfigCommand::Scale(a) => scale(&a).await,
+                ConfigCommand::Import(a) => import(&a).await,
                 ConfigCommand::Validate(_) | ConfigCommand::Convert(_) => Ok(()),
             }
         })
@@ -189,7 +276,7 @@ mod stored {
 
     fn write_error(e: WriteError) -> anyhow::Error {
         match e {
-            WriteError::Invalid(errors) => invalid(&errors),
+            WriteError::Invalid(errors) => invalid(&errors, true),
             WriteError::Store(e) => anyhow::Error::from(e),
         }
     }
@@ -212,6 +299,71 @@ mod stored {
                     "{m}: nothing was changed; run `nodewright config diff -f {}` and apply again",
                     a.file
                 )
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    async fn scale(a: &ScaleArgs) -> anyhow::Result<()> {
+        let name = a.pool.strip_prefix("nodepool/").unwrap_or(&a.pool);
+        if a.replicas < 0 {
+            bail!("--replicas must not be negative, got {}", a.replicas);
+        }
+        let store = a.target.store().await;
+        let version = config_write::scale(&store, name, a.replicas, Timestamp::now())
+            .await
+            .map_err(write_error)?;
+        println!(
+            "nodepool/{name} scaled to {} (version {version})",
+            a.replicas
+        );
+        Ok(())
+    }
+
+    async fn import(a: &ImportArgs) -> anyhow::Result<()> {
+        use nodewright::kube::import::{ImportOptions, read_from_cluster};
+        use nodewright::kube::{ClientSettings, KubeCluster};
+        let cluster = KubeCluster::from_kubeconfig(
+            a.kubeconfig.as_deref(),
+            a.context.as_deref(),
+            ClientSettings::default(),
+        )
+        .await
+        .context("connecting to the cluster")?;
+        let options = ImportOptions {
+            pools: a.pools.iter().cloned().collect(),
+            adopt: Some(a.adopt.as_str().to_owned()),
+        };
+        let imported = read_from_cluster(cluster.client(), &options)
+            .await
+            .context("reading Karpenter's objects from the cluster")?;
+        for note in &imported.notes {
+            eprintln!("note: {note}");
+        }
+        if imported.documents.is_empty() {
+            bail!(
+                "the cluster holds no NodePool, EC2NodeClass, Provisioner or AWSNodeTemplate to import"
+            );
+        }
+        let text = imported.to_yaml()?;
+        if a.print {
+            print!("{text}");
+            return Ok(());
+        }
+        let store = a.target.store().await;
+        let changes = config_write::plan(&store, "(cluster)", &text)
+            .await
+            .map_err(write_error)?;
+        print!("{}", config_write::diff(&changes));
+        if a.dry_run {
+            return Ok(());
+        }
+        match config_write::apply(&store, &changes, Timestamp::now()).await {
+            Ok(0) => println!("nothing to change"),
+            Ok(n) => println!("{n} item(s) written"),
+            Err(nodewright::ports::StoreError::Conflict(m)) => {
+                bail!("{m}: nothing was changed; run the import again")
             }
             Err(e) => return Err(e.into()),
         }

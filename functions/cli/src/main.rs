@@ -54,8 +54,21 @@ enum Command {
     Status(status_live::StatusArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// A failure prints its message and the chain of causes, never a
+/// backtrace (even with `RUST_BACKTRACE` set): the errors users meet are
+/// theirs to fix, not the program's.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Plan(args) => plan::run(args),
         Command::Simulate(args) => simulate::run(args),

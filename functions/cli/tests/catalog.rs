@@ -1,5 +1,6 @@
 //! `nodewright catalog` end to end: the binary against the moto emulator,
 //! with the NodePool from a file and from the config table.
+#![allow(clippy::expect_used)] // test code: a failed expectation is a failed test
 
 use std::process::Command;
 

@@ -1,6 +1,7 @@
 //! `nodewright init` and `nodewright config …` end to end: the binary
 //! against the moto emulator's DynamoDB, and the functions' reader seeing
 //! what it wrote.
+#![allow(clippy::expect_used)] // test code: a failed expectation is a failed test
 
 use std::process::Command;
 
@@ -198,7 +199,7 @@ async fn init_apply_get_diff_delete_and_a_conflict() {
         &dir,
         "bad.yaml",
         &format!(
-            "{}---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: op}}\nspec: {{template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}, requirements: [{{key: a, operator: Inn, values: [x]}}]}}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: limit}}\nspec: {{limits: {{cpu: 8Gx}}, template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}}}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: noref}}\nspec: {{template: {{spec: {{requirements: []}}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: missing}}\nspec: {{template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: nope}}}}}}}}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: broken}}\nspec: {{role: r, subnetSelectorTerms: [{{tags: {{a: b}}}}], securityGroupSelectorTerms: [{{tags: {{a: b}}}}]}}\n",
+            "{}---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: op}}\nspec: {{template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}, requirements: [{{key: a, operator: Inn, values: [x]}}]}}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: limit}}\nspec: {{limits: {{cpu: 8Gx}}, template: {{spec: {{requirements: [], nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}}}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: noref}}\nspec: {{template: {{spec: {{requirements: []}}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: missing}}\nspec: {{template: {{spec: {{requirements: [], nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: nope}}}}}}}}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: broken}}\nspec: {{role: r, subnetSelectorTerms: [{{tags: {{a: b}}}}], securityGroupSelectorTerms: [{{tags: {{a: b}}}}]}}\n",
             pool("400")
         ),
     );

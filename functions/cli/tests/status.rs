@@ -3,6 +3,7 @@
 //! adapters: every number status prints is checked against the cluster's
 //! objects, the state table and EC2, a removal in progress shows with its
 //! step, and the live plan is the one the handlers' dry run makes.
+#![allow(clippy::expect_used)] // test code: a failed expectation is a failed test
 
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-# The two tables of ARCHITECTURE.md "State in DynamoDB": one string
+# The two tables of shared/docs/aws.md "State in DynamoDB": one string
 # partition key `pk`, no sort key, a few hundred items at most (on-demand
 # costs cents). Config items never expire; state items carry `expires_at`.
 

@@ -1,10 +1,15 @@
 # ------------------------------------------------------- functions' role
 # One role for the four functions: what each statement allows is what the
-# adapters in shared/src/aws and shared/src/kube call, scoped to this
-# cluster's tags and this module's resources.
+# adapters in shared/src/aws call (tests/harness/infra/check_terraform.py
+# compares the grants with the SDK operations in the sources), scoped as
+# Karpenter's controller policy scopes them, but to nodewright's own
+# ownership tag: `nodewright.io/cluster=<cluster>` (shared/src/cloud/ownership.rs).
+# `kubernetes.io/cluster/<cluster>=owned` is cluster membership (managed
+# node groups carry it too), never what lets the functions delete.
 
 locals {
-  cluster_tag    = "kubernetes.io/cluster/${var.cluster_name}"
+  owner_tag      = "nodewright.io/cluster"
+  nodepool_tag   = "nodewright.io/nodepool"
   ec2_arn_prefix = "arn:${local.partition}:ec2:${local.region}"
 }
 
@@ -42,10 +47,7 @@ data "aws_iam_policy_document" "functions" {
     sid    = "Describe"
     effect = "Allow"
     actions = [
-      "ec2:DescribeAvailabilityZones",
-      "ec2:DescribeCapacityReservations",
       "ec2:DescribeImages",
-      "ec2:DescribeInstanceStatus",
       "ec2:DescribeInstanceTypeOfferings",
       "ec2:DescribeInstanceTypes",
       "ec2:DescribeInstances",
@@ -100,7 +102,8 @@ data "aws_iam_policy_document" "functions" {
     ]
   }
 
-  # Launch: only from our own launch templates.
+  # Launch: only from our own launch templates. (CreateFleet authorises
+  # RunInstances for the instances it launches: both are granted.)
   statement {
     sid       = "LaunchFromOwnedTemplates"
     effect    = "Allow"
@@ -109,13 +112,13 @@ data "aws_iam_policy_document" "functions" {
 
     condition {
       test     = "StringEquals"
-      variable = "aws:ResourceTag/${local.cluster_tag}"
-      values   = ["owned"]
+      variable = "aws:ResourceTag/${local.owner_tag}"
+      values   = [var.cluster_name]
     }
 
     condition {
       test     = "StringLike"
-      variable = "aws:ResourceTag/karpenter.sh/nodepool"
+      variable = "aws:ResourceTag/${local.nodepool_tag}"
       values   = ["*"]
     }
   }
@@ -137,19 +140,13 @@ data "aws_iam_policy_document" "functions" {
 
     condition {
       test     = "StringEquals"
-      variable = "aws:RequestTag/${local.cluster_tag}"
-      values   = ["owned"]
-    }
-
-    condition {
-      test     = "StringEquals"
-      variable = "aws:RequestTag/eks:eks-cluster-name"
+      variable = "aws:RequestTag/${local.owner_tag}"
       values   = [var.cluster_name]
     }
 
     condition {
       test     = "StringLike"
-      variable = "aws:RequestTag/karpenter.sh/nodepool"
+      variable = "aws:RequestTag/${local.nodepool_tag}"
       values   = ["*"]
     }
   }
@@ -176,25 +173,52 @@ data "aws_iam_policy_document" "functions" {
 
     condition {
       test     = "StringEquals"
-      variable = "aws:RequestTag/${local.cluster_tag}"
-      values   = ["owned"]
+      variable = "aws:RequestTag/${local.owner_tag}"
+      values   = [var.cluster_name]
     }
   }
 
-  # Delete only what this cluster owns.
+  # Terminate only what this cluster's nodewright owns: never a managed
+  # node group's, a Karpenter's or another cluster's instance.
   statement {
-    sid     = "DeleteOwned"
-    effect  = "Allow"
-    actions = ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"]
-    resources = [
-      "${local.ec2_arn_prefix}:*:instance/*",
-      "${local.ec2_arn_prefix}:*:launch-template/*",
-    ]
+    sid       = "TerminateOwned"
+    effect    = "Allow"
+    actions   = ["ec2:TerminateInstances"]
+    resources = ["${local.ec2_arn_prefix}:*:instance/*"]
 
     condition {
       test     = "StringEquals"
-      variable = "aws:ResourceTag/${local.cluster_tag}"
-      values   = ["owned"]
+      variable = "aws:ResourceTag/${local.owner_tag}"
+      values   = [var.cluster_name]
+    }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:ResourceTag/${local.nodepool_tag}"
+      values   = ["*"]
+    }
+  }
+
+  # Delete only launch templates this cluster's nodewright made (those
+  # nothing uses any more, after a grace age): never a node group's, a
+  # Karpenter's or another cluster's. Scoped as Karpenter's controller
+  # policy scopes it (resource tags), with our ownership tag.
+  statement {
+    sid       = "DeleteOwnedLaunchTemplates"
+    effect    = "Allow"
+    actions   = ["ec2:DeleteLaunchTemplate"]
+    resources = ["${local.ec2_arn_prefix}:*:launch-template/*"]
+
+    condition {
+      test     = "StringEquals"
+      variable = "aws:ResourceTag/${local.owner_tag}"
+      values   = [var.cluster_name]
+    }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:ResourceTag/${local.nodepool_tag}"
+      values   = ["*"]
     }
   }
 
@@ -212,18 +236,15 @@ data "aws_iam_policy_document" "functions" {
     }
   }
 
-  # The interruption queue: the event source mapping's receive/delete, and
-  # the function's delayed continuation messages.
+  # The interruption queue: what the event source mapping calls with the
+  # function's role (the function itself makes no SQS call).
   statement {
     sid    = "InterruptionQueue"
     effect = "Allow"
     actions = [
-      "sqs:ChangeMessageVisibility",
       "sqs:DeleteMessage",
       "sqs:GetQueueAttributes",
-      "sqs:GetQueueUrl",
       "sqs:ReceiveMessage",
-      "sqs:SendMessage",
     ]
     resources = [aws_sqs_queue.interruption.arn]
   }
@@ -236,21 +257,28 @@ data "aws_iam_policy_document" "functions" {
     resources = [aws_sqs_queue.failed_invocations.arn]
   }
 
-  # Items of the two tables (TransactWriteItems is authorised per item as
-  # PutItem / UpdateItem / DeleteItem / ConditionCheckItem).
+  # The configuration is written by `nodewright config apply` with the
+  # operator's credentials: the functions only read it.
   statement {
-    sid    = "Tables"
+    sid       = "ReadConfigTable"
+    effect    = "Allow"
+    actions   = ["dynamodb:GetItem", "dynamodb:Scan"]
+    resources = [aws_dynamodb_table.config.arn]
+  }
+
+  # State items (TransactWriteItems is authorised per item as PutItem /
+  # UpdateItem / DeleteItem; the store writes no ConditionCheck item).
+  statement {
+    sid    = "StateTable"
     effect = "Allow"
     actions = [
-      "dynamodb:ConditionCheckItem",
       "dynamodb:DeleteItem",
       "dynamodb:GetItem",
       "dynamodb:PutItem",
-      "dynamodb:Query",
       "dynamodb:Scan",
       "dynamodb:UpdateItem",
     ]
-    resources = [aws_dynamodb_table.config.arn, aws_dynamodb_table.state.arn]
+    resources = [aws_dynamodb_table.state.arn]
   }
 
   statement {
@@ -267,6 +295,19 @@ data "aws_iam_policy_document" "functions" {
       effect    = "Allow"
       actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
       resources = [statement.value]
+
+      # Only through the services that hold data under the key: the tables,
+      # the queues (receive; the on-failure destination's send) and the
+      # functions' environment.
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values = [
+          "dynamodb.${local.region}.${local.dns_suffix}",
+          "sqs.${local.region}.${local.dns_suffix}",
+          "lambda.${local.region}.${local.dns_suffix}",
+        ]
+      }
     }
   }
 

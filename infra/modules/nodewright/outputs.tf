@@ -67,3 +67,8 @@ output "log_group_names" {
   description = "CloudWatch log groups, by function."
   value       = { for k, g in aws_cloudwatch_log_group.functions : k => g.name }
 }
+
+output "dashboard_name" {
+  description = "The CloudWatch dashboard (null when `dashboard` is false)."
+  value       = var.dashboard ? aws_cloudwatch_dashboard.this[0].dashboard_name : null
+}

@@ -5,23 +5,38 @@
 locals {
   # SQS-managed SSE unless the user brings a KMS key.
   sqs_managed_sse = var.kms_key_arn == null ? true : null
+
+  # Karpenter's value: an interruption warning is stale after five minutes.
+  interruption_retention = 300
+  # AWS's guidance for an SQS event source: at least 6 × the function's
+  # timeout (room for the mapping's own retries of a throttled invoke). It
+  # is also how long a failed message waits before its next receive: 30 s
+  # by default, so a spot warning gets three more tries inside its notice.
+  interruption_visibility = 6 * var.interruption_timeout
 }
 
 resource "aws_sqs_queue" "interruption" {
-  name = "${var.name}-interruption"
-  # Karpenter's value: an interruption warning is stale after five minutes.
-  message_retention_seconds = 300
-  # A message in flight stays hidden for as long as one invocation may run.
-  visibility_timeout_seconds = var.interruption_timeout
+  name                       = "${var.name}-interruption"
+  message_retention_seconds  = local.interruption_retention
+  visibility_timeout_seconds = local.interruption_visibility
   sqs_managed_sse_enabled    = local.sqs_managed_sse
   kms_master_key_id          = var.kms_key_arn
 
+  # A message that fails every receive moves to the dead-letter queue
+  # (alarmed), never expires unseen.
   redrive_policy = jsonencode({
     deadLetterTargetArn = aws_sqs_queue.interruption_dlq.arn
     maxReceiveCount     = var.interruption_max_receive_count
   })
 
   tags = local.tags
+
+  lifecycle {
+    precondition {
+      condition     = var.interruption_max_receive_count * local.interruption_visibility < local.interruption_retention
+      error_message = "interruption_max_receive_count × the visibility timeout (6 × interruption_timeout) must be under the queue's 300-s retention: a message failing every receive would expire before reaching the dead-letter queue."
+    }
+  }
 }
 
 resource "aws_sqs_queue" "interruption_dlq" {

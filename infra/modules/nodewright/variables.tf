@@ -43,7 +43,7 @@ variable "artifacts_dir" {
 }
 
 variable "memory_size" {
-  description = "Memory (MB) per function. Lambda gives CPU in proportion to memory; the defaults come from measured peak RSS (see the README) with headroom."
+  description = "Memory (MB) per function. Lambda gives CPU in proportion to memory; the defaults come from measured peak RSS (infra/README.md, Memory sizes) with headroom."
   type = object({
     provisioner  = optional(number, 256)
     state_change = optional(number, 128)
@@ -59,13 +59,13 @@ variable "memory_size" {
 }
 
 variable "interruption_timeout" {
-  description = "Timeout (seconds) of the interruption function, which keeps advancing drains inside one invocation. The queue's visibility timeout is set to this value, so it must stay below the queue's 300-second retention."
+  description = "Timeout (seconds) of the interruption function. An invocation records its batch's removals and taints their nodes, then returns (the scheduled loops drain and replace), which takes about a second. The queue's visibility timeout is 6 × this (AWS's guidance for an SQS event source), which is how long a failed message waits before it is received again: at most 60 s, so a retry comes inside a 2-minute spot notice."
   type        = number
-  default     = 180
+  default     = 5
 
   validation {
-    condition     = var.interruption_timeout >= 30 && var.interruption_timeout <= 270
-    error_message = "interruption_timeout must be between 30 and 270 seconds (messages live 300 s in the queue)."
+    condition     = var.interruption_timeout >= 3 && var.interruption_timeout <= 10 && floor(var.interruption_timeout) == var.interruption_timeout
+    error_message = "interruption_timeout must be a whole number of seconds from 3 to 10 (the queue's visibility timeout is 6 × it, and a retry must come inside a 2-minute notice)."
   }
 }
 
@@ -92,13 +92,13 @@ variable "interruption_max_concurrency" {
 }
 
 variable "interruption_max_receive_count" {
-  description = "Receives of one interruption message before it moves to the dead-letter queue."
+  description = "Receives of one interruption message before it moves to the dead-letter queue (where an alarm sees it). maxReceiveCount × the visibility timeout (6 × interruption_timeout) must stay under the queue's 300-s retention, or a failing message expires before it reaches the dead-letter queue."
   type        = number
-  default     = 2
+  default     = 5
 
   validation {
-    condition     = var.interruption_max_receive_count >= 1 && var.interruption_max_receive_count <= 10
-    error_message = "interruption_max_receive_count must be between 1 and 10."
+    condition     = var.interruption_max_receive_count >= 1 && var.interruption_max_receive_count <= 10 && floor(var.interruption_max_receive_count) == var.interruption_max_receive_count
+    error_message = "interruption_max_receive_count must be a whole number from 1 to 10."
   }
 }
 
@@ -200,9 +200,15 @@ variable "node_iam_role_additional_policies" {
 }
 
 variable "alarm_actions" {
-  description = "ARNs (e.g. SNS topics) notified when an alarm fires: a dead-letter queue holds messages, or a function reports errors."
+  description = "ARNs (e.g. SNS topics) notified when an alarm fires: a dead-letter queue holds messages, an interruption message was dropped or waits too long, a function reports errors or is throttled, a table throttles, or the provisioner has not run for 3 minutes."
   type        = list(string)
   default     = []
+}
+
+variable "dashboard" {
+  description = "Create the CloudWatch dashboard `<name>`: fleet cost, pending pods, launches, removals by reason, interruptions, errors (from the metrics the functions publish under Karpenter's names)."
+  type        = bool
+  default     = true
 }
 
 variable "deletion_protection" {

@@ -60,13 +60,13 @@ use aws_sdk_dynamodb::types::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::ApiError;
 use crate::config::Limits;
 use crate::ports::{
     ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError,
-    Timestamp, Usage,
+    Timestamp, Unreadable, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, exceeded_limit};
@@ -157,6 +157,8 @@ struct StateView {
     commands: Vec<Command>,
     /// With their `until_ms`: expiry is checked at each read.
     unavailable: Vec<(OfferingKey, i64)>,
+    /// Claims and commands whose body does not read (quarantined).
+    unreadable: Vec<Unreadable>,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -190,11 +192,7 @@ fn n(v: impl std::fmt::Display) -> AttributeValue {
 }
 
 fn kind_name(kind: ConfigKind) -> &'static str {
-    match kind {
-        ConfigKind::NodePool => "nodepool",
-        ConfigKind::NodeClass => "nodeclass",
-        ConfigKind::Settings => "settings",
-    }
+    kind.as_str()
 }
 
 fn config_key(kind: ConfigKind, name: &str) -> String {
@@ -239,6 +237,30 @@ fn body_of<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
         .ok_or_else(|| StoreError::Invalid(format!("item {key}: no body attribute")))?;
     serde_json::from_str(body)
         .map_err(|e| StoreError::Invalid(format!("item {key}: unreadable body: {e}")))
+}
+
+/// A quarantined state item: its key and why.
+fn unreadable_state_item(key: &str, e: StoreError) -> Unreadable {
+    Unreadable {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// A configuration item whose body does not read, as [`ConfigItem::unreadable`]
+/// named from its key (`<kind>#<name>`); `None` for a key of no kind.
+fn unreadable_config(item: &Item, e: &StoreError) -> Option<ConfigItem> {
+    let key = item.get(PK).and_then(|v| v.as_s().ok())?;
+    let (kind, name) = key.split_once('#')?;
+    let kind = [
+        ConfigKind::NodePool,
+        ConfigKind::NodeClass,
+        ConfigKind::Settings,
+    ]
+    .into_iter()
+    .find(|k| kind_name(*k) == kind)?;
+    let version = number(item, VERSION).map_or(0, |v| u64::try_from(v).unwrap_or(0));
+    Some(ConfigItem::unreadable(kind, name, version, e.to_string()))
 }
 
 fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
@@ -704,14 +726,23 @@ impl DynamoStore {
             usage: BTreeMap::new(),
             commands: Vec::new(),
             unavailable: Vec::new(),
+            unreadable: Vec::new(),
         };
+        let quarantine = |key: &str, e: StoreError| {
+            warn!(item = %key, error = %e, "state item cannot be read; left out (garbage collection and terminations wait until it is fixed or removed)");
+            unreadable_state_item(key, e)
+        };
+        let mut unreadable = Vec::new();
         for item in &items {
             let key = item
                 .get(PK)
                 .and_then(|v| v.as_s().ok())
                 .map_or("", String::as_str);
             if key.starts_with("claim#") {
-                view.claims.push(body_of(item)?);
+                match body_of(item) {
+                    Ok(c) => view.claims.push(c),
+                    Err(e) => unreadable.push(quarantine(key, e)),
+                }
             } else if key.starts_with("usage#") {
                 if let Some(pool) = item.get("pool").and_then(|v| v.as_s().ok()) {
                     let usage = usage_from_item(item);
@@ -720,12 +751,24 @@ impl DynamoStore {
                     }
                 }
             } else if key.starts_with(COMMAND_PREFIX) {
-                view.commands.push(body_of(item)?);
+                match body_of(item) {
+                    Ok(c) => view.commands.push(c),
+                    Err(e) => unreadable.push(quarantine(key, e)),
+                }
             } else if key.starts_with("unavailable#") {
-                view.unavailable
-                    .push((body_of(item)?, number(item, "until_ms").unwrap_or(i64::MIN)));
+                match body_of(item) {
+                    Ok(o) => view
+                        .unavailable
+                        .push((o, number(item, "until_ms").unwrap_or(i64::MIN))),
+                    // A mark is an optimisation: one that does not read is skipped.
+                    Err(e) => {
+                        warn!(item = %key, error = %e, "unavailable-offering mark cannot be read; ignored")
+                    }
+                }
             }
         }
+        unreadable.sort_by(|a, b| a.key.cmp(&b.key));
+        view.unreadable = unreadable;
         view.claims.sort_by(|a, b| a.id.cmp(&b.id));
         view.commands
             .sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
@@ -761,15 +804,26 @@ impl DynamoStore {
 impl Store for DynamoStore {
     async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
         let items = self.scan(&self.tables.config, None).await?;
-        items
-            .iter()
-            .filter(|i| {
-                i.get(PK)
-                    .and_then(|v| v.as_s().ok())
-                    .is_none_or(|k| k != CONFIG_VERSION_KEY)
-            })
-            .map(body_of)
-            .collect()
+        let mut out = Vec::new();
+        for item in items.iter().filter(|i| {
+            i.get(PK)
+                .and_then(|v| v.as_s().ok())
+                .is_none_or(|k| k != CONFIG_VERSION_KEY)
+        }) {
+            match body_of(item) {
+                Ok(i) => out.push(i),
+                Err(e) => match unreadable_config(item, &e) {
+                    Some(u) => {
+                        warn!(error = %e, "configuration item cannot be read; reported as invalid");
+                        out.push(u);
+                    }
+                    None => {
+                        warn!(error = %e, "item of no configuration kind in the config table; ignored")
+                    }
+                },
+            }
+        }
+        Ok(out)
     }
 
     async fn config_version(&self) -> Result<u64, StoreError> {
@@ -919,6 +973,10 @@ impl Store for DynamoStore {
 
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
         Ok(self.state_view().await?.claims.clone())
+    }
+
+    async fn unreadable_state(&self) -> Result<Vec<Unreadable>, StoreError> {
+        Ok(self.state_view().await?.unreadable.clone())
     }
 
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {

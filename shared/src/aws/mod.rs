@@ -36,7 +36,7 @@ pub use dynamo::{DynamoStore, DynamoTables, Requests};
 pub use ec2::{Ec2Cloud, Ec2CloudSettings, Refresh};
 pub use prices::{AwsPrices, PriceSource, StaticPrices};
 
-use crate::ports::{CloudError, StoreError};
+use crate::ports::{CloudError, FailureKind, ServiceError, StoreError};
 
 /// How the SDK clients retry and time out.
 #[derive(Debug, Clone)]
@@ -100,8 +100,8 @@ pub async fn sdk_config(options: &ClientOptions) -> SdkConfig {
     loader.load().await
 }
 
-/// Error codes that mean "try again later".
-const TRANSIENT_CODES: &[&str] = &[
+/// Error codes that mean "slow down": the same call succeeds later.
+const THROTTLING_CODES: &[&str] = &[
     "Throttling",
     "ThrottlingException",
     "ThrottledException",
@@ -111,6 +111,12 @@ const TRANSIENT_CODES: &[&str] = &[
     "TooManyRequestsException",
     "ProvisionedThroughputExceededException",
     "RequestLimitExceededException",
+    "SlowDown",
+];
+
+/// Error codes of a service that failed the call (not the request):
+/// worth retrying later.
+const UNAVAILABLE_CODES: &[&str] = &[
     "TransactionInProgressException",
     "RequestTimeout",
     "RequestTimeoutException",
@@ -123,6 +129,62 @@ const TRANSIENT_CODES: &[&str] = &[
     "Unavailable",
 ];
 
+/// Error codes that mean "not allowed": credentials, IAM, a KMS key.
+const ACCESS_DENIED_CODES: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "AuthFailure",
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "SignatureDoesNotMatch",
+    "MissingAuthenticationToken",
+    "IncompleteSignature",
+    "OptInRequired",
+];
+
+/// Error codes that mean "what the call names does not exist".
+const NOT_FOUND_CODES: &[&str] = &[
+    "ResourceNotFoundException",
+    "ParameterNotFound",
+    "NotFoundException",
+    "NoSuchEntity",
+];
+
+/// The kind of failure an AWS error code and HTTP status say it is. KMS
+/// errors (a key that refuses the service, is disabled or pending
+/// deletion) are access errors: nothing changes until the key's policy or
+/// state does. EC2 names missing things `<Thing>.NotFound`.
+pub(crate) fn classify(code: Option<&str>, status: Option<u16>) -> FailureKind {
+    if let Some(code) = code {
+        if THROTTLING_CODES.contains(&code) {
+            return FailureKind::Throttled;
+        }
+        if UNAVAILABLE_CODES.contains(&code) {
+            return FailureKind::Unavailable;
+        }
+        if ACCESS_DENIED_CODES.contains(&code) || code.starts_with("KMS") || code.starts_with("Kms")
+        {
+            return FailureKind::AccessDenied;
+        }
+        if NOT_FOUND_CODES.contains(&code)
+            || code.ends_with(".NotFound")
+            || code.ends_with("NotFoundException")
+        {
+            return FailureKind::NotFound;
+        }
+    }
+    match status {
+        Some(429) => FailureKind::Throttled,
+        Some(s) if s >= 500 => FailureKind::Unavailable,
+        Some(401 | 403) => FailureKind::AccessDenied,
+        Some(404) => FailureKind::NotFound,
+        _ => FailureKind::InvalidRequest,
+    }
+}
+
 /// A failed AWS call, reduced to what callers branch on.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ApiError {
@@ -130,7 +192,7 @@ pub(crate) struct ApiError {
     pub code: Option<String>,
     pub message: String,
     pub status: Option<u16>,
-    pub transient: bool,
+    pub kind: FailureKind,
 }
 
 impl ApiError {
@@ -140,15 +202,17 @@ impl ApiError {
     {
         let code = err.code().map(str::to_owned);
         let status = err.raw_response().map(|r| r.status().as_u16());
-        let transient = match &err {
-            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
-            SdkError::ResponseError(_) => status.is_none_or(|s| s >= 500 || s == 429),
-            SdkError::ServiceError(_) => {
-                code.as_deref()
-                    .is_some_and(|c| TRANSIENT_CODES.contains(&c))
-                    || status.is_some_and(|s| s >= 500 || s == 429)
-            }
-            _ => false,
+        let kind = match &err {
+            // Never reached the service, or no answer in time.
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => FailureKind::Unavailable,
+            // An answer that could not be read as one.
+            SdkError::ResponseError(_) => match status {
+                None => FailureKind::Unavailable,
+                Some(_) => classify(None, status),
+            },
+            SdkError::ServiceError(_) => classify(code.as_deref(), status),
+            // The request could not be built: our own input.
+            _ => FailureKind::InvalidRequest,
         };
         let message = match err.message() {
             Some(m) => m.to_owned(),
@@ -164,7 +228,18 @@ impl ApiError {
             code,
             message,
             status,
-            transient,
+            kind,
+        }
+    }
+
+    /// An error of our own making about a request to `op` (it could not be built).
+    pub fn invalid_request(op: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            op,
+            code: None,
+            message: message.into(),
+            status: None,
+            kind: FailureKind::InvalidRequest,
         }
     }
 
@@ -182,22 +257,148 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+impl From<ApiError> for ServiceError {
+    fn from(e: ApiError) -> ServiceError {
+        ServiceError::new(e.kind, e.to_string())
+    }
+}
+
 impl From<ApiError> for CloudError {
     fn from(e: ApiError) -> CloudError {
-        if e.transient {
-            CloudError::Transient(e.to_string())
-        } else {
-            CloudError::Invalid(e.to_string())
-        }
+        CloudError::Service(e.into())
     }
 }
 
 impl From<ApiError> for StoreError {
     fn from(e: ApiError) -> StoreError {
-        if e.transient {
-            StoreError::Transient(e.to_string())
-        } else {
-            StoreError::Invalid(e.to_string())
+        StoreError::Service(e.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_errors_are_classified_by_what_they_are() {
+        let cases: &[(Option<&str>, Option<u16>, FailureKind)] = &[
+            (
+                Some("ProvisionedThroughputExceededException"),
+                Some(400),
+                FailureKind::Throttled,
+            ),
+            (
+                Some("RequestLimitExceeded"),
+                Some(503),
+                FailureKind::Throttled,
+            ),
+            (None, Some(429), FailureKind::Throttled),
+            (
+                Some("InternalServerError"),
+                Some(500),
+                FailureKind::Unavailable,
+            ),
+            (None, Some(503), FailureKind::Unavailable),
+            // NTH #360/#1284: these deleted messages unprocessed. They are
+            // access errors, never "invalid input".
+            (
+                Some("AccessDeniedException"),
+                Some(400),
+                FailureKind::AccessDenied,
+            ),
+            (
+                Some("UnauthorizedOperation"),
+                Some(403),
+                FailureKind::AccessDenied,
+            ),
+            (
+                Some("UnrecognizedClientException"),
+                Some(400),
+                FailureKind::AccessDenied,
+            ),
+            (
+                Some("ExpiredTokenException"),
+                Some(400),
+                FailureKind::AccessDenied,
+            ),
+            (
+                Some("KMSAccessDeniedException"),
+                Some(400),
+                FailureKind::AccessDenied,
+            ),
+            (
+                Some("KMSDisabledException"),
+                Some(400),
+                FailureKind::AccessDenied,
+            ),
+            (
+                Some("KMS.KMSInvalidStateException"),
+                Some(400),
+                FailureKind::AccessDenied,
+            ),
+            (None, Some(403), FailureKind::AccessDenied),
+            (None, Some(401), FailureKind::AccessDenied),
+            (
+                Some("ResourceNotFoundException"),
+                Some(400),
+                FailureKind::NotFound,
+            ),
+            (
+                Some("InvalidInstanceID.NotFound"),
+                Some(400),
+                FailureKind::NotFound,
+            ),
+            (
+                Some("InvalidLaunchTemplateName.NotFoundException"),
+                Some(400),
+                FailureKind::NotFound,
+            ),
+            (Some("ParameterNotFound"), Some(400), FailureKind::NotFound),
+            (
+                Some("ValidationException"),
+                Some(400),
+                FailureKind::InvalidRequest,
+            ),
+            (
+                Some("InvalidParameterValue"),
+                Some(400),
+                FailureKind::InvalidRequest,
+            ),
+            (None, Some(400), FailureKind::InvalidRequest),
+        ];
+        for (code, status, want) in cases {
+            assert_eq!(classify(*code, *status), *want, "{code:?} {status:?}");
         }
+        for kind in [FailureKind::Throttled, FailureKind::Unavailable] {
+            assert!(kind.is_transient());
+        }
+        for kind in [
+            FailureKind::AccessDenied,
+            FailureKind::NotFound,
+            FailureKind::InvalidRequest,
+        ] {
+            assert!(!kind.is_transient());
+        }
+    }
+
+    #[test]
+    fn a_classified_error_keeps_its_kind_and_says_what_failed() {
+        let e = ApiError {
+            op: "PutItem",
+            code: Some("KMSAccessDeniedException".into()),
+            message: "the key refuses dynamodb".into(),
+            status: Some(400),
+            kind: classify(Some("KMSAccessDeniedException"), Some(400)),
+        };
+        let store = StoreError::from(e.clone());
+        assert_eq!(store.failure_kind(), Some(FailureKind::AccessDenied));
+        assert!(!store.is_retryable());
+        assert_eq!(
+            store.to_string(),
+            "access denied: PutItem: KMSAccessDeniedException: the key refuses dynamodb"
+        );
+        let cloud = CloudError::from(e);
+        assert_eq!(cloud.failure_kind(), Some(FailureKind::AccessDenied));
+        assert!(!cloud.is_retryable());
     }
 }

@@ -15,7 +15,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_ec2::primitives::DateTime;
@@ -131,6 +132,29 @@ pub struct AwsPrices {
     ec2: aws_sdk_ec2::Client,
     /// Parsed on first use: only a failing Pricing API needs it.
     fallback: &'static LazyLock<StaticPrices>,
+    /// Pricing API attempts sent, retries included (see [`AttemptCounter`]).
+    pricing_attempts: Arc<AtomicU64>,
+}
+
+/// Counts the attempts a client sends, retries included: how a test proves
+/// the retry budget is bounded by counting, not by timing.
+#[derive(Debug)]
+struct AttemptCounter(Arc<AtomicU64>);
+
+impl aws_sdk_pricing::config::Intercept for AttemptCounter {
+    fn name(&self) -> &'static str {
+        "AttemptCounter"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &aws_sdk_pricing::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &aws_sdk_pricing::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_pricing::config::ConfigBag,
+    ) -> Result<(), aws_sdk_pricing::error::BoxError> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// The Pricing API has endpoints in a few regions only; the nearest one
@@ -162,16 +186,24 @@ impl AwsPrices {
             operation_timeout: Duration::from_secs(60),
             ..ClientOptions::default()
         };
+        let pricing_attempts = Arc::new(AtomicU64::new(0));
         let pricing_conf = aws_sdk_pricing::config::Builder::from(config)
             .region(aws_config::Region::new(pricing_endpoint_region(region)))
             .retry_config(options.retry_config())
             .timeout_config(options.timeout_config())
+            .interceptor(AttemptCounter(Arc::clone(&pricing_attempts)))
             .build();
         AwsPrices {
             pricing: aws_sdk_pricing::Client::from_conf(pricing_conf),
             ec2: aws_sdk_ec2::Client::new(config),
             fallback: &EMBEDDED,
+            pricing_attempts,
         }
+    }
+
+    /// Pricing API attempts sent so far, retries included.
+    pub fn pricing_attempts(&self) -> u64 {
+        self.pricing_attempts.load(Ordering::Relaxed)
     }
 
     async fn pricing_api(&self, region: &str) -> Result<OnDemandPrices, ApiError> {
@@ -181,13 +213,7 @@ impl AwsPrices {
                 .field(field)
                 .value(value)
                 .build()
-                .map_err(|e| ApiError {
-                    op: "GetProducts",
-                    code: None,
-                    message: e.to_string(),
-                    status: None,
-                    transient: false,
-                })
+                .map_err(|e| ApiError::invalid_request("GetProducts", e.to_string()))
         };
         let mut req = self
             .pricing

@@ -2,10 +2,16 @@
 //! Pure text generation: no I/O.
 //!
 //! - AL2023: a MIME multipart document whose last part is an
-//!   `application/node.eks.aws` `NodeConfig` (read by `nodeadm`).
+//!   `application/node.eks.aws` `NodeConfig` (read by `nodeadm`); its
+//!   `kubelet.config` is the class's whole `kubelet` block (every
+//!   `KubeletConfiguration` field passes through, as Karpenter v1.15 does)
+//!   with our max pods, cluster DNS and taints; `instanceStorePolicy: RAID0`
+//!   becomes `instance.localStorage.strategy: RAID0`.
 //! - AL2: a MIME multipart document whose last part is a shell script that
-//!   runs `/etc/eks/bootstrap.sh` with `--kubelet-extra-args`.
-//! - Bottlerocket: TOML `[settings.kubernetes]`.
+//!   runs `/etc/eks/bootstrap.sh` with `--kubelet-extra-args` (the typed
+//!   kubelet fields as flags; other fields are not passed on this family).
+//! - Bottlerocket: TOML `[settings.kubernetes]` (the typed kubelet fields
+//!   under Bottlerocket's names; RAID0 as a bootstrap command).
 //!
 //! User-supplied user data is merged as Karpenter does: for the AL families
 //! its MIME parts (or the whole text as one part) come first and ours last;
@@ -16,6 +22,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::config::AmiFamily;
+use crate::config::nodeclass::KubeletSpec;
 use crate::scheduling::taints::Taint;
 
 /// Boundary of the MIME documents we write.
@@ -30,6 +37,12 @@ pub struct Bootstrap<'a> {
     pub ca_base64: &'a str,
     pub service_cidr: &'a str,
     pub cluster_dns: &'a [String],
+    /// The class's kubelet settings (`maxPods`, `clusterDNS` and
+    /// `registerWithTaints` are ours: `max_pods`, `cluster_dns`, `taints`).
+    pub kubelet: &'a KubeletSpec,
+    /// `instanceStorePolicy: RAID0`: the instance stores striped into one
+    /// volume for the kubelet and the container runtime.
+    pub raid0: bool,
     pub max_pods: i64,
     pub labels: &'a BTreeMap<String, String>,
     pub taints: &'a [Taint],
@@ -44,7 +57,10 @@ pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
         AmiFamily::AL2023 => al2023(b),
         AmiFamily::AL2 => Ok(al2(b)),
         AmiFamily::Bottlerocket => bottlerocket(b),
-        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => Err(format!(
+        AmiFamily::Windows2019
+        | AmiFamily::Windows2022
+        | AmiFamily::Windows2025
+        | AmiFamily::Custom => Err(format!(
             "no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket)"
         )),
     }
@@ -89,7 +105,12 @@ fn taint_list(taints: &[Taint]) -> String {
 // ------------------------------------------------------------------ AL2023
 
 fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
-    let mut config = serde_json::Map::new();
+    // Every field of the class's kubelet block, as written; then ours.
+    let mut config = match serde_json::to_value(b.kubelet) {
+        Ok(serde_json::Value::Object(m)) => m,
+        Ok(_) => serde_json::Map::new(),
+        Err(e) => return Err(format!("kubelet: {e}")),
+    };
     config.insert("maxPods".into(), b.max_pods.into());
     let dns = dns_servers(b);
     if !dns.is_empty() {
@@ -119,7 +140,7 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
             vec![format!("--node-labels={}", label_list(b.labels))].into(),
         );
     }
-    let node_config = serde_json::json!({
+    let mut node_config = serde_json::json!({
         "apiVersion": "node.eks.aws/v1alpha1",
         "kind": "NodeConfig",
         "spec": {
@@ -132,6 +153,10 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
             "kubelet": serde_json::Value::Object(kubelet),
         }
     });
+    if b.raid0 {
+        node_config["spec"]["instance"] =
+            serde_json::json!({"localStorage": {"strategy": "RAID0"}});
+    }
     let yaml = serde_norway::to_string(&node_config).map_err(|e| format!("NodeConfig: {e}"))?;
     let mut parts = user_parts(b.user_data)?;
     parts.push(MimePart {
@@ -152,6 +177,7 @@ fn al2(b: &Bootstrap<'_>) -> String {
         extra.push(format!("--register-with-taints={}", taint_list(b.taints)));
     }
     extra.push(format!("--max-pods={}", b.max_pods));
+    extra.extend(kubelet_flags(b.kubelet));
     let mut script = String::from("#!/bin/bash -xe\n");
     script.push_str(
         "exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
@@ -188,6 +214,43 @@ fn al2(b: &Bootstrap<'_>) -> String {
     mime(&parts)
 }
 
+/// The typed kubelet fields as kubelet flags (AL2), as Karpenter writes them.
+fn kubelet_flags(k: &KubeletSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(n) = k.pods_per_core {
+        out.push(format!("--pods-per-core={n}"));
+    }
+    for (flag, map, sep) in [
+        ("--system-reserved", &k.system_reserved, "="),
+        ("--kube-reserved", &k.kube_reserved, "="),
+        ("--eviction-hard", &k.eviction_hard, "<"),
+        ("--eviction-soft", &k.eviction_soft, "<"),
+        (
+            "--eviction-soft-grace-period",
+            &k.eviction_soft_grace_period,
+            "=",
+        ),
+    ] {
+        if !map.is_empty() {
+            let pairs: Vec<String> = map.iter().map(|(k, v)| format!("{k}{sep}{v}")).collect();
+            out.push(format!("{flag}={}", pairs.join(",")));
+        }
+    }
+    if let Some(n) = k.eviction_max_pod_grace_period {
+        out.push(format!("--eviction-max-pod-grace-period={n}"));
+    }
+    if let Some(n) = k.image_gc_high_threshold_percent {
+        out.push(format!("--image-gc-high-threshold={n}"));
+    }
+    if let Some(n) = k.image_gc_low_threshold_percent {
+        out.push(format!("--image-gc-low-threshold={n}"));
+    }
+    if let Some(q) = k.cpu_cfs_quota {
+        out.push(format!("--cpu-cfs-quota={q}"));
+    }
+    out
+}
+
 /// Single-quotes a word for sh.
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -221,6 +284,46 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
             );
         }
     }
+    let kb = b.kubelet;
+    let str_map = |m: &BTreeMap<String, String>| {
+        toml::Value::Table(
+            m.iter()
+                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+                .collect(),
+        )
+    };
+    for (key, map) in [
+        ("system-reserved", &kb.system_reserved),
+        ("kube-reserved", &kb.kube_reserved),
+        ("eviction-hard", &kb.eviction_hard),
+        ("eviction-soft", &kb.eviction_soft),
+        ("eviction-soft-grace-period", &kb.eviction_soft_grace_period),
+    ] {
+        if !map.is_empty() {
+            k8s.insert(key.into(), str_map(map));
+        }
+    }
+    if let Some(n) = kb.eviction_max_pod_grace_period {
+        k8s.insert(
+            "eviction-max-pod-grace-period".into(),
+            toml::Value::Integer(n),
+        );
+    }
+    if let Some(n) = kb.image_gc_high_threshold_percent {
+        k8s.insert(
+            "image-gc-high-threshold-percent".into(),
+            n.to_string().into(),
+        );
+    }
+    if let Some(n) = kb.image_gc_low_threshold_percent {
+        k8s.insert(
+            "image-gc-low-threshold-percent".into(),
+            n.to_string().into(),
+        );
+    }
+    if let Some(q) = kb.cpu_cfs_quota {
+        k8s.insert("cpu-cfs-quota-enforced".into(), q.into());
+    }
     if !b.labels.is_empty() {
         let labels = sub_table(k8s, "node-labels")?;
         for (k, v) in b.labels {
@@ -239,6 +342,35 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
         for (k, v) in by_key {
             taints.insert(k.to_owned(), toml::Value::Array(v));
         }
+    }
+    if b.raid0 {
+        let settings = sub_table(&mut root, "settings")?;
+        let commands = sub_table(settings, "bootstrap-commands")?;
+        let cmd = |words: &[&str]| {
+            toml::Value::Array(words.iter().map(|w| (*w).into()).collect::<Vec<_>>())
+        };
+        let mut mount = toml::Table::new();
+        mount.insert(
+            "commands".into(),
+            toml::Value::Array(vec![
+                cmd(&["apiclient", "ephemeral-storage", "init"]),
+                cmd(&[
+                    "apiclient",
+                    "ephemeral-storage",
+                    "bind",
+                    "--dirs",
+                    "/var/lib/containerd",
+                    "/var/lib/kubelet",
+                    "/var/log/pods",
+                ]),
+            ]),
+        );
+        mount.insert("essential".into(), true.into());
+        mount.insert("mode".into(), "always".into());
+        commands.insert(
+            "000-mount-instance-storage".into(),
+            toml::Value::Table(mount),
+        );
     }
     toml::to_string(&root).map_err(|e| format!("Bottlerocket settings: {e}"))
 }
@@ -362,11 +494,142 @@ mod tests {
             ca_base64: "Q0E=",
             service_cidr: "10.100.0.0/16",
             cluster_dns: &[],
+            kubelet: &NO_KUBELET,
+            raid0: false,
             max_pods: 29,
             labels,
             taints,
             user_data: user,
         }
+    }
+
+    static NO_KUBELET: KubeletSpec = KubeletSpec {
+        cluster_dns: Vec::new(),
+        max_pods: None,
+        pods_per_core: None,
+        system_reserved: BTreeMap::new(),
+        kube_reserved: BTreeMap::new(),
+        eviction_hard: BTreeMap::new(),
+        eviction_soft: BTreeMap::new(),
+        eviction_soft_grace_period: BTreeMap::new(),
+        eviction_max_pod_grace_period: None,
+        image_gc_high_threshold_percent: None,
+        image_gc_low_threshold_percent: None,
+        cpu_cfs_quota: None,
+        other: BTreeMap::new(),
+    };
+
+    /// A class's kubelet block with typed fields and pass-through ones.
+    fn kubelet() -> KubeletSpec {
+        serde_json::from_value(serde_json::json!({
+            "maxPods": 110,
+            "podsPerCore": 4,
+            "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+            "kubeReserved": {"cpu": "200m"},
+            "evictionHard": {"memory.available": "5%"},
+            "evictionSoft": {"memory.available": "10%"},
+            "evictionSoftGracePeriod": {"memory.available": "1m0s"},
+            "evictionMaxPodGracePeriod": 60,
+            "imageGCHighThresholdPercent": 85,
+            "imageGCLowThresholdPercent": 80,
+            "cpuCFSQuota": false,
+            "serializeImagePulls": false,
+            "containerLogMaxSize": "50Mi",
+            "shutdownGracePeriod": "30s",
+            "topologyManagerPolicy": "single-numa-node"
+        }))
+        .expect("kubelet block")
+    }
+
+    /// AL2023 passes every kubelet field through in the NodeConfig (as
+    /// Karpenter v1.15's nodeadm bootstrap does, aws/karpenter-provider-aws
+    /// pkg/providers/amifamily/bootstrap/nodeadm.go), with our max pods,
+    /// cluster DNS and taints over the class's.
+    #[test]
+    fn al2023_passes_every_kubelet_field_through() {
+        let l = labels();
+        let t = [Taint::new(
+            "karpenter.sh/unregistered",
+            "",
+            Effect::NoExecute,
+        )];
+        let k = kubelet();
+        let mut b = input(&l, &t, None);
+        b.kubelet = &k;
+        b.raid0 = true;
+        let out = render(AmiFamily::AL2023, &b).expect("renders");
+        let parts = user_parts(Some(&out)).expect("parses");
+        let cfg: serde_json::Value = serde_norway::from_str(&parts[0].body).expect("yaml");
+        let kc = &cfg["spec"]["kubelet"]["config"];
+        assert_eq!(kc["maxPods"], 29, "the launch's max pods");
+        assert_eq!(kc["podsPerCore"], 4);
+        assert_eq!(kc["systemReserved"]["memory"], "100Mi");
+        assert_eq!(kc["kubeReserved"]["cpu"], "200m");
+        assert_eq!(kc["evictionHard"]["memory.available"], "5%");
+        assert_eq!(kc["evictionSoft"]["memory.available"], "10%");
+        assert_eq!(kc["evictionSoftGracePeriod"]["memory.available"], "1m0s");
+        assert_eq!(kc["evictionMaxPodGracePeriod"], 60);
+        assert_eq!(kc["imageGCHighThresholdPercent"], 85);
+        assert_eq!(kc["imageGCLowThresholdPercent"], 80);
+        assert_eq!(kc["cpuCFSQuota"], false);
+        assert_eq!(kc["serializeImagePulls"], false);
+        assert_eq!(kc["containerLogMaxSize"], "50Mi");
+        assert_eq!(kc["shutdownGracePeriod"], "30s");
+        assert_eq!(kc["topologyManagerPolicy"], "single-numa-node");
+        assert_eq!(kc["clusterDNS"][0], "10.100.0.10");
+        assert_eq!(
+            kc["registerWithTaints"][0]["key"],
+            "karpenter.sh/unregistered"
+        );
+        assert_eq!(
+            cfg["spec"]["instance"]["localStorage"]["strategy"], "RAID0",
+            "instanceStorePolicy: RAID0"
+        );
+        // Without RAID0 there is no instance section.
+        let plain = render(AmiFamily::AL2023, &input(&l, &t, None)).expect("renders");
+        assert!(!plain.contains("localStorage"), "{plain}");
+    }
+
+    /// AL2 and Bottlerocket get the typed fields under their own names, as
+    /// Karpenter's bootstrap.go and bottlerocket.go write them.
+    #[test]
+    fn al2_and_bottlerocket_get_the_typed_kubelet_fields() {
+        let l = labels();
+        let k = kubelet();
+        let mut b = input(&l, &[], None);
+        b.kubelet = &k;
+        let al2 = render(AmiFamily::AL2, &b).expect("renders");
+        for flag in [
+            "--pods-per-core=4",
+            "--system-reserved=cpu=100m,memory=100Mi",
+            "--kube-reserved=cpu=200m",
+            "--eviction-hard=memory.available<5%",
+            "--eviction-soft=memory.available<10%",
+            "--eviction-soft-grace-period=memory.available=1m0s",
+            "--eviction-max-pod-grace-period=60",
+            "--image-gc-high-threshold=85",
+            "--image-gc-low-threshold=80",
+            "--cpu-cfs-quota=false",
+        ] {
+            assert!(al2.contains(flag), "{flag} in {al2}");
+        }
+        b.raid0 = true;
+        let br = render(AmiFamily::Bottlerocket, &b).expect("renders");
+        let v: toml::Table = br.parse().expect("toml");
+        let kc = &v["settings"]["kubernetes"];
+        assert_eq!(kc["system-reserved"]["cpu"].as_str(), Some("100m"));
+        assert_eq!(kc["kube-reserved"]["cpu"].as_str(), Some("200m"));
+        assert_eq!(kc["eviction-hard"]["memory.available"].as_str(), Some("5%"));
+        assert_eq!(
+            kc["eviction-soft-grace-period"]["memory.available"].as_str(),
+            Some("1m0s")
+        );
+        assert_eq!(kc["eviction-max-pod-grace-period"].as_integer(), Some(60));
+        assert_eq!(kc["image-gc-high-threshold-percent"].as_str(), Some("85"));
+        assert_eq!(kc["cpu-cfs-quota-enforced"].as_bool(), Some(false));
+        let mount = &v["settings"]["bootstrap-commands"]["000-mount-instance-storage"];
+        assert_eq!(mount["essential"].as_bool(), Some(true));
+        assert_eq!(mount["commands"].as_array().map(Vec::len), Some(2));
     }
 
     fn labels() -> BTreeMap<String, String> {

@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 use super::instance_type::{InstanceType, Offering};
 use crate::resources::{MIB, Resources};
 use crate::scheduling::labels;
-use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::requirements::{Operator, Requirement, Requirements};
 
 /// What EC2 tells us about one instance type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InstanceTypeInfo {
     pub name: String,
     pub vcpu: u32,
@@ -44,6 +44,30 @@ pub struct InstanceTypeInfo {
     pub ipv4_per_eni: u32,
     #[serde(default)]
     pub network_bandwidth_mbps: Option<u64>,
+    /// The processor's maker as EC2 names it (`Intel`, `AMD`, `AWS`).
+    #[serde(default)]
+    pub cpu_manufacturer: Option<String>,
+    /// The processor's sustained clock speed, MHz (rounded).
+    #[serde(default)]
+    pub sustained_clock_mhz: Option<u32>,
+    /// Maximum EBS bandwidth, Mbps, for types EBS-optimized by default.
+    #[serde(default)]
+    pub ebs_bandwidth_mbps: Option<u64>,
+    /// Memory of one GPU, MiB.
+    #[serde(default)]
+    pub gpu_memory_mib: Option<u64>,
+    /// Whether the network encrypts traffic between such instances.
+    #[serde(default)]
+    pub encryption_in_transit: Option<bool>,
+    /// Whether Nitro Enclaves can run on it.
+    #[serde(default)]
+    pub nitro_enclaves: Option<bool>,
+    /// NeuronCores over all Neuron devices (`aws.amazon.com/neuroncore`).
+    #[serde(default)]
+    pub neuron_cores: u32,
+    /// EFA interfaces it can attach (`vpc.amazonaws.com/efa`).
+    #[serde(default)]
+    pub efa_interfaces: u32,
 }
 
 /// The kubelet settings of a NodePool / NodeClass that change allocatable.
@@ -63,7 +87,8 @@ pub struct KubeletConfig {
     /// `evictionHard["memory.available"]`: replaces the 100 MiB default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_hard_memory: Option<Threshold>,
-    /// `evictionSoft["memory.available"]`: the kubelet evicts at the larger one.
+    /// `evictionSoft["memory.available"]`: a warning threshold; it does not
+    /// reduce allocatable (only the hard one does, as Karpenter computes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_soft_memory: Option<Threshold>,
 }
@@ -94,10 +119,16 @@ pub enum Threshold {
 }
 
 impl Threshold {
+    /// The amount for a capacity: a share is rounded up, and `100%`
+    /// disables the threshold (0), as the kubelet reads it.
     pub fn of(&self, capacity: i64) -> i64 {
         match *self {
             Threshold::Bytes(b) => b,
-            Threshold::Basis(bp) => (capacity as i128 * bp as i128 / 10_000) as i64,
+            Threshold::Basis(10_000) => 0,
+            Threshold::Basis(bp) => {
+                let scaled = capacity as i128 * bp as i128;
+                (scaled / 10_000 + i128::from(scaled % 10_000 != 0)) as i64
+            }
         }
     }
 }
@@ -152,10 +183,13 @@ impl InstanceTypeInfo {
             let name = match self.gpu_manufacturer.as_deref() {
                 Some("AMD") => "amd.com/gpu",
                 Some("AWS") => "aws.amazon.com/neuron",
+                Some("Habana") => "habana.ai/gaudi",
                 _ => "nvidia.com/gpu",
             };
             r.set_extended(name, i64::from(self.gpu_count));
         }
+        r.set_extended("aws.amazon.com/neuroncore", i64::from(self.neuron_cores));
+        r.set_extended("vpc.amazonaws.com/efa", i64::from(self.efa_interfaces));
         r
     }
 
@@ -167,18 +201,16 @@ impl InstanceTypeInfo {
             .kube_reserved
             .cpu_millis
             .unwrap_or_else(|| kube_reserved_cpu_millis(self.vcpu));
+        // The EKS AMIs size the default from the ENI-limited pod count,
+        // whatever maxPods or podsPerCore say.
         let kube_memory = kubelet
             .kube_reserved
             .memory_bytes
-            .unwrap_or((11 * self.max_pods(kubelet) + 255) * MIB);
+            .unwrap_or((11 * self.max_pods(&KubeletConfig::default()) + 255) * MIB);
         let capacity_memory = self.capacity(kubelet).memory_bytes;
-        let hard = kubelet
+        let eviction = kubelet
             .eviction_hard_memory
             .map_or(100 * MIB, |t| t.of(capacity_memory));
-        let soft = kubelet
-            .eviction_soft_memory
-            .map_or(0, |t| t.of(capacity_memory));
-        let eviction = hard.max(soft);
         let cpu = kube_cpu + kubelet.system_reserved.cpu_millis.unwrap_or(0);
         let memory = kube_memory + kubelet.system_reserved.memory_bytes.unwrap_or(0) + eviction;
         Resources::new(cpu, memory, 0)
@@ -187,6 +219,7 @@ impl InstanceTypeInfo {
     /// The requirements every node of this type satisfies (before offerings).
     pub fn requirements(&self) -> Requirements {
         let (category, family, generation, size) = self.name_parts();
+        let flex = family.contains("-flex");
         let mut r = Requirements::new();
         r.add(labels::ARCH, Requirement::single(&self.arch));
         r.add(labels::OS, Requirement::single("linux"));
@@ -216,13 +249,89 @@ impl InstanceTypeInfo {
             labels::INSTANCE_HYPERVISOR,
             optional(self.hypervisor.clone().filter(|h| !h.is_empty())),
         );
+        // GPUs carry the GPU labels; AWS's own accelerators (Neuron,
+        // Inferentia) the accelerator ones, as Karpenter labels them. A type
+        // without either has none of them.
+        let accelerator = self.gpu_manufacturer.as_deref() == Some("AWS");
+        let device = self.gpu_count > 0;
+        let kabob = |v: &str| v.trim().to_lowercase().replace(' ', "-");
+        let gpu = |v: Option<String>| optional(v.filter(|_| device && !accelerator));
+        let acc = |v: Option<String>| optional(v.filter(|_| device && accelerator));
         r.add(
             labels::INSTANCE_GPU_COUNT,
-            Requirement::single(self.gpu_count.to_string()),
+            gpu(Some(self.gpu_count.to_string())),
         );
         r.add(
             labels::INSTANCE_GPU_NAME,
-            optional(self.gpu_name.clone().map(|n| n.to_lowercase())),
+            gpu(self.gpu_name.as_deref().map(kabob)),
+        );
+        r.add(
+            labels::INSTANCE_GPU_MANUFACTURER,
+            gpu(self.gpu_manufacturer.as_deref().map(kabob)),
+        );
+        r.add(
+            labels::INSTANCE_GPU_MEMORY,
+            gpu(self.gpu_memory_mib.map(|m| m.to_string())),
+        );
+        r.add(
+            labels::INSTANCE_ACCELERATOR_NAME,
+            acc(self.gpu_name.as_deref().map(kabob)),
+        );
+        r.add(
+            labels::INSTANCE_ACCELERATOR_MANUFACTURER,
+            acc(Some("aws".to_owned())),
+        );
+        r.add(
+            labels::INSTANCE_ACCELERATOR_COUNT,
+            acc(Some(self.gpu_count.to_string())),
+        );
+        r.add(
+            labels::INSTANCE_CPU_MANUFACTURER,
+            optional(self.cpu_manufacturer.as_deref().map(kabob)),
+        );
+        r.add(
+            labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+            optional(self.sustained_clock_mhz.map(|m| m.to_string())),
+        );
+        r.add(
+            labels::INSTANCE_EBS_BANDWIDTH,
+            optional(self.ebs_bandwidth_mbps.map(|b| b.to_string())),
+        );
+        // Every type launches on shared or dedicated hardware, as in
+        // Karpenter (instancetype/types.go); the claim's requirements pick
+        // (`provisioning::plan::tenancy`), at the same price.
+        r.add(
+            labels::INSTANCE_TENANCY,
+            Requirement::new(
+                labels::INSTANCE_TENANCY,
+                Operator::In,
+                &[
+                    labels::TENANCY_DEFAULT.into(),
+                    labels::TENANCY_DEDICATED.into(),
+                ],
+            )
+            .unwrap_or_else(|_| Requirement::single(labels::TENANCY_DEFAULT)),
+        );
+        r.add(labels::WINDOWS_BUILD, Requirement::does_not_exist());
+        // No capacity reservations are used: no node carries their labels.
+        for key in labels::CAPACITY_RESERVATION {
+            r.add(key, Requirement::does_not_exist());
+        }
+        // Placement groups are not configured: no node carries their labels.
+        for key in labels::PLACEMENT_GROUP {
+            r.add(key, Requirement::does_not_exist());
+        }
+        r.add(
+            labels::INSTANCE_CAPABILITY_FLEX,
+            Requirement::single(flex.to_string()),
+        );
+        r.add(
+            labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+            optional(self.encryption_in_transit.map(|b| b.to_string())),
+        );
+        r.add(
+            labels::INSTANCE_NITRO_ENCLAVES_SUPPORTED,
+            optional(self.nitro_enclaves.map(|b| b.to_string())),
         );
         r.add(
             labels::INSTANCE_LOCAL_NVME,
@@ -285,7 +394,41 @@ mod tests {
             max_enis: enis,
             ipv4_per_eni: ips,
             network_bandwidth_mbps: None,
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn network_and_enclave_facts_become_labels() {
+        let flex = InstanceTypeInfo {
+            encryption_in_transit: Some(true),
+            nitro_enclaves: Some(false),
+            ..info("c7i-flex.large", 2, 4096, "amd64", 3, 10)
+        };
+        let r = flex.requirements();
+        let has =
+            |r: &Requirements, key: &str, v: &str| r.allows(key, Some(v)) && !r.allows(key, None);
+        assert!(has(&r, labels::INSTANCE_CAPABILITY_FLEX, "true"));
+        assert!(has(
+            &r,
+            labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+            "true"
+        ));
+        assert!(has(&r, labels::INSTANCE_NITRO_ENCLAVES_SUPPORTED, "false"));
+        assert!(has(&r, labels::INSTANCE_FAMILY, "c7i-flex"));
+        for key in labels::PLACEMENT_GROUP {
+            assert!(r.allows(key, None) && !r.allows(key, Some("pg-1")), "{key}");
+        }
+        let plain = info("m5.large", 2, 8192, "amd64", 3, 10).requirements();
+        assert!(has(&plain, labels::INSTANCE_CAPABILITY_FLEX, "false"));
+        assert!(
+            plain.allows(labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED, None)
+                && !plain.allows(
+                    labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+                    Some("false")
+                ),
+            "an unknown fact is no label"
+        );
     }
 
     #[test]
@@ -359,14 +502,30 @@ mod tests {
         assert_eq!(t.allocatable().cpu_millis, 1500);
         assert_eq!(
             t.allocatable().memory_bytes,
-            capacity - (11 * 29 + 255) * MIB - capacity / 10
+            capacity - (11 * 29 + 255) * MIB - (capacity + 9) / 10,
+            "a share of memory is rounded up"
         );
-        // The larger of the hard and soft thresholds counts.
+        // Only the hard threshold counts; 100% disables it.
         let kc = KubeletConfig {
             eviction_soft_memory: Some(Threshold::Bytes(500 * MIB)),
             ..Default::default()
         };
-        assert_eq!(it.overhead(&kc).memory_bytes, (11 * 29 + 255 + 500) * MIB);
+        assert_eq!(it.overhead(&kc).memory_bytes, (11 * 29 + 255 + 100) * MIB);
+        let kc = KubeletConfig {
+            eviction_hard_memory: Some(Threshold::Basis(10_000)),
+            eviction_soft_memory: Some(Threshold::Basis(1000)),
+            ..Default::default()
+        };
+        assert_eq!(it.overhead(&kc).memory_bytes, (11 * 29 + 255) * MIB);
+        // A share is rounded up.
+        assert_eq!(Threshold::Basis(500).of(1001), 51);
+        // maxPods does not change the default kube-reserved memory.
+        let kc = KubeletConfig {
+            max_pods: Some(10),
+            ..Default::default()
+        };
+        assert_eq!(it.max_pods(&kc), 10);
+        assert_eq!(it.overhead(&kc).memory_bytes, (11 * 29 + 255 + 100) * MIB);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub const NODEPOOL: &str = "nodewright.io/nodepool";
 pub const NODECLAIM: &str = "nodewright.io/nodeclaim";
 /// `nodewright.io/nodeclass`: the NodeClass an instance or template is of.
 pub const NODECLASS: &str = "nodewright.io/nodeclass";
+/// `nodewright.io/image`: the AMI a launch template boots, so template
+/// clean-up can tell one its NodeClass no longer resolves to.
+pub const IMAGE: &str = "nodewright.io/image";
 /// `Name`: the claim id, what the EC2 console shows.
 pub const NAME: &str = "Name";
 /// `kubernetes.io/cluster/<cluster>` valued `owned`: cluster membership the

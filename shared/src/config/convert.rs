@@ -200,6 +200,8 @@ pub struct V1beta1Disruption {
 pub struct ConvertedProvisioner {
     pub node_pool: NodePoolSpec,
     pub node_class: Option<EC2NodeClassSpec>,
+    /// `(field, reason)` of each default the old form relied on.
+    pub warnings: Vec<(String, String)>,
 }
 
 type Fail = (String, String);
@@ -226,6 +228,7 @@ pub fn provisioner_to_v1(
         field,
         reason,
     };
+    let mut warnings = Vec::new();
     let consolidation = spec
         .consolidation
         .as_ref()
@@ -261,7 +264,7 @@ pub fn provisioner_to_v1(
             )));
         }
         (Some(provider), None) => (
-            Some(aws_provider_to_v1(provider, "spec.provider").map_err(err)?),
+            Some(aws_provider_to_v1(provider, "spec.provider", Some(&mut warnings)).map_err(err)?),
             name.to_owned(),
         ),
         (None, Some(r)) => {
@@ -307,10 +310,12 @@ pub fn provisioner_to_v1(
             .map(|l| l.resources.clone())
             .unwrap_or_default(),
         weight: spec.weight,
+        replicas: None,
     };
     Ok(ConvertedProvisioner {
         node_pool,
         node_class,
+        warnings,
     })
 }
 
@@ -387,6 +392,7 @@ pub fn v1beta1_nodepool_to_v1(
         }),
         limits: spec.limits.clone(),
         weight: spec.weight,
+        replicas: None,
     })
 }
 
@@ -421,7 +427,7 @@ pub fn aws_node_template_to_v1(
     name: &str,
     spec: &AwsProviderSpec,
 ) -> Result<EC2NodeClassSpec, ConfigError> {
-    aws_provider_to_v1(spec, "spec").map_err(|(field, reason)| ConfigError {
+    aws_provider_to_v1(spec, "spec", None).map_err(|(field, reason)| ConfigError {
         item: format!("awsnodetemplate/{name}"),
         field,
         reason,
@@ -430,7 +436,17 @@ pub fn aws_node_template_to_v1(
 
 /// v1alpha5 AWS settings → v1 EC2NodeClass; `prefix` is where they were
 /// written (`spec.provider` inline, `spec` in an AWSNodeTemplate).
-fn aws_provider_to_v1(p: &AwsProviderSpec, prefix: &str) -> Result<EC2NodeClassSpec, Fail> {
+///
+/// Inline settings (`defaults` given) may leave out the subnet and security
+/// group selectors: Karpenter v0.5 (the walkthroughs' era) defaulted each
+/// to the resources tagged `kubernetes.io/cluster/<cluster name>`, which
+/// the class keeps as `clusterDiscovery`, and a warning says so. Later
+/// versions, and every AWSNodeTemplate, required them.
+fn aws_provider_to_v1(
+    p: &AwsProviderSpec,
+    prefix: &str,
+    defaults: Option<&mut Vec<(String, String)>>,
+) -> Result<EC2NodeClassSpec, Fail> {
     if p.launch_template.is_some() {
         return Err((
             format!("{prefix}.launchTemplate"),
@@ -442,24 +458,50 @@ fn aws_provider_to_v1(p: &AwsProviderSpec, prefix: &str) -> Result<EC2NodeClassS
         &format!("{prefix}.amiFamily"),
     )?;
     let subnet_field = format!("{prefix}.subnetSelector");
-    let Some(subnets) = &p.subnet_selector else {
-        return Err((
-            subnet_field,
-            "required: the subnets to launch nodes in (tags, or aws::ids)".into(),
-        ));
-    };
     let sg_field = format!("{prefix}.securityGroupSelector");
-    let Some(groups) = &p.security_group_selector else {
-        return Err((
-            sg_field,
-            "required: the security groups of the nodes (tags, or aws::ids)".into(),
-        ));
+    let empty = BTreeMap::new();
+    let (subnets, groups, cluster_discovery) = match (
+        &p.subnet_selector,
+        &p.security_group_selector,
+        defaults,
+    ) {
+        (Some(s), Some(g), _) => (s, g, false),
+        (s, g, Some(warnings)) => {
+            for (field, what, given) in [
+                (&subnet_field, "subnets", s.is_some()),
+                (&sg_field, "security groups", g.is_some()),
+            ] {
+                if !given {
+                    warnings.push((
+                            field.clone(),
+                            format!("not set: the {what} tagged kubernetes.io/cluster/<cluster name> (any value) are used, as Karpenter v0.5 defaulted it"),
+                        ));
+                }
+            }
+            (
+                s.as_ref().unwrap_or(&empty),
+                g.as_ref().unwrap_or(&empty),
+                true,
+            )
+        }
+        (None, _, None) => {
+            return Err((
+                subnet_field,
+                "required: the subnets to launch nodes in (tags, or aws::ids)".into(),
+            ));
+        }
+        (_, None, None) => {
+            return Err((
+                sg_field,
+                "required: the security groups of the nodes (tags, or aws::ids)".into(),
+            ));
+        }
     };
-    let subnet_selector_terms = selector_terms(subnets, &subnet_field)?
+    let subnet_selector_terms = selector_terms_or_none(subnets, &subnet_field)?
         .into_iter()
         .map(|(id, tags)| SubnetSelectorTermSpec { id, tags })
         .collect();
-    let security_group_selector_terms = selector_terms(groups, &sg_field)?
+    let security_group_selector_terms = selector_terms_or_none(groups, &sg_field)?
         .into_iter()
         .map(|(id, tags)| SecurityGroupSelectorTermSpec {
             id,
@@ -494,7 +536,18 @@ fn aws_provider_to_v1(p: &AwsProviderSpec, prefix: &str) -> Result<EC2NodeClassS
         context: p.context.clone(),
         // Without one, v1alpha5 used the aws.defaultInstanceProfile setting.
         default_instance_profile: p.instance_profile.is_none(),
+        cluster_discovery,
+        ..EC2NodeClassSpec::default()
     })
+}
+
+/// [`selector_terms`], or none for an empty selector (the cluster's tag).
+fn selector_terms_or_none(sel: &BTreeMap<String, String>, field: &str) -> Result<IdOrTags, Fail> {
+    if sel.is_empty() {
+        Ok(Vec::new())
+    } else {
+        selector_terms(sel, field)
+    }
 }
 
 fn seconds(n: i64, field: &str) -> Result<String, Fail> {
@@ -548,7 +601,19 @@ fn legacy_kubelet(v: &serde_json::Value, field: &str) -> Result<KubeletSpec, Fai
             format!("unsupported runtime {runtime} (nodes run containerd; remove the setting)"),
         ));
     }
-    serde_json::from_value(v).map_err(|e| (field.into(), e.to_string()))
+    let kubelet: KubeletSpec =
+        serde_json::from_value(v).map_err(|e| (field.to_owned(), e.to_string()))?;
+    // These versions' kubelet block had a fixed set of fields; only v1's
+    // EC2NodeClass passes any KubeletConfiguration field through.
+    if let Some(name) = kubelet.other.keys().next() {
+        return Err((
+            field.into(),
+            format!(
+                "unknown field {name:?} (this version's kubelet settings are clusterDNS, maxPods, podsPerCore, systemReserved, kubeReserved, evictionHard, evictionSoft, evictionSoftGracePeriod, evictionMaxPodGracePeriod, imageGCHighThresholdPercent, imageGCLowThresholdPercent and cpuCFSQuota)"
+            ),
+        ));
+    }
+    Ok(kubelet)
 }
 
 fn legacy_family(s: &str, field: &str) -> Result<AmiFamily, Fail> {
@@ -826,19 +891,41 @@ mod tests {
         );
     }
 
+    /// Karpenter v0.5 discovered a Provisioner's subnets and security groups
+    /// by the cluster's tag when its provider named none; an AWSNodeTemplate
+    /// (v0.14 and later) always had to.
+    #[test]
+    fn inline_providers_default_their_selectors_to_the_cluster_tag() {
+        let p = provisioner_to_v1(
+            "p",
+            &provisioner(serde_json::json!({"provider": {"securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}})),
+        )
+        .expect("converts");
+        let class = p.node_class.expect("a class");
+        assert!(class.cluster_discovery && class.subnet_selector_terms.is_empty());
+        assert_eq!(class.security_group_selector_terms.len(), 1);
+        assert_eq!(
+            p.warnings
+                .iter()
+                .map(|(f, _)| f.as_str())
+                .collect::<Vec<_>>(),
+            ["spec.provider.subnetSelector"]
+        );
+        let valid = NodeClass::from_spec("p", &class).expect("valid");
+        assert_eq!(
+            valid.subnet_selector_terms,
+            [crate::config::nodeclass::SelectorTerm::ClusterTag]
+        );
+        let template: AwsProviderSpec =
+            serde_json::from_value(serde_json::json!({"securityGroupSelector": {"a": "b"}}))
+                .expect("spec");
+        let e = aws_node_template_to_v1("t", &template).expect_err("selectors required");
+        assert_eq!(e.field, "spec.subnetSelector");
+    }
+
     #[test]
     fn provisioner_errors_name_the_old_field() {
         let cases = [
-            (
-                serde_json::json!({"provider": {"securityGroupSelector": {"a": "b"}, "instanceProfile": "p"}}),
-                "spec.provider.subnetSelector",
-                "required",
-            ),
-            (
-                serde_json::json!({"provider": {"subnetSelector": {"a": "b"}, "instanceProfile": "p"}}),
-                "spec.provider.securityGroupSelector",
-                "required",
-            ),
             (
                 serde_json::json!({"provider": {"launchTemplate": "lt", "subnetSelector": {"a": "b"}}}),
                 "spec.provider.launchTemplate",

@@ -6,6 +6,22 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::cron::Schedule;
+use super::schema::{Kind, opt};
+
+/// The shape of `spec.disruption`, as Karpenter's CRD declares it.
+pub(crate) const DISRUPTION: Kind = Kind::Object(&[
+    opt("consolidationPolicy", Kind::Str),
+    opt("consolidateAfter", Kind::Str),
+    opt(
+        "budgets",
+        Kind::List(&Kind::Object(&[
+            opt("nodes", Kind::IntOrString),
+            opt("schedule", Kind::Str),
+            opt("duration", Kind::Str),
+            opt("reasons", Kind::List(&Kind::Str)),
+        ])),
+    ),
+]);
 
 /// `spec.disruption` of a Karpenter v1 NodePool, as written.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -47,6 +63,10 @@ pub enum ConsolidationPolicy {
     /// Empty nodes and nodes whose pods fit elsewhere (or on a cheaper node).
     #[default]
     WhenEmptyOrUnderutilized,
+    /// As `WhenEmptyOrUnderutilized`, a move taken only when its share of
+    /// the pool's cost saved is worth its share of the pool's disruption
+    /// (Karpenter v1.14's score, k = 2).
+    Balanced,
 }
 
 impl ConsolidationPolicy {
@@ -54,6 +74,7 @@ impl ConsolidationPolicy {
         match s {
             "WhenEmpty" => Some(ConsolidationPolicy::WhenEmpty),
             "WhenEmptyOrUnderutilized" => Some(ConsolidationPolicy::WhenEmptyOrUnderutilized),
+            "Balanced" => Some(ConsolidationPolicy::Balanced),
             _ => None,
         }
     }
@@ -62,6 +83,7 @@ impl ConsolidationPolicy {
         match self {
             ConsolidationPolicy::WhenEmpty => "WhenEmpty",
             ConsolidationPolicy::WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
+            ConsolidationPolicy::Balanced => "Balanced",
         }
     }
 }
@@ -72,13 +94,16 @@ pub enum DisruptionReason {
     Empty,
     Drifted,
     Underutilized,
+    /// Node repair (Karpenter 1.15: a voluntary disruption within budgets).
+    Unhealthy,
 }
 
 impl DisruptionReason {
-    pub const ALL: [DisruptionReason; 3] = [
+    pub const ALL: [DisruptionReason; 4] = [
         DisruptionReason::Empty,
         DisruptionReason::Drifted,
         DisruptionReason::Underutilized,
+        DisruptionReason::Unhealthy,
     ];
 
     pub fn parse(s: &str) -> Option<DisruptionReason> {
@@ -86,6 +111,7 @@ impl DisruptionReason {
             "Empty" => Some(DisruptionReason::Empty),
             "Drifted" => Some(DisruptionReason::Drifted),
             "Underutilized" => Some(DisruptionReason::Underutilized),
+            "Unhealthy" => Some(DisruptionReason::Unhealthy),
             _ => None,
         }
     }
@@ -95,6 +121,7 @@ impl DisruptionReason {
             DisruptionReason::Empty => "Empty",
             DisruptionReason::Drifted => "Drifted",
             DisruptionReason::Underutilized => "Underutilized",
+            DisruptionReason::Unhealthy => "Unhealthy",
         }
     }
 }
@@ -197,52 +224,71 @@ impl Disruption {
             .fold(total_nodes, usize::min)
     }
 
-    /// Validates `spec.disruption`; errors are `(field, reason)` with `prefix`
-    /// (e.g. `spec.disruption`) leading the field path.
+    /// Validates `spec.disruption`; the first error as `(field, reason)`
+    /// (see [`Disruption::from_spec_all`]).
     pub fn from_spec(
         spec: Option<&DisruptionSpec>,
         prefix: &str,
     ) -> Result<Disruption, (String, String)> {
+        Self::from_spec_all(spec, prefix).map_err(|mut e| e.swap_remove(0))
+    }
+
+    /// Validates `spec.disruption`; every error as `(field, reason)` with
+    /// `prefix` (e.g. `spec.disruption`) leading the field path.
+    pub fn from_spec_all(
+        spec: Option<&DisruptionSpec>,
+        prefix: &str,
+    ) -> Result<Disruption, Vec<(String, String)>> {
         let Some(spec) = spec else {
             return Ok(Disruption::default());
         };
+        let mut problems = Vec::new();
         let policy = match spec.consolidation_policy.as_deref() {
             None => ConsolidationPolicy::default(),
-            Some(s) => ConsolidationPolicy::parse(s).ok_or_else(|| {
+            Some(s) => ConsolidationPolicy::parse(s).unwrap_or_else(|| {
                 let hint = if s == "WhenUnderutilized" {
                     " (v1 renamed WhenUnderutilized)"
                 } else {
                     ""
                 };
-                (
+                problems.push((
                     format!("{prefix}.consolidationPolicy"),
                     format!(
-                        "unknown policy {s:?}: expected WhenEmpty or WhenEmptyOrUnderutilized{hint}"
+                        "unknown policy {s:?}: expected WhenEmpty, WhenEmptyOrUnderutilized or Balanced{hint}"
                     ),
-                )
-            })?,
+                ));
+                ConsolidationPolicy::default()
+            }),
         };
         let consolidate_after = match spec.consolidate_after.as_deref() {
             None => Some(SignedDuration::ZERO),
-            Some(s) => {
-                parse_duration_or_never(s).map_err(|r| (format!("{prefix}.consolidateAfter"), r))?
-            }
+            Some(s) => parse_duration_or_never(s).unwrap_or_else(|r| {
+                problems.push((format!("{prefix}.consolidateAfter"), r));
+                None
+            }),
         };
         let budgets = match &spec.budgets {
             None => vec![Budget::default()],
             Some(list) => {
                 if list.len() > 50 {
-                    return Err((
+                    problems.push((
                         format!("{prefix}.budgets"),
                         format!("at most 50 budgets, got {}", list.len()),
                     ));
                 }
                 list.iter()
                     .enumerate()
-                    .map(|(i, b)| Budget::from_spec(b, &format!("{prefix}.budgets[{i}]")))
-                    .collect::<Result<Vec<_>, _>>()?
+                    .filter_map(|(i, b)| {
+                        Budget::from_spec_all(b, &format!("{prefix}.budgets[{i}]"))
+                            .map_err(|p| problems.extend(p))
+                            .ok()
+                    })
+                    .collect()
             }
         };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
         Ok(Disruption {
             policy,
             consolidate_after,
@@ -252,83 +298,122 @@ impl Disruption {
 }
 
 impl Budget {
-    /// Validates one budget; `prefix` is its path (`spec.disruption.budgets[0]`).
+    /// Validates one budget; the first error (see [`Budget::from_spec_all`]).
     pub fn from_spec(spec: &BudgetSpec, prefix: &str) -> Result<Budget, (String, String)> {
+        Self::from_spec_all(spec, prefix).map_err(|mut e| e.swap_remove(0))
+    }
+
+    /// Validates one budget; `prefix` is its path (`spec.disruption.budgets[0]`).
+    /// Every error, by Karpenter's CRD: `nodes` a count or a percentage up
+    /// to 100 %, `schedule` a cron expression or `@daily`-style macro,
+    /// `duration` whole minutes (units h and m), both or neither of them,
+    /// and `reasons` a set of Empty, Drifted and Underutilized.
+    pub fn from_spec_all(spec: &BudgetSpec, prefix: &str) -> Result<Budget, Vec<(String, String)>> {
+        let mut problems = Vec::new();
         let nodes_field = format!("{prefix}.nodes");
         let nodes = match &spec.nodes {
-            None => BudgetNodes::Percent(10),
-            Some(serde_json::Value::String(s)) => {
-                parse_budget_nodes(s).map_err(|r| (nodes_field, r))?
-            }
+            None => Some(BudgetNodes::Percent(10)),
+            Some(serde_json::Value::String(s)) => parse_budget_nodes(s)
+                .map_err(|r| problems.push((nodes_field.clone(), r)))
+                .ok(),
             Some(serde_json::Value::Number(n)) => match n.as_u64() {
-                Some(n) => BudgetNodes::Count(n as usize),
+                Some(n) => Some(BudgetNodes::Count(n as usize)),
                 None => {
-                    return Err((
-                        nodes_field,
+                    problems.push((
+                        nodes_field.clone(),
                         format!("expected a non-negative whole number or a percentage, got {n}"),
                     ));
+                    None
                 }
             },
             Some(other) => {
-                return Err((
-                    nodes_field,
+                problems.push((
+                    nodes_field.clone(),
                     format!(
                         "expected a count like \"5\" or a percentage like \"10%\", got {other}"
                     ),
                 ));
+                None
             }
         };
         let schedule = match spec.schedule.as_deref() {
             None => None,
-            Some(s) => Some(Schedule::parse(s).map_err(|r| (format!("{prefix}.schedule"), r))?),
+            Some(s) => Schedule::parse(s)
+                .map_err(|r| problems.push((format!("{prefix}.schedule"), r)))
+                .ok(),
         };
         let duration = match spec.duration.as_deref() {
             None => None,
             Some(s) => {
                 let field = format!("{prefix}.duration");
-                let d = parse_duration(s).map_err(|r| (field.clone(), r))?;
-                if d.as_secs() % 60 != 0 || d.subsec_nanos() != 0 {
-                    return Err((
-                        field,
-                        format!("{s:?}: budget durations are whole minutes (units h and m)"),
-                    ));
+                match parse_duration(s) {
+                    Err(r) => {
+                        problems.push((field, r));
+                        None
+                    }
+                    Ok(_) if !budget_duration_form(s) => {
+                        problems.push((
+                            field,
+                            format!("{s:?}: budget durations are whole minutes (units h and m)"),
+                        ));
+                        None
+                    }
+                    Ok(d) => Some(d),
                 }
-                Some(d)
             }
         };
-        match (&schedule, &duration) {
-            (Some(_), None) => {
-                return Err((
-                    format!("{prefix}.duration"),
-                    "required when schedule is set".into(),
-                ));
-            }
-            (None, Some(_)) => {
-                return Err((
-                    format!("{prefix}.schedule"),
-                    "required when duration is set".into(),
-                ));
-            }
+        match (&spec.schedule, &spec.duration) {
+            (Some(_), None) => problems.push((
+                format!("{prefix}.duration"),
+                "required when schedule is set".into(),
+            )),
+            (None, Some(_)) => problems.push((
+                format!("{prefix}.schedule"),
+                "required when duration is set".into(),
+            )),
             _ => {}
         }
         let mut reasons = Vec::new();
         for (i, r) in spec.reasons.iter().flatten().enumerate() {
-            let reason = DisruptionReason::parse(r).ok_or_else(|| {
-                (
+            match DisruptionReason::parse(r) {
+                None => problems.push((
                     format!("{prefix}.reasons[{i}]"),
-                    format!("unknown reason {r:?}: expected Empty, Drifted or Underutilized"),
-                )
-            })?;
-            if !reasons.contains(&reason) {
-                reasons.push(reason);
+                    format!(
+                        "unknown reason {r:?}: expected Empty, Drifted, Underutilized or Unhealthy"
+                    ),
+                )),
+                Some(reason) if reasons.contains(&reason) => problems.push((
+                    format!("{prefix}.reasons[{i}]"),
+                    format!("{r:?} is listed twice"),
+                )),
+                Some(reason) => reasons.push(reason),
             }
         }
-        Ok(Budget {
-            nodes,
-            schedule,
-            duration,
-            reasons,
-        })
+        match nodes {
+            Some(nodes) if problems.is_empty() => Ok(Budget {
+                nodes,
+                schedule,
+                duration,
+                reasons,
+            }),
+            _ => Err(problems),
+        }
+    }
+}
+
+/// Karpenter's pattern for budget durations: `<n>h`, `<n>m` or `<n>h<n>m`,
+/// optionally followed by `0s` (what Go's duration formatting adds).
+fn budget_duration_form(s: &str) -> bool {
+    let s = s.strip_suffix("0s").unwrap_or(s);
+    let digits_then = |s: &str, unit: char| -> Option<usize> {
+        let n = s.find(|c: char| !c.is_ascii_digit())?;
+        (n > 0 && s[n..].starts_with(unit)).then_some(n + 1)
+    };
+    if let Some(n) = digits_then(s, 'h') {
+        let rest = &s[n..];
+        rest.is_empty() || digits_then(rest, 'm') == Some(rest.len())
+    } else {
+        digits_then(s, 'm') == Some(s.len())
     }
 }
 

@@ -9,20 +9,26 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ConfigError;
+use super::buffer::{CAPACITYBUFFER_SPEC, CapacityBuffer, CapacityBufferSpec};
 use super::convert::{
     self, AwsProviderSpec, LegacyRef, ProvisionerConsolidation, ProvisionerLimits, ProvisionerSpec,
     V1beta1Disruption, V1beta1NodePoolSpec, V1beta1Template, V1beta1TemplateSpec,
 };
 use super::disruption::{BudgetSpec, DisruptionSpec};
 use super::nodeclass::{
-    AmiSelectorTermSpec, EC2NodeClassSpec, KubeletSpec, NodeClass, SecurityGroupSelectorTermSpec,
-    SubnetSelectorTermSpec,
+    AmiSelectorTermSpec, EC2NodeClassSpec, KubeletSpec, NODECLASS_SPEC, NodeClass,
+    SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
 };
 use super::nodepool::{
-    NodeClaimTemplate, NodeClaimTemplateSpec, NodeClassRef, NodePool, NodePoolSpec,
-    RequirementSpec, TaintSpec, TemplateMetadata,
+    NODE_CLASS_GROUP, NODE_CLASS_KIND, NODEPOOL_SPEC, NodeClaimTemplate, NodeClaimTemplateSpec,
+    NodeClassRef, NodePool, NodePoolSpec, RequirementSpec, TaintSpec, TemplateMetadata,
 };
-use super::settings::{FeatureGatesSpec, SETTINGS_NAME, Settings, SettingsSpec};
+use super::overlay::{NODEOVERLAY_SPEC, NodeOverlay, NodeOverlaySpec};
+use super::schema::{self, Kind, Marked};
+use super::settings::{
+    FeatureGatesSpec, REBALANCE_ANNOTATION, RebalancePolicy, SETTINGS_NAME, SETTINGS_SPEC,
+    Settings, SettingsSpec,
+};
 use crate::ports::{ConfigItem, ConfigKind};
 
 pub const NODEPOOL_V1: &str = "karpenter.sh/v1";
@@ -32,9 +38,12 @@ pub const EC2NODECLASS_V1: &str = "karpenter.k8s.aws/v1";
 pub const EC2NODECLASS_V1BETA1: &str = "karpenter.k8s.aws/v1beta1";
 pub const AWSNODETEMPLATE_V1ALPHA1: &str = "karpenter.k8s.aws/v1alpha1";
 pub const SETTINGS_V1ALPHA1: &str = "nodewright.io/v1alpha1";
+pub const NODEOVERLAY_V1ALPHA1: &str = "karpenter.sh/v1alpha1";
+pub const CAPACITYBUFFER_V1BETA1: &str = "autoscaling.x-k8s.io/v1beta1";
 
 const SUPPORTED: &str = "karpenter.sh/v1 NodePool, karpenter.k8s.aws/v1 EC2NodeClass, karpenter.sh/v1beta1 NodePool, \
 karpenter.k8s.aws/v1beta1 EC2NodeClass, karpenter.sh/v1alpha5 Provisioner, karpenter.k8s.aws/v1alpha1 AWSNodeTemplate, \
+karpenter.sh/v1alpha1 NodeOverlay, autoscaling.x-k8s.io/v1beta1 CapacityBuffer (with the v1 PodTemplate it names), \
 nodewright.io/v1alpha1 Settings";
 
 /// A configuration document in its v1 form.
@@ -54,6 +63,13 @@ pub enum ConfigDocument {
     },
     /// `nodewright.io/v1alpha1` `Settings` (one, named `default`).
     Settings { name: String, spec: SettingsSpec },
+    /// `karpenter.sh/v1alpha1` `NodeOverlay`.
+    NodeOverlay { name: String, spec: NodeOverlaySpec },
+    /// `autoscaling.x-k8s.io/v1beta1` `CapacityBuffer`.
+    CapacityBuffer {
+        name: String,
+        spec: CapacityBufferSpec,
+    },
 }
 
 impl ConfigDocument {
@@ -61,7 +77,9 @@ impl ConfigDocument {
         match self {
             ConfigDocument::NodePool { name, .. }
             | ConfigDocument::NodeClass { name, .. }
-            | ConfigDocument::Settings { name, .. } => name,
+            | ConfigDocument::Settings { name, .. }
+            | ConfigDocument::NodeOverlay { name, .. }
+            | ConfigDocument::CapacityBuffer { name, .. } => name,
         }
     }
 
@@ -71,6 +89,8 @@ impl ConfigDocument {
             ConfigDocument::NodePool { .. } => "nodepool",
             ConfigDocument::NodeClass { .. } => "nodeclass",
             ConfigDocument::Settings { .. } => "settings",
+            ConfigDocument::NodeOverlay { .. } => "nodeoverlay",
+            ConfigDocument::CapacityBuffer { .. } => "capacitybuffer",
         };
         format!("{kind}/{}", self.name())
     }
@@ -84,6 +104,20 @@ impl ConfigDocument {
 pub enum Document {
     Config(ConfigDocument),
     Other(Value),
+}
+
+/// What reading a stream of documents yields: every document that reads
+/// (with what did not fit taken out), every error, and every warning.
+#[derive(Debug, Clone, Default)]
+pub struct Parsed {
+    pub docs: Vec<Document>,
+    pub errors: Vec<ConfigError>,
+    /// What is allowed but probably not meant, or a default an older form
+    /// relied on (named like errors).
+    pub warnings: Vec<ConfigError>,
+    /// The v1 `PodTemplate`s of the stream by (namespace, name): what the
+    /// CapacityBuffers name.
+    pub pod_templates: BTreeMap<(String, String), Value>,
 }
 
 /// Reads a stream of configuration documents; empty documents are skipped,
@@ -113,9 +147,21 @@ pub fn parse_stream(text: &str) -> Result<Vec<Document>, ConfigError> {
 /// A Provisioner with inline AWS settings yields a NodeClass and a NodePool;
 /// a `List` yields its items.
 pub fn from_value(value: &Value, index: usize) -> Result<Vec<ConfigDocument>, ConfigError> {
-    let mut out = Vec::new();
-    read_object(value, &format!("document[{index}]"), false, &mut out)?;
+    let mut out = Parsed::default();
+    let mut value = value.clone();
+    let dups = schema::take_duplicates(&mut value, "");
+    read_object(
+        &value,
+        &format!("document[{index}]"),
+        false,
+        &dups,
+        &mut out,
+    );
+    if let Some(e) = out.errors.into_iter().next() {
+        return Err(e);
+    }
     Ok(out
+        .docs
         .into_iter()
         .filter_map(|d| match d {
             Document::Config(c) => Some(c),
@@ -133,31 +179,54 @@ fn parse(text: &str, keep_others: bool) -> Result<Vec<Document>, ConfigError> {
     }
 }
 
-/// Every document that reads, and an error for each one that does not (a
-/// YAML syntax error ends the stream: what follows it cannot be trusted).
+/// Every document that reads, and an error for each mistake (a YAML
+/// syntax error ends the stream: what follows it cannot be trusted).
 pub fn parse_all(text: &str, keep_others: bool) -> (Vec<Document>, Vec<ConfigError>) {
-    let mut out = Vec::new();
-    let mut errors = Vec::new();
+    let p = parse_checked(text, keep_others);
+    (p.docs, p.errors)
+}
+
+/// [`parse_all`] with the warnings: every document, every mistake of each
+/// (an unknown field or a duplicate key does not hide the others).
+pub fn parse_checked(text: &str, keep_others: bool) -> Parsed {
+    let mut out = Parsed::default();
     let (values, syntax) = raw_documents_lenient(text);
-    for (i, value) in values.into_iter().enumerate() {
+    for (i, mut value) in values.into_iter().enumerate() {
         if value.is_null() {
             continue;
         }
-        let mut docs = Vec::new();
-        match read_object(&value, &format!("document[{i}]"), keep_others, &mut docs) {
-            Ok(()) => out.extend(docs),
-            Err(e) => errors.push(e),
+        let dups = schema::take_duplicates(&mut value, "");
+        read_object(
+            &value,
+            &format!("document[{i}]"),
+            keep_others,
+            &dups,
+            &mut out,
+        );
+    }
+    out.errors.extend(syntax);
+    // A buffer's template comes from the PodTemplate it names, in this file.
+    for d in &mut out.docs {
+        if let Document::Config(ConfigDocument::CapacityBuffer { spec, .. }) = d
+            && spec.pod_template.is_none()
+            && let Some(r) = &spec.pod_template_ref
+        {
+            let ns = spec.namespace.clone().unwrap_or_else(|| "default".into());
+            spec.pod_template = out.pod_templates.get(&(ns, r.name.clone())).cloned();
         }
     }
-    errors.extend(syntax);
-    (out, errors)
+    out
 }
 
 /// [`parse_all`] keeping only configuration documents; others are errors.
 pub fn parse_config_all(text: &str) -> (Vec<ConfigDocument>, Vec<ConfigError>) {
     let (docs, errors) = parse_all(text, false);
-    let docs = docs
-        .into_iter()
+    (config_only(docs), errors)
+}
+
+/// The configuration documents of a stream's documents.
+pub fn config_only(docs: Vec<Document>) -> Vec<ConfigDocument> {
+    docs.into_iter()
         .filter_map(|d| {
             if let Document::Config(c) = d {
                 Some(c)
@@ -165,16 +234,35 @@ pub fn parse_config_all(text: &str) -> (Vec<ConfigDocument>, Vec<ConfigError>) {
                 None
             }
         })
-        .collect();
-    (docs, errors)
+        .collect()
+}
+
+/// The errors of reading documents, then those of validating them
+/// together, less what the first already said (a missing or mistyped field
+/// is not reported again as invalid).
+pub fn merge_errors(read: Vec<ConfigError>, set: Vec<ConfigError>) -> Vec<ConfigError> {
+    let mut out = read;
+    for e in set {
+        let repeated = out.iter().any(|r| {
+            r.item == e.item
+                && (r.field == e.field
+                    || (e.field.starts_with(r.field.as_str())
+                        && matches!(e.field.as_bytes().get(r.field.len()), Some(b'.' | b'['))))
+        });
+        if !repeated {
+            out.push(e);
+        }
+    }
+    out
 }
 
 /// The documents of a YAML stream, or of JSON (one object, or an array of
-/// them), up to the first syntax error (returned with them).
+/// them), up to the first syntax error (returned with them). Repeated keys
+/// are marked ([`schema::Marked`]), not collapsed.
 fn raw_documents_lenient(text: &str) -> (Vec<Value>, Option<ConfigError>) {
     let trimmed = text.trim_start();
     if (trimmed.starts_with('{') || trimmed.starts_with('['))
-        && let Ok(v) = serde_json::from_str::<Value>(text)
+        && let Ok(Marked(v)) = serde_json::from_str::<Marked>(text)
     {
         return (
             match v {
@@ -186,8 +274,8 @@ fn raw_documents_lenient(text: &str) -> (Vec<Value>, Option<ConfigError>) {
     }
     let mut out = Vec::new();
     for (i, de) in serde_norway::Deserializer::from_str(text).enumerate() {
-        match Value::deserialize(de) {
-            Ok(value) => out.push(value),
+        match Marked::deserialize(de) {
+            Ok(Marked(value)) => out.push(value),
             Err(e) => {
                 let field = e.location().map_or_else(
                     || "(document)".to_owned(),
@@ -207,25 +295,38 @@ fn raw_documents_lenient(text: &str) -> (Vec<Value>, Option<ConfigError>) {
     (out, None)
 }
 
-fn read_object(
-    value: &Value,
-    at: &str,
-    keep_others: bool,
-    out: &mut Vec<Document>,
-) -> Result<(), ConfigError> {
+/// How errors name a document of this kind (`nodepool/<name>`).
+fn item_kind(kind: &str) -> &'static str {
+    match kind {
+        "NodePool" => "nodepool",
+        "EC2NodeClass" => "nodeclass",
+        "Provisioner" => "provisioner",
+        "AWSNodeTemplate" => "awsnodetemplate",
+        "Settings" => "settings",
+        "NodeOverlay" => "nodeoverlay",
+        "CapacityBuffer" => "capacitybuffer",
+        _ => "document",
+    }
+}
+
+/// The top-level fields of a Kubernetes object.
+const TOP_LEVEL: [&str; 5] = ["apiVersion", "kind", "metadata", "spec", "status"];
+
+fn read_object(value: &Value, at: &str, keep_others: bool, dups: &[String], out: &mut Parsed) {
     let doc_err = |field: &str, reason: String| ConfigError {
         item: at.to_owned(),
         field: field.to_owned(),
         reason,
     };
     let Some(obj) = value.as_object() else {
-        return Err(doc_err(
+        out.errors.push(doc_err(
             "(document)",
             format!(
                 "expected an object with apiVersion and kind, got {}",
                 kind_of(value)
             ),
         ));
+        return;
     };
     let api_version = obj
         .get("apiVersion")
@@ -233,26 +334,63 @@ fn read_object(
         .unwrap_or_default();
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
     if api_version.is_empty() {
-        return Err(doc_err("apiVersion", "required".into()));
+        out.errors.push(doc_err("apiVersion", "required".into()));
+        return;
     }
     if kind.is_empty() {
-        return Err(doc_err("kind", "required".into()));
+        out.errors.push(doc_err("kind", "required".into()));
+        return;
     }
     if kind.ends_with("List")
         && let Some(items) = obj.get("items").and_then(Value::as_array)
     {
         for (j, item) in items.iter().enumerate() {
-            read_object(item, &format!("{at}.items[{j}]"), keep_others, out)?;
+            let prefix = format!("items[{j}].");
+            let item_dups: Vec<String> = dups
+                .iter()
+                .filter_map(|d| d.strip_prefix(&prefix).map(str::to_owned))
+                .collect();
+            read_object(
+                item,
+                &format!("{at}.items[{j}]"),
+                keep_others,
+                &item_dups,
+                out,
+            );
         }
-        return Ok(());
+        return;
     }
     let karpenter_kind = matches!(
         kind,
-        "NodePool" | "EC2NodeClass" | "Provisioner" | "AWSNodeTemplate" | "Settings"
+        "NodePool"
+            | "EC2NodeClass"
+            | "Provisioner"
+            | "AWSNodeTemplate"
+            | "Settings"
+            | "NodeOverlay"
+            | "CapacityBuffer"
     ) && matches!(
         api_version.split('/').next(),
-        Some("karpenter.sh" | "karpenter.k8s.aws" | "nodewright.io")
+        Some("karpenter.sh" | "karpenter.k8s.aws" | "nodewright.io" | "autoscaling.x-k8s.io")
     );
+    if (api_version, kind) == ("v1", "PodTemplate") {
+        let meta = obj.get("metadata");
+        let field = |f: &str| {
+            meta.and_then(|m| m.get(f))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let key = (
+            field("namespace").unwrap_or_else(|| "default".into()),
+            field("name").unwrap_or_default(),
+        );
+        out.pod_templates
+            .insert(key, obj.get("template").cloned().unwrap_or(Value::Null));
+        if keep_others {
+            out.docs.push(Document::Other(value.clone()));
+        }
+        return;
+    }
     let known = matches!(
         (api_version, kind),
         (NODEPOOL_V1 | NODEPOOL_V1BETA1, "NodePool")
@@ -260,24 +398,47 @@ fn read_object(
             | (EC2NODECLASS_V1 | EC2NODECLASS_V1BETA1, "EC2NodeClass")
             | (AWSNODETEMPLATE_V1ALPHA1, "AWSNodeTemplate")
             | (SETTINGS_V1ALPHA1, "Settings")
+            | (NODEOVERLAY_V1ALPHA1, "NodeOverlay")
+            | (CAPACITYBUFFER_V1BETA1, "CapacityBuffer")
     );
     if !known {
         if keep_others && !karpenter_kind {
-            out.push(Document::Other(value.clone()));
-            return Ok(());
+            out.docs.push(Document::Other(value.clone()));
+            return;
         }
-        return Err(doc_err(
+        out.errors.push(doc_err(
             "kind",
             format!("unsupported apiVersion/kind {api_version}/{kind} (supported: {SUPPORTED})"),
         ));
+        return;
     }
     let name = obj
         .get("metadata")
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or_default();
-    check_name(name, kind == "NodePool" || kind == "Provisioner")
-        .map_err(|r| doc_err("metadata.name", r))?;
+    if let Err(r) = check_name(name, kind == "NodePool" || kind == "Provisioner") {
+        out.errors.push(doc_err("metadata.name", r));
+        return;
+    }
+    let item = format!("{}/{name}", item_kind(kind));
+    let problem = |field: String, reason: String| ConfigError {
+        item: item.clone(),
+        field,
+        reason,
+    };
+    for d in dups {
+        out.errors.push(problem(
+            d.clone(),
+            "duplicate key: written more than once in the same object".into(),
+        ));
+    }
+    for k in obj.keys().filter(|k| !TOP_LEVEL.contains(&k.as_str())) {
+        out.errors.push(problem(
+            k.clone(),
+            format!("unknown field {k:?} (apiVersion, kind, metadata, spec)"),
+        ));
+    }
     let empty = Value::Object(serde_json::Map::new());
     let spec = match obj.get("spec") {
         None | Some(Value::Null) => &empty,
@@ -294,68 +455,157 @@ fn read_object(
                 .collect()
         })
         .unwrap_or_default();
-    match (api_version, kind) {
-        (NODEPOOL_V1, _) => {
-            let spec = typed(spec, &format!("nodepool/{name}"), locate_nodepool)?;
-            out.push(Document::Config(ConfigDocument::NodePool {
-                name,
-                spec,
-                annotations: annotations.clone(),
-                source_api_version: api_version.into(),
-            }));
-        }
-        (NODEPOOL_V1BETA1, _) => {
-            let old = typed(spec, &format!("nodepool/{name}"), locate_v1beta1_nodepool)?;
-            let spec = convert::v1beta1_nodepool_to_v1(&name, &old)?;
-            out.push(Document::Config(ConfigDocument::NodePool {
-                name,
-                spec,
-                annotations: annotations.clone(),
-                source_api_version: api_version.into(),
-            }));
-        }
-        (PROVISIONER_V1ALPHA5, _) => {
-            let old = typed(spec, &format!("provisioner/{name}"), locate_provisioner)?;
-            let converted = convert::provisioner_to_v1(&name, &old)?;
-            if let Some(class) = converted.node_class {
-                out.push(Document::Config(ConfigDocument::NodeClass {
-                    name: name.clone(),
-                    spec: class,
+    let result: Result<(), ConfigError> = (|| {
+        match (api_version, kind) {
+            (NODEPOOL_V1, _) => {
+                let spec =
+                    checked::<NodePoolSpec>(spec, &item, &NODEPOOL_SPEC, locate_nodepool, out);
+                if let Some(spec) = spec {
+                    out.warnings.extend(NodePool::warnings(&name, &spec));
+                    out.docs.push(Document::Config(ConfigDocument::NodePool {
+                        name,
+                        spec,
+                        annotations: annotations.clone(),
+                        source_api_version: api_version.into(),
+                    }));
+                }
+            }
+            (NODEPOOL_V1BETA1, _) => {
+                let old = typed(spec, &item, locate_v1beta1_nodepool)?;
+                let spec = convert::v1beta1_nodepool_to_v1(&name, &old)?;
+                out.warnings.extend(NodePool::warnings(&name, &spec));
+                out.docs.push(Document::Config(ConfigDocument::NodePool {
+                    name,
+                    spec,
+                    annotations: annotations.clone(),
+                    source_api_version: api_version.into(),
                 }));
             }
-            out.push(Document::Config(ConfigDocument::NodePool {
-                name,
-                spec: converted.node_pool,
-                annotations,
-                source_api_version: api_version.into(),
-            }));
-        }
-        (SETTINGS_V1ALPHA1, _) => {
-            if name != SETTINGS_NAME {
-                return Err(doc_err(
-                    "metadata.name",
-                    format!("{name:?}: the one Settings item is named {SETTINGS_NAME:?}"),
-                ));
+            (PROVISIONER_V1ALPHA5, _) => {
+                let old = typed(spec, &item, locate_provisioner)?;
+                let converted = convert::provisioner_to_v1(&name, &old)?;
+                for (field, reason) in converted.warnings {
+                    out.warnings.push(problem(field, reason));
+                }
+                if let Some(class) = converted.node_class {
+                    out.docs.push(Document::Config(ConfigDocument::NodeClass {
+                        name: name.clone(),
+                        spec: class,
+                    }));
+                }
+                out.warnings
+                    .extend(NodePool::warnings(&name, &converted.node_pool));
+                out.docs.push(Document::Config(ConfigDocument::NodePool {
+                    name,
+                    spec: converted.node_pool,
+                    annotations,
+                    source_api_version: api_version.into(),
+                }));
             }
-            let spec = typed(spec, &format!("settings/{name}"), locate_settings)?;
-            out.push(Document::Config(ConfigDocument::Settings { name, spec }));
+            (SETTINGS_V1ALPHA1, _) => {
+                if name != SETTINGS_NAME {
+                    return Err(doc_err(
+                        "metadata.name",
+                        format!("{name:?}: the one Settings item is named {SETTINGS_NAME:?}"),
+                    ));
+                }
+                let spec =
+                    checked::<SettingsSpec>(spec, &item, &SETTINGS_SPEC, locate_settings, out);
+                if let Some(spec) = spec {
+                    out.docs
+                        .push(Document::Config(ConfigDocument::Settings { name, spec }));
+                }
+            }
+            (EC2NODECLASS_V1, _) => {
+                let spec = checked::<EC2NodeClassSpec>(
+                    spec,
+                    &item,
+                    &NODECLASS_SPEC,
+                    locate_nodeclass,
+                    out,
+                );
+                if let Some(spec) = spec {
+                    out.warnings.extend(NodeClass::warnings(&name, &spec));
+                    out.docs
+                        .push(Document::Config(ConfigDocument::NodeClass { name, spec }));
+                }
+            }
+            (NODEOVERLAY_V1ALPHA1, _) => {
+                let spec =
+                    checked::<NodeOverlaySpec>(spec, &item, &NODEOVERLAY_SPEC, leaf_probe, out);
+                if let Some(spec) = spec {
+                    out.docs
+                        .push(Document::Config(ConfigDocument::NodeOverlay { name, spec }));
+                }
+            }
+            (CAPACITYBUFFER_V1BETA1, _) => {
+                let spec = checked::<CapacityBufferSpec>(
+                    spec,
+                    &item,
+                    &CAPACITYBUFFER_SPEC,
+                    leaf_probe,
+                    out,
+                );
+                if let Some(mut spec) = spec {
+                    spec.namespace = Some(
+                        obj.get("metadata")
+                            .and_then(|m| m.get("namespace"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("default")
+                            .to_owned(),
+                    );
+                    out.docs
+                        .push(Document::Config(ConfigDocument::CapacityBuffer {
+                            name,
+                            spec,
+                        }));
+                }
+            }
+            (EC2NODECLASS_V1BETA1, _) => {
+                let old = typed(spec, &item, locate_nodeclass)?;
+                let spec = convert::v1beta1_nodeclass_to_v1(&name, &old)?;
+                out.docs
+                    .push(Document::Config(ConfigDocument::NodeClass { name, spec }));
+            }
+            _ => {
+                let old = typed(spec, &item, locate_provider)?;
+                let spec = convert::aws_node_template_to_v1(&name, &old)?;
+                out.docs
+                    .push(Document::Config(ConfigDocument::NodeClass { name, spec }));
+            }
         }
-        (EC2NODECLASS_V1, _) => {
-            let spec = typed(spec, &format!("nodeclass/{name}"), locate_nodeclass)?;
-            out.push(Document::Config(ConfigDocument::NodeClass { name, spec }));
-        }
-        (EC2NODECLASS_V1BETA1, _) => {
-            let old = typed(spec, &format!("nodeclass/{name}"), locate_nodeclass)?;
-            let spec = convert::v1beta1_nodeclass_to_v1(&name, &old)?;
-            out.push(Document::Config(ConfigDocument::NodeClass { name, spec }));
-        }
-        _ => {
-            let old = typed(spec, &format!("awsnodetemplate/{name}"), locate_provider)?;
-            let spec = convert::aws_node_template_to_v1(&name, &old)?;
-            out.push(Document::Config(ConfigDocument::NodeClass { name, spec }));
+        Ok(())
+    })();
+    if let Err(e) = result {
+        out.errors.push(e);
+    }
+}
+
+/// Reads a spec after checking its shape: every problem the schema finds
+/// becomes an error of `item`, what did not fit is taken out, and the rest
+/// is read (`None` only when that still fails, which its error says).
+fn checked<T: DeserializeOwned>(
+    spec: &Value,
+    item: &str,
+    kind: &Kind,
+    locate: Probe,
+    out: &mut Parsed,
+) -> Option<T> {
+    let mut cleaned = spec.clone();
+    for (field, reason) in schema::check(&mut cleaned, kind, "spec") {
+        out.errors.push(ConfigError {
+            item: item.to_owned(),
+            field,
+            reason,
+        });
+    }
+    match typed(&cleaned, item, locate) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            out.errors.push(e);
+            None
         }
     }
-    Ok(())
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -406,6 +656,11 @@ fn typed<T: DeserializeOwned>(spec: &Value, item: &str, locate: Probe) -> Result
             reason,
         }
     })
+}
+
+/// No narrowing: the schema already named what does not fit.
+fn leaf_probe(_: &Value, _: &str) -> Option<(String, String)> {
+    None
 }
 
 fn leaf<T: DeserializeOwned>(v: &Value, path: &str) -> Option<(String, String)> {
@@ -583,24 +838,99 @@ fn locate_nodeclass(v: &Value, p: &str) -> Option<(String, String)> {
 
 // ---- stored items -------------------------------------------------------------
 
+/// What a stored NodePool spec may leave out that a file must write.
+fn stored_pool_defaults(spec: &mut Value) {
+    let Some(t) = spec
+        .as_object_mut()
+        .map(|o| o.entry("template").or_insert_with(|| serde_json::json!({})))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let Some(ts) = t
+        .entry("spec")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+    else {
+        return;
+    };
+    ts.entry("requirements")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(r) = ts.get_mut("nodeClassRef").and_then(Value::as_object_mut) {
+        r.entry("group")
+            .or_insert_with(|| Value::from(NODE_CLASS_GROUP));
+        r.entry("kind")
+            .or_insert_with(|| Value::from(NODE_CLASS_KIND));
+    }
+}
+
 impl ConfigDocument {
-    /// A stored item (its v1 spec as JSON) read back, with the field path of
-    /// what does not read.
+    /// A stored item (its v1 spec as JSON) read back; the first problem
+    /// (see [`ConfigDocument::from_item_all`]).
     pub fn from_item(item: &ConfigItem) -> Result<ConfigDocument, ConfigError> {
+        Self::from_item_all(item).map_err(|mut e| e.swap_remove(0))
+    }
+
+    /// A stored item read back, checked against its kind's schema: every
+    /// problem with its field path. Stored specs leave out empty lists
+    /// (`requirements: []`), and items written before the reference's
+    /// `group` and `kind` were required lack them: both are filled in.
+    pub fn from_item_all(item: &ConfigItem) -> Result<ConfigDocument, Vec<ConfigError>> {
         let name = item.name.clone();
+        if let Some(reason) = item.unreadable_reason() {
+            return Err(vec![ConfigError {
+                item: format!("{}/{name}", item.kind.as_str()),
+                field: "body".to_owned(),
+                reason: format!(
+                    "the stored item cannot be read ({reason}); apply it again or delete it"
+                ),
+            }]);
+        }
+        let label = format!("{}/{name}", item.kind.as_str());
+        let mut spec = item.spec.clone();
+        let kind = match item.kind {
+            ConfigKind::NodePool => {
+                stored_pool_defaults(&mut spec);
+                &NODEPOOL_SPEC
+            }
+            ConfigKind::NodeClass => &NODECLASS_SPEC,
+            ConfigKind::Settings => &SETTINGS_SPEC,
+            ConfigKind::NodeOverlay => &NODEOVERLAY_SPEC,
+            ConfigKind::CapacityBuffer => &CAPACITYBUFFER_SPEC,
+        };
+        let problems = schema::check(&mut spec, kind, "spec");
+        if !problems.is_empty() {
+            return Err(problems
+                .into_iter()
+                .map(|(field, reason)| ConfigError {
+                    item: label.clone(),
+                    field,
+                    reason,
+                })
+                .collect());
+        }
+        let one = |e| vec![e];
         Ok(match item.kind {
             ConfigKind::NodePool => ConfigDocument::NodePool {
-                spec: typed(&item.spec, &format!("nodepool/{name}"), locate_nodepool)?,
+                spec: typed(&spec, &label, locate_nodepool).map_err(one)?,
                 annotations: item.annotations.clone(),
                 name,
                 source_api_version: NODEPOOL_V1.to_owned(),
             },
             ConfigKind::NodeClass => ConfigDocument::NodeClass {
-                spec: typed(&item.spec, &format!("nodeclass/{name}"), locate_nodeclass)?,
+                spec: typed(&spec, &label, locate_nodeclass).map_err(one)?,
                 name,
             },
             ConfigKind::Settings => ConfigDocument::Settings {
-                spec: typed(&item.spec, &format!("settings/{name}"), locate_settings)?,
+                spec: typed(&spec, &label, locate_settings).map_err(one)?,
+                name,
+            },
+            ConfigKind::NodeOverlay => ConfigDocument::NodeOverlay {
+                spec: typed(&spec, &label, leaf_probe).map_err(one)?,
+                name,
+            },
+            ConfigKind::CapacityBuffer => ConfigDocument::CapacityBuffer {
+                spec: typed(&spec, &label, leaf_probe).map_err(one)?,
                 name,
             },
         })
@@ -611,6 +941,8 @@ impl ConfigDocument {
             ConfigDocument::NodePool { .. } => ConfigKind::NodePool,
             ConfigDocument::NodeClass { .. } => ConfigKind::NodeClass,
             ConfigDocument::Settings { .. } => ConfigKind::Settings,
+            ConfigDocument::NodeOverlay { .. } => ConfigKind::NodeOverlay,
+            ConfigDocument::CapacityBuffer { .. } => ConfigKind::CapacityBuffer,
         }
     }
 
@@ -620,6 +952,8 @@ impl ConfigDocument {
             ConfigDocument::NodePool { spec, .. } => serde_json::to_value(spec),
             ConfigDocument::NodeClass { spec, .. } => serde_json::to_value(spec),
             ConfigDocument::Settings { spec, .. } => serde_json::to_value(spec),
+            ConfigDocument::NodeOverlay { spec, .. } => serde_json::to_value(spec),
+            ConfigDocument::CapacityBuffer { spec, .. } => serde_json::to_value(spec),
         };
         // These specs are plain maps and strings: serializing cannot fail.
         v.unwrap_or_default()
@@ -647,6 +981,8 @@ impl ConfigDocument {
             ConfigDocument::NodePool { .. } => (NODEPOOL_V1, "NodePool"),
             ConfigDocument::NodeClass { .. } => (EC2NODECLASS_V1, "EC2NodeClass"),
             ConfigDocument::Settings { .. } => (SETTINGS_V1ALPHA1, "Settings"),
+            ConfigDocument::NodeOverlay { .. } => (NODEOVERLAY_V1ALPHA1, "NodeOverlay"),
+            ConfigDocument::CapacityBuffer { .. } => (CAPACITYBUFFER_V1BETA1, "CapacityBuffer"),
         };
         serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": self.name()}, "spec": self.spec_json()})
     }
@@ -659,9 +995,9 @@ pub fn resolve_items(items: &[ConfigItem]) -> Resolved {
     let mut docs = Vec::new();
     let mut errors = Vec::new();
     for item in items {
-        match ConfigDocument::from_item(item) {
+        match ConfigDocument::from_item_all(item) {
             Ok(d) => docs.push(d),
-            Err(e) => errors.push(e),
+            Err(e) => errors.extend(e),
         }
     }
     let mut r = ConfigSet::resolve(&docs);
@@ -683,6 +1019,8 @@ pub fn resolve_items(items: &[ConfigItem]) -> Resolved {
         }
     }
     errors.extend(r.errors);
+    // Each item's errors together, items in order (stable: fields keep theirs).
+    errors.sort_by(|a, b| a.item.cmp(&b.item));
     r.errors = errors;
     r
 }
@@ -695,6 +1033,9 @@ pub struct ConfigSet {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<NodeClass>,
     pub settings: Settings,
+    /// Every valid NodeOverlay (each pool also holds them, `NodePool::overlays`).
+    pub node_overlays: Vec<NodeOverlay>,
+    pub capacity_buffers: Vec<CapacityBuffer>,
 }
 
 /// What [`ConfigSet::resolve`] makes of documents that may not all be valid.
@@ -735,6 +1076,8 @@ impl ConfigSet {
             reason: "defined more than once".into(),
         };
         let mut class_names = BTreeSet::new();
+        let mut overlay_names = BTreeSet::new();
+        let mut buffer_names = BTreeSet::new();
         let mut settings_seen = false;
         for doc in docs {
             match doc {
@@ -758,9 +1101,30 @@ impl ConfigSet {
                         Err(e) => r.errors.extend(e),
                     }
                 }
+                ConfigDocument::NodeOverlay { name, spec } => {
+                    if !overlay_names.insert(name.as_str()) {
+                        r.errors.push(duplicate(format!("nodeoverlay/{name}")));
+                        continue;
+                    }
+                    match NodeOverlay::from_spec_all(name, spec) {
+                        Ok(o) => r.set.node_overlays.push(o),
+                        Err(e) => r.errors.extend(e),
+                    }
+                }
+                ConfigDocument::CapacityBuffer { name, spec } => {
+                    if !buffer_names.insert(name.as_str()) {
+                        r.errors.push(duplicate(format!("capacitybuffer/{name}")));
+                        continue;
+                    }
+                    match CapacityBuffer::from_spec_all(name, spec) {
+                        Ok(b) => r.set.capacity_buffers.push(b),
+                        Err(e) => r.errors.extend(e),
+                    }
+                }
                 ConfigDocument::NodePool { .. } => {}
             }
         }
+        let overlays: std::sync::Arc<[NodeOverlay]> = r.set.node_overlays.clone().into();
         let mut pool_names = BTreeSet::new();
         for doc in docs {
             let ConfigDocument::NodePool {
@@ -776,12 +1140,28 @@ impl ConfigSet {
                 r.errors.push(duplicate(format!("nodepool/{name}")));
                 continue;
             }
+            // An annotation we act on is validated as its Settings field is:
+            // a value we cannot read is refused, never taken for the default.
+            let bad_annotation = annotations
+                .get(REBALANCE_ANNOTATION)
+                .filter(|v| RebalancePolicy::parse(v).is_none())
+                .map(|v| ConfigError {
+                    item: format!("nodepool/{name}"),
+                    field: format!("metadata.annotations[{REBALANCE_ANNOTATION}]"),
+                    reason: format!("unknown policy {v:?}: expected Ignore, Cordon or Replace"),
+                });
             let mut pool = match NodePool::from_spec_all(name, spec) {
-                Ok(mut p) => {
+                Ok(mut p) if bad_annotation.is_none() => {
                     p.annotations.clone_from(annotations);
+                    p.overlays = overlays.clone();
                     p
                 }
+                Ok(_) => {
+                    r.errors.extend(bad_annotation);
+                    continue;
+                }
                 Err(e) => {
+                    r.errors.extend(bad_annotation);
                     r.errors.extend(e);
                     continue;
                 }
@@ -817,14 +1197,11 @@ impl ConfigSet {
     /// Reads and validates a stream of configuration documents; every
     /// error at once (a document that does not read, and the set's own).
     pub fn parse(text: &str) -> Result<ConfigSet, Vec<ConfigError>> {
-        let (docs, mut errors) = parse_config_all(text);
+        let (docs, errors) = parse_config_all(text);
         match ConfigSet::from_documents(&docs) {
             Ok(set) if errors.is_empty() => Ok(set),
             Ok(_) => Err(errors),
-            Err(e) => {
-                errors.extend(e);
-                Err(errors)
-            }
+            Err(e) => Err(merge_errors(errors, e)),
         }
     }
 
@@ -866,12 +1243,28 @@ mod tests {
 
     #[test]
     fn walkthrough_v1alpha5_provisioners() {
-        // The second Provisioner has no subnet or security group selectors,
-        // which Karpenter required: the error names the field.
-        let e = parse_documents(V1ALPHA5).expect_err("t101 has no subnetSelector");
-        assert_eq!(e.item, "provisioner/t101");
-        assert_eq!(e.field, "spec.provider.subnetSelector");
-        assert!(e.reason.contains("required"), "{}", e.reason);
+        // The second Provisioner has no subnet or security group selectors:
+        // Karpenter v0.5 discovered them by the cluster's tag, and so do we,
+        // with a warning naming each field.
+        let parsed = parse_checked(V1ALPHA5, false);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let warned: Vec<(&str, &str)> = parsed
+            .warnings
+            .iter()
+            .map(|w| (w.item.as_str(), w.field.as_str()))
+            .collect();
+        assert_eq!(
+            warned,
+            [
+                ("provisioner/t101", "spec.provider.subnetSelector"),
+                ("provisioner/t101", "spec.provider.securityGroupSelector")
+            ]
+        );
+        assert!(
+            parsed.warnings[0]
+                .reason
+                .contains("kubernetes.io/cluster/<cluster name>")
+        );
 
         // The first converts (to a NodeClass and a NodePool) and validates.
         let first = V1ALPHA5.split("\n---\n").next().expect("first document");
@@ -1075,15 +1468,18 @@ mod tests {
                     assert_eq!(&back, spec);
                     assert!(NodeClass::from_spec("default", &back).is_ok());
                 }
-                ConfigDocument::Settings { .. } => panic!("no settings in a Provisioner"),
+                other => panic!("only a NodePool and a NodeClass in a Provisioner, got {other:?}"),
             }
             // And through the stored item, the one way the functions read it.
             let back = ConfigDocument::from_item(&doc.to_item(3, jiff::Timestamp::UNIX_EPOCH))
                 .expect("item reads back");
             assert_eq!(back.spec_json(), doc.spec_json());
         }
-        let e = from_value(&docs[1], 1).expect_err("t101");
-        assert_eq!(e.field, "spec.provider.subnetSelector");
+        // t101's provider names no subnets or security groups: the cluster's tag.
+        let t101 = from_value(&docs[1], 1).expect("t101 converts");
+        assert!(
+            matches!(&t101[0], ConfigDocument::NodeClass { spec, .. } if spec.cluster_discovery)
+        );
         let e = from_value(&serde_json::json!({"apiVersion": "v1", "kind": "Pod"}), 4)
             .expect_err("a pod");
         assert_eq!((e.item.as_str(), e.field.as_str()), ("document[4]", "kind"));
@@ -1165,12 +1561,12 @@ mod tests {
             )
         };
         let cases = [
-            (pool("  template:\n    spec:\n      requirements:\n        - {key: a, operator: In, values: [x]}\n        - {key: b, operator: In, value: [x]}\n"), "nodepool/p", "spec.template.spec.requirements[1]", "unknown field `value`"),
-            (pool("  disruption:\n    expireAfter: 720h\n"), "nodepool/p", "spec.disruption", "unknown field `expireAfter`"),
-            (pool("  disruption:\n    budgets:\n      - nodes: 10%\n        reason: [Empty]\n"), "nodepool/p", "spec.disruption.budgets[0]", "unknown field `reason`"),
-            (pool("  weight: heavy\n"), "nodepool/p", "spec.weight", "invalid type"),
-            (pool("  template:\n    spec:\n      nodeClassRef: {apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name: c}\n"), "nodepool/p", "spec.template.spec.nodeClassRef", "unknown field `apiVersion`"),
-            ("apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  subnetSelectorTerms:\n    - tags: {a: b}\n    - tag: {a: b}\n".to_owned(), "nodeclass/c", "spec.subnetSelectorTerms[1]", "unknown field `tag`"),
+            (pool("  template:\n    spec:\n      requirements:\n        - {key: a, operator: In, values: [x]}\n        - {key: b, operator: In, value: [x]}\n"), "nodepool/p", "spec.template.spec.requirements[1].value", "unknown field \"value\" (did you mean \"values\"?)"),
+            (pool("  disruption:\n    expireAfter: 720h\n"), "nodepool/p", "spec.disruption.expireAfter", "unknown field \"expireAfter\""),
+            (pool("  disruption:\n    budgets:\n      - nodes: 10%\n        reason: [Empty]\n"), "nodepool/p", "spec.disruption.budgets[0].reason", "did you mean \"reasons\""),
+            (pool("  weight: heavy\n"), "nodepool/p", "spec.weight", "expected a 32-bit integer, got \"heavy\""),
+            (pool("  template:\n    spec:\n      nodeClassRef: {apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name: c}\n"), "nodepool/p", "spec.template.spec.nodeClassRef.apiVersion", "unknown field \"apiVersion\""),
+            ("apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  subnetSelectorTerms:\n    - tags: {a: b}\n    - tag: {a: b}\n".to_owned(), "nodeclass/c", "spec.subnetSelectorTerms[1].tag", "did you mean \"tags\""),
             ("apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: p}\nspec:\n  provider:\n    subnetSelectors: {a: b}\n".to_owned(), "provisioner/p", "spec.provider", "unknown field `subnetSelectors`"),
         ];
         for (text, item, field, reason) in cases {
@@ -1184,8 +1580,13 @@ mod tests {
     fn invalid_items_in_a_set() {
         let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  amiSelectorTerms: [{alias: al2023@latest}]\n  role: r\n  subnetSelectorTerms: [{id: subnet-1}]\n  securityGroupSelectorTerms: [{id: sg-1}]\n";
         let pool = |name: &str, tmpl: &str| {
+            let reqs = if tmpl.contains("requirements") {
+                ""
+            } else {
+                "      requirements: []\n"
+            };
             format!(
-                "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    spec:\n{tmpl}"
+                "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    spec:\n{reqs}{tmpl}"
             )
         };
         let ref_c = "      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}\n";
@@ -1231,7 +1632,7 @@ mod tests {
                     )
                 ),
                 "nodepool/p",
-                "spec.template.spec.requirements[1]",
+                "spec.template.spec.requirements[1].operator",
                 "unknown operator",
             ),
             (
@@ -1283,7 +1684,7 @@ mod tests {
 
     #[test]
     fn all_errors_are_collected() {
-        let text = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {role: r}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec: {weight: 500, template: {spec: {nodeClassRef: {name: c}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: b}\nspec: {template: {spec: {nodeClassRef: {name: d}}}}\n";
+        let text = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {role: r}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec: {weight: 500, template: {spec: {requirements: [], nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: b}\nspec: {template: {spec: {requirements: [], nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}}}}\n";
         let errors = ConfigSet::parse(text).expect_err("five errors");
         let got: Vec<(&str, &str)> = errors
             .iter()
@@ -1299,6 +1700,32 @@ mod tests {
                 ("nodepool/b", "spec.template.spec.nodeClassRef.name"),
             ]
         );
+    }
+
+    /// The NodePool's rebalance-policy annotation is read like the Settings
+    /// field: `replace` (lower case) is refused naming the field, not taken
+    /// for the default `Ignore`.
+    #[test]
+    fn an_unreadable_rebalance_policy_annotation_is_refused_naming_it() {
+        let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {role: r, amiSelectorTerms: [{alias: al2023@latest}], subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}]}\n---\n";
+        let pool = |value: &str| {
+            format!(
+                "{class}apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: p, annotations: {{nodewright.io/rebalance-policy: {value}}}}}\nspec: {{template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}, requirements: [{{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}]}}}}}}\n"
+            )
+        };
+        let e = one_error(&pool("replace"));
+        assert_eq!(
+            (e.item.as_str(), e.field.as_str()),
+            (
+                "nodepool/p",
+                "metadata.annotations[nodewright.io/rebalance-policy]"
+            )
+        );
+        assert!(e.reason.contains("\"replace\""), "{e}");
+        for ok in ["Ignore", "Cordon", "Replace"] {
+            let set = ConfigSet::parse(&pool(ok)).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+            assert_eq!(set.node_pools[0].annotations[REBALANCE_ANNOTATION], ok);
+        }
     }
 }
 

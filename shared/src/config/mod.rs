@@ -3,13 +3,17 @@
 //! forms the decisions use. Every rejection names the item, the field and
 //! the reason.
 
+pub mod buffer;
 pub mod convert;
 pub mod cron;
 pub mod disruption;
 pub mod document;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod overlay;
+pub mod schema;
 pub mod settings;
+pub mod syntax;
 
 pub use disruption::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec,

@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::ConfigError;
-use super::disruption::parse_duration;
+use super::schema::{Kind, opt, req};
+use super::syntax;
 use crate::cloud::{KubeletConfig, Reserved, Threshold};
 use crate::resources;
 
@@ -28,8 +29,8 @@ pub const ANY_TAG_VALUE: &str = "*";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EC2NodeClassSpec {
-    /// `AL2`, `AL2023`, `Bottlerocket`, `Windows2019`, `Windows2022`, `Custom`;
-    /// optional when an `alias` term names the family.
+    /// `AL2`, `AL2023`, `Bottlerocket`, `Windows2019`, `Windows2022`,
+    /// `Windows2025`, `Custom`; optional when an `alias` term names the family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ami_family: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -74,13 +75,205 @@ pub struct EC2NodeClassSpec {
     /// The EC2 Fleet context (reserved capacity, e.g. Outposts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// On-demand capacity reservations (and capacity blocks) nodes may use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTermSpec>,
+    /// The network interfaces of each instance (EFA and multi-card types).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<NetworkInterfaceSpec>,
+    /// The placement group instances launch into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group_selector: Option<PlacementGroupSelectorSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CpuOptionsSpec>,
+    /// IPv4 prefixes (/28) assigned to the primary interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTrackingSpec>,
     /// nodewright's extension, not Karpenter v1: with neither `role` nor
     /// `instanceProfile`, use the instance profile of nodewright's settings.
     /// The v1alpha5 conversions set it when the old form relied on Karpenter's
     /// `aws.defaultInstanceProfile` setting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default_instance_profile: bool,
+    /// nodewright's extension, not Karpenter v1: with no
+    /// `subnetSelectorTerms` / `securityGroupSelectorTerms`, the subnets and
+    /// security groups tagged `kubernetes.io/cluster/<cluster name>` (any
+    /// value), as Karpenter v0.5 defaulted a Provisioner's selectors. The
+    /// v1alpha5 conversion sets it for a provider that names neither.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_discovery: bool,
 }
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacityReservationSelectorTermSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The account that owns the reservation (12 digits), with `tags`.
+    #[serde(rename = "ownerID", default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    /// `open` or `targeted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_match_criteria: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "string_map"
+    )]
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkInterfaceSpec {
+    #[serde(default)]
+    pub network_card_index: i64,
+    #[serde(default)]
+    pub device_index: i64,
+    /// `interface` or `efa-only`.
+    #[serde(default)]
+    pub interface_type: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlacementGroupSelectorSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CpuOptionsSpec {
+    /// `enabled` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConnectionTrackingSpec {
+    /// Seconds, 60–432000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_established_timeout: Option<i64>,
+    /// Seconds, 60–180.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_stream_timeout: Option<i64>,
+    /// Seconds, 30–60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_timeout: Option<i64>,
+}
+
+const SELECTOR_TAGS: Kind = Kind::Map(&Kind::Text);
+/// The shape of a v1 EC2NodeClass's `spec`, as Karpenter's CRD declares it.
+pub const NODECLASS_SPEC: Kind = Kind::Object(&[
+    opt("amiFamily", Kind::Str),
+    opt(
+        "amiSelectorTerms",
+        Kind::List(&Kind::Object(&[
+            opt("alias", Kind::Str),
+            opt("id", Kind::Str),
+            opt("name", Kind::Str),
+            opt("owner", Kind::Str),
+            opt("ssmParameter", Kind::Str),
+            opt("tags", SELECTOR_TAGS),
+        ])),
+    ),
+    opt("associatePublicIPAddress", Kind::Bool),
+    opt(
+        "blockDeviceMappings",
+        Kind::List(&Kind::Object(&[
+            opt("deviceName", Kind::Str),
+            opt(
+                "ebs",
+                Kind::Object(&[
+                    opt("deleteOnTermination", Kind::Bool),
+                    opt("encrypted", Kind::Bool),
+                    opt("iops", Kind::Int),
+                    opt("kmsKeyID", Kind::Str),
+                    opt("snapshotID", Kind::Str),
+                    opt("throughput", Kind::Int),
+                    opt("volumeInitializationRate", Kind::Int32),
+                    opt("volumeSize", Kind::Str),
+                    opt("volumeType", Kind::Str),
+                ]),
+            ),
+            opt("rootVolume", Kind::Bool),
+        ])),
+    ),
+    opt(
+        "capacityReservationSelectorTerms",
+        Kind::List(&Kind::Object(&[
+            opt("id", Kind::Str),
+            opt("instanceMatchCriteria", Kind::Str),
+            opt("ownerID", Kind::Str),
+            opt("tags", SELECTOR_TAGS),
+        ])),
+    ),
+    opt(
+        "connectionTracking",
+        Kind::Object(&[
+            opt("tcpEstablishedTimeout", Kind::Int32),
+            opt("udpStreamTimeout", Kind::Int32),
+            opt("udpTimeout", Kind::Int32),
+        ]),
+    ),
+    opt("context", Kind::Str),
+    opt(
+        "cpuOptions",
+        Kind::Object(&[opt("nestedVirtualization", Kind::Str)]),
+    ),
+    opt("detailedMonitoring", Kind::Bool),
+    opt("instanceProfile", Kind::Str),
+    opt("instanceStorePolicy", Kind::Str),
+    opt("ipPrefixCount", Kind::Int32),
+    opt("kubelet", KUBELET),
+    opt(
+        "metadataOptions",
+        Kind::Object(&[
+            opt("httpEndpoint", Kind::Str),
+            opt("httpProtocolIPv6", Kind::Str),
+            opt("httpPutResponseHopLimit", Kind::Int),
+            opt("httpTokens", Kind::Str),
+        ]),
+    ),
+    opt(
+        "networkInterfaces",
+        Kind::List(&Kind::Object(&[
+            req("deviceIndex", Kind::Int32),
+            req("interfaceType", Kind::Str),
+            req("networkCardIndex", Kind::Int32),
+        ])),
+    ),
+    opt(
+        "placementGroupSelector",
+        Kind::Object(&[opt("id", Kind::Str), opt("name", Kind::Str)]),
+    ),
+    opt("role", Kind::Str),
+    opt(
+        "securityGroupSelectorTerms",
+        Kind::List(&Kind::Object(&[
+            opt("id", Kind::Str),
+            opt("name", Kind::Str),
+            opt("tags", SELECTOR_TAGS),
+        ])),
+    ),
+    opt(
+        "subnetSelectorTerms",
+        Kind::List(&Kind::Object(&[
+            opt("id", Kind::Str),
+            opt("tags", SELECTOR_TAGS),
+        ])),
+    ),
+    opt("tags", Kind::Map(&Kind::Text)),
+    opt("userData", Kind::Str),
+    opt("defaultInstanceProfile", Kind::Bool),
+    opt("clusterDiscovery", Kind::Bool),
+]);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -135,9 +328,13 @@ pub struct SecurityGroupSelectorTermSpec {
 }
 
 /// The kubelet settings of an EC2NodeClass (Karpenter v1; v1beta1 had them
-/// on the NodePool). Kept as written after validation.
+/// on the NodePool). Kept as written after validation. The fields the
+/// decisions read are typed; since Karpenter v1.15 any other field of the
+/// kubelet's `KubeletConfiguration` (v1beta1) may be set too and is passed
+/// through to the node on AL2023 (`other`), checked against the kubelet's
+/// own schema ([`KUBELET`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct KubeletSpec {
     #[serde(default, rename = "clusterDNS", skip_serializing_if = "Vec::is_empty")]
     pub cluster_dns: Vec<String>,
@@ -195,7 +392,226 @@ pub struct KubeletSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_cfs_quota: Option<bool>,
+    /// Every other `KubeletConfiguration` field, as written.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
+
+/// The kubelet's fields the launch path sets itself: a value written here
+/// would be overwritten at boot, so it is refused rather than dropped.
+const KARPENTER_OWNED_KUBELET: [(&str, &str); 1] = [(
+    "registerWithTaints",
+    "set from the NodePool's taints so the node registers with them",
+)];
+
+const GO_DURATION: Kind = Kind::GoDuration;
+const STR_MAP: Kind = Kind::Map(&Kind::Str);
+const OUTPUT_ROUTING: Kind = Kind::Object(&[
+    opt("splitStream", Kind::Bool),
+    opt("infoBufferSize", Kind::IntOrString),
+]);
+/// The shape of the kubelet's `KubeletConfiguration` (kubelet.config.k8s.io
+/// v1beta1, Kubernetes 1.35), the fields `spec.kubelet` may hold.
+pub const KUBELET: Kind = Kind::Object(&[
+    opt("kind", Kind::Str),
+    opt("apiVersion", Kind::Str),
+    opt("enableServer", Kind::Bool),
+    opt("staticPodPath", Kind::Str),
+    opt("podLogsDir", Kind::Str),
+    opt("syncFrequency", GO_DURATION),
+    opt("fileCheckFrequency", GO_DURATION),
+    opt("httpCheckFrequency", GO_DURATION),
+    opt("staticPodURL", Kind::Str),
+    opt("staticPodURLHeader", Kind::Map(&Kind::List(&Kind::Str))),
+    opt("address", Kind::Str),
+    opt("port", Kind::Int32),
+    opt("readOnlyPort", Kind::Int32),
+    opt("tlsCertFile", Kind::Str),
+    opt("tlsPrivateKeyFile", Kind::Str),
+    opt("tlsCipherSuites", Kind::List(&Kind::Str)),
+    opt("tlsCurvePreferences", Kind::List(&Kind::Int32)),
+    opt("tlsMinVersion", Kind::Str),
+    opt("rotateCertificates", Kind::Bool),
+    opt("serverTLSBootstrap", Kind::Bool),
+    opt(
+        "authentication",
+        Kind::Object(&[
+            opt("x509", Kind::Object(&[opt("clientCAFile", Kind::Str)])),
+            opt(
+                "webhook",
+                Kind::Object(&[opt("enabled", Kind::Bool), opt("cacheTTL", GO_DURATION)]),
+            ),
+            opt("anonymous", Kind::Object(&[opt("enabled", Kind::Bool)])),
+        ]),
+    ),
+    opt(
+        "authorization",
+        Kind::Object(&[
+            opt("mode", Kind::Str),
+            opt(
+                "webhook",
+                Kind::Object(&[
+                    opt("cacheAuthorizedTTL", GO_DURATION),
+                    opt("cacheUnauthorizedTTL", GO_DURATION),
+                ]),
+            ),
+        ]),
+    ),
+    opt("registryPullQPS", Kind::Int32),
+    opt("registryBurst", Kind::Int32),
+    opt("imagePullCredentialsVerificationPolicy", Kind::Str),
+    opt(
+        "preloadedImagesVerificationAllowlist",
+        Kind::List(&Kind::Str),
+    ),
+    opt("eventRecordQPS", Kind::Int32),
+    opt("eventBurst", Kind::Int32),
+    opt("enableDebuggingHandlers", Kind::Bool),
+    opt("enableContentionProfiling", Kind::Bool),
+    opt("healthzPort", Kind::Int32),
+    opt("healthzBindAddress", Kind::Str),
+    opt("oomScoreAdj", Kind::Int32),
+    opt("clusterDomain", Kind::Str),
+    opt("clusterDNS", Kind::List(&Kind::Str)),
+    opt("streamingConnectionIdleTimeout", GO_DURATION),
+    opt("nodeStatusUpdateFrequency", GO_DURATION),
+    opt("nodeStatusReportFrequency", GO_DURATION),
+    opt("nodeLeaseDurationSeconds", Kind::Int32),
+    opt("imageMinimumGCAge", GO_DURATION),
+    opt("imageMaximumGCAge", GO_DURATION),
+    opt("imageGCHighThresholdPercent", Kind::Int32),
+    opt("imageGCLowThresholdPercent", Kind::Int32),
+    opt("volumeStatsAggPeriod", GO_DURATION),
+    opt("kubeletCgroups", Kind::Str),
+    opt("systemCgroups", Kind::Str),
+    opt("cgroupRoot", Kind::Str),
+    opt("cgroupsPerQOS", Kind::Bool),
+    opt("cgroupDriver", Kind::Str),
+    opt("cpuManagerPolicy", Kind::Str),
+    opt("singleProcessOOMKill", Kind::Bool),
+    opt("cpuManagerPolicyOptions", STR_MAP),
+    opt("cpuManagerReconcilePeriod", GO_DURATION),
+    opt("memoryManagerPolicy", Kind::Str),
+    opt("topologyManagerPolicy", Kind::Str),
+    opt("topologyManagerScope", Kind::Str),
+    opt("topologyManagerPolicyOptions", STR_MAP),
+    opt("qosReserved", STR_MAP),
+    opt("runtimeRequestTimeout", GO_DURATION),
+    opt("hairpinMode", Kind::Str),
+    opt("maxPods", Kind::Int32),
+    opt("podCIDR", Kind::Str),
+    opt("podPidsLimit", Kind::Int),
+    opt("resolvConf", Kind::Str),
+    opt("runOnce", Kind::Bool),
+    opt("cpuCFSQuota", Kind::Bool),
+    opt("cpuCFSQuotaPeriod", GO_DURATION),
+    opt("nodeStatusMaxImages", Kind::Int32),
+    opt("maxOpenFiles", Kind::Int),
+    opt("contentType", Kind::Str),
+    opt("kubeAPIQPS", Kind::Int32),
+    opt("kubeAPIBurst", Kind::Int32),
+    opt("serializeImagePulls", Kind::Bool),
+    opt("maxParallelImagePulls", Kind::Int32),
+    opt("evictionHard", STR_MAP),
+    opt("evictionSoft", STR_MAP),
+    opt("evictionSoftGracePeriod", STR_MAP),
+    opt("evictionPressureTransitionPeriod", GO_DURATION),
+    opt("evictionMaxPodGracePeriod", Kind::Int32),
+    opt("evictionMinimumReclaim", STR_MAP),
+    opt("mergeDefaultEvictionSettings", Kind::Bool),
+    opt("podsPerCore", Kind::Int32),
+    opt("enableControllerAttachDetach", Kind::Bool),
+    opt("protectKernelDefaults", Kind::Bool),
+    opt("makeIPTablesUtilChains", Kind::Bool),
+    opt("iptablesMasqueradeBit", Kind::Int32),
+    opt("iptablesDropBit", Kind::Int32),
+    opt("featureGates", Kind::Map(&Kind::Bool)),
+    opt("failSwapOn", Kind::Bool),
+    opt(
+        "memorySwap",
+        Kind::Object(&[opt("swapBehavior", Kind::Str)]),
+    ),
+    opt("containerLogMaxSize", Kind::Str),
+    opt("containerLogMaxFiles", Kind::Int32),
+    opt("containerLogMaxWorkers", Kind::Int32),
+    opt("containerLogMonitorInterval", GO_DURATION),
+    opt("configMapAndSecretChangeDetectionStrategy", Kind::Str),
+    opt("systemReserved", STR_MAP),
+    opt("kubeReserved", STR_MAP),
+    opt("reservedSystemCPUs", Kind::Str),
+    opt("showHiddenMetricsForVersion", Kind::Str),
+    opt("systemReservedCgroup", Kind::Str),
+    opt("kubeReservedCgroup", Kind::Str),
+    opt("enforceNodeAllocatable", Kind::List(&Kind::Str)),
+    opt("allowedUnsafeSysctls", Kind::List(&Kind::Str)),
+    opt("defaultPodSysctls", STR_MAP),
+    opt("volumePluginDir", Kind::Str),
+    opt("providerID", Kind::Str),
+    opt("kernelMemcgNotification", Kind::Bool),
+    opt(
+        "logging",
+        Kind::Object(&[
+            opt("format", Kind::Str),
+            opt("flushFrequency", Kind::IntOrString),
+            opt("verbosity", Kind::Int),
+            opt(
+                "vmodule",
+                Kind::List(&Kind::Object(&[
+                    opt("filePattern", Kind::Str),
+                    opt("verbosity", Kind::Int),
+                ])),
+            ),
+            opt(
+                "options",
+                Kind::Object(&[opt("text", OUTPUT_ROUTING), opt("json", OUTPUT_ROUTING)]),
+            ),
+        ]),
+    ),
+    opt("enableSystemLogHandler", Kind::Bool),
+    opt("enableSystemLogQuery", Kind::Bool),
+    opt("shutdownGracePeriod", GO_DURATION),
+    opt("shutdownGracePeriodCriticalPods", GO_DURATION),
+    opt(
+        "shutdownGracePeriodByPodPriority",
+        Kind::List(&Kind::Object(&[
+            req("priority", Kind::Int32),
+            req("shutdownGracePeriodSeconds", Kind::Int),
+        ])),
+    ),
+    opt(
+        "crashLoopBackOff",
+        Kind::Object(&[opt("maxContainerRestartPeriod", GO_DURATION)]),
+    ),
+    opt(
+        "reservedMemory",
+        Kind::List(&Kind::Object(&[
+            req("numaNode", Kind::Int32),
+            req("limits", Kind::Map(&Kind::IntOrString)),
+        ])),
+    ),
+    opt("enableProfilingHandler", Kind::Bool),
+    opt("enableDebugFlagsHandler", Kind::Bool),
+    opt("seccompDefault", Kind::Bool),
+    opt("memoryThrottlingFactor", Kind::Number),
+    opt("memoryReservationPolicy", Kind::Str),
+    opt("registerWithTaints", Kind::List(&super::nodepool::TAINT)),
+    opt("registerNode", Kind::Bool),
+    opt(
+        "tracing",
+        Kind::Object(&[
+            opt("endpoint", Kind::Str),
+            opt("samplingRatePerMillion", Kind::Int32),
+        ]),
+    ),
+    opt("localStorageCapacityIsolation", Kind::Bool),
+    opt("containerRuntimeEndpoint", Kind::Str),
+    opt("imageServiceEndpoint", Kind::Str),
+    opt("failCgroupV1", Kind::Bool),
+    opt(
+        "userNamespaces",
+        Kind::Object(&[opt("idsPerPod", Kind::Int)]),
+    ),
+]);
 
 const RESERVED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
 const EVICTION_SIGNALS: [&str; 6] = [
@@ -274,15 +690,30 @@ impl KubeletSpec {
                 .image_gc_low_threshold_percent
                 .or(base.image_gc_low_threshold_percent),
             cpu_cfs_quota: self.cpu_cfs_quota.or(base.cpu_cfs_quota),
+            other: {
+                let mut m = base.other.clone();
+                m.extend(self.other.clone());
+                m
+            },
         }
     }
 
-    /// Checks every field; errors are `(field, reason)` under `prefix`
-    /// (e.g. `spec.kubelet`).
+    /// Checks every field; the first error (see [`KubeletSpec::problems`]).
     pub fn validate(&self, prefix: &str) -> Result<(), (String, String)> {
+        match self.problems(prefix).into_iter().next() {
+            Some(p) => Err(p),
+            None => Ok(()),
+        }
+    }
+
+    /// Every problem of the settings, as `(field, reason)` under `prefix`
+    /// (e.g. `spec.kubelet`): Karpenter v1.15's semantic rules on top of the
+    /// kubelet schema the raw document was checked against.
+    pub fn problems(&self, prefix: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
         for (i, ip) in self.cluster_dns.iter().enumerate() {
             if ip.parse::<IpAddr>().is_err() {
-                return Err((
+                out.push((
                     format!("{prefix}.clusterDNS[{i}]"),
                     format!("{ip:?} is not an IP address"),
                 ));
@@ -299,7 +730,7 @@ impl KubeletSpec {
             if let Some(v) = v
                 && !(0..=i64::from(i32::MAX)).contains(&v)
             {
-                return Err((
+                out.push((
                     format!("{prefix}.{name}"),
                     format!("must be between 0 and {}, got {v}", i32::MAX),
                 ));
@@ -312,8 +743,8 @@ impl KubeletSpec {
             for (k, v) in map {
                 let field = format!("{prefix}.{name}[{k}]");
                 if !RESERVED_RESOURCES.contains(&k.as_str()) {
-                    return Err((
-                        field,
+                    out.push((
+                        field.clone(),
                         format!("unknown resource {k:?} (cpu, memory, ephemeral-storage, pid)"),
                     ));
                 }
@@ -324,32 +755,56 @@ impl KubeletSpec {
                 };
                 match parsed {
                     Ok(q) if q >= 0 => {}
-                    Ok(_) => return Err((field, "must not be negative".into())),
-                    Err(e) => return Err((field, e.to_string())),
+                    Ok(_) => out.push((field, "must not be negative".into())),
+                    Err(e) => out.push((
+                        field,
+                        format!("{e} (expressions evaluated per instance type are not supported)"),
+                    )),
                 }
             }
         }
-        for (name, map) in [
+        let mut thresholds = vec![
             ("evictionHard", &self.eviction_hard),
             ("evictionSoft", &self.eviction_soft),
-        ] {
+        ];
+        let minimum_reclaim: Option<BTreeMap<String, String>> = self
+            .other
+            .get("evictionMinimumReclaim")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        if let Some(m) = &minimum_reclaim {
+            thresholds.push(("evictionMinimumReclaim", m));
+        }
+        for (name, map) in thresholds {
             for (k, v) in map {
                 let field = format!("{prefix}.{name}[{k}]");
-                check_signal(k).map_err(|r| (field.clone(), r))?;
-                check_threshold(v).map_err(|r| (field, r))?;
+                if let Err(r) = check_signal(k) {
+                    out.push((field.clone(), r));
+                }
+                if let Err(r) = check_threshold(v) {
+                    out.push((field, r));
+                }
             }
         }
         for (k, v) in &self.eviction_soft_grace_period {
             let field = format!("{prefix}.evictionSoftGracePeriod[{k}]");
-            check_signal(k).map_err(|r| (field.clone(), r))?;
-            parse_duration(v).map_err(|r| (field.clone(), r))?;
+            if let Err(r) = check_signal(k) {
+                out.push((field.clone(), r));
+            }
+            match syntax::go_duration(v) {
+                Some(d) if d >= 0.0 => {}
+                Some(_) => out.push((field.clone(), format!("{v:?} must not be negative"))),
+                None => out.push((
+                    field.clone(),
+                    format!("{v:?} is not a duration (like 30s or 1m30s)"),
+                )),
+            }
             if !self.eviction_soft.contains_key(k) {
-                return Err((field, format!("has no matching evictionSoft[{k}]")));
+                out.push((field, format!("has no matching evictionSoft[{k}]")));
             }
         }
         for k in self.eviction_soft.keys() {
             if !self.eviction_soft_grace_period.contains_key(k) {
-                return Err((
+                out.push((
                     format!("{prefix}.evictionSoft[{k}]"),
                     format!("has no matching evictionSoftGracePeriod[{k}]"),
                 ));
@@ -368,7 +823,7 @@ impl KubeletSpec {
             if let Some(v) = v
                 && !(0..=100).contains(&v)
             {
-                return Err((
+                out.push((
                     format!("{prefix}.{name}"),
                     format!("must be between 0 and 100, got {v}"),
                 ));
@@ -379,12 +834,23 @@ impl KubeletSpec {
             self.image_gc_low_threshold_percent,
         ) && high <= low
         {
-            return Err((
+            out.push((
                 format!("{prefix}.imageGCHighThresholdPercent"),
                 format!("must be greater than imageGCLowThresholdPercent ({high} <= {low})"),
             ));
         }
-        Ok(())
+        for (field, why) in KARPENTER_OWNED_KUBELET {
+            if self.other.contains_key(field) {
+                out.push((format!("{prefix}.{field}"), format!("cannot be set: {why}")));
+            }
+        }
+        out
+    }
+
+    /// The fields set beyond those the launch path maps for every family
+    /// (only AL2023 passes them through to the kubelet).
+    pub fn passthrough_fields(&self) -> Vec<&str> {
+        self.other.keys().map(String::as_str).collect()
     }
 }
 
@@ -435,17 +901,19 @@ pub enum AmiFamily {
     Bottlerocket,
     Windows2019,
     Windows2022,
+    Windows2025,
     /// User data is passed through unchanged; the AMI must be selected.
     Custom,
 }
 
 impl AmiFamily {
-    pub const ALL: [AmiFamily; 6] = [
+    pub const ALL: [AmiFamily; 7] = [
         AmiFamily::AL2,
         AmiFamily::AL2023,
         AmiFamily::Bottlerocket,
         AmiFamily::Windows2019,
         AmiFamily::Windows2022,
+        AmiFamily::Windows2025,
         AmiFamily::Custom,
     ];
 
@@ -461,6 +929,7 @@ impl AmiFamily {
             AmiFamily::Bottlerocket => "Bottlerocket",
             AmiFamily::Windows2019 => "Windows2019",
             AmiFamily::Windows2022 => "Windows2022",
+            AmiFamily::Windows2025 => "Windows2025",
             AmiFamily::Custom => "Custom",
         }
     }
@@ -473,8 +942,16 @@ impl AmiFamily {
             AmiFamily::Bottlerocket => Some("bottlerocket"),
             AmiFamily::Windows2019 => Some("windows2019"),
             AmiFamily::Windows2022 => Some("windows2022"),
+            AmiFamily::Windows2025 => Some("windows2025"),
             AmiFamily::Custom => None,
         }
+    }
+
+    pub fn is_windows(self) -> bool {
+        matches!(
+            self,
+            AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025
+        )
     }
 
     fn from_alias_name(s: &str) -> Option<AmiFamily> {
@@ -509,6 +986,10 @@ pub enum AmiSelector {
     },
 }
 
+/// The tag key prefix EKS subnets and security groups are discovered by
+/// (`kubernetes.io/cluster/<cluster name>`).
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+
 /// A validated subnet or security group selector term.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SelectorTerm {
@@ -517,10 +998,29 @@ pub enum SelectorTerm {
     Name(String),
     /// Every tag must be present with the value (`*`: any value).
     Tags(BTreeMap<String, String>),
+    /// The cluster's discovery tag, `kubernetes.io/cluster/<cluster name>`
+    /// with any value (a converted Karpenter v0.5 Provisioner's default).
+    ClusterTag,
 }
 
 impl SelectorTerm {
-    /// Whether a resource with this id, name and tags matches the term.
+    /// The term for a cluster: [`SelectorTerm::ClusterTag`] becomes its tag.
+    pub fn for_cluster(&self, cluster: &str) -> SelectorTerm {
+        match self {
+            SelectorTerm::ClusterTag => SelectorTerm::Tags(
+                [(
+                    format!("{CLUSTER_TAG_PREFIX}{cluster}"),
+                    ANY_TAG_VALUE.to_owned(),
+                )]
+                .into(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// Whether a resource with this id, name and tags matches the term
+    /// ([`SelectorTerm::ClusterTag`]: any cluster's tag; use
+    /// [`SelectorTerm::for_cluster`] to name one).
     pub fn matches(&self, id: &str, name: Option<&str>, tags: &BTreeMap<String, String>) -> bool {
         match self {
             SelectorTerm::Id(want) => want == id,
@@ -529,6 +1029,7 @@ impl SelectorTerm {
                 tags.get(k)
                     .is_some_and(|have| v == ANY_TAG_VALUE || have == v)
             }),
+            SelectorTerm::ClusterTag => tags.keys().any(|k| k.starts_with(CLUSTER_TAG_PREFIX)),
         }
     }
 }
@@ -544,6 +1045,7 @@ impl fmt::Display for SelectorTerm {
                     tags.iter().map(|(k, v)| format!("tags[{k}]={v}")).collect();
                 write!(f, "{{{}}}", parts.join(", "))
             }
+            SelectorTerm::ClusterTag => write!(f, "{{tags[{CLUSTER_TAG_PREFIX}<cluster>]=*}}"),
         }
     }
 }
@@ -580,6 +1082,13 @@ pub struct NodeClass {
     pub associate_public_ip_address: Option<bool>,
     pub detailed_monitoring: bool,
     pub context: Option<String>,
+    /// The on-demand capacity reservations nodes may launch into.
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTermSpec>,
+    pub network_interfaces: Vec<NetworkInterfaceSpec>,
+    pub placement_group_selector: Option<PlacementGroupSelectorSpec>,
+    pub cpu_options: Option<CpuOptionsSpec>,
+    pub ip_prefix_count: Option<i32>,
+    pub connection_tracking: Option<ConnectionTrackingSpec>,
 }
 
 const MAX_TERMS: usize = 30;
@@ -591,19 +1100,14 @@ impl NodeClass {
     }
 
     /// Validates a spec; every error, each naming its field and reason,
-    /// never an empty list.
+    /// never an empty list. The rules are Karpenter v1.15's: its CRD's
+    /// patterns and CEL rules and its NodeClass validation.
     pub fn from_spec_all(
         name: &str,
         spec: &EC2NodeClassSpec,
     ) -> Result<NodeClass, Vec<ConfigError>> {
-        let mut errors = Vec::new();
-        let mut bad = |(field, reason): (String, String)| {
-            errors.push(ConfigError {
-                item: format!("nodeclass/{name}"),
-                field,
-                reason,
-            })
-        };
+        let mut problems: Vec<(String, String)> = Vec::new();
+        let mut bad = |p: (String, String)| problems.push(p);
         if name.is_empty() {
             bad(("metadata.name".into(), "must not be empty".into()));
         }
@@ -611,14 +1115,11 @@ impl NodeClass {
             None => None,
             Some(s) => AmiFamily::parse(s).or_else(|| {
                 let hint = if s == "Ubuntu" { "; v1 dropped Ubuntu: use Custom with amiSelectorTerms" } else { "" };
-                bad(("spec.amiFamily".into(), format!("unknown AMI family {s:?} (AL2, AL2023, Bottlerocket, Windows2019, Windows2022, Custom){hint}")));
+                bad(("spec.amiFamily".into(), format!("unknown AMI family {s:?} (AL2, AL2023, Bottlerocket, Windows2019, Windows2022, Windows2025, Custom){hint}")));
                 None
             }),
         };
-        let ami_selector_terms = ami_terms(&spec.ami_selector_terms).unwrap_or_else(|e| {
-            bad(e);
-            Vec::new()
-        });
+        let ami_selector_terms = ami_terms(&spec.ami_selector_terms, &mut bad);
         let alias_family = ami_selector_terms.iter().find_map(|t| match t {
             AmiSelector::Alias { family, .. } => Some(*family),
             _ => None,
@@ -626,7 +1127,7 @@ impl NodeClass {
         let ami_family = match (family, alias_family) {
             (None, None) => {
                 // Said once: an unknown family or unreadable terms were reported above.
-                if spec.ami_family.is_none() && !ami_selector_terms.is_empty() {
+                if spec.ami_family.is_none() && !spec.ami_selector_terms.is_empty() {
                     bad((
                         "spec.amiFamily".into(),
                         "required when amiSelectorTerms has no alias".into(),
@@ -646,26 +1147,25 @@ impl NodeClass {
             (Some(f), _) => f,
             (None, Some(a)) => a,
         };
+        let discovery = spec.cluster_discovery;
         let subnet_selector_terms = selector_terms(
             "spec.subnetSelectorTerms",
+            "subnet-",
+            discovery,
             spec.subnet_selector_terms
                 .iter()
                 .map(|t| (t.id.as_deref(), None, &t.tags)),
-        )
-        .unwrap_or_else(|e| {
-            bad(e);
-            Vec::new()
-        });
+            &mut bad,
+        );
         let security_group_selector_terms = selector_terms(
             "spec.securityGroupSelectorTerms",
+            "sg-",
+            discovery,
             spec.security_group_selector_terms
                 .iter()
                 .map(|t| (t.id.as_deref(), t.name.as_deref(), &t.tags)),
-        )
-        .unwrap_or_else(|e| {
-            bad(e);
-            Vec::new()
-        });
+            &mut bad,
+        );
         let identity = match (&spec.role, &spec.instance_profile) {
             (Some(role), None) => NodeIdentity::Role(role.clone()),
             (None, Some(profile)) => NodeIdentity::InstanceProfile(profile.clone()),
@@ -704,7 +1204,8 @@ impl NodeClass {
             let field = format!("spec.tags[{k}]");
             if k.is_empty() {
                 bad((field, "tag keys must not be empty".into()));
-            } else if RESERVED_TAG_KEYS.contains(&k.as_str()) || k.starts_with(RESERVED_TAG_PREFIX)
+            } else if RESERVED_TAG_KEYS.contains(&k.as_str())
+                || k.starts_with("kubernetes.io/cluster")
             {
                 bad((
                     field,
@@ -715,9 +1216,10 @@ impl NodeClass {
             }
         }
         let kubelet = spec.kubelet.clone().unwrap_or_default();
-        if let Err(e) = kubelet.validate("spec.kubelet") {
-            bad(e);
+        for p in kubelet.problems("spec.kubelet") {
+            bad(p);
         }
+        kubelet_family_problems(&kubelet, ami_family, &mut bad);
         if let Some(p) = &spec.instance_store_policy
             && p != "RAID0"
         {
@@ -731,8 +1233,86 @@ impl NodeClass {
                 bad(e);
             }
         }
-        if !errors.is_empty() {
-            return Err(errors);
+        block_device_problems(&spec.block_device_mappings, &mut bad);
+        capacity_reservation_problems(&spec.capacity_reservation_selector_terms, &mut bad);
+        network_interface_problems(&spec.network_interfaces, &mut bad);
+        if let Some(pg) = &spec.placement_group_selector {
+            let f = "spec.placementGroupSelector";
+            match (&pg.id, &pg.name) {
+                (None, None) => bad((f.into(), "expected one of name or id".into())),
+                (Some(_), Some(_)) => bad((
+                    format!("{f}.id"),
+                    "name and id are mutually exclusive".into(),
+                )),
+                (Some(id), None) if !id_form(id, "pg-") => bad((
+                    format!("{f}.id"),
+                    format!("{id:?} is not a placement group id (pg-…)"),
+                )),
+                (None, Some(n)) if n.is_empty() => {
+                    bad((format!("{f}.name"), "must not be empty".into()))
+                }
+                _ => {}
+            }
+        }
+        if let Some(v) = spec
+            .cpu_options
+            .as_ref()
+            .and_then(|c| c.nested_virtualization.as_deref())
+            && !matches!(v, "enabled" | "disabled")
+        {
+            bad((
+                "spec.cpuOptions.nestedVirtualization".into(),
+                format!("{v:?} is not one of enabled, disabled"),
+            ));
+        }
+        if let Some(n) = spec.ip_prefix_count
+            && n < 0
+        {
+            bad((
+                "spec.ipPrefixCount".into(),
+                format!("must not be negative, got {n}"),
+            ));
+        }
+        if let Some(ct) = &spec.connection_tracking {
+            let f = "spec.connectionTracking";
+            if ct.tcp_established_timeout.is_none()
+                && ct.udp_stream_timeout.is_none()
+                && ct.udp_timeout.is_none()
+            {
+                bad((
+                    f.into(),
+                    "at least one of tcpEstablishedTimeout, udpStreamTimeout, udpTimeout".into(),
+                ));
+            }
+            for (name, v, lo, hi) in [
+                (
+                    "tcpEstablishedTimeout",
+                    ct.tcp_established_timeout,
+                    60,
+                    432_000,
+                ),
+                ("udpStreamTimeout", ct.udp_stream_timeout, 60, 180),
+                ("udpTimeout", ct.udp_timeout, 30, 60),
+            ] {
+                if let Some(v) = v
+                    && !(lo..=hi).contains(&v)
+                {
+                    bad((
+                        format!("{f}.{name}"),
+                        format!("must be between {lo} and {hi} seconds, got {v}"),
+                    ));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems
+                .into_iter()
+                .map(|(field, reason)| ConfigError {
+                    item: format!("nodeclass/{name}"),
+                    field,
+                    reason,
+                })
+                .collect());
         }
         Ok(NodeClass {
             name: name.to_owned(),
@@ -750,12 +1330,329 @@ impl NodeClass {
             associate_public_ip_address: spec.associate_public_ip_address,
             detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
             context: spec.context.clone(),
+            capacity_reservation_selector_terms: spec.capacity_reservation_selector_terms.clone(),
+            network_interfaces: spec.network_interfaces.clone(),
+            placement_group_selector: spec.placement_group_selector.clone(),
+            cpu_options: spec.cpu_options.clone(),
+            ip_prefix_count: spec.ip_prefix_count,
+            connection_tracking: spec.connection_tracking.clone(),
         })
+    }
+
+    /// What a valid spec does that is allowed but probably not meant.
+    pub fn warnings(name: &str, spec: &EC2NodeClassSpec) -> Vec<ConfigError> {
+        let mut out = Vec::new();
+        if spec.cluster_discovery
+            && (spec.subnet_selector_terms.is_empty()
+                || spec.security_group_selector_terms.is_empty())
+        {
+            out.push(ConfigError {
+                item: format!("nodeclass/{name}"),
+                field: "spec.clusterDiscovery".into(),
+                reason: "subnets or security groups are those tagged kubernetes.io/cluster/<cluster name>".into(),
+            });
+        }
+        // Accepted as Karpenter v1.15 accepts them, but the launch path does
+        // not apply them yet: say so rather than drop them in silence.
+        let mut not_applied = |field: &str, reason: &str| {
+            out.push(ConfigError {
+                item: format!("nodeclass/{name}"),
+                field: field.into(),
+                reason: reason.into(),
+            });
+        };
+        if !spec.capacity_reservation_selector_terms.is_empty() {
+            not_applied(
+                "spec.capacityReservationSelectorTerms",
+                "not applied yet: launches buy on-demand or spot capacity, never from a capacity reservation",
+            );
+        }
+        if spec.context.is_some() {
+            not_applied(
+                "spec.context",
+                "not applied yet: launches pass no EC2 Fleet context",
+            );
+        }
+        if spec
+            .cpu_options
+            .as_ref()
+            .and_then(|c| c.nested_virtualization.as_deref())
+            == Some("enabled")
+        {
+            not_applied(
+                "spec.cpuOptions.nestedVirtualization",
+                "enabled is not supported by the launch path yet: every launch of this class fails with this reason",
+            );
+        }
+        out
+    }
+}
+
+/// `<prefix><lowercase letters and digits>`, as EC2 ids are.
+fn id_form(id: &str, prefix: &str) -> bool {
+    id.strip_prefix(prefix).is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    })
+}
+
+/// The kubelet fields a family cannot apply (Karpenter v1.15): only AL2023
+/// passes every field through; the others apply the ones Karpenter maps,
+/// Bottlerocket has no podsPerCore, and one cluster DNS address at most.
+/// Custom owns its user data and is exempt.
+fn kubelet_family_problems(
+    k: &KubeletSpec,
+    family: AmiFamily,
+    bad: &mut impl FnMut((String, String)),
+) {
+    if matches!(family, AmiFamily::AL2023 | AmiFamily::Custom) {
+        return;
+    }
+    let mut unsupported: Vec<&str> = k.passthrough_fields();
+    if family == AmiFamily::Bottlerocket && k.pods_per_core.is_some() {
+        unsupported.push("podsPerCore");
+    }
+    for f in unsupported {
+        if KARPENTER_OWNED_KUBELET.iter().any(|(o, _)| *o == f) {
+            continue;
+        }
+        bad((
+            format!("spec.kubelet.{f}"),
+            format!(
+                "not applied by the {family} AMI family (only AL2023 passes every kubelet field through): it would be dropped"
+            ),
+        ));
+    }
+    if k.cluster_dns.len() > 1 {
+        bad((
+            "spec.kubelet.clusterDNS".into(),
+            format!(
+                "the {family} AMI family takes one address, got {}",
+                k.cluster_dns.len()
+            ),
+        ));
+    }
+}
+
+/// `blockDeviceMappings` by Karpenter's CRD: at most 50, one root volume
+/// at most, and each `ebs` with a size or a snapshot, a size EBS allows
+/// (1 Gi–58 Ti), a known volume type, and an initialization rate (100–300
+/// MiB/s) only with a snapshot.
+fn block_device_problems(bdms: &[serde_json::Value], bad: &mut impl FnMut((String, String))) {
+    const F: &str = "spec.blockDeviceMappings";
+    if bdms.len() > 50 {
+        bad((F.into(), format!("at most 50 mappings, got {}", bdms.len())));
+    }
+    let roots = bdms
+        .iter()
+        .filter(|b| b.get("rootVolume").and_then(serde_json::Value::as_bool) == Some(true))
+        .count();
+    if roots > 1 {
+        bad((
+            F.into(),
+            format!("at most one mapping may be the rootVolume, got {roots}"),
+        ));
+    }
+    for (i, b) in bdms.iter().enumerate() {
+        let Some(ebs) = b.get("ebs").and_then(serde_json::Value::as_object) else {
+            continue;
+        };
+        let f = format!("{F}[{i}].ebs");
+        let snapshot = ebs.get("snapshotID").and_then(serde_json::Value::as_str);
+        let size = ebs.get("volumeSize");
+        if snapshot.is_none() && size.is_none() {
+            bad((f.clone(), "snapshotID or volumeSize must be set".into()));
+        }
+        if let Some(size) = size {
+            match size.as_str().map(volume_size_gib) {
+                Some(Ok(_)) => {}
+                Some(Err(why)) => bad((format!("{f}.volumeSize"), why)),
+                None => bad((
+                    format!("{f}.volumeSize"),
+                    format!("expected a size like 20Gi, got {size}"),
+                )),
+            }
+        }
+        if let Some(t) = ebs.get("volumeType").and_then(serde_json::Value::as_str)
+            && !["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"].contains(&t)
+        {
+            bad((
+                format!("{f}.volumeType"),
+                format!("{t:?} is not one of standard, io1, io2, gp2, sc1, st1, gp3"),
+            ));
+        }
+        if let Some(rate) = ebs
+            .get("volumeInitializationRate")
+            .and_then(serde_json::Value::as_i64)
+        {
+            if !(100..=300).contains(&rate) {
+                bad((
+                    format!("{f}.volumeInitializationRate"),
+                    format!("must be between 100 and 300 MiB/s, got {rate}"),
+                ));
+            }
+            if snapshot.is_none_or(str::is_empty) {
+                bad((
+                    format!("{f}.volumeInitializationRate"),
+                    "needs snapshotID (it is the rate the snapshot is read at)".into(),
+                ));
+            }
+        }
+    }
+}
+
+/// An EBS volume size as Karpenter's CRD allows it, in GiB: `1Gi`–`59000Gi`,
+/// `1G`–`64000G`, `1Ti`–`58Ti`, `1T`–`64T`.
+pub fn volume_size_gib(s: &str) -> Result<i64, String> {
+    let bad = || format!("{s:?} is not an EBS volume size (1Gi to 58Ti, or 1G to 64T)");
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(end);
+    if digits.is_empty() || digits.starts_with('0') {
+        return Err(bad());
+    }
+    let n: i64 = digits.parse().map_err(|_| bad())?;
+    let (max, gib) = match unit {
+        "Gi" => (59_000, n),
+        "G" => (64_000, (n as u64 * 1_000_000_000).div_ceil(1 << 30) as i64),
+        "Ti" => (58, n * 1024),
+        "T" => (64, (n as u64 * 1_000_000_000_000).div_ceil(1 << 30) as i64),
+        _ => return Err(bad()),
+    };
+    if n > max {
+        return Err(bad());
+    }
+    Ok(gib)
+}
+
+/// `capacityReservationSelectorTerms` by Karpenter's CRD.
+fn capacity_reservation_problems(
+    terms: &[CapacityReservationSelectorTermSpec],
+    bad: &mut impl FnMut((String, String)),
+) {
+    const F: &str = "spec.capacityReservationSelectorTerms";
+    if terms.len() > MAX_TERMS {
+        bad((
+            F.into(),
+            format!("at most {MAX_TERMS} terms, got {}", terms.len()),
+        ));
+    }
+    for (i, t) in terms.iter().enumerate() {
+        let f = format!("{F}[{i}]");
+        if t.id.is_none() && t.tags.is_empty() && t.instance_match_criteria.is_none() {
+            bad((
+                f.clone(),
+                "expected one of id, tags or instanceMatchCriteria".into(),
+            ));
+        }
+        if let Some(id) = &t.id {
+            if !id_form(id, "cr-") {
+                bad((
+                    format!("{f}.id"),
+                    format!("{id:?} is not a capacity reservation id (cr-…)"),
+                ));
+            }
+            if !t.tags.is_empty() || t.owner_id.is_some() || t.instance_match_criteria.is_some() {
+                bad((
+                    format!("{f}.id"),
+                    "id cannot be combined with tags, ownerID or instanceMatchCriteria in the same term".into(),
+                ));
+            }
+        }
+        if let Some(o) = &t.owner_id
+            && !(o.len() == 12 && o.bytes().all(|b| b.is_ascii_digit()))
+        {
+            bad((
+                format!("{f}.ownerID"),
+                format!("{o:?} is not an account id (12 digits)"),
+            ));
+        }
+        if let Some(m) = &t.instance_match_criteria
+            && !matches!(m.as_str(), "open" | "targeted")
+        {
+            bad((
+                format!("{f}.instanceMatchCriteria"),
+                format!("{m:?} is not one of open, targeted"),
+            ));
+        }
+        check_term_tags(&t.tags, &f, bad);
+    }
+}
+
+/// `networkInterfaces` by Karpenter's CRD: a primary `interface` at card 0
+/// device 0, no card/device pair twice, one `efa-only` per card at most.
+fn network_interface_problems(
+    nis: &[NetworkInterfaceSpec],
+    bad: &mut impl FnMut((String, String)),
+) {
+    const F: &str = "spec.networkInterfaces";
+    if nis.is_empty() {
+        return;
+    }
+    if nis.len() > 150 {
+        bad((
+            F.into(),
+            format!("at most 150 interfaces, got {}", nis.len()),
+        ));
+    }
+    for (i, n) in nis.iter().enumerate() {
+        let f = format!("{F}[{i}]");
+        if !matches!(n.interface_type.as_str(), "interface" | "efa-only") {
+            bad((
+                format!("{f}.interfaceType"),
+                format!("{:?} is not one of interface, efa-only", n.interface_type),
+            ));
+        }
+        for (name, v) in [
+            ("networkCardIndex", n.network_card_index),
+            ("deviceIndex", n.device_index),
+        ] {
+            if v < 0 {
+                bad((
+                    format!("{f}.{name}"),
+                    format!("must not be negative, got {v}"),
+                ));
+            }
+        }
+        if nis[..i].iter().any(|o| {
+            o.network_card_index == n.network_card_index && o.device_index == n.device_index
+        }) {
+            bad((
+                f.clone(),
+                format!(
+                    "network card {} device {} is listed twice",
+                    n.network_card_index, n.device_index
+                ),
+            ));
+        }
+        if n.interface_type == "efa-only"
+            && nis[..i].iter().any(|o| {
+                o.interface_type == "efa-only" && o.network_card_index == n.network_card_index
+            })
+        {
+            bad((
+                f.clone(),
+                format!(
+                    "network card {} has more than one efa-only interface",
+                    n.network_card_index
+                ),
+            ));
+        }
+    }
+    if !nis.iter().any(|n| {
+        n.network_card_index == 0 && n.device_index == 0 && n.interface_type == "interface"
+    }) {
+        bad((
+            F.into(),
+            "needs a primary interface: networkCardIndex 0, deviceIndex 0, interfaceType interface"
+                .into(),
+        ));
     }
 }
 
 /// `metadataOptions` as EC2 takes them (Karpenter's schema): each field
-/// one of its values, the hop limit 1–64, nothing else.
+/// one of its values, the hop limit 1–64.
 fn metadata_options_errors(m: &serde_json::Value) -> Vec<(String, String)> {
     const FIELD: &str = "spec.metadataOptions";
     let Some(fields) = m.as_object() else {
@@ -785,28 +1682,44 @@ fn metadata_options_errors(m: &serde_json::Value) -> Vec<(String, String)> {
     out
 }
 
-fn check_term_tags(tags: &BTreeMap<String, String>, field: &str) -> Result<(), (String, String)> {
+/// Selector tags: at most 20, no empty key or value.
+fn check_term_tags(
+    tags: &BTreeMap<String, String>,
+    field: &str,
+    bad: &mut impl FnMut((String, String)),
+) {
+    if tags.len() > 20 {
+        bad((
+            format!("{field}.tags"),
+            format!("at most 20 tags, got {}", tags.len()),
+        ));
+    }
     for (k, v) in tags {
         if k.is_empty() || v.is_empty() {
-            return Err((
+            bad((
                 format!("{field}.tags[{k}]"),
                 "empty tag keys and values are not supported (use \"*\" for any value)".into(),
             ));
         }
     }
-    Ok(())
 }
 
-fn ami_terms(terms: &[AmiSelectorTermSpec]) -> Result<Vec<AmiSelector>, (String, String)> {
+/// The AMI selector terms, by Karpenter's CRD: 1 to 30 terms, each with
+/// one of alias, id, name, ssmParameter or tags; id and alias alone in
+/// their term; an alias alone in the list.
+fn ami_terms(
+    terms: &[AmiSelectorTermSpec],
+    bad: &mut impl FnMut((String, String)),
+) -> Vec<AmiSelector> {
     const FIELD: &str = "spec.amiSelectorTerms";
     if terms.is_empty() {
-        return Err((
+        bad((
             FIELD.into(),
             "at least one term is required (e.g. alias: al2023@latest)".into(),
         ));
     }
     if terms.len() > MAX_TERMS {
-        return Err((
+        bad((
             FIELD.into(),
             format!("at most {MAX_TERMS} terms, got {}", terms.len()),
         ));
@@ -828,66 +1741,84 @@ fn ami_terms(terms: &[AmiSelectorTermSpec]) -> Result<Vec<AmiSelector>, (String,
             .map(|(n, _)| n)
             .collect::<Vec<_>>()
         };
-        let exclusive = |name: &str| -> Result<(), (String, String)> {
+        let mut exclusive = |name: &str| -> bool {
             let o = others(name);
             if o.is_empty() {
-                Ok(())
+                true
             } else {
-                Err((
+                bad((
                     format!("{field}.{name}"),
                     format!(
                         "{name} cannot be combined with {} in the same term",
                         o.join(", ")
                     ),
-                ))
+                ));
+                false
             }
         };
         if let Some(alias) = &t.alias {
-            exclusive("alias")?;
+            let alone = exclusive("alias");
             if terms.len() > 1 {
-                return Err((
+                bad((
                     format!("{field}.alias"),
                     "an alias must be the only AMI selector term".into(),
                 ));
             }
-            out.push(parse_alias(alias).map_err(|r| (format!("{field}.alias"), r))?);
+            match parse_alias(alias) {
+                Ok(a) if alone => out.push(a),
+                Ok(_) => {}
+                Err(r) => bad((format!("{field}.alias"), r)),
+            }
         } else if let Some(id) = &t.id {
-            exclusive("id")?;
-            if !id.starts_with("ami-") {
-                return Err((
+            let alone = exclusive("id");
+            if !id_form(id, "ami-") {
+                bad((
                     format!("{field}.id"),
                     format!("{id:?} is not an AMI id (ami-…)"),
                 ));
+            } else if alone {
+                out.push(AmiSelector::Id(id.clone()));
             }
-            out.push(AmiSelector::Id(id.clone()));
         } else if let Some(p) = &t.ssm_parameter {
-            exclusive("ssmParameter")?;
-            out.push(AmiSelector::SsmParameter(p.clone()));
+            if exclusive("ssmParameter") {
+                out.push(AmiSelector::SsmParameter(p.clone()));
+            }
         } else if t.name.is_some() || !t.tags.is_empty() {
-            check_term_tags(&t.tags, &field)?;
+            check_term_tags(&t.tags, &field, bad);
             out.push(AmiSelector::Query {
                 name: t.name.clone(),
                 owner: t.owner.clone(),
                 tags: t.tags.clone(),
             });
         } else {
-            return Err((
+            bad((
                 field,
                 "expected one of alias, id, name, ssmParameter or tags".into(),
             ));
         }
     }
-    Ok(out)
+    out
 }
 
+/// `<family>@<version>`: the families Karpenter knows, `latest` or a
+/// pinned release (`vYYYYMMDD` for AL2/AL2023; `[v]X.Y.Z` for
+/// Bottlerocket; Windows only `latest`).
 fn parse_alias(alias: &str) -> Result<AmiSelector, String> {
+    if alias.len() > 30 {
+        return Err(format!("{alias:?} is longer than 30 characters"));
+    }
     let Some((family, version)) = alias.split_once('@') else {
         return Err(format!(
             "{alias:?} is not <family>@<version> (e.g. al2023@latest)"
         ));
     };
+    if family.is_empty() || version.is_empty() {
+        return Err(format!(
+            "{alias:?} is not <family>@<version> (e.g. al2023@latest)"
+        ));
+    }
     let family = AmiFamily::from_alias_name(family).ok_or_else(|| {
-        format!("{alias:?}: unknown family {family:?} (al2, al2023, bottlerocket, windows2019, windows2022)")
+        format!("{alias:?}: unknown family {family:?} (al2, al2023, bottlerocket, windows2019, windows2022, windows2025)")
     })?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let version_ok = version == "latest"
@@ -895,15 +1826,16 @@ fn parse_alias(alias: &str) -> Result<AmiSelector, String> {
             AmiFamily::AL2 | AmiFamily::AL2023 => version
                 .strip_prefix('v')
                 .is_some_and(|d| d.len() == 8 && digits(d)),
-            AmiFamily::Bottlerocket => version
-                .strip_prefix('v')
-                .is_some_and(|d| d.split('.').all(digits)),
+            AmiFamily::Bottlerocket => {
+                let v = version.strip_prefix('v').unwrap_or(version);
+                v.split('.').count() == 3 && v.split('.').all(digits)
+            }
             _ => false,
         };
     if !version_ok {
         let expected = match family {
             AmiFamily::AL2 | AmiFamily::AL2023 => "latest or vYYYYMMDD",
-            AmiFamily::Bottlerocket => "latest or v<major>.<minor>.<patch>",
+            AmiFamily::Bottlerocket => "latest or [v]<major>.<minor>.<patch>",
             _ => "latest (the only version for Windows)",
         };
         return Err(format!("{alias:?}: version {version:?} is not {expected}"));
@@ -914,9 +1846,13 @@ fn parse_alias(alias: &str) -> Result<AmiSelector, String> {
     })
 }
 
-/// Subnet or security group terms as (id, name, tags).
+/// Subnet or security group terms as (id, name, tags): 1 to 30 (none with
+/// `cluster_discovery`: the cluster's tag), each one of id, name
+/// (security groups) or tags.
 fn selector_terms<'a>(
     field: &str,
+    id_prefix: &str,
+    cluster_discovery: bool,
     terms: impl ExactSizeIterator<
         Item = (
             Option<&'a str>,
@@ -924,52 +1860,64 @@ fn selector_terms<'a>(
             &'a BTreeMap<String, String>,
         ),
     >,
-) -> Result<Vec<SelectorTerm>, (String, String)> {
+    bad: &mut impl FnMut((String, String)),
+) -> Vec<SelectorTerm> {
     if terms.len() == 0 {
-        return Err((field.into(), "at least one term is required".into()));
+        if cluster_discovery {
+            return vec![SelectorTerm::ClusterTag];
+        }
+        bad((field.into(), "at least one term is required".into()));
+        return Vec::new();
     }
     if terms.len() > MAX_TERMS {
-        return Err((
+        bad((
             field.into(),
             format!("at most {MAX_TERMS} terms, got {}", terms.len()),
         ));
     }
     let sg = field.contains("securityGroup");
-    terms
-        .enumerate()
-        .map(|(i, (id, name, tags))| {
-            let f = format!("{field}[{i}]");
-            match (id, name, tags.is_empty()) {
-                (Some(id), None, true) if !id.is_empty() => Ok(SelectorTerm::Id(id.to_owned())),
-                (None, Some(name), true) if !name.is_empty() => {
-                    Ok(SelectorTerm::Name(name.to_owned()))
+    let mut out = Vec::new();
+    for (i, (id, name, tags)) in terms.enumerate() {
+        let f = format!("{field}[{i}]");
+        match (id, name, tags.is_empty()) {
+            (Some(id), None, true) => {
+                if id_form(id, id_prefix) {
+                    out.push(SelectorTerm::Id(id.to_owned()));
+                } else {
+                    bad((
+                        format!("{f}.id"),
+                        format!("{id:?} is not an id ({id_prefix}…)"),
+                    ));
                 }
-                (None, None, false) => {
-                    check_term_tags(tags, &f)?;
-                    Ok(SelectorTerm::Tags(tags.clone()))
-                }
-                (Some(""), _, _) => Err((format!("{f}.id"), "must not be empty".into())),
-                (_, Some(""), _) => Err((format!("{f}.name"), "must not be empty".into())),
-                (Some(_), _, _) => Err((
-                    format!("{f}.id"),
-                    "id cannot be combined with other fields in the same term".into(),
-                )),
-                (None, Some(_), _) => Err((
-                    format!("{f}.name"),
-                    "name cannot be combined with other fields in the same term".into(),
-                )),
-                (None, None, true) => Err((
-                    f,
-                    if sg {
-                        "expected one of id, name or tags"
-                    } else {
-                        "expected id or tags"
-                    }
-                    .into(),
-                )),
             }
-        })
-        .collect()
+            (None, Some(name), true) if !name.is_empty() => {
+                out.push(SelectorTerm::Name(name.to_owned()))
+            }
+            (None, None, false) => {
+                check_term_tags(tags, &f, bad);
+                out.push(SelectorTerm::Tags(tags.clone()));
+            }
+            (_, Some(""), _) => bad((format!("{f}.name"), "must not be empty".into())),
+            (Some(_), _, _) => bad((
+                format!("{f}.id"),
+                "id cannot be combined with other fields in the same term".into(),
+            )),
+            (None, Some(_), _) => bad((
+                format!("{f}.name"),
+                "name cannot be combined with other fields in the same term".into(),
+            )),
+            (None, None, true) => bad((
+                f,
+                if sg {
+                    "expected one of id, name or tags"
+                } else {
+                    "expected id or tags"
+                }
+                .into(),
+            )),
+        }
+    }
+    out
 }
 
 /// A string map whose values may be written as YAML numbers or booleans
@@ -1022,6 +1970,32 @@ mod tests {
     }
 
     /// Every mistake of a class at once, `metadataOptions` included.
+    /// Fields Karpenter v1.15 accepts that launches do not apply yet are
+    /// accepted with a warning naming each, never dropped in silence.
+    #[test]
+    fn fields_not_applied_yet_are_named_in_warnings() {
+        let s = with(serde_json::json!({
+            "capacityReservationSelectorTerms": [{"id": "cr-0123456789abcdef0"}],
+            "context": "arn:aws:ec2:us-east-1:111122223333:context/x",
+            "cpuOptions": {"nestedVirtualization": "enabled"}
+        }));
+        assert!(NodeClass::from_spec("c", &s).is_ok());
+        let fields: Vec<String> = NodeClass::warnings("c", &s)
+            .into_iter()
+            .map(|w| w.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.capacityReservationSelectorTerms",
+                "spec.context",
+                "spec.cpuOptions.nestedVirtualization"
+            ]
+        );
+        let plain = with(serde_json::json!({"cpuOptions": {"nestedVirtualization": "disabled"}}));
+        assert!(NodeClass::warnings("c", &plain).is_empty());
+    }
+
     #[test]
     fn every_mistake_of_a_class_is_reported() {
         let spec: EC2NodeClassSpec = serde_json::from_value(serde_json::json!({

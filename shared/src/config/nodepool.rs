@@ -1,19 +1,24 @@
 //! NodePools: the Karpenter v1 `NodePool` spec as users write it, and the
 //! validated form the decisions use.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::SignedDuration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use super::disruption::{Disruption, DisruptionSpec, parse_duration, parse_duration_or_never};
-use super::nodeclass::{KubeletSpec, NodeClass};
+use super::disruption::{
+    DISRUPTION, Disruption, DisruptionSpec, parse_duration, parse_duration_or_never,
+};
+use super::nodeclass::{KUBELET, KubeletSpec, NodeClass};
+use super::overlay::NodeOverlay;
+use super::schema::{Kind, opt, req};
+use super::syntax;
 use crate::cloud::KubeletConfig;
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
-use crate::scheduling::requirements::{Operator, Requirement, RequirementError, Requirements};
+use crate::scheduling::requirements::{Operator, Requirement, Requirements};
 use crate::scheduling::taints::{Effect, Taint};
 
 /// `spec` of a Karpenter v1 NodePool, as written in YAML or JSON.
@@ -29,6 +34,10 @@ pub struct NodePoolSpec {
     pub limits: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// Static capacity (Karpenter v1.8+): the pool keeps exactly this many
+    /// nodes whatever the pods ask for; `nodewright config scale` changes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -76,7 +85,9 @@ pub struct NodeClaimTemplateSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequirementSpec {
+    #[serde(default)]
     pub key: String,
+    #[serde(default)]
     pub operator: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
@@ -85,11 +96,17 @@ pub struct RequirementSpec {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaintSpec {
+    #[serde(default)]
     pub key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    #[serde(default)]
     pub effect: String,
+    /// Kubernetes' `timeAdded` (an RFC 3339 time); kept, not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,8 +116,60 @@ pub struct NodeClassRef {
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    #[serde(default)]
     pub name: String,
 }
+
+/// The shape of a NodeSelectorRequirement with `minValues`.
+pub(crate) const REQUIREMENT: Kind = Kind::Object(&[
+    req("key", Kind::Str),
+    req("operator", Kind::Str),
+    opt("values", Kind::List(&Kind::Str)),
+    opt("minValues", Kind::Int),
+]);
+/// The shape of a Kubernetes taint.
+pub(crate) const TAINT: Kind = Kind::Object(&[
+    req("key", Kind::Str),
+    opt("value", Kind::Str),
+    req("effect", Kind::Str),
+    opt("timeAdded", Kind::Str),
+]);
+const TEMPLATE_SPEC: Kind = Kind::Object(&[
+    req("requirements", Kind::List(&REQUIREMENT)),
+    opt("taints", Kind::List(&TAINT)),
+    opt("startupTaints", Kind::List(&TAINT)),
+    req(
+        "nodeClassRef",
+        Kind::Object(&[
+            req("group", Kind::Str),
+            req("kind", Kind::Str),
+            req("name", Kind::Str),
+        ]),
+    ),
+    opt("expireAfter", Kind::Str),
+    opt("terminationGracePeriod", Kind::Str),
+    opt("kubelet", KUBELET),
+]);
+/// The shape of a v1 NodePool's `spec`, as Karpenter's CRD declares it.
+pub const NODEPOOL_SPEC: Kind = Kind::Object(&[
+    req(
+        "template",
+        Kind::Object(&[
+            opt(
+                "metadata",
+                Kind::Object(&[
+                    opt("labels", Kind::Map(&Kind::Str)),
+                    opt("annotations", Kind::Map(&Kind::Str)),
+                ]),
+            ),
+            req("spec", TEMPLATE_SPEC),
+        ]),
+    ),
+    opt("disruption", DISRUPTION),
+    opt("limits", Kind::Map(&Kind::IntOrString)),
+    opt("weight", Kind::Int32),
+    opt("replicas", Kind::Int),
+]);
 
 /// A validated NodePool.
 #[derive(Debug, Clone)]
@@ -114,6 +183,11 @@ pub struct NodePool {
     /// The NodePool's own annotations (`metadata.annotations`), e.g. the
     /// rebalance-policy override; not the nodes' template annotations.
     pub annotations: BTreeMap<String, String>,
+    /// The template's annotations (`spec.template.metadata.annotations`),
+    /// which its nodes carry: copied onto each claim, put on its Node at
+    /// registration (Karpenter's way to pin a pool:
+    /// `karpenter.sh/do-not-disrupt: "true"` there).
+    pub template_annotations: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub limits: Limits,
@@ -131,6 +205,11 @@ pub struct NodePool {
     /// `None` is `Never`.
     pub expire_after: Option<SignedDuration>,
     pub termination_grace_period: Option<SignedDuration>,
+    /// Static capacity: exactly this many nodes, whatever the pods ask for.
+    pub replicas: Option<u64>,
+    /// The configuration's NodeOverlays, applied to this pool's catalog
+    /// where their requirements select it ([`ConfigSet::resolve`](super::ConfigSet::resolve) sets them).
+    pub overlays: Arc<[NodeOverlay]>,
 }
 
 impl NodePool {
@@ -185,7 +264,9 @@ impl NodePool {
     }
 
     /// Validates a spec; every error, each naming its field and reason (a
-    /// pool with five mistakes gets five), never an empty list.
+    /// pool with five mistakes gets five), never an empty list. The rules
+    /// are Karpenter v1.15's: its CRD's patterns and CEL rules and its
+    /// NodePool runtime validation.
     pub fn from_spec_all(name: &str, spec: &NodePoolSpec) -> Result<NodePool, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut bad = |field: String, reason: String| {
@@ -200,53 +281,57 @@ impl NodePool {
         }
         let t = &spec.template;
         let mut requirements = Requirements::new();
+        let mut checked = Vec::new();
         for (i, r) in t.spec.requirements.iter().enumerate() {
             let field = format!("spec.template.spec.requirements[{i}]");
-            if let Some(why) = labels::restriction(&r.key) {
-                bad(format!("{field}.key"), why);
-                continue;
+            match check_requirement(r, &field) {
+                Ok(req) => {
+                    checked.push((labels::normalize(&r.key).to_owned(), req));
+                }
+                Err(problems) => {
+                    for (f, why) in problems {
+                        bad(f, why);
+                    }
+                }
             }
-            match requirement_from_spec(r) {
-                Ok(req) => requirements.add(labels::normalize(&r.key), req),
-                Err(e) => bad(field, e.to_string()),
-            }
+        }
+        for (key, req) in checked {
+            requirements.add(&key, req);
+        }
+        if t.metadata.labels.len() > 100 {
+            bad(
+                "spec.template.metadata.labels".into(),
+                format!("at most 100 labels, got {}", t.metadata.labels.len()),
+            );
         }
         for (k, v) in &t.metadata.labels {
             let field = format!("spec.template.metadata.labels[{k}]");
-            if let Some(why) = labels::restriction(k) {
-                bad(field, why);
-                continue;
+            let mut ok = true;
+            for why in label_key_problems(k)
+                .into_iter()
+                .chain(syntax::label_value(v).err())
+            {
+                bad(field.clone(), why);
+                ok = false;
             }
-            if requirements.get(k).is_some_and(|r| !r.has(v)) {
-                bad(
-                    field,
-                    format!("value {v:?} conflicts with the requirements on {k}"),
-                );
-                continue;
-            }
-            requirements.add(labels::normalize(k), Requirement::single(v.clone()));
-        }
-        for (k, r) in requirements.iter() {
-            if r.is_empty() && !r.allows_absence() {
-                bad(
-                    "spec.template.spec.requirements".into(),
-                    format!("requirements on {k} allow no value"),
-                );
+            if ok {
+                requirements.add(labels::normalize(k), Requirement::single(v.clone()));
             }
         }
         requirements.add(labels::NODEPOOL, Requirement::single(name));
-        let taints = taints_from_spec(&t.spec.taints, "spec.template.spec.taints").unwrap_or_else(
-            |(f, r)| {
-                bad(f, r);
-                Vec::new()
-            },
+        let mut seen_taints = BTreeSet::new();
+        let taints = taints_from_spec(
+            &t.spec.taints,
+            "spec.template.spec.taints",
+            &mut seen_taints,
+            &mut bad,
         );
-        let startup_taints =
-            taints_from_spec(&t.spec.startup_taints, "spec.template.spec.startupTaints")
-                .unwrap_or_else(|(f, r)| {
-                    bad(f, r);
-                    Vec::new()
-                });
+        let startup_taints = taints_from_spec(
+            &t.spec.startup_taints,
+            "spec.template.spec.startupTaints",
+            &mut seen_taints,
+            &mut bad,
+        );
         let mut limits = Limits::default();
         for (res, q) in &spec.limits {
             let field = format!("spec.limits.{res}");
@@ -258,51 +343,92 @@ impl NodePool {
                     continue;
                 }
             };
+            if let Err(why) = syntax::quantity(&text) {
+                bad(field, why);
+                continue;
+            }
             let value = if res == resources::CPU {
                 resources::parse_milli(&text)
             } else {
                 resources::parse_whole(&text)
             };
             match value {
-                Ok(v) if v < 0 => bad(field, "must not be negative".into()),
                 Ok(v) => {
                     limits.resources.insert(res.clone(), v);
                 }
                 Err(e) => bad(field, e.to_string()),
             }
         }
-        let weight = spec.weight.unwrap_or(0);
-        if !(0..=100).contains(&weight) {
+        if let Some(w) = spec.weight
+            && !(1..=100).contains(&w)
+        {
             bad(
                 "spec.weight".into(),
-                format!("must be between 0 and 100, got {weight}"),
+                format!("must be between 1 and 100 (omit it for the lowest priority), got {w}"),
             );
         }
+        let replicas = match spec.replicas {
+            None => None,
+            Some(r) if r < 0 => {
+                bad(
+                    "spec.replicas".into(),
+                    format!("must not be negative, got {r}"),
+                );
+                None
+            }
+            Some(r) => {
+                if let Some(other) = spec.limits.keys().find(|k| *k != "nodes") {
+                    bad(
+                        format!("spec.limits.{other}"),
+                        "a static NodePool (replicas set) takes only limits.nodes".into(),
+                    );
+                }
+                if spec.weight.is_some() {
+                    bad(
+                        "spec.weight".into(),
+                        "not supported on a static NodePool (replicas set)".into(),
+                    );
+                }
+                Some(r as u64)
+            }
+        };
+        let weight = spec.weight.unwrap_or(0);
         let launch_kubelet = t.spec.kubelet.clone().unwrap_or_default();
-        if let Err((f, r)) = launch_kubelet.validate("spec.template.spec.kubelet") {
+        for (f, r) in launch_kubelet.problems("spec.template.spec.kubelet") {
             bad(f, r);
         }
-        if let Some(r) = &t.spec.node_class_ref {
-            let field = "spec.template.spec.nodeClassRef";
-            if r.name.is_empty() {
-                bad(format!("{field}.name"), "must not be empty".into());
-            }
-            if let Some(g) = r.group.as_deref().filter(|g| *g != NODE_CLASS_GROUP) {
-                bad(
-                    format!("{field}.group"),
-                    format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})"),
-                );
-            }
-            if let Some(k) = r.kind.as_deref().filter(|k| *k != NODE_CLASS_KIND) {
-                bad(
-                    format!("{field}.kind"),
-                    format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})"),
-                );
+        // A missing reference is the set's to report (ConfigSet::resolve):
+        // a pool read on its own (tests, benchmarks) needs no class.
+        match &t.spec.node_class_ref {
+            None => {}
+            Some(r) => {
+                let field = "spec.template.spec.nodeClassRef";
+                if r.name.is_empty() {
+                    bad(format!("{field}.name"), "must not be empty".into());
+                }
+                match r.group.as_deref() {
+                    None | Some("") => bad(format!("{field}.group"), "must not be empty".into()),
+                    Some(g) if g != NODE_CLASS_GROUP => bad(
+                        format!("{field}.group"),
+                        format!("unsupported group {g:?} (expected {NODE_CLASS_GROUP})"),
+                    ),
+                    _ => {}
+                }
+                match r.kind.as_deref() {
+                    None | Some("") => bad(format!("{field}.kind"), "must not be empty".into()),
+                    Some(k) if k != NODE_CLASS_KIND => bad(
+                        format!("{field}.kind"),
+                        format!("unsupported kind {k:?} (expected {NODE_CLASS_KIND})"),
+                    ),
+                    _ => {}
+                }
             }
         }
-        let disruption = Disruption::from_spec(spec.disruption.as_ref(), "spec.disruption")
-            .unwrap_or_else(|(f, r)| {
-                bad(f, r);
+        let disruption = Disruption::from_spec_all(spec.disruption.as_ref(), "spec.disruption")
+            .unwrap_or_else(|problems| {
+                for (f, r) in problems {
+                    bad(f, r);
+                }
                 Disruption::default()
             });
         let expire_after = match t.spec.expire_after.as_deref() {
@@ -327,6 +453,7 @@ impl NodePool {
             requirements,
             labels: t.metadata.labels.clone(),
             annotations: BTreeMap::new(),
+            template_annotations: t.metadata.annotations.clone(),
             taints,
             startup_taints,
             limits,
@@ -337,7 +464,110 @@ impl NodePool {
             disruption,
             expire_after,
             termination_grace_period,
+            replicas,
+            overlays: Arc::from(Vec::new()),
         })
+    }
+
+    /// What a valid spec does that is allowed but probably not meant:
+    /// values Karpenter ignores, requirements no node can meet, limits that
+    /// allow nothing. Each names its field, as errors do.
+    pub fn warnings(name: &str, spec: &NodePoolSpec) -> Vec<ConfigError> {
+        let mut out = Vec::new();
+        let mut warn = |field: String, reason: String| {
+            out.push(ConfigError {
+                item: format!("nodepool/{name}"),
+                field,
+                reason,
+            })
+        };
+        let t = &spec.template;
+        let mut requirements = Requirements::new();
+        let mut wants_a_value = BTreeSet::new();
+        for (i, r) in t.spec.requirements.iter().enumerate() {
+            let field = format!("spec.template.spec.requirements[{i}]");
+            let key = labels::normalize(&r.key);
+            if let (Some(known), "In") = (labels::known_values(key), r.operator.as_str()) {
+                let unknown: Vec<&String> = r
+                    .values
+                    .iter()
+                    .filter(|v| !known.contains(&v.as_str()))
+                    .collect();
+                if !unknown.is_empty() && unknown.len() < r.values.len() {
+                    warn(
+                        format!("{field}.values"),
+                        format!("{unknown:?} ignored: {key} takes {}", known.join(", ")),
+                    );
+                }
+            }
+            if matches!(r.operator.as_str(), "Exists" | "DoesNotExist") && !r.values.is_empty() {
+                warn(
+                    format!("{field}.values"),
+                    format!("ignored: operator {} takes no values", r.operator),
+                );
+            }
+            if let Ok(req) = check_requirement(r, &field) {
+                if r.operator != "DoesNotExist" {
+                    wants_a_value.insert(key.to_owned());
+                }
+                requirements.add(key, req);
+            }
+        }
+        for (k, v) in &t.metadata.labels {
+            let key = labels::normalize(k);
+            if let Some(known) = labels::known_values(key)
+                && !known.contains(&v.as_str())
+            {
+                warn(
+                    format!("spec.template.metadata.labels[{k}]"),
+                    format!(
+                        "{v:?} is none of {}: this NodePool launches no node",
+                        known.join(", ")
+                    ),
+                );
+            }
+            if requirements.get(key).is_some_and(|r| !r.has(v)) {
+                warn(
+                    format!("spec.template.metadata.labels[{k}]"),
+                    format!(
+                        "value {v:?} is not allowed by the requirements on {key}: this NodePool launches no node"
+                    ),
+                );
+            }
+        }
+        for (k, r) in requirements.iter() {
+            // An empty set reads as DoesNotExist: fine if that was asked for.
+            if r.is_empty() && wants_a_value.contains(k) {
+                warn(
+                    "spec.template.spec.requirements".into(),
+                    format!(
+                        "the requirements on {k} allow no value: this NodePool launches no node"
+                    ),
+                );
+            }
+        }
+        for (res, q) in &spec.limits {
+            let text = match q {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if resources::parse_milli(&text).is_ok_and(|v| v < 0) {
+                warn(
+                    format!("spec.limits.{res}"),
+                    "negative: this NodePool launches no node".into(),
+                );
+            }
+        }
+        if spec.replicas.is_some()
+            && let Some(d) = &spec.disruption
+            && (d.consolidation_policy.is_some() || d.consolidate_after.is_some())
+        {
+            warn(
+                "spec.disruption".into(),
+                "consolidationPolicy and consolidateAfter are ignored on a static NodePool (replicas set)".into(),
+            );
+        }
+        out
     }
 
     /// A NodePool with no requirements, taints or limits (the benchmark's and most tests' pool).
@@ -350,6 +580,7 @@ impl NodePool {
             requirements,
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            template_annotations: BTreeMap::new(),
             taints: Vec::new(),
             startup_taints: Vec::new(),
             limits: Limits::default(),
@@ -360,62 +591,198 @@ impl NodePool {
             disruption: Disruption::default(),
             expire_after: Some(DEFAULT_EXPIRE_AFTER),
             termination_grace_period: None,
+            replicas: None,
+            overlays: Arc::from(Vec::new()),
         }
     }
 }
 
-fn requirement_from_spec(r: &RequirementSpec) -> Result<Requirement, RequirementError> {
-    if r.key.is_empty() {
-        return Err(RequirementError::EmptyKey);
+/// The problems of a label key a NodePool sets or requires: its syntax
+/// (a qualified name) and the domains Karpenter keeps for itself.
+fn label_key_problems(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Err(why) = syntax::qualified_name(key) {
+        out.push(why);
+    } else if key.len() > 316 {
+        out.push(format!("longer than 316 characters ({})", key.len()));
     }
-    let op = Operator::parse(&r.operator)?;
-    let req = Requirement::new(&r.key, op, &r.values)?;
-    let min_values = match r.min_values {
-        None => None,
-        Some(v) if (1..=50).contains(&v) => Some(v as u32),
-        Some(v) => {
-            return Err(RequirementError::MinValuesOutOfRange {
-                key: r.key.clone(),
-                value: v,
-            });
+    out.extend(labels::restriction(labels::normalize(key)));
+    out
+}
+
+/// One requirement as Karpenter v1.15 checks it (CRD and runtime rules),
+/// read into a [`Requirement`]; or every problem with its field.
+fn check_requirement(
+    r: &RequirementSpec,
+    field: &str,
+) -> Result<Requirement, Vec<(String, String)>> {
+    let mut problems = Vec::new();
+    let key = labels::normalize(&r.key);
+    if r.key.is_empty() {
+        problems.push((format!("{field}.key"), "required".into()));
+    } else {
+        for why in label_key_problems(&r.key) {
+            problems.push((format!("{field}.key"), why));
+        }
+    }
+    let op = match Operator::parse(&r.operator) {
+        Ok(op) => Some(op),
+        Err(e) => {
+            problems.push((format!("{field}.operator"), e.to_string()));
+            None
         }
     };
-    if let (Some(m), Operator::In) = (min_values, op)
-        && (m as usize) > r.values.len()
-    {
-        return Err(RequirementError::MinValuesAboveValues {
-            key: r.key.clone(),
-            min_values: m,
-            available: r.values.len(),
-        });
+    for (j, v) in r.values.iter().enumerate() {
+        if let Err(why) = syntax::label_value(v) {
+            problems.push((format!("{field}.values[{j}]"), why));
+        }
     }
+    let values = format!("{field}.values");
+    let int = match (op, r.values.as_slice()) {
+        (Some(Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte), [v]) => {
+            match v.parse::<i64>() {
+                Ok(n) if n >= 0 => Some(n),
+                _ => {
+                    problems.push((
+                        values.clone(),
+                        format!(
+                            "operator {} takes a single non-negative integer, got {v:?}",
+                            r.operator
+                        ),
+                    ));
+                    None
+                }
+            }
+        }
+        (Some(op @ (Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte)), vs) => {
+            problems.push((
+                values.clone(),
+                format!(
+                    "operator {op} takes a single non-negative integer, got {} values",
+                    vs.len()
+                ),
+            ));
+            None
+        }
+        _ => None,
+    };
+    if op == Some(Operator::In) && r.values.is_empty() {
+        problems.push((
+            values.clone(),
+            "operator In needs at least one value".into(),
+        ));
+    }
+    if let Some(m) = r.min_values {
+        if !(1..=50).contains(&m) {
+            problems.push((
+                format!("{field}.minValues"),
+                format!("must be between 1 and 50, got {m}"),
+            ));
+        } else if op == Some(Operator::In) && m as usize > r.values.len() {
+            problems.push((
+                format!("{field}.minValues"),
+                format!(
+                    "{m} asks for more values than the {} listed",
+                    r.values.len()
+                ),
+            ));
+        }
+    }
+    if let (Some(known), Some(Operator::In)) = (labels::known_values(key), op) {
+        let valid = r
+            .values
+            .iter()
+            .filter(|v| known.contains(&v.as_str()))
+            .count();
+        if !r.values.is_empty() && valid == 0 {
+            problems.push((
+                values.clone(),
+                format!(
+                    "no valid value in {:?} for {key} (expected one of {})",
+                    r.values,
+                    known.join(", ")
+                ),
+            ));
+        } else if let Some(m) = r.min_values
+            && valid < m as usize
+            && (1..=50).contains(&m)
+        {
+            problems.push((
+                values.clone(),
+                format!(
+                    "minValues {m} asks for more than the {valid} valid value(s) for {key} ({})",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let min_values = r.min_values.map(|m| m as u32);
+    let req = match (op, int) {
+        (Some(Operator::In), _) => Requirement::any_of(r.values.iter().cloned()),
+        (Some(Operator::NotIn), _) => Requirement::none_of(r.values.iter().cloned()),
+        (Some(Operator::Exists), _) => Requirement::exists(),
+        (Some(Operator::DoesNotExist), _) => Requirement::does_not_exist(),
+        (Some(op), Some(n)) => Requirement::new(key, op, &[n.to_string()])
+            .map_err(|e| vec![(values.clone(), e.to_string())])?,
+        _ => Requirement::exists(),
+    };
     Ok(req.with_min_values(min_values))
 }
 
-fn taints_from_spec(specs: &[TaintSpec], field: &str) -> Result<Vec<Taint>, (String, String)> {
-    specs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let effect = Effect::parse(&t.effect).ok_or_else(|| {
-                (
-                    format!("{field}[{i}].effect"),
-                    format!(
-                        "unknown effect {:?} (NoSchedule, PreferNoSchedule, NoExecute)",
-                        t.effect
-                    ),
-                )
-            })?;
-            if t.key.is_empty() {
-                return Err((format!("{field}[{i}].key"), "must not be empty".into()));
-            }
-            Ok(Taint {
+/// A NodePool's taints (or startup taints) as Karpenter checks them: a
+/// qualified-name key, a value that is one too when set, a known effect,
+/// and no key/effect pair twice across both lists.
+fn taints_from_spec(
+    specs: &[TaintSpec],
+    field: &str,
+    seen: &mut BTreeSet<(String, String)>,
+    bad: &mut impl FnMut(String, String),
+) -> Vec<Taint> {
+    let mut out = Vec::new();
+    for (i, t) in specs.iter().enumerate() {
+        let mut ok = true;
+        let mut fail = |f: String, r: String| {
+            bad(f, r);
+            ok = false;
+        };
+        if t.key.is_empty() {
+            fail(format!("{field}[{i}].key"), "required".into());
+        } else if let Err(why) = syntax::qualified_name(&t.key) {
+            fail(format!("{field}[{i}].key"), why);
+        }
+        if let Some(v) = t.value.as_deref().filter(|v| !v.is_empty())
+            && let Err(why) = syntax::qualified_name(v)
+        {
+            fail(format!("{field}[{i}].value"), why);
+        }
+        let effect = Effect::parse(&t.effect);
+        if effect.is_none() {
+            fail(
+                format!("{field}[{i}].effect"),
+                format!(
+                    "unknown effect {:?} (NoSchedule, PreferNoSchedule, NoExecute)",
+                    t.effect
+                ),
+            );
+        }
+        if !seen.insert((t.key.clone(), t.effect.clone())) {
+            fail(
+                format!("{field}[{i}]"),
+                format!("duplicate taint key and effect {}:{}", t.key, t.effect),
+            );
+        }
+        if let (true, Some(effect)) = (ok, effect) {
+            out.push(Taint {
                 key: t.key.clone(),
                 value: t.value.clone().unwrap_or_default(),
                 effect,
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -476,17 +843,17 @@ mod tests {
         let cases = [
             (
                 serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "Within", "values": ["x"]}]}}}),
-                "spec.template.spec.requirements[0]",
+                "spec.template.spec.requirements[0].operator",
                 "unknown operator",
             ),
             (
                 serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "In", "values": ["x"], "minValues": 2}]}}}),
-                "spec.template.spec.requirements[0]",
-                "minValues 2",
+                "spec.template.spec.requirements[0].minValues",
+                "asks for more values than the 1 listed",
             ),
             (
                 serde_json::json!({"template": {"spec": {"requirements": [{"key": "a", "operator": "Exists", "minValues": 51}]}}}),
-                "spec.template.spec.requirements[0]",
+                "spec.template.spec.requirements[0].minValues",
                 "between 1 and 50",
             ),
             (
@@ -497,12 +864,12 @@ mod tests {
             (
                 serde_json::json!({"limits": {"cpu": "lots"}}),
                 "spec.limits.cpu",
-                "malformed quantity",
+                "is not a quantity",
             ),
             (
                 serde_json::json!({"weight": 101}),
                 "spec.weight",
-                "between 0 and 100",
+                "between 1 and 100",
             ),
             (
                 serde_json::json!({"template": {"metadata": {"labels": {"karpenter.sh/nodepool": "x"}}}}),
@@ -518,16 +885,17 @@ mod tests {
         }
     }
 
-    /// Every mistake of a pool at once, as a webhook would list them.
+    /// Every mistake of a pool at once, as Karpenter's admission and runtime
+    /// validation would list them.
     #[test]
-    fn five_mistakes_are_five_errors() {
+    fn every_mistake_is_an_error() {
         let json = serde_json::json!({
             "template": {
-                "metadata": {"labels": {"kubernetes.io/team": "a"}},
+                "metadata": {"labels": {"spaces are not allowed": "a", "team": "/a"}},
                 "spec": {
                     "requirements": [
                         {"key": "karpenter.k8s.aws/instance-family", "operator": "Inn", "values": ["m5"]},
-                        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["four"]},
+                        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["-4"]},
                         {"key": "sigs.k8s.io/thing", "operator": "Exists"}
                     ],
                     "expireAfter": "forever"
@@ -540,26 +908,22 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "spec.template.spec.requirements[0]",
-                "spec.template.spec.requirements[1]",
-                "spec.template.spec.requirements[2].key",
-                "spec.template.metadata.labels[kubernetes.io/team]",
+                "spec.template.spec.requirements[0].operator",
+                // "-4" is neither a label value nor a non-negative integer.
+                "spec.template.spec.requirements[1].values[0]",
+                "spec.template.spec.requirements[1].values",
+                "spec.template.metadata.labels[spaces are not allowed]",
+                "spec.template.metadata.labels[team]",
                 "spec.limits.cpu",
                 "spec.template.spec.expireAfter",
             ],
             "{errors:#?}"
         );
         assert!(errors[0].reason.contains("Inn"), "{}", errors[0].reason);
-        assert!(errors[1].reason.contains("integer"), "{}", errors[1].reason);
         assert!(
-            errors[2].reason.contains("\"k8s.io\" is restricted"),
+            errors[2].reason.contains("non-negative"),
             "{}",
             errors[2].reason
-        );
-        assert!(
-            errors[3].reason.contains("\"kubernetes.io\" is restricted"),
-            "{}",
-            errors[3].reason
         );
         // The first of them is what `from_spec` reports.
         assert_eq!(

@@ -9,6 +9,18 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use super::disruption::parse_duration;
+use super::schema::{Kind, opt};
+
+/// The shape of the settings item's `spec`.
+pub const SETTINGS_SPEC: Kind = Kind::Object(&[
+    opt("batchIdleDuration", Kind::Str),
+    opt("batchMaxDuration", Kind::Str),
+    opt("rebalancePolicy", Kind::Str),
+    opt("consolidationSavingsThreshold", Kind::IntOrString),
+    opt("interruptionQueue", Kind::Str),
+    // Each gate's name is checked when the spec is read.
+    opt("featureGates", Kind::Map(&Kind::Bool)),
+]);
 
 /// The name of the one settings item.
 pub const SETTINGS_NAME: &str = "default";

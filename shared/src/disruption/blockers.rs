@@ -7,26 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::snapshot::{DO_NOT_DISRUPT, NodeFacts};
-use crate::config::disruption::parse_duration;
 use crate::ports::{PodKey, SignedDuration, Timestamp};
 use crate::scheduling::selector::LabelSelector;
-
-/// Until when an annotation value blocks, counted from `start`:
-/// `None` = not blocking, `Some(None)` = for good.
-fn blocks_until(value: &str, start: Timestamp, now: Timestamp) -> Option<Option<Timestamp>> {
-    match value.trim() {
-        "true" => Some(None),
-        "false" | "" => None,
-        other => match parse_duration(other) {
-            Ok(d) => {
-                let until = start.checked_add(d).unwrap_or(Timestamp::MAX);
-                (until > now).then_some(Some(until))
-            }
-            // A value we cannot read is taken as "true": the user asked not to disrupt.
-            Err(_) => Some(None),
-        },
-    }
-}
+use crate::termination::drain::{pod_protection, protected_until};
 
 fn until_text(until: Option<Timestamp>) -> String {
     match until {
@@ -35,53 +18,45 @@ fn until_text(until: Option<Timestamp>) -> String {
     }
 }
 
-fn pod_start(p: &Pod, fallback: Timestamp) -> Timestamp {
-    p.status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .or(p.metadata.creation_timestamp.as_ref())
-        .map_or(fallback, |t| t.0)
-}
-
-/// Why `facts`' node must not be voluntarily disrupted now, if anything stops it.
-pub fn do_not_disrupt(facts: &NodeFacts<'_>, now: Timestamp) -> Option<String> {
-    if let Some(v) = facts
+/// `karpenter.sh/do-not-disrupt` on the node, counted from its creation.
+pub fn node_do_not_disrupt(facts: &NodeFacts<'_>, now: Timestamp) -> Option<String> {
+    let v = facts
         .node
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(DO_NOT_DISRUPT))
-    {
-        let created = facts
-            .node
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(facts.created_at, |t| t.0);
-        if let Some(until) = blocks_until(v, created, now) {
-            return Some(format!(
-                "do-not-disrupt on node {}{}",
-                facts.name,
-                until_text(until)
-            ));
-        }
-    }
-    for p in &facts.pods {
-        if let Some(v) = p
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(DO_NOT_DISRUPT))
-            && let Some(until) = blocks_until(v, pod_start(p, now), now)
-        {
-            return Some(format!(
-                "do-not-disrupt on pod {}{}",
-                PodKey::of(p),
-                until_text(until)
-            ));
-        }
-    }
-    None
+        .and_then(|a| a.get(DO_NOT_DISRUPT))?;
+    let created = facts
+        .node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(facts.created_at, |t| t.0);
+    protected_until(v, created, now)
+        .map(|until| format!("do-not-disrupt on node {}{}", facts.name, until_text(until)))
+}
+
+/// An active `karpenter.sh/do-not-disrupt` on one of the node's pods that
+/// is neither finished nor terminating (DaemonSet and mirror pods count).
+pub fn pod_do_not_disrupt(facts: &NodeFacts<'_>, now: Timestamp) -> Option<String> {
+    facts
+        .pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .find_map(|p| {
+            pod_protection(p, now).map(|until| {
+                format!(
+                    "do-not-disrupt on pod {}{}",
+                    PodKey::of(p),
+                    until_text(until)
+                )
+            })
+        })
+}
+
+/// Why `facts`' node must not be voluntarily disrupted now, if anything stops it.
+pub fn do_not_disrupt(facts: &NodeFacts<'_>, now: Timestamp) -> Option<String> {
+    node_do_not_disrupt(facts, now).or_else(|| pod_do_not_disrupt(facts, now))
 }
 
 /// The PDBs of the snapshot, read once.

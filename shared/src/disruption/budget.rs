@@ -2,7 +2,11 @@
 //! start disrupting for a reason. Nodes already disrupting (in-flight
 //! commands, deleting, tainted) and nodes chosen earlier in this decision
 //! count against every reason, as in Karpenter; forceful removals are not
-//! limited but still count.
+//! limited but still count. A node that lost its readiness counts as
+//! disrupting too (as Karpenter counts NotReady nodes) — but not against
+//! repair, whose candidates those nodes are. A node still booting (never
+//! Ready yet) is not counted at all, as Karpenter leaves out uninitialized
+//! nodes.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +19,8 @@ use crate::ports::Timestamp;
 struct PoolCount {
     total: usize,
     disrupting: usize,
+    /// Not Ready after having been (and not otherwise disrupting).
+    not_ready: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -23,6 +29,17 @@ pub struct Budgets<'a> {
     /// Per pool name (the claims' `pool`): its disruption settings — the
     /// defaults (10 %) for a pool that was deleted — and its counts.
     pools: BTreeMap<&'a str, (Disruption, PoolCount)>,
+}
+
+impl PoolCount {
+    /// NotReady nodes count against every reason but repair.
+    fn counted_not_ready(&self, reason: Reason) -> usize {
+        if reason == Reason::Unhealthy {
+            0
+        } else {
+            self.not_ready
+        }
+    }
 }
 
 impl<'a> Budgets<'a> {
@@ -34,9 +51,16 @@ impl<'a> Budgets<'a> {
             let entry = pools
                 .entry(claim.pool.as_str())
                 .or_insert((disruption, PoolCount::default()));
+            let lost = !f.ready && crate::provisioning::plan::lost_readiness(f.node, now);
+            if !f.ready && !lost && f.disrupting.is_none() {
+                // Booting: not initialized, not counted.
+                continue;
+            }
             entry.1.total += 1;
             if f.disrupting.is_some() {
                 entry.1.disrupting += 1;
+            } else if lost {
+                entry.1.not_ready += 1;
             }
         }
         Budgets { now, pools }
@@ -53,12 +77,32 @@ impl<'a> Budgets<'a> {
         };
         p.allowed_disruptions(budget_reason, count.total, self.now)
             .saturating_sub(count.disrupting)
+            .saturating_sub(count.counted_not_ready(reason))
     }
 
-    /// Records that a node of `pool` starts disrupting.
-    pub fn take(&mut self, pool: &str) {
+    /// Records that a node of `pool` starts disrupting for `reason`. A
+    /// NotReady node taken by repair moves from one count to the other (it
+    /// was not counted against repair); taken for another reason it counts
+    /// twice, as in Karpenter, whose budget mapping subtracts NotReady nodes
+    /// before any candidate is chosen.
+    pub fn take(&mut self, pool: &str, facts: &NodeFacts<'_>, reason: Reason) {
+        let lost = reason == Reason::Unhealthy
+            && !facts.ready
+            && facts.disrupting.is_none()
+            && crate::provisioning::plan::lost_readiness(facts.node, self.now);
         if let Some((_, c)) = self.pools.get_mut(pool) {
             c.disrupting += 1;
+            if lost {
+                c.not_ready = c.not_ready.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Undoes a [`Self::take`] for a removal that spends no budget (the
+    /// repair of a node that never came up).
+    pub fn give_back(&mut self, pool: &str) {
+        if let Some((_, c)) = self.pools.get_mut(pool) {
+            c.disrupting = c.disrupting.saturating_sub(1);
         }
     }
 
@@ -74,7 +118,7 @@ impl<'a> Budgets<'a> {
             "budget for {} exhausted in NodePool {pool} ({allowed} of {} nodes allowed, {} disrupting)",
             reason.as_str(),
             count.total,
-            count.disrupting
+            count.disrupting + count.counted_not_ready(reason)
         )
     }
 

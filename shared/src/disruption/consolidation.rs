@@ -91,7 +91,7 @@ pub fn candidates(cx: &mut Context<'_, '_>) -> Vec<usize> {
         let Some(pool) = cx.facts[i].pool else {
             continue;
         };
-        if pool.disruption.policy != ConsolidationPolicy::WhenEmptyOrUnderutilized {
+        if pool.disruption.policy == ConsolidationPolicy::WhenEmpty || pool.replicas.is_some() {
             continue;
         }
         let Some(after) = pool.disruption.consolidate_after else {
@@ -162,6 +162,9 @@ pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, Str
         .map(|i| cx.facts[*i].reschedulable.len())
         .sum();
     let score = balanced_score(cx, targets, savings);
+    if let Some(pool) = balanced_policy_refuses(cx, targets, savings) {
+        return Err(pool);
+    }
     if cx.s.tuning.balanced && score < 1.0 / BALANCED_K {
         return Err(format!(
             "saving ${savings:.4}/h does not justify evicting {pods} pod(s) (balanced score {score:.2} below {:.2})",
@@ -259,6 +262,73 @@ fn narrow(
     let mut narrowed = claim.clone();
     narrowed.options = kept;
     Ok((narrowed, worst))
+}
+
+/// Karpenter v1.14's disruption cost of a node under `Balanced`: 1 for
+/// draining the node itself, plus its pods' positive eviction costs.
+fn node_disruption(f: &super::snapshot::NodeFacts<'_>) -> f64 {
+    1.0 + f
+        .reschedulable
+        .iter()
+        .map(|p| eviction_cost(p).max(0.0))
+        .sum::<f64>()
+}
+
+/// `consolidationPolicy: Balanced`, as Karpenter v1.14 scores a move: for
+/// each Balanced pool it touches, the share of the pool's cost it saves
+/// (split by the candidates' prices when it spans pools) over the share
+/// of the pool's disruption cost it causes (every node of the pool counts
+/// 1 plus its pods' eviction costs) must reach 1/k, k = 2. Why not, when a
+/// pool refuses.
+fn balanced_policy_refuses(
+    cx: &Context<'_, '_>,
+    targets: &[usize],
+    savings: f64,
+) -> Option<String> {
+    let mut pools: Vec<&str> = targets
+        .iter()
+        .filter_map(|i| cx.facts[*i].pool)
+        .filter(|p| p.disruption.policy == ConsolidationPolicy::Balanced)
+        .map(|p| p.name.as_str())
+        .collect();
+    pools.sort_unstable();
+    pools.dedup();
+    let source: f64 = targets.iter().map(|i| cx.facts[*i].price).sum();
+    for name in pools {
+        let in_pool = |f: &&super::snapshot::NodeFacts<'_>| f.pool.is_some_and(|p| p.name == name);
+        let (total_cost, total_disruption) = cx
+            .facts
+            .iter()
+            .filter(in_pool)
+            .fold((0.0, 0.0), |(c, d), f| {
+                (c + f.price, d + node_disruption(f))
+            });
+        let moved: Vec<&super::snapshot::NodeFacts<'_>> = targets
+            .iter()
+            .map(|i| &cx.facts[*i])
+            .filter(in_pool)
+            .collect();
+        let pool_source: f64 = moved.iter().map(|f| f.price).sum();
+        let disruption: f64 = moved.iter().map(|f| node_disruption(f)).sum();
+        if total_cost <= 0.0 || total_disruption <= 0.0 {
+            continue;
+        }
+        let pool_savings = if source > 0.0 && pool_source < source {
+            savings * pool_source / source
+        } else {
+            savings
+        };
+        let score = (pool_savings / total_cost) / (disruption / total_disruption);
+        if score < 1.0 / BALANCED_K {
+            return Some(format!(
+                "NodePool {name} is Balanced: saving {:.1} % of its cost does not justify {:.1} % of its disruption (score {score:.2} below {:.2})",
+                100.0 * pool_savings / total_cost,
+                100.0 * disruption / total_disruption,
+                1.0 / BALANCED_K
+            ));
+        }
+    }
+    None
 }
 
 /// Savings share of the pools' cost over the evicted pods' share of the

@@ -3,7 +3,7 @@
 
 use rand::SeedableRng;
 
-use super::blockers::{Pdbs, do_not_disrupt};
+use super::blockers::{Pdbs, node_do_not_disrupt, pod_do_not_disrupt};
 use super::budget::Budgets;
 use super::decision::{Command, Reason, Replacement, Target};
 use super::drift::fnv1a;
@@ -14,6 +14,7 @@ use crate::packing::NewClaim;
 use crate::provisioning::claim::DisruptionState;
 use crate::provisioning::plan::{new_claim, random_suffix};
 use crate::provisioning::{Claim, Phase};
+use crate::termination::drain::{is_mirror, pod_protection, tolerates_disruption};
 
 #[derive(Debug)]
 pub struct Context<'s, 'a> {
@@ -87,29 +88,79 @@ impl<'s, 'a> Context<'s, 'a> {
     }
 
     /// Whether node `i` can be considered at all: one of our registered
-    /// nodes, with a NodePool, not disrupting, not yet decided.
+    /// nodes, with a NodePool, initialized (Ready, or was before it lost
+    /// it: a node still booting is no candidate, as in Karpenter), not
+    /// disrupting, not yet decided.
     pub fn open(&self, i: usize) -> bool {
         let f = &self.facts[i];
         self.verdicts[i].is_none()
             && f.disrupting.is_none()
             && f.pool.is_some()
             && f.claim.is_some_and(|c| c.phase() == Phase::Registered)
+            && (f.ready || crate::provisioning::plan::lost_readiness(f.node, self.s.now))
     }
 
-    /// Why node `i` may not be disrupted voluntarily (do-not-disrupt, a PDB).
+    /// Why node `i` may not be disrupted voluntarily (do-not-disrupt on the
+    /// node or a pod, a PDB).
     pub fn blocked(&self, i: usize) -> Option<String> {
-        let f = &self.facts[i];
-        do_not_disrupt(f, self.s.now).or_else(|| self.pdbs.blocking(&f.reschedulable))
+        self.node_blocked(i).or_else(|| self.pods_blocked(i))
     }
 
-    /// [`Self::open`], [`Self::blocked`] and the budget for `reason`; notes
-    /// the reason when the node is shut out.
+    /// `karpenter.sh/do-not-disrupt` on the node itself.
+    pub fn node_blocked(&self, i: usize) -> Option<String> {
+        node_do_not_disrupt(&self.facts[i], self.s.now)
+    }
+
+    /// A pod whose eviction would be refused: an active do-not-disrupt
+    /// (DaemonSet and mirror pods included, as in Karpenter), or a PDB that
+    /// allows none (over the pods a drain would evict: DaemonSet pods too,
+    /// not mirror pods or pods that tolerate the disrupted taint).
+    pub fn pods_blocked(&self, i: usize) -> Option<String> {
+        let f = &self.facts[i];
+        pod_do_not_disrupt(f, self.s.now).or_else(|| {
+            let evictable: Vec<&k8s_openapi::api::core::v1::Pod> = f
+                .pods
+                .iter()
+                .copied()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| !is_mirror(p) && !tolerates_disruption(p))
+                .collect();
+            self.pdbs.blocking(&evictable)
+        })
+    }
+
+    /// Why node `i` may not be disrupted for `reason` (a voluntary one).
+    /// Drift and repair are Karpenter's "eventual" disruptions: when the
+    /// NodePool bounds the drain (`terminationGracePeriod`), pods that
+    /// would refuse eviction do not stop them — the deadline will delete
+    /// them; a do-not-disrupt on the node still does (drift).
+    pub fn blocked_for(&self, i: usize, reason: Reason) -> Option<String> {
+        let bounded = self.facts[i]
+            .pool
+            .is_some_and(|p| p.termination_grace_period.is_some());
+        match reason {
+            Reason::Drifted | Reason::Unhealthy if bounded => {
+                if reason == Reason::Drifted {
+                    self.node_blocked(i)
+                } else {
+                    None
+                }
+            }
+            Reason::Unhealthy => self.pods_blocked(i).map(|why| {
+                format!("{why}; repair needs the NodePool's terminationGracePeriod to get past it")
+            }),
+            _ => self.blocked(i),
+        }
+    }
+
+    /// [`Self::open`], [`Self::blocked_for`] and the budget for `reason`;
+    /// notes the reason when the node is shut out.
     pub fn eligible(&mut self, i: usize, reason: Reason) -> bool {
         if !self.open(i) {
             return false;
         }
         if !reason.is_forceful() {
-            if let Some(why) = self.blocked(i) {
+            if let Some(why) = self.blocked_for(i, reason) {
                 self.note(i, why);
                 return false;
             }
@@ -149,6 +200,38 @@ impl<'s, 'a> Context<'s, 'a> {
             }
             sim
         })
+    }
+
+    /// The reschedulable pods of node `i` a drain would move now: not those
+    /// with an active do-not-disrupt or a PDB that allows no eviction (they
+    /// stay until the removal's deadline).
+    pub fn movable(&self, i: usize) -> Vec<&'a k8s_openapi::api::core::v1::Pod> {
+        let now = self.s.now;
+        self.facts[i]
+            .reschedulable
+            .iter()
+            .copied()
+            .filter(|p| pod_protection(p, now).is_none())
+            .filter(|p| self.pdbs.blocking(&[p]).is_none())
+            .collect()
+    }
+
+    /// Simulates the removal of `targets` with only `pods` to place (a
+    /// drift leaves the pods that refuse eviction to its deadline).
+    pub fn simulate_pods(
+        &mut self,
+        targets: &[usize],
+        pods: &[&'a k8s_openapi::api::core::v1::Pod],
+    ) -> Result<Outcome, String> {
+        let remove: Vec<(String, String)> = targets
+            .iter()
+            .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
+            .collect();
+        let remove_refs: Vec<(&str, &str)> = remove
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        self.sim().simulate(&remove_refs, pods)
     }
 
     /// Simulates the removal of `targets`: their pods placed on the rest.
@@ -248,14 +331,12 @@ impl<'s, 'a> Context<'s, 'a> {
                 .unwrap_or_else(|| claims.iter().map(|(n, _)| n.price()).sum()),
             claims: claims.into_iter().map(|(_, c)| c).collect(),
         });
-        let deadline = if p.reason == Reason::Unhealthy {
-            Some(now)
-        } else {
-            self.facts[p.targets[0]]
-                .pool
-                .and_then(|pool| pool.termination_grace_period)
-                .and_then(|d| now.checked_add(d).ok())
-        };
+        // The NodePool's terminationGracePeriod bounds every drain (repair's
+        // too: AWS's repair policies set no bound of their own).
+        let deadline = self.facts[p.targets[0]]
+            .pool
+            .and_then(|pool| pool.termination_grace_period)
+            .and_then(|d| now.checked_add(d).ok());
         let validate_at = (!p.reason.is_forceful())
             .then(|| {
                 now.checked_add(crate::ports::SignedDuration::from_secs(
@@ -273,7 +354,7 @@ impl<'s, 'a> Context<'s, 'a> {
         for i in &p.targets {
             self.verdicts[*i] = Some((p.reason, index));
             let pool = self.pool_name(*i);
-            self.budgets.take(&pool);
+            self.budgets.take(&pool, &self.facts[*i], p.reason);
         }
         self.commands.push(Command {
             id,

@@ -32,13 +32,15 @@ impl Reason {
     }
 
     /// The budget reason that caps it; `None` for the forceful ones
-    /// (expiration, repair, interruption), which budgets do not limit.
+    /// (expiration, interruption), which budgets do not limit. Repair is
+    /// voluntary since Karpenter 1.15 (reason `Unhealthy`).
     pub fn budget_reason(self) -> Option<DisruptionReason> {
         match self {
             Reason::Empty => Some(DisruptionReason::Empty),
             Reason::Drifted => Some(DisruptionReason::Drifted),
             Reason::Underutilized => Some(DisruptionReason::Underutilized),
-            Reason::Expired | Reason::Unhealthy | Reason::Interrupted => None,
+            Reason::Unhealthy => Some(DisruptionReason::Unhealthy),
+            Reason::Expired | Reason::Interrupted => None,
         }
     }
 
@@ -79,6 +81,9 @@ pub struct NodeDecision {
     pub pool: Option<String>,
     pub verdict: Verdict,
     pub reason: String,
+    /// `reason` without what the consolidation methods said: what a pass
+    /// that skipped them would give (so a change of it is a change).
+    pub base_reason: String,
 }
 
 /// A node one command removes.

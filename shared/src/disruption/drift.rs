@@ -11,10 +11,11 @@
 //! selector that resolves to the same AMI or subnets must not replace the
 //! fleet; the dynamic check sees the change that matters.
 //!
-//! The hashes are `v1:` + 16 hex digits of FNV-1a over a canonical JSON
-//! (keys sorted). A stamp of another version is not compared (it is
+//! The hashes are a version (`v2:` for the NodePool's, `v1:` for the
+//! NodeClass's) + 16 hex digits of FNV-1a over a canonical JSON (keys
+//! sorted). A pool stamp of another version is not compared (it is
 //! re-stamped by [`super::observe`]), so changing what is hashed never
-//! drifts a whole fleet at once.
+//! drifts a whole fleet at once (`v2` added the template's annotations).
 
 use std::collections::BTreeMap;
 
@@ -24,8 +25,10 @@ use crate::config::{NodeClass, NodeIdentity, NodePool};
 use crate::provisioning::Claim;
 use crate::scheduling::taints::Taint;
 
-/// The prefix of every hash this version computes.
+/// The prefix of the NodeClass hashes this version computes.
 pub const HASH_VERSION: &str = "v1";
+/// The prefix of the NodePool hashes this version computes.
+pub const POOL_HASH_VERSION: &str = "v2";
 
 /// What the NodeClass resolves to now (AMIs, subnets, security groups), as
 /// the adapters found it. An empty list means "not known": not compared.
@@ -36,9 +39,9 @@ pub struct ResolvedClass {
     pub security_group_ids: Vec<String>,
 }
 
-/// The hash of a NodePool's template: labels, taints, startup taints, the
-/// NodeClass reference, expireAfter, terminationGracePeriod and the kubelet
-/// settings. Requirements are not hashed (they are checked against the
+/// The hash of a NodePool's template: labels, annotations, taints, startup
+/// taints, the NodeClass reference, expireAfter, terminationGracePeriod and
+/// the kubelet settings. Requirements are not hashed (they are checked against the
 /// node's labels instead, so widening them drifts nothing).
 pub fn pool_hash(pool: &NodePool) -> String {
     let taints = |ts: &[Taint]| -> Vec<Value> {
@@ -51,6 +54,7 @@ pub fn pool_hash(pool: &NodePool) -> String {
     };
     let doc = json!({
         "labels": pool.labels,
+        "annotations": pool.template_annotations,
         "taints": taints(&pool.taints),
         "startupTaints": taints(&pool.startup_taints),
         "nodeClassRef": pool.node_class,
@@ -58,7 +62,7 @@ pub fn pool_hash(pool: &NodePool) -> String {
         "terminationGracePeriod": pool.termination_grace_period.map(|d| d.as_secs()),
         "kubelet": serde_json::to_value(&pool.launch_kubelet).unwrap_or(Value::Null),
     });
-    stamp(&doc)
+    stamp(POOL_HASH_VERSION, &doc)
 }
 
 /// The hash of a NodeClass's static fields (everything but the selector terms).
@@ -81,13 +85,13 @@ pub fn class_hash(class: &NodeClass) -> String {
         "detailedMonitoring": class.detailed_monitoring,
         "context": class.context,
     });
-    stamp(&doc)
+    stamp(HASH_VERSION, &doc)
 }
 
-fn stamp(doc: &Value) -> String {
+fn stamp(version: &str, doc: &Value) -> String {
     let mut text = String::new();
     canonical(doc, &mut text);
-    format!("{HASH_VERSION}:{:016x}", fnv1a(text.as_bytes()))
+    format!("{version}:{:016x}", fnv1a(text.as_bytes()))
 }
 
 /// JSON with object keys sorted, whatever map order serde_json was built with.
@@ -130,9 +134,15 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// A stamp this version can compare.
+/// A NodeClass stamp this version can compare.
 pub fn is_current(hash: &str) -> bool {
     hash.split_once(':').is_some_and(|(v, _)| v == HASH_VERSION)
+}
+
+/// A NodePool stamp this version can compare.
+pub fn is_current_pool(hash: &str) -> bool {
+    hash.split_once(':')
+        .is_some_and(|(v, _)| v == POOL_HASH_VERSION)
 }
 
 /// Why the node of `claim` has drifted, if it has: the first difference
@@ -149,7 +159,7 @@ pub fn drifted(
         .stamp
         .nodepool_hash
         .as_deref()
-        .filter(|h| is_current(h))
+        .filter(|h| is_current_pool(h))
         && stamped != pool_hash(pool)
     {
         return Some(format!(

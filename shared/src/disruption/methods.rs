@@ -19,8 +19,9 @@ pub trait Method {
 
 /// How long a node must be NotReady before repair (Karpenter's 30 minutes).
 pub const REPAIR_AFTER: SignedDuration = SignedDuration::from_mins(30);
-/// Repair pauses in a pool with more unhealthy nodes than this share.
-pub const REPAIR_MAX_UNHEALTHY: f64 = 0.20;
+/// Repair pauses in a pool with more unhealthy nodes than this share (in
+/// percent, of the pool's nodes, rounded up).
+pub const REPAIR_MAX_UNHEALTHY_PERCENT: usize = 20;
 
 /// Nodes without reschedulable pods for `consolidateAfter` (both policies;
 /// `ttlSecondsAfterEmpty` converts to WhenEmpty + consolidateAfter).
@@ -40,6 +41,13 @@ impl Method for Emptiness {
             let Some(pool) = cx.facts[i].pool else {
                 continue;
             };
+            if pool.replicas.is_some() {
+                cx.note(
+                    i,
+                    format!("empty; NodePool {} is static (replicas): kept", pool.name),
+                );
+                continue;
+            }
             let Some(after) = pool.disruption.consolidate_after else {
                 cx.note(
                     i,
@@ -135,7 +143,17 @@ fn replace_and_commit(
     summary: String,
     forceful: bool,
 ) {
-    let outcome = match cx.simulate(&[i]) {
+    // Drift plans room only for the pods its drain will move; pods that
+    // refuse eviction (allowed past by a terminationGracePeriod) stay until
+    // the deadline, as Karpenter's drift simulates. Repair and expiration
+    // plan for every pod.
+    let simulated = if reason == Reason::Drifted {
+        let pods = cx.movable(i);
+        cx.simulate_pods(&[i], &pods)
+    } else {
+        cx.simulate(&[i])
+    };
+    let outcome = match simulated {
         Ok(o) => o,
         Err(e) if forceful => {
             // Forceful: the node goes regardless; the provisioner will place what it can.
@@ -191,7 +209,11 @@ impl Method for Drift {
     }
 
     fn run(&self, cx: &mut Context<'_, '_>) {
-        for i in 0..cx.facts.len() {
+        // Empty nodes first, as Karpenter: they take no replacement, and a
+        // non-empty node's pods would otherwise land on them and move again.
+        let mut order: Vec<usize> = (0..cx.facts.len()).collect();
+        order.sort_by_key(|i| !cx.facts[*i].reschedulable.is_empty());
+        for i in order {
             if cx.verdicts[i].is_some() || cx.facts[i].disrupting.is_some() {
                 continue;
             }
@@ -212,7 +234,7 @@ impl Method for Drift {
                 }
                 // A deleted pool: remove its nodes (default budgets), nothing to launch them as.
                 let pool = cx.pool_name(i);
-                if let Some(b) = cx.blocked(i) {
+                if let Some(b) = cx.blocked_for(i, Reason::Drifted) {
                     cx.note(i, format!("drifted ({why}), but {b}"));
                 } else if cx.budgets.remaining(&pool, Reason::Drifted) == 0 {
                     let b = cx.budgets.exhausted(&pool, Reason::Drifted);
@@ -282,9 +304,118 @@ pub fn drift_reason(
     drift::drifted(claim, pool, class, resolved, &node_labels)
 }
 
-/// Nodes whose `Ready` condition is False or Unknown for 30 minutes (behind
-/// the NodeRepair gate). Forceful, and the drain's deadline is now: an
-/// unhealthy node's pods are not running anyway.
+/// A node condition repair acts on, and how long it is tolerated first:
+/// the AWS provider's repair policies (the kubelet's `Ready`, and the EKS
+/// node monitoring agent's conditions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairPolicy {
+    pub condition: &'static str,
+    pub status: &'static str,
+    pub toleration: SignedDuration,
+}
+
+/// Karpenter's AWS provider's policies (`RepairPolicies`).
+pub const REPAIR_POLICIES: [RepairPolicy; 7] = [
+    RepairPolicy {
+        condition: "Ready",
+        status: "False",
+        toleration: REPAIR_AFTER,
+    },
+    RepairPolicy {
+        condition: "Ready",
+        status: "Unknown",
+        toleration: REPAIR_AFTER,
+    },
+    RepairPolicy {
+        condition: "AcceleratedHardwareReady",
+        status: "False",
+        toleration: SignedDuration::from_mins(10),
+    },
+    RepairPolicy {
+        condition: "StorageReady",
+        status: "False",
+        toleration: REPAIR_AFTER,
+    },
+    RepairPolicy {
+        condition: "NetworkingReady",
+        status: "False",
+        toleration: REPAIR_AFTER,
+    },
+    RepairPolicy {
+        condition: "KernelReady",
+        status: "False",
+        toleration: REPAIR_AFTER,
+    },
+    RepairPolicy {
+        condition: "ContainerRuntimeReady",
+        status: "False",
+        toleration: REPAIR_AFTER,
+    },
+];
+
+/// The node has never been Ready: its `Ready` condition is not True and
+/// has not changed since the node registered (a minute's slack).
+pub fn never_initialized(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    let Some(ready) = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+    else {
+        return true;
+    };
+    let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    ready.status != "True"
+        && match (ready.last_transition_time.as_ref().map(|t| t.0), created) {
+            (Some(t), Some(c)) => t.duration_since(c) <= SignedDuration::from_secs(60),
+            _ => true,
+        }
+}
+
+/// The annotation (`"true"`, on the Node or its NodeClaim) that vetoes repair.
+pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
+
+/// A node's unhealthy conditions that match a policy: (condition, when its
+/// toleration ends). A condition's transition time is taken no earlier than
+/// the node's creation, as Karpenter clamps it.
+pub fn unhealthy_conditions(
+    node: &k8s_openapi::api::core::v1::Node,
+) -> Vec<(String, crate::ports::Timestamp)> {
+    let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let policy = REPAIR_POLICIES
+                .iter()
+                .find(|p| p.condition == c.type_ && p.status == c.status)?;
+            let since = match (c.last_transition_time.as_ref().map(|t| t.0), created) {
+                (Some(t), Some(created)) => t.max(created),
+                (Some(t), None) => t,
+                (None, Some(created)) => created,
+                (None, None) => crate::ports::Timestamp::UNIX_EPOCH,
+            };
+            Some((
+                format!("{}={}", c.type_, c.status),
+                since + policy.toleration,
+            ))
+        })
+        .collect()
+}
+
+/// Node repair as Karpenter 1.15 does it (behind the NodeRepair gate): a
+/// voluntary disruption with reason `Unhealthy` — within the pool's
+/// budgets, replacement first (its pods must fit somewhere), re-validated
+/// before acting, rolled back if the replacement fails — of a node with a
+/// condition past its policy's toleration. `karpenter.sh/do-not-repair:
+/// "true"` on the node or its claim vetoes it (do-not-disrupt does not);
+/// pods that would refuse eviction stop it unless the NodePool's
+/// `terminationGracePeriod` bounds the drain; a pool with more than 20 % of
+/// its nodes unhealthy (rounded up: one of three is not too many; counted
+/// from the moment a condition matches, toleration or not) is not
+/// repaired. One repair per decision, the longest overdue first.
 #[derive(Debug, Clone, Copy)]
 pub struct Repair;
 
@@ -294,59 +425,125 @@ impl Method for Repair {
     }
 
     fn run(&self, cx: &mut Context<'_, '_>) {
-        let mut unhealthy: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for f in &cx.facts {
-            if let Some(pool) = f.pool {
-                let e = unhealthy.entry(pool.name.clone()).or_default();
+        let unhealthy: Vec<Vec<(String, crate::ports::Timestamp)>> = cx
+            .facts
+            .iter()
+            .map(|f| unhealthy_conditions(f.node))
+            .collect();
+        // The circuit breaker, per NodePool.
+        let mut per_pool: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for (f, bad) in cx.facts.iter().zip(&unhealthy) {
+            if let Some(claim) = f.claim {
+                let e = per_pool.entry(claim.pool.clone()).or_default();
                 e.1 += 1;
-                if f.unhealthy_since.is_some() {
+                if !bad.is_empty() {
                     e.0 += 1;
                 }
             }
         }
-        for i in 0..cx.facts.len() {
-            let Some(since) = cx.facts[i].unhealthy_since else {
-                continue;
-            };
-            if !cx.open(i) {
+        let mut due: Vec<(crate::ports::Timestamp, usize, String)> = Vec::new();
+        for (i, bad) in unhealthy.iter().enumerate() {
+            if bad.is_empty() || !cx.open(i) {
                 continue;
             }
             if !cx.s.settings.node_repair {
                 cx.note(
                     i,
-                    "NotReady, but node repair is off (NodeRepair feature gate)",
-                );
-                continue;
-            }
-            let down_for = cx.s.now.duration_since(since);
-            if down_for < REPAIR_AFTER {
-                cx.note(
-                    i,
                     format!(
-                        "NotReady for {}, repaired after {}",
-                        short(down_for),
-                        short(REPAIR_AFTER)
+                        "{}, but node repair is off (NodeRepair feature gate)",
+                        bad[0].0
                     ),
                 );
                 continue;
             }
-            let pool = cx.pool_name(i);
-            let (bad, total) = unhealthy.get(&pool).copied().unwrap_or((0, 0));
-            if total > 0 && bad as f64 / total as f64 > REPAIR_MAX_UNHEALTHY {
-                cx.note(i, format!("NotReady, but {bad} of {total} nodes of NodePool {pool} are unhealthy (more than 20 %): repair paused"));
+            let Some((condition, eligible_at)) = bad.iter().min_by_key(|(_, at)| *at).cloned()
+            else {
+                continue;
+            };
+            if eligible_at > cx.s.now {
+                cx.note(
+                    i,
+                    format!(
+                        "{condition}, repaired after {}",
+                        short(eligible_at.duration_since(cx.s.now))
+                    ),
+                );
                 continue;
             }
-            let summary = format!("NotReady for {}", short(down_for));
-            cx.commit(Proposal {
-                reason: Reason::Unhealthy,
-                method: self.name(),
-                targets: vec![i],
-                outcome: None,
-                replacements: vec![],
-                replacement_price: None,
-                savings: 0.0,
-                summary,
-            });
+            if let Some(claim) = cx.facts[i].claim
+                && let Some(retry_at) = claim.disruption.repair_retry_at
+                && retry_at > cx.s.now
+            {
+                cx.note(
+                    i,
+                    format!(
+                        "{condition}, {} repair(s) rolled back (replacement failed): retried after {}",
+                        claim.disruption.repair_failures,
+                        short(retry_at.duration_since(cx.s.now))
+                    ),
+                );
+                continue;
+            }
+            due.push((eligible_at, i, condition));
+        }
+        due.sort_by(|a, b| (a.0, &cx.facts[a.1].name).cmp(&(b.0, &cx.facts[b.1].name)));
+        for (_, i, condition) in due {
+            let vetoed = cx.facts[i]
+                .node
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DO_NOT_REPAIR))
+                .or_else(|| {
+                    cx.facts[i]
+                        .claim
+                        .and_then(|c| c.annotations.get(DO_NOT_REPAIR))
+                })
+                .is_some_and(|v| v == "true");
+            if vetoed {
+                cx.note(
+                    i,
+                    format!("{condition}, but repair is blocked through the \"{DO_NOT_REPAIR}\" annotation"),
+                );
+                continue;
+            }
+            let pool = cx.pool_name(i);
+            let (bad, total) = per_pool.get(&pool).copied().unwrap_or((0, 0));
+            let threshold = (total * REPAIR_MAX_UNHEALTHY_PERCENT).div_ceil(100);
+            if bad > threshold {
+                cx.note(i, format!("{condition}, but {bad} of {total} nodes of NodePool {pool} are unhealthy (more than 20 %): repair paused"));
+                continue;
+            }
+            // A node that never became Ready runs no workload: as Karpenter,
+            // it is repaired whatever the budgets, and spends none of them.
+            let fresh = never_initialized(cx.facts[i].node);
+            if fresh {
+                if let Some(why) = cx.blocked_for(i, Reason::Unhealthy) {
+                    cx.note(i, format!("{condition}, but {why}"));
+                    continue;
+                }
+            } else if !cx.eligible(i, Reason::Unhealthy) {
+                let last = cx.notes[i].pop().unwrap_or_default();
+                cx.note(i, format!("{condition}, but {last}"));
+                continue;
+            }
+            let before = cx.commands.len();
+            replace_and_commit(
+                cx,
+                i,
+                Reason::Unhealthy,
+                self.name(),
+                format!("unhealthy: {condition} past its toleration"),
+                false,
+            );
+            if cx.commands.len() > before {
+                if fresh {
+                    let pool = cx.pool_name(i);
+                    cx.budgets.give_back(&pool);
+                }
+                // One repair per decision (as drift): the next comes with the next pass.
+                break;
+            }
         }
     }
 }
@@ -366,6 +563,12 @@ pub fn default_reason(cx: &Context<'_, '_>, i: usize) -> String {
     let Some(pool) = f.pool else {
         return format!("NodePool {} not in force", claim.pool);
     };
+    if pool.replicas.is_some() {
+        return format!(
+            "in use; NodePool {} is static (replicas): never consolidated",
+            pool.name
+        );
+    }
     match (pool.disruption.policy, pool.disruption.consolidate_after) {
         (_, None) => format!("in use; NodePool {} has consolidateAfter: Never", pool.name),
         (ConsolidationPolicy::WhenEmpty, _) => {
@@ -375,7 +578,7 @@ pub fn default_reason(cx: &Context<'_, '_>, i: usize) -> String {
                 pool.name
             )
         }
-        (ConsolidationPolicy::WhenEmptyOrUnderutilized, _) => {
+        (ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced, _) => {
             "in use; no cheaper placement for its pods".to_owned()
         }
     }

@@ -4,8 +4,8 @@
 //! machine executes).
 //!
 //! Methods run in a fixed order, Karpenter's: [`Emptiness`] → [`Expiration`]
-//! → [`Drift`] → [`MultiNodeConsolidation`] → [`SingleNodeConsolidation`] →
-//! [`Repair`]. A node taken by one is not seen by the next; budgets and the
+//! → [`Repair`] → [`Drift`] → [`MultiNodeConsolidation`] →
+//! [`SingleNodeConsolidation`]. A node taken by one is not seen by the next; budgets and the
 //! simulated cluster carry over, so later moves count on what earlier ones
 //! did. Voluntary commands are re-checked with [`validate`] at
 //! `Command::validate_at` before acting; forceful ones act at once.
@@ -43,18 +43,33 @@ use context::Context;
 pub const METHODS: [&dyn Method; 6] = [
     &Emptiness,
     &Expiration,
+    &Repair,
     &Drift,
     &MultiNodeConsolidation,
     &SingleNodeConsolidation,
-    &Repair,
 ];
 
 /// Decides what to disrupt. Deterministic for the same snapshot.
 pub fn decide(s: &Snapshot<'_>) -> Plan {
     let mut cx = Context::new(s);
+    // Which of each node's notes the consolidation methods wrote (their
+    // passes may be skipped; see `NodeDecision::base_reason`).
+    let mut consolidation_notes: Vec<std::ops::Range<usize>> = vec![0..0; cx.facts.len()];
     for method in METHODS {
         let _span = tracing::debug_span!("disruption_method", method = method.name()).entered();
+        let consolidating = method.name().ends_with("consolidation");
+        let before: Vec<usize> = cx.notes.iter().map(Vec::len).collect();
         method.run(&mut cx);
+        if consolidating {
+            for (i, n) in before.into_iter().enumerate() {
+                let r = &mut consolidation_notes[i];
+                if r.start == r.end {
+                    *r = n..cx.notes[i].len();
+                } else {
+                    r.end = cx.notes[i].len();
+                }
+            }
+        }
     }
     let nodes = (0..cx.facts.len())
         .map(|i| {
@@ -67,7 +82,23 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                 None if cx.notes[i].is_empty() => (Verdict::Keep, methods::default_reason(&cx, i)),
                 None => (Verdict::Keep, cx.notes[i].join("; ")),
             };
+            let others: Vec<&String> = cx.notes[i]
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| !consolidation_notes[i].contains(k))
+                .map(|(_, n)| n)
+                .collect();
+            let base_reason = match cx.verdicts[i] {
+                Some(_) => reason.clone(),
+                None if others.is_empty() => methods::default_reason(&cx, i),
+                None => others
+                    .iter()
+                    .map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            };
             NodeDecision {
+                base_reason,
                 node: f.name.clone(),
                 claim_id: f.claim.map(|c| c.id.clone()),
                 pool: f

@@ -50,6 +50,9 @@ pub fn next_state(
         pods_fingerprint: Some(print),
         last_pod_event_at,
         empty_since,
+        // Written by a rolled-back repair; carried as they are.
+        repair_failures: previous.repair_failures,
+        repair_retry_at: previous.repair_retry_at,
     }
 }
 
@@ -62,7 +65,7 @@ pub fn observe(facts: &[NodeFacts<'_>], now: Timestamp) -> Vec<ClaimUpdate> {
         let Some(claim) = f.claim else { continue };
         let next = next_state(&claim.disruption, f, now);
         let restamp = match (claim.stamp.nodepool_hash.as_deref(), f.pool) {
-            (Some(h), Some(pool)) if !drift::is_current(h) => Some(drift::pool_hash(pool)),
+            (Some(h), Some(pool)) if !drift::is_current_pool(h) => Some(drift::pool_hash(pool)),
             (None, Some(pool)) => Some(drift::pool_hash(pool)),
             _ => None,
         };

@@ -94,15 +94,20 @@ impl<'a> Simulator<'a> {
             seed: s.seed,
         };
         let mut nodes = plan::existing_nodes(&view);
-        // A claim without a node yet holds the room its pods were promised.
+        // A claim without a node yet holds the room its pods were promised,
+        // and takes no pods of a disruption: a node that has not come up is
+        // no place to move running pods to (Karpenter never schedules them
+        // onto an uninitialized node) — it may never come up.
         for n in &mut nodes {
             if let Some(c) = s
                 .claims
                 .iter()
                 .find(|c| c.id == n.name && c.node_name.is_none())
-                && n.pods.is_empty()
             {
-                n.requested = resources_of(&c.requests);
+                if n.pods.is_empty() {
+                    n.requested = resources_of(&c.requests);
+                }
+                n.unschedulable = true;
             }
         }
         // Nodes going away, and NotReady ones, take no pods in a simulation

@@ -19,7 +19,7 @@ use crate::scheduling::volumes::VolumeIndex;
 /// The taint a node carries while it is being disrupted.
 pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
 /// `"true"` or a duration, on a pod or a node.
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+pub use crate::termination::drain::DO_NOT_DISRUPT;
 /// A pod's deletion cost (ReplicaSet scale-down order), part of its eviction cost.
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// The annotation of static (mirror) pods.
@@ -112,7 +112,8 @@ pub struct NodeFacts<'a> {
     /// Every pod on the node that is not finished.
     pub pods: Vec<&'a Pod>,
     /// The pods a drain would evict and that need room elsewhere: not
-    /// DaemonSet pods, not static pods, not being deleted.
+    /// DaemonSet pods, not static pods, not being deleted (but for
+    /// StatefulSet pods, re-created only once gone).
     pub reschedulable: Vec<&'a Pod>,
     pub created_at: Timestamp,
     /// `Some(since)` when `Ready` is False or Unknown since then.
@@ -167,6 +168,17 @@ pub fn is_node_bound(p: &Pod) -> bool {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(MIRROR_POD))
+}
+
+/// Owned by a StatefulSet: such a pod is re-created only once it is gone,
+/// so even terminating it still needs room (Karpenter counts it as
+/// reschedulable: its node is not empty).
+pub fn is_stateful(p: &Pod) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "StatefulSet")
 }
 
 /// The claim of a node: by provider id, then by the nodeclaim label, then by name.
@@ -234,7 +246,9 @@ pub fn node_facts<'a>(s: &Snapshot<'a>) -> Vec<NodeFacts<'a>> {
             let reschedulable = pods
                 .iter()
                 .copied()
-                .filter(|p| !is_node_bound(p) && p.metadata.deletion_timestamp.is_none())
+                .filter(|p| {
+                    !is_node_bound(p) && (p.metadata.deletion_timestamp.is_none() || is_stateful(p))
+                })
                 .collect();
             let created_at = claim
                 .map(|c| c.created_at)

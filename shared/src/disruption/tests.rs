@@ -45,6 +45,7 @@ fn info(name: &str, vcpu: u32, memory_mib: u64) -> InstanceTypeInfo {
         max_enis: 4,
         ipv4_per_eni: 15,
         network_bandwidth_mbps: None,
+        ..Default::default()
     }
 }
 
@@ -199,6 +200,7 @@ impl World {
             created_at: launched,
             options: vec![],
             labels: node_labels,
+            annotations: Default::default(),
             taints: vec![],
             kubelet: pool.kubelet.clone(),
             pods: vec![],
@@ -394,7 +396,7 @@ fn disrupted(plan: &Plan) -> Vec<&str> {
 // ------------------------------------------------------------ emptiness
 
 fn when_empty_30s() -> serde_json::Value {
-    serde_json::json!({"template": {"spec": {"nodeClassRef": {"name": "default"}}},
+    serde_json::json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
                        "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s"}})
 }
 
@@ -754,7 +756,7 @@ fn replaced_by_a_cheaper_smaller_node() {
 fn spot_pool() -> serde_json::Value {
     serde_json::json!({"template": {"spec": {
         "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}],
-        "nodeClassRef": {"name": "default"}}}})
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}})
 }
 
 #[test]
@@ -1024,6 +1026,43 @@ fn a_bad_cron_is_refused_by_validation() {
 
 // ------------------------------------------------------------ repair
 
+/// A node whose repairs were rolled back (their replacement failed) is
+/// not repaired again before its claim's retry time; the backoff doubles
+/// from 5 minutes to at most an hour.
+#[test]
+fn a_repair_rolled_back_waits_for_its_retry_time() {
+    use crate::provisioning::claim::repair_backoff;
+    let mut w = empties(0);
+    w.catalog = catalog(&["m5.xlarge"]);
+    for k in 0..5 {
+        w.node(&format!("n{k}"), "m5.xlarge")
+            .pods_on(&format!("n{k}"), 1, 3000, 1024);
+    }
+    w.not_ready("n0", secs(100));
+    w.settings.node_repair = true;
+    let claim = w
+        .claims
+        .iter_mut()
+        .find(|c| c.node_name.as_deref() == Some("n0"))
+        .expect("claim of n0");
+    claim.disruption.repair_failures = 2;
+    claim.disruption.repair_retry_at = Some(secs(2500));
+    check(
+        &w.at(secs(1900)).decide(),
+        &[(
+            "n0",
+            None,
+            "Ready=Unknown, 2 repair(s) rolled back (replacement failed): retried after 10m",
+        )],
+    );
+    check(
+        &w.at(secs(2500)).decide(),
+        &[("n0", Some(Reason::Unhealthy), "unhealthy: Ready=Unknown")],
+    );
+    let mins = |n| repair_backoff(n).as_secs() / 60;
+    assert_eq!([1, 2, 3, 4, 5, 40].map(mins), [5, 10, 20, 40, 60, 60]);
+}
+
 #[test]
 fn repair_after_30_minutes_behind_its_gate() {
     let mut w = empties(0);
@@ -1032,28 +1071,80 @@ fn repair_after_30_minutes_behind_its_gate() {
         w.node(&format!("n{k}"), "m5.xlarge")
             .pods_on(&format!("n{k}"), 1, 3000, 1024);
     }
-    w.not_ready("n0", secs(0));
+    // Ready at registration, lost at 100 s (not a node that never came up).
+    w.not_ready("n0", secs(100));
     w.settings.node_repair = false;
     check(
-        &w.at(secs(1800)).decide(),
+        &w.at(secs(1900)).decide(),
         &[("n0", None, "node repair is off")],
     );
     w.settings.node_repair = true;
     check(
-        &w.at(secs(1799)).decide(),
-        &[("n0", None, "NotReady for 29m59s, repaired after 30m")],
+        &w.at(secs(1899)).decide(),
+        &[("n0", None, "Ready=Unknown, repaired after 1s")],
     );
-    let plan = w.at(secs(1800)).decide();
+    let plan = w.at(secs(1900)).decide();
     check(
         &plan,
-        &[("n0", Some(Reason::Unhealthy), "NotReady for 30m")],
+        &[(
+            "n0",
+            Some(Reason::Unhealthy),
+            "unhealthy: Ready=Unknown past its toleration; 1 replacement node(s) first",
+        )],
     );
-    assert_eq!(plan.removals()[0].deadline, Some(secs(1800)));
-    // 2 of 5 unhealthy (40 % > 20 %): paused.
-    w.not_ready("n1", secs(0));
+    // Voluntary (Karpenter 1.15): re-validated, a replacement first, no
+    // deadline but the pool's terminationGracePeriod (none here).
+    let command = &plan.commands[0];
+    assert!(command.validate_at.is_some());
+    assert_eq!(
+        command.replacement.as_ref().map(|r| r.claims.len()),
+        Some(1)
+    );
+    assert_eq!(plan.removals()[0].deadline, None);
+    // Budgets cap it: nodes "0" for Unhealthy.
+    w.budgets(serde_json::json!([{"nodes": "0", "reasons": ["Unhealthy"]}]));
+    check(
+        &w.decide(),
+        &[("n0", None, "budget for Unhealthy exhausted")],
+    );
+    w.budgets(serde_json::json!([{"nodes": "10%"}]));
+    // do-not-repair vetoes it; do-not-disrupt does not.
+    w.annotate_node("n0", "karpenter.sh/do-not-disrupt", "true");
+    check(&w.decide(), &[("n0", Some(Reason::Unhealthy), "unhealthy")]);
+    w.annotate_node("n0", "karpenter.sh/do-not-repair", "true");
+    check(
+        &w.decide(),
+        &[(
+            "n0",
+            None,
+            "repair is blocked through the \"karpenter.sh/do-not-repair\" annotation",
+        )],
+    );
+    w.annotate_node("n0", "karpenter.sh/do-not-repair", "false");
+    check(&w.decide(), &[("n0", Some(Reason::Unhealthy), "unhealthy")]);
+    // 2 of 5 unhealthy (more than 20 % of 5, rounded up: 1): paused.
+    w.not_ready("n1", secs(100));
     check(
         &w.decide(),
         &[("n0", None, "2 of 5 nodes of NodePool default are unhealthy")],
+    );
+}
+
+/// The circuit breaker rounds up: one unhealthy node of three is not more
+/// than 20 % of the pool (ceil(0.6) = 1), so it is repaired.
+#[test]
+fn repair_rounds_the_unhealthy_share_up_in_small_pools() {
+    let mut w = empties(0);
+    w.catalog = catalog(&["m5.xlarge"]);
+    for k in 0..3 {
+        w.node(&format!("n{k}"), "m5.xlarge")
+            .pods_on(&format!("n{k}"), 1, 3000, 1024);
+    }
+    w.not_ready("n0", secs(0));
+    w.settings.node_repair = true;
+    check(
+        &w.at(secs(1800)).decide(),
+        &[("n0", Some(Reason::Unhealthy), "unhealthy")],
     );
 }
 
@@ -1135,5 +1226,717 @@ proptest! {
         for n in disrupted(&plan) {
             prop_assert!(seen.insert(n.to_owned()));
         }
+    }
+}
+
+/// `consolidationPolicy: Balanced` (Karpenter's balanced_integration_test.go,
+/// "Balanced Consolidation / Single-Node"): a move must save at least half
+/// as large a share of the pool's cost as the share of the pool's
+/// disruption it causes (k = 2). A node whose replacement saves 3 % of the
+/// pool's cost is kept; an oversized one is replaced.
+#[test]
+fn balanced_keeps_a_well_packed_node_and_replaces_an_oversized_one() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge", "m5a.xlarge"]);
+    w.pools[0].disruption.policy = crate::config::ConsolidationPolicy::Balanced;
+    // Only the policy's own score: no savings threshold, no pod-level score.
+    w.settings.consolidation_savings_threshold = 0.0;
+    w.tuning.balanced = false;
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            None,
+            "NodePool default is Balanced: saving 3.1 % of its cost does not justify 100.0 % of its disruption (score 0.03 below 0.50)",
+        )],
+    );
+    // The same pool under WhenEmptyOrUnderutilized replaces it.
+    w.pools[0].disruption.policy = crate::config::ConsolidationPolicy::WhenEmptyOrUnderutilized;
+    check(&w.decide(), &[("a", Some(Reason::Underutilized), "")]);
+
+    let mut w = World::new();
+    w.pools[0].disruption.policy = crate::config::ConsolidationPolicy::Balanced;
+    w.settings.consolidation_savings_threshold = 0.0;
+    w.tuning.balanced = false;
+    w.node("a", "m5.2xlarge").pods_on("a", 2, 500, 1024);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            Some(Reason::Underutilized),
+            "replaced by one on-demand node",
+        )],
+    );
+}
+
+/// Every node of a Balanced pool weighs 1 besides its pods' eviction
+/// costs (Karpenter's `node_disruption_cost = 1 + Σ pod eviction costs`):
+/// a node with 1 pod beside one with 2 causes 2/5 of the pool's
+/// disruption, not 1/3 (its share of the pods).
+#[test]
+fn balanced_counts_each_node_besides_its_pods() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.large", "m5.xlarge", "m5.2xlarge"]);
+    w.pools[0].disruption.policy = crate::config::ConsolidationPolicy::Balanced;
+    w.settings.consolidation_savings_threshold = 0.0;
+    w.tuning.balanced = false;
+    // a could be an m5.large (saving $0.096/h, 16.7 % of the pool's
+    // $0.576/h); b is full.
+    w.node("a", "m5.xlarge").pods_on("a", 1, 500, 1024);
+    w.node("b", "m5.2xlarge").pods_on("b", 2, 3900, 4096);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            None,
+            "NodePool default is Balanced: saving 16.7 % of its cost does not justify 40.0 % of its disruption (score 0.42 below 0.50)",
+        )],
+    );
+}
+
+// ------------------------------------------------------------ Karpenter's candidate rules
+//
+// Translations of kubernetes-sigs/karpenter pkg/controllers/disruption/
+// suite_test.go ("Candidate Filtering", "BuildDisruptionBudgetMapping",
+// "Pod Eviction Cost") and pkg/utils/pod/suite_test.go: which nodes a
+// disruption may take, what counts against budgets, what a pod costs to
+// evict. "Graceful" disruption (consolidation) is looked at on node c of
+// `three_nodes`, which consolidation would delete; "eventual" disruption
+// (drift) on a node whose NodePool's labels changed. Each test names the
+// `It` it translates.
+
+mod karpenter {
+    use super::*;
+
+    fn pod_mut<'w>(w: &'w mut World, name: &str) -> &'w mut Pod {
+        w.pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .expect("pod")
+    }
+
+    fn own(w: &mut World, name: &str, kind: &str) {
+        pod_mut(w, name).metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: if kind == "Node" { "v1" } else { "apps/v1" }.into(),
+                kind: kind.into(),
+                name: "owner".into(),
+                uid: "owner-uid".into(),
+                ..Default::default()
+            },
+        ]);
+    }
+
+    fn terminating(w: &mut World, name: &str) {
+        pod_mut(w, name).metadata.deletion_timestamp = Some(Time(t0()));
+    }
+
+    fn terminal(w: &mut World, name: &str) {
+        pod_mut(w, name)
+            .status
+            .get_or_insert_with(Default::default)
+            .phase = Some("Succeeded".into());
+    }
+
+    fn dnd(w: &mut World, name: &str) {
+        w.annotate_pod(name, snapshot::DO_NOT_DISRUPT, "true");
+    }
+
+    /// A PDB over node c's pods that allows no eviction.
+    fn blocking_pdb(w: &mut World) {
+        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c-pdb", "namespace": "default"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "c"}}},
+            "status": {"disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2}
+        }))
+        .expect("pdb");
+        w.pdbs.push(pdb);
+        for p in ["c-p0", "c-p1"] {
+            pod_mut(w, p)
+                .metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert("app".into(), "c".into());
+        }
+    }
+
+    /// Whether consolidation (graceful) takes node c.
+    fn graceful(w: &World) -> bool {
+        disrupted(&w.decide()).contains(&"c")
+    }
+
+    /// One node `d` with one pod `d-p0`, its NodePool drifted (labels
+    /// changed), with or without a terminationGracePeriod.
+    fn drifted_world(tgp: bool) -> World {
+        let mut spec = serde_json::json!({
+            "template": {"spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+        });
+        if tgp {
+            spec["template"]["spec"]["terminationGracePeriod"] = "5m".into();
+        }
+        let mut w = World::with_pool(spec);
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("d", "m5.xlarge").pods_on("d", 1, 500, 512);
+        w.pools[0].labels.insert("team".into(), "b".into());
+        w
+    }
+
+    /// Whether drift (eventual) takes node d.
+    fn eventual(w: &World) -> bool {
+        disrupted(&w.decide()).contains(&"d")
+    }
+
+    #[test]
+    fn baseline_c_consolidates_and_d_drifts() {
+        assert!(graceful(&three_nodes()));
+        assert!(eventual(&drifted_world(false)));
+    }
+
+    /// should not consider candidates that have do-not-disrupt pods scheduled and no terminationGracePeriod
+    #[test]
+    fn do_not_disrupt_pods_and_no_termination_grace_period() {
+        let mut w = drifted_world(false);
+        dnd(&mut w, "d-p0");
+        assert!(!eventual(&w));
+        let mut w = three_nodes();
+        dnd(&mut w, "c-p0");
+        assert!(!graceful(&w));
+    }
+
+    /// should not consider candidates that have do-not-disrupt mirror pods scheduled
+    #[test]
+    fn do_not_disrupt_mirror_pods() {
+        let mut w = three_nodes();
+        own(&mut w, "c-p0", "Node");
+        dnd(&mut w, "c-p0");
+        assert!(!graceful(&w));
+    }
+
+    /// should not consider candidates that have do-not-disrupt daemonset pods scheduled
+    #[test]
+    fn do_not_disrupt_daemonset_pods() {
+        let mut w = three_nodes();
+        own(&mut w, "c-p0", "DaemonSet");
+        dnd(&mut w, "c-p0");
+        assert!(!graceful(&w));
+    }
+
+    /// should consider candidates that have do-not-disrupt pods scheduled with a terminationGracePeriod set for eventual disruption
+    #[test]
+    fn do_not_disrupt_pods_with_a_termination_grace_period_eventual() {
+        let mut w = drifted_world(true);
+        dnd(&mut w, "d-p0");
+        let plan = w.decide();
+        assert!(disrupted(&plan).contains(&"d"));
+        // No room is planned for the pod that stays until the deadline.
+        assert!(plan.commands[0].replacement.is_none());
+        assert!(plan.removals()[0].deadline.is_some());
+    }
+
+    /// should consider candidates that have PDB-blocked pods scheduled with a terminationGracePeriod set for eventual disruption
+    #[test]
+    fn pdb_blocked_pods_with_a_termination_grace_period_eventual() {
+        let mut w = drifted_world(true);
+        w.pdb("inflate", 0);
+        assert!(eventual(&w));
+    }
+
+    /// should not consider candidates that have do-not-disrupt pods scheduled with a terminationGracePeriod set for graceful disruption
+    /// (and: ... without a terminationGracePeriod set for graceful disruption)
+    #[test]
+    fn do_not_disrupt_pods_graceful_with_or_without_termination_grace_period() {
+        for tgp in [None, Some("5m")] {
+            let mut w = three_nodes();
+            if let Some(d) = tgp {
+                w.pools[0].termination_grace_period =
+                    Some(crate::config::disruption::parse_duration(d).expect("duration"));
+            }
+            dnd(&mut w, "c-p1");
+            assert!(!graceful(&w), "{tgp:?}");
+        }
+    }
+
+    /// should not consider candidates that have PDB-blocked pods scheduled with a terminationGracePeriod set for graceful disruption
+    /// (and: ... fully blocking PDBs without a terminationGracePeriod set for graceful disruption; ... fully blocking PDBs)
+    #[test]
+    fn pdb_blocked_pods_graceful_with_or_without_termination_grace_period() {
+        for tgp in [None, Some("5m")] {
+            let mut w = three_nodes();
+            if let Some(d) = tgp {
+                w.pools[0].termination_grace_period =
+                    Some(crate::config::disruption::parse_duration(d).expect("duration"));
+            }
+            blocking_pdb(&mut w);
+            assert!(!graceful(&w), "{tgp:?}");
+        }
+    }
+
+    /// should not consider candidates that have do-not-disrupt pods scheduled without a terminationGracePeriod set for eventual disruption
+    #[test]
+    fn do_not_disrupt_pods_eventual_without_termination_grace_period() {
+        let mut w = drifted_world(false);
+        dnd(&mut w, "d-p0");
+        assert!(!eventual(&w));
+    }
+
+    /// should not consider candidates that have PDB-blocked pods scheduled without a terminationGracePeriod set for eventual disruption
+    #[test]
+    fn pdb_blocked_pods_eventual_without_termination_grace_period() {
+        let mut w = drifted_world(false);
+        w.pdb("inflate", 0);
+        assert!(!eventual(&w));
+    }
+
+    /// should consider candidates that have do-not-disrupt terminating pods
+    #[test]
+    fn do_not_disrupt_terminating_pods() {
+        let mut w = three_nodes();
+        dnd(&mut w, "c-p0");
+        terminating(&mut w, "c-p0");
+        assert!(graceful(&w));
+    }
+
+    /// should consider candidates that have do-not-disrupt terminal pods
+    #[test]
+    fn do_not_disrupt_terminal_pods() {
+        let mut w = three_nodes();
+        dnd(&mut w, "c-p0");
+        terminal(&mut w, "c-p0");
+        assert!(graceful(&w));
+    }
+
+    /// should not consider candidates that have do-not-disrupt on nodes
+    #[test]
+    fn do_not_disrupt_on_nodes() {
+        let mut w = three_nodes();
+        w.annotate_node("c", snapshot::DO_NOT_DISRUPT, "true");
+        assert!(!graceful(&w));
+        let mut w = drifted_world(true);
+        w.annotate_node("d", snapshot::DO_NOT_DISRUPT, "true");
+        assert!(!eventual(&w), "a terminationGracePeriod does not lift it");
+    }
+
+    /// should not consider candidates that have multiple PDBs on the same pod
+    #[test]
+    fn multiple_pdbs_on_the_same_pod() {
+        let mut w = three_nodes();
+        w.pdb("one", 5).pdb("two", 5);
+        assert!(!graceful(&w));
+    }
+
+    /// should not consider candidates that have fully blocking PDBs on daemonset pods
+    #[test]
+    fn fully_blocking_pdbs_on_daemonset_pods() {
+        let mut w = three_nodes();
+        blocking_pdb(&mut w);
+        own(&mut w, "c-p0", "DaemonSet");
+        own(&mut w, "c-p1", "DaemonSet");
+        // Both pods are now DaemonSet pods: c is empty, and still blocked.
+        assert!(!disrupted(&w.decide()).contains(&"c"));
+    }
+
+    /// should consider candidates that have fully blocking PDBs on mirror pods
+    #[test]
+    fn fully_blocking_pdbs_on_mirror_pods() {
+        let mut w = three_nodes();
+        blocking_pdb(&mut w);
+        own(&mut w, "c-p0", "Node");
+        own(&mut w, "c-p1", "Node");
+        assert!(disrupted(&w.decide()).contains(&"c"));
+    }
+
+    /// should consider candidates that have fully blocking PDBs on terminal pods
+    #[test]
+    fn fully_blocking_pdbs_on_terminal_pods() {
+        let mut w = three_nodes();
+        blocking_pdb(&mut w);
+        terminal(&mut w, "c-p0");
+        terminal(&mut w, "c-p1");
+        assert!(disrupted(&w.decide()).contains(&"c"));
+    }
+
+    /// should consider candidates that have fully blocking PDBs on terminating pods
+    #[test]
+    fn fully_blocking_pdbs_on_terminating_pods() {
+        let mut w = three_nodes();
+        blocking_pdb(&mut w);
+        terminating(&mut w, "c-p0");
+        terminating(&mut w, "c-p1");
+        assert!(disrupted(&w.decide()).contains(&"c"));
+    }
+
+    /// should not consider candidate that has just a NodeClaim representation
+    /// (a claim whose node has not registered is never disrupted)
+    #[test]
+    fn a_claim_without_a_node_is_never_a_candidate() {
+        let mut w = empties(2);
+        w.claims[0].node_name = None;
+        w.nodes.remove(0);
+        let plan = w.decide();
+        assert_eq!(disrupted(&plan), ["n01"]);
+        assert_eq!(plan.nodes.len(), 1);
+    }
+
+    /// should not consider candidates that are deleting
+    #[test]
+    fn a_deleting_node_is_not_a_candidate() {
+        let mut w = empties(2);
+        w.nodes[0].metadata.deletion_timestamp = Some(Time(t0()));
+        let plan = w.decide();
+        check(&plan, &[("n00", None, "being deleted")]);
+    }
+
+    /// should not consider candidates that are MarkedForDeletion / actively being processed in the queue
+    #[test]
+    fn a_node_with_a_removal_in_flight_is_not_a_candidate() {
+        let mut w = empties(2);
+        w.in_flight.push(InFlight {
+            node: "n00".into(),
+            claim_id: "default-n00".into(),
+            reason: Reason::Empty,
+            replace: false,
+        });
+        check(&w.decide(), &[("n00", None, "already being disrupted")]);
+    }
+
+    /// should not consider candidates that aren't yet initialized
+    #[test]
+    fn a_booting_node_is_not_a_candidate() {
+        let mut w = empties(1);
+        w.not_ready("n00", t0());
+        w.settings.node_repair = true;
+        // NotReady since it registered, a minute ago: booting.
+        assert!(w.at(secs(60)).decide().commands.is_empty());
+    }
+
+    /// should consider candidates that do not have the karpenter.sh/capacity-type label
+    /// (and: ... topology.kubernetes.io/zone label; ... node.kubernetes.io/instance-type label)
+    #[test]
+    fn nodes_without_well_known_labels_are_candidates() {
+        for key in [labels::CAPACITY_TYPE, labels::ZONE, labels::INSTANCE_TYPE] {
+            let mut w = empties(1);
+            w.nodes[0]
+                .metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .remove(key);
+            assert_eq!(disrupted(&w.decide()), ["n00"], "{key}");
+        }
+    }
+
+    /// should consider candidates that have an instance type that cannot be resolved
+    #[test]
+    fn a_node_of_an_unknown_instance_type_is_a_candidate() {
+        let mut w = empties(1);
+        w.catalog = catalog(&["m5.xlarge"]);
+        assert_eq!(disrupted(&w.decide()), ["n00"]);
+    }
+
+    /// should not consider nodes that are not managed as part of disruption count
+    /// (and: ... not initialized ...; should consider not ready nodes to the disruption count;
+    /// should consider nodes with a deletion timestamp set and MarkedForDeletion to the disruption count)
+    #[test]
+    fn what_counts_against_budgets() {
+        let ten = |w: &mut World| {
+            for k in 0..10 {
+                w.node(&format!("n{k:02}"), "m5.large");
+            }
+            w.observed_at(secs(0));
+        };
+        let mut w = World::new();
+        ten(&mut w);
+        w.budgets(serde_json::json!([{"nodes": "100%"}]));
+        // A foreign node and a booting one do not count: all ten go.
+        w.nodes.push(SimCluster::ready_node(
+            "foreign",
+            BTreeMap::new(),
+            vec![],
+            "aws:///x/i-foreign",
+            &Resources::new(4000, 16384 * MIB, 110),
+            &Resources::new(4000, 16384 * MIB, 110),
+            t0(),
+        ));
+        assert_eq!(w.at(secs(30)).decide().commands.len(), 10);
+        // Two that lost readiness count as disrupting: 8 of 10.
+        let mut w = World::new();
+        ten(&mut w);
+        w.budgets(serde_json::json!([{"nodes": "80%"}]));
+        w.not_ready("n00", secs(600)).not_ready("n01", secs(600));
+        let plan = w.at(secs(700)).decide();
+        assert_eq!(plan.commands.len(), 6, "80 % of 10, less the two NotReady");
+        // A deleting node counts as disrupting.
+        let mut w = World::new();
+        ten(&mut w);
+        w.budgets(serde_json::json!([{"nodes": "50%"}]));
+        w.nodes[0].metadata.deletion_timestamp = Some(Time(t0()));
+        assert_eq!(w.decide().commands.len(), 4);
+    }
+
+    /// should have a standard disruptionCost for a pod with no priority or disruptionCost specified;
+    /// ... higher for a positive deletion cost; ... lower for a negative one; higher costs for
+    /// higher deletion costs; higher for a higher priority; lower for a lower priority
+    #[test]
+    fn pod_eviction_cost() {
+        use crate::disruption::consolidation::eviction_cost;
+        let pod = |cost: Option<i32>, priority: Option<i32>| -> Pod {
+            let mut p = Pod::default();
+            if let Some(c) = cost {
+                p.metadata.annotations =
+                    Some([(snapshot::POD_DELETION_COST.to_owned(), c.to_string())].into());
+            }
+            p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                priority,
+                ..Default::default()
+            });
+            p
+        };
+        assert_eq!(eviction_cost(&pod(None, None)), 1.0);
+        assert!(eviction_cost(&pod(Some(100), None)) > 1.0);
+        assert!(eviction_cost(&pod(Some(-100), None)) < 1.0);
+        assert!(eviction_cost(&pod(Some(200), None)) > eviction_cost(&pod(Some(100), None)));
+        assert!(eviction_cost(&pod(None, Some(1_000_000))) > 1.0);
+        assert!(eviction_cost(&pod(None, Some(-1_000_000))) < 1.0);
+    }
+
+    // pkg/controllers/disruption/consolidation_test.go, Context("TTL"): a
+    // consolidation decided on one snapshot acts only if it still holds on
+    // the snapshot 15 s later.
+
+    /// should not delete node if pods schedule with karpenter.sh/do-not-disrupt set to true during the TTL wait
+    /// (and: should not replace node if a pod schedules with do-not-disrupt during the TTL wait)
+    #[test]
+    fn a_do_not_disrupt_pod_arriving_during_the_wait_cancels_the_move() {
+        let plan = three_nodes().decide();
+        let cmd = &plan.commands[0];
+        let mut later = three_nodes();
+        later.pod_on("c", "late", 100, 100);
+        later.annotate_pod("late", snapshot::DO_NOT_DISRUPT, "true");
+        assert!(validate(cmd, &later.snapshot()).is_err());
+        let mut w = World::new();
+        w.node("a", "m5.2xlarge").pods_on("a", 2, 500, 1024);
+        let plan = w.decide();
+        assert!(plan.commands[0].replacement.is_some(), "a replace");
+        w.annotate_pod("a-p0", snapshot::DO_NOT_DISRUPT, "true");
+        let why = validate(&plan.commands[0], &w.snapshot()).expect_err("blocked");
+        assert!(why.contains("do-not-disrupt"), "{why}");
+    }
+
+    /// should not delete node if pods schedule with a blocking PDB during the TTL wait
+    /// (and: should not replace node if a pod schedules with a blocking PDB during the TTL wait)
+    #[test]
+    fn a_blocking_pdb_arriving_during_the_wait_cancels_the_move() {
+        let plan = three_nodes().decide();
+        let mut later = three_nodes();
+        later.pdb("late", 0);
+        let why = validate(&plan.commands[0], &later.snapshot()).expect_err("blocked");
+        assert!(why.contains("PDB"), "{why}");
+        let mut w = World::new();
+        w.node("a", "m5.2xlarge").pods_on("a", 2, 500, 1024);
+        let plan = w.decide();
+        w.pdb("late", 0);
+        assert!(validate(&plan.commands[0], &w.snapshot()).is_err());
+    }
+
+    /// should not consolidate if the action becomes invalid during the node TTL wait
+    #[test]
+    fn a_move_that_no_longer_fits_is_dropped() {
+        let plan = three_nodes().decide();
+        let mut later = three_nodes();
+        // b is gone and a has filled up: c's pods fit nowhere now.
+        for k in 0..3 {
+            later.pod_on("a", &format!("a-late{k}"), 500, 2048);
+        }
+        later
+            .nodes
+            .retain(|n| n.metadata.name.as_deref() != Some("b"));
+        later.claims.retain(|c| c.id != "default-b");
+        assert!(validate(&plan.commands[0], &later.snapshot()).is_err());
+    }
+
+    /// should not consolidate if the action picks different instance types after the node TTL wait
+    #[test]
+    fn a_replacement_that_would_cost_more_after_the_wait_is_dropped() {
+        let mut w = World::new();
+        w.node("a", "m5.2xlarge").pods_on("a", 2, 500, 1024);
+        let plan = w.decide();
+        assert!(plan.commands[0].replacement.is_some());
+        // The cheap types are gone from the catalog: the same move would need dearer ones.
+        w.catalog = catalog(&["m5.xlarge", "m5a.xlarge", "m5.2xlarge"]);
+        let why = validate(&plan.commands[0], &w.snapshot()).expect_err("dearer now");
+        assert!(why.contains("cost"), "{why}");
+    }
+
+    /// pkg/controllers/disruption/consolidation_test.go: can delete nodes, when non-Karpenter capacity can fit pods
+    #[test]
+    fn pods_move_onto_a_node_nodewright_did_not_launch() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 1, 500, 512);
+        let mut foreign = SimCluster::ready_node(
+            "foreign",
+            [(labels::HOSTNAME.to_owned(), "foreign".to_owned())].into(),
+            vec![],
+            "aws:///x/i-foreign",
+            &Resources::new(4000, 16384 * MIB, 110),
+            &Resources::new(4000, 16384 * MIB, 110),
+            t0(),
+        );
+        foreign.metadata.creation_timestamp = Some(Time(t0()));
+        w.nodes.push(foreign);
+        let plan = w.decide();
+        assert_eq!(disrupted(&plan), ["a"]);
+        assert!(
+            plan.commands[0].replacement.is_none(),
+            "its pod fits on the foreign node"
+        );
+    }
+
+    // pkg/controllers/nodeclaim/disruption/drift_test.go
+
+    fn drifted_node(w: &World) -> Option<String> {
+        let plan = w.decide();
+        plan.commands
+            .iter()
+            .find(|c| c.reason == Reason::Drifted)
+            .map(|c| c.summary.clone())
+    }
+
+    /// should not return drifted if karpenter.sh/nodepool-hash annotation is not present on the NodeClaim
+    /// (and: ... not present on the NodePool — every validated pool has a hash here)
+    #[test]
+    fn no_stamp_no_static_drift() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+        w.claims[0].stamp.nodepool_hash = None;
+        w.pools[0].labels.insert("team".into(), "b".into());
+        assert_eq!(drifted_node(&w), None);
+    }
+
+    /// should not return drifted if the NodeClaim's karpenter.sh/nodepool-hash-version annotation does not match the NodePool's
+    /// (and: ... hash-version annotation is not present on the NodeClaim)
+    #[test]
+    fn a_stamp_of_another_hash_version_is_not_compared_but_restamped() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+        w.claims[0].stamp.nodepool_hash = Some("v1:0123456789abcdef".into());
+        w.pools[0].labels.insert("team".into(), "b".into());
+        let plan = w.decide();
+        assert!(plan.commands.iter().all(|c| c.reason != Reason::Drifted));
+        let update = plan
+            .claim_updates
+            .iter()
+            .find(|u| u.claim_id == "default-a")
+            .expect("bookkeeping");
+        assert_eq!(update.nodepool_hash, Some(drift::pool_hash(&w.pools[0])));
+    }
+
+    /// should detect static drift before cloud provider drift; should detect node requirement drift before cloud provider drift
+    #[test]
+    fn static_and_requirement_drift_are_reported_before_the_ami() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+        w.claims[0].stamp.image_id = Some("ami-old".into());
+        w.resolved.insert(
+            "default".into(),
+            ResolvedClass {
+                image_ids: vec!["ami-new".into()],
+                ..Default::default()
+            },
+        );
+        assert!(drifted_node(&w).expect("AMI drift").contains("AMI ami-old"));
+        w.pools[0].labels.insert("team".into(), "b".into());
+        assert!(
+            drifted_node(&w)
+                .expect("static drift")
+                .contains("template changed")
+        );
+    }
+
+    /// should detect stale instance type drift if the instance type doesn't exist (and: label doesn't
+    /// exist; offerings don't exist; offerings aren't compatible). Deliberate difference: nodewright does
+    /// not drift a node because the catalog no longer lists its type or offering — a DescribeInstanceTypes
+    /// or pricing gap must not replace a fleet; such nodes expire.
+    #[test]
+    fn a_type_missing_from_the_catalog_is_not_drift_here() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+        w.catalog = catalog(&["c5.xlarge"]);
+        assert_eq!(drifted_node(&w), None);
+    }
+
+    /// should detect stale instance type drift if the instance type label doesn't exist.
+    /// Deliberate difference, as above: a node without the label is not drifted here.
+    #[test]
+    fn a_node_without_an_instance_type_label_is_not_drift_here() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+        w.nodes[0]
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .remove(labels::INSTANCE_TYPE);
+        assert_eq!(drifted_node(&w), None);
+    }
+
+    /// should not consider candidates that are not owned by a NodePool (no karpenter.sh/nodepool label)
+    /// (and: should not consider candidates that has just a Node representation — a Node carrying
+    /// the NodePool label but with no claim of ours)
+    #[test]
+    fn nodes_without_a_claim_of_ours_are_never_candidates() {
+        for pool_label in [None, Some("default")] {
+            let mut w = empties(1);
+            let mut node_labels: BTreeMap<String, String> =
+                [(labels::HOSTNAME.to_owned(), "lone".to_owned())].into();
+            if let Some(p) = pool_label {
+                node_labels.insert(labels::NODEPOOL.to_owned(), p.to_owned());
+            }
+            w.nodes.push(SimCluster::ready_node(
+                "lone",
+                node_labels,
+                vec![],
+                "aws:///x/i-lone",
+                &Resources::new(4000, 16384 * MIB, 110),
+                &Resources::new(4000, 16384 * MIB, 110),
+                t0(),
+            ));
+            w.budgets(serde_json::json!([{"nodes": "100%"}]));
+            assert_eq!(disrupted(&w.decide()), ["n00"], "{pool_label:?}");
+        }
+    }
+
+    /// should not return a negative disruption value (more nodes disrupting than the budget
+    /// allows leaves nothing, not a negative allowance)
+    #[test]
+    fn more_disrupting_than_allowed_leaves_a_budget_of_zero() {
+        let mut w = empties(10);
+        w.budgets(serde_json::json!([{"nodes": "10%"}]));
+        for k in 0..9 {
+            w.in_flight.push(InFlight {
+                node: format!("n{k:02}"),
+                claim_id: format!("default-n{k:02}"),
+                reason: Reason::Drifted,
+                replace: false,
+            });
+        }
+        let plan = w.decide();
+        assert!(plan.commands.is_empty());
+        check(
+            &plan,
+            &[(
+                "n09",
+                None,
+                "budget for Empty exhausted in NodePool default (1 of 10 nodes allowed, 9 disrupting)",
+            )],
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use super::consolidation::{candidates, evaluate};
 use super::context::Context;
 use super::decision::{Command, Reason};
-use super::methods::drift_reason;
+use super::methods::{drift_reason, never_initialized, unhealthy_conditions};
 use super::observe::fingerprint;
 use super::snapshot::Snapshot;
 
@@ -44,7 +44,7 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
                 t.node
             ));
         }
-        if let Some(why) = cx.blocked(i) {
+        if let Some(why) = cx.blocked_for(i, command.reason) {
             return Err(why);
         }
         indices.push(i);
@@ -54,6 +54,10 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
     }
     let mut per_pool: BTreeMap<String, usize> = BTreeMap::new();
     for i in &indices {
+        // The repair of a node that never came up spends no budget.
+        if command.reason == Reason::Unhealthy && never_initialized(cx.facts[*i].node) {
+            continue;
+        }
         *per_pool.entry(cx.pool_name(*i)).or_default() += 1;
     }
     for (pool, n) in &per_pool {
@@ -101,6 +105,13 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
                 _ => Ok(()),
             }
         }
-        Reason::Expired | Reason::Unhealthy | Reason::Interrupted => Ok(()),
+        Reason::Unhealthy => match indices
+            .iter()
+            .find(|i| unhealthy_conditions(cx.facts[**i].node).is_empty())
+        {
+            Some(i) => Err(format!("node {} is healthy again", cx.facts[*i].name)),
+            None => Ok(()),
+        },
+        Reason::Expired | Reason::Interrupted => Ok(()),
     }
 }

@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::{
-    ConfigDocument, ConfigError, ConfigSet, Document, parse_all, parse_config_all,
-};
+use crate::config::document::{config_only, merge_errors, parse_checked};
+use crate::config::{ConfigDocument, ConfigError, ConfigSet, Document};
 use crate::ports::{
     ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES, Store, StoreError, Timestamp,
 };
@@ -49,6 +48,15 @@ pub enum WriteError {
     Store(#[from] StoreError),
 }
 
+/// A file that validated: its configuration documents, how many other
+/// documents it held, and the warnings (each prefixed with the file's name).
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub docs: Vec<ConfigDocument>,
+    pub others: usize,
+    pub warnings: Vec<String>,
+}
+
 /// Reads a file of documents (YAML or JSON) and checks it offline: every
 /// document, and the set's names and references. Errors name the file.
 /// Documents of other kinds (a Deployment) are not configuration: with
@@ -58,26 +66,28 @@ pub fn validate_text(
     text: &str,
     keep_others: bool,
 ) -> Result<(Vec<ConfigDocument>, usize), Vec<String>> {
-    let (all, mut errors) = parse_all(text, keep_others);
-    let others = all
+    validate_file(file, text, keep_others).map(|v| (v.docs, v.others))
+}
+
+/// [`validate_text`] with the warnings.
+pub fn validate_file(file: &str, text: &str, keep_others: bool) -> Result<Validated, Vec<String>> {
+    let parsed = parse_checked(text, keep_others);
+    let others = parsed
+        .docs
         .iter()
         .filter(|d| matches!(d, Document::Other(_)))
         .count();
-    let docs: Vec<ConfigDocument> = all
-        .into_iter()
-        .filter_map(|d| {
-            if let Document::Config(c) = d {
-                Some(c)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let docs = config_only(parsed.docs);
+    let mut errors = parsed.errors;
     if let Err(e) = ConfigSet::from_documents(&docs) {
-        errors.extend(e);
+        errors = merge_errors(errors, e);
     }
     if errors.is_empty() {
-        Ok((docs, others))
+        Ok(Validated {
+            docs,
+            others,
+            warnings: prefixed(file, &parsed.warnings),
+        })
     } else {
         Err(prefixed(file, &errors))
     }
@@ -92,8 +102,9 @@ fn prefixed(file: &str, errors: &[ConfigError]) -> Vec<String> {
 /// may name a stored NodeClass), and only errors about the file's own
 /// documents, or references they make, are reported.
 pub async fn plan<S: Store>(store: &S, file: &str, text: &str) -> Result<Vec<Change>, WriteError> {
-    let (docs, errors) = parse_config_all(text);
-    let mut errors = prefixed(file, &errors);
+    let parsed = parse_checked(text, false);
+    let docs = config_only(parsed.docs);
+    let read_errors = parsed.errors;
     let stored = store.config_items().await?;
     let mut by_key: BTreeMap<(ConfigKind, String), ConfigItem> = stored
         .into_iter()
@@ -111,10 +122,11 @@ pub async fn plan<S: Store>(store: &S, file: &str, text: &str) -> Result<Vec<Cha
         .collect();
     merged.extend(docs.iter().cloned());
     let own: Vec<String> = docs.iter().map(ConfigDocument::item_name).collect();
+    let mut mine = Vec::new();
     if let Err(e) = ConfigSet::from_documents(&merged) {
-        let mine: Vec<ConfigError> = e.into_iter().filter(|e| own.contains(&e.item)).collect();
-        errors.extend(prefixed(file, &mine));
+        mine = e.into_iter().filter(|e| own.contains(&e.item)).collect();
     }
+    let errors = prefixed(file, &merge_errors(read_errors, mine));
     if !errors.is_empty() {
         return Err(WriteError::Invalid(errors));
     }
@@ -126,6 +138,17 @@ pub async fn plan<S: Store>(store: &S, file: &str, text: &str) -> Result<Vec<Cha
             Some(old) => Change::Update(old, d),
         })
         .collect();
+    let refused: Vec<ConfigError> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Update(old, new) => Some(update_problems(old, new)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if !refused.is_empty() {
+        return Err(WriteError::Invalid(prefixed(file, &refused)));
+    }
     if changes
         .iter()
         .filter(|c| !matches!(c, Change::Unchanged(_)))
@@ -137,6 +160,96 @@ pub async fn plan<S: Store>(store: &S, file: &str, text: &str) -> Result<Vec<Cha
         )]));
     }
     Ok(changes)
+}
+
+/// What Karpenter's update rules (`oldSelf`) refuse in replacing a stored
+/// NodePool: switching between static (`replicas`) and dynamic, and
+/// changing the `nodeClassRef`'s group or kind.
+fn update_problems(old: &ConfigItem, new: &ConfigDocument) -> Vec<ConfigError> {
+    let ConfigDocument::NodePool { name, spec, .. } = new else {
+        return Vec::new();
+    };
+    let err = |field: &str, reason: &str| ConfigError {
+        item: format!("nodepool/{name}"),
+        field: field.into(),
+        reason: reason.into(),
+    };
+    let mut out = Vec::new();
+    if old.spec.get("replicas").is_some() != spec.replicas.is_some() {
+        out.push(err(
+            "spec.replicas",
+            "a NodePool cannot switch between static (replicas set) and dynamic: delete it and create it again",
+        ));
+    }
+    let old_ref = old.spec.pointer("/template/spec/nodeClassRef");
+    if let (Some(old_ref), Some(new_ref)) = (old_ref, &spec.template.spec.node_class_ref) {
+        for (f, now) in [("group", &new_ref.group), ("kind", &new_ref.kind)] {
+            let before = old_ref.get(f).and_then(Value::as_str);
+            if before.is_some() && before != now.as_deref() {
+                out.push(err(
+                    &format!("spec.template.spec.nodeClassRef.{f}"),
+                    &format!("nodeClassRef.{f} is immutable"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Sets a static NodePool's `replicas` (what `nodewright config scale`
+/// does): the stored item, validated with the rest, written conditional on
+/// the version read. Refused for a dynamic pool (it cannot become static).
+pub async fn scale<S: Store>(
+    store: &S,
+    name: &str,
+    replicas: i64,
+    now: Timestamp,
+) -> Result<u64, WriteError> {
+    let items = store.config_items().await?;
+    let Some(item) = items
+        .iter()
+        .find(|i| i.kind == ConfigKind::NodePool && i.name == name)
+    else {
+        return Err(WriteError::Invalid(vec![format!(
+            "nodepool/{name} not found"
+        )]));
+    };
+    if item.spec.get("replicas").is_none() {
+        return Err(WriteError::Invalid(vec![format!(
+            "nodepool/{name}: spec.replicas: not a static NodePool (only a NodePool created with replicas can be scaled)"
+        )]));
+    }
+    let mut spec = item.spec.clone();
+    spec["replicas"] = Value::from(replicas);
+    let scaled = ConfigItem {
+        spec,
+        version: item.version + 1,
+        updated_at: now,
+        ..item.clone()
+    };
+    let docs: Vec<ConfigDocument> = items
+        .iter()
+        .map(|i| {
+            if i.kind == ConfigKind::NodePool && i.name == name {
+                &scaled
+            } else {
+                i
+            }
+        })
+        .filter_map(|i| ConfigDocument::from_item(i).ok())
+        .collect();
+    if let Err(e) = ConfigSet::from_documents(&docs) {
+        let mine: Vec<String> = e
+            .iter()
+            .filter(|e| e.item == format!("nodepool/{name}"))
+            .map(ToString::to_string)
+            .collect();
+        if !mine.is_empty() {
+            return Err(WriteError::Invalid(mine));
+        }
+    }
+    store.write_config(&[ConfigWrite::Put(scaled)]).await?;
+    Ok(item.version + 1)
 }
 
 /// Writes the planned changes, all or none; `Conflict` if anything changed

@@ -23,7 +23,7 @@
 //! conditional on there being none (`Store::put_command`), whoever creates
 //! them. Advancing commands needs no lease (every step is conditional).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -42,7 +42,7 @@ use crate::ports::{
 };
 use crate::provisioning::claim::Claim;
 use crate::scheduling::volumes::VolumeIndex;
-use crate::termination::RemovalReason;
+use crate::termination::{DISRUPTED_TAINT_KEY, RemovalReason};
 
 /// The lease that makes one disruption invocation the one that decides.
 pub const LEASE: &str = "disruption";
@@ -83,6 +83,8 @@ pub struct TickReport {
     pub idle: bool,
     /// Removal commands were advanced (they may have launched replacements).
     pub removals: bool,
+    /// Nodes whose verdict or reason changed, logged at info this tick.
+    pub logged: Vec<String>,
 }
 
 /// Everything a decision reads, owned (a [`Snapshot`] borrows it).
@@ -141,6 +143,8 @@ pub fn reason_of(r: RemovalReason) -> Reason {
         | RemovalReason::CapacityReservationInterrupted
         | RemovalReason::InstanceStopping
         | RemovalReason::Rebalance => Reason::Interrupted,
+        // A static pool scaled down: forceful, as the node goes whatever happens.
+        RemovalReason::ScaledDown => Reason::Interrupted,
     }
 }
 
@@ -246,9 +250,14 @@ pub struct Memory(std::sync::Arc<std::sync::Mutex<MemoryState>>);
 #[derive(Debug, Default)]
 struct MemoryState {
     next_decision: Option<Timestamp>,
-    logged: BTreeMap<String, String>,
+    /// Per node: the last line logged at info, and that line without what
+    /// consolidation said.
+    logged: BTreeMap<String, (String, String)>,
     /// What consolidation looked at when a pass last found no move, and when.
     consolidated: Option<(u64, Timestamp)>,
+    /// Pods that became Ready up to this time have had their startup time
+    /// published (`karpenter_pods_startup_duration_seconds`).
+    startups_until: Option<Timestamp>,
 }
 
 /// The longest consolidation is skipped on an unchanged cluster (budget
@@ -408,11 +417,19 @@ impl<P: PortSet> Disruption<P> {
         loop {
             let report = match self.tick().await {
                 Ok(r) => r,
-                Err(e) if e.is_retryable() => {
+                Err(e) => {
+                    super::metrics::count(
+                        self.ports.clock().now().as_millisecond(),
+                        super::metrics::own::ERRORS,
+                        &[("function", "disruption")],
+                        1.0,
+                    );
+                    if !e.is_retryable() {
+                        return Err(e);
+                    }
                     warn!(error = %e, "disruption tick failed; retrying next tick");
                     TickReport::default()
                 }
-                Err(e) => return Err(e),
             };
             ticks += 1;
             if report.idle {
@@ -499,7 +516,13 @@ impl<P: PortSet> Disruption<P> {
     ) -> Result<(), HandlerError> {
         self.memory.lock().next_decision = Some(now + self.settings.decide_every);
         self.decisions += 1;
-        let gathered = gather(&self.ports, config).await?;
+        let mut gathered = gather(&self.ports, config).await?;
+        self.untaint_leftovers(&mut gathered).await;
+        {
+            let mut memory = self.memory.lock();
+            let since = memory.startups_until.replace(now);
+            publish_startups(&gathered.pods, since, now);
+        }
         let mut tuning = self.settings.tuning;
         let fingerprint = consolidation_fingerprint(&gathered, &gathered.snapshot(tuning, 0));
         let skip =
@@ -513,15 +536,33 @@ impl<P: PortSet> Disruption<P> {
             tuning.consolidation = false;
         }
         let plan = disruption::decide(&gathered.snapshot(tuning, self.seed(now)));
+        report.logged = self.log_decisions(&plan, skip);
+        publish_decisions(&plan, now);
+        self.write_claim_updates(&gathered, &plan).await;
         if !skip {
             let consolidated = !plan
                 .commands
                 .iter()
                 .any(|c| c.reason == Reason::Underutilized);
+            // What the next pass compares with: the claims as this pass
+            // leaves them. Taken before its own observations were written
+            // back, a pod change it has only just seen would still read as
+            // quiet, the next pass (quiet by then) would match it, and
+            // consolidation would wait for CONSOLIDATED_FOR instead of
+            // consolidateAfter.
+            let fingerprint = if consolidated {
+                let mut after = gathered;
+                for update in &plan.claim_updates {
+                    if let Some(c) = after.claims.iter_mut().find(|c| c.id == update.claim_id) {
+                        c.disruption = update.disruption.clone();
+                    }
+                }
+                consolidation_fingerprint(&after, &after.snapshot(tuning, 0))
+            } else {
+                fingerprint
+            };
             self.memory.lock().consolidated = consolidated.then_some((fingerprint, now));
         }
-        self.log_decisions(&plan, skip);
-        self.write_claim_updates(&gathered, &plan).await;
         // A voluntary command must be re-validated before this invocation ends.
         let ends = self.lease_until.unwrap_or(Timestamp::MAX);
         for command in &plan.commands {
@@ -538,6 +579,52 @@ impl<P: PortSet> Disruption<P> {
         }
         report.plan = Some(plan);
         Ok(())
+    }
+
+    /// Lifts the `karpenter.sh/disrupted` taint from nodes that carry it
+    /// with no removal command (a removal that crashed between its taint and
+    /// its rollback, say), as Karpenter does before each pass: such a node
+    /// would otherwise take no pods and count as "being disrupted" for good.
+    /// Nodes are read before commands (`gather`), so a taint seen here was
+    /// put by a command that was in the list unless it has finished.
+    async fn untaint_leftovers(&self, gathered: &mut Gathered) {
+        let removing: BTreeSet<&str> = gathered.in_flight.iter().map(|f| f.node.as_str()).collect();
+        let leftovers: Vec<String> = gathered
+            .nodes
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+            })
+            .filter_map(|n| n.metadata.name.clone())
+            .filter(|name| !removing.contains(name.as_str()))
+            .collect();
+        for name in leftovers {
+            match self
+                .ports
+                .cluster()
+                .remove_taint(&name, DISRUPTED_TAINT_KEY)
+                .await
+            {
+                Ok(()) => {
+                    info!(node = %name, taint = DISRUPTED_TAINT_KEY, "removed a disruption taint no removal owns");
+                    if let Some(node) = gathered
+                        .nodes
+                        .iter_mut()
+                        .find(|n| n.metadata.name.as_deref() == Some(name.as_str()))
+                        && let Some(taints) = node.spec.as_mut().and_then(|s| s.taints.as_mut())
+                    {
+                        taints.retain(|t| t.key != DISRUPTED_TAINT_KEY);
+                    }
+                }
+                Err(e) => {
+                    warn!(node = %name, error = %e, "could not remove a disruption taint no removal owns")
+                }
+            }
+        }
     }
 
     /// Re-checks the due voluntary commands on a fresh snapshot; each one
@@ -619,37 +706,42 @@ impl<P: PortSet> Disruption<P> {
 
     /// A line for every node with its verdict and reason: at info when it
     /// changed since the last one logged for that node, else at debug.
-    fn log_decisions(&mut self, plan: &Plan, consolidation_skipped: bool) {
+    /// Returns the nodes logged at info.
+    fn log_decisions(&mut self, plan: &Plan, consolidation_skipped: bool) -> Vec<String> {
         let mut memory = self.memory.lock();
+        let mut changed = Vec::new();
+        let words = |verdict: &str, reason: &str| -> String {
+            without_figures(&format!("{verdict}: {reason}"))
+        };
         for d in &plan.nodes {
-            // A node kept on a pass that skipped consolidation keeps the
-            // reason the last full pass gave (it still holds).
-            if consolidation_skipped
-                && d.verdict == Verdict::Keep
-                && memory.logged.contains_key(&d.node)
-            {
-                continue;
-            }
             let verdict = match &d.verdict {
                 Verdict::Disrupt { reason, .. } => reason.as_str(),
                 Verdict::Keep => "Keep",
             };
-            // Durations in the reason ("empty for 20s") change every pass:
-            // compared without digits, so a line comes when the reason does.
-            let line: String = format!("{verdict}: {}", d.reason)
-                .chars()
-                .filter(|c| !c.is_ascii_digit())
-                .collect();
-            if memory.logged.get(&d.node) != Some(&line) {
-                info!(node = %d.node, nodeclaim = ?d.claim_id, pool = ?d.pool, verdict, reason = %d.reason, "disruption candidate");
-                memory.logged.insert(d.node.clone(), line);
-            } else {
+            let line = words(verdict, &d.reason);
+            let base = words(verdict, &d.base_reason);
+            // A pass that skipped consolidation says nothing of what it
+            // would have said: its line is compared with what the last
+            // line said besides consolidation, so a change in what the
+            // other methods say is logged at once, and an unchanged node
+            // keeps the last full reason (it still holds).
+            let same = match memory.logged.get(&d.node) {
+                Some((last, _)) if !consolidation_skipped => *last == line,
+                Some((_, last_base)) => *last_base == base,
+                None => false,
+            };
+            if same {
                 debug!(node = %d.node, verdict, reason = %d.reason, "disruption candidate");
+            } else {
+                info!(node = %d.node, nodeclaim = ?d.claim_id, pool = ?d.pool, verdict, reason = %d.reason, "disruption candidate");
+                memory.logged.insert(d.node.clone(), (line, base));
+                changed.push(d.node.clone());
             }
         }
         memory
             .logged
             .retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
+        changed
     }
 
     /// The claims' bookkeeping (pods seen, empty since, re-stamped hashes),
@@ -890,6 +982,96 @@ impl DryRun {
         );
         out
     }
+}
+
+/// `karpenter_pods_startup_duration_seconds`: from creation to Ready, for
+/// each pod that became Ready in (`since`, `now`] (the first decision of a
+/// process looks back one decision interval at most, so a warm start
+/// publishes nothing twice and a cold one nothing old).
+fn publish_startups(pods: &[Pod], since: Option<Timestamp>, now: Timestamp) {
+    let since = since.unwrap_or(now - SignedDuration::from_secs(10));
+    for p in pods {
+        let Some(created) = p.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+            continue;
+        };
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0);
+        if let Some(ready) = ready
+            && ready > since
+            && ready <= now
+        {
+            super::metrics::seconds(
+                now.as_millisecond(),
+                super::metrics::karpenter::PODS_STARTUP,
+                &[],
+                ready.duration_since(created).as_secs_f64().max(0.0),
+            );
+        }
+    }
+}
+
+/// `karpenter_voluntary_disruption_decisions_total` for each command a
+/// decision made: `replace` or `delete`, its reason, and which
+/// consolidation (`single`, `multi`) when it is one.
+fn publish_decisions(plan: &disruption::Plan, now: Timestamp) {
+    for c in &plan.commands {
+        let decision = if c.replacement.is_some() {
+            "replace"
+        } else {
+            "delete"
+        };
+        let consolidation_type = match c.method {
+            "multi-node-consolidation" => "multi",
+            "single-node-consolidation" => "single",
+            _ => "",
+        };
+        let reason = match c.reason {
+            Reason::Empty => "empty",
+            Reason::Expired => "expired",
+            Reason::Drifted => "drifted",
+            Reason::Underutilized => "underutilized",
+            Reason::Unhealthy => "unhealthy",
+            Reason::Interrupted => "interrupted",
+        };
+        super::metrics::count(
+            now.as_millisecond(),
+            super::metrics::karpenter::DISRUPTION_DECISIONS,
+            &[
+                ("decision", decision),
+                ("reason", reason),
+                ("consolidation_type", consolidation_type),
+            ],
+            1.0,
+        );
+    }
+}
+
+/// A decision line with its figures and durations folded to `#`: the
+/// durations in a reason ("empty for 20s", "repaired after 29m30s") change
+/// every pass, and so do their units ("30m", "29m30s", "45s"), so lines
+/// are compared without them and a line comes when the words change.
+fn without_figures(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if !c.is_ascii_digit() {
+            out.push(c);
+            continue;
+        }
+        while chars
+            .peek()
+            .is_some_and(|n| n.is_ascii_digit() || matches!(n, 'h' | 'm' | 's' | 'd'))
+        {
+            chars.next();
+        }
+        out.push('#');
+    }
+    out
 }
 
 #[cfg(test)]

@@ -4,11 +4,24 @@
 //! if they are routed here), turned into removal commands.
 //!
 //! Each message ends in exactly one of: handled (a command started or
-//! merged, a node cordoned), ignored (not ours, a kind or policy that asks
-//! for nothing — the message is deleted), dropped (it can never be handled:
-//! logged with its id and deleted), or failed for a reason worth retrying
-//! (returned to SQS through the partial batch response). Nothing is acted
-//! on unless the instance is one of our claims: events are account-wide.
+//! merged, a node cordoned), ignored (not ours, a kind, entity or policy
+//! that asks for nothing — the message is deleted), dropped (the body can
+//! never be read: logged with its id and deleted), or **failed**: any
+//! failure of the store, the cluster or the cloud, whatever its kind
+//! (throttled, unavailable, access denied, a KMS key that refuses, an item
+//! we cannot read), goes back to SQS through the partial batch response
+//! and is received again after the queue's visibility timeout; one that
+//! keeps failing moves to the dead-letter queue, where an alarm sees it.
+//! No message is deleted unhandled because something on our side failed
+//! (NTH #360, #1284). Nothing is acted on unless the instance is one of
+//! our claims: events are account-wide.
+//!
+//! The invocation is short: it records the batch's removal commands and
+//! takes each new one through its taint (the node takes no new pods from
+//! then on), then returns. The replacement, the drain and the termination
+//! are carried on by the loops that advance every command — the
+//! disruption loop's tick (every ~2 s) and the provisioner's tick, which
+//! follows commands with a deadline at their own pace.
 
 use std::collections::BTreeMap;
 
@@ -18,16 +31,16 @@ use super::HandlerError;
 use super::config::LoadedConfig;
 use super::launcher::LaunchSettings;
 use super::metrics::{self, Metric};
-use super::termination::{self, Started};
+use super::termination::{self, Progress, Started};
 use crate::config::settings::REBALANCE_ANNOTATION;
 use crate::config::{RebalancePolicy, Settings};
-use crate::interruption::{self, Message, ParseError};
+use crate::interruption::{self, Message};
 use crate::ports::{
     Clock, Cluster, ClusterError, InstanceState, OfferingKey, PortSet, SignedDuration, Store,
     Timestamp,
 };
 use crate::provisioning::claim::Claim;
-use crate::termination::{RemovalReason, RemovalSpec, disrupted_taint};
+use crate::termination::{RemovalReason, RemovalSpec, Step};
 
 #[derive(Debug, Clone)]
 pub struct InterruptionSettings {
@@ -59,11 +72,11 @@ impl Default for InterruptionSettings {
 pub enum MessageOutcome {
     /// Removal commands started or merged (one per affected node of ours).
     Removing(Vec<Started>),
-    /// Rebalance under the `Cordon` policy: the node was tainted.
+    /// Rebalance under the `Cordon` policy: the node was cordoned.
     Cordoned(String),
     /// Nothing to do; the message is deleted.
     Ignored(String),
-    /// Can never be handled (malformed); logged and deleted.
+    /// Can never be handled (a body that cannot be read); logged and deleted.
     Dropped(String),
 }
 
@@ -104,9 +117,7 @@ pub async fn handle_message<P: PortSet>(
     };
     let (envelope, message) = match interruption::parse(&json) {
         Ok(parsed) => parsed,
-        Err(e @ ParseError::Unsupported { .. }) => {
-            return Ok(MessageOutcome::Ignored(e.to_string()));
-        }
+        Err(e) if e.is_ignorable() => return Ok(MessageOutcome::Ignored(e.to_string())),
         Err(e) => return Ok(MessageOutcome::Dropped(e.to_string())),
     };
     let now = ports.clock().now();
@@ -116,25 +127,33 @@ pub async fn handle_message<P: PortSet>(
     let notice_deadline = event_at + options.notice - options.margin;
     let (targets, reason, deadline): (Vec<&Claim>, RemovalReason, Option<Timestamp>) =
         match &message {
-            Message::SpotInterruption { instance_id } => {
+            Message::SpotInterruption {
+                instance_id,
+                hibernate,
+            } => {
                 let Some(claim) = ours(instance_id) else {
                     return Ok(not_ours(instance_id));
                 };
-                mark_offering_unavailable(ports, claim, now + options.unavailable_for).await;
-                (
-                    vec![claim],
-                    RemovalReason::SpotInterrupted,
-                    Some(notice_deadline),
-                )
+                // Hibernation begins at once: no two minutes.
+                let deadline = if *hibernate {
+                    event_at
+                } else {
+                    notice_deadline
+                };
+                (vec![claim], RemovalReason::SpotInterrupted, Some(deadline))
             }
-            Message::CapacityReservationInterruption { instance_id } => {
+            Message::CapacityReservationInterruption {
+                instance_id,
+                terminates_at,
+            } => {
                 let Some(claim) = ours(instance_id) else {
                     return Ok(not_ours(instance_id));
                 };
+                let deadline = terminates_at.map_or(notice_deadline, |t| t - options.margin);
                 (
                     vec![claim],
                     RemovalReason::CapacityReservationInterrupted,
-                    Some(notice_deadline),
+                    Some(deadline),
                 )
             }
             Message::ScheduledChange {
@@ -178,8 +197,11 @@ pub async fn handle_message<P: PortSet>(
                                 "rebalance recommendation for a node not registered yet".to_owned(),
                             ));
                         };
-                        // A failed taint is returned for a retry: the message must not be lost.
-                        match ports.cluster().add_taint(node, &disrupted_taint()).await {
+                        // A cordon, not the removal's taint: the node takes no new pods
+                        // but is no removal — emptiness, consolidation, expiration and
+                        // budgets see it as any other node. A failed cordon is returned
+                        // for a retry: the message must not be lost.
+                        match ports.cluster().cordon(node).await {
                             Ok(()) => {}
                             Err(ClusterError::NotFound(_)) => {
                                 return Ok(MessageOutcome::Ignored(format!("node {node} is gone")));
@@ -213,6 +235,11 @@ pub async fn handle_message<P: PortSet>(
             event_at: Some(event_at),
         };
         started.push(termination::start(ports, spec).await?);
+        if reason == RemovalReason::SpotInterrupted {
+            // After the command, so a failure here (returned for a retry)
+            // leaves the removal recorded; the retry merges into it.
+            mark_offering_unavailable(ports, claim, now + options.unavailable_for).await?;
+        }
     }
     Ok(MessageOutcome::Removing(started))
 }
@@ -229,16 +256,19 @@ fn offering_of(claim: &Claim) -> Option<OfferingKey> {
     })
 }
 
-async fn mark_offering_unavailable<P: PortSet>(ports: &P, claim: &Claim, until: Timestamp) {
+/// Marks the interrupted offering unavailable; a failure fails the
+/// message (the replacement must not land on the same offering).
+async fn mark_offering_unavailable<P: PortSet>(
+    ports: &P,
+    claim: &Claim,
+    until: Timestamp,
+) -> Result<(), HandlerError> {
     let Some(offering) = offering_of(claim) else {
-        return;
+        return Ok(());
     };
-    match ports.store().mark_unavailable(&offering, until).await {
-        Ok(()) => info!(offering = %offering, "marked interrupted offering unavailable"),
-        Err(e) => {
-            warn!(offering = %offering, error = %e, "could not mark interrupted offering unavailable")
-        }
-    }
+    ports.store().mark_unavailable(&offering, until).await?;
+    info!(offering = %offering, "marked interrupted offering unavailable");
+    Ok(())
 }
 
 /// One SQS record: its message id and body.
@@ -251,23 +281,34 @@ pub struct Record {
 /// What a batch came to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchReport {
-    /// Message ids to hand back to SQS (retryable failures only).
+    /// Message ids to hand back to SQS: every message whose handling
+    /// failed, and those the invocation had no time left to start.
     pub failures: Vec<String>,
     pub outcomes: Vec<(String, MessageOutcome)>,
 }
 
-/// Handles a batch of SQS records, each in its own span; then advances every
-/// removal once so the new ones are tainted and their replacements
-/// launched before the function returns.
+/// Handles a batch of SQS records, each in its own span, until `until`
+/// (messages not started by then go back untouched); then takes each
+/// removal the batch started through its taint. Every failure is a batch
+/// item failure, whatever its kind: SQS delivers the message again, and
+/// the dead-letter queue keeps one that never succeeds.
 pub async fn handle_batch<P: PortSet>(
     ports: &P,
     config: &LoadedConfig,
     settings: &Settings,
     options: &InterruptionSettings,
     records: &[Record],
+    until: Timestamp,
 ) -> Result<BatchReport, HandlerError> {
     let mut report = BatchReport::default();
+    let mut commands: Vec<String> = Vec::new();
     for record in records {
+        if ports.clock().now() >= until {
+            warn!(message_id = %record.message_id, "no time left in this invocation; returning the message");
+            report.failures.push(record.message_id.clone());
+            continue;
+        }
+        publish_received(&record.body, ports.clock().now());
         let span = info_span!("message", message_id = %record.message_id);
         match handle_message(ports, config, settings, options, &record.body)
             .instrument(span.clone())
@@ -279,29 +320,140 @@ pub async fn handle_batch<P: PortSet>(
                     MessageOutcome::Ignored(reason) => info!(message_id = %record.message_id, %reason, "ignoring message"),
                     _ => {}
                 });
+                if let MessageOutcome::Removing(started) = &outcome {
+                    for s in started {
+                        let id = match s {
+                            Started::New(id) | Started::Existing { id, .. } => id,
+                        };
+                        if !commands.contains(id) {
+                            commands.push(id.clone());
+                        }
+                    }
+                }
                 report.outcomes.push((record.message_id.clone(), outcome));
             }
-            Err(e) if e.is_retryable() => {
-                span.in_scope(|| warn!(message_id = %record.message_id, error = %e, "message failed; returning it for a retry"));
-                report.failures.push(record.message_id.clone());
-            }
             Err(e) => {
-                span.in_scope(
-                    || warn!(message_id = %record.message_id, error = %e, "dropping message"),
-                );
-                report.outcomes.push((
-                    record.message_id.clone(),
-                    MessageOutcome::Dropped(e.to_string()),
-                ));
+                let kind = failure_kind(&e);
+                span.in_scope(|| warn!(message_id = %record.message_id, error = %e, kind, retryable = e.is_retryable(), "message failed; returning it to the queue"));
+                report.failures.push(record.message_id.clone());
             }
         }
     }
     publish_counts(&report, ports.clock().now());
-    if let Err(e) = termination::advance_all(ports, config, &options.launch).await {
-        // The commands are stored: the next pass (or the provisioner's tick) resumes them.
-        warn!(error = %e, "could not advance removals after the batch");
-    }
+    taint_started(ports, config, &options.launch, &commands, until).await;
     Ok(report)
+}
+
+/// What kind of failure a handler error is, for the log.
+pub fn failure_kind(e: &HandlerError) -> &'static str {
+    match e {
+        HandlerError::Store(s) => s.failure_kind().map_or(
+            match s {
+                crate::ports::StoreError::Conflict(_) => "conflict",
+                crate::ports::StoreError::Invalid(_) => "unreadable item",
+                _ => "store",
+            },
+            |k| k.as_str(),
+        ),
+        HandlerError::Cloud(c) => c.failure_kind().map_or("cloud", |k| k.as_str()),
+        HandlerError::Cluster(c) => match c {
+            ClusterError::Forbidden(_) => "access denied",
+            ClusterError::NotFound(_) => "not found",
+            ClusterError::Conflict(_) => "conflict",
+            ClusterError::Transient(_) => "unavailable",
+            ClusterError::Other(_) => "cluster",
+        },
+        HandlerError::Invalid(_) => "invalid input",
+    }
+}
+
+/// Takes the batch's commands that are still at their first step through
+/// their taint, within the invocation's time. A failure here loses
+/// nothing: the command is stored, and the loops that advance every
+/// command taint it within seconds.
+async fn taint_started<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+    launch: &LaunchSettings,
+    ids: &[String],
+    until: Timestamp,
+) {
+    if ids.is_empty() {
+        return;
+    }
+    let commands = match ports.store().commands().await {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "could not read the removals to taint; the next pass taints them");
+            return;
+        }
+    };
+    for command in commands
+        .into_iter()
+        .filter(|c| ids.contains(&c.id) && c.step < Step::Replace)
+    {
+        if ports.clock().now() >= until {
+            break;
+        }
+        let id = command.id.clone();
+        let span = info_span!("command", nodeclaim = %id, reason = %command.spec.reason);
+        match termination::advance_before(ports, config, launch, command, Some(Step::Replace))
+            .instrument(span)
+            .await
+        {
+            Ok(Progress::Waiting(_) | Progress::Finished | Progress::Contended) => {}
+            Err(e) => {
+                warn!(nodeclaim = %id, error = %e, "could not taint the node; the next pass does")
+            }
+        }
+    }
+}
+
+/// Karpenter's `message_type` of a queue message (`no_op` when it does
+/// not parse), as its interruption controller counts them.
+pub fn message_type(body: &str) -> &'static str {
+    use crate::interruption::Message;
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(body) else {
+        return "no_op";
+    };
+    match crate::interruption::parse(&json) {
+        Ok((_, Message::SpotInterruption { .. })) => "spot_interrupted",
+        Ok((_, Message::RebalanceRecommendation { .. })) => "rebalance_recommendation",
+        Ok((_, Message::ScheduledChange { .. })) => "scheduled_change",
+        Ok((_, Message::CapacityReservationInterruption { .. })) => {
+            "capacity_reservation_interrupted"
+        }
+        Ok((_, Message::StateChange { state, .. })) => match state {
+            InstanceState::Stopping | InstanceState::Stopped => "instance_stopped",
+            InstanceState::ShuttingDown | InstanceState::Terminated => "instance_terminated",
+            _ => "state_change",
+        },
+        Err(_) => "no_op",
+    }
+}
+
+/// `karpenter_interruption_received_messages_total` by message type, and
+/// how long the event waited for us (`…_message_queue_duration_seconds`,
+/// from the event's time).
+fn publish_received(body: &str, now: Timestamp) {
+    let t = now.as_millisecond();
+    metrics::count(
+        t,
+        metrics::karpenter::INTERRUPTION_RECEIVED,
+        &[("message_type", message_type(body))],
+        1.0,
+    );
+    let at = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|j| j.get("time")?.as_str()?.parse::<Timestamp>().ok());
+    if let Some(at) = at {
+        metrics::seconds(
+            t,
+            metrics::karpenter::INTERRUPTION_QUEUE_DURATION,
+            &[],
+            now.duration_since(at).as_secs_f64().max(0.0),
+        );
+    }
 }
 
 fn publish_counts(report: &BatchReport, now: Timestamp) {
@@ -324,37 +476,23 @@ fn publish_counts(report: &BatchReport, now: Timestamp) {
     .collect();
     let dims: BTreeMap<&str, String> = [("Function", "interruption".to_owned())].into();
     metrics::emit(now.as_millisecond(), &dims, &figures);
-}
-
-/// Keeps advancing removals until none is left or `until` comes, sleeping
-/// with `sleep` between passes: the function works through a 2-minute
-/// notice inside its invocation instead of once a minute.
-pub async fn drive_until<P, F, Fut>(
-    ports: &P,
-    config: &LoadedConfig,
-    launch: &LaunchSettings,
-    until: Timestamp,
-    sleep: F,
-) -> Result<u64, HandlerError>
-where
-    P: PortSet,
-    F: Fn(SignedDuration) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut passes = 0;
-    loop {
-        let wake = termination::advance_all(ports, config, launch).await?;
-        passes += 1;
-        let now = ports.clock().now();
-        let Some(wake) = wake else { break };
-        if wake >= until {
-            break;
-        }
-        sleep(
-            wake.duration_since(now)
-                .max(SignedDuration::from_millis(200)),
-        )
-        .await;
+    // Every message not handed back is deleted from the queue.
+    let deleted = report.outcomes.len();
+    if deleted > 0 {
+        metrics::count(
+            now.as_millisecond(),
+            metrics::karpenter::INTERRUPTION_DELETED,
+            &[],
+            deleted as f64,
+        );
     }
-    Ok(passes)
+    let dropped = by_kind.get("dropped").copied().unwrap_or(0.0);
+    if dropped > 0.0 {
+        metrics::count(
+            now.as_millisecond(),
+            metrics::own::INTERRUPTION_DROPPED,
+            &[],
+            dropped,
+        );
+    }
 }

@@ -57,11 +57,24 @@ pub enum LaunchEnd {
 pub struct Launcher<'a, P: PortSet> {
     ports: &'a P,
     settings: &'a LaunchSettings,
+    /// Why the claims are launched, as Karpenter's `reason` label says it
+    /// (`provisioned`, or a replacement's removal reason).
+    reason: &'static str,
 }
 
 impl<'a, P: PortSet> Launcher<'a, P> {
     pub fn new(ports: &'a P, settings: &'a LaunchSettings) -> Self {
-        Launcher { ports, settings }
+        Launcher {
+            ports,
+            settings,
+            reason: "provisioned",
+        }
+    }
+
+    /// Claims launched as replacements for a removal of this reason.
+    pub fn for_removal(mut self, reason: crate::termination::RemovalReason) -> Self {
+        self.reason = super::metrics::reason_label(reason);
+        self
     }
 
     /// Creates and launches each claim, a few at a time.
@@ -185,6 +198,16 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                     provider_id = %instance.provider_id,
                     "launched nodeclaim"
                 );
+                super::metrics::count(
+                    now.as_millisecond(),
+                    super::metrics::karpenter::NODECLAIMS_CREATED,
+                    &[
+                        ("reason", self.reason),
+                        ("nodepool", claim.pool.as_str()),
+                        ("min_values_relaxed", "false"),
+                    ],
+                    1.0,
+                );
                 LaunchEnd::Launched(next.id)
             }
             Err(CloudError::InsufficientCapacity { offerings, message }) => {
@@ -193,7 +216,7 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                 self.drop_claim(&claim).await;
                 LaunchEnd::NoCapacity(claim.pods)
             }
-            Err(e @ CloudError::Invalid(_)) => {
+            Err(e) if !e.is_retryable() => {
                 warn!(nodeclaim = %claim.id, error = %e, "launch failed; dropping nodeclaim");
                 self.drop_claim(&claim).await;
                 LaunchEnd::Dropped(claim.pods, format!("launch failed: {e}"))

@@ -35,9 +35,7 @@ impl HandlerError {
     /// Worth retrying (the same input may succeed later).
     pub fn is_retryable(&self) -> bool {
         match self {
-            HandlerError::Store(e) => {
-                matches!(e, StoreError::Transient(_) | StoreError::Conflict(_))
-            }
+            HandlerError::Store(e) => e.is_retryable(),
             HandlerError::Cloud(e) => e.is_retryable(),
             HandlerError::Cluster(e) => e.is_retryable(),
             HandlerError::Invalid(_) => false,

@@ -7,7 +7,7 @@
 //! the Store: the batch window, parked pods, claims, limit usage and
 //! unavailable offerings.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -21,13 +21,15 @@ use crate::ports::{
     BindOutcome, Clock, Cloud, CloudCatalog, Cluster, ClusterEvent, Lease, PodKey, PortSet,
     SignedDuration, Store, StoreError, Timestamp,
 };
+use crate::provisioning::admission::Admission;
 use crate::provisioning::batcher::{
     self, Batch, BatchStep, BatchWindow, Parked, ParkedGroup, Solving,
 };
-use crate::provisioning::claim::{Claim, UNREGISTERED_TAINT_KEY};
+use crate::provisioning::claim::{BINDING_TAINT_KEY, Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::scheduling::pod::is_provisionable;
+use crate::scheduling::taints::{Effect, Taint};
 use crate::scheduling::volumes;
 
 /// The batch window: the stored Settings' when there is a settings item,
@@ -58,6 +60,66 @@ fn with_config_reason(
     }
 }
 
+/// How often the provisioner publishes its gauges (pending pods, each
+/// pool's usage, limits and cost): CloudWatch's standard resolution is a
+/// minute, and a gauge is a line of log each time.
+const GAUGES_EVERY: SignedDuration = SignedDuration::from_secs(10);
+
+/// Karpenter's gauges: pods waiting for capacity
+/// (`karpenter_scheduler_queue_depth`), and per pool what its claims
+/// reserve, its limits (cpu in cores, memory in bytes, nodes) and what its
+/// instances cost an hour at their launch prices.
+fn publish_gauges(
+    config: &LoadedConfig,
+    claims: &[Claim],
+    usage: &std::collections::BTreeMap<String, crate::ports::Usage>,
+    pending: &[Pod],
+    now: Timestamp,
+) {
+    use super::metrics::{gauge, karpenter};
+    let t = now.as_millisecond();
+    let waiting = pending.iter().filter(|p| is_provisionable(p)).count();
+    gauge(
+        t,
+        karpenter::SCHEDULER_QUEUE_DEPTH,
+        &[("controller", "provisioner")],
+        waiting as f64,
+    );
+    let value = |resource: &str, v: i64| {
+        if resource == "cpu" {
+            v as f64 / 1000.0
+        } else {
+            v as f64
+        }
+    };
+    for pool in &config.pools {
+        let name = pool.name.as_str();
+        for (resource, v) in usage.get(name).into_iter().flatten() {
+            gauge(
+                t,
+                karpenter::NODEPOOLS_USAGE,
+                &[("nodepool", name), ("resource_type", resource.as_str())],
+                value(resource, *v),
+            );
+        }
+        for (resource, v) in &pool.limits.resources {
+            gauge(
+                t,
+                karpenter::NODEPOOLS_LIMIT,
+                &[("nodepool", name), ("resource_type", resource.as_str())],
+                value(resource, *v),
+            );
+        }
+        let cost: f64 = claims
+            .iter()
+            .filter(|c| c.pool == pool.name)
+            .filter_map(|c| c.instance.as_ref())
+            .map(|i| i.price)
+            .sum();
+        gauge(t, karpenter::NODEPOOLS_COST, &[("nodepool", name)], cost);
+    }
+}
+
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
 /// How long a solve may hold the batch before another invocation may take over.
@@ -77,7 +139,9 @@ pub struct ProvisionerSettings {
     pub gc_interval: SignedDuration,
     /// How often pending pods are polled when nothing else is due.
     pub poll: SignedDuration,
-    /// How often the provisioner advances removal commands as a safety net.
+    /// How often the provisioner advances removal commands as a safety net
+    /// (commands with a deadline — interruptions — are followed at their
+    /// own pace once seen).
     pub removals_interval: SignedDuration,
 }
 
@@ -115,8 +179,10 @@ pub struct Provisioner<P: PortSet> {
     /// Lease holder id (the invocation's request id).
     holder: String,
     last_gc: Option<Timestamp>,
-    /// When this invocation last advanced removal commands (the safety net).
-    last_removals: Option<Timestamp>,
+    /// When this invocation advances removal commands next (the safety net).
+    next_removals: Option<Timestamp>,
+    /// When this invocation last published its gauges.
+    last_gauges: Option<Timestamp>,
     ticks: u64,
     config: ConfigReader,
 }
@@ -128,7 +194,8 @@ impl<P: PortSet> Provisioner<P> {
             settings,
             holder: holder.into(),
             last_gc: None,
-            last_removals: None,
+            next_removals: None,
+            last_gauges: None,
             ticks: 0,
             config: ConfigReader::new(),
         }
@@ -191,11 +258,19 @@ impl<P: PortSet> Provisioner<P> {
         loop {
             let report = match self.tick().await {
                 Ok(r) => r,
-                Err(e) if e.is_retryable() => {
+                Err(e) => {
+                    super::metrics::count(
+                        self.ports.clock().now().as_millisecond(),
+                        super::metrics::own::ERRORS,
+                        &[("function", "provisioner")],
+                        1.0,
+                    );
+                    if !e.is_retryable() {
+                        return Err(e);
+                    }
                     warn!(error = %e, "provisioner tick failed; retrying next tick");
                     TickReport::default()
                 }
-                Err(e) => return Err(e),
             };
             ticks += 1;
             let now = self.ports.clock().now();
@@ -230,6 +305,15 @@ impl<P: PortSet> Provisioner<P> {
         let pending = cluster.pending_pods().await?;
         let nodes = cluster.nodes().await?;
 
+        if self
+            .last_gauges
+            .is_none_or(|t| now.duration_since(t) >= GAUGES_EVERY)
+        {
+            self.last_gauges = Some(now);
+            let usage = store.pool_usage().await.unwrap_or_default();
+            publish_gauges(&config, &claims, &usage, &pending, now);
+        }
+
         // Claims first: launches to finish, nodes that registered, timeouts.
         // The claims are read again only when an action changed them.
         let actions = lifecycle::registration(&claims, &nodes, &pending, now);
@@ -246,7 +330,14 @@ impl<P: PortSet> Provisioner<P> {
                 claims = store.claims().await?;
             }
             let instances = self.ports.cloud().instances().await?;
-            let garbage = lifecycle::collect_garbage(&claims, &instances, &nodes, None, now);
+            let unreadable = store.unreadable_state().await?;
+            if !unreadable.is_empty() {
+                let items: Vec<String> = unreadable.iter().map(ToString::to_string).collect();
+                tracing::error!(unreadable = ?items, "state items cannot be read: garbage collection and terminations wait until they are fixed or removed");
+            }
+            let blocked = (!unreadable.is_empty())
+                .then_some(lifecycle::GcBlock::Unreadable(unreadable.len()));
+            let garbage = lifecycle::collect_garbage(&claims, &instances, &nodes, blocked, now);
             for left in &garbage.left_alone {
                 info!(subject = %left.subject, reason = %left.reason, "garbage collection leaves this alone");
             }
@@ -261,22 +352,44 @@ impl<P: PortSet> Provisioner<P> {
             for action in garbage.actions {
                 self.carry_out(action, &config, &mut report).await?;
             }
+            self.collect_launch_templates(&config, &claims, blocked, now)
+                .await;
         }
-        // Removals in progress: the interruption and disruption functions
-        // drive them; the provisioner is the safety net when one of those
-        // crashed. Not every tick: advancing one reads its node and pods.
+        // Removals in progress: the disruption loop drives them every few
+        // seconds; the provisioner is the safety net should it stop. Not
+        // every tick: advancing one reads its node and pods. A command with
+        // a deadline (an interruption: the instance goes whatever we do) is
+        // followed at the machine's pace once seen, so a drain never waits
+        // on the safety net's interval.
         let mut removal_wake = None;
-        if self
-            .last_removals
-            .is_none_or(|t| now.duration_since(t) >= self.settings.removals_interval)
-        {
-            self.last_removals = Some(now);
-            removal_wake = termination::advance_all(&self.ports, &config, &self.settings.launch)
-                .await?
-                .map(|w| w.max(now + self.settings.removals_interval));
+        if self.next_removals.is_none_or(|t| now >= t) {
+            removal_wake =
+                termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
+            let urgent = removal_wake.is_some()
+                && store
+                    .commands()
+                    .await?
+                    .iter()
+                    .any(|c| c.spec.deadline.is_some());
+            let floor = if urgent {
+                crate::termination::machine::POLL
+            } else {
+                self.settings.removals_interval
+            };
+            let next = removal_wake.map_or(now + self.settings.removals_interval, |w| {
+                w.max(now + floor)
+            });
+            self.next_removals = Some(next);
             report.removals = removal_wake.is_some();
+            removal_wake = removal_wake.map(|_| next);
         }
         if changed || removal_wake.is_some() {
+            claims = store.claims().await?;
+        }
+        // Static pools keep their size (interrupted or removed nodes replaced).
+        if config.pools.iter().any(|p| p.replicas.is_some())
+            && self.keep_static(&config, &claims, now, &mut report).await?
+        {
             claims = store.claims().await?;
         }
 
@@ -379,6 +492,65 @@ impl<P: PortSet> Provisioner<P> {
         Ok(report)
     }
 
+    /// Deletes the launch templates of ours nothing uses any more
+    /// (`lifecycle::unused_launch_templates`), logging each delete and
+    /// each template kept with why. Best effort: a failure is logged and
+    /// the next pass tries again; it never stops the tick.
+    async fn collect_launch_templates(
+        &self,
+        config: &LoadedConfig,
+        claims: &[Claim],
+        blocked: Option<lifecycle::GcBlock>,
+        now: Timestamp,
+    ) {
+        let cloud = self.ports.cloud();
+        let templates = match cloud.launch_templates().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list our launch templates; clean-up waits for the next pass");
+                return;
+            }
+        };
+        if templates.is_empty() {
+            return;
+        }
+        let mut current: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for class in &config.node_classes {
+            let images = match cloud.resolved_class(class).await {
+                Ok(r) => r.image_ids,
+                Err(e) => {
+                    tracing::warn!(nodeclass = %class.name, error = %e, "cannot resolve the NodeClass's AMIs; its launch templates are kept");
+                    Vec::new()
+                }
+            };
+            current.insert(class.name.clone(), images);
+        }
+        // A class set aside as invalid may come back: its templates are kept.
+        for e in &config.invalid {
+            if let Some(name) = e.item.strip_prefix("nodeclass/") {
+                current.entry(name.to_owned()).or_default();
+            }
+        }
+        let garbage =
+            lifecycle::unused_launch_templates(&templates, claims, &current, blocked, now);
+        for kept in &garbage.kept {
+            debug!(launch_template = %kept.subject, reason = %kept.reason, "launch template kept");
+        }
+        for (t, why) in &garbage.delete {
+            match cloud.delete_launch_template(t).await {
+                Ok(true) => {
+                    info!(launch_template = %t.name, id = %t.id, reason = %why, "deleted a launch template of ours nothing uses")
+                }
+                Ok(false) => {
+                    debug!(launch_template = %t.name, "launch template already gone")
+                }
+                Err(e) => {
+                    tracing::warn!(launch_template = %t.name, error = %e, "cannot delete the launch template; the next pass tries again")
+                }
+            }
+        }
+    }
+
     /// Solves for `pods`, creates and launches claims; re-plans the pods of
     /// claims that found no capacity (a few rounds). Returns the pods that fit nowhere.
     async fn provision(
@@ -441,6 +613,7 @@ impl<P: PortSet> Provisioner<P> {
                     pod_list(&pods)
                 );
             }
+            let solve_started = std::time::Instant::now();
             let decision = plan::decide(&Snapshot {
                 now,
                 pending: &pods,
@@ -457,6 +630,12 @@ impl<P: PortSet> Provisioner<P> {
                 volumes: &volumes,
                 seed: seed_of(now, self.ticks, round),
             });
+            super::metrics::seconds(
+                now.as_millisecond(),
+                super::metrics::karpenter::SCHEDULING_DURATION,
+                &[("controller", "provisioner")],
+                solve_started.elapsed().as_secs_f64(),
+            );
             if !decision.fit_existing.is_empty() {
                 debug!(
                     pods = decision.fit_existing.len(),
@@ -497,6 +676,69 @@ impl<P: PortSet> Provisioner<P> {
             });
         }
         Ok(unplaceable)
+    }
+
+    /// Launches and removes nodes of the static pools (`replicas`) so each
+    /// holds its size; true when it changed a claim.
+    async fn keep_static(
+        &self,
+        config: &LoadedConfig,
+        claims: &[Claim],
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<bool, HandlerError> {
+        let store = self.ports.store();
+        let removing: HashSet<String> = store.commands().await?.into_iter().map(|c| c.id).collect();
+        let catalog: Arc<CloudCatalog> = self.ports.cloud().catalog().await?;
+        let unavailable = store.unavailable_offerings(now).await?;
+        let plan = crate::provisioning::static_capacity::plan(
+            &config.pools,
+            claims,
+            &removing,
+            &catalog,
+            &unavailable,
+            &config.node_classes,
+            now,
+            seed_of(now, self.ticks, 7),
+        );
+        let changed = !plan.launch.is_empty() || !plan.remove.is_empty();
+        if !plan.launch.is_empty() {
+            info!(
+                nodeclaims = plan.launch.len(),
+                "launching node(s) to keep static NodePool(s) at their replicas"
+            );
+            for (_, end) in self
+                .launcher()
+                .launch_all(plan.launch, config, &catalog)
+                .await
+            {
+                if let LaunchEnd::Launched(id) = end {
+                    report.launched.push(id);
+                }
+            }
+        }
+        for id in plan.remove {
+            let Some(c) = claims.iter().find(|c| c.id == id) else {
+                continue;
+            };
+            info!(nodeclaim = %id, pool = %c.pool, "removing a node above its static NodePool's replicas");
+            termination::start(
+                &self.ports,
+                crate::termination::RemovalSpec {
+                    claim_id: c.id.clone(),
+                    pool: c.pool.clone(),
+                    node: c.node_name.clone(),
+                    instance_id: c.instance.as_ref().map(|i| i.id.clone()),
+                    reason: crate::termination::RemovalReason::ScaledDown,
+                    replace: false,
+                    deadline: None,
+                    avoid: Vec::new(),
+                    event_at: None,
+                },
+            )
+            .await?;
+        }
+        Ok(changed)
     }
 
     /// Pods that fit on a claim still in flight join its nominated pods, so
@@ -555,18 +797,77 @@ impl<P: PortSet> Provisioner<P> {
                 lift_taint,
                 bind,
             } => {
-                // Lift our taint before binding: the kubelet would evict pods
-                // that do not tolerate a NoExecute taint.
+                // The labels its kubelet could not set (the instance type's
+                // facts, the zone id) and the NodePool's template
+                // annotations, before any pod is bound there: what pods
+                // select it by.
+                let catalog = self.ports.cloud().catalog().await?;
+                let (labels, annotations) =
+                    lifecycle::node_metadata(&claim, &catalog, config.pool(&claim.pool));
+                cluster.label_node(&node, &labels, &annotations).await?;
+                // While nodewright binds, the node stays closed to
+                // kube-scheduler: the binding taint (NoSchedule, which the
+                // kubelet admits) goes on before the unregistered one
+                // (NoExecute: the kubelet would reject the pods) comes off,
+                // and comes off after the last bind. The API server checks
+                // no capacity, and the pods bound here are counted against
+                // what the node holds only while nobody else can add to it.
+                if !bind.is_empty() {
+                    cluster
+                        .add_taint(
+                            &node,
+                            &Taint::new(BINDING_TAINT_KEY, "", Effect::NoSchedule),
+                        )
+                        .await?;
+                }
                 if lift_taint {
                     cluster.remove_taint(&node, UNREGISTERED_TAINT_KEY).await?;
                 }
                 let mut bound = 0;
-                for pod in &bind {
-                    match cluster.bind(pod, &node).await {
-                        Ok(BindOutcome::Bound) => bound += 1,
-                        Ok(BindOutcome::AlreadyBound | BindOutcome::Gone) => {}
-                        Err(e) => warn!(pod = %pod, node = %node, error = %e, "could not bind pod"),
+                if !bind.is_empty() {
+                    // Bind only what the node's kubelet and kube-scheduler
+                    // would accept; the rest stays pending for kube-scheduler.
+                    let (pending, scheduled, nodes) = futures_util::future::try_join3(
+                        cluster.pending_pods(),
+                        cluster.scheduled_pods(),
+                        cluster.nodes(),
+                    )
+                    .await?;
+                    let to_bind: Vec<&Pod> = bind
+                        .iter()
+                        .filter_map(|k| {
+                            pending
+                                .iter()
+                                .find(|p| p.metadata.uid.as_deref() == Some(k.uid.as_str()))
+                        })
+                        .collect();
+                    let owned: Vec<Pod> = to_bind.iter().map(|p| (*p).clone()).collect();
+                    let volume_index = super::volume_index(cluster, &owned).await?;
+                    let mut admission = Admission::new(&nodes, &scheduled);
+                    for pod in &bind {
+                        let Some(p) = to_bind
+                            .iter()
+                            .find(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+                        else {
+                            continue; // bound or deleted meanwhile
+                        };
+                        if let Err(reason) = admission.admit(p, &node, Some(&volume_index)) {
+                            info!(pod = %pod, node = %node, reason = %reason, "left pod {pod} to kube-scheduler: {reason}");
+                            continue;
+                        }
+                        match cluster.bind(pod, &node).await {
+                            Ok(BindOutcome::Bound) => bound += 1,
+                            Ok(BindOutcome::AlreadyBound | BindOutcome::Gone) => {}
+                            Err(e) => {
+                                warn!(pod = %pod, node = %node, error = %e, "could not bind pod")
+                            }
+                        }
                     }
+                }
+                // Open to kube-scheduler (before the claim says registered:
+                // a taint left by a failure here is lifted on the next pass).
+                if !bind.is_empty() || lift_taint {
+                    cluster.remove_taint(&node, BINDING_TAINT_KEY).await?;
                 }
                 let mut next = claim.next();
                 next.node_name = Some(node.clone());
@@ -579,12 +880,34 @@ impl<P: PortSet> Provisioner<P> {
                     Err(e) => return Err(e.into()),
                 }
                 info!(nodeclaim = %claim.id, node = %node, "registered nodeclaim");
+                super::metrics::count(
+                    self.ports.clock().now().as_millisecond(),
+                    super::metrics::karpenter::NODES_CREATED,
+                    &[
+                        ("nodepool", claim.pool.as_str()),
+                        (
+                            "zone",
+                            claim.instance.as_ref().map_or("", |i| i.zone.as_str()),
+                        ),
+                    ],
+                    1.0,
+                );
                 if bound > 0 {
                     info!(node = %node, pods = bound, "bound {bound} pod(s) to node {node}");
                     report.bound += bound;
                 }
             }
+            LifecycleAction::LiftBindingTaint { claim, node } => {
+                info!(nodeclaim = %claim.id, node = %node, "lifting the binding taint left on registered node {node}");
+                cluster.remove_taint(&node, BINDING_TAINT_KEY).await?;
+            }
             LifecycleAction::RegistrationTimedOut { claim } => {
+                // Fail closed: no termination while state items cannot be read.
+                let unreadable = store.unreadable_state().await?;
+                if !unreadable.is_empty() {
+                    warn!(nodeclaim = %claim.id, unreadable = unreadable.len(), "node did not register in time; not terminating while state items cannot be read");
+                    return Ok(());
+                }
                 warn!(nodeclaim = %claim.id, timeout = %format_duration(lifecycle::REGISTRATION_TIMEOUT), "node did not register in time; terminating instance");
                 if let Some(id) = claim.instance_id() {
                     self.ports.cloud().terminate(&[id.to_owned()]).await?;

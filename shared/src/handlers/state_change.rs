@@ -24,13 +24,22 @@ pub enum StateChangeOutcome {
 }
 
 /// Handles one EventBridge event. A malformed event is `HandlerError::Invalid`
-/// (the caller logs and drops it); store and cluster failures are retryable.
+/// (the caller logs and drops it); one that concerns nothing we act on (a
+/// state EC2 may add) is ignored; every store or cluster failure, whatever
+/// its kind, is returned for the caller to retry — an event is never lost
+/// because something on our side failed.
 pub async fn handle<P: PortSet>(
     ports: &P,
     event: &serde_json::Value,
 ) -> Result<StateChangeOutcome, HandlerError> {
-    let (_, message) =
-        interruption::parse(event).map_err(|e| HandlerError::Invalid(e.to_string()))?;
+    let message = match interruption::parse(event) {
+        Ok((_, message)) => message,
+        Err(e) if e.is_ignorable() => {
+            debug!(reason = %e, "state change that asks for nothing; ignored");
+            return Ok(StateChangeOutcome::Ignored);
+        }
+        Err(e) => return Err(HandlerError::Invalid(e.to_string())),
+    };
     let Message::StateChange { instance_id, state } = message else {
         return Err(HandlerError::Invalid(
             "not an EC2 Instance State-change Notification".to_owned(),

@@ -23,14 +23,14 @@ use super::config::LoadedConfig;
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::metrics::{self, Metric};
 use crate::ports::{
-    Clock, Cloud, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, PortSet, Store,
-    StoreError, Timestamp,
+    Clock, Cloud, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, PortSet,
+    SignedDuration, Store, StoreError, Timestamp,
 };
-use crate::provisioning::claim::Claim;
+use crate::provisioning::claim::{Claim, repair_backoff};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::termination::drain::{self, DrainPlan};
 use crate::termination::machine::{self, Move, View};
-use crate::termination::{Command, RemovalSpec, Step, disrupted_taint};
+use crate::termination::{Command, RemovalReason, RemovalSpec, Step, disrupted_taint};
 
 /// Evictions (and the pass's pod deletions and Events) in flight at once:
 /// a 110-pod node drains in a few round trips.
@@ -48,6 +48,9 @@ pub enum Started {
     /// (`true`) or was already as early.
     Existing { id: String, tightened: bool },
 }
+
+/// How soon a termination held back by unreadable state items is tried again.
+pub const UNREADABLE_RETRY: SignedDuration = SignedDuration::from_secs(30);
 
 /// Where a pass left a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +97,7 @@ pub async fn start_replacing<P: PortSet>(
                         nodeclaim = %spec.claim_id, node = ?spec.node, reason = %spec.reason, replace = spec.replace,
                         deadline = ?spec.deadline, "disrupting node(s)"
                     );
+                    publish_disrupted(ports, &spec, now).await;
                     return Ok(Started::New(command.id));
                 }
                 Err(StoreError::Conflict(_)) => continue,
@@ -207,9 +211,27 @@ pub async fn advance<P: PortSet>(
     ports: &P,
     config: &LoadedConfig,
     launch: &LaunchSettings,
+    command: Command,
+) -> Result<Progress, HandlerError> {
+    advance_before(ports, config, launch, command, None).await
+}
+
+/// [`advance`], stopping (as if waiting, due now) once the command has
+/// reached `stop` — the interruption function takes its new commands
+/// through their taint only (`Step::Replace`), in its invocation, and
+/// leaves the replacement and the drain to the loops that drive every
+/// command.
+pub async fn advance_before<P: PortSet>(
+    ports: &P,
+    config: &LoadedConfig,
+    launch: &LaunchSettings,
     mut command: Command,
+    stop: Option<Step>,
 ) -> Result<Progress, HandlerError> {
     for _ in 0..MOVES_PER_PASS {
+        if stop.is_some_and(|s| command.step >= s) {
+            return Ok(Progress::Waiting(ports.clock().now()));
+        }
         let seen = look(ports, &command).await?;
         let now = ports.clock().now();
         let view = View {
@@ -266,6 +288,14 @@ pub async fn advance<P: PortSet>(
             }
             Move::Drain(plan) => return drain(ports, command, seen.node.as_ref(), &plan).await,
             Move::Terminate { instance_id } => {
+                // Fail closed: while a claim or command cannot be read, no
+                // instance is terminated (the removal waits, drained).
+                let unreadable = ports.store().unreadable_state().await?;
+                if !unreadable.is_empty() {
+                    let items: Vec<String> = unreadable.iter().map(ToString::to_string).collect();
+                    tracing::error!(instance = %instance_id, unreadable = ?items, "not terminating while state items cannot be read; fix or remove them");
+                    return Ok(Progress::Waiting(now + UNREADABLE_RETRY));
+                }
                 ports
                     .cloud()
                     .terminate(std::slice::from_ref(&instance_id))
@@ -295,6 +325,7 @@ pub async fn advance<P: PortSet>(
                     Err(e) => return Err(e.into()),
                 }
                 publish_metrics(&command, ports.clock().now());
+                publish_released(&command, view.claim, ports.clock().now());
                 return Ok(Progress::Finished);
             }
         };
@@ -333,7 +364,43 @@ async fn rollback<P: PortSet>(
         Err(e) => return Err(e.into()),
     }
     warn!(node = ?node, reason = %command.spec.reason, %why, "rolled back disruption: node untainted, command removed");
+    if command.spec.reason == RemovalReason::Unhealthy {
+        back_off_repair(ports, &command.spec.claim_id).await;
+    }
     Ok(Progress::Finished)
+}
+
+/// Records a rolled-back repair on the node's claim, so the next repair
+/// of that node waits [`repair_backoff`] (5 minutes, doubling with each
+/// failure, at most an hour) instead of asking for a new replacement on
+/// the next pass. Best effort: the rollback itself is done; a lost write
+/// only means an earlier retry.
+async fn back_off_repair<P: PortSet>(ports: &P, claim_id: &str) {
+    let claims = match ports.store().claims().await {
+        Ok(claims) => claims,
+        Err(e) => {
+            warn!(nodeclaim = %claim_id, error = %e, "repair backoff not recorded");
+            return;
+        }
+    };
+    let Some(claim) = claims.iter().find(|c| c.id == claim_id) else {
+        return;
+    };
+    let now = ports.clock().now();
+    let mut next = claim.next();
+    next.disruption.repair_failures = claim.disruption.repair_failures.saturating_add(1);
+    let wait = repair_backoff(next.disruption.repair_failures);
+    next.disruption.repair_retry_at = Some(now + wait);
+    match ports
+        .store()
+        .update_claim(claim, &next, &Default::default())
+        .await
+    {
+        Ok(()) => {
+            info!(nodeclaim = %claim_id, failures = next.disruption.repair_failures, retry_in = %crate::disruption::blockers::short(wait), "repair backing off")
+        }
+        Err(e) => warn!(nodeclaim = %claim_id, error = %e, "repair backoff not recorded"),
+    }
 }
 
 /// Writes `next` over `previous`; `None` when another invocation won.
@@ -364,7 +431,9 @@ fn reschedulable(pods: &[Pod]) -> Vec<Pod> {
                 .any(|o| o.kind == "DaemonSet" || o.kind == "Node")
         })
         .filter(|p| !drain::tolerates_disruption(p))
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none() || crate::disruption::snapshot::is_stateful(p)
+        })
         .cloned()
         .map(|mut p| {
             // Planned as if pending: the solver looks for a new node for it.
@@ -482,7 +551,7 @@ async fn launch_replacements<P: PortSet>(
 ) -> Result<Option<Command>, HandlerError> {
     let existing: HashSet<&str> = seen.claims.iter().map(|c| c.id.as_str()).collect();
     let catalog = ports.cloud().catalog().await?;
-    let launcher = Launcher::new(ports, launch);
+    let launcher = Launcher::new(ports, launch).for_removal(command.spec.reason);
     let mut next = command.next(ports.clock().now());
     let (mut no_capacity, mut attempted) = (0usize, 0usize);
     let mut fresh = Vec::new();
@@ -552,16 +621,32 @@ async fn drain<P: PortSet>(
             .buffer_unordered(EVICTION_CONCURRENCY)
             .collect()
             .await;
-    for chunk in plan.delete.chunks(EVICTION_CONCURRENCY) {
+    // Pending pods with their own grace; pods at the deadline with the time
+    // left to it (at least 1 s: never 0 while the instance still runs them).
+    let deletions: Vec<(&PodKey, Option<i64>)> = plan
+        .delete
+        .iter()
+        .map(|p| (p, None))
+        .chain(
+            plan.at_deadline
+                .iter()
+                .map(|p| (p, Some(plan.deadline_grace))),
+        )
+        .collect();
+    for chunk in deletions.chunks(EVICTION_CONCURRENCY) {
         let deleted = join_all(
             chunk
                 .iter()
-                .map(|pod| cluster.delete_pod(pod, plan.delete_grace)),
+                .map(|(pod, grace)| cluster.delete_pod(pod, *grace)),
         )
         .await;
-        for (pod, result) in chunk.iter().zip(deleted) {
+        for ((pod, grace), result) in chunk.iter().zip(deleted) {
             result?;
-            debug!(pod = %pod, grace = ?plan.delete_grace, "deleted pod");
+            if grace.is_some() {
+                info!(pod = %pod, grace_seconds = ?grace, deadline = ?command.spec.deadline, "deleting pod at the removal's deadline");
+            } else {
+                debug!(pod = %pod, "deleted pending pod");
+            }
         }
     }
     let mut blocked = Vec::new();
@@ -584,6 +669,18 @@ async fn drain<P: PortSet>(
         }
     }
     let now = ports.clock().now();
+    // The API server's answers, as Karpenter counts them (200, 429; 404
+    // and 409 are pods already gone).
+    for (code, n) in [("200", evicted), ("429", blocked.len())] {
+        if n > 0 {
+            metrics::count(
+                now.as_millisecond(),
+                metrics::karpenter::PODS_EVICTION_REQUESTS,
+                &[("code", code)],
+                n as f64,
+            );
+        }
+    }
     let mut next = command.next(now);
     for (pod, reason) in &blocked {
         next.evictions_blocked += 1;
@@ -606,8 +703,8 @@ async fn drain<P: PortSet>(
         }))
         .await;
     }
-    if evicted + plan.delete.len() > 0 {
-        info!(node = %node_name, evicted, deleted = plan.delete.len(), blocked = blocked.len(), "draining node");
+    if evicted + deletions.len() > 0 {
+        info!(node = %node_name, evicted, deleted = deletions.len(), blocked = blocked.len(), protected = plan.protected, "draining node");
     }
     if blocked.is_empty() && plan.later == 0 && next.milestones.evictions_issued_at.is_none() {
         next.milestones.evictions_issued_at = Some(now);
@@ -632,6 +729,76 @@ async fn event<P: PortSet>(ports: &P, pod: &PodKey, type_: &str, reason: &str, m
     };
     if let Err(err) = ports.cluster().record_event(&e).await {
         debug!(pod = %pod, error = %err, "could not publish event");
+    }
+}
+
+/// `karpenter_nodeclaims_disrupted_total` for a removal just started.
+async fn publish_disrupted<P: PortSet>(ports: &P, spec: &RemovalSpec, now: Timestamp) {
+    let claims = ports.store().claims().await.unwrap_or_default();
+    let capacity_type = claims
+        .iter()
+        .find(|c| c.id == spec.claim_id)
+        .and_then(|c| c.instance.as_ref())
+        .map_or(String::new(), |i| i.capacity_type.clone());
+    metrics::count(
+        now.as_millisecond(),
+        metrics::karpenter::NODECLAIMS_DISRUPTED,
+        &[
+            ("reason", metrics::reason_label(spec.reason)),
+            ("nodepool", spec.pool.as_str()),
+            ("capacity_type", capacity_type.as_str()),
+        ],
+        1.0,
+    );
+}
+
+/// The released claim's Karpenter figures: terminated (claim and node),
+/// drained, how long the removal took and how long the node lived.
+fn publish_released(command: &Command, claim: Option<&Claim>, now: Timestamp) {
+    let t = now.as_millisecond();
+    let pool = command.spec.pool.as_str();
+    let (zone, capacity_type) = claim
+        .and_then(|c| c.instance.as_ref())
+        .map_or(("", ""), |i| (i.zone.as_str(), i.capacity_type.as_str()));
+    metrics::count(
+        t,
+        metrics::karpenter::NODECLAIMS_TERMINATED,
+        &[
+            ("nodepool", pool),
+            ("capacity_type", capacity_type),
+            ("zone", zone),
+        ],
+        1.0,
+    );
+    if command.spec.node.is_some() {
+        metrics::count(
+            t,
+            metrics::karpenter::NODES_TERMINATED,
+            &[("nodepool", pool), ("zone", zone)],
+            1.0,
+        );
+    }
+    if command.milestones.drained_at.is_some() {
+        metrics::count(
+            t,
+            metrics::karpenter::NODES_DRAINED,
+            &[("nodepool", pool)],
+            1.0,
+        );
+    }
+    metrics::seconds(
+        t,
+        metrics::karpenter::NODES_TERMINATION_DURATION,
+        &[("nodepool", pool)],
+        now.duration_since(command.created_at).as_secs_f64(),
+    );
+    if let Some(registered) = claim.and_then(|c| c.registered_at) {
+        metrics::seconds(
+            t,
+            metrics::karpenter::NODES_LIFETIME,
+            &[("nodepool", pool)],
+            now.duration_since(registered).as_secs_f64(),
+        );
     }
 }
 

@@ -502,6 +502,32 @@ impl Cluster for KubeCluster {
         .await
     }
 
+    async fn label_node(
+        &self,
+        node: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        annotations: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ClusterError> {
+        // A merge patch sets the keys given and leaves the others: what
+        // another writer set meanwhile is kept, so no precondition.
+        let api: Api<Node> = Api::all(self.client.clone());
+        let what = format!("patch node/{node} (labels)");
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("labels".to_owned(), json!(labels));
+        if !annotations.is_empty() {
+            metadata.insert("annotations".to_owned(), json!(annotations));
+        }
+        let patch = json!({ "metadata": metadata });
+        let pp = PatchParams::default();
+        self.call(&what, || async {
+            api.patch(node, &pp, &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| classify(&what, &e))
+        })
+        .await
+    }
+
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let what = format!("create pods/eviction {pod}");

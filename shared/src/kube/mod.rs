@@ -13,6 +13,8 @@
 //!   timeout, overall deadline).
 //! - [`errors`]: Kubernetes API errors → [`crate::ports::ClusterError`].
 //! - [`cluster`]: the `Cluster` operations.
+//! - [`import`]: Karpenter's configuration read from a cluster (`nodewright
+//!   config import --from-cluster`).
 //!
 //! The permissions the adapter needs are in `infra/rbac/clusterrole.yaml`.
 
@@ -20,6 +22,7 @@ pub mod cluster;
 pub mod connect;
 pub mod eks;
 pub mod errors;
+pub mod import;
 pub mod retry;
 
 pub use cluster::KubeCluster;

@@ -205,7 +205,6 @@ mod tests {
             deadline: Duration::from_millis(2500),
         };
         let calls = AtomicU32::new(0);
-        let start = Instant::now();
         let r: Result<(), _> = p
             .run("get node/a", || async {
                 calls.fetch_add(1, Ordering::SeqCst);
@@ -213,9 +212,8 @@ mod tests {
                 Ok(())
             })
             .await;
-        let took = start.elapsed();
-        assert!(took <= Duration::from_millis(2500), "{took:?}");
-        // 1 s + 0.1 + 1 s + 0.1 + 0.3 s (the rest of the deadline).
+        // 1 s + 0.1 + 1 s + 0.1 + 0.3 s (the rest of the deadline): the
+        // deadline, not the ten attempts allowed, ended it at the third.
         assert_eq!(calls.load(Ordering::SeqCst), 3);
         let Err(ClusterError::Transient(msg)) = r else {
             panic!("{r:?}")

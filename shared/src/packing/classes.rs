@@ -83,6 +83,81 @@ pub(super) struct Class {
     pub(super) alike: u32,
 }
 
+/// The classes of a batch's solve, and the indexes that find them.
+#[derive(Debug)]
+pub(super) struct Classes {
+    list: Vec<Class>,
+    /// Shared by the solves forked from one (`Solver::fork`), copied on
+    /// the first write of one (a class made for a relaxed pod).
+    pub(super) index: Arc<FxHashMap<ClassKey, usize>>,
+    pub(super) by_shape: Arc<FxHashMap<ShapeKey, usize>>,
+    /// (Free class, guidance) → its guided variant.
+    pub(super) guided: FxHashMap<(u32, Guidance), usize>,
+    /// Per `BatchPods` group, its Free class at its first relaxation, once known.
+    pub(super) group_class: Vec<Option<u32>>,
+    /// Per `AlikeKey`, the claims that refused its classes for good.
+    pub(super) alike: Vec<Alike>,
+    pub(super) alike_index: FxHashMap<AlikeKey, u32>,
+}
+
+impl Classes {
+    /// None yet, for a batch of `groups` `BatchPods` groups.
+    pub(super) fn new(groups: usize) -> Self {
+        Classes {
+            list: Vec::new(),
+            index: Arc::default(),
+            by_shape: Arc::default(),
+            guided: FxHashMap::default(),
+            group_class: vec![None; groups],
+            alike: Vec::new(),
+            alike_index: FxHashMap::default(),
+        }
+    }
+
+    /// The same classes for another solve: what depends on the batch kept,
+    /// what a solve learns of them (refusals, guided variants) empty.
+    pub(super) fn fork(&self) -> Self {
+        Classes {
+            list: self.list.iter().map(Class::forked).collect(),
+            index: self.index.clone(),
+            by_shape: self.by_shape.clone(),
+            guided: FxHashMap::default(),
+            group_class: self.group_class.clone(),
+            alike: self
+                .alike
+                .iter()
+                .map(|_| Alike {
+                    cursor: 0,
+                    refused: FixedBitSet::new(),
+                })
+                .collect(),
+            alike_index: self.alike_index.clone(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    fn push(&mut self, class: Class) {
+        self.list.push(class);
+    }
+}
+
+impl std::ops::Index<usize> for Classes {
+    type Output = Class;
+
+    fn index(&self, k: usize) -> &Class {
+        &self.list[k]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Classes {
+    fn index_mut(&mut self, k: usize) -> &mut Class {
+        &mut self.list[k]
+    }
+}
+
 /// What makes two pods place alike: the same constraints, requests and
 /// ports, and the same part in every topology group. Pods of different
 /// apps (labels) with no topology in common share one class, so its cursors
@@ -244,14 +319,14 @@ impl<'a> Solver<'a> {
         if guidance == Guidance::Free {
             return base;
         }
-        if let Some(&k) = self.guided_classes.get(&(base as u32, guidance)) {
+        if let Some(&k) = self.classes.guided.get(&(base as u32, guidance)) {
             return k;
         }
         let k = self.classes.len();
         let variant = self.classes[base].guided(guidance);
         self.classes.push(variant);
         self.set_alike(k);
-        self.guided_classes.insert((base as u32, guidance), k);
+        self.classes.guided.insert((base as u32, guidance), k);
         k
     }
 
@@ -260,7 +335,7 @@ impl<'a> Solver<'a> {
     pub(super) fn base_class(&mut self, i: usize, r: &Relaxation) -> usize {
         let first = *r == self.first_relaxation(i);
         let group = self.batch.group_of[i] as usize;
-        if first && let Some(k) = self.group_class[group] {
+        if first && let Some(k) = self.classes.group_class[group] {
             return k as usize;
         }
         let pod = &self.pods[i];
@@ -271,12 +346,12 @@ impl<'a> Solver<'a> {
             labels: pod.labels.clone(),
             ports: pod.host_ports.clone(),
         };
-        let k = match self.class_index.get(&key) {
+        let k = match self.classes.index.get(&key) {
             Some(&k) => k,
             None => self.new_class(key),
         };
         if first {
-            self.group_class[group] = Some(k as u32);
+            self.classes.group_class[group] = Some(k as u32);
         }
         k
     }
@@ -299,8 +374,8 @@ impl<'a> Solver<'a> {
             ports: key.ports.clone(),
             topo,
         };
-        if let Some(&k) = self.class_by_shape.get(&shape_key) {
-            Arc::make_mut(&mut self.class_index).insert(key, k);
+        if let Some(&k) = self.classes.by_shape.get(&shape_key) {
+            Arc::make_mut(&mut self.classes.index).insert(key, k);
             return k;
         }
         let topo = shape_key.topo.clone();
@@ -328,11 +403,11 @@ impl<'a> Solver<'a> {
                     .unwrap_or_else(|| constraints.node.clone()),
                 tolerates.clone(),
             );
-            let scope = match self.zone_scopes.get(&key) {
+            let scope = match self.interned.zone_scopes.get(&key) {
                 Some(scope) => scope.clone(),
                 None => {
                     let scope = self.zone_scope(&constraints, &tolerates);
-                    self.zone_scopes.insert(key, scope.clone());
+                    self.interned.zone_scopes.insert(key, scope.clone());
                     scope
                 }
             };
@@ -362,8 +437,8 @@ impl<'a> Solver<'a> {
             alike: u32::MAX,
         });
         self.set_alike(k);
-        Arc::make_mut(&mut self.class_index).insert(key, k);
-        Arc::make_mut(&mut self.class_by_shape).insert(shape_key, k);
+        Arc::make_mut(&mut self.classes.index).insert(key, k);
+        Arc::make_mut(&mut self.classes.by_shape).insert(shape_key, k);
         k
     }
 
@@ -377,10 +452,10 @@ impl<'a> Solver<'a> {
             ports: cls.shape.ports.clone(),
             guidance: cls.guidance,
         };
-        let next = self.alike.len() as u32;
-        let id = *self.alike_index.entry(key).or_insert(next);
+        let next = self.classes.alike.len() as u32;
+        let id = *self.classes.alike_index.entry(key).or_insert(next);
         if id == next {
-            self.alike.push(Alike {
+            self.classes.alike.push(Alike {
                 cursor: 0,
                 refused: FixedBitSet::new(),
             });

@@ -98,6 +98,23 @@ impl<'a> Solver<'a> {
                 "no instance type in NodePool {name} has room for requests {requests} (too much {over}, DaemonSet overhead included)"
             );
         }
+        let ports = &cls.shape.ports;
+        if !ports.is_empty()
+            && !ps.daemon_ports.is_empty()
+            && fitting
+                .iter()
+                .all(|&t| super::place::ports_conflict(&ps.daemon_ports[t], ports))
+        {
+            let held: Vec<String> = ports
+                .iter()
+                .filter(|p| fitting.iter().any(|&t| ps.daemon_ports[t].contains(p)))
+                .map(|p| format!("{}/{}", p.port, format!("{:?}", p.protocol).to_uppercase()))
+                .collect();
+            return format!(
+                "host port {} held by a DaemonSet on every instance type in NodePool {name} that fits",
+                held.join(", ")
+            );
+        }
         if let Some((key, min, found)) =
             unmet_min_values(&combined, &fitting, &ps.input.instance_types)
         {

@@ -49,15 +49,20 @@ pub type Split = Vec<Vec<(usize, u32)>>;
 /// the same program (the pattern and the guided solve), and it is solved
 /// once.
 #[derive(Debug, Default)]
-pub struct SplitMemo(RefCell<Option<(Vec<Demand>, Vec<Supply>, Option<Split>)>>);
+pub struct SplitMemo(RefCell<Option<SplitMemoEntry>>);
+
+/// What [`SplitMemo`] keeps: the demands and supplies a split was worked out
+/// for, and the split.
+type SplitMemoEntry = (Vec<Demand>, Vec<Supply>, Option<Split>);
 
 impl SplitMemo {
     /// `split`, or its answer for the same program asked last.
     pub fn split(&self, demands: &[Demand], supplies: &[Supply]) -> Option<Split> {
-        if let Some((d, s, answer)) = &*self.0.borrow() {
-            if d == demands && s == supplies {
-                return answer.clone();
-            }
+        if let Some((d, s, answer)) = &*self.0.borrow()
+            && d == demands
+            && s == supplies
+        {
+            return answer.clone();
         }
         let answer = split(demands, supplies);
         *self.0.borrow_mut() = Some((demands.to_vec(), supplies.to_vec(), answer.clone()));
@@ -159,8 +164,8 @@ pub fn cost(demands: &[Demand], supplies: &[Supply], split: &[Vec<(usize, u32)>]
     let mut load = vec![[0.0f64; 3]; supplies.len()];
     for (d, shares) in demands.iter().zip(split) {
         for &(c, n) in shares {
-            for r in 0..3 {
-                load[c][r] += d.request[r] * f64::from(n);
+            for (load, request) in load[c].iter_mut().zip(d.request) {
+                *load += request * f64::from(n);
             }
         }
     }

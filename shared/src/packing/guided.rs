@@ -80,7 +80,7 @@ impl<'a> Solver<'a> {
                     let ps = &self.pools[p];
                     let requests = &cls.shape.requests;
                     let mut open = Vec::new();
-                    for t in self.compat_sets[compat_id]
+                    for t in self.interned.compat_sets[compat_id]
                         .ones()
                         .filter(|&t| requests.fits_in(&ps.room[t]))
                     {

@@ -262,9 +262,9 @@ mod tests {
             let room = [cpu, mem, slots];
             let p = best(&items, room, beat, usize::MAX);
             // Feasible, within the counts, its value as claimed, and optimal.
-            for r in 0..3 {
+            for (r, room) in room.iter().enumerate() {
                 let used: i64 = items.iter().zip(&p.counts).map(|(it, n)| it.weight[r] * i64::from(*n)).sum();
-                prop_assert!(used <= room[r]);
+                prop_assert!(used <= *room);
             }
             prop_assert!(items.iter().zip(&p.counts).all(|(it, n)| *n <= it.max));
             let v: f64 = items.iter().zip(&p.counts).map(|(it, n)| it.value * f64::from(*n)).sum();

@@ -15,39 +15,11 @@
 //! reported with a reason. At the end each claim is right-sized: its launch
 //! options are the cheapest types that hold its pods.
 //!
-//! ## Strategies, the cheapest plan kept
-//! - **Karpenter's algorithm** (`Strategy::Karpenter`): pods largest first
-//!   (CPU, then memory, then age), each into the claim with the fewest pods
-//!   that still has a type holding it, whatever that type costs.
-//! - **Guided** (`Strategy::Guided`): a linear program over the whole demand
-//!   (`packing::guide`) picks the instance types that serve it most
-//!   cheaply and how many pods of each kind go to each; on real catalogs
-//!   that pairs CPU-heavy pods on c-family nodes with memory-heavy ones on
-//!   r-family nodes, and takes large nodes where per-node overheads make
-//!   them cheaper per usable core. Pods are then placed type by type, in
-//!   the program's proportions, each first into room a claim already pays
-//!   for, then onto claims of its type; a pod its type cannot take (a limit,
-//!   a topology pin) joins a claim only if the claim's price rises by no
-//!   more than a node of its own would cost. After placement a repair pass
-//!   (`repair`) splits each claim whose pods fit more cheaply on smaller
-//!   nodes — typically the last, half-full node of a type.
-//!
-//! - **Patterns** (`Strategy::Patterns`): the guide's whole-pod program
-//!   (`packing::patterns`) chooses the nodes and the pods each holds,
-//!   so whole pods leave less idle room; pods are placed node by node.
-//!
-//! `Strategy::Best` (the default) solves Patterns, and Guided too unless
-//! the Patterns plan is within `CLOSE_TO_BOUND` of the whole-pod bound
-//! the pattern program proves (when it does), and
-//! Karpenter's, and keeps the cheapest plan,
-//! so no plan is costlier than Karpenter's on the same input (Karpenter's
-//! solve stops as soon as its claims cost more than the plan it would
-//! have to beat). On batches of
-//! up to `STANDALONE_UP_TO` pods it also solves `Strategy::Standalone`, in
-//! which a pod joins a claim only if the claim's price rises by no more
-//! than a node of its own would cost: a few pods on few nodes are where the
-//! guide's fluid view is furthest from whole pods, and there no plan then
-//! costs more than a node per pod.
+//! ## Strategies
+//! `Strategy` names them: Karpenter's algorithm, the guide's fluid program
+//! (`Guided`, `guide`), its whole-pod program (`Patterns`, `patterns`),
+//! `Standalone`, and `Best`, the default, which solves several and keeps
+//! the best plan — the rule is written once, on `Strategy::Best`.
 //!
 //! ## Why it is fast
 //! Pods with identical constraints, requests and part in every topology
@@ -64,7 +36,9 @@
 //! pods change. Refusals for
 //! capacity, requirements or guidance are shared by every class with the
 //! same requests, requirements and guidance (`AlikeKey`): the pods of 500
-//! apps in 500 spreads ask each full claim once, not 500 times.
+//! apps in 500 spreads ask each full claim once, not 500 times. The whole
+//! account is in `shared/docs/packing.md` ("How the packer works, and
+//! why"); the invariants are in ARCHITECTURE.md.
 
 mod claims;
 mod classes;

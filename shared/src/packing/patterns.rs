@@ -117,6 +117,10 @@ pub fn plan(
     }
     let priced = undominated(&open, &rooms, supplies);
     // The supply of demand g that fits one of its pods and costs least by `cost`.
+    #[allow(
+        clippy::expect_used,
+        reason = "only called for active demands, each of which fits some supply (checked above)"
+    )]
     let cheapest = |g: usize, cost: &dyn Fn(usize) -> f64| {
         demands[g]
             .supplies
@@ -159,7 +163,8 @@ pub fn plan(
     let row = |p: &Pattern| -> Vec<(Variable, f64)> {
         p.pods
             .iter()
-            .map(|&(g, n)| (values[g].unwrap(), f64::from(n)))
+            // Every demand a pattern holds is active (has a variable).
+            .filter_map(|&(g, n)| values[g].map(|v| (v, f64::from(n))))
             .collect()
     };
     for p in &patterns {
@@ -331,6 +336,10 @@ fn round(
             Some(x) => x,
             None => {
                 // Cannot happen with the starts in; commit one start so the loop ends.
+                #[allow(
+                    clippy::expect_used,
+                    reason = "the loop runs while pods are left, and the starts hold every demand"
+                )]
                 let p = starts
                     .iter()
                     .find_map(|p| trim(p, &left))
@@ -353,6 +362,10 @@ fn round(
         }
         if !committed {
             // Every x below one: the most used pattern, once.
+            #[allow(
+                clippy::expect_used,
+                reason = "trimmed patterns all hold pods that are left"
+            )]
             let p = trim(&trimmed[by_use[0]], &left).expect("a used pattern has pods left");
             commit(&p, &mut left, &mut nodes);
         }
@@ -404,7 +417,7 @@ fn trim(p: &Pattern, left: &[u32]) -> Option<Pattern> {
         .map(|&(g, n)| (g, n.min(left[g])))
         .filter(|(_, n)| *n > 0)
         .collect();
-    (!pods.is_empty()).then(|| Pattern {
+    (!pods.is_empty()).then_some(Pattern {
         supply: p.supply,
         pods,
     })

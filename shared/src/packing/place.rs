@@ -86,19 +86,22 @@ impl<'a> Solver<'a> {
         } else {
             let mut advancing = true;
             let a = self.classes[k].alike as usize;
-            let mut ci = self.classes[k].claim_cursor.max(self.alike[a].cursor);
+            let mut ci = self.classes[k]
+                .claim_cursor
+                .max(self.classes.alike[a].cursor);
             self.classes[k].claim_cursor = ci;
             while ci < self.claims.len() {
                 // Claims refused for good are skipped a word at a time: a pod
                 // in a spread of its own may have thousands behind it.
                 let free = next_unrefused(
-                    &[&self.alike[a].refused, &self.classes[k].refused],
+                    &[&self.classes.alike[a].refused, &self.classes[k].refused],
                     ci,
                     self.claims.len(),
                 );
                 if free > ci {
-                    if self.alike[a].cursor == ci {
-                        self.alike[a].cursor = next_unrefused(&[&self.alike[a].refused], ci, free);
+                    if self.classes.alike[a].cursor == ci {
+                        self.classes.alike[a].cursor =
+                            next_unrefused(&[&self.classes.alike[a].refused], ci, free);
                     }
                     if advancing {
                         self.classes[k].claim_cursor = free;
@@ -157,7 +160,7 @@ impl<'a> Solver<'a> {
     /// Remembers that claim `ci` refuses class `k` for good.
     /// Remembers that claim `ci` refuses every class of `AlikeKey` `a` for good.
     pub(super) fn refuse_alike(&mut self, a: usize, ci: usize) {
-        let alike = &mut self.alike[a];
+        let alike = &mut self.classes.alike[a];
         if alike.cursor == ci {
             alike.cursor = ci + 1;
         } else {
@@ -214,7 +217,7 @@ impl<'a> Solver<'a> {
         state.used.add(&cls.shape.requests);
         state.ports.extend(cls.shape.ports.iter().copied());
         if !cls.shape.topo.is_empty() {
-            self.topology.record(&cls.shape.topo, cand);
+            self.topology.record(&cls.shape.topo, cand, &node.taints);
         }
         self.bindings.push((i, node.name.clone()));
         Ok(())

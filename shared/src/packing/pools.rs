@@ -13,7 +13,7 @@ use super::offerings::{Offered, OfferingMasks};
 use super::{PoolInput, room_index};
 use crate::cloud::InstanceType;
 use crate::resources::Resources;
-use crate::scheduling::pod::{Relaxation, SchedPod};
+use crate::scheduling::pod::{HostPort, Relaxation, SchedPod};
 use crate::scheduling::requirements::{Requirements, Undefined};
 use crate::scheduling::taints::first_untolerated;
 
@@ -22,6 +22,9 @@ pub(super) struct PoolState<'a> {
     pub(super) input: &'a PoolInput,
     /// Allocatable minus the DaemonSet pods that would run there, per type.
     pub(super) room: Vec<Resources>,
+    /// The host ports those DaemonSet pods hold, per type (empty without
+    /// any: then `daemon_ports` is empty too).
+    pub(super) daemon_ports: Arc<Vec<Vec<HostPort>>>,
     /// The types by their room: which hold a request (shared by forks).
     pub(super) room_index: Arc<room_index::RoomIndex>,
     /// Types that the template allows, with an available offering and room.
@@ -92,7 +95,7 @@ impl SharedNames {
 impl<'a> PoolState<'a> {
     pub(super) fn new(input: &'a PoolInput, daemonsets: &[SchedPod]) -> Self {
         let pool = &input.pool;
-        let daemons: Vec<(Requirements, &Resources)> = daemonsets
+        let daemons: Vec<(Requirements, &SchedPod)> = daemonsets
             .iter()
             .filter_map(|d| {
                 let c = d.constraints(&Relaxation::default());
@@ -101,17 +104,26 @@ impl<'a> PoolState<'a> {
                     .requirements
                     .compatible(&c.node, Undefined::WellKnownOnly)
                     .is_ok();
-                (tolerated && compatible).then_some((c.node, &d.requests))
+                (tolerated && compatible).then_some((c.node, d))
             })
             .collect();
+        let any_ports = daemons.iter().any(|(_, d)| !d.host_ports.is_empty());
+        let mut daemon_ports = Vec::new();
         let mut base = FixedBitSet::with_capacity(input.instance_types.len());
         let mut room = Vec::with_capacity(input.instance_types.len());
         for (t, it) in input.instance_types.iter().enumerate() {
             let mut overhead = Resources::default();
-            for (node, req) in &daemons {
+            let mut ports = Vec::new();
+            for (node, d) in &daemons {
+                // A DaemonSet runs on the types its node affinity allows
+                // (Karpenter groups types by the DaemonSets they run).
                 if it.requirements.intersects(node) {
-                    overhead.add(req);
+                    overhead.add(&d.requests);
+                    ports.extend(d.host_ports.iter().copied());
                 }
+            }
+            if any_ports {
+                daemon_ports.push(ports);
             }
             let mut r = it.allocatable().saturating_sub(&overhead);
             if !overhead.fits_in(it.allocatable()) {
@@ -147,6 +159,7 @@ impl<'a> PoolState<'a> {
             input,
             room_index: Arc::new(room_index::RoomIndex::new(&room)),
             room,
+            daemon_ports: Arc::new(daemon_ports),
             base,
             reserved: Resources::default(),
             claims: 0,

@@ -19,12 +19,27 @@
 use std::rc::Rc;
 
 use fixedbitset::FixedBitSet;
+use rustc_hash::FxHashMap;
 
 use super::Solver;
 use super::claims::{Claim, min_values_hold};
 use super::guided::{larger_first, units};
 use crate::resources::Resources;
 use crate::scheduling::topology::HostId;
+
+/// A claim's pool, its pods' compatibility sets and its requirements: what
+/// decides its split candidates.
+type SplitKey = (usize, Vec<u32>, u32);
+
+/// What a solve's repair works out once per kind of claim.
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    /// Split candidates by (pool, the pods' compatibility sets, the
+    /// claim's requirements): see `Solver::split_types`.
+    splits: FxHashMap<SplitKey, Rc<[(f64, usize)]>>,
+    /// Re-packings by what decides them: see `RepackKey`.
+    repacks: FxHashMap<RepackKey, Option<Repack>>,
+}
 
 /// A claim's pods re-packed onto smaller nodes: per node, its pods and
 /// what they request.
@@ -38,7 +53,7 @@ struct Split {
 /// `split_types` answer, by identity), the price to beat, and its pods'
 /// requests, largest first.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub(super) struct RepackKey {
+struct RepackKey {
     types: usize,
     price: u64,
     requests: Vec<Resources>,
@@ -47,7 +62,7 @@ pub(super) struct RepackKey {
 /// A re-packing by position in `RepackKey::requests`: per node, the
 /// positions and what they request; and its cost.
 #[derive(Debug, Clone)]
-pub(super) struct Repack {
+struct Repack {
     nodes: Vec<(Vec<u32>, Resources)>,
     cost: f64,
 }
@@ -93,6 +108,7 @@ impl Solver<'_> {
     /// the answer.
     fn split_types(&mut self, ci: usize) -> Rc<[(f64, usize)]> {
         let pool = self.claims[ci].pool;
+        #[allow(clippy::expect_used, reason = "a claim's pods are all placed")]
         let mut classes: Vec<usize> = self.claims[ci]
             .pods
             .iter()
@@ -107,12 +123,12 @@ impl Solver<'_> {
         compat.sort_unstable();
         compat.dedup();
         let key = (pool, compat, self.claims[ci].req_id);
-        if let Some(types) = self.split_memo.get(&key) {
+        if let Some(types) = self.repair_memo.splits.get(&key) {
             return types.clone();
         }
-        let mut types = self.compat_sets[key.1[0] as usize].clone();
+        let mut types = self.interned.compat_sets[key.1[0] as usize].clone();
         for &id in &key.1[1..] {
-            types.intersect_with(&self.compat_sets[id as usize]);
+            types.intersect_with(&self.interned.compat_sets[id as usize]);
         }
         let ps = &self.pools[pool];
         let mut priced: Vec<(f64, usize)> = types
@@ -122,7 +138,7 @@ impl Solver<'_> {
             .collect();
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let priced: Rc<[(f64, usize)]> = priced.into();
-        self.split_memo.insert(key, priced.clone());
+        self.repair_memo.splits.insert(key, priced.clone());
         priced
     }
 
@@ -144,11 +160,11 @@ impl Solver<'_> {
                 .map(|&i| self.pods[i].requests.clone())
                 .collect(),
         };
-        let repack = match self.repack_memo.get(&key) {
+        let repack = match self.repair_memo.repacks.get(&key) {
             Some(repack) => repack.clone(),
             None => {
                 let repack = self.repack(self.claims[ci].pool, price, &types, &key.requests);
-                self.repack_memo.insert(key, repack.clone());
+                self.repair_memo.repacks.insert(key, repack.clone());
                 repack
             }
         };
@@ -284,7 +300,9 @@ impl Solver<'_> {
         ps.claims += claims.len() as i64 - 1;
         ps.generation += 1;
         let mut claims = claims.into_iter();
-        self.claims[ci] = claims.next().expect("a split has a node");
+        #[allow(clippy::expect_used, reason = "a split has at least one node")]
+        let first = claims.next().expect("a split has a node");
+        self.claims[ci] = first;
         for mut c in claims {
             c.host = (self.nodes.len() + self.claims.len()) as HostId;
             self.claims.push(c);

@@ -160,8 +160,8 @@ mod tests {
         ) {
             let index = RoomIndex::new(&room);
             let mut types = FixedBitSet::with_capacity(room.len());
-            for t in 0..room.len() {
-                types.set(t, start[t]);
+            for (t, &on) in start.iter().enumerate().take(room.len()) {
+                types.set(t, on);
             }
             let expected: Vec<usize> = types.ones().filter(|&t| need.fits_in(&room[t])).collect();
             index.keep_holding(&need, &mut types, &room);

@@ -3,26 +3,27 @@
 //! `Strategy::Best` keeps the best plan.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::rc::Rc;
-use std::sync::Arc;
 
-use fixedbitset::FixedBitSet;
 use rustc_hash::FxHashMap;
 
-use super::claims::{Claim, Join};
-use super::classes::{Alike, AlikeKey, BatchPods, Class, ClassKey, Guidance, ShapeKey};
+use super::claims::Claim;
+use super::classes::{BatchPods, Classes, Guidance};
 use super::guided::Target;
+use super::interned::Interned;
 use super::outcome::{Outcome, better};
 use super::place::NodeState;
 use super::pools::PoolState;
 use super::{ExistingNode, Plan, PoolInput, SolveOptions, guide, labels, repair};
-use crate::resources::Resources;
 use crate::scheduling::pod::{Constraints, SchedPod};
-use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::requirements::Requirements;
 use crate::scheduling::taints::Effect;
-use crate::scheduling::topology::{Candidate, HostId, Topology, TopologyReject};
+use crate::scheduling::topology::{
+    Candidate, DomainSource, DomainSources, HostId, Topology, TopologyReject,
+};
 
-/// How a solve plans.
+/// How a solve plans. `Best` is what the provisioner and disruption run;
+/// the others are its parts, and can be run alone (`nodewright bench
+/// scheduling --strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     /// Karpenter's algorithm: pods largest first, each into the in-flight
@@ -30,8 +31,10 @@ pub enum Strategy {
     /// (whatever that type costs), else a new claim; each claim launches as
     /// the cheapest type that holds its pods.
     Karpenter,
-    /// The guide's fluid linear program picks the types and how many pods
-    /// of each kind each takes (see `Solver::guide`).
+    /// The guide's fluid linear program (`packing::guide`) picks the types
+    /// and how many pods of each kind each takes; pods are placed type by
+    /// type in its proportions (`Solver::guide`), then claims are repaired
+    /// onto smaller nodes where that is cheaper (`packing::repair`).
     Guided,
     /// The guide's whole-pod program (`packing::patterns`) picks the
     /// nodes and the pods each holds; the fluid split where it has no plan.
@@ -41,9 +44,24 @@ pub enum Strategy {
     /// more than its pods would alone. Sound on small batches, where whole
     /// pods on few nodes are far from the guide's fluid view.
     Standalone,
-    /// The cheapest of Guided, Karpenter and, for batches of up to
-    /// `STANDALONE_UP_TO` pods, Standalone: never costlier than Karpenter's
-    /// plan, nor (on those batches) than a node per pod.
+    /// The best of several strategies' plans: the one that places more
+    /// pods, then costs less, then has fewer claims. It solves, in order:
+    /// 1. `Patterns`, and `Guided` too unless the Patterns plan placed
+    ///    every pod within `CLOSE_TO_BOUND` (0.5 %) of the whole-pod bound
+    ///    its program proved. When more than half of the batch's pods are
+    ///    in spreads or (anti-)affinity groups, `Guided` alone: those pods go
+    ///    where their groups let them, not where the program packs them.
+    /// 2. `Karpenter`, stopped as soon as its claims cost more than the
+    ///    plan so far when that plan placed every pod (a claim's price only
+    ///    rises as pods join it, so such a plan could not win). So `Best` is
+    ///    never costlier than Karpenter's algorithm on the same input.
+    /// 3. On batches of up to `STANDALONE_UP_TO` (500) pods, `Standalone`:
+    ///    there no plan costs more than a node per pod.
+    ///
+    /// Every solve is forked from one prototype that worked out the batch's
+    /// classes, and only the plan kept becomes launch requests (`Outcome`).
+    /// This is the one description of `Best`; the module doc,
+    /// `shared/docs/packing.md` and `shared/docs/benchmarks.md` point here.
     Best,
 }
 
@@ -131,77 +149,78 @@ pub fn solve(
     outcome.finish()
 }
 
+/// One solve of a batch with one strategy. Its fields, in four parts:
+/// what it reads; the batch's classes and what the batch asks again and
+/// again (worked out by a prototype and copied into each solve forked from
+/// it: `fork`); what the solve has placed so far; and what its strategy
+/// keeps (the guide's targets, Karpenter's budget, the repair's memo).
 pub(super) struct Solver<'a> {
+    // What the solve reads.
     pub(super) pods: &'a [SchedPod],
+    /// The batch's pods grouped by what decides their class (`BatchPods`).
+    pub(super) batch: &'a BatchPods,
     pub(super) nodes: &'a [ExistingNode],
     pub(super) options: &'a SolveOptions,
-    /// `Karpenter` or `Guided`.
     pub(super) strategy: Strategy,
+    /// Per pool, what a solve knows of it and has reserved against its limits.
     pub(super) pools: Vec<PoolState<'a>>,
     /// Pools by weight (high first), then name.
     pub(super) pool_order: Vec<usize>,
+    pub(super) any_prefer_no_schedule: bool,
+
+    // What the batch's solves share.
+    pub(super) classes: Classes,
+    pub(super) interned: Interned,
+    /// The guide's split, shared by the solves of one batch.
+    pub(super) splits: &'a guide::SplitMemo,
+
+    // What the solve has placed.
+    /// Per existing node, what this solve placed on it.
     pub(super) node_state: Vec<NodeState>,
     pub(super) claims: Vec<Claim>,
     /// For Karpenter's order: claim indices by pod count, each bucket by age.
     pub(super) by_pods: Vec<Vec<u32>>,
+    /// The topology groups and their counts, placements included.
     pub(super) topology: Topology,
-    pub(super) classes: Vec<Class>,
-    /// Shared by the solves forked from one (`Solver::fork`), copied on
-    /// the first write of one (a class made for a relaxed pod).
-    pub(super) class_index: Arc<FxHashMap<ClassKey, usize>>,
-    pub(super) class_by_shape: Arc<FxHashMap<ShapeKey, usize>>,
-    /// (Free class, guidance) → its guided variant.
-    pub(super) guided_classes: FxHashMap<(u32, Guidance), usize>,
-    /// The batch's pods grouped by what decides their class (`BatchPods`).
-    pub(super) batch: &'a BatchPods,
-    /// Per `BatchPods` group, its Free class at its first relaxation, once known.
-    pub(super) group_class: Vec<Option<u32>>,
     /// Per placed pod, the Free class it was placed as (at the relaxation
     /// it was placed at).
     pub(super) placed: Vec<Option<u32>>,
-    /// Split candidates by (pool, the pods' compatibility sets, the claim's
-    /// requirements): see `repair`.
-    pub(super) split_memo: FxHashMap<(usize, Vec<u32>, u32), Rc<[(f64, usize)]>>,
-    /// Re-packings by what decides them: see `repair::RepackKey`.
-    pub(super) repack_memo: FxHashMap<repair::RepackKey, Option<repair::Repack>>,
-    /// `zone_scope` by the requirements it narrows and the pools tolerated.
-    pub(super) zone_scopes: FxHashMap<(Requirements, Vec<bool>), Requirements>,
-    /// Node requirements of classes and requirements of claims, interned:
-    /// their ids, and by id the one shared copy.
-    pub(super) req_index: FxHashMap<Arc<Requirements>, u32>,
-    pub(super) req_table: Vec<Arc<Requirements>>,
-    /// (claim's, class's requirements) → how they join (see `Join`).
-    pub(super) joins: FxHashMap<(u32, u32), Join>,
-    /// (pool, interned node requirements) → index into `compat_sets`.
-    pub(super) compat_index: FxHashMap<(usize, u32), u32>,
-    /// Per pool and node requirements: the instance types that satisfy them,
-    /// and what the requirements allow of the pool's offerings.
-    pub(super) compat_sets: Vec<FixedBitSet>,
-    pub(super) compat_masks: Vec<u128>,
-    /// (compatibility set, requests) → `alone_price`.
-    pub(super) alone_prices: FxHashMap<(u32, Resources), f64>,
-    /// Per `AlikeKey`, the claims that refused its classes for good.
-    pub(super) alike: Vec<Alike>,
-    pub(super) alike_index: FxHashMap<AlikeKey, u32>,
+    pub(super) bindings: Vec<(usize, String)>,
+    /// Topology answers within one `place` call (topology does not change
+    /// until the pod is placed), by the claim's requirements on the keys.
+    pub(super) admit_memo: Vec<(u32, Result<Requirements, TopologyReject>)>,
+
+    // What the strategy keeps.
     /// Per pod, the type the guide sends it to (guided solves only).
     pub(super) targets: Vec<Option<Target>>,
     /// What any whole-pod plan pays at least for the pods the guide
     /// serves, when the pattern program proves it (`patterns::Planned::bound`).
     pub(super) bound: Option<f64>,
-    pub(super) any_prefer_no_schedule: bool,
-    pub(super) bindings: Vec<(usize, String)>,
-    /// Topology answers within one `place` call (topology does not change
-    /// until the pod is placed), by the claim's requirements on the keys.
-    pub(super) admit_memo: Vec<(u32, Result<Requirements, TopologyReject>)>,
-    /// Every non-hostname topology key; a claim's requirements on them, interned, are its signature.
-    pub(super) topo_keys: Vec<String>,
-    pub(super) signatures: FxHashMap<Vec<Option<Requirement>>, u32>,
-    /// What a plan of Karpenter's algorithm may cost before the solve is
-    /// abandoned (`run_within`), and what its claims cost at least so far.
-    pub(super) budget: f64,
+    /// Karpenter's solve under `run_within`.
+    pub(super) budget: Budget,
+    /// What the repair works out once per kind of claim.
+    pub(super) repair_memo: repair::Memo,
+}
+
+/// What a plan of Karpenter's algorithm may cost before its solve is
+/// abandoned (`Solver::run_within`), and what its claims cost at least so
+/// far; no limit in every other solve.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Budget {
+    pub(super) limit: f64,
     pub(super) committed: f64,
-    /// The guide's split, shared by the solves of one batch.
-    pub(super) splits: &'a guide::SplitMemo,
+}
+
+impl Budget {
+    const NONE: Budget = Budget {
+        limit: f64::INFINITY,
+        committed: 0.0,
+    };
+
+    /// A limit was set: the solve keeps its running cost.
+    pub(super) fn is_set(&self) -> bool {
+        self.limit.is_finite()
+    }
 }
 
 impl<'a> Solver<'a> {
@@ -229,11 +248,12 @@ impl<'a> Solver<'a> {
                 .then_with(|| pools[*a].pool.name.cmp(&pools[*b].pool.name))
         });
 
-        let mut topology = Topology::new(domain_universe(pools, nodes));
+        let (universe, sources) = domain_universe(pools, nodes);
+        let mut topology = Topology::new(universe).with_sources(sources);
         // Pods of one group carry the same constraints: one registers them.
         for &i in &batch.representatives {
             let p = &pods[i as usize];
-            topology.register(&p.spreads, &p.affinity, &p.pod.namespace);
+            topology.register(&p.spreads, &p.affinity, &p.pod.namespace, &p.tolerations);
         }
         for n in nodes {
             for p in &n.pods {
@@ -244,7 +264,7 @@ impl<'a> Solver<'a> {
                     .filter(|t| t.anti && t.weight.is_none())
                     .cloned()
                     .collect();
-                topology.register(&[], &anti, &p.pod.namespace);
+                topology.register(&[], &anti, &p.pod.namespace, &[]);
             }
         }
         let any_prefer_no_schedule = pools.iter().any(|p| {
@@ -259,11 +279,16 @@ impl<'a> Solver<'a> {
         });
         let mut solver = Solver {
             pods,
+            batch,
             nodes,
             options,
             strategy,
             pools: pool_states,
             pool_order,
+            any_prefer_no_schedule,
+            classes: Classes::new(batch.representatives.len()),
+            interned: Interned::default(),
+            splits,
             node_state: nodes
                 .iter()
                 .map(|n| NodeState {
@@ -274,37 +299,15 @@ impl<'a> Solver<'a> {
             claims: Vec::new(),
             by_pods: Vec::new(),
             topology,
-            classes: Vec::new(),
-            class_index: Arc::default(),
-            class_by_shape: Arc::default(),
-            guided_classes: FxHashMap::default(),
-            batch,
-            group_class: vec![None; batch.representatives.len()],
             placed: vec![None; pods.len()],
-            split_memo: FxHashMap::default(),
-            repack_memo: FxHashMap::default(),
-            zone_scopes: FxHashMap::default(),
-            req_index: FxHashMap::default(),
-            req_table: Vec::new(),
-            joins: FxHashMap::default(),
-            compat_index: FxHashMap::default(),
-            compat_sets: Vec::new(),
-            compat_masks: Vec::new(),
-            alone_prices: FxHashMap::default(),
-            any_prefer_no_schedule,
-            targets: Vec::new(),
-            bound: None,
-            alike: Vec::new(),
-            alike_index: FxHashMap::default(),
             bindings: Vec::new(),
             admit_memo: Vec::new(),
-            topo_keys: Vec::new(),
-            signatures: FxHashMap::default(),
-            budget: f64::INFINITY,
-            committed: 0.0,
-            splits,
+            targets: Vec::new(),
+            bound: None,
+            budget: Budget::NONE,
+            repair_memo: repair::Memo::default(),
         };
-        solver.topo_keys = solver.topology.domain_keys_all();
+        solver.interned.topo_keys = solver.topology.domain_keys_all();
         // Pods already running count towards topology.
         for (i, n) in nodes.iter().enumerate() {
             for p in &n.pods {
@@ -331,6 +334,7 @@ impl<'a> Solver<'a> {
                         host: i as HostId,
                         labels: &n.labels,
                     },
+                    &n.taints,
                 );
                 solver.node_state[i]
                     .ports
@@ -362,51 +366,27 @@ impl<'a> Solver<'a> {
         );
         Solver {
             pods: self.pods,
+            batch: self.batch,
             nodes: self.nodes,
             options: self.options,
             strategy,
             pools: self.pools.clone(),
             pool_order: self.pool_order.clone(),
+            any_prefer_no_schedule: self.any_prefer_no_schedule,
+            classes: self.classes.fork(),
+            interned: self.interned.clone(),
+            splits: self.splits,
             node_state: self.node_state.clone(),
             claims: Vec::new(),
             by_pods: Vec::new(),
             topology: self.topology.clone(),
-            classes: self.classes.iter().map(Class::forked).collect(),
-            class_index: self.class_index.clone(),
-            class_by_shape: self.class_by_shape.clone(),
-            guided_classes: FxHashMap::default(),
-            batch: self.batch,
-            group_class: self.group_class.clone(),
             placed: vec![None; self.pods.len()],
-            split_memo: FxHashMap::default(),
-            repack_memo: FxHashMap::default(),
-            zone_scopes: self.zone_scopes.clone(),
-            req_index: self.req_index.clone(),
-            req_table: self.req_table.clone(),
-            joins: self.joins.clone(),
-            compat_index: self.compat_index.clone(),
-            compat_sets: self.compat_sets.clone(),
-            compat_masks: self.compat_masks.clone(),
-            alone_prices: self.alone_prices.clone(),
-            alike: self
-                .alike
-                .iter()
-                .map(|_| Alike {
-                    cursor: 0,
-                    refused: FixedBitSet::new(),
-                })
-                .collect(),
-            alike_index: self.alike_index.clone(),
-            targets: Vec::new(),
-            bound: None,
-            any_prefer_no_schedule: self.any_prefer_no_schedule,
             bindings: Vec::new(),
             admit_memo: Vec::new(),
-            topo_keys: self.topo_keys.clone(),
-            signatures: self.signatures.clone(),
-            budget: f64::INFINITY,
-            committed: 0.0,
-            splits: self.splits,
+            targets: Vec::new(),
+            bound: None,
+            budget: Budget::NONE,
+            repair_memo: repair::Memo::default(),
         }
     }
 
@@ -424,14 +404,14 @@ impl<'a> Solver<'a> {
     /// far is a lower bound of what the plan will cost.
     pub(super) fn run_within(mut self, budget: f64) -> Option<Outcome<'a>> {
         debug_assert_eq!(self.strategy, Strategy::Karpenter);
-        self.budget = budget;
+        self.budget.limit = budget;
         let failed = self.place_all();
         (!self.over_budget()).then(|| self.conclude(failed))
     }
 
     pub(super) fn over_budget(&self) -> bool {
         // The margin absorbs the rounding of a running sum.
-        self.committed > self.budget + 1e-6
+        self.budget.committed > self.budget.limit + 1e-6
     }
 
     pub(super) fn conclude(mut self, failed: Vec<usize>) -> Outcome<'a> {
@@ -558,14 +538,29 @@ impl<'a> Solver<'a> {
     }
 }
 
-/// Zones and capacity types from every pool's offerings, plus the labels of
-/// existing nodes, for every key a topology constraint may use.
+/// Zones and capacity types from every pool's offerings, the values its
+/// requirements and labels allow (every value of an `In`: a claim picks
+/// one, so each is a domain, as in Karpenter's domain groups) and those of
+/// its instance types, plus the labels of existing nodes, for every key a
+/// topology constraint may use; and which NodePool or node offers each.
 pub(super) fn domain_universe(
     pools: &[PoolInput],
     nodes: &[ExistingNode],
-) -> FxHashMap<String, Vec<String>> {
+) -> (FxHashMap<String, Vec<String>>, DomainSources) {
     let mut u: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut sources = DomainSources::default();
     for p in pools {
+        // An untainted pool's values are open to every pod.
+        let source = (!p.pool.taints.is_empty()).then(|| {
+            sources.add(DomainSource {
+                node_labels: None,
+                taints: p.pool.taints.clone(),
+            })
+        });
+        let mut offer = |u: &mut BTreeMap<String, BTreeSet<String>>, k: &str, v: &str| {
+            sources.offer(k, v, source);
+            u.entry(k.to_owned()).or_default().insert(v.to_owned());
+        };
         for it in &p.instance_types {
             for o in &it.offerings {
                 if o.available
@@ -574,36 +569,50 @@ pub(super) fn domain_universe(
                         .requirements
                         .allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
                 {
-                    u.entry(labels::ZONE.to_owned())
-                        .or_default()
-                        .insert(o.zone.clone());
-                    u.entry(labels::CAPACITY_TYPE.to_owned())
-                        .or_default()
-                        .insert(o.capacity_type.clone());
+                    offer(&mut u, labels::ZONE, &o.zone);
+                    offer(&mut u, labels::CAPACITY_TYPE, &o.capacity_type);
                 }
             }
             for (k, r) in it.requirements.iter() {
-                if let Some(v) = r.single_value() {
-                    if k != labels::ZONE && k != labels::CAPACITY_TYPE {
-                        u.entry(k.to_owned()).or_default().insert(v.to_owned());
-                    }
+                if let Some(v) = r.single_value()
+                    && k != labels::ZONE
+                    && k != labels::CAPACITY_TYPE
+                {
+                    offer(&mut u, k, v);
                 }
             }
         }
         for (k, r) in p.pool.requirements.iter() {
-            if let Some(v) = r.single_value() {
-                u.entry(k.to_owned()).or_default().insert(v.to_owned());
+            if (k == labels::ZONE || k == labels::CAPACITY_TYPE) && r.single_value().is_none() {
+                // Zones and capacity types come from the offerings above: a
+                // listed zone without one is no domain a node can reach.
+                continue;
+            }
+            for v in r.finite_values().into_iter().flatten() {
+                offer(&mut u, k, v);
             }
         }
     }
     for n in nodes {
+        let mut source = None;
         for (k, v) in &n.labels {
             u.entry(k.clone()).or_default().insert(v.clone());
+            if !sources.open_by_pool(k, v) {
+                let s = *source.get_or_insert_with(|| {
+                    sources.add(DomainSource {
+                        node_labels: Some(n.labels.clone()),
+                        taints: n.taints.clone(),
+                    })
+                });
+                sources.offer(k, v, Some(s));
+            }
         }
     }
-    u.into_iter()
+    let universe = u
+        .into_iter()
         .map(|(k, v)| (k, v.into_iter().collect()))
-        .collect()
+        .collect();
+    (universe, sources)
 }
 
 /// Whether a claim's types are checked against its pods only once placement
@@ -622,6 +631,45 @@ mod tests {
     use crate::packing::offerings::OfferingMasks;
     use crate::provisioning::plan::instance_types;
     use crate::workload::w2::{self, Capacity, Mix, PoolRequirements};
+
+    /// Every value a NodePool's `In` requirement allows is a domain (a
+    /// claim picks one), open to every pod when the pool is untainted and
+    /// offered by the pool alone when it is tainted; a value only an
+    /// existing node has is offered by that node.
+    #[test]
+    fn pool_requirement_values_are_domains_with_their_sources() {
+        use crate::scheduling::requirements::Requirement;
+        use crate::scheduling::taints::Taint;
+        let mut open = w2::pool(Capacity::SpotAndOnDemand, PoolRequirements::Open);
+        open.name = "open".to_owned();
+        open.requirements
+            .add("spread", Requirement::any_of(["1", "2"]));
+        let mut tainted = w2::pool(Capacity::SpotAndOnDemand, PoolRequirements::Open);
+        tainted.name = "tainted".to_owned();
+        tainted.requirements.add("spread", Requirement::single("3"));
+        tainted.taints = vec![Taint::new("k", "v", Effect::NoSchedule)];
+        let node = ExistingNode {
+            name: "n".to_owned(),
+            labels: BTreeMap::from([("spread".to_owned(), "4".to_owned())]),
+            ..Default::default()
+        };
+        let (universe, sources) = domain_universe(
+            &[
+                PoolInput::new(open, vec![]),
+                PoolInput::new(tainted, vec![]),
+            ],
+            &[node],
+        );
+        assert_eq!(universe["spread"], ["1", "2", "3", "4"]);
+        assert!(sources.open_by_pool("spread", "1") && sources.open_by_pool("spread", "2"));
+        for v in ["3", "4"] {
+            assert!(!sources.open_by_pool("spread", v), "{v} is not open");
+            assert_eq!(sources.by_value["spread"][v].len(), 1, "{v}: one source");
+        }
+        let of = |v: &str| &sources.sources[sources.by_value["spread"][v][0] as usize];
+        assert!(of("3").node_labels.is_none() && of("3").taints.len() == 1);
+        assert!(of("4").node_labels.is_some() && of("4").taints.is_empty());
+    }
 
     /// Pools with more (zone, capacity type) pairs than a mask holds judge
     /// offerings by requirements: the same answers as masks give. Each
@@ -672,7 +720,7 @@ mod tests {
                         ps.offerings = OfferingMasks::new(&[]);
                         ps.offerings.pairs = None;
                     }
-                    for c in &mut unmasked.compat_masks {
+                    for c in &mut unmasked.interned.compat_masks {
                         *c = 0;
                     }
                     let unmasked = unmasked.run_with_bound().0.finish();

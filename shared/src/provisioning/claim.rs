@@ -8,13 +8,27 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::KubeletConfig;
-use crate::ports::{Instance, PodKey, PricedOffering, Timestamp, Usage};
+use crate::ports::{Instance, PodKey, PricedOffering, SignedDuration, Timestamp, Usage};
 use crate::resources::{self, Resources};
 use crate::scheduling::taints::Taint;
 
 /// The taint a node registers with until we have bound its pods, so that
 /// kube-scheduler cannot hand the room we planned to other pods first.
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
+/// The `NoSchedule` taint a registered node carries while nodewright binds
+/// the pods it planned there: put on before the unregistered taint is
+/// lifted and lifted after the last bind, so kube-scheduler places nothing
+/// on the node meanwhile. The API server checks no capacity on a bind:
+/// with the node open, kube-scheduler and nodewright would each fill the
+/// same room. The kubelet admits a pod despite a `NoSchedule` taint (it
+/// rejects only an untolerated `NoExecute` one).
+pub const BINDING_TAINT_KEY: &str = "nodewright.io/binding";
+
+/// Whether a taint is one nodewright puts on its own nodes until their
+/// planned pods are bound (and lifts itself).
+pub fn is_registration_taint(key: &str) -> bool {
+    key == UNREGISTERED_TAINT_KEY || key == BINDING_TAINT_KEY
+}
 /// Label carrying the claim id on the Node (as Karpenter's NodeClaim name).
 pub const CLAIM_LABEL: &str = "karpenter.sh/nodeclaim";
 
@@ -68,6 +82,12 @@ pub struct Claim {
     /// Launch options, cheapest first.
     pub options: Vec<PricedOffering>,
     pub labels: BTreeMap<String, String>,
+    /// The NodePool template's `metadata.annotations` when the claim was
+    /// made, as Karpenter's NodeClaim carries them (repair reads
+    /// `karpenter.sh/do-not-repair` here too); registration puts the pool's
+    /// on the Node (`lifecycle::node_metadata`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
     /// Taints the node registers with.
     pub taints: Vec<Taint>,
     pub kubelet: KubeletConfig,
@@ -133,6 +153,26 @@ pub struct DisruptionState {
     /// When the node was first seen without reschedulable pods; `None` while it has some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub empty_since: Option<Timestamp>,
+    /// Repairs of this node rolled back because their replacement failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repair_failures: u32,
+    /// No repair of this node before this time (after a rolled-back one:
+    /// [`repair_backoff`] of `repair_failures`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_retry_at: Option<Timestamp>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// How long a node waits for its next repair after `failures` repairs
+/// rolled back in a row: 5 minutes, doubling, at most an hour — a pool
+/// whose replacements keep failing (no capacity, a bad AMI) is not asked
+/// for a new one on every pass.
+pub fn repair_backoff(failures: u32) -> SignedDuration {
+    let mins = 5i64.saturating_mul(1i64 << failures.saturating_sub(1).min(10));
+    SignedDuration::from_mins(mins.min(60))
 }
 
 impl Claim {

@@ -3,16 +3,17 @@
 //! (instances without a claim — adopted or terminated —, claims without an
 //! instance). Pure.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::claim::{
-    CLAIM_LABEL, Claim, ClaimInstance, LaunchStamp, NODES, Phase, UNREGISTERED_TAINT_KEY,
-    reservation_of,
+    BINDING_TAINT_KEY, CLAIM_LABEL, Claim, ClaimInstance, LaunchStamp, NODES, Phase,
+    is_registration_taint, reservation_of,
 };
 use crate::ports::{
-    CloudCatalog, Instance, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
+    CloudCatalog, Instance, LaunchTemplate, PodKey, PricedOffering, SignedDuration, Timestamp,
+    Usage,
 };
 
 /// Karpenter's registration TTL.
@@ -32,13 +33,20 @@ pub const MISSING_INSTANCE_GRACE: SignedDuration = SignedDuration::from_mins(1);
 pub enum LifecycleAction {
     /// The claim was written but its launch not recorded: launch (idempotently) again.
     Launch { claim: Claim },
-    /// The claim's Node registered: lift our taint, bind the still-pending pods.
+    /// The claim's Node registered: lift our taint, bind the still-pending
+    /// pods. `lift_taint`: the node carries one of our registration taints
+    /// (unregistered, or binding left by an invocation that stopped).
     Register {
         claim: Claim,
         node: String,
         lift_taint: bool,
         bind: Vec<PodKey>,
     },
+    /// A registered claim's node still carries the binding taint (an
+    /// invocation stopped between putting it on and lifting it, or the
+    /// claim was recovered after state loss): lift it, or kube-scheduler
+    /// never uses the node.
+    LiftBindingTaint { claim: Claim, node: String },
     /// No Node within the timeout: terminate the instance and drop the claim.
     RegistrationTimedOut { claim: Claim },
     /// The instance is gone: drop the claim (and its Node, if any).
@@ -58,6 +66,41 @@ pub enum LifecycleAction {
 
 fn provider_id(n: &Node) -> Option<&str> {
     n.spec.as_ref()?.provider_id.as_deref()
+}
+
+/// The labels and annotations a registered node of the claim must carry
+/// beyond what its kubelet set: the claim's labels (NodePool template
+/// labels, its requirements' values, the NodePool's name), every fact of
+/// its instance type that is a label (family, CPU, GPU, …, as Karpenter
+/// labels its nodes), the zone id, and the template's annotations.
+pub fn node_metadata(
+    claim: &Claim,
+    catalog: &crate::ports::CloudCatalog,
+    pool: Option<&crate::config::NodePool>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut labels = BTreeMap::new();
+    // Claims recorded before tenancy was chosen launched on shared hardware.
+    labels.insert(
+        crate::scheduling::labels::INSTANCE_TENANCY.to_owned(),
+        crate::scheduling::labels::TENANCY_DEFAULT.to_owned(),
+    );
+    if let Some(instance) = &claim.instance {
+        if let Some(info) = catalog
+            .instance_types
+            .iter()
+            .find(|t| t.name == instance.instance_type)
+        {
+            labels.extend(info.requirements().single_valued_labels());
+        }
+        if let Some(id) = catalog.zone_ids.get(&instance.zone) {
+            labels.insert(crate::scheduling::labels::ZONE_ID.to_owned(), id.clone());
+        }
+    }
+    labels.extend(claim.labels.clone());
+    let annotations = pool
+        .map(|p| p.template_annotations.clone())
+        .unwrap_or_default();
+    (labels, annotations)
 }
 
 /// Registration and launch retries, from claims, nodes and pending pods.
@@ -88,11 +131,7 @@ pub fn registration(
                     continue;
                 };
                 if let Some(node) = nodes_by_provider.get(instance.provider_id.as_str()) {
-                    let lift_taint = node
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_some_and(|ts| ts.iter().any(|t| t.key == UNREGISTERED_TAINT_KEY));
+                    let lift_taint = has_taint(node, is_registration_taint);
                     let bind = c
                         .pods
                         .iter()
@@ -109,10 +148,29 @@ pub fn registration(
                     actions.push(LifecycleAction::RegistrationTimedOut { claim: c.clone() });
                 }
             }
-            Phase::Registered => {}
+            Phase::Registered => {
+                let Some(instance) = &c.instance else {
+                    continue;
+                };
+                if let Some(node) = nodes_by_provider.get(instance.provider_id.as_str())
+                    && has_taint(node, |k| k == BINDING_TAINT_KEY)
+                {
+                    actions.push(LifecycleAction::LiftBindingTaint {
+                        claim: c.clone(),
+                        node: node.metadata.name.clone().unwrap_or_default(),
+                    });
+                }
+            }
         }
     }
     actions
+}
+
+fn has_taint(node: &Node, key: impl Fn(&str) -> bool) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| key(&t.key)))
 }
 
 /// Why garbage collection may not act at all this pass.
@@ -284,6 +342,126 @@ pub fn collect_garbage(
     out
 }
 
+/// A launch template of ours is never deleted younger than this: a launch
+/// that resolved it a moment ago may still be calling CreateFleet with it.
+pub const LAUNCH_TEMPLATE_GRACE: SignedDuration = SignedDuration::from_mins(10);
+
+/// What one launch-template clean-up pass decided: the templates to
+/// delete with why, and every one kept with why (the handler logs both).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TemplateGarbage {
+    pub delete: Vec<(LaunchTemplate, String)>,
+    pub kept: Vec<LeftAlone>,
+}
+
+/// Which of our launch templates (those listed with our ownership tag:
+/// nothing else is ever listed) no longer serve anything. `current` maps
+/// each configured NodeClass to the AMIs it resolves to now (empty when
+/// that is not known). A template is deleted only when all hold:
+/// - no state item is unreadable (`blocked`: a claim we cannot read may be
+///   launching with it);
+/// - it is older than [`LAUNCH_TEMPLATE_GRACE`];
+/// - no claim of its NodeClass is launching (not yet holding an instance:
+///   its launch, or its retry, may use any template of the class);
+/// - no live claim of its NodeClass runs on its AMI;
+/// - it is not a current template of its NodeClass: the class is no
+///   longer configured, or its AMI is not among those the class resolves
+///   to now (a class whose AMIs are not known keeps all its templates).
+///
+/// Karpenter's provider deletes a template a minute after its last use
+/// and all of an EC2NodeClass's when the class goes
+/// (`pkg/providers/launchtemplate/launchtemplate.go`); this keeps the
+/// same effect without a process-local cache, from the claims and what
+/// the classes resolve to.
+pub fn unused_launch_templates(
+    templates: &[LaunchTemplate],
+    claims: &[Claim],
+    current: &BTreeMap<String, Vec<String>>,
+    blocked: Option<GcBlock>,
+    now: Timestamp,
+) -> TemplateGarbage {
+    let mut out = TemplateGarbage::default();
+    let keep = |out: &mut TemplateGarbage, t: &LaunchTemplate, reason: String| {
+        out.kept.push(LeftAlone {
+            subject: t.name.clone(),
+            reason,
+        })
+    };
+    for t in templates {
+        if let Some(GcBlock::Unreadable(n)) = blocked {
+            keep(
+                &mut out,
+                t,
+                format!("{n} state item(s) cannot be read: template clean-up waits"),
+            );
+            continue;
+        }
+        let age = now.duration_since(t.created_at);
+        if age < LAUNCH_TEMPLATE_GRACE {
+            keep(
+                &mut out,
+                t,
+                format!("created {}s ago: a launch may be using it", age.as_secs()),
+            );
+            continue;
+        }
+        let class = t.node_class.as_deref();
+        let of_class = |c: &Claim| {
+            c.node_class.is_none() || class.is_none() || c.node_class.as_deref() == class
+        };
+        if let Some(c) = claims.iter().find(|c| of_class(c) && c.instance.is_none()) {
+            keep(
+                &mut out,
+                t,
+                format!("nodeclaim {} of its NodeClass is launching", c.id),
+            );
+            continue;
+        }
+        if let Some(c) = claims
+            .iter()
+            .find(|c| of_class(c) && t.image_id.is_some() && c.stamp.image_id == t.image_id)
+        {
+            keep(&mut out, t, format!("nodeclaim {} runs on its image", c.id));
+            continue;
+        }
+        let Some(class) = class else {
+            keep(&mut out, t, "it names no NodeClass".to_owned());
+            continue;
+        };
+        let reason = match current.get(class) {
+            None => format!("NodeClass {class} is no longer configured"),
+            Some(images) if images.is_empty() => {
+                keep(
+                    &mut out,
+                    t,
+                    format!("the AMIs NodeClass {class} resolves to are not known"),
+                );
+                continue;
+            }
+            Some(images) => match t.image_id.as_deref() {
+                Some(image) if images.iter().any(|i| i == image) => {
+                    keep(
+                        &mut out,
+                        t,
+                        format!("a current template of NodeClass {class}"),
+                    );
+                    continue;
+                }
+                Some(image) => format!(
+                    "NodeClass {class} no longer resolves to {image} (now {})",
+                    images.join(", ")
+                ),
+                None => format!(
+                    "it does not say its AMI, so it is not one NodeClass {class} launches with now"
+                ),
+            },
+        };
+        out.delete
+            .push((t.clone(), format!("{reason}; no nodeclaim uses it")));
+    }
+    out
+}
+
 /// What an adopted instance counts against its pool: its type's capacity
 /// (with the default kubelet) and one node; one node alone when the catalog
 /// does not know the type.
@@ -346,6 +524,7 @@ pub fn adopted_claim(
             price: instance.price,
         }],
         labels,
+        annotations: Default::default(),
         taints: Vec::new(),
         kubelet: Default::default(),
         pods: Vec::new(),
@@ -408,6 +587,42 @@ mod tests {
         let mut c = adopted_claim(i, None, i.launched_at).expect("claim");
         c.node_name = Some(node.to_owned());
         c
+    }
+
+    #[test]
+    fn a_binding_taint_left_on_a_node_is_lifted_whether_or_not_its_claim_registered() {
+        let i = instance("i-1", Some("c"), t(0));
+        let mut tainted = node("n1", &i, true);
+        tainted.spec.get_or_insert_with(Default::default).taints =
+            Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: BINDING_TAINT_KEY.to_owned(),
+                effect: "NoSchedule".to_owned(),
+                ..Default::default()
+            }]);
+        // Stopped before the claim said registered: registered again, the
+        // taint lifted.
+        let mut launched = claim_of(&i, "n1");
+        launched.node_name = None;
+        assert_eq!(launched.phase(), Phase::Launched);
+        let actions = registration(&[launched], std::slice::from_ref(&tainted), &[], t(1));
+        assert!(
+            matches!(&actions[..], [LifecycleAction::Register { lift_taint: true, bind, .. }] if bind.is_empty()),
+            "{actions:?}"
+        );
+        // A registered claim (recovered after state loss) whose node kept it.
+        let registered = claim_of(&i, "n1");
+        let actions = registration(
+            std::slice::from_ref(&registered),
+            std::slice::from_ref(&tainted),
+            &[],
+            t(1),
+        );
+        assert!(
+            matches!(&actions[..], [LifecycleAction::LiftBindingTaint { node, .. }] if node == "n1"),
+            "{actions:?}"
+        );
+        // Without it, a registered claim asks for nothing.
+        assert!(registration(&[registered], &[node("n1", &i, true)], &[], t(1)).is_empty());
     }
 
     fn adopted(g: &Garbage) -> Vec<(&str, Option<&str>, &str)> {
@@ -572,5 +787,97 @@ mod tests {
             g.actions.as_slice(),
             [LifecycleAction::InstanceGone { .. }]
         ));
+    }
+
+    fn template(
+        name: &str,
+        class: Option<&str>,
+        image: Option<&str>,
+        created: Timestamp,
+    ) -> LaunchTemplate {
+        LaunchTemplate {
+            id: format!("lt-{name}"),
+            name: name.to_owned(),
+            created_at: created,
+            node_class: class.map(str::to_owned),
+            pool: Some("default".to_owned()),
+            image_id: image.map(str::to_owned),
+        }
+    }
+
+    fn deleted(g: &TemplateGarbage) -> Vec<&str> {
+        g.delete.iter().map(|(t, _)| t.name.as_str()).collect()
+    }
+
+    #[test]
+    fn launch_templates_are_deleted_only_when_nothing_uses_them() {
+        let running = claim_of(&instance("i-1", Some("default-aaaaa"), t(0)), "n-1");
+        assert_eq!(running.stamp.image_id.as_deref(), Some("ami-1"));
+        let templates = [
+            template("young", Some("default"), Some("ami-0"), t(55)),
+            template("in-use", Some("default"), Some("ami-1"), t(0)),
+            template("current", Some("default"), Some("ami-2"), t(0)),
+            template("old", Some("default"), Some("ami-0"), t(0)),
+            template("class-gone", Some("gone"), Some("ami-2"), t(0)),
+            template("no-image-tag", Some("default"), None, t(0)),
+            template("unresolved", Some("unknown"), Some("ami-0"), t(0)),
+        ];
+        let current: BTreeMap<String, Vec<String>> = [
+            ("default".to_owned(), vec!["ami-2".to_owned()]),
+            ("unknown".to_owned(), Vec::new()),
+        ]
+        .into();
+        let g = unused_launch_templates(
+            &templates,
+            std::slice::from_ref(&running),
+            &current,
+            None,
+            t(60),
+        );
+        assert_eq!(deleted(&g), ["old", "class-gone", "no-image-tag"], "{g:?}");
+        let why = |name: &str| {
+            g.kept
+                .iter()
+                .find(|k| k.subject == name)
+                .map(|k| k.reason.clone())
+                .unwrap_or_default()
+        };
+        assert!(why("young").contains("ago"), "{}", why("young"));
+        assert!(why("in-use").contains("default-aaaaa"), "{}", why("in-use"));
+        assert!(why("current").contains("current"), "{}", why("current"));
+        assert!(
+            why("unresolved").contains("not known"),
+            "{}",
+            why("unresolved")
+        );
+        assert!(
+            g.delete[1].1.contains("no longer configured"),
+            "{:?}",
+            g.delete[1]
+        );
+
+        // A claim of the class still launching keeps every template of it.
+        let mut launching = running.clone();
+        launching.id = "default-bbbbb".to_owned();
+        launching.instance = None;
+        let g = unused_launch_templates(
+            &templates,
+            &[running.clone(), launching],
+            &current,
+            None,
+            t(60),
+        );
+        assert_eq!(deleted(&g), ["class-gone"], "{g:?}");
+
+        // While a state item cannot be read, nothing is deleted.
+        let g = unused_launch_templates(
+            &templates,
+            &[running],
+            &current,
+            Some(GcBlock::Unreadable(1)),
+            t(60),
+        );
+        assert!(g.delete.is_empty(), "{g:?}");
+        assert_eq!(g.kept.len(), templates.len());
     }
 }

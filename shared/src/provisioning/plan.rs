@@ -11,15 +11,15 @@ use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
 use crate::config::{NodeClass, NodePool};
 use crate::disruption::drift;
-use crate::packing::{ExistingNode, NewClaim, PoolInput, SolveOptions, solve};
+use crate::packing::{ExistingNode, LaunchOption, NewClaim, PoolInput, SolveOptions, solve};
 use crate::ports::{
     CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
 };
 use crate::resources::{self, Resources};
-use crate::scheduling::SchedPod;
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
 use crate::scheduling::volumes::VolumeIndex;
+use crate::scheduling::{Requirements, SchedPod};
 
 /// Everything the decision looks at.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +89,7 @@ pub fn instance_types(
             .or_default()
             .push(offering);
     }
-    catalog
+    let types = catalog
         .instance_types
         .iter()
         .filter_map(|info| {
@@ -98,7 +98,9 @@ pub fn instance_types(
             // A type the pool's requirements rule out never helps; drop it early.
             pool.requirements.intersects(&it.requirements).then_some(it)
         })
-        .collect()
+        .collect();
+    // The pool's NodeOverlays change prices and capacity before any solve.
+    super::overlays::apply(pool, types)
 }
 
 /// A DaemonSet's pod template as a pod that lands on every matching node.
@@ -115,9 +117,42 @@ pub fn daemon_pods(daemon_sets: &[DaemonSet]) -> Vec<SchedPod> {
                 spec: template.spec,
                 status: None,
             };
-            SchedPod::from_pod(&pod).ok()
+            let mut sp = SchedPod::from_pod(&pod).ok()?;
+            // Where the DaemonSet controller puts a pod: its nodeSelector
+            // and required node affinity; a preference keeps it off no node.
+            sp.preferred_terms.clear();
+            sp.affinity.retain(|t| t.weight.is_none());
+            sp.spreads.retain(|s| s.hard);
+            // Required terms are alternatives; ORed terms on one key are
+            // that key's union (the packer reads one term).
+            if let Some(union) = single_key_union(&sp.required_terms) {
+                sp.required_terms = vec![union];
+            }
+            Some(sp)
         })
         .collect()
+}
+
+/// Terms that each constrain the same one key to a finite set of values,
+/// as the one term allowing any of them.
+fn single_key_union(
+    terms: &[crate::scheduling::Requirements],
+) -> Option<crate::scheduling::Requirements> {
+    if terms.len() < 2 {
+        return None;
+    }
+    let key = terms[0].keys().next()?.to_owned();
+    let mut values = std::collections::BTreeSet::new();
+    for t in terms {
+        if t.len() != 1 {
+            return None;
+        }
+        let r = t.get(&key)?;
+        values.extend(r.finite_values()?.iter().cloned());
+    }
+    let mut union = crate::scheduling::Requirements::new();
+    union.add(&key, crate::scheduling::Requirement::any_of(values));
+    Some(union)
 }
 
 fn node_of_pod(p: &Pod) -> Option<&str> {
@@ -132,6 +167,19 @@ fn provider_id(n: &Node) -> Option<&str> {
     n.spec.as_ref()?.provider_id.as_deref()
 }
 
+/// A node on its way out: being deleted, or carrying the
+/// `karpenter.sh/disrupted` taint of a removal.
+fn is_leaving(n: &Node) -> bool {
+    n.metadata.deletion_timestamp.is_some()
+        || n.spec
+            .as_ref()
+            .and_then(|sp| sp.taints.as_ref())
+            .is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t.key == crate::termination::DISRUPTED_TAINT_KEY)
+            })
+}
+
 /// Nodes and in-flight claims as the solver's existing nodes.
 pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
     let mut pods_by_node: HashMap<&str, Vec<SchedPod>> = HashMap::new();
@@ -140,9 +188,24 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
             pods_by_node.entry(node).or_default().push(sp);
         }
     }
+    // A claim's pods by uid: pending pods nominated to it, and pods still
+    // running on a node being removed (a replacement's pods move only once
+    // it registers — counted on it meanwhile, so the next replacement or
+    // pending pod does not plan onto room they will take).
+    let leaving: HashSet<&str> = s
+        .nodes
+        .iter()
+        .filter(|n| is_leaving(n))
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
     let nominated: HashMap<&str, &Pod> = s
         .nominated
         .iter()
+        .chain(
+            s.scheduled
+                .iter()
+                .filter(|p| node_of_pod(p).is_some_and(|n| leaving.contains(n))),
+        )
         .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
         .collect();
     let claim_pods = |c: &Claim| -> Vec<SchedPod> {
@@ -167,9 +230,11 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         let mut node = existing_node(n, pods);
         node.unschedulable |= lost_readiness(n, s.now);
         if let Some(c) = provider_id(n).and_then(|id| claim_by_provider.get(id)) {
-            // Our node: the unregistered taint is ours to lift; its nominated pods are coming.
+            // Our node: the unregistered and binding taints are ours to
+            // lift; its nominated pods are coming.
             claims_with_nodes.insert(c.id.as_str());
-            node.taints.retain(|t| t.key != UNREGISTERED_TAINT_KEY);
+            node.taints
+                .retain(|t| !claim::is_registration_taint(&t.key));
             node.pods.extend(claim_pods(c));
             node.requested = sum_requests(&node.pods);
         }
@@ -190,15 +255,22 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         let mut node_labels = info.requirements().single_valued_labels();
         node_labels.extend(c.labels.clone());
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), info.name.clone());
+        if let Some(id) = s.catalog.zone_ids.get(&zone) {
+            node_labels.insert(labels::ZONE_ID.to_owned(), id.clone());
+        }
         node_labels.insert(labels::ZONE.to_owned(), zone);
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type);
         node_labels.insert(labels::HOSTNAME.to_owned(), c.id.clone());
         let pods = claim_pods(c);
         let requested = sum_requests(&pods);
+        // A node still booting will lose its startup taints (something
+        // else lifts them) and our unregistered taint: as Karpenter, pods
+        // that do not tolerate those may still count on it.
         let taints = c
             .taints
             .iter()
             .filter(|t| t.key != UNREGISTERED_TAINT_KEY)
+            .filter(|t| !pool.is_some_and(|p| p.startup_taints.contains(t)))
             .cloned()
             .collect();
         out.push(ExistingNode {
@@ -322,6 +394,32 @@ pub(crate) fn resources_of(u: &Usage) -> Resources {
     r
 }
 
+/// A pod's requirements on `topology.k8s.aws/zone-id` read as requirements
+/// on the zones whose ids they allow (the solver plans zones; a node's zone
+/// id follows from its zone). Without known ids the requirement stays, on a
+/// key no NodePool defines: the pod waits rather than be placed by guess.
+pub fn zone_ids_as_zones(sp: &mut SchedPod, zone_ids: &std::collections::BTreeMap<String, String>) {
+    if zone_ids.is_empty() {
+        return;
+    }
+    let translate = |reqs: &mut crate::scheduling::Requirements| {
+        if let Some(r) = reqs.remove(labels::ZONE_ID) {
+            let zones = zone_ids
+                .iter()
+                .filter(|(_, id)| r.has(id))
+                .map(|(zone, _)| zone.clone());
+            reqs.add(labels::ZONE, crate::scheduling::Requirement::any_of(zones));
+        }
+    };
+    translate(&mut sp.node_selector);
+    for t in &mut sp.required_terms {
+        translate(t);
+    }
+    for (_, t) in &mut sp.preferred_terms {
+        translate(t);
+    }
+}
+
 /// Decides which claims to create for the pending pods.
 pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut decision = Decision::default();
@@ -329,7 +427,8 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut keys = Vec::with_capacity(s.pending.len());
     for p in s.pending {
         match SchedPod::from_pod_with_volumes(p, s.volumes) {
-            Ok(sp) => {
+            Ok(mut sp) => {
+                zone_ids_as_zones(&mut sp, &s.catalog.zone_ids);
                 pods.push(sp);
                 keys.push(PodKey::of(p));
             }
@@ -343,6 +442,8 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut pools: Vec<PoolInput> = s
         .pools
         .iter()
+        // Static pools (`replicas`) keep their size: pending pods never grow them.
+        .filter(|pool| pool.replicas.is_none())
         .map(|pool| {
             let mut input =
                 PoolInput::new(pool.clone(), instance_types(pool, s.catalog, s.unavailable));
@@ -391,6 +492,18 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     decision
 }
 
+/// The tenancy a claim launches with, as Karpenter's `getTenancyType`:
+/// shared hardware unless its requirements allow only dedicated. It is the
+/// claim's `instance-tenancy` label, which the launch reads.
+pub fn tenancy(requirements: &Requirements) -> &'static str {
+    match requirements.get(labels::INSTANCE_TENANCY) {
+        Some(r) if !r.has(labels::TENANCY_DEFAULT) && r.has(labels::TENANCY_DEDICATED) => {
+            labels::TENANCY_DEDICATED
+        }
+        _ => labels::TENANCY_DEFAULT,
+    }
+}
+
 /// The claim for one planned node of `input`'s pool: its options, labels,
 /// taints (ours included), reservation and the drift stamp of the pool and
 /// its NodeClass (`class`, when known).
@@ -408,8 +521,8 @@ pub fn new_claim(
         .iter()
         .map(|it| (it.name.as_str(), &it.capacity))
         .collect();
-    let largest = planned
-        .options
+    let options = launch_filters(&planned.options, &planned.requirements, &capacity_of);
+    let largest = options
         .iter()
         .filter_map(|o| capacity_of.get(&*o.instance_type))
         .fold(Resources::default(), |mut acc, c| {
@@ -418,6 +531,23 @@ pub fn new_claim(
         });
     let mut node_labels = pool.labels.clone();
     node_labels.insert(labels::NODEPOOL.to_owned(), pool.name.clone());
+    // The NodePool's own keys (not the cloud's) become labels, as Karpenter
+    // does: a single-valued requirement's value, and for a multi-valued one
+    // a value the claim's pods all accept (the claim's requirements are the
+    // pool's narrowed by every pod's and by the topology's decisions).
+    for (key, pool_req) in pool.requirements.iter() {
+        if node_labels.contains_key(key) || labels::is_provided_by_cloud(key) {
+            continue;
+        }
+        let req = planned.requirements.get(key).unwrap_or(pool_req);
+        if let Some(value) = req.any_value() {
+            node_labels.insert(key.to_owned(), value);
+        }
+    }
+    node_labels.insert(
+        labels::INSTANCE_TENANCY.to_owned(),
+        tenancy(&planned.requirements).to_owned(),
+    );
     let mut taints = pool.taints.clone();
     taints.extend(pool.startup_taints.iter().cloned());
     taints.push(Taint::new(UNREGISTERED_TAINT_KEY, "", Effect::NoExecute));
@@ -427,8 +557,9 @@ pub fn new_claim(
         node_class: pool.node_class.clone(),
         version: 1,
         created_at: now,
-        options: planned.options.iter().map(PricedOffering::from).collect(),
+        options: options.into_iter().map(PricedOffering::from).collect(),
         labels: node_labels,
+        annotations: pool.template_annotations.clone(),
         taints,
         kubelet: pool.kubelet.clone(),
         pods,
@@ -446,6 +577,60 @@ pub fn new_claim(
         },
         disruption: Default::default(),
     }
+}
+
+/// Extended resources that make a type a specialist (GPUs, accelerators).
+const EXOTIC_RESOURCES: [&str; 5] = [
+    "nvidia.com/gpu",
+    "amd.com/gpu",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
+    "habana.ai/gaudi",
+];
+
+/// Karpenter's launch-time filters over a claim's options, unless its
+/// requirements carry `minValues` (then every option is kept, as the
+/// flexibility asked for). Metal and GPU/accelerator types are dropped when
+/// another type would do, so a claim whose pods need none is not launched
+/// as one when the cheap types run short; and for a claim that may be spot
+/// or on-demand, spot options priced above its cheapest on-demand one are
+/// dropped, so a mixed claim never pays more for spot.
+fn launch_filters<'o>(
+    options: &'o [LaunchOption],
+    requirements: &Requirements,
+    capacity_of: &HashMap<&str, &Resources>,
+) -> Vec<&'o LaunchOption> {
+    let all: Vec<&LaunchOption> = options.iter().collect();
+    if requirements.iter().any(|(_, r)| r.min_values.is_some()) {
+        return all;
+    }
+    let exotic = |o: &LaunchOption| {
+        o.instance_type
+            .split_once('.')
+            .is_some_and(|(_, size)| size.contains("metal"))
+            || capacity_of
+                .get(&*o.instance_type)
+                .is_some_and(|c| EXOTIC_RESOURCES.iter().any(|r| c.extended(r) > 0))
+    };
+    let generic: Vec<&LaunchOption> = all.iter().copied().filter(|o| !exotic(o)).collect();
+    let kept = if generic.is_empty() { all } else { generic };
+    let ct = requirements.get(labels::CAPACITY_TYPE);
+    let mixed = ct.is_none_or(|r| {
+        r.has(labels::CAPACITY_TYPE_SPOT) && r.has(labels::CAPACITY_TYPE_ON_DEMAND)
+    });
+    let cheapest_on_demand = kept
+        .iter()
+        .filter(|o| &*o.capacity_type == labels::CAPACITY_TYPE_ON_DEMAND)
+        .map(|o| o.price)
+        .fold(f64::INFINITY, f64::min);
+    if !mixed || cheapest_on_demand.is_infinite() {
+        return kept;
+    }
+    kept.into_iter()
+        .filter(|o| {
+            &*o.capacity_type != labels::CAPACITY_TYPE_SPOT || o.price <= cheapest_on_demand
+        })
+        .collect()
 }
 
 fn sum_requests(pods: &[SchedPod]) -> Resources {
@@ -467,6 +652,7 @@ pub(crate) fn random_suffix(rng: &mut impl rand::Rng) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduling::Requirement;
 
     fn node(created: i64, ready: Option<(&str, i64)>) -> Node {
         let mut v = serde_json::json!({"metadata": {"name": "n", "creationTimestamp": Timestamp::from_second(created).unwrap().to_string()}});
@@ -475,6 +661,31 @@ mod tests {
                 "lastTransitionTime": Timestamp::from_second(since).unwrap().to_string()}]});
         }
         serde_json::from_value(v).expect("node")
+    }
+
+    /// Karpenter's `getTenancyType` (aws/karpenter-provider-aws
+    /// pkg/providers/instance/instance.go): default when the claim allows
+    /// it, dedicated only when that is all it allows.
+    #[test]
+    fn tenancy_is_default_unless_only_dedicated_is_allowed() {
+        let with = |values: &[&str]| {
+            let mut r = Requirements::new();
+            let values: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
+            r.add(
+                labels::INSTANCE_TENANCY,
+                Requirement::new(
+                    labels::INSTANCE_TENANCY,
+                    crate::scheduling::requirements::Operator::In,
+                    &values,
+                )
+                .expect("requirement"),
+            );
+            r
+        };
+        assert_eq!(tenancy(&Requirements::new()), "default");
+        assert_eq!(tenancy(&with(&["default", "dedicated"])), "default");
+        assert_eq!(tenancy(&with(&["default"])), "default");
+        assert_eq!(tenancy(&with(&["dedicated"])), "dedicated");
     }
 
     #[test]
@@ -497,5 +708,71 @@ mod tests {
             &node(t0, Some(("False", t0 + 3600))),
             now(61)
         ));
+    }
+
+    #[test]
+    fn launch_filters_drop_exotic_types_and_dearer_spot_unless_min_values() {
+        let option = |t: &str, ct: &str, price: f64| LaunchOption {
+            instance_type: t.into(),
+            zone: "us-east-1a".into(),
+            capacity_type: ct.into(),
+            price,
+        };
+        let mut gpu = Resources::new(4000, 16 << 30, 29);
+        gpu.set_extended("nvidia.com/gpu", 1);
+        let plain = Resources::new(2000, 8 << 30, 29);
+        let capacity_of: HashMap<&str, &Resources> = [
+            ("m5.large", &plain),
+            ("m5.metal", &plain),
+            ("g4dn.xlarge", &gpu),
+            ("c5.large", &plain),
+        ]
+        .into_iter()
+        .collect();
+        let options = vec![
+            option("m5.large", "spot", 0.03),
+            option("g4dn.xlarge", "spot", 0.05),
+            option("c5.large", "on-demand", 0.085),
+            option("m5.metal", "spot", 1.2),
+        ];
+        let names = |kept: Vec<&LaunchOption>| -> Vec<String> {
+            kept.iter().map(|o| o.instance_type.to_string()).collect()
+        };
+        let mut mixed = Requirements::new();
+        mixed.add(
+            labels::CAPACITY_TYPE,
+            Requirement::any_of(["spot", "on-demand"]),
+        );
+        assert_eq!(
+            names(launch_filters(&options, &mixed, &capacity_of)),
+            ["m5.large", "c5.large"],
+            "no GPU, no metal; no spot dearer than on-demand"
+        );
+        let mut spot = Requirements::new();
+        spot.add(labels::CAPACITY_TYPE, Requirement::single("spot"));
+        assert_eq!(
+            names(launch_filters(&options, &spot, &capacity_of)),
+            ["m5.large", "c5.large"],
+            "a spot-only claim keeps its spot options"
+        );
+        let exotic_only = vec![
+            option("g4dn.xlarge", "spot", 0.05),
+            option("m5.metal", "spot", 1.2),
+        ];
+        assert_eq!(
+            names(launch_filters(&exotic_only, &spot, &capacity_of)).len(),
+            2,
+            "exotic types when nothing else would do"
+        );
+        let mut flexible = mixed.clone();
+        flexible.add(
+            labels::INSTANCE_TYPE,
+            Requirement::exists().with_min_values(Some(2)),
+        );
+        assert_eq!(
+            launch_filters(&options, &flexible, &capacity_of).len(),
+            4,
+            "minValues keeps every option"
+        );
     }
 }

@@ -10,14 +10,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, NodeSelectorTerm, Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{
+    Container, NodeSelectorTerm, Pod, PodAffinityTerm, ResourceRequirements,
+};
 
 use super::labels;
-use super::requirements::{RequirementError, Requirements};
+use super::requirements::{Requirement, RequirementError, Requirements};
 use super::selector::LabelSelector;
 use super::taints::Toleration;
 use super::volumes::{self, VolumeError, VolumeIndex};
-use crate::resources::{QuantityError, Resources};
+use crate::resources::{self, QuantityError, Resources};
 
 /// `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,6 +74,14 @@ pub struct Spread {
     pub hard: bool,
     pub selector: LabelSelector,
     pub min_domains: Option<u32>,
+    /// `nodeAffinityPolicy`: with `Honor` (the default, true) only domains
+    /// the pod's nodeSelector and required node affinity allow count for
+    /// the skew; with `Ignore` every domain does.
+    pub honor_node_affinity: bool,
+    /// `nodeTaintsPolicy`: with `Honor` only domains of nodes whose taints
+    /// the pod tolerates count, and pods count only on such nodes; with
+    /// `Ignore` (the default, false) every node does.
+    pub honor_node_taints: bool,
 }
 
 /// A pod affinity or anti-affinity term.
@@ -80,10 +90,47 @@ pub struct AffinityTerm {
     pub anti: bool,
     pub key: String,
     pub selector: LabelSelector,
-    /// Namespaces whose pods count; the pod's own when the term names none.
-    pub namespaces: Vec<String>,
+    /// Namespaces whose pods count; the pod's own when the term names none
+    /// and has no namespace selector.
+    pub namespaces: Namespaces,
     /// `None` for required terms, the weight for preferred ones.
     pub weight: Option<i32>,
+}
+
+/// The namespaces whose pods an affinity term counts: the ones it names and
+/// the ones its `namespaceSelector` selects. Namespaces are known by their
+/// `kubernetes.io/metadata.name` label only, so an empty selector selects
+/// every namespace and one on that label its namespaces; a selector on
+/// other namespace labels selects none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Namespaces {
+    /// Sorted.
+    pub names: Vec<String>,
+    pub selector: Option<LabelSelector>,
+}
+
+/// The label Kubernetes gives every namespace, its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+impl Namespaces {
+    /// Just `namespace`.
+    pub fn only(namespace: &str) -> Self {
+        Namespaces {
+            names: vec![namespace.to_owned()],
+            selector: None,
+        }
+    }
+
+    pub fn contains(&self, namespace: &str) -> bool {
+        self.names.iter().any(|n| n == namespace)
+            || self.selector.as_ref().is_some_and(|s| {
+                s.is_empty()
+                    || s.matches(&BTreeMap::from([(
+                        NAMESPACE_NAME_LABEL.to_owned(),
+                        namespace.to_owned(),
+                    )]))
+            })
+    }
 }
 
 /// A host port a container binds on the node.
@@ -187,6 +234,7 @@ impl SchedPod {
             &spec.containers,
             spec.init_containers.as_deref().unwrap_or(&[]),
             spec.overhead.as_ref(),
+            spec.resources.as_ref(),
         )
         .map_err(|(field, source)| PodError::Quantity {
             pod: pod_name.clone(),
@@ -253,6 +301,26 @@ impl SchedPod {
                     ));
                 }
             };
+            let honor_node_affinity = match c.node_affinity_policy.as_deref() {
+                None | Some("Honor") => true,
+                Some("Ignore") => false,
+                Some(other) => {
+                    return Err(invalid(
+                        &field,
+                        format!("unknown nodeAffinityPolicy {other:?}"),
+                    ));
+                }
+            };
+            let honor_node_taints = match c.node_taints_policy.as_deref() {
+                None | Some("Ignore") => false,
+                Some("Honor") => true,
+                Some(other) => {
+                    return Err(invalid(
+                        &field,
+                        format!("unknown nodeTaintsPolicy {other:?}"),
+                    ));
+                }
+            };
             if c.max_skew < 1 {
                 return Err(invalid(
                     &field,
@@ -284,6 +352,8 @@ impl SchedPod {
                 hard,
                 selector,
                 min_domains: c.min_domains.filter(|m| *m > 0).map(|m| m as u32),
+                honor_node_affinity,
+                honor_node_taints,
             });
         }
 
@@ -305,11 +375,22 @@ impl SchedPod {
                     Some(s) => LabelSelector::from_k8s(s).map_err(req_err(&f))?,
                     None => continue, // a term without a selector matches no pods
                 };
-                let mut namespaces = t.namespaces.clone().unwrap_or_default();
-                if namespaces.is_empty() {
-                    namespaces.push(namespace.clone());
+                let ns_selector = t
+                    .namespace_selector
+                    .as_ref()
+                    .map(LabelSelector::from_k8s)
+                    .transpose()
+                    .map_err(req_err(&format!("{f}.namespaceSelector")))?;
+                let mut names = t.namespaces.clone().unwrap_or_default();
+                if names.is_empty() && ns_selector.is_none() {
+                    names.push(namespace.clone());
                 }
-                namespaces.sort();
+                names.sort();
+                names.dedup();
+                let namespaces = Namespaces {
+                    names,
+                    selector: ns_selector,
+                };
                 affinity.push(AffinityTerm {
                     anti,
                     key: labels::normalize(&t.topology_key).to_owned(),
@@ -411,13 +492,85 @@ impl SchedPod {
     /// hold is an error naming it.
     pub fn from_pod_with_volumes(p: &Pod, index: &VolumeIndex) -> Result<SchedPod, PodError> {
         let mut sp = SchedPod::from_pod(p)?;
-        sp.volume =
-            volumes::requirements(p, index).map_err(|(volume, source)| PodError::Volume {
+        let alternatives =
+            volumes::alternatives(p, index).map_err(|(volume, source)| PodError::Volume {
                 pod: sp.pod.to_string(),
                 volume,
                 source: Box::new(source),
             })?;
+        sp.set_volume_alternatives(alternatives);
         Ok(sp)
+    }
+
+    /// Takes the volumes' alternatives (never empty): one is the volume's
+    /// requirements; several that differ on one key only are that key's
+    /// union; otherwise what they share is the volume's, and the rest are
+    /// crossed with the required node-affinity terms (ORed, tried in order
+    /// as relaxation does), so each alternative is one way to place the pod.
+    fn set_volume_alternatives(&mut self, mut alternatives: Vec<Requirements>) {
+        if alternatives.len() <= 1 {
+            self.volume = alternatives.pop().unwrap_or_default();
+            return;
+        }
+        let first = alternatives[0].clone();
+        let same_keys = alternatives.iter().all(|a| a.keys().eq(first.keys()));
+        let differing: Vec<&str> = first
+            .keys()
+            .filter(|k| alternatives.iter().any(|a| a.get(k) != first.get(k)))
+            .collect();
+        if same_keys && differing.len() == 1 {
+            let key = differing[0];
+            let mut values = std::collections::BTreeSet::new();
+            let finite = alternatives.iter().all(|a| {
+                a.get(key)
+                    .and_then(Requirement::finite_values)
+                    .is_some_and(|v| {
+                        values.extend(v.iter().cloned());
+                        true
+                    })
+            });
+            if finite {
+                let mut volume = first.clone();
+                volume.remove(key);
+                volume.add(key, Requirement::any_of(values));
+                self.volume = volume;
+                return;
+            }
+        }
+        let mut common = Requirements::new();
+        for (key, req) in first.iter() {
+            if alternatives.iter().all(|a| a.get(key) == Some(req)) {
+                common.add(key, req.clone());
+            }
+        }
+        let rest: Vec<Requirements> = alternatives
+            .into_iter()
+            .map(|mut a| {
+                for key in common.keys() {
+                    a.remove(key);
+                }
+                a
+            })
+            .collect();
+        let terms = if self.required_terms.is_empty() {
+            vec![Requirements::new()]
+        } else {
+            std::mem::take(&mut self.required_terms)
+        };
+        let mut crossed = Vec::new();
+        for t in &terms {
+            for a in &rest {
+                let joined = t.intersection(a);
+                if joined.iter().all(|(_, r)| !r.is_empty()) {
+                    crossed.push(joined);
+                }
+            }
+        }
+        if crossed.is_empty() {
+            crossed.push(terms[0].intersection(&rest[0]));
+        }
+        self.required_terms = crossed;
+        self.volume = common;
     }
 
     /// The constraints that hold at relaxation `r`.
@@ -557,11 +710,15 @@ fn container_requests(c: &Container, field: &str) -> Result<Resources, QuantityF
 }
 
 /// max(sum of containers + sidecars, each init container + the sidecars
-/// started before it) + pod overhead, with `pods = 1`.
+/// started before it) + pod overhead, with `pods = 1`. Pod-level resources
+/// (`spec.resources`, CPU, memory and huge pages) replace the containers'
+/// figure for what they name; a pod-level limit without a request is the
+/// request when no container requests that resource (Kubernetes defaulting).
 fn effective_requests(
     containers: &[Container],
     init: &[Container],
     overhead: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    pod_level: Option<&ResourceRequirements>,
 ) -> Result<Resources, QuantityFieldError> {
     let mut sum = Resources::default();
     for (i, c) in containers.iter().enumerate() {
@@ -582,6 +739,25 @@ fn effective_requests(
     }
     sum.add(&sidecars);
     sum.max_each(&init_max);
+    if let Some(res) = pod_level {
+        let supported = |name: &str| {
+            name == resources::CPU || name == resources::MEMORY || name.starts_with("hugepages-")
+        };
+        let requested = res.requests.iter().flatten();
+        let limited = res.limits.iter().flatten().filter(|(name, _)| {
+            !res.requests.as_ref().is_some_and(|r| r.contains_key(*name)) && sum.get(name) == 0
+        });
+        let limited: Vec<_> = limited.collect();
+        for (kind, (name, q)) in requested
+            .map(|e| ("requests", e))
+            .chain(limited.into_iter().map(|e| ("limits", e)))
+        {
+            if supported(name) {
+                sum.set(name, &q.0)
+                    .map_err(|e| (format!("spec.resources.{kind}.{name}"), e))?;
+            }
+        }
+    }
     if let Some(o) = overhead {
         sum.add(&Resources::from_list(o).map_err(|e| ("spec.overhead".to_owned(), e))?);
     }
@@ -650,6 +826,99 @@ mod tests {
         assert_eq!(sp.requests.memory_bytes, 384 * MIB);
         assert_eq!(sp.requests.pods, 1);
         assert_eq!(sp.pod.to_string(), "ns/a");
+    }
+
+    #[test]
+    fn pod_level_resources_replace_the_containers_figure() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "a"},
+            "spec": {
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}}],
+                "resources": {"requests": {"cpu": "1950m"}, "limits": {"cpu": "2", "memory": "2Gi"}},
+                "overhead": {"cpu": "50m"}
+            }
+        }));
+        let sp = SchedPod::from_pod(&p).expect("valid");
+        assert_eq!(
+            sp.requests.cpu_millis, 2000,
+            "pod-level request plus overhead"
+        );
+        assert_eq!(
+            sp.requests.memory_bytes,
+            1024 * MIB,
+            "a pod-level limit does not replace a container's request"
+        );
+        assert_eq!(sp.requests.extended("nvidia.com/gpu"), 1);
+
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "b"},
+            "spec": {
+                "containers": [{"name": "a"}],
+                "resources": {"limits": {"cpu": "3", "memory": "2Gi"}}
+            }
+        }));
+        let sp = SchedPod::from_pod(&p).expect("valid");
+        assert_eq!(sp.requests.cpu_millis, 3000, "a lone limit is the request");
+        assert_eq!(sp.requests.memory_bytes, 2048 * MIB);
+
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "c"},
+            "spec": {"containers": [{"name": "a"}], "resources": {"requests": {"cpu": "lots"}}}
+        }));
+        let err = SchedPod::from_pod(&p).expect_err("malformed");
+        assert!(
+            err.to_string().contains("spec.resources.requests.cpu"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn affinity_terms_count_the_namespaces_named_or_selected() {
+        let term = |extra: serde_json::Value| {
+            let mut t = serde_json::json!({
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"app": "db"}}
+            });
+            t.as_object_mut()
+                .expect("object")
+                .extend(extra.as_object().expect("object").clone());
+            let p = pod(serde_json::json!({
+                "metadata": {"name": "a", "namespace": "web"},
+                "spec": {
+                    "containers": [{"name": "a"}],
+                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [t]}}
+                }
+            }));
+            let sp = SchedPod::from_pod(&p).expect("valid");
+            sp.constraints(&Relaxation::default()).affinity[0]
+                .namespaces
+                .clone()
+        };
+        let own = term(serde_json::json!({}));
+        assert!(own.contains("web") && !own.contains("db"), "{own:?}");
+        let named = term(serde_json::json!({"namespaces": ["db"]}));
+        assert!(named.contains("db") && !named.contains("web"), "{named:?}");
+        let every = term(serde_json::json!({"namespaceSelector": {}}));
+        assert!(
+            every.contains("web") && every.contains("anything"),
+            "{every:?}"
+        );
+        let by_name = term(serde_json::json!({
+            "namespaces": ["cache"],
+            "namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["db"]}
+            ]}
+        }));
+        assert!(
+            by_name.contains("db") && by_name.contains("cache") && !by_name.contains("web"),
+            "{by_name:?}"
+        );
+        let by_label =
+            term(serde_json::json!({"namespaceSelector": {"matchLabels": {"team": "a"}}}));
+        assert!(
+            !by_label.contains("web"),
+            "other namespace labels are not known"
+        );
     }
 
     #[test]
@@ -757,6 +1026,31 @@ mod tests {
                 (true, vec![], true, 0, true),  // PreferNoSchedule tolerated
             ]
         );
+    }
+
+    #[test]
+    fn spreads_read_their_node_affinity_policy() {
+        let spread = |policy: Option<&str>| {
+            let mut c = serde_json::json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "x"}}});
+            if let Some(p) = policy {
+                c["nodeAffinityPolicy"] = serde_json::json!(p);
+            }
+            SchedPod::from_pod(&pod(serde_json::json!({
+                "metadata": {"name": "a"},
+                "spec": {"containers": [{"name": "a"}], "topologySpreadConstraints": [c]}
+            })))
+        };
+        let honor = |p: Option<&str>| {
+            spread(p)
+                .expect("valid")
+                .constraints(&Relaxation::default())
+                .spreads[0]
+                .honor_node_affinity
+        };
+        assert!(honor(None) && honor(Some("Honor")) && !honor(Some("Ignore")));
+        let err = spread(Some("Sometimes")).expect_err("unknown policy");
+        assert!(err.to_string().contains("nodeAffinityPolicy"), "{err}");
     }
 
     #[test]

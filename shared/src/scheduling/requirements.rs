@@ -244,6 +244,23 @@ impl Requirement {
         }
     }
 
+    /// A value a node's label could take to satisfy the requirement, chosen
+    /// deterministically: the first allowed value of an `In`, else the
+    /// smallest non-negative integer within the bounds that is not excluded
+    /// (as Karpenter picks some integer for `NotIn`/`Exists`/`Gt`/`Lt`);
+    /// `None` when only absence satisfies it (`DoesNotExist`).
+    pub fn any_value(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().next().cloned();
+        }
+        let low = self.gte.unwrap_or(0).max(0);
+        let high = self.lte.unwrap_or(i64::MAX);
+        (low..=high)
+            .take(self.values.len() + 1)
+            .map(|v| v.to_string())
+            .find(|v| !self.values.contains(v))
+    }
+
     /// True when a node whose label has this value satisfies the requirement.
     #[inline]
     pub fn has(&self, value: &str) -> bool {
@@ -415,6 +432,8 @@ fn min_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
 pub enum Undefined {
     /// Only well-known keys (the cloud provides their values) or keys whose
     /// requirement accepts absence. A NodePool must define custom labels.
+    /// The hostname is the exception: a new node's is not known before it
+    /// registers, so only a requirement that accepts absence holds on it.
     WellKnownOnly,
     /// Any key: only keys both sides mention are compared.
     Allow,
@@ -578,7 +597,8 @@ impl Requirements {
                     let allowed = match undefined {
                         Undefined::Allow => true,
                         Undefined::WellKnownOnly => {
-                            labels::is_well_known(key) || inc.allows_absence()
+                            (labels::is_well_known(key) && key != labels::HOSTNAME)
+                                || inc.allows_absence()
                         }
                     };
                     if !allowed {
@@ -785,6 +805,19 @@ mod tests {
         assert!(
             pool.compatible(&pod, Undefined::WellKnownOnly).is_ok(),
             "well-known keys come from the cloud"
+        );
+
+        let mut pod = Requirements::new();
+        pod.add(labels::HOSTNAME, Requirement::single("red-node"));
+        let err = pool
+            .compatible(&pod, Undefined::WellKnownOnly)
+            .expect_err("a new node's hostname cannot be chosen");
+        assert_eq!(err.key(), labels::HOSTNAME);
+        let mut pod = Requirements::new();
+        pod.add(labels::HOSTNAME, Requirement::none_of(["red-node"]));
+        assert!(
+            pool.compatible(&pod, Undefined::WellKnownOnly).is_ok(),
+            "a new node is not the one named"
         );
     }
 

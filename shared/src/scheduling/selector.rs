@@ -55,6 +55,11 @@ impl LabelSelector {
         })
     }
 
+    /// True for `{}`, which selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.terms.iter().all(|(k, r)| match labels.get(k) {
             Some(v) => r.has(v),

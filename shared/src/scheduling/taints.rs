@@ -123,8 +123,8 @@ pub fn first_untolerated<'a>(
     ignore_prefer_no_schedule: bool,
 ) -> Option<&'a Taint> {
     taints.iter().find(|t| {
-        !(ignore_prefer_no_schedule && t.effect == Effect::PreferNoSchedule)
-            && !tolerations.iter().any(|tol| tol.tolerates(t))
+        let ignored = ignore_prefer_no_schedule && t.effect == Effect::PreferNoSchedule;
+        !ignored && !tolerations.iter().any(|tol| tol.tolerates(t))
     })
 }
 

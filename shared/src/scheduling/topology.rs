@@ -17,13 +17,15 @@
 //! every domain they might land in, to stay safe).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use super::labels;
-use super::pod::{AffinityTerm, Constraints, Spread};
+use super::pod::{AffinityTerm, Constraints, Namespaces, Spread};
 use super::requirements::{Requirement, Requirements};
 use super::selector::LabelSelector;
+use super::taints::{Taint, Toleration, first_untolerated};
 
 pub type GroupId = u32;
 /// A node or a planned claim, numbered densely.
@@ -34,6 +36,8 @@ pub enum Kind {
     Spread {
         max_skew: u32,
         min_domains: Option<u32>,
+        honor_node_affinity: bool,
+        honor_node_taints: bool,
     },
     Affinity,
     AntiAffinity,
@@ -44,20 +48,32 @@ pub struct GroupKey {
     pub kind: Kind,
     pub key: String,
     pub selector: LabelSelector,
-    /// Namespaces whose pods count (sorted).
-    pub namespaces: Vec<String>,
+    /// Namespaces whose pods count.
+    pub namespaces: Namespaces,
+    /// A spread that honours node taints: its owners' tolerations. A pod
+    /// counts only on a node whose taints they tolerate, and only such
+    /// nodes' domains count (kube-scheduler's `nodeTaintsPolicy: Honor`).
+    pub tolerations: Option<Vec<Toleration>>,
 }
 
 impl GroupKey {
-    pub fn spread(s: &Spread, namespace: &str) -> Self {
+    pub fn spread(s: &Spread, namespace: &str, tolerations: &[Toleration]) -> Self {
         GroupKey {
             kind: Kind::Spread {
                 max_skew: s.max_skew,
                 min_domains: s.min_domains,
+                honor_node_affinity: s.honor_node_affinity,
+                honor_node_taints: s.honor_node_taints,
             },
             key: s.key.clone(),
             selector: s.selector.clone(),
-            namespaces: vec![namespace.to_owned()],
+            namespaces: Namespaces::only(namespace),
+            tolerations: s.honor_node_taints.then(|| {
+                let mut t = tolerations.to_vec();
+                t.sort();
+                t.dedup();
+                t
+            }),
         }
     }
 
@@ -71,6 +87,7 @@ impl GroupKey {
             key: t.key.clone(),
             selector: t.selector.clone(),
             namespaces: t.namespaces.clone(),
+            tolerations: None,
         }
     }
 
@@ -175,12 +192,91 @@ pub struct TopologyReject {
     pub permanent: bool,
 }
 
+/// Where nodes with a domain value come from: a NodePool's new nodes or
+/// one existing node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DomainSource {
+    /// An existing node's labels; `None` for a NodePool, whose domains are
+    /// filtered by taints only (as Karpenter's domain groups).
+    pub node_labels: Option<BTreeMap<String, String>>,
+    pub taints: Vec<Taint>,
+}
+
+/// Which sources offer each domain value, for spreads that count only the
+/// domains of nodes the pod could use (`nodeAffinityPolicy` and
+/// `nodeTaintsPolicy` set to `Honor`).
+#[derive(Debug, Clone, Default)]
+pub struct DomainSources {
+    pub sources: Vec<DomainSource>,
+    /// Key → value → the sources offering it. A value offered by an
+    /// untainted NodePool is open to every pod and lists none; a value
+    /// without an entry is open too.
+    pub by_value: FxHashMap<String, FxHashMap<String, Vec<u32>>>,
+}
+
+impl DomainSources {
+    /// Records that `source` offers `key=value`; `open` sources (untainted
+    /// NodePools) make the value open to every pod.
+    pub fn offer(&mut self, key: &str, value: &str, source: Option<u32>) {
+        let values = self.by_value.entry(key.to_owned()).or_default();
+        match (values.get_mut(value), source) {
+            // Already open: nothing narrows it.
+            (Some(list), _) if list.is_empty() => {}
+            (Some(list), Some(s)) => list.push(s),
+            (Some(list), None) => list.clear(),
+            (None, s) => {
+                values.insert(value.to_owned(), s.into_iter().collect());
+            }
+        }
+    }
+
+    pub fn add(&mut self, source: DomainSource) -> u32 {
+        self.sources.push(source);
+        (self.sources.len() - 1) as u32
+    }
+
+    /// True when an untainted NodePool offers `key=value`.
+    pub fn open_by_pool(&self, key: &str, value: &str) -> bool {
+        self.by_value
+            .get(key)
+            .and_then(|m| m.get(value))
+            .is_some_and(Vec::is_empty)
+    }
+
+    /// Whether some node with `key=value` counts for a spread of a pod
+    /// whose node requirements are `scope` (when honouring node affinity)
+    /// and whose tolerations are `tolerations` (when honouring taints).
+    fn counts(
+        &self,
+        key: &str,
+        value: &str,
+        scope: Option<&Requirements>,
+        tolerations: Option<&[Toleration]>,
+    ) -> bool {
+        let Some(list) = self.by_value.get(key).and_then(|m| m.get(value)) else {
+            return true;
+        };
+        list.is_empty()
+            || list.iter().any(|&s| {
+                let s = &self.sources[s as usize];
+                let affinity = match (scope, &s.node_labels) {
+                    (Some(scope), Some(labels)) => scope.satisfied_by(labels),
+                    _ => true,
+                };
+                affinity
+                    && tolerations.is_none_or(|t| first_untolerated(&s.taints, t, true).is_none())
+            })
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Topology {
     groups: Vec<Group>,
     index: FxHashMap<GroupKey, GroupId>,
     /// Topology key → every value a new or existing node can have.
     universe: FxHashMap<String, Vec<String>>,
+    /// Where each value comes from (shared by the solves of one batch).
+    sources: Arc<DomainSources>,
     /// Groups by a label every pod their selector matches carries, and the
     /// groups without one: a pod is checked against those only.
     by_label: FxHashMap<String, FxHashMap<String, Vec<GroupId>>>,
@@ -197,11 +293,24 @@ impl Topology {
         }
     }
 
+    /// With the sources of each value, for spreads that honour node
+    /// affinity or taints (without, every value counts for every pod).
+    pub fn with_sources(mut self, sources: DomainSources) -> Self {
+        self.sources = Arc::new(sources);
+        self
+    }
+
     /// Registers every constraint a pod may ever carry (before relaxation).
     /// All groups must be registered before [`Topology::pod_topology`] is asked.
-    pub fn register(&mut self, spreads: &[Spread], affinity: &[AffinityTerm], namespace: &str) {
+    pub fn register(
+        &mut self,
+        spreads: &[Spread],
+        affinity: &[AffinityTerm],
+        namespace: &str,
+        tolerations: &[Toleration],
+    ) {
         for s in spreads {
-            self.group_id(GroupKey::spread(s, namespace));
+            self.group_id(GroupKey::spread(s, namespace, tolerations));
         }
         for t in affinity {
             self.group_id(GroupKey::affinity(t));
@@ -257,14 +366,13 @@ impl Topology {
         let mut owned = Vec::with_capacity(c.spreads.len() + c.affinity.len());
         let mut repels = Vec::new();
         for s in &c.spreads {
-            let key = GroupKey::spread(s, namespace);
+            let key = GroupKey::spread(s, namespace, &c.tolerations);
             let self_match = key.selector.matches(labels);
             owned.push((self.group_id(key), self_match));
         }
         for t in &c.affinity {
             let key = GroupKey::affinity(t);
-            let self_match =
-                key.selector.matches(labels) && key.namespaces.iter().any(|n| n == namespace);
+            let self_match = key.selector.matches(labels) && key.namespaces.contains(namespace);
             let id = self.group_id(key);
             owned.push((id, self_match));
             if t.anti && t.weight.is_none() {
@@ -298,8 +406,7 @@ impl Topology {
         let mut inverse = Vec::new();
         for id in candidates {
             let g = &self.groups[id as usize];
-            if g.key.namespaces.iter().any(|n| n == namespace) && g.key.selector.matches(pod_labels)
-            {
+            if g.key.namespaces.contains(namespace) && g.key.selector.matches(pod_labels) {
                 matched.push(id);
                 if g.key.kind == Kind::AntiAffinity {
                     inverse.push(id);
@@ -348,8 +455,10 @@ impl Topology {
         let mut extra = Requirements::new();
         for &(gid, self_match) in &pt.owned {
             let g = &self.groups[gid as usize];
-            if !g.hostname && g.domains.is_empty() {
-                continue; // a key no node can have: ignored, as Karpenter does
+            if !g.hostname && g.domains.is_empty() && g.key.kind == Kind::AntiAffinity {
+                // No node can have the key, so no peer shares a domain with
+                // this pod. A spread or an affinity on such a key cannot hold.
+                continue;
             }
             let reject = |permanent: bool| TopologyReject {
                 group: gid,
@@ -366,16 +475,21 @@ impl Topology {
                     Kind::Spread {
                         max_skew,
                         min_domains,
+                        honor_node_affinity,
+                        honor_node_taints,
                     },
                     false,
                 ) => {
                     let mut eligible = 0u32;
                     let mut min = u32::MAX;
-                    for v in g
-                        .domains
-                        .iter()
-                        .filter(|v| scope.allows(&g.key.key, Some(v)))
-                    {
+                    let affinity_scope = honor_node_affinity.then_some(scope);
+                    let tolerations = honor_node_taints.then_some(c.tolerations.as_slice());
+                    for v in g.domains.iter().filter(|v| {
+                        (!honor_node_affinity || scope.allows(&g.key.key, Some(v)))
+                            && self
+                                .sources
+                                .counts(&g.key.key, v, affinity_scope, tolerations)
+                    }) {
                         eligible += 1;
                         min = min.min(g.matched.value(v));
                     }
@@ -384,8 +498,7 @@ impl Topology {
                     }
                     let best = Self::options(g, cand, pod_node, &extra)
                         .filter(|v| {
-                            scope.allows(&g.key.key, Some(v))
-                                && g.matched.value(v) + 1 <= min + max_skew
+                            scope.allows(&g.key.key, Some(v)) && g.matched.value(v) < min + max_skew
                         })
                         .min_by(|a, b| {
                             g.matched
@@ -498,8 +611,8 @@ impl Topology {
     }
 
     /// Counts a placed pod. `cand` carries the final requirements of the claim
-    /// (or the node's labels).
-    pub fn record(&mut self, pt: &PodTopology, cand: Candidate<'_>) {
+    /// (or the node's labels); `taints` are the node's (or its NodePool's).
+    pub fn record(&mut self, pt: &PodTopology, cand: Candidate<'_>, taints: &[Taint]) {
         let host = cand.host();
         let domains = |key: &str, universe: &FxHashMap<String, Vec<String>>| -> Vec<String> {
             match cand {
@@ -515,6 +628,13 @@ impl Topology {
         };
         for &gid in &pt.matched {
             let g = &self.groups[gid as usize];
+            if let Some(tolerations) = &g.key.tolerations
+                && first_untolerated(taints, tolerations, true).is_some()
+            {
+                // A spread honouring taints counts no pod on a node its
+                // owners do not tolerate.
+                continue;
+            }
             let (hostname, anti) = (g.hostname, g.key.kind == Kind::AntiAffinity);
             let values = if hostname {
                 Vec::new()
@@ -609,4 +729,172 @@ fn narrow(
         extra.add(key, Requirement::any_of(kept));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn constraints(spreads: Vec<Spread>, affinity: Vec<AffinityTerm>) -> Constraints {
+        Constraints {
+            node: Requirements::new(),
+            spread_scope: None,
+            spreads,
+            affinity,
+            tolerations: Vec::new(),
+            ignore_prefer_no_schedule: false,
+        }
+    }
+
+    fn app() -> BTreeMap<String, String> {
+        BTreeMap::from([("app".to_owned(), "web".to_owned())])
+    }
+
+    /// Admits a pod with constraints `c` on a new claim without requirements.
+    fn admit_on_claim(universe: &[(&str, &[&str])], c: &Constraints) -> bool {
+        let mut t = Topology::new(
+            universe
+                .iter()
+                .map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect()))
+                .collect(),
+        );
+        t.register(&c.spreads, &c.affinity, "default", &[]);
+        let pt = t.pod_topology(c, "default", &app());
+        let requirements = Requirements::new();
+        t.admit(
+            &pt,
+            c,
+            Candidate::Claim {
+                host: 0,
+                requirements: &requirements,
+            },
+        )
+        .is_ok()
+    }
+
+    #[test]
+    fn a_key_no_node_can_have_holds_only_anti_affinity() {
+        let spread = Spread {
+            key: "unknown".to_owned(),
+            max_skew: 1,
+            hard: true,
+            selector: LabelSelector::from_labels(&app()),
+            min_domains: None,
+            honor_node_affinity: true,
+            honor_node_taints: false,
+        };
+        let term = |anti: bool| AffinityTerm {
+            anti,
+            key: "unknown".to_owned(),
+            selector: LabelSelector::from_labels(&app()),
+            namespaces: Namespaces::only("default"),
+            weight: None,
+        };
+        let universe: &[(&str, &[&str])] = &[(labels::ZONE, &["a", "b"])];
+        assert!(!admit_on_claim(
+            universe,
+            &constraints(vec![spread.clone()], vec![])
+        ));
+        assert!(!admit_on_claim(
+            universe,
+            &constraints(vec![], vec![term(false)])
+        ));
+        assert!(admit_on_claim(
+            universe,
+            &constraints(vec![], vec![term(true)])
+        ));
+        let known = Spread {
+            key: labels::ZONE.to_owned(),
+            ..spread
+        };
+        assert!(admit_on_claim(universe, &constraints(vec![known], vec![])));
+    }
+
+    /// A value offered only by sources a pod cannot use does not count for
+    /// its spreads that honour node affinity or taints; one an untainted
+    /// NodePool offers counts for every pod.
+    #[test]
+    fn honoured_spreads_count_only_domains_of_usable_sources() {
+        use super::super::taints::Effect;
+        let mut sources = DomainSources::default();
+        let tainted = sources.add(DomainSource {
+            node_labels: None,
+            taints: vec![Taint::new("k", "v", Effect::NoSchedule)],
+        });
+        let node = sources.add(DomainSource {
+            node_labels: Some(BTreeMap::from([("sel".to_owned(), "no".to_owned())])),
+            taints: Vec::new(),
+        });
+        sources.offer("d", "pool", None);
+        sources.offer("d", "tainted", Some(tainted));
+        sources.offer("d", "node", Some(node));
+        let mut scope = Requirements::new();
+        scope.add("sel", Requirement::single("yes"));
+        let tolerate = [Toleration {
+            key: "k".to_owned(),
+            exists: true,
+            value: String::new(),
+            effect: None,
+        }];
+        let counts = |v: &str, scope: Option<&Requirements>, t: Option<&[Toleration]>| {
+            sources.counts("d", v, scope, t)
+        };
+        assert!(counts("pool", Some(&scope), Some(&[])));
+        assert!(counts("tainted", Some(&scope), None), "taints ignored");
+        assert!(!counts("tainted", None, Some(&[])), "taint not tolerated");
+        assert!(counts("tainted", None, Some(&tolerate)));
+        assert!(
+            !counts("node", Some(&scope), None),
+            "the node's labels miss the selector"
+        );
+        assert!(counts("node", None, Some(&[])), "node affinity ignored");
+        assert!(
+            counts("unknown", Some(&scope), Some(&[])),
+            "no source known: open"
+        );
+    }
+
+    #[test]
+    fn node_affinity_policy_ignore_counts_domains_the_pod_cannot_use() {
+        let spread = |honor_node_affinity: bool| Spread {
+            key: labels::ZONE.to_owned(),
+            max_skew: 1,
+            hard: true,
+            selector: LabelSelector::from_labels(&app()),
+            min_domains: None,
+            honor_node_affinity,
+            honor_node_taints: false,
+        };
+        let zone_a = BTreeMap::from([(labels::ZONE.to_owned(), "a".to_owned())]);
+        let admits_second_in_a = |honor: bool| {
+            let mut t = Topology::new(
+                [(
+                    labels::ZONE.to_owned(),
+                    vec!["a".to_owned(), "b".to_owned()],
+                )]
+                .into_iter()
+                .collect(),
+            );
+            let mut c = constraints(vec![spread(honor)], vec![]);
+            c.node.add(labels::ZONE, Requirement::single("a"));
+            t.register(&c.spreads, &c.affinity, "default", &[]);
+            let pt = t.pod_topology(&c, "default", &app());
+            let first = Candidate::Node {
+                host: 0,
+                labels: &zone_a,
+            };
+            t.admit(&pt, &c, first).expect("the first pod fits");
+            t.record(&pt, first, &[]);
+            let second = Candidate::Node {
+                host: 1,
+                labels: &zone_a,
+            };
+            t.admit(&pt, &c, second).is_ok()
+        };
+        assert!(admits_second_in_a(true), "honouring, only zone a counts");
+        assert!(
+            !admits_second_in_a(false),
+            "ignoring, empty zone b holds the skew"
+        );
+    }
 }

@@ -3,12 +3,17 @@
 //! For each pod volume backed by a PersistentVolumeClaim (a
 //! `persistentVolumeClaim` volume, or a generic `ephemeral` volume, whose
 //! claim is named `<pod>-<volume>`):
-//! - a claim bound to a PersistentVolume (`spec.volumeName`) adds the first
-//!   term of the volume's `spec.nodeAffinity.required` (terms are ORed;
-//!   taking the first, as Karpenter does, may pass up another allowed zone
-//!   but never picks a wrong one);
-//! - an unbound claim whose StorageClass binds `WaitForFirstConsumer` adds the
-//!   first term of the class's `allowedTopologies` (none: anywhere);
+//! - a claim bound to a PersistentVolume (`spec.volumeName`, and marked
+//!   `pv.kubernetes.io/bind-completed` by the binder) allows the terms of the
+//!   volume's `spec.nodeAffinity.required`, each an alternative (they are
+//!   ORed); a local or hostPath volume's hostname is ignored, as Karpenter
+//!   does (the pod's node will be a new one);
+//! - an unbound claim whose StorageClass binds `WaitForFirstConsumer` allows
+//!   the terms of the class's `allowedTopologies` (none: anywhere);
+//! - the pod's volumes' alternatives are crossed and those that contradict
+//!   pruned ([`alternatives`]); `SchedPod::from_pod_with_volumes` keeps one,
+//!   a union when they differ on one key, or crosses them with the pod's
+//!   required node-affinity terms;
 //! - anything that no new node can fix is a [`VolumeError`], the reason the
 //!   pod is reported unschedulable: a missing claim, volume or class, a claim
 //!   or volume being deleted, a lost claim, an unbound claim without a class
@@ -43,6 +48,8 @@ use super::requirements::{Operator, Requirement, Requirements};
 
 /// The EBS CSI driver's zone key, in volumes it provisioned and on its nodes.
 pub const EBS_CSI_ZONE: &str = "topology.ebs.csi.aws.com/zone";
+/// What the volume binder writes on a claim once its binding is complete.
+const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 /// Marks the StorageClass a claim without a class name gets.
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
     "storageclass.kubernetes.io/is-default-class",
@@ -74,6 +81,10 @@ pub enum VolumeError {
         "persistentvolumeclaim {claim} is not bound yet and storageclass {class} binds Immediate: the pod waits for the binding"
     )]
     AwaitingBinding { claim: String, class: String },
+    #[error(
+        "persistentvolumeclaim {claim} names persistentvolume {volume} but its binding is not complete (no pv.kubernetes.io/bind-completed): the pod waits for it"
+    )]
+    BindingIncomplete { claim: String, volume: String },
     #[error(
         "{source_} pins persistentvolumeclaim {claim} to node(s) {nodes}; a new node cannot hold it"
     )]
@@ -190,44 +201,124 @@ pub fn uses_claims(pod: &Pod) -> bool {
 }
 
 /// The node requirements a pod's volumes add (empty for a pod without
-/// claims), or why no new node can hold it, with the volume's name.
+/// claims), or why no new node can hold it, with the volume's name. When
+/// the volumes allow several alternatives (ORed node-affinity terms or
+/// allowed topologies), the first one: [`alternatives`] has them all.
 pub fn requirements(pod: &Pod, index: &VolumeIndex) -> Result<Requirements, (String, VolumeError)> {
+    alternatives(pod, index).map(|mut alts| alts.swap_remove(0))
+}
+
+/// Every set of node requirements that would let the pod's volumes attach
+/// (never empty; one empty set for a pod without claims), in the order the
+/// terms are written: each volume's terms (a bound volume's node-affinity
+/// terms, an unbound claim's class's allowed topologies) are alternatives,
+/// crossed with the other volumes' and pruned where they contradict, as
+/// Karpenter does. A volume none of whose terms a new node can meet, or
+/// volumes that contradict in every combination, are the error.
+pub fn alternatives(
+    pod: &Pod,
+    index: &VolumeIndex,
+) -> Result<Vec<Requirements>, (String, VolumeError)> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let mut out = Requirements::new();
+    let mut out = vec![Requirements::new()];
     // Which claim set each key first, to name both sides of a conflict.
     let mut first: HashMap<String, String> = HashMap::new();
     for r in claim_refs(pod) {
         let name = format!("{namespace}/{}", r.claim);
-        let reqs = claim_requirements(
+        let terms = claim_requirements(
             &name,
             index.claims.get(&(namespace.to_owned(), r.claim.clone())),
             r.template,
             index,
         )
         .map_err(|e| (r.volume.to_owned(), e))?;
-        for (key, req) in reqs.iter() {
-            if let Some(existing) = out.get(key) {
-                let disjoint = !existing.allows_absence()
-                    && !req.allows_absence()
-                    && existing.intersection(req).is_empty();
-                if disjoint {
-                    let earlier = first.get(key).cloned().unwrap_or_default();
-                    let e = VolumeError::Conflict {
-                        key: key.to_owned(),
-                        first: format!(
-                            "persistentvolumeclaim {earlier} needs {}",
-                            existing.describe(key)
-                        ),
-                        second: format!("persistentvolumeclaim {name} needs {}", req.describe(key)),
-                    };
-                    return Err((r.volume.to_owned(), e));
+        let mut merged = Vec::new();
+        let mut conflict = None;
+        for existing in &out {
+            for term in &terms {
+                match merge(existing, term) {
+                    Ok(m) => merged.push(m),
+                    Err(key) => {
+                        conflict.get_or_insert_with(|| (key, existing.clone(), term.clone()));
+                    }
                 }
             }
-            first.entry(key.to_owned()).or_insert_with(|| name.clone());
-            out.add(key, req.clone());
         }
+        if merged.is_empty() {
+            let (key, existing, term) = conflict.unwrap_or_default();
+            let earlier = first.get(&key).cloned().unwrap_or_default();
+            let describe =
+                |r: &Requirements| r.get(&key).map(|q| q.describe(&key)).unwrap_or_default();
+            let e = VolumeError::Conflict {
+                key: key.clone(),
+                first: format!(
+                    "persistentvolumeclaim {earlier} needs {}",
+                    describe(&existing)
+                ),
+                second: format!("persistentvolumeclaim {name} needs {}", describe(&term)),
+            };
+            return Err((r.volume.to_owned(), e));
+        }
+        for term in &terms {
+            for key in term.keys() {
+                first.entry(key.to_owned()).or_insert_with(|| name.clone());
+            }
+        }
+        out = merged;
     }
     Ok(out)
+}
+
+/// Both sets of requirements at once, or the first key they disagree on.
+fn merge(a: &Requirements, b: &Requirements) -> Result<Requirements, String> {
+    for (key, req) in b.iter() {
+        if let Some(existing) = a.get(key) {
+            let disjoint = !existing.allows_absence()
+                && !req.allows_absence()
+                && existing.intersection(req).is_empty();
+            if disjoint {
+                return Err(key.to_owned());
+            }
+        }
+    }
+    let mut out = a.clone();
+    out.add_all(b);
+    Ok(out)
+}
+
+/// Whether an unbound claim of the pod waits for its first consumer: the
+/// claim (by namespace/name) whose volume kube-scheduler must pick (it
+/// writes `volume.kubernetes.io/selected-node` as it binds the pod), so
+/// the pod is not bound directly. `None` when every claim is bound or
+/// binds otherwise.
+pub fn awaits_first_consumer(pod: &Pod, index: &VolumeIndex) -> Option<String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    claim_refs(pod).find_map(|r| {
+        let name = format!("{namespace}/{}", r.claim);
+        let claim = index.claims.get(&(namespace.to_owned(), r.claim.clone()));
+        let bound = claim
+            .and_then(|c| c.spec.as_ref())
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some_and(|v| !v.is_empty());
+        if bound {
+            return None;
+        }
+        let class = match claim {
+            Some(c) => c.spec.as_ref().and_then(|s| s.storage_class_name.clone()),
+            None => r.template.and_then(|t| t.storage_class_name.clone()),
+        };
+        let class = match class {
+            Some(c) if !c.is_empty() => Some(c),
+            Some(_) => None,
+            None => index.default_class().map(str::to_owned),
+        };
+        let waits = class
+            .and_then(|c| index.classes.get(&c))
+            .is_some_and(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+        // A claim not created yet (an ephemeral volume's) waits for its
+        // controller either way: kube-scheduler handles it.
+        (waits || claim.is_none()).then_some(name)
+    })
 }
 
 fn claim_requirements(
@@ -235,7 +326,7 @@ fn claim_requirements(
     claim: Option<&PersistentVolumeClaim>,
     template: Option<&PersistentVolumeClaimSpec>,
     index: &VolumeIndex,
-) -> Result<Requirements, VolumeError> {
+) -> Result<Vec<Requirements>, VolumeError> {
     let claim_err = || name.to_owned();
     let Some(claim) = claim else {
         // An ephemeral volume's claim is created by a controller right after
@@ -259,6 +350,20 @@ fn claim_requirements(
         });
     }
     match volume_name {
+        // kube-scheduler takes a claim that names a volume as bound only once
+        // the binder marked it so.
+        Some(v)
+            if !claim
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(BIND_COMPLETED)) =>
+        {
+            Err(VolumeError::BindingIncomplete {
+                claim: claim_err(),
+                volume: v.to_owned(),
+            })
+        }
         Some(v) => bound(name, v, index),
         None => unbound(
             name,
@@ -268,8 +373,12 @@ fn claim_requirements(
     }
 }
 
-/// A bound claim: the first required node selector term of its volume.
-fn bound(claim: &str, volume: &str, index: &VolumeIndex) -> Result<Requirements, VolumeError> {
+/// A bound claim: one alternative per required node selector term of its
+/// volume (none: anywhere). A local or hostPath volume's hostname
+/// expressions are dropped (the node the pod gets is a new one, as
+/// Karpenter does); a term that pins any other volume to a host is left
+/// out, and when every term is, that is the error.
+fn bound(claim: &str, volume: &str, index: &VolumeIndex) -> Result<Vec<Requirements>, VolumeError> {
     let ids = || (claim.to_owned(), volume.to_owned());
     let Some(pv) = index.volumes.get(volume) else {
         let (claim, volume) = ids();
@@ -279,31 +388,59 @@ fn bound(claim: &str, volume: &str, index: &VolumeIndex) -> Result<Requirements,
         let (claim, volume) = ids();
         return Err(VolumeError::VolumeDeleting { claim, volume });
     }
-    let term = pv
-        .spec
-        .as_ref()
+    let spec = pv.spec.as_ref();
+    let node_local = spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some());
+    let terms = spec
         .and_then(|s| s.node_affinity.as_ref())
         .and_then(|a| a.required.as_ref())
-        .and_then(|r| r.node_selector_terms.first());
-    let exprs = term
-        .and_then(|t| t.match_expressions.as_deref())
+        .map(|r| r.node_selector_terms.as_slice())
         .unwrap_or(&[]);
-    topology(
+    let source = format!("persistentvolume {volume}");
+    alternatives_of(
+        terms.iter().map(|t| {
+            t.match_expressions
+                .iter()
+                .flatten()
+                .filter(|e| !(node_local && labels::normalize(&e.key) == labels::HOSTNAME))
+                .map(|e| (&e.key, e.operator.as_str(), e.values.as_deref()))
+                .collect::<Vec<_>>()
+        }),
         claim,
-        &format!("persistentvolume {volume}"),
-        exprs
-            .iter()
-            .map(|e| (&e.key, e.operator.as_str(), e.values.as_deref())),
+        &source,
     )
 }
 
-/// An unbound claim: the first allowed topology of its class, when the
-/// class waits for the first consumer.
+/// One alternative per term; a term a new node can never meet is left out
+/// unless every term is (then its error).
+fn alternatives_of<'a>(
+    terms: impl Iterator<Item = Vec<(&'a String, &'a str, Option<&'a [String]>)>>,
+    claim: &str,
+    source: &str,
+) -> Result<Vec<Requirements>, VolumeError> {
+    let mut out = Vec::new();
+    let mut first_error = None;
+    for exprs in terms {
+        match topology(claim, source, exprs.into_iter()) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (out.is_empty(), first_error) {
+        (true, Some(e)) => Err(e),
+        (true, None) => Ok(vec![Requirements::new()]),
+        (false, _) => Ok(out),
+    }
+}
+
+/// An unbound claim: one alternative per allowed topology term of its
+/// class (none: anywhere), when the class waits for the first consumer.
 fn unbound(
     claim: &str,
     class: Option<&str>,
     index: &VolumeIndex,
-) -> Result<Requirements, VolumeError> {
+) -> Result<Vec<Requirements>, VolumeError> {
     let Some(class) = class else {
         return Err(VolumeError::NoStorageClass {
             claim: claim.to_owned(),
@@ -322,18 +459,17 @@ fn unbound(
             class: class.to_owned(),
         });
     }
-    let exprs = sc
-        .allowed_topologies
-        .as_ref()
-        .and_then(|t| t.first())
-        .map(|t| t.match_label_expressions.as_deref().unwrap_or(&[]));
-    topology(
+    let source = format!("storageclass {class}");
+    alternatives_of(
+        sc.allowed_topologies.iter().flatten().map(|t| {
+            t.match_label_expressions
+                .iter()
+                .flatten()
+                .map(|e| (&e.key, "In", Some(e.values.as_slice())))
+                .collect::<Vec<_>>()
+        }),
         claim,
-        &format!("storageclass {class}"),
-        exprs
-            .into_iter()
-            .flatten()
-            .map(|e| (&e.key, "In", Some(e.values.as_slice()))),
+        &source,
     )
 }
 
@@ -392,8 +528,16 @@ mod tests {
         )
     }
 
+    /// A claim; one that names a volume is bound (the binder marked it).
     fn claim(name: &str, spec: Value) -> PersistentVolumeClaim {
-        from(json!({"metadata": {"name": name, "namespace": "shop"}, "spec": spec}))
+        let annotations = if spec.get("volumeName").is_some() {
+            json!({"pv.kubernetes.io/bind-completed": "yes"})
+        } else {
+            json!({})
+        };
+        from(
+            json!({"metadata": {"name": name, "namespace": "shop", "annotations": annotations}, "spec": spec}),
+        )
     }
 
     fn zonal_volume(name: &str, key: &str, zones: &[&str]) -> PersistentVolume {

@@ -77,6 +77,17 @@ pub fn catalog(region: &str) -> Result<CloudCatalog, UnknownRegion> {
         region: region.to_owned(),
         ..Default::default()
     };
+    // Simulated zone ids (a real account maps names to ids its own way):
+    // the region's short name and the zone's letter in order, `use1-az1`.
+    let short = zone_id_prefix(region);
+    for zones in r.offerings.values() {
+        for letter in zones.chars() {
+            let n = u32::from(letter).saturating_sub(u32::from('a')) + 1;
+            out.zone_ids
+                .entry(format!("{region}{letter}"))
+                .or_insert_with(|| format!("{short}-az{n}"));
+        }
+    }
     for e in data.instance_types {
         let Some(zones) = r.offerings.get(&e.info.name) else {
             continue;
@@ -104,6 +115,15 @@ pub fn catalog(region: &str) -> Result<CloudCatalog, UnknownRegion> {
         out.instance_types.push(e.info);
     }
     Ok(out)
+}
+
+/// `us-east-1` → `use1`, `ap-south-1` → `aps1`: the prefix of AWS's zone ids.
+fn zone_id_prefix(region: &str) -> String {
+    let mut parts = region.split('-');
+    let area = parts.next().unwrap_or_default();
+    let direction: String = parts.next().unwrap_or_default().chars().take(1).collect();
+    let number = parts.next().unwrap_or_default();
+    format!("{area}{direction}{number}")
 }
 
 fn priced(instance_type: &str, zone: &str, capacity_type: &str, price: f64) -> PricedOffering {

@@ -11,8 +11,8 @@ use super::clock::SimClock;
 use super::pools::{self, PoolDepths, SpotPools};
 use crate::cloud::ownership;
 use crate::ports::{
-    Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched,
-    OfferingKey, PricedOffering, SignedDuration, Timestamp,
+    Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, LaunchTemplate,
+    Launched, OfferingKey, PricedOffering, SignedDuration, Timestamp,
 };
 use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 
@@ -75,6 +75,20 @@ struct State {
     /// unknown): skipped, as EC2's adapter skips them, and remembered so a
     /// test can say nobody even asked.
     foreign_terminations: Vec<String>,
+    /// Launch templates by name: ours (one per NodeClass, NodePool and
+    /// AMI, made by the first launch that needs it, as EC2's adapter makes
+    /// one per distinct content) and any a test adds for a neighbour.
+    templates: BTreeMap<String, SimTemplate>,
+    /// Template names a delete call named that were not ours: skipped.
+    foreign_template_deletes: Vec<String>,
+    next_template: u64,
+}
+
+/// One simulated launch template and its tags.
+#[derive(Debug, Clone)]
+pub struct SimTemplate {
+    pub template: LaunchTemplate,
+    pub tags: BTreeMap<String, String>,
 }
 
 /// The cluster name the simulated EC2 tags our instances with.
@@ -105,6 +119,9 @@ impl SimCloud {
                 next_message: 1,
                 kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_owned(),
                 foreign_terminations: Vec::new(),
+                templates: BTreeMap::new(),
+                foreign_template_deletes: Vec::new(),
+                next_template: 1,
             })),
             clock,
         }
@@ -244,6 +261,24 @@ impl SimCloud {
             .collect()
     }
 
+    /// A launch template of someone else's (a node group's, a Karpenter's,
+    /// another cluster's) with these tags, created now.
+    pub fn add_neighbour_template(&self, name: &str, tags: BTreeMap<String, String>) {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.add_template(name, tags, now);
+    }
+
+    /// Every launch template of the account (ours and neighbours'), by name.
+    pub fn all_templates(&self) -> Vec<SimTemplate> {
+        self.lock().templates.values().cloned().collect()
+    }
+
+    /// Template names a delete call named that were not ours, in order.
+    pub fn foreign_template_deletes(&self) -> Vec<String> {
+        self.lock().foreign_template_deletes.clone()
+    }
+
     /// Ids a terminate call named that were not ours, in order.
     pub fn foreign_terminations(&self) -> Vec<String> {
         self.lock().foreign_terminations.clone()
@@ -354,11 +389,11 @@ impl SimCloud {
     /// EC2 recommends rebalancing away from an instance (no deadline).
     pub fn recommend_rebalance(&self, instance_id: &str) -> bool {
         let now = self.clock.now();
-        if !self
+        if self
             .lock()
             .instances
             .get(instance_id)
-            .is_some_and(|i| !i.instance.state.is_gone_or_going())
+            .is_none_or(|i| i.instance.state.is_gone_or_going())
         {
             return false;
         }
@@ -561,6 +596,45 @@ impl State {
         (pools::price_capacity_optimized(&candidates), unavailable)
     }
 
+    fn add_template(
+        &mut self,
+        name: &str,
+        tags: BTreeMap<String, String>,
+        now: Timestamp,
+    ) -> LaunchTemplate {
+        if let Some(t) = self.templates.get(name) {
+            return t.template.clone();
+        }
+        let n = self.next_template;
+        self.next_template += 1;
+        let template = LaunchTemplate {
+            id: format!("lt-{:017x}", n),
+            name: name.to_owned(),
+            created_at: now,
+            node_class: tags.get(ownership::NODECLASS).cloned(),
+            pool: tags.get(ownership::NODEPOOL).cloned(),
+            image_id: tags.get(ownership::IMAGE).cloned(),
+        };
+        self.templates.insert(
+            name.to_owned(),
+            SimTemplate {
+                template: template.clone(),
+                tags,
+            },
+        );
+        template
+    }
+
+    /// The template a launch of `request` uses now, made when missing.
+    fn ensure_template(&mut self, request: &LaunchRequest, now: Timestamp) {
+        let class = request.node_class.as_deref().unwrap_or("default");
+        let image = image_for(&self.kubernetes_version);
+        let mut tags = request_tags(request, None);
+        tags.insert(ownership::IMAGE.to_owned(), image.clone());
+        let name = format!("nodewright/{class}/{}/{image}", request.pool);
+        self.add_template(&name, tags, now);
+    }
+
     /// A new pending instance of `o` for the request (a spot one takes a
     /// unit of its pool), remembered under the request's client token.
     fn start(&mut self, request: &LaunchRequest, o: &PricedOffering, now: Timestamp) -> Instance {
@@ -593,17 +667,7 @@ impl State {
             SimInstance {
                 instance: instance.clone(),
                 request: request.clone(),
-                tags: ownership::resource_tags(
-                    SIM_CLUSTER,
-                    &request
-                        .node_class_spec
-                        .as_ref()
-                        .map(|c| c.tags.clone())
-                        .unwrap_or_default(),
-                    &request.pool,
-                    request.node_class.as_deref().unwrap_or("default"),
-                    Some(&request.claim_id),
-                ),
+                tags: request_tags(request, Some(&request.claim_id)),
                 next_transition: Some(now + start),
                 reclaim_at: None,
             },
@@ -666,6 +730,7 @@ impl Cloud for SimCloud {
             });
         }
         let options = s.purchase_options(request)?;
+        s.ensure_template(request, now);
         let spot = options
             .iter()
             .any(|o| o.capacity_type == CAPACITY_TYPE_SPOT);
@@ -720,6 +785,31 @@ impl Cloud for SimCloud {
         })
     }
 
+    async fn launch_templates(&self) -> Result<Vec<LaunchTemplate>, CloudError> {
+        Ok(self
+            .lock()
+            .templates
+            .values()
+            .filter(|t| ownership::is_ours(&t.tags, SIM_CLUSTER))
+            .map(|t| t.template.clone())
+            .collect())
+    }
+
+    async fn delete_launch_template(&self, template: &LaunchTemplate) -> Result<bool, CloudError> {
+        let mut s = self.lock();
+        let ours = s.templates.get(&template.name).is_some_and(|t| {
+            t.template.id == template.id && ownership::is_ours(&t.tags, SIM_CLUSTER)
+        });
+        if !ours {
+            if s.templates.contains_key(&template.name) {
+                s.foreign_template_deletes.push(template.name.clone());
+            }
+            return Ok(false);
+        }
+        s.templates.remove(&template.name);
+        Ok(true)
+    }
+
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         Ok(self
             .lock()
@@ -732,6 +822,22 @@ impl Cloud for SimCloud {
             .map(|i| i.instance.clone())
             .collect())
     }
+}
+
+/// The tags a launch of `request` puts on what it creates (a template
+/// without the claim, an instance with it), as the EC2 adapter tags them.
+fn request_tags(request: &LaunchRequest, claim: Option<&str>) -> BTreeMap<String, String> {
+    ownership::resource_tags(
+        SIM_CLUSTER,
+        &request
+            .node_class_spec
+            .as_ref()
+            .map(|c| c.tags.clone())
+            .unwrap_or_default(),
+        &request.pool,
+        request.node_class.as_deref().unwrap_or("default"),
+        claim,
+    )
 }
 
 #[cfg(test)]

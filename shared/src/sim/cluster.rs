@@ -152,9 +152,13 @@ fn set_condition(
     });
 }
 
-/// The kubelet runs a bound pod: `Running` and `Ready` (what budgets count).
+/// The kubelet runs a bound pod: `Running` and `Ready` (what budgets
+/// count), with `status.startTime` (what a duration-valued do-not-disrupt
+/// counts from).
 fn start(pod: &mut Pod, now: Timestamp) {
-    pod.status.get_or_insert_with(PodStatus::default).phase = Some("Running".to_owned());
+    let status = pod.status.get_or_insert_with(PodStatus::default);
+    status.phase = Some("Running".to_owned());
+    status.start_time.get_or_insert(Time(now));
     if !is_pod_ready(pod) {
         set_condition(pod, "Ready", "True", None, None, now);
     }
@@ -248,8 +252,28 @@ impl SimCluster {
                 s.pdbs.insert(k, p);
             }
             "PersistentVolumeClaim" => {
-                let c: PersistentVolumeClaim =
+                let mut c: PersistentVolumeClaim =
                     serde_json::from_value(object.clone()).map_err(err)?;
+                // A claim that names its volume and says nothing of its
+                // binding is one the volume binder has bound (the simulator
+                // runs no binder): marked bound as the binder marks it. A
+                // claim given a status is kept as given.
+                let names_volume = c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.as_deref())
+                    .is_some_and(|v| !v.is_empty());
+                if names_volume && c.status.is_none() {
+                    c.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .entry("pv.kubernetes.io/bind-completed".to_owned())
+                        .or_insert_with(|| "yes".to_owned());
+                    c.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                        phase: Some("Bound".to_owned()),
+                        ..Default::default()
+                    });
+                }
                 s.claims.insert(
                     key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref()),
                     c,
@@ -674,6 +698,31 @@ impl Cluster for SimCluster {
             .get_mut(node)
             .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
         n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        s.dirty = true;
+        Ok(())
+    }
+
+    async fn label_node(
+        &self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<(), ClusterError> {
+        let mut s = self.lock();
+        let n = s
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        n.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if !annotations.is_empty() {
+            n.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         s.dirty = true;
         Ok(())
     }

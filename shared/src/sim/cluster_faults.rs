@@ -7,7 +7,14 @@
 //! [`FaultyCluster`] wraps a [`ClusterDriver`]: the world (controllers,
 //! kubelets, the soak's checks) goes to the inner cluster untouched; only
 //! the port the handlers are given ([`FaultyClusterPort`]) fails.
+//!
+//! It can also make kube-scheduler race the handlers: the world's
+//! controllers take a round before each bind of theirs goes through, as
+//! the real kube-scheduler binds pods while a handler is between its list
+//! and its writes.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -29,6 +36,23 @@ struct Faults {
     drop_responses: usize,
     refused: usize,
     dropped: usize,
+    /// The world takes a round before each bind of the handlers.
+    race_binds: bool,
+    /// Rounds so taken.
+    raced: usize,
+}
+
+/// What one round of the world's controllers returns to await.
+type Round = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One round of the world's controllers (the inner driver's `reconcile`).
+#[derive(Clone)]
+struct WorldRound(Arc<dyn Fn() -> Round + Send + Sync>);
+
+impl std::fmt::Debug for WorldRound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorldRound")
+    }
 }
 
 /// A cluster whose handler-facing port can be made to fail.
@@ -43,6 +67,7 @@ pub struct FaultyCluster<K> {
 pub struct FaultyClusterPort<P> {
     inner: P,
     faults: Arc<Mutex<Faults>>,
+    world: WorldRound,
 }
 
 fn lock(faults: &Mutex<Faults>) -> MutexGuard<'_, Faults> {
@@ -75,6 +100,19 @@ impl<K: ClusterDriver> FaultyCluster<K> {
         lock(&self.faults).drop_responses = n;
     }
 
+    /// Whether the world's controllers (kube-scheduler among them) take a
+    /// round before each bind of the handlers reaches the cluster: pods
+    /// the handler listed as pending may be bound meanwhile, and a node it
+    /// opened may be filled by the scheduler before its own binds land.
+    pub fn race_binds(&self, on: bool) {
+        lock(&self.faults).race_binds = on;
+    }
+
+    /// Rounds the world took racing the handlers' binds.
+    pub fn raced(&self) -> usize {
+        lock(&self.faults).raced
+    }
+
     /// (Calls refused, write responses dropped) so far.
     pub fn injected(&self) -> (usize, usize) {
         let f = lock(&self.faults);
@@ -91,7 +129,7 @@ impl<P: Cluster> FaultyClusterPort<P> {
         }
         f.refuse -= 1;
         f.refused += 1;
-        let status = if f.refused % 2 == 0 {
+        let status = if f.refused.is_multiple_of(2) {
             "429 Too Many Requests"
         } else {
             "503 Service Unavailable"
@@ -172,6 +210,14 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
             .await
     }
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {
+        let race = {
+            let mut f = lock(&self.faults);
+            f.raced += usize::from(f.race_binds);
+            f.race_binds
+        };
+        if race {
+            (self.world.0)().await;
+        }
         self.write("bind a pod", self.inner.bind(pod, node)).await
     }
     async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
@@ -184,6 +230,18 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
     }
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         self.write("cordon a node", self.inner.cordon(node)).await
+    }
+    async fn label_node(
+        &self,
+        node: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        annotations: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ClusterError> {
+        self.write(
+            "label a node",
+            self.inner.label_node(node, labels, annotations),
+        )
+        .await
     }
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         self.write("evict a pod", self.inner.evict(pod)).await
@@ -206,13 +264,21 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
     }
 }
 
-impl<K: ClusterDriver> ClusterDriver for FaultyCluster<K> {
+impl<K: ClusterDriver + 'static> ClusterDriver for FaultyCluster<K> {
     type Port = FaultyClusterPort<K::Port>;
 
     fn port(&self) -> Self::Port {
+        let world = self.inner.clone();
         FaultyClusterPort {
             inner: self.inner.port(),
             faults: Arc::clone(&self.faults),
+            world: WorldRound(Arc::new(move || {
+                let world = world.clone();
+                Box::pin(async move {
+                    // The world's own failures are not the handler's.
+                    let _ = world.reconcile().await;
+                })
+            })),
         }
     }
     async fn apply(&self, object: &serde_json::Value) -> Result<(), String> {

@@ -93,7 +93,11 @@ pub fn cases(dir: &Path) -> Vec<PathBuf> {
 
 /// Runs every case of `dir` on `threads` threads.
 pub fn run_dir(dir: &Path, threads: usize) -> Vec<Outcome> {
-    let files = cases(dir);
+    let mut files = cases(dir);
+    // While working on a few cases: only those whose name contains this.
+    if let Ok(only) = std::env::var("NODEWRIGHT_CONFORMANCE_ONLY") {
+        files.retain(|f| f.to_string_lossy().contains(&only));
+    }
     let next = AtomicUsize::new(0);
     let out: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -134,11 +138,10 @@ mod tests {
             .join(name)
     }
 
-    /// Every scheduling case behaves as its header says; the README lists
+    /// Every case of `name` behaves as its header says; the README lists
     /// every case, and every known failure with its reason.
-    #[test]
-    fn scheduling_cases_pass_or_fail_as_marked() {
-        let dir = area("scheduling");
+    fn area_cases_pass_or_fail_as_marked(name: &str) {
+        let dir = area(name);
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         let outcomes = run_dir(&dir, threads);
         assert!(!outcomes.is_empty(), "no case under {}", dir.display());
@@ -163,11 +166,21 @@ mod tests {
             .filter(|o| o.known_failure.is_some())
             .count();
         eprintln!(
-            "conformance/scheduling: {} case(s), {} passing, {failing} known failure(s)",
+            "conformance/{name}: {} case(s), {} passing, {failing} known failure(s)",
             outcomes.len(),
             outcomes.len() - failing
         );
         assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn scheduling_cases_pass_or_fail_as_marked() {
+        area_cases_pass_or_fail_as_marked("scheduling");
+    }
+
+    #[test]
+    fn disruption_cases_pass_or_fail_as_marked() {
+        area_cases_pass_or_fail_as_marked("disruption");
     }
 
     #[test]

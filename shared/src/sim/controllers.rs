@@ -142,15 +142,15 @@ pub fn reconcile_workloads(view: &ClusterView<'_>) -> Vec<ControllerAction> {
             Some(n) if !nodes.contains(n) => actions.push(ControllerAction::RemovePod(key)),
             // The kubelet confirms a graceful deletion once its grace period
             // is over (a container that ignores SIGTERM, the slowest case).
-            Some(_) if is_terminating(pod) => {
-                if pod
-                    .metadata
-                    .deletion_timestamp
-                    .as_ref()
-                    .is_some_and(|t| view.now >= t.0)
-                {
-                    actions.push(ControllerAction::RemovePod(key));
-                }
+            Some(_)
+                if is_terminating(pod)
+                    && pod
+                        .metadata
+                        .deletion_timestamp
+                        .as_ref()
+                        .is_some_and(|t| view.now >= t.0) =>
+            {
+                actions.push(ControllerAction::RemovePod(key));
             }
             Some(_) if phase(pod).is_none_or(|p| p == "Pending") => {
                 actions.push(ControllerAction::Start(key))
@@ -485,10 +485,10 @@ pub fn pdb_status(
         if is_terminating(pod) {
             continue;
         }
-        if let Some(at) = old.disrupted_pods.as_ref().and_then(|m| m.get(&name)) {
-            if at.0 + PDB_DELETION_TIMEOUT >= now {
-                disrupted.insert(name, at.clone());
-            }
+        if let Some(at) = old.disrupted_pods.as_ref().and_then(|m| m.get(&name))
+            && at.0 + PDB_DELETION_TIMEOUT >= now
+        {
+            disrupted.insert(name, at.clone());
         }
     }
     let current_healthy = selected
@@ -644,6 +644,48 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
         }
     }
     actions
+}
+
+/// A PodDisruptionBudget's floor and where its pods stand: (the fewest
+/// healthy pods it allows, healthy pods now), counting Running pods that
+/// are not terminating. `None` for a budget without a usable selector.
+pub fn pdb_health(
+    pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget,
+    pods: &[Pod],
+) -> Option<(usize, usize)> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let spec = pdb.spec.as_ref()?;
+    let selector =
+        crate::scheduling::selector::LabelSelector::from_k8s(spec.selector.as_ref()?).ok()?;
+    let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
+    let empty = BTreeMap::new();
+    let selected: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns)
+        .filter(|p| selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
+        .collect();
+    let expected = selected.len();
+    let healthy = selected
+        .iter()
+        .filter(|p| phase(p) == Some("Running") && p.metadata.deletion_timestamp.is_none())
+        .count();
+    let resolve = |v: &IntOrString, round_up: bool| match v {
+        IntOrString::Int(i) => usize::try_from(*i).unwrap_or(0),
+        IntOrString::String(s) => {
+            let pct: usize = s.trim_end_matches('%').parse().unwrap_or(0);
+            if round_up {
+                (expected * pct).div_ceil(100)
+            } else {
+                expected * pct / 100
+            }
+        }
+    };
+    let floor = match (&spec.min_available, &spec.max_unavailable) {
+        (Some(min), _) => resolve(min, true),
+        (None, Some(max)) => expected.saturating_sub(resolve(max, true)),
+        (None, None) => 0,
+    };
+    Some((floor, healthy))
 }
 
 #[cfg(test)]
@@ -822,6 +864,42 @@ mod tests {
         };
         assert_eq!(node_of(p), Some("n1"));
         assert_eq!(phase(p), Some("Running"));
+    }
+
+    /// The DaemonSet controller honours required node affinity too (any one
+    /// of its terms), not only `nodeSelector`.
+    #[test]
+    fn daemon_pods_go_only_to_nodes_their_required_affinity_admits() {
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]},
+                            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n3"]}]}
+                        ]}}},
+                    "containers": [{"name": "c", "image": "i"}]}}
+            }
+        }))
+        .unwrap();
+        let (n1, n2, n3) = (ready_node("n1"), ready_node("n2"), ready_node("n3"));
+        let view = ClusterView {
+            nodes: vec![&n1, &n2, &n3],
+            daemon_sets: vec![&ds],
+            ..Default::default()
+        };
+        let actions = reconcile_workloads(&view);
+        let mut on: Vec<&str> = actions
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::CreatePod(p) => node_of(p),
+                _ => None,
+            })
+            .collect();
+        on.sort_unstable();
+        assert_eq!(on, ["n1", "n3"]);
     }
 
     fn budget(spec: serde_json::Value) -> PodDisruptionBudget {
@@ -1043,46 +1121,4 @@ mod tests {
             "a cordon alone is tolerated; karpenter.sh/disrupted is not"
         );
     }
-}
-
-/// A PodDisruptionBudget's floor and where its pods stand: (the fewest
-/// healthy pods it allows, healthy pods now), counting Running pods that
-/// are not terminating. `None` for a budget without a usable selector.
-pub fn pdb_health(
-    pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget,
-    pods: &[Pod],
-) -> Option<(usize, usize)> {
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    let spec = pdb.spec.as_ref()?;
-    let selector =
-        crate::scheduling::selector::LabelSelector::from_k8s(spec.selector.as_ref()?).ok()?;
-    let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
-    let empty = BTreeMap::new();
-    let selected: Vec<&Pod> = pods
-        .iter()
-        .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns)
-        .filter(|p| selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
-        .collect();
-    let expected = selected.len();
-    let healthy = selected
-        .iter()
-        .filter(|p| phase(p) == Some("Running") && p.metadata.deletion_timestamp.is_none())
-        .count();
-    let resolve = |v: &IntOrString, round_up: bool| match v {
-        IntOrString::Int(i) => usize::try_from(*i).unwrap_or(0),
-        IntOrString::String(s) => {
-            let pct: usize = s.trim_end_matches('%').parse().unwrap_or(0);
-            if round_up {
-                (expected * pct).div_ceil(100)
-            } else {
-                expected * pct / 100
-            }
-        }
-    };
-    let floor = match (&spec.min_available, &spec.max_unavailable) {
-        (Some(min), _) => resolve(min, true),
-        (None, Some(max)) => expected.saturating_sub(resolve(max, true)),
-        (None, None) => 0,
-    };
-    Some((floor, healthy))
 }

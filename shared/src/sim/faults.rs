@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Limits;
 use crate::ports::{
-    Cloud, CloudCatalog, CloudError, ConfigItem, ConfigKind, Instance, LaunchRequest, Launched,
-    Lease, OfferingKey, Store, StoreError, Timestamp, Usage,
+    Cloud, CloudCatalog, CloudError, ConfigItem, ConfigKind, FailureKind, Instance, LaunchRequest,
+    Launched, Lease, OfferingKey, ServiceError, Store, StoreError, Timestamp, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::Claim;
@@ -110,6 +110,17 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
         self.inner.instances().await
     }
 
+    async fn launch_templates(&self) -> Result<Vec<crate::ports::LaunchTemplate>, CloudError> {
+        self.inner.launch_templates().await
+    }
+
+    async fn delete_launch_template(
+        &self,
+        template: &crate::ports::LaunchTemplate,
+    ) -> Result<bool, CloudError> {
+        self.inner.delete_launch_template(template).await
+    }
+
     async fn resolved_class(
         &self,
         class: &crate::config::NodeClass,
@@ -126,8 +137,12 @@ struct WriteFaults {
     throttle: usize,
     /// The next conditional writes fail as if another writer won.
     conflict: usize,
+    /// The next writes are refused as a KMS key or an IAM policy would
+    /// refuse them (nothing written).
+    deny: usize,
     throttled: usize,
     conflicted: usize,
+    denied: usize,
 }
 
 /// A `Store` whose claim updates can be made to fail, as a crash right
@@ -160,6 +175,18 @@ impl<S: Store> FaultyStore<S> {
         self.lock_writes().throttle = n;
     }
 
+    /// The next `n` writes (configuration excepted) are refused with an
+    /// access error, as a KMS key the table's encryption can no longer use
+    /// or a missing IAM grant refuses them; nothing is written.
+    pub fn deny_next_writes(&self, n: usize) {
+        self.lock_writes().deny = n;
+    }
+
+    /// Writes refused with an access error so far.
+    pub fn writes_denied(&self) -> usize {
+        self.lock_writes().denied
+    }
+
     /// The next `n` conditional writes of claims, the batch and removal
     /// commands fail with `Conflict`, as if another invocation had written
     /// first; nothing is written.
@@ -180,11 +207,22 @@ impl<S: Store> FaultyStore<S> {
     /// The injected failure of the write about to happen, if any.
     fn write_fault(&self, what: &str, conditional: bool) -> Result<(), StoreError> {
         let mut w = self.lock_writes();
+        if w.deny > 0 {
+            w.deny -= 1;
+            w.denied += 1;
+            return Err(StoreError::Service(ServiceError::new(
+                FailureKind::AccessDenied,
+                format!(
+                    "injected: {what}: KMSAccessDeniedException: the table's key refuses the call"
+                ),
+            )));
+        }
         if w.throttle > 0 {
             w.throttle -= 1;
             w.throttled += 1;
-            return Err(StoreError::Transient(format!(
-                "injected: ProvisionedThroughputExceededException on {what}"
+            return Err(StoreError::Service(ServiceError::new(
+                FailureKind::Throttled,
+                format!("injected: {what}: ProvisionedThroughputExceededException"),
             )));
         }
         if conditional && w.conflict > 0 {
@@ -240,6 +278,9 @@ impl<S: Store> Store for FaultyStore<S> {
     }
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
         self.inner.claims().await
+    }
+    async fn unreadable_state(&self) -> Result<Vec<crate::ports::Unreadable>, StoreError> {
+        self.inner.unreadable_state().await
     }
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
         self.write_fault("claim create", true)?;
@@ -358,7 +399,8 @@ mod tests {
                     .mark_unavailable(&offering, until)
                     .await
                     .expect_err("throttled");
-                assert!(matches!(e, StoreError::Transient(_)), "{e}");
+                assert_eq!(e.failure_kind(), Some(FailureKind::Throttled), "{e}");
+                assert!(e.is_retryable(), "{e}");
             }
             assert!(
                 store

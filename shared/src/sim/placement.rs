@@ -106,6 +106,12 @@ pub struct Placement {
     /// Each matched pod's node has no label with this key.
     #[serde(default)]
     pub node_labels_absent: Vec<String>,
+    /// Each matched pod's node has a label with this key (any value).
+    #[serde(default)]
+    pub node_labels_present: Vec<String>,
+    /// Each matched pod's node carries these annotations with these values.
+    #[serde(default)]
+    pub node_annotations: BTreeMap<String, String>,
     /// Each matched pod's node carries the key with an integer value
     /// greater than this one.
     #[serde(default)]
@@ -171,6 +177,13 @@ pub struct LaunchOptionsExpect {
     /// At least one option of some launch is each of these instance types.
     #[serde(default)]
     pub includes: Vec<String>,
+    /// Every launch's cheapest option costs what the cheapest catalog
+    /// offering with these labels (one of the values per key) costs:
+    /// nothing cheaper that would do was left out.
+    pub cheapest_among: Option<BTreeMap<String, Vec<String>>>,
+    /// Every launch offers at least this many distinct values of the key.
+    #[serde(default)]
+    pub min_distinct: BTreeMap<String, usize>,
 }
 
 /// Checks `placements` and `spread` against the cluster as it is.
@@ -198,6 +211,15 @@ pub fn check_pods(
                 })
                 .collect();
             (n.metadata.name.as_deref().unwrap_or_default(), taints)
+        })
+        .collect();
+    let node_annotations: BTreeMap<&str, BTreeMap<String, String>> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.metadata.name.as_deref().unwrap_or_default(),
+                n.metadata.annotations.clone().unwrap_or_default(),
+            )
         })
         .collect();
     let node_labels: BTreeMap<&str, BTreeMap<String, String>> = nodes
@@ -252,6 +274,8 @@ pub fn check_pods(
                     || !pl.node_labels_in.is_empty()
                     || !pl.node_labels_not.is_empty()
                     || !pl.node_labels_absent.is_empty()
+                    || !pl.node_labels_present.is_empty()
+                    || !pl.node_annotations.is_empty()
                     || !pl.node_labels_gt.is_empty()
                     || !pl.node_labels_lt.is_empty();
                 if asks_node && pl.scheduled != Some(true) {
@@ -276,6 +300,20 @@ pub fn check_pods(
                 &pl.node_labels_not,
                 &pl.node_labels_absent,
             ));
+            for k in &pl.node_labels_present {
+                if !labels.contains_key(k) {
+                    failures.push(format!("{at}: {name} on node {node}: expected a label {k}"));
+                }
+            }
+            let annotations = node_annotations.get(node).cloned().unwrap_or_default();
+            for (k, v) in &pl.node_annotations {
+                if annotations.get(k) != Some(v) {
+                    failures.push(format!(
+                        "{at}: {name} on node {node}: expected annotation {k}={v}, found {:?}",
+                        annotations.get(k)
+                    ));
+                }
+            }
             let taints = node_taints.get(node).cloned().unwrap_or_default();
             for t in &pl.node_taints {
                 let want = (t.key.clone(), t.value.clone(), t.effect.clone());
@@ -405,8 +443,65 @@ pub fn check_launches(
     if requests.is_empty() {
         return vec!["launchOptions: no launch was requested".to_owned()];
     }
+    let labels_of = |instance_type: &str, zone: &str, capacity_type: &str| {
+        let info = catalog
+            .instance_types
+            .iter()
+            .find(|t| t.name == instance_type)?;
+        let mut l = info.requirements().single_valued_labels();
+        for (k, v) in [
+            (labels::INSTANCE_TYPE, instance_type),
+            (labels::ZONE, zone),
+            (labels::CAPACITY_TYPE, capacity_type),
+        ] {
+            l.insert(k.to_owned(), v.to_owned());
+        }
+        Some(l)
+    };
+    let cheapest = expect.cheapest_among.as_ref().map(|among| {
+        catalog
+            .offerings
+            .iter()
+            .filter(|o| {
+                labels_of(&o.instance_type, &o.zone, &o.capacity_type).is_some_and(|l| {
+                    among
+                        .iter()
+                        .all(|(k, vs)| l.get(k).is_some_and(|v| vs.contains(v)))
+                })
+            })
+            .map(|o| o.price)
+            .fold(f64::INFINITY, f64::min)
+    });
     let mut offered = BTreeSet::new();
     for r in requests {
+        if let Some(want) = cheapest {
+            let got = r
+                .options
+                .iter()
+                .map(|o| o.price)
+                .fold(f64::INFINITY, f64::min);
+            if (got - want).abs() > 1e-9 {
+                failures.push(format!(
+                    "launchOptions: claim {}'s cheapest option costs {got}, the cheapest offering that would do {want}",
+                    r.claim_id
+                ));
+            }
+        }
+        for (key, want) in &expect.min_distinct {
+            let distinct: BTreeSet<String> = r
+                .options
+                .iter()
+                .filter_map(|o| labels_of(&o.instance_type, &o.zone, &o.capacity_type))
+                .filter_map(|l| l.get(key).cloned())
+                .collect();
+            if distinct.len() < *want {
+                failures.push(format!(
+                    "launchOptions: claim {} offers {} distinct {key} ({distinct:?}), fewer than {want}",
+                    r.claim_id,
+                    distinct.len()
+                ));
+            }
+        }
         for o in &r.options {
             offered.insert(o.instance_type.clone());
             let Some(info) = catalog

@@ -196,8 +196,9 @@ fn default_region() -> String {
     "us-east-1".to_owned()
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// One timed action: `at` and exactly one verb (`{at: 90s, scale: {...}}`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Action {
     /// Simulated time from the start, e.g. `90s`.
     pub at: String,
@@ -205,8 +206,74 @@ pub struct Action {
     pub what: ActionKind,
 }
 
+/// The verbs an action may have, as written.
+pub const ACTION_VERBS: [&str; 13] = [
+    "scale",
+    "apply",
+    "removeCapacity",
+    "neverRegister",
+    "interrupt",
+    "rebalance",
+    "scheduledChange",
+    "enqueue",
+    "kubernetesVersion",
+    "nodeNotReady",
+    "plan",
+    "expect",
+    "deletePods",
+];
+
+/// Read by hand (serde's `flatten` cannot refuse unknown keys): `at`, then
+/// exactly one verb; no verb, two verbs or an unknown key is an error that
+/// says which.
+impl<'de> Deserialize<'de> for Action {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map: BTreeMap<String, serde_json::Value> = BTreeMap::deserialize(d)?;
+        let at = match map.remove("at") {
+            Some(serde_json::Value::String(s)) => s,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "action: `at` must be a duration like 90s, not {other}"
+                )));
+            }
+            None => {
+                return Err(D::Error::custom(
+                    "action without `at` (when it happens, e.g. `at: 90s`)",
+                ));
+            }
+        };
+        let unknown: Vec<&String> = map
+            .keys()
+            .filter(|k| !ACTION_VERBS.contains(&k.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(D::Error::custom(format!(
+                "action at {at}: unknown key(s) {unknown:?} (an action is `at` and one of: {})",
+                ACTION_VERBS.join(", ")
+            )));
+        }
+        if map.len() > 1 {
+            return Err(D::Error::custom(format!(
+                "action at {at} has {} verbs ({}): one action per entry",
+                map.len(),
+                map.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let Some((verb, body)) = map.into_iter().next() else {
+            return Err(D::Error::custom(format!(
+                "action at {at} has no verb (one of: {})",
+                ACTION_VERBS.join(", ")
+            )));
+        };
+        let what: ActionKind = serde_json::from_value(serde_json::json!({ verb.clone(): body }))
+            .map_err(|e| D::Error::custom(format!("action at {at}: {verb}: {e}")))?;
+        Ok(Action { at, what })
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub enum ActionKind {
     /// Set a Deployment's replicas.
     Scale {
@@ -241,6 +308,22 @@ pub enum ActionKind {
     /// Check expectations now (e.g. "not before": the node is still there);
     /// failures are reported with the final ones, prefixed by the time.
     Expect(Box<Expect>),
+    /// Delete the matching pods through the API, as `kubectl delete pod`
+    /// does: gracefully (their own grace period, or `gracePeriodSeconds`).
+    DeletePods(PodSelector),
+}
+
+/// Which pods a `deletePods` action deletes: those of the namespace that
+/// carry every label (and have the name, when given).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodSelector {
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub name: Option<String>,
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// Which instances an interruption action hits: those whose nodes carry
@@ -252,7 +335,7 @@ pub struct InstanceSelector {
     pub labels: BTreeMap<String, String>,
     pub instance_type: Option<String>,
     pub zone: Option<String>,
-    /// The node of this name (for `nodeNotReady`).
+    /// The node of this name only.
     pub node: Option<String>,
     /// For `scheduledChange`: when the maintenance starts, from now.
     #[serde(default, rename = "in")]
@@ -293,8 +376,11 @@ pub struct Expect {
     pub replacements: Option<usize>,
     /// Distinct nodes that got a removal command over the run.
     pub removed_nodes: Option<usize>,
-    /// No pod waited longer than this many seconds for a node.
-    pub max_pending_seconds: Option<u64>,
+    /// No pod waited longer than this many seconds for a node: over the
+    /// whole run (`maxPendingSeconds: 90`), or among pods whose wait began
+    /// in a window (`maxPendingSeconds: {seconds: 90, from: 5m, until: 8m}`,
+    /// times from the start; `until` defaults to the end of the run).
+    pub max_pending_seconds: Option<PendingBound>,
     /// Removal reason (`Drifted`, `Expired`, `Empty`, `Underutilized`,
     /// `Unhealthy`, `SpotInterrupted`, …) → how many nodes got a removal for it.
     #[serde(default)]
@@ -322,6 +408,25 @@ pub struct Expect {
     pub spread: Vec<placement::SpreadExpect>,
     /// What every launch offered EC2 (in-memory cloud only).
     pub launch_options: Option<placement::LaunchOptionsExpect>,
+}
+
+/// `maxPendingSeconds`: a bound for the whole run, or for the pods whose
+/// wait began in a window.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum PendingBound {
+    Run(u64),
+    Window(PendingWindow),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingWindow {
+    pub seconds: u64,
+    /// From this time on (from the start of the run, e.g. `5m`).
+    pub from: String,
+    /// Before this time (default: the end of the run).
+    pub until: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -518,9 +623,15 @@ pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
         }
     };
     check(&docs, &mut errors);
+    let run = parse_duration(&scenario.run).ok();
     for (ai, action) in scenario.actions.iter().enumerate() {
-        if let Err(e) = parse_duration(&action.at) {
-            errors.push(format!("actions[{ai}].at: {e}"));
+        match parse_duration(&action.at) {
+            Err(e) => errors.push(format!("actions[{ai}].at: {e}")),
+            Ok(at) if run.is_some_and(|r| at > r) => errors.push(format!(
+                "actions[{ai}].at: {} is after the end of the run ({}): it would never happen",
+                action.at, scenario.run
+            )),
+            Ok(_) => {}
         }
         if let ActionKind::Apply(objects) = &action.what {
             let (new, _, e) = read_objects(objects, &format!("actions[{ai}].apply"));
@@ -536,6 +647,25 @@ pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
     }
     if let Err(e) = parse_duration(&scenario.run) {
         errors.push(format!("run: {e}"));
+    }
+    let windows = std::iter::once(("expect".to_owned(), &scenario.expect)).chain(
+        scenario
+            .actions
+            .iter()
+            .enumerate()
+            .filter_map(|(ai, a)| match &a.what {
+                ActionKind::Expect(e) => Some((format!("actions[{ai}].expect"), &**e)),
+                _ => None,
+            }),
+    );
+    for (field, expect) in windows {
+        if let Some(PendingBound::Window(w)) = &expect.max_pending_seconds {
+            for (name, value) in [("from", Some(&w.from)), ("until", w.until.as_ref())] {
+                if let Some(Err(e)) = value.map(|v| parse_duration(v)) {
+                    errors.push(format!("{field}.maxPendingSeconds.{name}: {e}"));
+                }
+            }
+        }
     }
     errors.extend(scenario.spot_pools.errors(&scenario.region));
     if errors.is_empty() {
@@ -598,7 +728,11 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     for w in workloads {
         sim.cluster.apply(&w).await.map_err(ScenarioError::Parse)?;
     }
-    sim.track_pending |= scenario.expect.max_pending_seconds.is_some();
+    sim.track_pending |= scenario.expect.max_pending_seconds.is_some()
+        || scenario
+            .actions
+            .iter()
+            .any(|a| matches!(&a.what, ActionKind::Expect(e) if e.max_pending_seconds.is_some()));
     Ok(())
 }
 
@@ -623,7 +757,11 @@ async fn select_instances<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             && selector
                 .zone
                 .as_ref()
-                .is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z));
+                .is_none_or(|z| labels.get(crate::scheduling::labels::ZONE) == Some(z))
+            && selector
+                .node
+                .as_ref()
+                .is_none_or(|name| n.metadata.name.as_ref() == Some(name));
         let provider = n
             .spec
             .as_ref()
@@ -682,6 +820,7 @@ pub async fn run<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
     let start = sim.now();
+    sim.scenario_start = Some(start);
     let mut actions: Vec<(SignedDuration, &Action)> = scenario
         .actions
         .iter()
@@ -804,6 +943,41 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                     .into_iter()
                     .map(|f| format!("at {}: {f}", action.at)),
             );
+            Ok(())
+        }
+        ActionKind::DeletePods(selector) => {
+            let pods: Vec<crate::ports::PodKey> = sim
+                .cluster
+                .all_pods()
+                .await
+                .iter()
+                .filter(|p| {
+                    p.metadata.namespace.as_deref().unwrap_or("default") == selector.namespace
+                })
+                .filter(|p| {
+                    selector
+                        .name
+                        .as_ref()
+                        .is_none_or(|n| p.metadata.name.as_ref() == Some(n))
+                })
+                .filter(|p| {
+                    let labels = p.metadata.labels.clone().unwrap_or_default();
+                    selector
+                        .labels
+                        .iter()
+                        .all(|(k, v)| labels.get(k) == Some(v))
+                })
+                .map(crate::ports::PodKey::of)
+                .collect();
+            if pods.is_empty() {
+                return Err(err(format!("no pod matches {selector:?}")));
+            }
+            let port = sim.cluster.port();
+            for pod in &pods {
+                crate::ports::Cluster::delete_pod(&port, pod, selector.grace_period_seconds)
+                    .await
+                    .map_err(|e| err(e.to_string()))?;
+            }
             Ok(())
         }
         ActionKind::Plan {} => {
@@ -1096,14 +1270,44 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             ));
         }
     }
-    if let Some(max) = expect.max_pending_seconds
-        && let Some((waited, pod)) = &sim.longest_pending
-        && waited.as_secs() > i64::try_from(max).unwrap_or(i64::MAX)
-    {
-        failures.push(format!(
-            "pod {pod} waited {}s for a node, more than {max}s",
-            waited.as_secs()
-        ));
+    match &expect.max_pending_seconds {
+        None => {}
+        Some(PendingBound::Run(max)) => {
+            if let Some((waited, pod)) = &sim.longest_pending
+                && waited.as_secs() > i64::try_from(*max).unwrap_or(i64::MAX)
+            {
+                failures.push(format!(
+                    "pod {pod} waited {}s for a node, more than {max}s",
+                    waited.as_secs()
+                ));
+            }
+        }
+        Some(PendingBound::Window(w)) => {
+            let start = sim.scenario_start.unwrap_or(sim.now());
+            let from = parse_duration(&w.from).map(|d| start + d);
+            let until = w
+                .until
+                .as_deref()
+                .map(|u| parse_duration(u).map(|d| start + d))
+                .transpose();
+            match (from, until) {
+                (Ok(from), Ok(until)) => {
+                    if let Some((waited, pod)) =
+                        sim.longest_wait_begun(from, until.unwrap_or(Timestamp::MAX))
+                        && waited.as_secs() > i64::try_from(w.seconds).unwrap_or(i64::MAX)
+                    {
+                        failures.push(format!(
+                            "pod {pod} began waiting between {} and {} and waited {}s for a node, more than {}s",
+                            w.from,
+                            w.until.as_deref().unwrap_or("the end"),
+                            waited.as_secs(),
+                            w.seconds
+                        ));
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => failures.push(format!("maxPendingSeconds: {e}")),
+            }
+        }
     }
     failures
 }
@@ -1160,7 +1364,7 @@ objects:
   - apiVersion: karpenter.sh/v1
     kind: NodePool
     metadata: {name: limit}
-    spec: {limits: {memory: 8Gx}, template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}}}
+    spec: {limits: {memory: 8Gx}, template: {spec: {requirements: [], nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}}}
   - apiVersion: karpenter.sh/v1
     kind: NodePool
     metadata: {name: noref}
@@ -1234,24 +1438,32 @@ objects:
     #[test]
     fn every_walkthrough_document_validates_and_drives_a_scenario() {
         for (name, text) in WALKTHROUGH_YAML {
-            // 03 is a fragment of a Provisioner without subnet and security
-            // group selectors, which Karpenter's webhook required too: the
-            // error names the field; with the selectors the walkthrough's
-            // cluster used, it validates.
-            let text = if name == "03" {
-                let e = config::ConfigSet::parse(text).expect_err("no subnetSelector");
+            // 03 is a Provisioner of Karpenter v0.5's days without subnet
+            // and security group selectors: they default to the cluster's
+            // discovery tag, as that version did (and a warning says so).
+            let text = text.to_owned();
+            let set = config::ConfigSet::parse(&text).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            if name == "03" {
+                let class = set
+                    .node_class("default")
+                    .expect("the inline provider's class");
                 assert_eq!(
-                    (e[0].item.as_str(), e[0].field.as_str()),
-                    ("provisioner/default", "spec.provider.subnetSelector")
+                    class.subnet_selector_terms,
+                    [config::nodeclass::SelectorTerm::ClusterTag]
                 );
-                text.replace(
-                    "  provider:\n",
-                    "  provider:\n    subnetSelector: {karpenter.sh/discovery: t101-karpenter}\n    securityGroupSelector: {karpenter.sh/discovery: t101-karpenter}\n",
-                )
-            } else {
-                text.to_owned()
-            };
-            config::ConfigSet::parse(&text).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                assert_eq!(
+                    class.security_group_selector_terms,
+                    [config::nodeclass::SelectorTerm::ClusterTag]
+                );
+                let warned = config::document::parse_checked(&text, false).warnings;
+                assert_eq!(
+                    warned.iter().map(|w| w.field.as_str()).collect::<Vec<_>>(),
+                    [
+                        "spec.provider.subnetSelector",
+                        "spec.provider.securityGroupSelector"
+                    ]
+                );
+            }
             let mut objects = values(&text);
             // policy/v1beta1 PodDisruptionBudgets are gone since Kubernetes
             // 1.25 (the API server refuses them as the simulator does): v1.
@@ -1408,6 +1620,64 @@ spotPools:
             SpotPoolsSpec::default().depths().is_none(),
             "nothing set: the cloud keeps its depths"
         );
+    }
+
+    /// Actions are read strictly: one verb each, known keys only, and none
+    /// timed after the run ends (it would silently never happen).
+    #[test]
+    fn malformed_actions_are_refused_saying_what_is_wrong() {
+        let scenario =
+            |actions: &str| format!("name: a\nrun: 5m\nobjects: []\nactions:\n{actions}");
+        let no_verb = parse(&scenario("  - {at: 1m}\n")).expect_err("no verb");
+        assert!(
+            no_verb.to_string().contains("action at 1m has no verb"),
+            "{no_verb}"
+        );
+        let unknown = parse(&scenario(
+            "  - {at: 1m, scale: {deployment: d, replicas: 1}, node: x}\n",
+        ))
+        .expect_err("unknown key");
+        assert!(
+            unknown.to_string().contains("unknown key(s) [\"node\"]"),
+            "{unknown}"
+        );
+        let two = parse(&scenario("  - {at: 1m, plan: {}, expect: {nodes: 1}}\n"))
+            .expect_err("two verbs");
+        assert!(two.to_string().contains("has 2 verbs"), "{two}");
+        let bad_body = parse(&scenario(
+            "  - {at: 1m, scale: {deployment: d, replicaz: 1}}\n",
+        ))
+        .expect_err("unknown field in the verb");
+        assert!(
+            bad_body.to_string().contains("action at 1m: scale"),
+            "{bad_body}"
+        );
+        let late = parse(&scenario(
+            "  - {at: 6m, plan: {}}\n  - {at: 5m, plan: {}}\n",
+        ))
+        .expect("parses");
+        let Err(ScenarioError::Invalid(errors)) = validate(&late) else {
+            panic!("an action after the run is refused")
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("actions[0].at: 6m is after the end of the run (5m)"),
+            "{errors:?}"
+        );
+        let window = parse("name: a\nrun: 5m\nobjects: []\nexpect: {maxPendingSeconds: {seconds: 9, from: soon}}\n")
+            .expect("parses");
+        let Err(ScenarioError::Invalid(errors)) = validate(&window) else {
+            panic!("a window that is not a duration is refused")
+        };
+        assert!(
+            errors[0].starts_with("expect.maxPendingSeconds.from"),
+            "{errors:?}"
+        );
+        let ok = parse(&scenario(
+            "  - {at: 5m, expect: {maxPendingSeconds: {seconds: 9, from: 1m, until: 2m}}}\n",
+        ))
+        .expect("parses");
+        validate(&ok).expect("valid");
     }
 
     #[test]

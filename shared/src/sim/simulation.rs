@@ -53,11 +53,14 @@ pub struct SimSettings {
     pub drop_messages: bool,
     pub provisioner: ProvisionerSettings,
     pub interruption: InterruptionSettings,
-    /// SQS's delay before a message handed back (a failed batch item) is seen again.
+    /// SQS's delay before a message handed back (a failed batch item) is
+    /// seen again: the queue's visibility timeout.
     pub redelivery: SignedDuration,
-    /// The interruption function's timeout: after a batch it keeps driving
-    /// removals this long at most.
+    /// The interruption function's timeout: it starts no message after it.
     pub interruption_invocation: SignedDuration,
+    /// Lambda's delays before it retries a failed asynchronous invocation
+    /// (the state-change function), one per retry.
+    pub state_change_retries: Vec<SignedDuration>,
     /// The loop's resolution when nothing is due sooner (1 s; a long,
     /// quiet scenario may take bigger steps).
     pub step: SignedDuration,
@@ -82,8 +85,9 @@ impl Default for SimSettings {
             drop_messages: false,
             provisioner: ProvisionerSettings::default(),
             interruption: InterruptionSettings::default(),
-            redelivery: SignedDuration::from_secs(20),
-            interruption_invocation: SignedDuration::from_secs(180),
+            redelivery: SignedDuration::from_secs(30),
+            interruption_invocation: SignedDuration::from_secs(5),
+            state_change_retries: vec![SignedDuration::from_mins(1), SignedDuration::from_mins(2)],
             step: SignedDuration::from_secs(1),
             disruption_enabled: true,
             disruption: DisruptionSettings::default(),
@@ -176,10 +180,19 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     /// Track how long pods wait for a node (costs a pod listing per step).
     pub track_pending: bool,
     pending_since: BTreeMap<String, (Timestamp, String)>,
-    /// An interruption invocation driving removals: until when, and its next pass.
-    interruption_drive: Option<(Timestamp, Timestamp)>,
+    /// State-change events whose invocation failed, as Lambda holds them
+    /// for a retry: when, the retries left after it, the event.
+    state_change_retry: Vec<(Timestamp, usize, serde_json::Value)>,
+    /// State-change events that failed every retry (Lambda's on-failure
+    /// destination, the failed-invocations queue).
+    pub state_changes_failed: usize,
     /// The longest any pod waited for a node, and which.
     pub longest_pending: Option<(SignedDuration, String)>,
+    /// When the scenario's run began (`scenario::run`): what its times count from.
+    pub scenario_start: Option<Timestamp>,
+    /// Every finished wait of a pod for a node: when it began, how long it
+    /// lasted, which pod (waits still going on are in `pending_since`).
+    pub pending_waits: Vec<(Timestamp, SignedDuration, String)>,
     /// Every removal a disruption tick started, with its pool's other
     /// removals at that moment (budgets are checked against these).
     pub disruption_starts: Vec<DisruptionStart>,
@@ -269,7 +282,10 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             track_pending: false,
             pending_since: BTreeMap::new(),
             longest_pending: None,
-            interruption_drive: None,
+            state_change_retry: Vec::new(),
+            state_changes_failed: 0,
+            pending_waits: Vec::new(),
+            scenario_start: None,
             disruption_starts: Vec::new(),
             messages_lost: 0,
             kubelets_stopped: BTreeMap::new(),
@@ -295,7 +311,10 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
     }
 
     /// Runs everything due up to `end`, then leaves the clock at `end`.
+    /// On a wall clock (`SimClock::wall`) it waits for each due time
+    /// instead of jumping to it, and returns at `end` or just after.
     pub async fn run_until(&mut self, end: Timestamp) {
+        let wall = self.clock.follows_wall();
         loop {
             let now = self.clock.now();
             let next_due = Box::pin(self.step(now)).await;
@@ -303,11 +322,19 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             if next > end {
                 break;
             }
-            self.clock.set(next);
+            if wall {
+                sleep_until(&self.clock, next).await;
+            } else {
+                self.clock.set(next);
+            }
         }
         if self.clock.now() < end {
-            self.clock.set(end);
-            Box::pin(self.step(end)).await;
+            if wall {
+                sleep_until(&self.clock, end).await;
+            } else {
+                self.clock.set(end);
+            }
+            Box::pin(self.step(self.clock.now())).await;
         }
     }
 
@@ -342,15 +369,42 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             if self.settings.drop_events {
                 due.clear();
             }
+            let mut events: Vec<(usize, serde_json::Value)> = Vec::new();
             for (at, id, state) in due {
                 let event = sim.state_change_event(&id, state, at);
                 let times = if self.settings.duplicate_events { 2 } else { 1 };
                 for _ in 0..times {
-                    match Box::pin(state_change::handle(&self.ports(), &event)).await {
-                        Ok(outcome) => self.state_changes.push(outcome),
-                        Err(e) => warn!(error = %e, "state-change handler failed"),
+                    events.push((self.settings.state_change_retries.len(), event.clone()));
+                }
+            }
+            let (retry, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.state_change_retry)
+                .into_iter()
+                .partition(|(t, _, _)| *t <= now);
+            self.state_change_retry = later;
+            events.extend(retry.into_iter().map(|(_, left, e)| (left, e)));
+            for (left, event) in events {
+                match Box::pin(state_change::handle(&self.ports(), &event)).await {
+                    Ok(outcome) => self.state_changes.push(outcome),
+                    Err(e) => {
+                        // As Lambda does with a failed asynchronous
+                        // invocation: retried later, then kept aside.
+                        let attempt = self.settings.state_change_retries.len() - left;
+                        match self.settings.state_change_retries.get(attempt) {
+                            Some(delay) => {
+                                warn!(error = %e, "state-change handler failed; Lambda retries it");
+                                self.state_change_retry
+                                    .push((now + *delay, left - 1, event));
+                            }
+                            None => {
+                                warn!(error = %e, "state-change handler failed its last retry");
+                                self.state_changes_failed += 1;
+                            }
+                        }
                     }
                 }
+            }
+            if let Some(t) = self.state_change_retry.iter().map(|(t, _, _)| *t).min() {
+                next = next.min(t.max(now + SignedDuration::from_millis(1)));
             }
             let mut messages = sim.take_messages(now);
             if self.settings.drop_messages {
@@ -447,20 +501,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         if self.settings.disruption_enabled {
             Box::pin(self.run_disruption(now)).await;
         }
-        // The interruption invocation keeps driving its removals (every ~2 s).
-        if let Some((until, next_pass)) = self.interruption_drive
-            && now >= next_pass
-        {
-            self.interruption_drive = Box::pin(self.drive_removals(now, until))
-                .await
-                .map(|pass| (until, pass));
-        }
         self.record_usage().await;
         self.observe(now).await;
         let mut candidates = vec![next, self.next_invocation];
-        if let Some((_, pass)) = self.interruption_drive {
-            candidates.push(pass);
-        }
         if let Some(d) = self.invocation_deadline {
             candidates.push(self.next_tick);
             candidates.push(d - self.settings.margin);
@@ -626,6 +669,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         ) else {
             return Some(now + SignedDuration::from_secs(1));
         };
+        let config = config_loader::load(&self.store).await.ok();
         let mut next: Option<Timestamp> = None;
         for i in instances {
             if self.registered.contains(&i.id)
@@ -660,8 +704,13 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             };
             self.registered.insert(i.id.clone());
             let name = node_name(&i.id, &catalog.region);
-            let mut node_labels = info.requirements().single_valued_labels();
-            node_labels.extend(claim.labels.clone());
+            // What a kubelet registers with: the labels its user data
+            // passes (the claim's) and its own (architecture, OS, and the
+            // cloud's instance type, zone and region). The instance type's
+            // other facts are nodewright's to add when it sees the node.
+            let mut node_labels = claim.labels.clone();
+            node_labels.insert(labels::ARCH.to_owned(), info.arch.clone());
+            node_labels.insert(labels::OS.to_owned(), "linux".to_owned());
             for (k, v) in [
                 (labels::INSTANCE_TYPE, i.instance_type.as_str()),
                 (labels::ZONE, i.zone.as_str()),
@@ -674,10 +723,23 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             }
             let capacity = info.capacity(&claim.kubelet);
             let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));
+            // The agents a NodePool's startup taints wait for (a CNI…) are
+            // ready as the node is: those taints are gone by registration.
+            let startup: Vec<_> = config
+                .as_ref()
+                .and_then(|c| c.pool(&claim.pool))
+                .map(|p| p.startup_taints.clone())
+                .unwrap_or_default();
+            let taints = claim
+                .taints
+                .iter()
+                .filter(|t| !startup.contains(t))
+                .cloned()
+                .collect();
             let node = SimCluster::ready_node(
                 &name,
                 node_labels,
-                claim.taints.clone(),
+                taints,
                 &i.provider_id,
                 &capacity,
                 &allocatable,
@@ -714,52 +776,25 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 body: body.clone(),
             })
             .collect();
+        let until = self.clock.now() + self.settings.interruption_invocation;
         match Box::pin(interruption::handle_batch(
             &ports,
             &config,
             &config.settings,
             &self.settings.interruption,
             &records,
+            until,
         ))
         .await
         {
             Ok(report) => {
                 self.interruptions
                     .extend(report.outcomes.into_iter().map(|(_, o)| o));
-                let now = self.clock.now();
-                let until = now + self.settings.interruption_invocation;
-                // The invocation goes on driving removals (drive_until), from its next pass.
-                self.interruption_drive = Some((until, now + crate::termination::machine::POLL));
-                // Replacements may have been launched: their nodes will register.
-                self.look_for_registrations = true;
                 report.failures
             }
             Err(e) => {
                 warn!(error = %e, "interruption function failed its batch");
                 messages.iter().map(|(id, _)| id.clone()).collect()
-            }
-        }
-    }
-
-    /// One pass of the interruption invocation's drive loop; the next pass's
-    /// time, or `None` when the invocation ends (nothing left, or its time is up).
-    async fn drive_removals(&mut self, now: Timestamp, until: Timestamp) -> Option<Timestamp> {
-        let config = config_loader::load(&self.store).await.ok()?;
-        self.look_for_registrations = true;
-        match crate::handlers::termination::advance_all(
-            &self.ports(),
-            &config,
-            &self.settings.interruption.launch,
-        )
-        .await
-        {
-            Ok(Some(wake)) if wake < until => {
-                Some(wake.max(now + SignedDuration::from_millis(200)))
-            }
-            Ok(_) => None,
-            Err(e) => {
-                warn!(error = %e, "interruption invocation stopped driving removals");
-                None
             }
         }
     }
@@ -825,7 +860,8 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     continue;
                 };
                 let name = crate::ports::PodKey::of(p).to_string();
-                let since = self.pending_since.remove(&uid).map_or(now, |(t, _)| t);
+                let was = self.pending_since.remove(&uid);
+                let since = was.as_ref().map_or(now, |(t, _)| *t);
                 let waited = now.duration_since(since);
                 if self
                     .longest_pending
@@ -836,10 +872,38 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 }
                 if super::controllers::node_of(p).is_none() {
                     still.insert(uid, (since, name));
+                } else if was.is_some() {
+                    self.pending_waits.push((since, waited, name));
                 }
+            }
+            // Pods removed while they waited: their wait ended with them.
+            for (since, name) in std::mem::take(&mut self.pending_since).into_values() {
+                self.pending_waits
+                    .push((since, now.duration_since(since), name));
             }
             self.pending_since = still;
         }
+    }
+
+    /// The longest wait for a node among pods whose wait began in
+    /// `[from, until)` (waits still going on count up to now), and which pod.
+    pub fn longest_wait_begun(
+        &self,
+        from: Timestamp,
+        until: Timestamp,
+    ) -> Option<(SignedDuration, String)> {
+        let now = self.now();
+        self.pending_waits
+            .iter()
+            .map(|(since, waited, name)| (*since, *waited, name))
+            .chain(
+                self.pending_since
+                    .values()
+                    .map(|(since, name)| (*since, now.duration_since(*since), name)),
+            )
+            .filter(|(since, _, _)| *since >= from && *since < until)
+            .max_by_key(|(_, waited, _)| *waited)
+            .map(|(_, waited, name)| (waited, name.clone()))
     }
 
     async fn reconcile_cluster(&self) {
@@ -883,6 +947,30 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             .map(|p| p.len())
             .unwrap_or(0)
     }
+}
+
+/// Waits until `clock` reads `t` or later: on tokio's timer where the
+/// adapters bring tokio in (a wall clock is only used beside them, with a
+/// real control plane).
+async fn sleep_until(clock: &SimClock, t: Timestamp) {
+    let left = t.duration_since(clock.now());
+    if left.is_positive() {
+        let left = std::time::Duration::from_millis(left.as_millis() as u64);
+        wait(left).await;
+    }
+}
+
+#[cfg(any(feature = "kube", feature = "aws"))]
+async fn wait(d: std::time::Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// The decision core builds without an async runtime (no adapter): the
+/// thread sleeps. A simulated clock never waits, so this only runs for a
+/// wall clock, which nothing in such a build uses.
+#[cfg(not(any(feature = "kube", feature = "aws")))]
+async fn wait(d: std::time::Duration) {
+    std::thread::sleep(d);
 }
 
 /// EC2's private DNS name for an instance, which EKS nodes are named after.

@@ -166,10 +166,10 @@ impl Violation {
                 "no claim is without an instance beyond its bound (once per claim)"
             }
             Violation::DisruptedAgainstBudget => {
-                "an Empty, Drifted or Underutilized removal starts only within its pool's active budgets (once per removal)"
+                "an Empty, Drifted, Underutilized or Unhealthy removal starts only within its pool's active budgets (once per removal)"
             }
             Violation::DisruptedAgainstDoNotDisrupt => {
-                "no Empty, Drifted or Underutilized removal is of a node with a do-not-disrupt pod (once per removal)"
+                "no Empty, Drifted, Underutilized or Unhealthy removal is of a node with a do-not-disrupt pod (once per removal)"
             }
             Violation::CostAboveBound => {
                 "the fleet's cost over the trailing hour stays within the factor of the LP lower bound of its pods (once per excursion)"
@@ -351,7 +351,7 @@ impl Checker {
             .max(pods.iter().filter(|p| !is_finished(p)).count());
         self.peak_nodes = self.peak_nodes.max(nodes.len());
         self.check_pending(now, &pods, &claims, &commands, batch.as_ref());
-        self.check_pdbs(now, &pods, &pdbs);
+        self.check_pdbs(now, &pods, &pdbs, &commands);
         self.check_limits(now, &claims, &usage, &instances, &catalog);
         self.check_instances(now, &claims, &instances);
         self.check_disruptions(now, sim, &pods, &commands);
@@ -420,6 +420,7 @@ impl Checker {
         now: Timestamp,
         pods: &[Pod],
         pdbs: &[k8s_openapi::api::policy::v1::PodDisruptionBudget],
+        commands: &[crate::termination::Command],
     ) {
         let terminating: BTreeSet<String> = pods
             .iter()
@@ -450,7 +451,10 @@ impl Checker {
                 let Some(uid) = p.metadata.uid.as_deref() else {
                     continue;
                 };
-                if is_terminating(p) && !self.terminating.contains(uid) {
+                if is_terminating(p)
+                    && !self.terminating.contains(uid)
+                    && !due_at_a_removal_deadline(p, now, commands)
+                {
                     let what = format!(
                         "pod {} evicted or deleted: PodDisruptionBudget {ns}/{name} at {healthy} healthy, desired {desired}",
                         PodKey::of(p)
@@ -612,6 +616,7 @@ impl Checker {
             RemovalReason::Empty => Some(DisruptionReason::Empty),
             RemovalReason::Drifted => Some(DisruptionReason::Drifted),
             RemovalReason::Underutilized => Some(DisruptionReason::Underutilized),
+            RemovalReason::Unhealthy => Some(DisruptionReason::Unhealthy),
             _ => None,
         };
         let starts = &sim.disruption_starts[self.starts_seen.min(sim.disruption_starts.len())..];
@@ -1776,11 +1781,91 @@ pub async fn run(options: SoakOptions) -> Result<SoakReport, SoakError> {
     Ok(soak.report())
 }
 
+/// A pod on a node whose removal has a deadline (a spot notice, a
+/// scheduled change, the pool's `terminationGracePeriod`) may be deleted
+/// whatever its PodDisruptionBudget says once the time left is within its
+/// own grace period, as Karpenter deletes it so that it is gone by the
+/// deadline: such a deletion is forced, not a graceful disruption.
+fn due_at_a_removal_deadline(
+    p: &Pod,
+    now: Timestamp,
+    commands: &[crate::termination::Command],
+) -> bool {
+    let Some(node) = node_of(p) else {
+        return false;
+    };
+    let grace = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    commands
+        .iter()
+        .filter(|c| c.spec.node.as_deref() == Some(node))
+        .filter_map(|c| c.spec.deadline)
+        .any(|deadline| now + SignedDuration::from_secs(grace) > deadline)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Limits;
     use crate::termination::{Command, RemovalSpec};
+
+    /// A deletion at a removal's deadline is forced, not a disruption the
+    /// budget must allow: the PDB check leaves it out once the time left
+    /// is within the pod's grace period (seed 11 flagged ten such deletes
+    /// of a spot node's pods at its notice's deadline), and only then.
+    #[test]
+    fn deletions_at_a_removal_deadline_are_not_pdb_violations() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "api-1", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "node-a", "terminationGracePeriodSeconds": 30,
+                     "containers": [{"name": "app", "image": "pause"}]}
+        }))
+        .expect("pod");
+        let deadline = Timestamp::UNIX_EPOCH + SignedDuration::from_secs(600);
+        let spec = RemovalSpec {
+            claim_id: "c1".to_owned(),
+            pool: "general".to_owned(),
+            node: Some("node-a".to_owned()),
+            instance_id: None,
+            reason: crate::termination::RemovalReason::SpotInterrupted,
+            replace: true,
+            deadline: Some(deadline),
+            avoid: Vec::new(),
+            event_at: None,
+        };
+        let command = Command::new(spec.clone(), Timestamp::UNIX_EPOCH);
+        let at = |secs_before: i64| deadline - SignedDuration::from_secs(secs_before);
+        assert!(due_at_a_removal_deadline(
+            &pod,
+            at(20),
+            std::slice::from_ref(&command)
+        ));
+        assert!(!due_at_a_removal_deadline(
+            &pod,
+            at(60),
+            std::slice::from_ref(&command)
+        ));
+        // No deadline (a voluntary removal), or another node's: PDBs hold.
+        let voluntary = Command::new(
+            RemovalSpec {
+                deadline: None,
+                ..spec.clone()
+            },
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(!due_at_a_removal_deadline(&pod, at(20), &[voluntary]));
+        let other = Command::new(
+            RemovalSpec {
+                node: Some("node-b".to_owned()),
+                ..spec
+            },
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(!due_at_a_removal_deadline(&pod, at(20), &[other]));
+    }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

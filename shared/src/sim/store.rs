@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::config::Limits;
 use crate::ports::{
     ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError,
-    Timestamp, Usage,
+    Timestamp, Unreadable, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
@@ -26,6 +26,35 @@ struct State {
     commands: BTreeMap<String, Command>,
     /// Claims deleted, in order (a claim released twice would show twice).
     deleted_claims: Vec<String>,
+    /// Items written by hand whose body does not read (`put_raw`), by key:
+    /// their version and why they do not read.
+    raw: BTreeMap<String, RawItem>,
+}
+
+#[derive(Debug, Clone)]
+struct RawItem {
+    version: u64,
+    reason: String,
+}
+
+const CLAIM_PREFIX: &str = "claim#";
+const COMMAND_PREFIX: &str = "command#";
+
+fn is_state_key(key: &str) -> bool {
+    key.starts_with(CLAIM_PREFIX) || key.starts_with(COMMAND_PREFIX)
+}
+
+/// The configuration kind and name a `<kind>#<name>` key names.
+fn config_key(key: &str) -> Option<(ConfigKind, &str)> {
+    let (kind, name) = key.split_once('#')?;
+    let kind = [
+        ConfigKind::NodePool,
+        ConfigKind::NodeClass,
+        ConfigKind::Settings,
+    ]
+    .into_iter()
+    .find(|k| k.as_str() == kind)?;
+    Some((kind, name))
 }
 
 /// A copy of a [`MemStore`]'s state ([`MemStore::backup`]).
@@ -55,10 +84,13 @@ impl MemStore {
         let config = std::mem::take(&mut s.config);
         let config_version = s.config_version;
         let deleted_claims = std::mem::take(&mut s.deleted_claims);
+        let mut raw = std::mem::take(&mut s.raw);
+        raw.retain(|k, _| !is_state_key(k));
         *s = State {
             config,
             config_version,
             deleted_claims,
+            raw,
             ..State::default()
         };
     }
@@ -74,12 +106,97 @@ impl MemStore {
         let config = std::mem::take(&mut s.config);
         let config_version = s.config_version;
         let deleted_claims = std::mem::take(&mut s.deleted_claims);
+        let mut raw = std::mem::take(&mut s.raw);
+        raw.retain(|k, _| !is_state_key(k));
+        raw.extend(
+            backup
+                .0
+                .raw
+                .iter()
+                .filter(|(k, _)| is_state_key(k))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         *s = State {
             config,
             config_version,
             deleted_claims,
+            raw,
             ..backup.0.clone()
         };
+    }
+
+    /// Writes an item by hand under its DynamoDB key (`claim#<id>`,
+    /// `command#<id>`, `nodepool#<name>`, …) with `body` as its JSON, as an
+    /// operator's edit or an older release might: a body that reads becomes
+    /// the item (no usage is moved), one that does not is kept as an
+    /// unreadable item, quarantined as the DynamoDB store quarantines it.
+    pub fn put_raw(&self, key: &str, body: &str, version: u64) -> Result<(), String> {
+        let mut s = self.lock();
+        let unreadable = |e: serde_json::Error| RawItem {
+            version,
+            reason: format!("item {key}: unreadable body: {e}"),
+        };
+        if let Some(id) = key.strip_prefix(CLAIM_PREFIX) {
+            match serde_json::from_str::<Claim>(body) {
+                Ok(c) if c.id == id => {
+                    s.raw.remove(key);
+                    s.claims.insert(c.id.clone(), c);
+                }
+                Ok(c) => {
+                    return Err(format!("claim {} under key {key}", c.id));
+                }
+                Err(e) => {
+                    s.claims.remove(id);
+                    s.raw.insert(key.to_owned(), unreadable(e));
+                }
+            }
+        } else if let Some(id) = key.strip_prefix(COMMAND_PREFIX) {
+            match serde_json::from_str::<Command>(body) {
+                Ok(c) if c.id == id => {
+                    s.raw.remove(key);
+                    s.commands.insert(c.id.clone(), c);
+                }
+                Ok(c) => return Err(format!("command {} under key {key}", c.id)),
+                Err(e) => {
+                    s.commands.remove(id);
+                    s.raw.insert(key.to_owned(), unreadable(e));
+                }
+            }
+        } else if let Some((kind, name)) = config_key(key) {
+            match serde_json::from_str::<ConfigItem>(body) {
+                Ok(i) if i.kind == kind && i.name == name => {
+                    s.raw.remove(key);
+                    s.config.insert((kind, name.to_owned()), i);
+                }
+                Ok(i) => return Err(format!("{} {} under key {key}", i.kind.as_str(), i.name)),
+                Err(e) => {
+                    s.config.remove(&(kind, name.to_owned()));
+                    s.raw.insert(key.to_owned(), unreadable(e));
+                }
+            }
+            s.config_version += 1;
+        } else {
+            return Err(format!("{key}: not a key of this store"));
+        }
+        Ok(())
+    }
+
+    /// Deletes an item by hand under its key, readable or not, as an
+    /// operator removes an item that cannot be read (no usage is moved).
+    pub fn delete_raw(&self, key: &str) -> Result<(), String> {
+        let mut s = self.lock();
+        s.raw.remove(key);
+        if let Some(id) = key.strip_prefix(CLAIM_PREFIX) {
+            s.claims.remove(id);
+        } else if let Some(id) = key.strip_prefix(COMMAND_PREFIX) {
+            s.commands.remove(id);
+        } else if let Some((kind, name)) = config_key(key) {
+            s.config.remove(&(kind, name.to_owned()));
+            s.config_version += 1;
+        } else {
+            return Err(format!("{key}: not a key of this store"));
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -90,7 +207,20 @@ impl MemStore {
 
 impl Store for MemStore {
     async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
-        Ok(self.lock().config.values().cloned().collect())
+        let s = self.lock();
+        let mut items: Vec<ConfigItem> = s.config.values().cloned().collect();
+        for (key, raw) in &s.raw {
+            if let Some((kind, name)) = config_key(key) {
+                tracing::warn!(item = %key, reason = %raw.reason, "configuration item cannot be read; reported as invalid");
+                items.push(ConfigItem::unreadable(
+                    kind,
+                    name,
+                    raw.version,
+                    raw.reason.clone(),
+                ));
+            }
+        }
+        Ok(items)
     }
 
     async fn config_version(&self) -> Result<u64, StoreError> {
@@ -103,7 +233,8 @@ impl Store for MemStore {
 
     async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {
         let mut s = self.lock();
-        if s.config.remove(&(kind, name.to_owned())).is_some() {
+        let raw = s.raw.remove(&format!("{}#{name}", kind.as_str())).is_some();
+        if s.config.remove(&(kind, name.to_owned())).is_some() || raw {
             s.config_version += 1;
         }
         Ok(())
@@ -120,7 +251,15 @@ impl Store for MemStore {
         // Check every condition first: all or nothing.
         for w in writes {
             let (kind, name) = w.key();
-            let stored = s.config.get(&(kind, name.to_owned())).map(|i| i.version);
+            let stored = s
+                .config
+                .get(&(kind, name.to_owned()))
+                .map(|i| i.version)
+                .or_else(|| {
+                    s.raw
+                        .get(&format!("{}#{name}", kind.as_str()))
+                        .map(|r| r.version)
+                });
             let expected = match w {
                 ConfigWrite::Put(item) => item.version.checked_sub(1).filter(|v| *v > 0),
                 ConfigWrite::Delete { version, .. } => Some(*version),
@@ -135,6 +274,8 @@ impl Store for MemStore {
             }
         }
         for w in writes {
+            let (kind, name) = w.key();
+            s.raw.remove(&format!("{}#{name}", kind.as_str()));
             match w {
                 ConfigWrite::Put(item) => {
                     s.config
@@ -153,9 +294,24 @@ impl Store for MemStore {
         Ok(self.lock().claims.values().cloned().collect())
     }
 
+    async fn unreadable_state(&self) -> Result<Vec<Unreadable>, StoreError> {
+        Ok(self
+            .lock()
+            .raw
+            .iter()
+            .filter(|(k, _)| is_state_key(k))
+            .map(|(k, r)| Unreadable {
+                key: k.clone(),
+                reason: r.reason.clone(),
+            })
+            .collect())
+    }
+
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
         let mut s = self.lock();
-        if s.claims.contains_key(&claim.id) {
+        if s.claims.contains_key(&claim.id)
+            || s.raw.contains_key(&format!("{CLAIM_PREFIX}{}", claim.id))
+        {
             return Err(StoreError::Conflict(format!("claim {} exists", claim.id)));
         }
         let used = s.usage.get(&claim.pool).cloned().unwrap_or_default();
@@ -301,7 +457,9 @@ impl Store for MemStore {
         crate::ports::check_command_write(previous, next)?;
         let mut s = self.lock();
         let stored = s.commands.get(&next.id).map(|c| c.version);
-        if stored != previous.map(|c| c.version) {
+        if stored != previous.map(|c| c.version)
+            || s.raw.contains_key(&format!("{COMMAND_PREFIX}{}", next.id))
+        {
             return Err(StoreError::Conflict(match (previous, stored) {
                 (None, _) => format!("command {} exists", next.id),
                 (Some(p), None) => format!(

@@ -26,8 +26,10 @@ pub enum RemovalReason {
     Drifted,
     Empty,
     Underutilized,
-    /// Node repair: not Ready for too long.
+    /// Node repair: an unhealthy condition for too long.
     Unhealthy,
+    /// Above its static NodePool's replicas (the replicas were lowered).
+    ScaledDown,
 }
 
 impl RemovalReason {
@@ -44,14 +46,19 @@ impl RemovalReason {
             RemovalReason::Empty => "Empty",
             RemovalReason::Underutilized => "Underutilized",
             RemovalReason::Unhealthy => "Unhealthy",
+            RemovalReason::ScaledDown => "ScaledDown",
         }
     }
 
-    /// Forceful reasons are not limited by disruption budgets.
+    /// Forceful reasons are not limited by disruption budgets (repair is
+    /// voluntary since Karpenter 1.15).
     pub fn is_forceful(self) -> bool {
         !matches!(
             self,
-            RemovalReason::Drifted | RemovalReason::Empty | RemovalReason::Underutilized
+            RemovalReason::Drifted
+                | RemovalReason::Empty
+                | RemovalReason::Underutilized
+                | RemovalReason::Unhealthy
         )
     }
 

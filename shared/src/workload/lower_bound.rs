@@ -28,7 +28,7 @@ pub fn lp_lower_bound(total: &Resources, candidates: &[Candidate]) -> Option<f64
         .map(|c| lp.add_var(c.price, (0.0, f64::INFINITY)))
         .collect();
     // Scale to keep coefficients near 1: cores, GiB, pods.
-    let rows: [(fn(&Resources) -> f64, f64); 3] = [
+    let rows: [ResourceRow; 3] = [
         (
             |r| r.cpu_millis as f64 / 1000.0,
             total.cpu_millis as f64 / 1000.0,
@@ -52,6 +52,10 @@ pub fn lp_lower_bound(total: &Resources, candidates: &[Candidate]) -> Option<f64
         _ => None,
     }
 }
+
+/// One resource row of the bound's program: how to read it off a
+/// [`Resources`], and its scale.
+type ResourceRow = (fn(&Resources) -> f64, f64);
 
 #[cfg(test)]
 mod tests {

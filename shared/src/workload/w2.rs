@@ -17,6 +17,10 @@
 //! shipper, 200m/256 Mi). The NodePool allows spot and on-demand, or only
 //! on-demand; its requirements are either a walkthrough's (c/m/r, 4–32
 //! vCPU, nitro, generation > 2) or only linux on either architecture.
+#![allow(
+    clippy::expect_used,
+    reason = "the benchmark's objects are built from constants: a failure is a bug in this file"
+)]
 
 use serde_json::json;
 

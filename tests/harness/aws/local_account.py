@@ -1,4 +1,4 @@
-"""What a first try needs in the emulated account (README, "Run it locally"):
+"""What a first try needs in the emulated account (functions/README.md, "Run it locally"):
 a VPC with one subnet per zone and a security group, all tagged
 karpenter.sh/discovery=<cluster> as infra/examples/local/nodepool.yaml
 selects them, and an EKS cluster of that name (the functions read its

@@ -294,16 +294,37 @@ def asynchronous_functions_have_an_on_failure_destination():
 def the_interruption_queue():
     m = module()
     q = m.resource("aws_sqs_queue", "interruption")
-    assert q["message_retention_seconds"] == 300, f"retention {q['message_retention_seconds']}"
-    assert expr(q["visibility_timeout_seconds"]) == "var.interruption_timeout"
+    assert m.locals["interruption_retention"] == 300, f"retention {m.locals['interruption_retention']}"
+    assert expr(q["message_retention_seconds"]) == "local.interruption_retention"
+    # AWS's guidance for an SQS event source: visibility >= 6 x the function timeout.
+    assert expr(q["visibility_timeout_seconds"]) == "local.interruption_visibility"
+    assert re.fullmatch(r"\$\{6 \* var\.interruption_timeout\}", expr(m.locals["interruption_visibility"]).strip()) \
+        or expr(m.locals["interruption_visibility"]).strip() == "6 * var.interruption_timeout", \
+        f"visibility {m.locals['interruption_visibility']}"
+    fn = m.locals["functions"]["interruption"]
+    assert expr(fn["timeout"]) == "var.interruption_timeout", f"interruption function timeout {fn['timeout']}"
     assert expr(q["sqs_managed_sse_enabled"]) == "local.sqs_managed_sse" and expr(q["kms_master_key_id"]) == "var.kms_key_arn"
     assert "var.kms_key_arn == null ? true : null" in m.locals["sqs_managed_sse"], "SSE must be on without a KMS key"
     redrive = q["redrive_policy"]
     assert "aws_sqs_queue.interruption_dlq.arn" in redrive and "maxReceiveCount" in redrive, f"redrive {redrive}"
-    # The visibility timeout (= the function timeout) must stay under the retention.
+    assert "var.interruption_max_receive_count" in redrive, f"redrive {redrive}"
+    # A DLQ is reached only if maxReceiveCount x visibility < retention: the
+    # defaults satisfy it, and a precondition refuses settings that do not.
+    timeout = m.variables["interruption_timeout"]["default"]
+    receives = m.variables["interruption_max_receive_count"]["default"]
+    visibility = 6 * timeout
+    assert receives * visibility < 300, f"defaults: {receives} x {visibility} s >= 300 s: the DLQ is never reached"
+    # A failed message is received again after the visibility timeout: at
+    # least once more inside a 2-minute notice, whatever the inputs allow.
     cond = block(m.variables["interruption_timeout"], "validation")["condition"]
     limit = max(int(n) for n in re.findall(r"<=\s*(\d+)", cond))
-    assert limit < 300, f"interruption_timeout may reach {limit} s, not under the 300-s retention"
+    assert 6 * limit <= 60, f"interruption_timeout may reach {limit} s: a retry {6 * limit} s later"
+    pre = blocks(block(q, "lifecycle"), "precondition")
+    conds = [expr(p["condition"]) for p in pre]
+    assert any("var.interruption_max_receive_count * local.interruption_visibility < local.interruption_retention" in c
+               for c in conds), f"no maxReceiveCount x visibility < retention precondition: {conds}"
+    esm = m.resource("aws_lambda_event_source_mapping", "interruption")
+    assert esm["function_response_types"] == ["ReportBatchItemFailures"], "failed items must go back, not the batch"
     for name, queue in m.of_type("aws_sqs_queue").items():
         assert expr(queue.get("sqs_managed_sse_enabled")) == "local.sqs_managed_sse", f"queue {name} is not encrypted"
 
@@ -364,32 +385,120 @@ def the_two_tables():
 
 
 EC2_READ = re.compile(r"^ec2:(Describe|Get)")
+
+
+# ------------------------------------------------- least privilege, proven
+# The functions' AWS calls are the SDK operations in shared/src/aws (every
+# SDK client lives there). Each is granted, and nothing else is, save the
+# actions listed below with why.
+SDK_SOURCES = os.path.join(ROOT, "shared", "src", "aws")
+# Receiver field/variable name -> IAM service prefix.
+SDK_CLIENTS = {"ec2": "ec2", "client": "dynamodb", "pricing": "pricing", "ssm": "ssm", "eks": "eks"}
+SDK_CALL = re.compile(
+    r"\b(" + "|".join(SDK_CLIENTS) + r")\s*\.\s*((?:describe|create|delete|terminate|run|get|put|update|scan|query|"
+    r"transact|batch|send|receive|change)[a-z_]*)\(\)"
+)
+# Operations in the sources that only the operator's CLI runs (with the
+# operator's credentials): never granted to the functions.
+OPERATOR_ONLY = {
+    "dynamodb:CreateTable": "DynamoStore::ensure_tables, `nodewright config init`",
+    "dynamodb:DescribeTable": "DynamoStore::ensure_tables",
+    "dynamodb:UpdateTimeToLive": "DynamoStore::ensure_tables",
+}
+# What an SDK call is authorised as besides its own action.
+IMPLIED = {
+    # EC2 authorises the instances, volumes and interfaces a fleet launches
+    # as RunInstances, and its tag specifications as CreateTags.
+    "ec2:CreateFleet": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"},
+    "ec2:CreateLaunchTemplate": {"ec2:CreateTags"},
+}
+# Granted for the platform's calls made with the functions' role, not the code's.
+PLATFORM = {
+    "sqs:ReceiveMessage": "the interruption queue's event source mapping",
+    "sqs:DeleteMessage": "the interruption queue's event source mapping",
+    "sqs:GetQueueAttributes": "the interruption queue's event source mapping",
+    "sqs:SendMessage": "Lambda's on-failure destination (failed asynchronous invocations)",
+    "logs:CreateLogStream": "the functions' logs",
+    "logs:PutLogEvents": "the functions' logs",
+    "kms:Decrypt": "tables, queues and environment under a customer key (kms:ViaService)",
+    "kms:GenerateDataKey": "tables and the on-failure queue under a customer key (kms:ViaService)",
+    "ec2:CreateNetworkInterface": "Lambda's network interfaces in a VPC",
+    "ec2:DeleteNetworkInterface": "Lambda's network interfaces in a VPC",
+    "ec2:AssignPrivateIpAddresses": "Lambda's network interfaces in a VPC",
+    "ec2:UnassignPrivateIpAddresses": "Lambda's network interfaces in a VPC",
+    "ec2:DescribeNetworkInterfaces": "Lambda's network interfaces in a VPC",
+}
+TRANSACT_ITEMS = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem", "Delete": "dynamodb:DeleteItem",
+                  "ConditionCheck": "dynamodb:ConditionCheckItem"}
+
+
+def camel(op: str) -> str:
+    return "".join(w.capitalize() for w in op.split("_"))
+
+
+def sdk_actions() -> dict[str, set[str]]:
+    """IAM action -> the source files that call it."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(glob.glob(os.path.join(SDK_SOURCES, "**", "*.rs"), recursive=True)):
+        text = open(path, encoding="utf-8").read()
+        rel = os.path.relpath(path, ROOT)
+        for client, op in SDK_CALL.findall(text):
+            service = SDK_CLIENTS[client]
+            if service == "dynamodb" and op == "transact_write_items":
+                # Authorised item by item, as the item's own action.
+                for kind, action in TRANSACT_ITEMS.items():
+                    if re.search(rf"\b{kind}::builder\(\)", text):
+                        out.setdefault(action, set()).add(rel)
+                continue
+            out.setdefault(f"{service}:{camel(op)}", set()).add(rel)
+    return out
+
+
+def granted_actions() -> set[str]:
+    return {a for s in policy_statements(module(), "functions") if s.get("effect", "Allow") == "Allow"
+            for a in as_list(s["actions"])}
+
+
+@check
+def the_grants_are_the_sdk_operations_the_code_calls():
+    called = sdk_actions()
+    assert {"ec2:CreateFleet", "ec2:TerminateInstances", "dynamodb:Scan", "dynamodb:UpdateItem"} <= set(called), \
+        f"the source scan found too little: {sorted(called)}"
+    needed = set(called) - set(OPERATOR_ONLY)
+    for a in list(needed):
+        needed |= IMPLIED.get(a, set())
+    granted = granted_actions()
+    missing = needed - granted
+    assert not missing, f"called but not granted: {sorted(missing)} ({ {a: sorted(called.get(a, [])) for a in missing} })"
+    extra = granted - needed - set(PLATFORM)
+    assert not extra, f"granted but never called: {sorted(extra)}"
+    operator = granted & set(OPERATOR_ONLY)
+    assert not operator, f"operator-only calls granted to the functions: {sorted(operator)}"
+
+
+@check
+def the_source_scan_itself():
+    # The scan above decides the least-privilege check; make sure it reads calls as written.
+    text = "let a = self\n    .ec2\n    .describe_instances()\n; ec2.clone(); self.client.transact_write_items()"
+    assert SDK_CALL.findall(text) == [("ec2", "describe_instances"), ("client", "transact_write_items")]
+    assert camel("describe_instance_type_offerings") == "DescribeInstanceTypeOfferings"
 EC2_CREATED = ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*", "spot-instances-request/*")
 EC2_EXISTING = ("image/*", "snapshot/*", "security-group/*", "subnet/*", "capacity-reservation/*")
-ALLOWED_ACTIONS = {
-    "ec2:DescribeAvailabilityZones", "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstanceStatus",
-    "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplates",
-    "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets", "ec2:DescribeNetworkInterfaces",
-    "ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:CreateTags", "ec2:TerminateInstances",
-    "ec2:DeleteLaunchTemplate", "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses",
-    "ec2:UnassignPrivateIpAddresses", "pricing:GetProducts", "ssm:GetParameter", "eks:DescribeCluster", "iam:PassRole",
-    "sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage",
-    "sqs:SendMessage", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem",
-    "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem", "logs:CreateLogStream", "logs:PutLogEvents",
-    "kms:Decrypt", "kms:GenerateDataKey",
-}
-
-
 @check
 def each_iam_statement_is_scoped():
     m = module()
     stmts = policy_statements(m, "functions")
     assert expr(m.resource("aws_iam_role_policy", "functions")["policy"]) == "data.aws_iam_policy_document.functions.json"
     seen = set()
-    cluster_tag = m.locals["cluster_tag"]
-    assert cluster_tag == "kubernetes.io/cluster/${var.cluster_name}", f"cluster tag {cluster_tag}"
-    owned_key = "aws:RequestTag/${local.cluster_tag}"
-    resource_key = "aws:ResourceTag/${local.cluster_tag}"
+    # Ownership is nodewright's own tag (shared/src/cloud/ownership.rs), valued
+    # with the cluster's name; kubernetes.io/cluster/<name>=owned is worn by
+    # managed node groups too and never scopes a create or a delete.
+    assert m.locals["owner_tag"] == "nodewright.io/cluster", f"owner tag {m.locals['owner_tag']}"
+    assert m.locals["nodepool_tag"] == "nodewright.io/nodepool", f"nodepool tag {m.locals['nodepool_tag']}"
+    owned_key = "aws:RequestTag/${local.owner_tag}"
+    resource_key = "aws:ResourceTag/${local.owner_tag}"
+    owned = ("StringEquals", ["${var.cluster_name}"])
+    allowed = set(sdk_actions()) | set(PLATFORM) | {a for i in IMPLIED.values() for a in i}
     for s in stmts:
         sid = s.get("sid", "?")
         assert s.get("effect", "Allow") == "Allow", f"{sid}: the role has only Allow statements"
@@ -398,7 +507,7 @@ def each_iam_statement_is_scoped():
         c = conditions(s)
         for a in actions:
             assert "*" not in a, f"{sid}: wildcard action {a}"
-            assert a in ALLOWED_ACTIONS, f"{sid}: {a} is not an action the adapters need (add it here on purpose)"
+            assert a in allowed, f"{sid}: {a} is not an action the functions need"
             seen.add(a)
         if "*" in resources:
             writes = [a for a in actions if not (EC2_READ.match(a) or a == "pricing:GetProducts")]
@@ -414,21 +523,23 @@ def each_iam_statement_is_scoped():
                 for arn in arns:
                     assert arn.startswith("${local.ec2_arn_prefix}:"), f"{sid}: EC2 write on {arn}"
         if {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"} & set(actions):
-            assert c.get(resource_key) == ("StringEquals", ["owned"]), f"{sid}: delete not limited to owned resources"
+            assert c.get(resource_key) == owned, f"{sid}: delete not limited to our resources ({c})"
         if "ec2:CreateTags" in actions:
             assert c.get("ec2:CreateAction", ("", []))[0] == "StringEquals", f"{sid}: CreateTags outside create calls"
             assert set(c["ec2:CreateAction"][1]) <= {"RunInstances", "CreateFleet", "CreateLaunchTemplate"}
+            assert c.get(owned_key) == owned, f"{sid}: tags on create without our request tag"
         if {"ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"} & set(actions):
             created = [r for r in resources if r.endswith(EC2_CREATED) and not r.endswith("launch-template/*")]
             templates = [r for r in resources if r.endswith("launch-template/*")]
             existing = [r for r in resources if r.endswith(EC2_EXISTING)]
             assert len(created) + len(templates) + len(existing) == len(resources), f"{sid}: unexpected resources {resources}"
             if created or "ec2:CreateLaunchTemplate" in actions:
-                assert c.get(owned_key) == ("StringEquals", ["owned"]), f"{sid}: creates without our request tag"
-                assert c.get("aws:RequestTag/eks:eks-cluster-name") == ("StringEquals", ["${var.cluster_name}"]), f"{sid}: no eks-cluster-name request tag"
-                assert "aws:RequestTag/karpenter.sh/nodepool" in c, f"{sid}: no nodepool request tag"
+                assert c.get(owned_key) == owned, f"{sid}: creates without our request tag"
+                assert "aws:RequestTag/${local.nodepool_tag}" in c, f"{sid}: no nodepool request tag"
+                # We never wear Karpenter's ownership set, so a create may not require it.
+                assert not any("karpenter" in k or "eks:eks-cluster-name" in k for k in c), f"{sid}: Karpenter's tags required: {c}"
             elif templates:
-                assert c.get(resource_key) == ("StringEquals", ["owned"]), f"{sid}: launches from templates that are not ours"
+                assert c.get(resource_key) == owned, f"{sid}: launches from templates that are not ours"
             else:
                 assert not c or set(c) == {"aws:RequestedRegion"}, f"{sid}: existing-resource statement with conditions {c}"
         if "iam:PassRole" in actions:
@@ -441,9 +552,15 @@ def each_iam_statement_is_scoped():
         if any(a.startswith("sqs:") for a in actions):
             assert all(re.fullmatch(r"\$\{aws_sqs_queue\.\w+\.arn\}", r) for r in resources), f"{sid}: SQS on {resources}"
         if any(a.startswith("dynamodb:") for a in actions):
-            assert sorted(resources) == ["${aws_dynamodb_table.config.arn}", "${aws_dynamodb_table.state.arn}"], f"{sid}: DynamoDB on {resources}"
+            assert set(resources) <= {"${aws_dynamodb_table.config.arn}", "${aws_dynamodb_table.state.arn}"}, f"{sid}: DynamoDB on {resources}"
+            if "${aws_dynamodb_table.config.arn}" in resources:
+                # `nodewright config apply` writes the configuration with the operator's credentials.
+                assert set(actions) <= {"dynamodb:GetItem", "dynamodb:Scan"}, f"{sid}: the functions write the config table"
+        if any(a.startswith("kms:") for a in actions):
+            assert c.get("kms:ViaService", ("", []))[0] == "StringEquals", f"{sid}: KMS usable outside the services"
+            assert all(v.startswith(("dynamodb.", "sqs.", "lambda.")) for v in c["kms:ViaService"][1]), f"{sid}: {c}"
     assert m.locals["cluster_arn"].endswith(":cluster/${var.cluster_name}"), f"cluster_arn {m.locals['cluster_arn']}"
-    needed = {"ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:TerminateInstances", "ec2:DeleteLaunchTemplate", "iam:PassRole",
+    needed = {"ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:TerminateInstances", "iam:PassRole",
               "ssm:GetParameter", "pricing:GetProducts", "eks:DescribeCluster", "sqs:ReceiveMessage", "sqs:DeleteMessage",
               "sqs:SendMessage", "dynamodb:PutItem", "dynamodb:Scan", "logs:PutLogEvents"}
     assert needed <= seen, f"the functions' policy lacks {sorted(needed - seen)}"
@@ -510,16 +627,66 @@ def vpc_config_for_private_endpoints():
 
 
 @check
-def alarms_on_dead_letters_and_function_errors():
+def alarms_on_lost_messages_throttles_and_a_stopped_provisioner():
     m = module()
     dlq = m.resource("aws_cloudwatch_metric_alarm", "dead_letters")
     queues = m.locals["dead_letter_queues"]
     assert "aws_sqs_queue.interruption_dlq.name" in str(queues) and "aws_sqs_queue.failed_invocations.name" in str(queues)
     assert dlq["metric_name"] == "ApproximateNumberOfMessagesVisible" and dlq["namespace"] == "AWS/SQS"
     assert expr(dlq["alarm_actions"]) == "var.alarm_actions"
+    assert dlq["period"] == 60 and dlq["threshold"] == 0
     err = m.resource("aws_cloudwatch_metric_alarm", "function_errors")
     assert expr(err["for_each"]) == "local.functions", "one error alarm per function"
     assert err["metric_name"] == "Errors" and err["namespace"] == "AWS/Lambda"
+    thr = m.resource("aws_cloudwatch_metric_alarm", "function_throttles")
+    assert expr(thr["for_each"]) == "local.functions", "one throttle alarm per function"
+    assert thr["metric_name"] == "Throttles" and thr["namespace"] == "AWS/Lambda" and thr["threshold"] == 0
+    tables = m.resource("aws_cloudwatch_metric_alarm", "table_throttles")
+    assert "aws_dynamodb_table.config.name" in str(m.locals["tables"]) and "aws_dynamodb_table.state.name" in str(m.locals["tables"])
+    names = {q["metric"][0]["metric_name"] for q in blocks(tables, "metric_query") if blocks(q, "metric")}
+    assert names == {"ReadThrottleEvents", "WriteThrottleEvents"}, f"table throttle metrics {names}"
+    # The names the functions publish (shared/src/handlers/metrics.rs, EMF).
+    dropped = m.resource("aws_cloudwatch_metric_alarm", "interruption_dropped")
+    assert (dropped["namespace"], dropped["metric_name"]) == ("nodewright", "MessagesDropped")
+    assert dropped["dimensions"] == {"Function": "interruption"} and dropped["threshold"] == 0
+    backlog = m.resource("aws_cloudwatch_metric_alarm", "interruption_backlog")
+    assert backlog["metric_name"] == "ApproximateAgeOfOldestMessage"
+    assert "aws_sqs_queue.interruption.name" in str(backlog["dimensions"])
+    assert backlog["threshold"] < 120, "a stuck interruption message must alarm inside its notice"
+    idle = m.resource("aws_cloudwatch_metric_alarm", "provisioner_not_running")
+    assert (idle["namespace"], idle["metric_name"]) == ("nodewright", "ProvisionerTicks")
+    assert idle["dimensions"] == {"Function": "provisioner"}
+    assert idle["treat_missing_data"] == "breaching", "no datapoint is what \"not running\" looks like"
+    assert idle["period"] * idle["evaluation_periods"] == 180, "3 minutes without a tick"
+    assert idle["comparison_operator"] == "LessThanThreshold" and idle["threshold"] == 1
+    for name, a in m.of_type("aws_cloudwatch_metric_alarm").items():
+        assert expr(a["alarm_actions"]) == "var.alarm_actions", f"alarm {name} notifies nobody"
+
+
+def published_metrics() -> set[str]:
+    """The metric names the functions publish (shared/src/handlers/metrics.rs)."""
+    with open(os.path.join(ROOT, "shared", "src", "handlers", "metrics.rs"), encoding="utf-8") as f:
+        text = f.read()
+    return set(re.findall(r'pub const [A-Z_]+: &str =\s*"((?:karpenter|nodewright)_[a-z_]+)"', text))
+
+
+@check
+def the_dashboard_shows_metrics_the_functions_publish():
+    m = module()
+    d = m.resource("aws_cloudwatch_dashboard", "this")
+    assert expr(d["count"]).startswith("var.dashboard"), "the dashboard can be turned off"
+    assert "dashboard" in m.variables and "dashboard_name" in m.outputs
+    with open(os.path.join(MODULE, "dashboard.tf"), encoding="utf-8") as f:
+        text = f.read()
+    named = set(re.findall(r"\b((?:karpenter|nodewright)_[a-z_]+)\b", text))
+    published = published_metrics()
+    assert len(published) >= 15, f"the parser of metrics.rs found only {sorted(published)}"
+    unknown = named - published
+    assert not unknown, f"the dashboard shows metrics nothing publishes: {sorted(unknown)}"
+    for wanted in ["karpenter_nodepools_cost_total", "karpenter_scheduler_queue_depth", "karpenter_nodeclaims_created_total",
+                   "karpenter_nodeclaims_disrupted_total", "karpenter_interruption_received_messages_total", "nodewright_errors_total"]:
+        assert wanted in named, f"the dashboard lacks {wanted}"
+    assert "var.cluster_name" in text, "series of this cluster only"
 
 
 SKIP = re.compile(r"#\s*checkov:skip=([A-Z0-9_]+)(?::(.*))?")

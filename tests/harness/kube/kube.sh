@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Test harness: a real kube-apiserver + etcd on loopback.
+# Test harness: a real kube-apiserver + etcd on loopback, and on request the
+# rest of a control plane (kube-controller-manager, kube-scheduler) with kwok
+# playing the kubelets.
 #
-#   kube.sh build        build kube-apiserver and etcd from the Go module proxy
-#                        into ${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/kube/<version>/bin
-#                        (skipped when both binaries are already there; --force rebuilds)
+#   kube.sh build        build kube-apiserver, kube-controller-manager, kube-scheduler
+#                        and etcd (one k8s.io/kubernetes version) and kwok from the Go
+#                        module proxy into ${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/kube/
+#                        (each binary skipped when already there; --force rebuilds)
 #   kube.sh start DIR    start etcd + kube-apiserver (fresh, empty cluster) with all
 #                        state, certs, logs and pids in DIR; waits for /readyz, writes
 #                        DIR/env, DIR/admin.kubeconfig, DIR/function.kubeconfig; returns
 #                        with both servers running in the background
-#   kube.sh stop DIR     stop the servers that `start DIR` started (pids from DIR)
-#   kube.sh bindir       print the directory holding the binaries
+#   kube.sh start --control-plane DIR
+#                        the same, plus kube-controller-manager, kube-scheduler and kwok
+#                        (waits until each is up; DIR/env says KUBE_CONTROL_PLANE=1)
+#   kube.sh stop DIR     stop the processes that `start DIR` started (pids from DIR)
+#   kube.sh bindir       print the directory holding the Kubernetes binaries
 #
 # Environment:
 #   NODEWRIGHT_CACHE     cache root (default $HOME/.cache/nodewright)
@@ -30,13 +36,18 @@ mod_version() { # FILE MODULE
   [ -n "$v" ] || die "cannot find $2 in $1"
   printf '%s\n' "$v"
 }
-K8S_VERSION="$(mod_version "$HERE/apiserver/go.mod" k8s.io/kubernetes)"
+K8S_VERSION="$(mod_version "$HERE/kubernetes/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(mod_version "$HERE/etcd/go.mod" go.etcd.io/etcd/server/v3)"
+KWOK_VERSION="$(mod_version "$HERE/kwok/go.mod" sigs.k8s.io/kwok)"
 VERSION="${K8S_VERSION}-etcd-${ETCD_VERSION}"
 CACHE_ROOT="${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}"
 BIN_DIR="$CACHE_ROOT/kube/$VERSION/bin"
+KWOK_DIR="$CACHE_ROOT/kube/kwok-$KWOK_VERSION/bin"
 APISERVER_BIN="$BIN_DIR/kube-apiserver"
+CONTROLLER_MANAGER_BIN="$BIN_DIR/kube-controller-manager"
+SCHEDULER_BIN="$BIN_DIR/kube-scheduler"
 ETCD_BIN="$BIN_DIR/etcd"
+KWOK_BIN="$KWOK_DIR/kwok"
 
 need() { # CMD WHY
   command -v "$1" >/dev/null 2>&1 || die "'$1' is not installed; it is needed $2"
@@ -45,34 +56,79 @@ need() { # CMD WHY
 human_size() { du -h "$1" | cut -f1; }
 
 # ------------------------------------------------------------------ build ----
-cmd_build() {
-  local force=0
-  [ "${1:-}" = "--force" ] && force=1
-  if [ $force = 0 ] && [ -x "$APISERVER_BIN" ] && [ -x "$ETCD_BIN" ]; then
-    log "binaries for $VERSION already built in $BIN_DIR (use 'build --force' to rebuild)"
+# sound BIN: BIN runs and reports the version this script builds. A file
+# that merely exists is not enough: a cache restored from a machine that
+# stopped right after a build can hold an empty or truncated binary (an
+# empty file even "runs", as an empty shell script, and exits 0 silently).
+sound() { # BIN
+  local bin="$1" want out
+  case "${bin##*/}" in
+    etcd) want="etcd Version: ${ETCD_VERSION#v}" ;;
+    kwok) want="kwok version $KWOK_VERSION" ;;
+    *) want="Kubernetes $K8S_VERSION" ;;
+  esac
+  [ -x "$bin" ] && [ -s "$bin" ] || return 1
+  out="$(timeout 30 "$bin" --version 2>/dev/null || true)"
+  case "$out" in *"$want"*) return 0 ;; esac
+  return 1
+}
+
+all_built() {
+  sound "$APISERVER_BIN" && sound "$ETCD_BIN" && sound "$CONTROLLER_MANAGER_BIN" \
+    && sound "$SCHEDULER_BIN" && sound "$KWOK_BIN"
+}
+
+# build_one BIN MODULE_DIR PACKAGE LDFLAGS: go build PACKAGE in MODULE_DIR to BIN
+# (through a temporary file, so an interrupted build leaves nothing half-written),
+# unless BIN exists and --force was not given.
+build_one() {
+  local bin="$1" dir="$2" pkg="$3" ldflags="$4" t0 tmp
+  if [ "$FORCE" = 0 ] && sound "$bin"; then
     return 0
   fi
-  command -v go >/dev/null 2>&1 || die "Go is not installed (or not on PATH). Building kube-apiserver $K8S_VERSION and etcd $ETCD_VERSION needs Go >= 1.26 and access to the Go module proxy."
-  mkdir -p "$BIN_DIR"
+  [ -e "$bin" ] && log "${bin##*/} in the cache does not run as $K8S_VERSION/$ETCD_VERSION/$KWOK_VERSION; rebuilding it"
+  t0=$(date +%s)
+  tmp="$bin.tmp.$$"
+  if ! (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$tmp" "$pkg"); then
+    rm -f "$tmp"
+    die "building ${bin##*/} failed (see the Go errors above)"
+  fi
+  # On disk before the rename: a machine stopped right after it must not
+  # keep a name pointing at a file whose data was never written.
+  sync "$tmp" 2>/dev/null || sync
+  mv -f "$tmp" "$bin"
+  sound "$bin" || die "${bin##*/} was built but does not report its version (\`$bin --version\`)"
+  log "${bin##*/} built in $(( $(date +%s) - t0 ))s ($(human_size "$bin"))"
+}
+
+cmd_build() {
+  FORCE=0
+  [ "${1:-}" = "--force" ] && FORCE=1
+  if [ $FORCE = 0 ] && all_built; then
+    log "binaries for $VERSION and kwok $KWOK_VERSION already built in $BIN_DIR and $KWOK_DIR (use 'build --force' to rebuild)"
+    return 0
+  fi
+  command -v go >/dev/null 2>&1 || die "Go is not installed (or not on PATH). Building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION needs Go >= 1.26 and access to the Go module proxy."
+  mkdir -p "$BIN_DIR" "$KWOK_DIR"
 
   # Serialise concurrent builds into the same cache directory.
   if command -v flock >/dev/null 2>&1; then
     exec 9>"$BIN_DIR/.build.lock"
     BUILD_LOCK_OPEN=1
     flock 9
-    if [ $force = 0 ] && [ -x "$APISERVER_BIN" ] && [ -x "$ETCD_BIN" ]; then
-      log "binaries for $VERSION were built by a concurrent run"
+    if [ $FORCE = 0 ] && all_built; then
+      log "binaries for $VERSION and kwok $KWOK_VERSION were built by a concurrent run"
       exec 9>&-
       return 0
     fi
   fi
 
-  log "building kube-apiserver $K8S_VERSION and etcd $ETCD_VERSION with $(go version | awk '{print $3}') into $BIN_DIR"
-  log "(a cold build takes ~6-11 min on 2 cores, ~12 min if the Go module cache is empty too)"
+  log "building Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler), etcd $ETCD_VERSION and kwok $KWOK_VERSION with $(go version | awk '{print $3}') into $CACHE_ROOT/kube"
+  log "(a cold build takes ~10-15 min on 2 cores, more if the Go module cache is empty too)"
   # GOWORK=off: never pick up a go.work from a parent directory.
   # CGO_ENABLED=0: static binaries, as upstream ships them.
   export GOWORK=off CGO_ENABLED=0
-  local t0 t1 total0 tmp
+  local total0
   total0=$(date +%s)
 
   local vpkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version
@@ -83,26 +139,14 @@ cmd_build() {
     kldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.gitCommit="
   done
 
-  t0=$(date +%s)
-  tmp="$BIN_DIR/.kube-apiserver.tmp.$$"
-  if ! (cd "$HERE/apiserver" && go build -trimpath -ldflags="$kldflags" -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver); then
-    rm -f "$tmp"
-    die "building kube-apiserver failed (see the Go errors above)"
-  fi
-  mv -f "$tmp" "$APISERVER_BIN"
-  t1=$(date +%s)
-  log "kube-apiserver built in $((t1 - t0))s ($(human_size "$APISERVER_BIN"))"
-
-  t0=$(date +%s)
-  tmp="$BIN_DIR/.etcd.tmp.$$"
-  if ! (cd "$HERE/etcd" && go build -trimpath -ldflags="-s -w" -o "$tmp" .); then
-    rm -f "$tmp"
-    die "building etcd failed (see the Go errors above)"
-  fi
-  mv -f "$tmp" "$ETCD_BIN"
-  t1=$(date +%s)
-  log "etcd built in $((t1 - t0))s ($(human_size "$ETCD_BIN"))"
-  log "build done in $((t1 - total0))s: $BIN_DIR"
+  # The three share most of their packages: the Go build cache makes the
+  # second and third far cheaper than the first.
+  build_one "$APISERVER_BIN" "$HERE/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver "$kldflags"
+  build_one "$SCHEDULER_BIN" "$HERE/kubernetes" k8s.io/kubernetes/cmd/kube-scheduler "$kldflags"
+  build_one "$CONTROLLER_MANAGER_BIN" "$HERE/kubernetes" k8s.io/kubernetes/cmd/kube-controller-manager "$kldflags"
+  build_one "$ETCD_BIN" "$HERE/etcd" . "-s -w"
+  build_one "$KWOK_BIN" "$HERE/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+  log "build done in $(( $(date +%s) - total0 ))s: $BIN_DIR, $KWOK_DIR"
   [ -n "${BUILD_LOCK_OPEN:-}" ] && exec 9>&-
   return 0
 }
@@ -326,9 +370,117 @@ start_attempt() {
   return 0
 }
 
+# ------------------------------------------------------- control plane ----
+# start_control_plane DIR TIMEOUT: kube-controller-manager and kube-scheduler
+# as the test admin (both on loopback, their health endpoints on free
+# ports), and kwok playing the kubelets of the Nodes annotated
+# kwok.x-k8s.io/node=fake (stages in kwok/stages.yaml). Waits until the
+# three answer /healthz; dies (stopping everything) if one does not.
+start_control_plane() {
+  local d="$1" timeout="$2" kcm_port sched_port kwok_port
+  USED_PORTS="${USED_PORTS:-}"
+  pick_port kcm_port
+  pick_port sched_port
+  pick_port kwok_port
+  local kubeconfig="$d/admin.kubeconfig"
+  cp "$HERE/kwok/stages.yaml" "$d/kwok.yaml"
+
+  # Client rate limits well above a 1,000-pod burst's (the defaults of
+  # 20-50 requests/s would make the controllers, not nodewright, the
+  # bottleneck of a scale-up). Node health as on a cluster (a kubelet
+  # silent for 50 s is NotReady); the other controllers at their defaults.
+  setsid "$CONTROLLER_MANAGER_BIN" \
+    --kubeconfig "$kubeconfig" \
+    --authentication-kubeconfig "$kubeconfig" \
+    --authorization-kubeconfig "$kubeconfig" \
+    --authorization-always-allow-paths /healthz,/readyz,/livez \
+    --bind-address 127.0.0.1 \
+    --secure-port "$kcm_port" \
+    --cert-dir "$d/kube-controller-manager-certs" \
+    --leader-elect=false \
+    --root-ca-file "$d/ca.crt" \
+    --service-account-private-key-file "$d/sa.key" \
+    --use-service-account-credentials=false \
+    --kube-api-qps 500 \
+    --kube-api-burst 1000 \
+    --profiling=false \
+    --v 1 \
+    </dev/null >"$d/kube-controller-manager.log" 2>&1 &
+  echo $! >"$d/kube-controller-manager.pid"
+
+  setsid "$SCHEDULER_BIN" \
+    --kubeconfig "$kubeconfig" \
+    --authentication-kubeconfig "$kubeconfig" \
+    --authorization-kubeconfig "$kubeconfig" \
+    --authorization-always-allow-paths /healthz,/readyz,/livez \
+    --bind-address 127.0.0.1 \
+    --secure-port "$sched_port" \
+    --cert-dir "$d/kube-scheduler-certs" \
+    --leader-elect=false \
+    --kube-api-qps 500 \
+    --kube-api-burst 1000 \
+    --profiling=false \
+    --v 1 \
+    </dev/null >"$d/kube-scheduler.log" 2>&1 &
+  echo $! >"$d/kube-scheduler.pid"
+
+  # HOME in DIR: kwok would also read ~/.kwok/kwok.yaml.
+  HOME="$d" setsid "$KWOK_BIN" \
+    --kubeconfig "$kubeconfig" \
+    --config "$d/kwok.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds 40 \
+    --cidr 10.0.0.1/16 \
+    --node-ip 10.255.0.1 \
+    --server-address "127.0.0.1:$kwok_port" \
+    </dev/null >"$d/kwok.log" 2>&1 &
+  echo $! >"$d/kwok.pid"
+
+  local deadline=$(( $(date +%s) + timeout )) name port pidfile bin ok
+  for name in kube-controller-manager:$kcm_port:https kube-scheduler:$sched_port:https kwok:$kwok_port:http; do
+    port="${name#*:}"; port="${port%%:*}"
+    local scheme="${name##*:}"
+    name="${name%%:*}"
+    pidfile="$d/$name.pid"
+    case "$name" in
+      kube-controller-manager) bin="$CONTROLLER_MANAGER_BIN" ;;
+      kube-scheduler) bin="$SCHEDULER_BIN" ;;
+      kwok) bin="$KWOK_BIN" ;;
+    esac
+    ok=0
+    local why="no healthy answer on port $port within ${timeout}s"
+    while :; do
+      if [ "$(curl -ksS --max-time 2 "$scheme://127.0.0.1:$port/healthz" 2>/dev/null || true)" = "ok" ]; then
+        ok=1; break
+      fi
+      if ! live_pid "$pidfile" "$bin" >/dev/null; then
+        # Our own child: its exit status says how it ended (>128: a signal).
+        local status=0
+        wait "$(cat "$pidfile")" 2>/dev/null || status=$?
+        why="it exited with status $status; binary: $(ls -l "$bin" 2>&1)"
+        break
+      fi
+      [ "$(date +%s)" -ge "$deadline" ] && break
+      sleep 0.3
+    done
+    if [ $ok = 0 ]; then
+      tail_log "$d/$name.log"
+      cmd_stop "$d" >/dev/null 2>&1 || true
+      die "$name did not become healthy: $why (log: $d/$name.log)"
+    fi
+  done
+  log "control plane up: kube-controller-manager (pid $(cat "$d/kube-controller-manager.pid")), kube-scheduler (pid $(cat "$d/kube-scheduler.pid")), kwok $KWOK_VERSION (pid $(cat "$d/kwok.pid"))"
+}
+
 # ------------------------------------------------------------------ start ----
 cmd_start() {
-  [ $# -eq 1 ] || die "usage: kube.sh start DIR"
+  local control_plane=0
+  if [ "${1:-}" = "--control-plane" ]; then
+    control_plane=1
+    shift
+  fi
+  [ $# -eq 1 ] || die "usage: kube.sh start [--control-plane] DIR"
   need curl "to probe the servers' health"
   need openssl "to generate certificates, keys and tokens"
   need setsid "to detach the servers (util-linux)"
@@ -341,7 +493,8 @@ cmd_start() {
     die "servers from an earlier 'start $d' are still running; run 'kube.sh stop $d' first"
   fi
 
-  if [ ! -x "$APISERVER_BIN" ] || [ ! -x "$ETCD_BIN" ]; then
+  if ! sound "$APISERVER_BIN" || ! sound "$ETCD_BIN" \
+     || { [ $control_plane = 1 ] && ! all_built; }; then
     log "binaries not built yet; building first"
     cmd_build
   fi
@@ -373,6 +526,9 @@ cmd_start() {
 
   write_kubeconfig "$d/admin.kubeconfig" nodewright-admin "$ADMIN_TOKEN" "$APISERVER_URL" "$d/ca.crt"
   write_kubeconfig "$d/function.kubeconfig" nodewright "$FUNCTION_TOKEN" "$APISERVER_URL" "$d/ca.crt"
+  if [ $control_plane = 1 ]; then
+    start_control_plane "$d" "$timeout"
+  fi
 
   local envtmp="$d/.env.tmp"
   (
@@ -393,6 +549,13 @@ cmd_start() {
       printf 'KUBE_VERSION=%q\n' "$K8S_VERSION"
       printf 'KUBE_ETCD_VERSION=%q\n' "$ETCD_VERSION"
       printf 'KUBE_HARNESS_DIR=%q\n' "$d"
+      printf 'KUBE_CONTROL_PLANE=%q\n' "$control_plane"
+      if [ $control_plane = 1 ]; then
+        printf 'KUBE_CONTROLLER_MANAGER_PID=%q\n' "$(cat "$d/kube-controller-manager.pid")"
+        printf 'KUBE_SCHEDULER_PID=%q\n' "$(cat "$d/kube-scheduler.pid")"
+        printf 'KUBE_KWOK_PID=%q\n' "$(cat "$d/kwok.pid")"
+        printf 'KUBE_KWOK_VERSION=%q\n' "$KWOK_VERSION"
+      fi
     } >"$envtmp"
   )
   mv -f "$envtmp" "$d/env"
@@ -406,17 +569,22 @@ cmd_stop() {
   [ -d "$1" ] || die "no such directory: $1"
   local d
   d="$(cd "$1" && pwd)"
-  if [ ! -f "$d/kube-apiserver.pid" ] && [ ! -f "$d/etcd.pid" ]; then
+  if [ ! -f "$d/kube-apiserver.pid" ] && [ ! -f "$d/etcd.pid" ] && [ ! -f "$d/kwok.pid" ] \
+     && [ ! -f "$d/kube-scheduler.pid" ] && [ ! -f "$d/kube-controller-manager.pid" ]; then
     log "nothing to stop in $d"
     return 0
   fi
+  # The control plane first (if started), then the server it talks to.
+  stop_pid "$d/kwok.pid" "$KWOK_BIN" kwok
+  stop_pid "$d/kube-scheduler.pid" "$SCHEDULER_BIN" kube-scheduler
+  stop_pid "$d/kube-controller-manager.pid" "$CONTROLLER_MANAGER_BIN" kube-controller-manager
   stop_pid "$d/kube-apiserver.pid" "$APISERVER_BIN" kube-apiserver
   stop_pid "$d/etcd.pid" "$ETCD_BIN" etcd
   log "stopped (logs and data left in $d)"
 }
 
 usage() {
-  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 

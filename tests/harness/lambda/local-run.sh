@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README "Run it locally", step by step, with the checks a new user would
+# functions/README.md "Run it locally", step by step, with the checks a new user would
 # make by eye: emulators, RBAC, `nodewright init`, `config apply`,
 # `cargo lambda watch`, and one `cargo lambda invoke` per fixture event.
 # Needs cargo-lambda on the PATH (pip install cargo-lambda ziglang), Go for

@@ -19,7 +19,7 @@ use nodewright::config::nodeclass::{
     AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
 };
 use nodewright::ports::{
-    Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, PricedOffering, StoreError,
+    Cloud, CloudError, FailureKind, InstanceState, LaunchRequest, OfferingKey, PricedOffering,
 };
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
@@ -103,11 +103,8 @@ async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
     );
     assert_eq!(cloud.api_calls(), calls, "a warm catalog makes no API call");
     assert!(std::sync::Arc::ptr_eq(&catalog, &again));
-    eprintln!("warm catalog took {warm:?}");
-    assert!(
-        cold.as_secs() < 30,
-        "cold catalog took {cold:?} (the Pricing API fallback must be bounded)"
-    );
+    // How long the fallback may take is proven by counting its attempts
+    // (the_pricing_api_failure_is_detected_and_bounded), not by a clock.
     assert!(matches!(
         cloud.price_origin().await,
         Some(PriceOrigin::StaticTable { .. })
@@ -135,6 +132,34 @@ async fn catalog_from_real_instance_type_data_with_static_price_fallback() {
         (4, 32768, "arm64")
     );
     assert_eq!(r6gd.local_nvme_gb, 237);
+    // The facts the simulator ships are the ones EC2 describes (labels such
+    // as the CPU maker, clock, bandwidths, encryption in transit and Nitro
+    // Enclaves come from them). The GPU's name is compared as its label
+    // spells it (lower case).
+    let sim = nodewright::sim::catalog::catalog("ap-south-1").expect("simulated region");
+    let mut compared = 0;
+    for name in ["r6gd.xlarge", "m5.large", "g4dn.8xlarge", "c7i-flex.large"] {
+        let described = catalog.instance_types.iter().find(|i| i.name == name);
+        let shipped = sim.instance_types.iter().find(|i| i.name == name);
+        if let (Some(d), Some(s)) = (described, shipped) {
+            let mut d = d.clone();
+            d.gpu_name = d.gpu_name.map(|n| n.to_lowercase());
+            assert_eq!(&d, s, "{name}");
+            compared += 1;
+        }
+    }
+    assert!(
+        compared >= 3,
+        "only {compared} type(s) found in both catalogs"
+    );
+    assert_eq!(
+        (
+            r6gd.cpu_manufacturer.as_deref(),
+            r6gd.sustained_clock_mhz,
+            r6gd.nitro_enclaves
+        ),
+        (Some("AWS"), Some(2500), Some(true))
+    );
     let od_1a = catalog
         .offerings
         .iter()
@@ -215,7 +240,9 @@ async fn the_pricing_api_failure_is_detected_and_bounded() {
         other => panic!("expected the static table, got {other:?}"),
     }
     assert_eq!(od.prices.get("m5.large"), Some(&0.096));
-    assert!(took.as_secs() < 10, "bounded retries, took {took:?}");
+    // Bounded retries: a failing Pricing API gets two attempts, not the
+    // default budget, before the static table answers.
+    assert_eq!(prices.pricing_attempts(), 2, "attempts before the fallback");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,21 +260,27 @@ async fn an_unreachable_endpoint_is_transient_within_the_deadline() {
         .expect("adapter");
     let t0 = Instant::now();
     match cloud.catalog().await {
-        Err(e @ CloudError::Transient(_)) => assert!(e.is_retryable()),
+        Err(e) => assert!(e.is_retryable(), "{e:?}"),
         other => panic!("expected a transient error, got {other:?}"),
     }
     match cloud.instances().await {
-        Err(CloudError::Transient(_)) => {}
+        Err(e) => {
+            assert_eq!(e.failure_kind(), Some(FailureKind::Unavailable), "{e:?}");
+            assert!(e.is_retryable());
+        }
         other => panic!("expected a transient error, got {other:?}"),
     }
     let store = nodewright::aws::DynamoStore::new(
         &config,
         nodewright::aws::DynamoTables::with_prefix("unreachable"),
     );
-    assert!(matches!(
-        nodewright::ports::Store::claims(&store).await,
-        Err(StoreError::Transient(_))
-    ));
+    match nodewright::ports::Store::claims(&store).await {
+        Err(e) => {
+            assert_eq!(e.failure_kind(), Some(FailureKind::Unavailable), "{e:?}");
+            assert!(e.is_retryable());
+        }
+        other => panic!("expected an unavailable store, got {other:?}"),
+    }
     eprintln!("unreachable endpoint gave up after {:?}", t0.elapsed());
 }
 
@@ -743,6 +776,161 @@ async fn al2_and_bottlerocket_user_data() {
             }
         }
         assert!(found_needle, "{family}: no template with {needle}");
+    }
+}
+
+/// Every launch field of a v1.15 EC2NodeClass reaches the launch template
+/// as Karpenter's AWS provider writes it (pkg/providers/launchtemplate
+/// types.go `CreateLaunchTemplateInputBuilder.Build`): block devices,
+/// metadata options, detailed monitoring, the network interfaces (prefixes,
+/// public address, connection tracking, the security groups on them), the
+/// placement group; and the kubelet block reaches the AL2023 NodeConfig.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_nodeclass_launch_field_reaches_the_launch_template() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let mut spec = serde_json::to_value(f.node_class_spec()).expect("spec");
+    let extra = serde_json::json!({
+        "blockDeviceMappings": [
+            {"deviceName": "/dev/xvda", "rootVolume": true,
+             "ebs": {"volumeSize": "100Gi", "volumeType": "gp3", "iops": 4000,
+                     "throughput": 250, "encrypted": true, "deleteOnTermination": false}},
+            {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "1Ti", "volumeType": "st1"}}
+        ],
+        "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+                            "httpPutResponseHopLimit": 2, "httpTokens": "optional"},
+        "detailedMonitoring": true,
+        "associatePublicIPAddress": false,
+        "ipPrefixCount": 2,
+        "connectionTracking": {"tcpEstablishedTimeout": 3600},
+        "networkInterfaces": [{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}],
+        "placementGroupSelector": {"name": "training"},
+        "kubelet": {"maxPods": 58, "imageGCHighThresholdPercent": 85,
+                    "serializeImagePulls": false, "containerLogMaxSize": "50Mi"},
+        "instanceStorePolicy": "RAID0"
+    });
+    for (k, v) in extra.as_object().expect("object") {
+        spec[k] = v.clone();
+    }
+    let spec: EC2NodeClassSpec = serde_json::from_value(spec).expect("class");
+    let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("tuned", &spec));
+    let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
+    let mut req = request(
+        "tuned",
+        vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+    );
+    req.node_class = Some("tuned".into());
+    req.kubelet.max_pods = Some(58);
+    // A claim that allows only dedicated hardware (`plan::tenancy`).
+    req.labels.insert(
+        "karpenter.k8s.aws/instance-tenancy".into(),
+        "dedicated".into(),
+    );
+    cloud.launch(&req).await.expect("launch");
+
+    let templates = f.launch_templates().await;
+    assert_eq!(templates.len(), 1);
+    let version = f
+        .ec2()
+        .describe_launch_template_versions()
+        .launch_template_name(templates[0].launch_template_name().expect("name"))
+        .versions("$Latest")
+        .send()
+        .await
+        .expect("DescribeLaunchTemplateVersions");
+    let data = version.launch_template_versions()[0]
+        .launch_template_data()
+        .expect("data");
+
+    let volumes: Vec<_> = data
+        .block_device_mappings()
+        .iter()
+        .map(|b| {
+            let ebs = b.ebs().expect("ebs");
+            (
+                b.device_name(),
+                ebs.volume_size(),
+                ebs.volume_type().map(|t| t.as_str()),
+                ebs.iops(),
+                ebs.throughput(),
+                ebs.encrypted(),
+                ebs.delete_on_termination(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        volumes,
+        [
+            (
+                Some("/dev/xvda"),
+                Some(100),
+                Some("gp3"),
+                Some(4000),
+                Some(250),
+                Some(true),
+                Some(false)
+            ),
+            (
+                Some("/dev/xvdb"),
+                Some(1024),
+                Some("st1"),
+                None,
+                None,
+                None,
+                None
+            ),
+        ]
+    );
+    let md = data.metadata_options().expect("metadata options");
+    assert_eq!(md.http_tokens().map(|t| t.as_str()), Some("optional"));
+    assert_eq!(md.http_put_response_hop_limit(), Some(2));
+    assert_eq!(md.http_endpoint().map(|t| t.as_str()), Some("enabled"));
+    assert_eq!(
+        data.monitoring().and_then(|m| m.enabled()),
+        Some(true),
+        "detailedMonitoring"
+    );
+
+    // The groups move onto the interface: EC2 takes them in one place only.
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let nis = data.network_interfaces();
+    assert_eq!(nis.len(), 1, "{data:?}");
+    let ni = &nis[0];
+    assert_eq!(
+        (ni.network_card_index(), ni.device_index()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(ni.interface_type(), Some("interface"));
+    assert_eq!(ni.ipv4_prefix_count(), Some(2));
+    assert_eq!(ni.associate_public_ip_address(), Some(false));
+    assert_eq!(ni.groups(), std::slice::from_ref(&f.security_group));
+    assert_eq!(
+        ni.connection_tracking_specification()
+            .and_then(|c| c.tcp_established_timeout()),
+        Some(3600)
+    );
+    assert_eq!(
+        data.placement().and_then(|p| p.group_name()),
+        Some("training")
+    );
+    assert_eq!(
+        data.placement()
+            .and_then(|p| p.tenancy())
+            .map(|t| t.as_str()),
+        Some("dedicated")
+    );
+
+    let user_data = base64::engine::general_purpose::STANDARD
+        .decode(data.user_data().expect("user data"))
+        .expect("base64");
+    let user_data = String::from_utf8(user_data).expect("utf8");
+    for needle in [
+        "maxPods: 58",
+        "imageGCHighThresholdPercent: 85",
+        "serializeImagePulls: false",
+        "containerLogMaxSize: 50Mi",
+        "strategy: RAID0",
+    ] {
+        assert!(user_data.contains(needle), "{needle} in {user_data}");
     }
 }
 

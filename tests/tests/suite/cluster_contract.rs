@@ -35,6 +35,7 @@ macro_rules! contract {
 contract!(
     taints_are_added_once_and_removed_by_key,
     cordon_marks_the_node_unschedulable,
+    labelling_a_node_sets_the_keys_given_and_keeps_the_others,
     pods_on_a_node_are_its_unfinished_ones,
     an_allowed_eviction_leaves_the_pod_terminating_until_the_kubelet_confirms,
     an_exhausted_budget_blocks_with_its_name,
@@ -182,6 +183,61 @@ async fn cordon_marks_the_node_unschedulable<F: ContractCluster>(f: &F) {
     let e = f
         .port()
         .cordon(&format!("{}-missing", f.namespace()))
+        .await
+        .expect_err("missing node");
+    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+}
+
+async fn labelling_a_node_sets_the_keys_given_and_keeps_the_others<F: ContractCluster>(f: &F) {
+    let node = f.create_node("n").await;
+    let before = f
+        .node(&node)
+        .await
+        .and_then(|n| n.metadata.labels)
+        .unwrap_or_default();
+    let labels = std::collections::BTreeMap::from([
+        (
+            "karpenter.k8s.aws/instance-family".to_owned(),
+            "m5".to_owned(),
+        ),
+        ("team".to_owned(), "a".to_owned()),
+    ]);
+    let annotations = std::collections::BTreeMap::from([(
+        "karpenter.sh/do-not-disrupt".to_owned(),
+        "true".to_owned(),
+    )]);
+    f.port()
+        .label_node(&node, &labels, &annotations)
+        .await
+        .expect("label");
+    let again = std::collections::BTreeMap::from([("team".to_owned(), "b".to_owned())]);
+    f.port()
+        .label_node(&node, &again, &Default::default())
+        .await
+        .expect("relabel");
+    let n = f.node(&node).await.expect("node");
+    let got = n.metadata.labels.unwrap_or_default();
+    for (k, v) in &before {
+        assert_eq!(got.get(k), Some(v), "{k} kept");
+    }
+    assert_eq!(
+        got.get("karpenter.k8s.aws/instance-family")
+            .map(String::as_str),
+        Some("m5")
+    );
+    assert_eq!(got.get("team").map(String::as_str), Some("b"), "replaced");
+    assert_eq!(
+        n.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("karpenter.sh/do-not-disrupt")
+            .map(String::as_str),
+        Some("true"),
+        "kept when the next call sets none"
+    );
+    let e = f
+        .port()
+        .label_node(&format!("{}-missing", f.namespace()), &labels, &annotations)
         .await
         .expect_err("missing node");
     assert!(matches!(e, ClusterError::NotFound(_)), "{e}");

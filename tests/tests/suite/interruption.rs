@@ -90,31 +90,103 @@ async fn the_spot_walkthrough_drains_onto_a_replacement_without_breaking_the_bud
     assert!(events.iter().filter(|(_, e)| e.reason == "Evicted").count() >= 110);
 }
 
+/// When a fixture's removal must be done by, from the time it is delivered.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// Two minutes' notice less the 15-s margin.
+    Notice,
+    /// At once (hibernation, a stopping instance).
+    Now,
+    /// A date the event carries.
+    At(&'static str),
+}
+
+/// Every file in `functions/interruption/events/`, as AWS would send it,
+/// ends as its README says — real payloads (AWS's documentation, NTH's,
+/// Karpenter's and Cloud Custodian's fixtures) included: ARNs and bare ids,
+/// odd envelopes, a wrong weekday, hibernation, a reservation's
+/// termination time, a Health event about a dedicated host. A file with no
+/// expected ending here fails the test.
 #[tokio::test]
 async fn every_fixture_event_ends_as_documented() {
+    use Deadline::*;
     init_logs();
-    let cases: [(&str, &[&str]); 10] = [
-        ("spot-interruption.json", &["removing"]),
-        ("capacity-reservation-interruption.json", &["removing"]),
-        ("scheduled-change.json", &["removing"]),
-        ("state-change-stopping.json", &["removing"]),
-        // The default rebalance policy is Karpenter's: nothing.
-        ("rebalance-recommendation.json", &["ignored"]),
-        ("unknown-instance.json", &["ignored"]),
-        ("foreign-cluster.json", &["ignored"]),
-        ("unsupported-detail-type.json", &["ignored"]),
-        ("malformed.json", &["dropped", "dropped"]),
+    let cases: &[(&str, &[&str], Option<Deadline>)] = &[
+        ("spot-interruption.json", &["removing"], Some(Notice)),
+        ("spot-interruption-hibernate.json", &["removing"], Some(Now)),
+        (
+            "spot-interruption-no-time.json",
+            &["removing"],
+            Some(Notice),
+        ),
         (
             "duplicate-spot-interruption.json",
             &["removing", "removing"],
+            Some(Notice),
         ),
+        (
+            "capacity-reservation-interruption.json",
+            &["removing"],
+            Some(Notice),
+        ),
+        (
+            "scheduled-change.json",
+            &["removing"],
+            Some(At("2026-12-04T09:00:00Z")),
+        ),
+        (
+            "scheduled-change-retirement-arn.json",
+            &["removing"],
+            Some(At("2026-12-04T09:00:00Z")),
+        ),
+        (
+            "scheduled-change-nth.json",
+            &["removing"],
+            Some(At("2016-06-05T15:10:09Z")),
+        ),
+        (
+            "scheduled-change-persistent-retirement.json",
+            &["removing"],
+            Some(At("2018-11-01T22:00:00Z")),
+        ),
+        ("state-change-stopping.json", &["removing"], Some(Now)),
+        // The default rebalance policy is Karpenter's: nothing.
+        ("rebalance-recommendation.json", &["ignored"], None),
+        (
+            "rebalance-recommendation-odd-envelope.json",
+            &["ignored"],
+            None,
+        ),
+        ("scheduled-change-dedicated-host.json", &["ignored"], None),
+        ("state-change-unknown-state.json", &["ignored"], None),
+        ("unknown-instance.json", &["ignored"], None),
+        ("foreign-cluster.json", &["ignored"], None),
+        ("unsupported-detail-type.json", &["ignored"], None),
+        ("malformed.json", &["dropped", "dropped", "dropped"], None),
     ];
-    for (file, want) in cases {
+    let dir = format!(
+        "{}/../functions/interruption/events",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("events")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    files.sort();
+    let mut listed: Vec<String> = cases.iter().map(|(f, _, _)| (*f).to_owned()).collect();
+    listed.sort();
+    assert_eq!(
+        files, listed,
+        "every fixture has an expected ending, and only fixtures do"
+    );
+    for (file, want, deadline) in cases {
         let (sim, claim) = spot_node(SimSettings::default()).await;
         let instance = claim.instance_id().expect("launched").to_owned();
+        let delivered = sim.now();
         let report = cases::deliver(&sim, &records_now(&sim, file, &instance)).await;
         assert!(report.failures.is_empty(), "{file}: {report:?}");
-        assert_eq!(cases::kinds(&report), want, "{file}: {report:?}");
+        assert_eq!(cases::kinds(&report), *want, "{file}: {report:?}");
         let commands = sim.store.commands().await.expect("commands");
         let removing = want.contains(&"removing");
         assert_eq!(
@@ -126,15 +198,23 @@ async fn every_fixture_event_ends_as_documented() {
         assert_eq!(
             cases::node_tainted(&sim.cluster.all_nodes(), &node),
             removing,
-            "{file}: tainted only when removing"
+            "{file}: tainted (in the invocation) only when removing"
         );
-        if file == "duplicate-spot-interruption.json" {
+        if let Some(deadline) = deadline {
+            let want = match deadline {
+                Notice => delivered + SignedDuration::from_secs(105),
+                Now => delivered,
+                At(t) => t.parse().expect("time"),
+            };
+            assert_eq!(commands[0].spec.deadline, Some(want), "{file}: deadline");
+        }
+        if *file == "duplicate-spot-interruption.json" {
             let MessageOutcome::Removing(second) = &report.outcomes[1].1 else {
                 panic!("{report:?}")
             };
             assert!(matches!(second[0], Started::Existing { .. }), "{second:?}");
         }
-        if file == "spot-interruption.json" {
+        if *file == "spot-interruption.json" {
             // The interrupted offering is avoided for a while.
             let i = claim.instance.as_ref().expect("instance");
             let key = OfferingKey {
@@ -151,6 +231,87 @@ async fn every_fixture_event_ends_as_documented() {
             );
         }
     }
+    // A reservation's own termination time decides, not the usual notice.
+    let (sim, claim) = spot_node(SimSettings::default()).await;
+    let at = sim.now() + SignedDuration::from_secs(70);
+    let rs: Vec<Record> = records_now(
+        &sim,
+        "capacity-reservation-interruption.json",
+        claim.instance_id().expect("launched"),
+    )
+    .into_iter()
+    .map(|r| Record {
+        body: r.body.replace(
+            &(sim.now() + SignedDuration::from_mins(2)).to_string(),
+            &at.to_string(),
+        ),
+        ..r
+    })
+    .collect();
+    cases::deliver(&sim, &rs).await;
+    let commands = sim.store.commands().await.expect("commands");
+    assert_eq!(
+        commands[0].spec.deadline,
+        Some(at - SignedDuration::from_secs(15)),
+        "instance-termination-time less the margin"
+    );
+}
+
+/// A failure on our side never deletes a message: the table's KMS key
+/// refusing the command's write (an access error, which used to count as
+/// "can never succeed" and drop the message, NTH #360/#1284) hands it
+/// back; SQS redelivers it and, once the key works again, it is handled.
+#[tokio::test]
+async fn a_message_whose_handling_failed_is_returned_whatever_the_failure() {
+    init_logs();
+    let (mut sim, claim) = spot_node(SimSettings::default()).await;
+    let id = claim.instance_id().expect("id").to_owned();
+    let rs = records_now(&sim, "spot-interruption.json", &id);
+    sim.store.deny_next_writes(1);
+    let report = cases::deliver(&sim, &rs).await;
+    assert_eq!(sim.store.writes_denied(), 1);
+    assert_eq!(
+        report.failures,
+        vec![rs[0].message_id.clone()],
+        "returned for a retry: {report:?}"
+    );
+    assert!(report.outcomes.is_empty(), "{report:?}");
+    assert!(sim.store.commands().await.expect("commands").is_empty());
+    // The queue's visibility timeout later, the same message again.
+    sim.run_for(sim.settings.redelivery).await;
+    let report = cases::deliver(&sim, &rs).await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(cases::kinds(&report), ["removing"]);
+}
+
+/// Messages the invocation had no time left to start go back untouched.
+#[tokio::test]
+async fn messages_past_the_invocation_s_time_go_back_untouched() {
+    init_logs();
+    let (sim, claim) = spot_node(SimSettings::default()).await;
+    let rs = records_now(
+        &sim,
+        "duplicate-spot-interruption.json",
+        claim.instance_id().expect("id"),
+    );
+    let config = nodewright::handlers::config::load(&sim.store)
+        .await
+        .expect("config");
+    let report = nodewright::handlers::interruption::handle_batch(
+        &sim.ports(),
+        &config,
+        &config.settings,
+        &nodewright::handlers::interruption::InterruptionSettings::default(),
+        &rs,
+        sim.now(),
+    )
+    .await
+    .expect("batch");
+    assert_eq!(
+        report.failures,
+        rs.iter().map(|r| r.message_id.clone()).collect::<Vec<_>>()
+    );
+    assert!(sim.store.commands().await.expect("commands").is_empty());
 }
 
 /// The spot pool with a rebalance policy annotation.

@@ -14,10 +14,12 @@
 mod aws_cloud;
 mod aws_scenarios;
 mod aws_store;
+mod cloud_contract;
 mod cluster_contract;
 mod disruption;
 mod eks_auth;
 mod interruption;
+mod interruption_queue;
 mod kube_cluster;
 mod ownership;
 mod properties;

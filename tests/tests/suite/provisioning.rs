@@ -642,12 +642,50 @@ async fn the_state_change_fixtures_parse_and_unknown_instances_are_ignored() {
         "{}/../functions/state-change/events",
         env!("CARGO_MANIFEST_DIR")
     );
-    for name in ["running", "shutting-down", "stopped", "terminated"] {
+    // Every file but the malformed one reads, and names an instance that
+    // is not ours: ignored. `unknown-state` is Karpenter's "should delete
+    // a state change message when the state isn't in accepted states"
+    // (aws/karpenter-provider-aws pkg/controllers/interruption/suite_test.go,
+    // state "creating"); `odd-envelope` has `time: ""`, `resources: null`
+    // and the instance by ARN.
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("events")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_owned))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "malformed",
+            "odd-envelope",
+            "running",
+            "shutting-down",
+            "stopped",
+            "terminated",
+            "unknown-state"
+        ]
+    );
+    for name in names.iter().filter(|n| *n != "malformed") {
         let text = std::fs::read_to_string(format!("{dir}/{name}.json")).expect("fixture");
         let event: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(
             handle(&sim.ports(), &event).await.expect(name),
             StateChangeOutcome::Ignored,
+            "{name}"
+        );
+    }
+    // Read as AWS sends them, they name the instance they are about.
+    for name in ["odd-envelope", "terminated"] {
+        let text = std::fs::read_to_string(format!("{dir}/{name}.json")).expect("fixture");
+        let event: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let (_, message) = nodewright::interruption::parse(&event).expect(name);
+        assert_eq!(
+            message,
+            nodewright::interruption::Message::StateChange {
+                instance_id: "i-0abcd1234ef567890".into(),
+                state: InstanceState::Terminated
+            },
             "{name}"
         );
     }
@@ -764,4 +802,107 @@ async fn a_pod_that_fits_on_an_in_flight_claim_joins_it_instead_of_launching() {
     sim.run_for(SignedDuration::from_secs(60)).await;
     assert_eq!(sim.cloud.inner().launches(), 1);
     assert_eq!(sim.pending().await, 0);
+}
+
+/// kube-scheduler binds beside nodewright: the world's controllers take a
+/// round before each bind the provisioner makes, as the real scheduler
+/// does while a handler is between its list of the node's pods and its
+/// writes. Three 1-CPU pods are planned on an r6gd.xlarge (3.92 CPU);
+/// three 1.1-CPU pods that arrive while it boots get a node of their own.
+/// Were the first node open to kube-scheduler while nodewright binds its
+/// three, the scheduler would put pods of the second lot there too (the
+/// API server checks no capacity on a bind). No node may hold more than it
+/// has, and every pod runs.
+#[tokio::test]
+async fn kube_scheduler_binding_beside_nodewright_never_overcommits_a_new_node() {
+    use nodewright::resources::Resources;
+    use nodewright::scheduling::SchedPod;
+    use nodewright::sim::{
+        ClusterDriver, FaultyCloud, FaultyCluster, FaultyStore, MemStore, SimClock, SimCloud,
+        SimCluster, Simulation,
+    };
+
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let clock = SimClock::default();
+    let cloud = SimCloud::new(catalog::catalog(&s.region).expect("region"), clock.clone());
+    let cluster = FaultyCluster::new(SimCluster::new(clock.clone()));
+    cluster.race_binds(true);
+    let mut sim = Simulation::with_cluster(
+        clock,
+        FaultyCloud::new(cloud.clone()),
+        Some(cloud),
+        FaultyStore::new(MemStore::new()),
+        cluster.clone(),
+        SimSettings::default(),
+    );
+    scenario::load(&mut sim, &s).await.expect("loads");
+    sim.cluster
+        .scale("default", "inflate", 3)
+        .await
+        .expect("scale");
+    sim.run_for(SignedDuration::from_secs(15)).await;
+    assert_eq!(sim.cloud.inner().launches(), 1);
+    assert!(sim.cluster.all_nodes().await.is_empty(), "still booting");
+    let late = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "late", "namespace": "default"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "late"}},
+            "template": {
+                "metadata": {"labels": {"app": "late"}},
+                "spec": {
+                    "nodeSelector": {
+                        "node.kubernetes.io/instance-type": "r6gd.xlarge",
+                        "karpenter.sh/capacity-type": "on-demand",
+                        "topology.kubernetes.io/zone": "ap-south-1a",
+                        "kubernetes.io/arch": "arm64"
+                    },
+                    "containers": [{"name": "late", "image": "pause",
+                        "resources": {"requests": {"cpu": "1100m"}}}]
+                }
+            }
+        }
+    });
+    sim.cluster.apply(&late).await.expect("applies");
+    sim.run_for(SignedDuration::from_secs(120)).await;
+
+    assert!(cluster.raced() > 0, "kube-scheduler raced the binds");
+    let pods = sim.cluster.all_pods().await;
+    let nodes = sim.cluster.all_nodes().await;
+    assert_eq!(pods.len(), 6);
+    let node_of =
+        |p: &k8s_openapi::api::core::v1::Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+    assert!(pods.iter().all(|p| node_of(p).is_some()), "every pod bound");
+    for n in &nodes {
+        let name = n.metadata.name.clone();
+        let allocatable = Resources::from_list(
+            n.status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .expect("allocatable"),
+        )
+        .expect("quantities");
+        let mut used = Resources::default();
+        for p in pods.iter().filter(|p| node_of(p) == name) {
+            used.add(&SchedPod::from_pod(p).expect("pod").requests);
+        }
+        assert!(
+            used.fits_in(&allocatable),
+            "{name:?} holds {used:?} of {allocatable:?}"
+        );
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        assert!(
+            taints
+                .iter()
+                .all(|t| !t.key.starts_with("nodewright.io/")
+                    && t.key != "karpenter.sh/unregistered"),
+            "{name:?} is left open to kube-scheduler: {taints:?}"
+        );
+    }
+    assert_eq!(nodes.len(), 2, "a node for each lot");
 }

@@ -9,7 +9,9 @@
 
 use futures_util::future::join_all;
 use nodewright::config::Limits;
-use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
+use nodewright::ports::{
+    ConfigItem, ConfigKind, ConfigWrite, Lease, OfferingKey, Store, StoreError, Timestamp,
+};
 use nodewright::provisioning::batcher::Batch;
 use nodewright::provisioning::claim::Claim;
 use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};
@@ -46,6 +48,7 @@ contract!(
     the_batch_is_conditional_on_its_version,
     leases_have_one_holder,
     unavailable_offerings_expire,
+    unreadable_items_are_quarantined,
 );
 
 fn at(secs: i64) -> Timestamp {
@@ -597,4 +600,159 @@ async fn unavailable_offerings_expire<S: Store>(store: &S) {
         vec![],
         "until is exclusive"
     );
+}
+
+// ------------------------------------------------------------ quarantine
+
+/// Items written and deleted by hand under their DynamoDB key, as an
+/// operator's edit or an older release might, readable or not.
+trait ByHand: Store {
+    async fn put_by_hand(&self, key: &str, body: &str, version: u64);
+    async fn delete_by_hand(&self, key: &str);
+}
+
+impl ByHand for nodewright::sim::MemStore {
+    async fn put_by_hand(&self, key: &str, body: &str, version: u64) {
+        self.put_raw(key, body, version)
+            .expect("a key of the store");
+    }
+    async fn delete_by_hand(&self, key: &str) {
+        self.delete_raw(key).expect("a key of the store");
+    }
+}
+
+impl ByHand for nodewright::aws::DynamoStore {
+    async fn put_by_hand(&self, key: &str, body: &str, version: u64) {
+        nodewright_tests::aws::put_raw_item(self, REGION, key, body, version).await;
+    }
+    async fn delete_by_hand(&self, key: &str) {
+        nodewright_tests::aws::delete_raw_item(self, REGION, key).await;
+    }
+}
+
+fn pool_item(name: &str, version: u64) -> ConfigItem {
+    ConfigItem {
+        kind: ConfigKind::NodePool,
+        name: name.into(),
+        spec: serde_json::json!({"template": {"spec": {"nodeClassRef": {"name": "default"}}}}),
+        annotations: Default::default(),
+        version,
+        updated_at: at(0),
+    }
+}
+
+/// A claim, command or configuration item whose body does not read is set
+/// aside, never fatal: the others still read, the bad one is named (state
+/// items by `unreadable_state`, configuration items as unreadable items
+/// beside the valid ones), its key is not written over by a create, and it
+/// reads again once fixed or deleted by hand.
+async fn unreadable_items_are_quarantined<S: ByHand>(store: &S) {
+    let lim = limits(&[]);
+    let good = claim("default-aaaaa", "default", 1000);
+    store.create_claim(&good, &lim).await.expect("create");
+    let cmd = command("default-aaaaa", 0);
+    store.put_command(None, &cmd).await.expect("command");
+    store
+        .put_config_item(&pool_item("default", 1))
+        .await
+        .expect("pool");
+
+    // Not JSON; JSON of another shape.
+    store
+        .put_by_hand("claim#default-bbbbb", "{not json", 1)
+        .await;
+    store
+        .put_by_hand(
+            "command#default-ccccc",
+            r#"{"id":"default-ccccc","step":42}"#,
+            1,
+        )
+        .await;
+    store
+        .put_by_hand("nodepool#broken", r#"{"kind":"nodepool"}"#, 3)
+        .await;
+
+    assert_eq!(
+        store.claims().await.expect("claims still read"),
+        vec![good.clone()]
+    );
+    assert_eq!(
+        store.commands().await.expect("commands still read"),
+        vec![cmd.clone()]
+    );
+    let unreadable = store.unreadable_state().await.expect("unreadable");
+    let keys: Vec<&str> = unreadable.iter().map(|u| u.key.as_str()).collect();
+    assert_eq!(keys, ["claim#default-bbbbb", "command#default-ccccc"]);
+    for u in &unreadable {
+        assert!(
+            u.reason
+                .starts_with(&format!("item {}: unreadable body: ", u.key)),
+            "{u}"
+        );
+    }
+    assert_eq!(
+        usage_of(store, "default", "cpu").await,
+        1000,
+        "usage is the stored counter's"
+    );
+
+    let items = store
+        .config_items()
+        .await
+        .expect("configuration still reads");
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert!(items.contains(&pool_item("default", 1)), "{items:?}");
+    let broken = items
+        .iter()
+        .find(|i| i.name == "broken")
+        .expect("the unreadable item is listed");
+    assert_eq!((broken.kind, broken.version), (ConfigKind::NodePool, 3));
+    let reason = broken.unreadable_reason().expect("marked unreadable");
+    assert!(
+        reason.starts_with("item nodepool#broken: unreadable body: "),
+        "{reason}"
+    );
+
+    // A create never writes over an item it cannot read.
+    assert!(
+        is_conflict(
+            &store
+                .create_claim(&claim("default-bbbbb", "default", 1), &lim)
+                .await
+        ),
+        "claim key taken"
+    );
+    assert!(
+        is_conflict(&store.put_command(None, &command("default-ccccc", 1)).await),
+        "command key taken"
+    );
+    assert!(
+        is_conflict(&store.put_config_item(&pool_item("broken", 1)).await),
+        "config key taken"
+    );
+
+    // Fixed by hand, the claim reads again; deleted, the command is gone.
+    let b = claim("default-bbbbb", "default", 500);
+    store
+        .put_by_hand(
+            "claim#default-bbbbb",
+            &serde_json::to_string(&b).expect("json"),
+            1,
+        )
+        .await;
+    store.delete_by_hand("command#default-ccccc").await;
+    assert_eq!(store.claims().await.expect("claims"), vec![good, b]);
+    assert_eq!(store.commands().await.expect("commands"), vec![cmd]);
+    assert_eq!(store.unreadable_state().await.expect("unreadable"), vec![]);
+
+    // Applying the configuration item again replaces it at the next version.
+    let fixed = pool_item("broken", 4);
+    store
+        .write_config(&[ConfigWrite::Put(fixed.clone())])
+        .await
+        .expect("written over at its version");
+    let items = store.config_items().await.expect("configuration");
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert!(items.contains(&fixed), "{items:?}");
+    assert!(items.iter().all(|i| i.unreadable_reason().is_none()));
 }

@@ -264,8 +264,8 @@ async fn messages_that_ask_for_nothing_change_nothing_and_a_duplicate_starts_one
     let kinds: Vec<&str> = sim.interruptions.iter().map(|o| o.kind()).collect();
     assert_eq!(
         kinds.iter().filter(|k| **k == "dropped").count(),
-        2,
-        "{kinds:?}"
+        3,
+        "malformed.json's three records: {kinds:?}"
     );
     assert!(
         kinds.iter().all(|k| *k == "dropped" || *k == "ignored"),

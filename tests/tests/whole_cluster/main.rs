@@ -8,3 +8,4 @@
 
 mod interruption_real;
 mod kube_scenarios;
+mod neighbours_real;

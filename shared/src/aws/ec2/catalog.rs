@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::{
-    ArchitectureType, EphemeralNvmeSupport, Filter, InstanceTypeInfo as Ec2TypeInfo, LocationType,
-    UsageClassType, VirtualizationType,
+    ArchitectureType, EbsOptimizedSupport, EphemeralNvmeSupport, Filter,
+    InstanceTypeInfo as Ec2TypeInfo, LocationType, NitroEnclavesSupport, UsageClassType,
+    VirtualizationType,
 };
 
 use super::super::ApiError;
@@ -46,7 +47,12 @@ pub fn facts_of(t: &Ec2TypeInfo) -> Option<(InstanceTypeInfo, bool, bool)> {
     let vcpu = u32::try_from(t.v_cpu_info()?.default_v_cpus()?).ok()?;
     let memory_mib = u64::try_from(t.memory_info()?.size_in_mib()?).ok()?;
     let (mut gpu_count, mut gpu_name, mut gpu_manufacturer) = (0u32, None, None);
+    let mut gpu_memory_mib = None;
     if let Some(g) = t.gpu_info().and_then(|g| g.gpus().first()) {
+        gpu_memory_mib = g
+            .memory_info()
+            .and_then(|m| m.size_in_mib())
+            .map(|m| m.max(0) as u64);
         gpu_count = t
             .gpu_info()
             .map_or(0, |gi| {
@@ -126,6 +132,36 @@ pub fn facts_of(t: &Ec2TypeInfo) -> Option<(InstanceTypeInfo, bool, bool)> {
         max_enis,
         ipv4_per_eni,
         network_bandwidth_mbps: (bandwidth > 0.0).then(|| (bandwidth * 1000.0).round() as u64),
+        cpu_manufacturer: t
+            .processor_info()
+            .and_then(|p| p.manufacturer())
+            .map(str::to_owned),
+        sustained_clock_mhz: t
+            .processor_info()
+            .and_then(|p| p.sustained_clock_speed_in_ghz())
+            .map(|g| (g * 1000.0).round() as u32),
+        ebs_bandwidth_mbps: t
+            .ebs_info()
+            .filter(|e| e.ebs_optimized_support() == Some(&EbsOptimizedSupport::Default))
+            .and_then(|e| e.ebs_optimized_info())
+            .and_then(|o| o.maximum_bandwidth_in_mbps())
+            .map(|b| b.max(0) as u64),
+        gpu_memory_mib,
+        encryption_in_transit: net.and_then(|n| n.encryption_in_transit_supported()),
+        neuron_cores: t
+            .neuron_info()
+            .and_then(|n| n.neuron_devices().first())
+            .map_or(0, |d| {
+                let cores = d.core_info().and_then(|c| c.count()).unwrap_or(0);
+                (d.count().unwrap_or(0) * cores).max(0) as u32
+            }),
+        efa_interfaces: net
+            .and_then(|n| n.efa_info())
+            .and_then(|e| e.maximum_efa_interfaces())
+            .map_or(0, |e| e.max(0) as u32),
+        nitro_enclaves: t
+            .nitro_enclaves_support()
+            .map(|n| *n == NitroEnclavesSupport::Supported),
     };
     let classes = t.supported_usage_classes();
     Some((
@@ -357,6 +393,7 @@ mod tests {
             max_enis: 3,
             ipv4_per_eni: 10,
             network_bandwidth_mbps: None,
+            ..Default::default()
         };
         let types = vec![
             TypeFacts {

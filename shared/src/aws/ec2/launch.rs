@@ -14,14 +14,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle,
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    ConnectionTrackingSpecificationRequest, DefaultTargetCapacityType, Filter,
+    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType,
+    InstanceLifecycle, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy,
-    SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest, VolumeType,
+    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
+    LaunchTemplatesMonitoringRequest, OnDemandOptionsRequest, RequestLaunchTemplateData,
+    ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
+    TargetCapacitySpecificationRequest, Tenancy, VolumeType,
 };
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -29,7 +33,9 @@ use sha2::Digest as _;
 use tracing::{debug, info, warn};
 
 use super::super::ApiError;
-use super::super::nodeclass::{instance_profile_name, launch_family};
+use super::super::nodeclass::{
+    LaunchSettings, instance_profile_name, launch_family, launch_settings,
+};
 use super::super::prices::PriceSource;
 use super::super::userdata::{self, Bootstrap};
 use super::{Ec2Cloud, NOT_TERMINATING, catalog_price, tags, to_instance};
@@ -120,8 +126,8 @@ struct TemplateSpec {
     user_data: String,
     security_groups: Vec<String>,
     instance_profile: Option<String>,
-    /// (device, GiB)
-    volumes: Vec<(String, i32)>,
+    /// Volumes, metadata options, monitoring, interfaces, placement.
+    settings: LaunchSettings,
     tags: BTreeMap<String, String>,
 }
 
@@ -207,14 +213,20 @@ pub fn ami_parameter(
             );
             format!("/aws/service/bottlerocket/{flavour}/{ec2_arch}/{version}/image_id")
         }
-        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => return None,
+        AmiFamily::Windows2019
+        | AmiFamily::Windows2022
+        | AmiFamily::Windows2025
+        | AmiFamily::Custom => return None,
     };
     Some(path)
 }
 
-/// The Describe* filters that select what a term matches.
-fn selector_filters(term: &SelectorTerm, id_filter: &str) -> Vec<Filter> {
+/// The Describe* filters that select what a term matches in `cluster`.
+fn selector_filters(term: &SelectorTerm, id_filter: &str, cluster: &str) -> Vec<Filter> {
     match term {
+        SelectorTerm::ClusterTag => {
+            selector_filters(&term.for_cluster(cluster), id_filter, cluster)
+        }
         SelectorTerm::Id(id) => vec![Filter::builder().name(id_filter).values(id).build()],
         SelectorTerm::Name(name) => vec![Filter::builder().name("group-name").values(name).build()],
         SelectorTerm::Tags(tags) => tags
@@ -259,6 +271,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
         };
         // Configuration errors first: they need no API call.
         let (family, pinned) = launch_family(class)
+            .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+        launch_settings(class, family, false)
             .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
         if let Some(instance) = self.adopt(req).await? {
             info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
@@ -387,7 +401,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 };
                 let image_id = match self.ami(&mut cache, &key, class).await {
                     Ok(id) => id,
-                    Err(CloudError::Invalid(why)) => {
+                    Err(e) if !e.is_retryable() => {
+                        let why = e.to_string();
                         let types: Vec<&str> =
                             g.options.iter().map(|o| o.instance_type.as_str()).collect();
                         rejected.push(format!("{} ({}): {why}", types.join(", "), g.arch));
@@ -403,6 +418,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
                         ca_base64: &cluster.ca_base64,
                         service_cidr: &cluster.service_cidr,
                         cluster_dns: class.kubelet.cluster_dns.as_slice(),
+                        kubelet: &class.kubelet,
+                        raid0: class.instance_store_policy.as_deref() == Some("RAID0"),
                         max_pods: g.max_pods,
                         labels: &node_labels,
                         taints: &req.taints,
@@ -411,8 +428,14 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 )
                 .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
                 g.image = Some(image_id.clone());
+                let mut settings =
+                    launch_settings(class, family, cluster.service_cidr.contains(':'))
+                        .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+                // The claim's tenancy (`provisioning::plan::tenancy`).
+                settings.dedicated = req.labels.get(labels::INSTANCE_TENANCY).map(String::as_str)
+                    == Some(labels::TENANCY_DEDICATED);
                 let spec = self.template_spec(
-                    class_name, class, family, &req.pool, image_id, user_data, &network,
+                    class_name, class, settings, &req.pool, image_id, user_data, &network,
                 );
                 let name = spec.name();
                 g.template = Some(name.clone());
@@ -436,6 +459,20 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let result = self
             .create_fleet(req, capacity_type, &groups, &network, resource_tags)
             .await;
+        if let Err(e) = &result
+            && e.to_string().contains("InvalidLaunchTemplate")
+        {
+            // A template this process knew was deleted since (clean-up in
+            // another invocation): forget the group's templates so the
+            // retry creates them again.
+            let mut cache = self.launch.lock().await;
+            for g in &groups {
+                if let Some(name) = &g.template {
+                    cache.templates.remove(name);
+                }
+            }
+            warn!(nodeclaim = %req.claim_id, error = %e, "a launch template is gone; it is created again on the next attempt");
+        }
         debug!(nodeclaim = %req.claim_id, elapsed_ms = started.elapsed().as_millis() as u64, "launch finished");
         result
     }
@@ -517,7 +554,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
             let mut pages = self
                 .ec2
                 .describe_subnets()
-                .set_filters(Some(selector_filters(term, "subnet-id")))
+                .set_filters(Some(selector_filters(
+                    term,
+                    "subnet-id",
+                    &self.settings.cluster_name,
+                )))
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
@@ -562,7 +603,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
             let mut pages = self
                 .ec2
                 .describe_security_groups()
-                .set_filters(Some(selector_filters(term, "group-id")))
+                .set_filters(Some(selector_filters(
+                    term,
+                    "group-id",
+                    &self.settings.cluster_name,
+                )))
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
@@ -686,14 +731,17 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     key.family
                 ))
             })?;
-            self.ssm_value(&path).await.map_err(|e| match e {
-                CloudError::Invalid(why) => CloudError::Invalid(format!(
-                    "no {} AMI for Kubernetes {} on {}: {why}",
-                    key.family.as_str(),
-                    key.k8s,
-                    key.arch
-                )),
-                other => other,
+            self.ssm_value(&path).await.map_err(|e| {
+                if e.is_retryable() {
+                    e
+                } else {
+                    e.context(&format!(
+                        "no {} AMI for Kubernetes {} on {}",
+                        key.family.as_str(),
+                        key.k8s,
+                        key.arch
+                    ))
+                }
             })?
         } else {
             let mut candidates: Vec<String> = explicit.iter().map(|s| (*s).to_owned()).collect();
@@ -774,21 +822,14 @@ impl<P: PriceSource> Ec2Cloud<P> {
         &self,
         class_name: &str,
         class: &NodeClass,
-        family: AmiFamily,
+        settings: LaunchSettings,
         pool: &str,
         image_id: String,
         user_data: String,
         network: &Network,
     ) -> TemplateSpec {
-        // Karpenter's defaults (blockDeviceMappings are not read yet).
-        let size = 20;
-        let volumes = match family {
-            AmiFamily::Bottlerocket => {
-                vec![("/dev/xvda".to_owned(), 4), ("/dev/xvdb".to_owned(), size)]
-            }
-            _ => vec![("/dev/xvda".to_owned(), size)],
-        };
-        let t = self.owned_tags(class_name, class, pool, None);
+        let mut t = self.owned_tags(class_name, class, pool, None);
+        t.insert(tags::IMAGE.to_owned(), image_id.clone());
         TemplateSpec {
             cluster: self.settings.cluster_name.clone(),
             node_class: class_name.to_owned(),
@@ -800,7 +841,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 self.settings.default_instance_profile.as_deref(),
             )
             .map(str::to_owned),
-            volumes,
+            settings,
             tags: t,
         }
     }
@@ -847,40 +888,115 @@ impl<P: PriceSource> Ec2Cloud<P> {
         Ok(())
     }
 
-    async fn create_template(&self, name: &str, spec: &TemplateSpec) -> Result<(), CloudError> {
-        let mut data = RequestLaunchTemplateData::builder()
-            .image_id(&spec.image_id)
-            .user_data(base64::engine::general_purpose::STANDARD.encode(&spec.user_data))
-            .set_security_group_ids(Some(spec.security_groups.clone()))
-            .metadata_options(
-                LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::Enabled)
-                    .http_tokens(LaunchTemplateHttpTokensState::Required)
-                    .http_put_response_hop_limit(1)
-                    .build(),
-            );
-        for (device, gib) in &spec.volumes {
-            data = data.block_device_mappings(
-                LaunchTemplateBlockDeviceMappingRequest::builder()
-                    .device_name(device)
-                    .ebs(
-                        LaunchTemplateEbsBlockDeviceRequest::builder()
-                            .volume_size(*gib)
-                            .volume_type(VolumeType::Gp3)
-                            .encrypted(true)
-                            .delete_on_termination(true)
-                            .build(),
+    /// Our launch templates: those tagged `nodewright.io/cluster=<cluster>`
+    /// (the filter), checked again on the answer.
+    pub(super) async fn list_templates(
+        &self,
+        id: Option<&str>,
+    ) -> Result<Vec<crate::ports::LaunchTemplate>, CloudError> {
+        let mut req = self.ec2.describe_launch_templates().filters(
+            Filter::builder()
+                .name(format!("tag:{}", tags::CLUSTER))
+                .values(&self.settings.cluster_name)
+                .build(),
+        );
+        if let Some(id) = id {
+            req = req.launch_template_ids(id);
+        } else {
+            req = req.max_results(200);
+        }
+        let mut pages = req.into_paginator().send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            self.count();
+            let page = match page {
+                Ok(p) => p,
+                Err(e) => {
+                    let e = ApiError::from_sdk("DescribeLaunchTemplates", e);
+                    if id.is_some()
+                        && (e.is("InvalidLaunchTemplateId.NotFound")
+                            || e.is("InvalidLaunchTemplateName.NotFoundException"))
+                    {
+                        return Ok(Vec::new());
+                    }
+                    return Err(e.into());
+                }
+            };
+            for t in page.launch_templates() {
+                let tag = |k: &str| {
+                    t.tags()
+                        .iter()
+                        .find(|x| x.key() == Some(k))
+                        .and_then(|x| x.value())
+                        .map(str::to_owned)
+                };
+                let (Some(id), Some(name)) = (t.launch_template_id(), t.launch_template_name())
+                else {
+                    continue;
+                };
+                if tag(tags::CLUSTER).as_deref() != Some(self.settings.cluster_name.as_str()) {
+                    warn!(launch_template = %name, "DescribeLaunchTemplates returned a template without our ownership tag; leaving it alone");
+                    continue;
+                }
+                let Some(created_at) = t.create_time().and_then(|c| {
+                    crate::ports::Timestamp::new(
+                        c.secs(),
+                        i32::try_from(c.subsec_nanos()).unwrap_or(0),
                     )
-                    .build(),
-            );
+                    .ok()
+                }) else {
+                    warn!(launch_template = %name, "launch template without a creation time; leaving it alone");
+                    continue;
+                };
+                out.push(crate::ports::LaunchTemplate {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    created_at,
+                    node_class: tag(tags::NODECLASS),
+                    pool: tag(tags::NODEPOOL),
+                    image_id: tag(tags::IMAGE),
+                });
+            }
         }
-        if let Some(profile) = &spec.instance_profile {
-            data = data.iam_instance_profile(
-                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
-                    .name(profile)
-                    .build(),
-            );
+        Ok(out)
+    }
+
+    /// Deletes one of our templates by id, after checking it still carries
+    /// our ownership tag; `Ok(false)` when it is gone or not ours.
+    pub(super) async fn delete_template(
+        &self,
+        template: &crate::ports::LaunchTemplate,
+    ) -> Result<bool, CloudError> {
+        let found = self.list_templates(Some(&template.id)).await?;
+        if !found.iter().any(|t| t.id == template.id) {
+            info!(launch_template = %template.name, id = %template.id, "not deleting a launch template that is gone or not ours");
+            return Ok(false);
         }
+        self.launch.lock().await.templates.remove(&template.name);
+        self.count();
+        match self
+            .ec2
+            .delete_launch_template()
+            .launch_template_id(&template.id)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let e = ApiError::from_sdk("DeleteLaunchTemplate", e);
+                if e.is("InvalidLaunchTemplateId.NotFound")
+                    || e.is("InvalidLaunchTemplateName.NotFoundException")
+                {
+                    Ok(false)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
+    async fn create_template(&self, name: &str, spec: &TemplateSpec) -> Result<(), CloudError> {
+        let data = template_data(spec);
         let tag_spec = TagSpecification::builder()
             .resource_type(ResourceType::LaunchTemplate)
             .set_tags(Some(spec.tags.iter().map(|(k, v)| tag(k, v)).collect()))
@@ -890,7 +1006,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .ec2
             .create_launch_template()
             .launch_template_name(name)
-            .launch_template_data(data.build())
+            .launch_template_data(data)
             .tag_specifications(tag_spec)
             .send()
             .await
@@ -1066,7 +1182,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                             image_ids.insert(id);
                         }
                         // No such image for this architecture or accelerator (or terms we cannot resolve).
-                        Err(CloudError::Invalid(_)) => {}
+                        Err(e) if !e.is_retryable() => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -1100,7 +1216,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
             let mut pages = self
                 .ec2
                 .describe_subnets()
-                .set_filters(Some(selector_filters(term, "subnet-id")))
+                .set_filters(Some(selector_filters(
+                    term,
+                    "subnet-id",
+                    &self.settings.cluster_name,
+                )))
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
@@ -1117,6 +1237,100 @@ impl<P: PriceSource> Ec2Cloud<P> {
         debug!(nodeclass = %class_name, subnets = ids.len(), "resolved the class's subnets");
         Ok(ids.into_iter().collect())
     }
+}
+
+/// The launch template's data, as Karpenter's AWS provider writes it: the
+/// security groups on the template, or on each interface when the class
+/// lists interfaces (EC2 takes them in one place only).
+fn template_data(spec: &TemplateSpec) -> RequestLaunchTemplateData {
+    let s = &spec.settings;
+    let m = &s.metadata;
+    let mut data = RequestLaunchTemplateData::builder()
+        .image_id(&spec.image_id)
+        .user_data(base64::engine::general_purpose::STANDARD.encode(&spec.user_data))
+        .metadata_options(
+            LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(
+                    m.http_endpoint.as_str(),
+                ))
+                .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(
+                    m.http_protocol_ipv6.as_str(),
+                ))
+                .http_tokens(LaunchTemplateHttpTokensState::from(m.http_tokens.as_str()))
+                .http_put_response_hop_limit(m.http_put_response_hop_limit)
+                // Account defaults may turn instance tags on; ours hold `/`.
+                .instance_metadata_tags(LaunchTemplateInstanceMetadataTagsState::Disabled)
+                .build(),
+        )
+        .monitoring(
+            LaunchTemplatesMonitoringRequest::builder()
+                .enabled(s.detailed_monitoring)
+                .build(),
+        );
+    if s.network_interfaces.is_empty() {
+        data = data.set_security_group_ids(Some(spec.security_groups.clone()));
+    }
+    for ni in &s.network_interfaces {
+        let conntrack = ni.connection_tracking.map(|c| {
+            ConnectionTrackingSpecificationRequest::builder()
+                .set_tcp_established_timeout(c.tcp_established_timeout)
+                .set_udp_stream_timeout(c.udp_stream_timeout)
+                .set_udp_timeout(c.udp_timeout)
+                .build()
+        });
+        data = data.network_interfaces(
+            LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                .network_card_index(ni.network_card_index)
+                .device_index(ni.device_index)
+                .set_interface_type(ni.interface_type.clone())
+                .set_ipv4_prefix_count(ni.ipv4_prefix_count)
+                .set_ipv6_prefix_count(ni.ipv6_prefix_count)
+                .set_ipv6_address_count(ni.ipv6_address_count)
+                .set_primary_ipv6(ni.primary_ipv6)
+                .set_associate_public_ip_address(ni.associate_public_ip_address)
+                .set_connection_tracking_specification(conntrack)
+                .set_groups(Some(spec.security_groups.clone()))
+                .build(),
+        );
+    }
+    for b in &s.block_devices {
+        data = data.block_device_mappings(
+            LaunchTemplateBlockDeviceMappingRequest::builder()
+                .set_device_name(b.device_name.clone())
+                .ebs(
+                    LaunchTemplateEbsBlockDeviceRequest::builder()
+                        .set_volume_size(b.volume_size_gib)
+                        .set_volume_type(b.volume_type.as_deref().map(VolumeType::from))
+                        .set_iops(b.iops)
+                        .set_throughput(b.throughput)
+                        .set_kms_key_id(b.kms_key_id.clone())
+                        .set_snapshot_id(b.snapshot_id.clone())
+                        .set_encrypted(b.encrypted)
+                        .set_delete_on_termination(b.delete_on_termination)
+                        .set_volume_initialization_rate(b.volume_initialization_rate)
+                        .build(),
+                )
+                .build(),
+        );
+    }
+    if s.placement_group.is_some() || s.dedicated {
+        let pg = s.placement_group.as_ref();
+        data = data.placement(
+            LaunchTemplatePlacementRequest::builder()
+                .set_group_id(pg.and_then(|p| p.id.clone()))
+                .set_group_name(pg.and_then(|p| p.name.clone()))
+                .set_tenancy(s.dedicated.then_some(Tenancy::Dedicated))
+                .build(),
+        );
+    }
+    if let Some(profile) = &spec.instance_profile {
+        data = data.iam_instance_profile(
+            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .name(profile)
+                .build(),
+        );
+    }
+    data.build()
 }
 
 /// What a CreateFleet reply means: the launched instance with the offerings
@@ -1239,14 +1453,22 @@ pub(crate) fn fleet_outcome(
         .map(|(c, m)| format!("{c}: {m}"))
         .collect::<Vec<_>>()
         .join("; ");
-    if other_errors
+    // A transient code anywhere makes the whole launch worth retrying;
+    // otherwise the first error says what is wrong.
+    let kind = other_errors
         .iter()
-        .any(|(c, _)| super::super::TRANSIENT_CODES.contains(&c.as_str()))
-    {
-        Err(CloudError::Transient(format!("CreateFleet: {text}")))
-    } else {
-        Err(CloudError::Invalid(format!("CreateFleet: {text}")))
-    }
+        .map(|(c, _)| super::super::classify(Some(c.as_str()), None))
+        .find(|k| k.is_transient())
+        .or_else(|| {
+            other_errors
+                .first()
+                .map(|(c, _)| super::super::classify(Some(c.as_str()), None))
+        })
+        .unwrap_or(crate::ports::FailureKind::InvalidRequest);
+    Err(CloudError::Service(crate::ports::ServiceError::new(
+        kind,
+        format!("CreateFleet: {text}"),
+    )))
 }
 
 #[cfg(test)]
@@ -1415,16 +1637,28 @@ mod tests {
                 "subnet-a",
             ))
             .build();
-        assert!(
-            matches!(fleet_outcome(&out, &req, "spot", &keys, &subnets), Err(CloudError::Invalid(m)) if m.contains("InvalidLaunchTemplateName"))
-        );
+        match fleet_outcome(&out, &req, "spot", &keys, &subnets) {
+            Err(e @ CloudError::Service(_)) => {
+                assert_eq!(e.failure_kind(), Some(crate::ports::FailureKind::NotFound));
+                assert!(!e.is_retryable());
+                assert!(e.to_string().contains("InvalidLaunchTemplateName"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
         let out = CreateFleetOutput::builder()
             .errors(fleet_error("RequestLimitExceeded", "m5.large", "subnet-a"))
             .build();
-        assert!(matches!(
-            fleet_outcome(&out, &req, "spot", &keys, &subnets),
-            Err(CloudError::Transient(_))
-        ));
+        let e = fleet_outcome(&out, &req, "spot", &keys, &subnets).expect_err("throttled");
+        assert_eq!(e.failure_kind(), Some(crate::ports::FailureKind::Throttled));
+        assert!(e.is_retryable());
+        let out = CreateFleetOutput::builder()
+            .errors(fleet_error("UnauthorizedOperation", "m5.large", "subnet-a"))
+            .build();
+        let e = fleet_outcome(&out, &req, "spot", &keys, &subnets).expect_err("denied");
+        assert_eq!(
+            e.failure_kind(),
+            Some(crate::ports::FailureKind::AccessDenied)
+        );
     }
 
     #[test]
@@ -1505,7 +1739,7 @@ mod tests {
     #[test]
     fn selector_terms_become_filters() {
         let names = |term: &SelectorTerm| -> Vec<String> {
-            selector_filters(term, "group-id")
+            selector_filters(term, "group-id", "demo")
                 .iter()
                 .filter_map(|f| f.name().map(str::to_owned))
                 .collect()

@@ -487,6 +487,17 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
         self.resolve_class(class).await
     }
 
+    async fn launch_templates(&self) -> Result<Vec<crate::ports::LaunchTemplate>, CloudError> {
+        self.list_templates(None).await
+    }
+
+    async fn delete_launch_template(
+        &self,
+        template: &crate::ports::LaunchTemplate,
+    ) -> Result<bool, CloudError> {
+        self.delete_template(template).await
+    }
+
     /// Prices come from the cached catalog (0 when this process has not loaded it yet).
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         let catalog = self.cached_catalog().await;

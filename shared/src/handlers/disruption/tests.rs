@@ -356,7 +356,7 @@ fn the_dry_run_acts_on_nothing_and_says_what_it_would_do() {
 /// `nodewright simulate` runs them (the month-long `expiration-720h` is run
 /// by the CLI and the integration suite, not here: it takes half a minute
 /// in a debug build).
-const SCENARIOS: [(&str, &str); 10] = [
+const SCENARIOS: [(&str, &str); 11] = [
     (
         "upgrade-walkthrough",
         include_str!("../../../../tests/scenarios/upgrade-walkthrough.yaml"),
@@ -396,6 +396,10 @@ const SCENARIOS: [(&str, &str); 10] = [
     (
         "node-repair",
         include_str!("../../../../tests/scenarios/node-repair.yaml"),
+    ),
+    (
+        "consolidate-after-10s",
+        include_str!("../../../../tests/scenarios/consolidate-after-10s.yaml"),
     ),
 ];
 
@@ -453,4 +457,91 @@ fn the_lambda_loop_ticks_until_its_deadline_and_a_second_invocation_exits_at_onc
             "released at the end"
         );
     });
+}
+
+/// A verdict that changes on a pass that skips consolidation is logged on
+/// that pass, not at the next full one: two of five nodes NotReady go from
+/// "repaired after 30m" to "repair paused" 30 minutes on, between two full
+/// passes.
+#[test]
+fn a_changed_verdict_is_logged_on_a_pass_that_skips_consolidation() {
+    rt().block_on(async {
+        let sim = world(MemStore::new(), 5, "10%", false).await;
+        let settings = crate::config::document::from_value(
+            &serde_json::json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "Settings",
+                "metadata": {"name": "default"}, "spec": {"featureGates": {"nodeRepair": true}}}),
+            0,
+        )
+        .expect("settings");
+        let items: Vec<ConfigItem> = settings.iter().map(|d| d.to_item(1, sim.now())).collect();
+        scenario::put_config(&sim.store, items)
+            .await
+            .expect("stored");
+        let mut names: Vec<String> = sim
+            .cluster
+            .all_nodes()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        names.sort();
+        for n in &names[..2] {
+            sim.cluster.set_node_ready(n, false).expect("not ready");
+        }
+        let start = sim.now();
+        let mut d = handler(&sim, "invocation");
+        assert!(
+            d.acquire_lease(start + SignedDuration::from_hours(2))
+                .await
+                .expect("lease")
+        );
+        let at = |secs: i64| {
+            sim.clock.set(start + SignedDuration::from_secs(secs));
+        };
+        let first = d.tick().await.expect("tick");
+        assert_eq!(
+            first.logged.len(),
+            5,
+            "every node's first verdict is logged"
+        );
+        at(26 * 60);
+        let full = d.tick().await.expect("tick");
+        assert!(full.plan.is_some());
+        assert!(
+            full.logged.is_empty(),
+            "nothing changed but the minutes: {:?}",
+            full.logged
+        );
+        // Nothing consolidation looks at changed: this pass skips it. The
+        // two NotReady nodes' reason changed (repair is now paused).
+        at(30 * 60 + 5);
+        let skipped = d.tick().await.expect("tick");
+        let plan = skipped.plan.expect("a decision");
+        let reason = &plan.decision(&names[0]).expect("node").reason;
+        assert!(reason.contains("repair paused"), "{reason}");
+        assert_eq!(skipped.logged, names[..2].to_vec());
+    });
+}
+
+/// A repair countdown ("repaired after 30m", then "29m30s", then "45s")
+/// is one line: the words are the same, only the time left moves. A new
+/// line comes when the words change ("repair paused"), or the node, pool
+/// or instance type a reason names.
+#[test]
+fn a_countdown_in_a_reason_is_not_a_change() {
+    let line = |reason: &str| without_figures(&format!("Keep: {reason}"));
+    let first = line("Ready=Unknown, repaired after 30m");
+    for later in ["29m30s", "1m5s", "45s", "1h2m"] {
+        assert_eq!(
+            line(&format!("Ready=Unknown, repaired after {later}")),
+            first,
+            "{later}"
+        );
+    }
+    assert_eq!(line("empty for 20s"), line("empty for 1m5s"));
+    assert_ne!(
+        line("Ready=Unknown, repair paused (2 of 5 nodes unhealthy in NodePool default)"),
+        first
+    );
+    assert_ne!(line("empty; NodePool a"), line("empty; NodePool b"));
+    assert_ne!(line("fits on m5.large"), line("fits on m5.xlarge"));
 }

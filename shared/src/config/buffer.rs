@@ -1,0 +1,211 @@
+//! CapacityBuffers (`autoscaling.x-k8s.io/v1beta1`, Karpenter v1.13+ behind
+//! its CapacityBuffer gate): spare capacity kept ready as virtual pods of a
+//! pod template. The provisioner plans for them as for pending pods (they
+//! are never bound), and a node holding buffer pods is not empty.
+//!
+//! Karpenter reads the `PodTemplate` a buffer names from the cluster;
+//! nodewright's configuration lives outside it, so the file that applies a
+//! buffer carries its `PodTemplate` too, and the template is stored with
+//! the buffer.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use super::schema::{Kind, opt, req};
+use super::syntax;
+use crate::resources::Resources;
+
+/// The only provisioning strategy (and the default).
+pub const ACTIVE_CAPACITY: &str = "buffer.x-k8s.io/active-capacity";
+
+/// `spec` of a CapacityBuffer, as written (plus what nodewright stores).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacityBufferSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_strategy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_ref: Option<LocalObjectRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scalable_ref: Option<ScalableRef>,
+    /// How many chunks (pods of the template) to keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    /// A share of `scalableRef`'s replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<i64>,
+    /// The chunks' total requests stay within these.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, serde_json::Value>,
+    /// nodewright's: the buffer's namespace (`metadata.namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// nodewright's: the named `PodTemplate`'s `template`, copied from the
+    /// file that applied the buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocalObjectRef {
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScalableRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_group: Option<String>,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// The shape of a CapacityBuffer's `spec`, as its CRD declares it.
+pub const CAPACITYBUFFER_SPEC: Kind = Kind::Object(&[
+    opt("provisioningStrategy", Kind::Str),
+    opt("podTemplateRef", Kind::Object(&[req("name", Kind::Str)])),
+    opt(
+        "scalableRef",
+        Kind::Object(&[
+            opt("apiGroup", Kind::Str),
+            req("kind", Kind::Str),
+            req("name", Kind::Str),
+        ]),
+    ),
+    opt("replicas", Kind::Int32),
+    opt("percentage", Kind::Int32),
+    opt("limits", Kind::Map(&Kind::IntOrString)),
+    opt("namespace", Kind::Str),
+    opt("podTemplate", Kind::Any),
+]);
+
+/// A validated CapacityBuffer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityBuffer {
+    pub name: String,
+    pub namespace: String,
+    /// The shape of one chunk.
+    pub template: PodTemplateSpec,
+    pub replicas: Option<u32>,
+    /// The chunks' total requests stay within these (`Resources` units).
+    pub limits: Option<Resources>,
+}
+
+impl CapacityBuffer {
+    /// Validates a spec; every error with its field (the CRD's rules, and
+    /// what nodewright needs: the pod template itself).
+    pub fn from_spec_all(
+        name: &str,
+        spec: &CapacityBufferSpec,
+    ) -> Result<CapacityBuffer, Vec<ConfigError>> {
+        let mut problems: Vec<(String, String)> = Vec::new();
+        if let Some(s) = spec.provisioning_strategy.as_deref()
+            && s != ACTIVE_CAPACITY
+        {
+            problems.push((
+                "spec.provisioningStrategy".into(),
+                format!("{s:?} is not supported (only {ACTIVE_CAPACITY})"),
+            ));
+        }
+        if spec.pod_template_ref.is_some() && spec.scalable_ref.is_some() {
+            problems.push((
+                "spec.scalableRef".into(),
+                "podTemplateRef and scalableRef are mutually exclusive".into(),
+            ));
+        } else if spec.scalable_ref.is_some() {
+            problems.push((
+                "spec.scalableRef".into(),
+                "not supported: name a PodTemplate (podTemplateRef) with replicas or limits".into(),
+            ));
+        } else if spec.pod_template_ref.is_none() {
+            problems.push((
+                "spec.podTemplateRef".into(),
+                "required: the PodTemplate each chunk of the buffer is shaped like".into(),
+            ));
+        }
+        if let Some(r) = &spec.pod_template_ref {
+            if r.name.is_empty() {
+                problems.push((
+                    "spec.podTemplateRef.name".into(),
+                    "must not be empty".into(),
+                ));
+            }
+            if spec.replicas.is_none() && spec.limits.is_empty() {
+                problems.push((
+                    "spec.replicas".into(),
+                    "replicas or limits must be set with podTemplateRef".into(),
+                ));
+            }
+        }
+        for (field, v) in [("replicas", spec.replicas), ("percentage", spec.percentage)] {
+            if let Some(v) = v
+                && v < 0
+            {
+                problems.push((
+                    format!("spec.{field}"),
+                    format!("must not be negative, got {v}"),
+                ));
+            }
+        }
+        let mut limits = Resources::default();
+        for (res, q) in &spec.limits {
+            let field = format!("spec.limits.{res}");
+            let text = match q {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let parsed = syntax::quantity(&text)
+                .and_then(|()| limits.set(res, &text).map_err(|e| e.to_string()));
+            if let Err(why) = parsed {
+                problems.push((field, why));
+            }
+        }
+        let template = match (&spec.pod_template, &spec.pod_template_ref) {
+            (Some(t), _) => match serde_json::from_value::<PodTemplateSpec>(t.clone()) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    problems.push((
+                        "spec.podTemplateRef".into(),
+                        format!("the PodTemplate's template does not read: {e}"),
+                    ));
+                    None
+                }
+            },
+            (None, Some(r)) => {
+                problems.push((
+                    "spec.podTemplateRef.name".into(),
+                    format!(
+                        "PodTemplate {:?} is not in the file: apply the PodTemplate (v1) with the buffer that names it",
+                        r.name
+                    ),
+                ));
+                None
+            }
+            (None, None) => None,
+        };
+        if !problems.is_empty() {
+            return Err(problems
+                .into_iter()
+                .map(|(field, reason)| ConfigError {
+                    item: format!("capacitybuffer/{name}"),
+                    field,
+                    reason,
+                })
+                .collect());
+        }
+        Ok(CapacityBuffer {
+            name: name.to_owned(),
+            namespace: spec.namespace.clone().unwrap_or_else(|| "default".into()),
+            template: template.unwrap_or_default(),
+            replicas: spec.replicas.map(|r| r as u32),
+            limits: (!spec.limits.is_empty()).then_some(limits),
+        })
+    }
+}
