@@ -482,6 +482,22 @@ async fn wipe(admin: &Client) -> Result<(), String> {
     }
     let nodes: Api<Node> = Api::all(admin.clone());
     for n in list::<Node>(admin).await? {
+        // A finalizer of Karpenter's (a test's Karpenter node) has nobody
+        // here to lift it once the test is over.
+        if n.metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| !f.is_empty())
+        {
+            nodes
+                .patch(
+                    n.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&no_finalizers),
+                )
+                .await
+                .map_err(err("lift node finalizers"))?;
+        }
         match nodes
             .delete(n.metadata.name.as_deref().unwrap_or_default(), &now)
             .await

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 pub mod eks_authenticator;
 pub mod fault_proxy;
 pub mod interruption;
+pub mod karpenter;
 pub mod kube_harness;
 pub mod kube_world;
 pub mod real;

@@ -94,13 +94,19 @@ pub enum Adopt {
     /// Leave them to Karpenter, which keeps draining them as it would
     /// (expiry, its own consolidation); nodewright never touches them.
     None,
+    /// Replace them within the pool's disruption budgets (as drift): the
+    /// disruption function deletes their Nodes a few at a time, Karpenter
+    /// (still installed) drains each and terminates its instance, and
+    /// nodewright launches for the pods.
+    Replace,
 }
 
 #[cfg(feature = "aws")]
 impl Adopt {
     fn as_str(self) -> &'static str {
         match self {
-            Adopt::None => "none",
+            Adopt::None => nodewright::config::settings::KarpenterNodes::None.as_str(),
+            Adopt::Replace => nodewright::config::settings::KarpenterNodes::Replace.as_str(),
         }
     }
 }

@@ -26,8 +26,8 @@ use super::nodepool::{
 use super::overlay::{NODEOVERLAY_SPEC, NodeOverlay, NodeOverlaySpec};
 use super::schema::{self, Kind, Marked};
 use super::settings::{
-    FeatureGatesSpec, REBALANCE_ANNOTATION, RebalancePolicy, SETTINGS_NAME, SETTINGS_SPEC,
-    Settings, SettingsSpec,
+    FeatureGatesSpec, KARPENTER_NODES_ANNOTATION, KarpenterNodes, REBALANCE_ANNOTATION,
+    RebalancePolicy, SETTINGS_NAME, SETTINGS_SPEC, Settings, SettingsSpec,
 };
 use crate::ports::{ConfigItem, ConfigKind};
 
@@ -1149,6 +1149,16 @@ impl ConfigSet {
                     item: format!("nodepool/{name}"),
                     field: format!("metadata.annotations[{REBALANCE_ANNOTATION}]"),
                     reason: format!("unknown policy {v:?}: expected Ignore, Cordon or Replace"),
+                })
+                .or_else(|| {
+                    annotations
+                        .get(KARPENTER_NODES_ANNOTATION)
+                        .filter(|v| KarpenterNodes::parse(v).is_none())
+                        .map(|v| ConfigError {
+                            item: format!("nodepool/{name}"),
+                            field: format!("metadata.annotations[{KARPENTER_NODES_ANNOTATION}]"),
+                            reason: format!("unknown value {v:?}: expected none or replace"),
+                        })
                 });
             let mut pool = match NodePool::from_spec_all(name, spec) {
                 Ok(mut p) if bad_annotation.is_none() => {
@@ -1725,6 +1735,35 @@ mod tests {
         for ok in ["Ignore", "Cordon", "Replace"] {
             let set = ConfigSet::parse(&pool(ok)).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
             assert_eq!(set.node_pools[0].annotations[REBALANCE_ANNOTATION], ok);
+        }
+    }
+
+    /// What nodewright does with Karpenter's nodes of a pool handed over
+    /// (`config import --adopt`): `none` or `replace`; anything else (a
+    /// typo would otherwise leave them alone silently) is refused naming it.
+    #[test]
+    fn an_unreadable_karpenter_nodes_annotation_is_refused_naming_it() {
+        let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {role: r, amiSelectorTerms: [{alias: al2023@latest}], subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}]}\n---\n";
+        let pool = |value: &str| {
+            format!(
+                "{class}apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: p, annotations: {{nodewright.io/karpenter-nodes: {value}}}}}\nspec: {{template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}, requirements: [{{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}]}}}}}}\n"
+            )
+        };
+        let e = one_error(&pool("Replace"));
+        assert_eq!(
+            (e.item.as_str(), e.field.as_str()),
+            (
+                "nodepool/p",
+                "metadata.annotations[nodewright.io/karpenter-nodes]"
+            )
+        );
+        assert!(e.reason.contains("\"Replace\""), "{e}");
+        for ok in ["none", "replace"] {
+            let set = ConfigSet::parse(&pool(ok)).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+            assert_eq!(
+                crate::disruption::handover::karpenter_nodes(&set.node_pools[0]).as_str(),
+                ok
+            );
         }
     }
 }

@@ -27,6 +27,39 @@ pub const SETTINGS_NAME: &str = "default";
 /// The NodePool annotation that overrides the rebalance policy for its nodes,
 /// so a Karpenter NodePool stays valid YAML.
 pub const REBALANCE_ANNOTATION: &str = "nodewright.io/rebalance-policy";
+/// The NodePool annotation that says what nodewright does with the nodes
+/// Karpenter launched for a pool handed over to it (`nodewright config
+/// import --adopt`): `none` (the default) or `replace`.
+pub const KARPENTER_NODES_ANNOTATION: &str = "nodewright.io/karpenter-nodes";
+
+/// The value of [`KARPENTER_NODES_ANNOTATION`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KarpenterNodes {
+    /// Leave them to Karpenter: nodewright never touches them.
+    #[default]
+    None,
+    /// Replace them within the pool's budgets for `Drifted`: nodewright
+    /// deletes their Nodes a few at a time, Karpenter drains and
+    /// terminates each (`disruption::handover`).
+    Replace,
+}
+
+impl KarpenterNodes {
+    pub fn parse(s: &str) -> Option<KarpenterNodes> {
+        match s {
+            "none" => Some(KarpenterNodes::None),
+            "replace" => Some(KarpenterNodes::Replace),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KarpenterNodes::None => "none",
+            KarpenterNodes::Replace => "replace",
+        }
+    }
+}
 
 /// `spec` of the settings item, as written.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -18,6 +18,7 @@ pub mod consolidation;
 pub mod context;
 pub mod decision;
 pub mod drift;
+pub mod handover;
 pub mod methods;
 pub mod observe;
 pub mod simulate;

@@ -539,6 +539,7 @@ impl<P: PortSet> Disruption<P> {
         report.logged = self.log_decisions(&plan, skip);
         publish_decisions(&plan, now);
         self.write_claim_updates(&gathered, &plan).await;
+        self.hand_over(&gathered, &plan).await;
         if !skip {
             let consolidated = !plan
                 .commands
@@ -581,18 +582,74 @@ impl<P: PortSet> Disruption<P> {
         Ok(())
     }
 
+    /// Pools handed over from Karpenter with `replace`
+    /// ([`disruption::handover`]): deletes the Nodes of Karpenter's that the
+    /// pool's budget lets go now, so that Karpenter drains them and
+    /// terminates their instances. A pool this decision starts a removal in
+    /// waits for the next decision (its budget is being spent here).
+    async fn hand_over(&self, gathered: &Gathered, plan: &Plan) {
+        let busy: BTreeSet<&str> = plan
+            .commands
+            .iter()
+            .flat_map(|c| c.targets.iter().map(|t| t.pool.as_str()))
+            .collect();
+        let steps = disruption::handover::handover(
+            &gathered.config.pools,
+            &gathered.nodes,
+            &gathered.pods,
+            &gathered.claims,
+            &gathered.in_flight,
+            gathered.now,
+        );
+        for step in steps {
+            if busy.contains(step.pool.as_str()) {
+                continue;
+            }
+            if let Some(why) = &step.waiting {
+                debug!(pool = %step.pool, karpenter_nodes = step.remaining, waiting = %why, "handing over Karpenter's nodes");
+            }
+            for node in &step.delete {
+                match self.ports.cluster().delete_node(node).await {
+                    Ok(_) => {
+                        info!(pool = %step.pool, node = %node, karpenter_nodes = step.remaining, "deleted a node Karpenter launched for a pool handed over (nodewright.io/karpenter-nodes=replace); Karpenter drains it and terminates its instance");
+                        let event = crate::ports::ClusterEvent {
+                            kind: "Node".to_owned(),
+                            namespace: None,
+                            name: node.clone(),
+                            type_: "Normal".to_owned(),
+                            reason: "HandedOver".to_owned(),
+                            message: format!(
+                                "NodePool {} is handed over to nodewright (nodewright.io/karpenter-nodes=replace): Node deleted for Karpenter to drain and terminate; its pods go to nodewright's nodes",
+                                step.pool
+                            ),
+                        };
+                        if let Err(e) = self.ports.cluster().record_event(&event).await {
+                            debug!(node = %node, error = %e, "event not recorded");
+                        }
+                    }
+                    Err(e) => {
+                        warn!(pool = %step.pool, node = %node, error = %e, "could not delete a node of Karpenter's for the handover; tried again at the next decision")
+                    }
+                }
+            }
+        }
+    }
+
     /// Lifts the `karpenter.sh/disrupted` taint from nodes that carry it
     /// with no removal command (a removal that crashed between its taint and
     /// its rollback, say), as Karpenter does before each pass: such a node
     /// would otherwise take no pods and count as "being disrupted" for good.
     /// Nodes are read before commands (`gather`), so a taint seen here was
-    /// put by a command that was in the list unless it has finished.
+    /// put by a command that was in the list unless it has finished. Only
+    /// nodes of ours (with a claim): on a node Karpenter launched, the same
+    /// taint is Karpenter's own disruption at work.
     async fn untaint_leftovers(&self, gathered: &mut Gathered) {
         let removing: BTreeSet<&str> = gathered.in_flight.iter().map(|f| f.node.as_str()).collect();
         let leftovers: Vec<String> = gathered
             .nodes
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter(|n| disruption::snapshot::claim_of(n, &gathered.claims).is_some())
             .filter(|n| {
                 n.spec
                     .as_ref()

@@ -21,8 +21,9 @@ use crate::ports::ClusterError;
 
 /// The annotation of an imported NodePool that says what nodewright does
 /// with the nodes Karpenter launched for it: `none` (leave them to
-/// Karpenter) or `replace` (replace them within the pool's budgets).
-pub const ADOPT_ANNOTATION: &str = "nodewright.io/karpenter-nodes";
+/// Karpenter) or `replace` (replace them within the pool's budgets,
+/// `disruption::handover`).
+pub use crate::config::settings::KARPENTER_NODES_ANNOTATION as ADOPT_ANNOTATION;
 
 /// One of Karpenter's kinds, at one version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,5 +19,6 @@
 
 mod cluster;
 mod disruption;
+mod karpenter;
 mod scale;
 mod walkthroughs;
