@@ -122,6 +122,25 @@ fn publish_gauges(
 
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
+
+/// After a failed attempt to take the lease, how long to wait before the
+/// next (`attempt` failures so far): 1 s doubling to 8 s, while that still
+/// leaves time before `deadline`. `None`: give up — the error is not
+/// transient, or the invocation is over. A throttled lease write must not
+/// cost a whole invocation: the next starts a minute later, and pending
+/// pods would wait that long for a decision.
+pub fn lease_retry(
+    error: &HandlerError,
+    attempt: u32,
+    now: Timestamp,
+    deadline: Timestamp,
+) -> Option<SignedDuration> {
+    if !error.is_retryable() {
+        return None;
+    }
+    let wait = SignedDuration::from_secs(1 << attempt.min(3));
+    (now + wait < deadline).then_some(wait)
+}
 /// How long a solve may hold the batch before another invocation may take over.
 const SOLVE_CLAIM: SignedDuration = SignedDuration::from_secs(60);
 
@@ -239,7 +258,8 @@ impl<P: PortSet> Provisioner<P> {
             .await?)
     }
 
-    /// Runs ticks until `deadline`, sleeping with `sleep` between them. This
+    /// Runs ticks until `deadline`, sleeping with `sleep` between them. A
+    /// transient failure to take the lease is retried (`lease_retry`). This
     /// is the Lambda's loop; it holds the lease for the whole invocation.
     pub async fn run_until<F, Fut>(
         &mut self,
@@ -250,9 +270,24 @@ impl<P: PortSet> Provisioner<P> {
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        if !self.acquire_lease(deadline).await? {
-            info!(holder = %self.holder, "another provisioner invocation holds the lease; exiting");
-            return Ok(0);
+        let mut attempt = 0;
+        loop {
+            match self.acquire_lease(deadline).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    info!(holder = %self.holder, "another provisioner invocation holds the lease; exiting");
+                    return Ok(0);
+                }
+                Err(e) => {
+                    let now = self.ports.clock().now();
+                    let Some(wait) = lease_retry(&e, attempt, now, deadline) else {
+                        return Err(e);
+                    };
+                    warn!(error = %e, attempt, "could not take the provisioner lease; retrying");
+                    attempt += 1;
+                    sleep(wait).await;
+                }
+            }
         }
         let mut ticks = 0;
         loop {

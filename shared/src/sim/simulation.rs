@@ -136,6 +136,9 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     invocation_deadline: Option<Timestamp>,
     next_invocation: Timestamp,
     next_tick: Timestamp,
+    /// An invocation whose lease write failed transiently: its deadline,
+    /// the attempts so far, when it tries again.
+    lease_retry: Option<(Timestamp, u32, Timestamp)>,
     registered: HashSet<String>,
     /// When to look for instances due to register: the next boot to
     /// complete, or `None` when none is booting — until a launch. (Looking
@@ -259,6 +262,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             invocation_deadline: None,
             next_invocation: now,
             next_tick: now,
+            lease_retry: None,
             registered: HashSet::new(),
             registration_due: None,
             look_for_registrations: true,
@@ -472,15 +476,34 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 self.provisioner =
                     Provisioner::new(self.ports(), self.settings.provisioner.clone(), holder)
                         .with_config_reader(self.provisioner.config_reader());
+                self.lease_retry = Some((deadline, 0, now));
+                self.next_invocation += SignedDuration::from_mins(1);
+            }
+            // The invocation takes its lease, retrying a transient failure
+            // (a throttled write) with the Lambda loop's backoff.
+            if let Some((deadline, attempt, at)) = self.lease_retry
+                && now >= at
+            {
+                self.lease_retry = None;
                 match self.provisioner.acquire_lease(deadline).await {
                     Ok(true) => {
                         self.invocation_deadline = Some(deadline);
                         self.next_tick = now;
                     }
                     Ok(false) => info!("provisioner lease held elsewhere; this invocation exits"),
-                    Err(e) => warn!(error = %e, "provisioner could not take its lease"),
+                    Err(e) => match crate::handlers::provisioner::lease_retry(
+                        &e,
+                        attempt,
+                        now,
+                        deadline - self.settings.margin,
+                    ) {
+                        Some(wait) => {
+                            warn!(error = %e, attempt, "provisioner could not take its lease; retrying");
+                            self.lease_retry = Some((deadline, attempt + 1, now + wait));
+                        }
+                        None => warn!(error = %e, "provisioner could not take its lease"),
+                    },
                 }
-                self.next_invocation += SignedDuration::from_mins(1);
             }
         }
         if self.invocation_deadline.is_some() && now >= self.next_tick {
@@ -504,6 +527,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         self.record_usage().await;
         self.observe(now).await;
         let mut candidates = vec![next, self.next_invocation];
+        if let Some((_, _, at)) = self.lease_retry {
+            candidates.push(at);
+        }
         if let Some(d) = self.invocation_deadline {
             candidates.push(self.next_tick);
             candidates.push(d - self.settings.margin);
@@ -1025,6 +1051,42 @@ mod tests {
                 sim.run_for(SignedDuration::from_secs(5)).await;
                 (sim.interruptions.len(), sim.messages_lost)
             })
+    }
+
+    /// A throttled lease write costs the provisioner seconds, not its
+    /// invocation: it takes the lease again within the same minute. (Seed
+    /// 11 of the soak lost three invocations in a row to one burst of
+    /// throttled writes, and a Job pod waited 125 s without a decision.)
+    #[test]
+    fn a_throttled_lease_write_is_retried_within_the_invocation() {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let clock = SimClock::default();
+                let cloud = SimCloud::new(
+                    catalog::catalog("us-east-1").expect("region"),
+                    clock.clone(),
+                );
+                let store = crate::sim::FaultyStore::new(MemStore::new());
+                let mut sim = Simulation::new(
+                    clock,
+                    cloud.clone(),
+                    Some(cloud),
+                    store.clone(),
+                    SimSettings::default(),
+                );
+                let start = sim.now();
+                store.throttle_next_writes(3);
+                sim.run_for(SignedDuration::from_secs(10)).await;
+                assert!(store.write_faults().0 >= 3, "{:?}", store.write_faults());
+                let deadline = sim.invocation_deadline.expect("the lease was taken");
+                assert_eq!(
+                    deadline,
+                    start + sim.settings.invocation,
+                    "by the first invocation, not the next minute's"
+                );
+            });
     }
 
     #[test]
