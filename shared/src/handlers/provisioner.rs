@@ -844,9 +844,10 @@ impl<P: PortSet> Provisioner<P> {
                 // kube-scheduler: the binding taint (NoSchedule, which the
                 // kubelet admits) goes on before the unregistered one
                 // (NoExecute: the kubelet would reject the pods) comes off,
-                // and comes off after the last bind. The API server checks
-                // no capacity, and the pods bound here are counted against
-                // what the node holds only while nobody else can add to it.
+                // and comes off once kube-scheduler has seen the binds. The
+                // API server checks no capacity, and the pods bound here are
+                // counted against what the node holds only while nobody
+                // else can add to it.
                 if !bind.is_empty() {
                     cluster
                         .add_taint(
@@ -899,9 +900,10 @@ impl<P: PortSet> Provisioner<P> {
                         }
                     }
                 }
-                // Open to kube-scheduler (before the claim says registered:
-                // a taint left by a failure here is lifted on the next pass).
-                if !bind.is_empty() || lift_taint {
+                // Open to kube-scheduler: at once when nothing was bound
+                // here; else a later pass lifts it once kube-scheduler has
+                // had time to see the bindings (lifecycle::BINDING_SETTLE).
+                if bound == 0 && (!bind.is_empty() || lift_taint) {
                     cluster.remove_taint(&node, BINDING_TAINT_KEY).await?;
                 }
                 let mut next = claim.next();

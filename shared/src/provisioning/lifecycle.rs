@@ -28,6 +28,12 @@ pub const RESUME_LAUNCH_AFTER: SignedDuration = SignedDuration::from_secs(30);
 /// A claim whose instance the cloud no longer lists is kept this long after
 /// launch (DescribeInstances is eventually consistent).
 pub const MISSING_INSTANCE_GRACE: SignedDuration = SignedDuration::from_mins(1);
+/// The binding taint stays this long after nodewright bound pods to a new
+/// node: kube-scheduler learns of those bindings from its pod watch and of
+/// the lifted taint from its node watch, in no guaranteed order, and would
+/// count a node whose taint it saw lifted first as empty (the API server
+/// checks no capacity on a binding).
+pub const BINDING_SETTLE: SignedDuration = SignedDuration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum LifecycleAction {
@@ -42,10 +48,11 @@ pub enum LifecycleAction {
         lift_taint: bool,
         bind: Vec<PodKey>,
     },
-    /// A registered claim's node still carries the binding taint (an
-    /// invocation stopped between putting it on and lifting it, or the
-    /// claim was recovered after state loss): lift it, or kube-scheduler
-    /// never uses the node.
+    /// A registered claim's node still carries the binding taint,
+    /// `BINDING_SETTLE` after it registered (the registration that bound
+    /// pods leaves it on for that long; or an invocation stopped between
+    /// putting it on and lifting it, or the claim was recovered after state
+    /// loss): lift it, or kube-scheduler never uses the node.
     LiftBindingTaint { claim: Claim, node: String },
     /// No Node within the timeout: terminate the instance and drop the claim.
     RegistrationTimedOut { claim: Claim },
@@ -152,7 +159,11 @@ pub fn registration(
                 let Some(instance) = &c.instance else {
                     continue;
                 };
+                let settled = c
+                    .registered_at
+                    .is_none_or(|at| now.duration_since(at) >= BINDING_SETTLE);
                 if let Some(node) = nodes_by_provider.get(instance.provider_id.as_str())
+                    && settled
                     && has_taint(node, |k| k == BINDING_TAINT_KEY)
                 {
                     actions.push(LifecycleAction::LiftBindingTaint {
@@ -619,6 +630,29 @@ mod tests {
         );
         assert!(
             matches!(&actions[..], [LifecycleAction::LiftBindingTaint { node, .. }] if node == "n1"),
+            "{actions:?}"
+        );
+        // Just registered (its registration bound pods and left the taint
+        // on): kept until kube-scheduler has had time to see the bindings.
+        let mut just = registered.clone();
+        just.registered_at = Some(t(1));
+        assert!(
+            registration(
+                std::slice::from_ref(&just),
+                std::slice::from_ref(&tainted),
+                &[],
+                t(1) + BINDING_SETTLE - SignedDuration::from_secs(1)
+            )
+            .is_empty()
+        );
+        let actions = registration(
+            std::slice::from_ref(&just),
+            std::slice::from_ref(&tainted),
+            &[],
+            t(1) + BINDING_SETTLE,
+        );
+        assert!(
+            matches!(&actions[..], [LifecycleAction::LiftBindingTaint { .. }]),
             "{actions:?}"
         );
         // Without it, a registered claim asks for nothing.
