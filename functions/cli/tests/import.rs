@@ -349,6 +349,8 @@ async fn import_reads_what_karpenter_serves_and_writes_it_as_apply_would() {
             &kubeconfig,
             "--nodepool",
             "general",
+            "--adopt",
+            "replace",
         ],
     );
     assert!(ok, "{out}\n{err}");
@@ -373,6 +375,15 @@ async fn import_reads_what_karpenter_serves_and_writes_it_as_apply_would() {
             .map(String::as_str),
         Some("Cordon"),
         "nodewright's own annotations come along"
+    );
+    // `--adopt replace`: the disruption function hands Karpenter's nodes of
+    // the pool over (`disruption::handover`).
+    assert_eq!(
+        general
+            .annotations
+            .get("nodewright.io/karpenter-nodes")
+            .map(String::as_str),
+        Some("replace")
     );
 
     // Without the right to list Karpenter's objects the import fails whole.
