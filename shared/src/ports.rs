@@ -744,6 +744,19 @@ impl StoreError {
     }
 }
 
+/// What [`Store::state`] answers: the state items a tick reads, together.
+#[derive(Debug, Clone, Default)]
+pub struct StateRead {
+    /// Every readable claim (as [`Store::claims`]).
+    pub claims: Vec<Claim>,
+    /// Reserved usage per pool (as [`Store::pool_usage`]).
+    pub usage: BTreeMap<String, Usage>,
+    /// Removal commands in progress (as [`Store::commands`]).
+    pub commands: Vec<Command>,
+    /// Offerings still marked unavailable (as [`Store::unavailable_offerings`]).
+    pub unavailable: Vec<OfferingKey>,
+}
+
 /// DynamoDB as the handlers see it: the only state that outlives an invocation.
 ///
 /// **Unreadable items are quarantined, never fatal.** A configuration item
@@ -805,6 +818,23 @@ pub trait Store: Send + Sync {
     fn pool_usage(
         &self,
     ) -> impl Future<Output = Result<BTreeMap<String, Usage>, StoreError>> + Send;
+    /// Claims, usage, removal commands and offerings unavailable at `now`,
+    /// as of one read of the state: a tick that needs several of them asks
+    /// once. The DynamoDB adapter answers from one state view, so this costs
+    /// one `state#version` read where asking for each costs one per call
+    /// (the provisioner's quiet tick read the marker twice, for claims and
+    /// usage; a disruption decision three times). Adapters without such a
+    /// view answer call by call.
+    fn state(&self, now: Timestamp) -> impl Future<Output = Result<StateRead, StoreError>> + Send {
+        async move {
+            Ok(StateRead {
+                claims: self.claims().await?,
+                usage: self.pool_usage().await?,
+                commands: self.commands().await?,
+                unavailable: self.unavailable_offerings(now).await?,
+            })
+        }
+    }
 
     fn batch(&self) -> impl Future<Output = Result<Option<Batch>, StoreError>> + Send;
     /// Writes `next` if the stored batch is `previous` (by version; `None` = absent).

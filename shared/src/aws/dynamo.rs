@@ -65,8 +65,8 @@ use tracing::{debug, warn};
 use super::ApiError;
 use crate::config::Limits;
 use crate::ports::{
-    ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError,
-    Timestamp, Unreadable, Usage,
+    ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, StateRead, Store,
+    StoreError, Timestamp, Unreadable, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, exceeded_limit};
@@ -1395,17 +1395,33 @@ impl Store for DynamoStore {
     }
 
     async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
+        Ok(self.state_view().await?.unavailable_at(now))
+    }
+
+    /// One state view for all four: one `state#version` read.
+    async fn state(&self, now: Timestamp) -> Result<StateRead, StoreError> {
+        let view = self.state_view().await?;
+        Ok(StateRead {
+            claims: view.claims.clone(),
+            usage: view.usage.clone(),
+            commands: view.commands.clone(),
+            unavailable: view.unavailable_at(now),
+        })
+    }
+}
+
+impl StateView {
+    /// Offerings still marked unavailable at `now`, sorted.
+    fn unavailable_at(&self, now: Timestamp) -> Vec<OfferingKey> {
         let now_ms = now.as_millisecond();
         let mut out: Vec<OfferingKey> = self
-            .state_view()
-            .await?
             .unavailable
             .iter()
             .filter(|(_, until)| *until > now_ms)
             .map(|(o, _)| o.clone())
             .collect();
         out.sort();
-        Ok(out)
+        out
     }
 }
 

@@ -175,14 +175,15 @@ pub async fn gather<P: PortSet>(
     let store = ports.store();
     let nodes = cluster.nodes().await?;
     let pods = cluster.scheduled_pods().await?;
-    let claims = store.claims().await?;
+    // Claims, unavailable offerings and commands from one read of the state.
+    let state = store.state(now).await?;
+    let claims = state.claims;
     let catalog = ports.cloud().catalog().await?;
     let pdbs = cluster.pod_disruption_budgets().await?;
     let daemon_sets = cluster.daemon_sets().await?;
-    let unavailable = store.unavailable_offerings(now).await?;
-    let in_flight = store
-        .commands()
-        .await?
+    let unavailable = state.unavailable;
+    let in_flight = state
+        .commands
         .into_iter()
         .map(|c| InFlight {
             node: c

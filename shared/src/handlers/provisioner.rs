@@ -64,6 +64,8 @@ fn with_config_reason(
 /// pool's usage, limits and cost): CloudWatch's standard resolution is a
 /// minute, and a gauge is a line of log each time.
 const GAUGES_EVERY: SignedDuration = SignedDuration::from_secs(10);
+/// How long a quiet provisioner trusts the empty batch record it last read.
+const QUIET_BATCH_REREAD: SignedDuration = SignedDuration::from_secs(30);
 
 /// Karpenter's gauges: pods waiting for capacity
 /// (`karpenter_scheduler_queue_depth`), and per pool what its claims
@@ -202,6 +204,10 @@ pub struct Provisioner<P: PortSet> {
     next_removals: Option<Timestamp>,
     /// When this invocation last published its gauges.
     last_gauges: Option<Timestamp>,
+    /// When this invocation last read the batch record and found it empty
+    /// (no window, nothing parked, nobody solving): while no pod is
+    /// pending, ticks skip reading it again for [`QUIET_BATCH_REREAD`].
+    batch_seen_empty_at: Option<Timestamp>,
     ticks: u64,
     config: ConfigReader,
 }
@@ -215,6 +221,7 @@ impl<P: PortSet> Provisioner<P> {
             last_gc: None,
             next_removals: None,
             last_gauges: None,
+            batch_seen_empty_at: None,
             ticks: 0,
             config: ConfigReader::new(),
         }
@@ -336,7 +343,11 @@ impl<P: PortSet> Provisioner<P> {
         let cluster = self.ports.cluster();
 
         let config = LoadedConfig::clone(&*self.config.read(store, now).await?);
-        let mut claims = store.claims().await?;
+        // Claims and usage from one read of the state (one `state#version`
+        // GetItem in DynamoDB, the quiet tick's cost); read again, both,
+        // only when this tick changed them.
+        let state = store.state(now).await?;
+        let (mut claims, mut usage) = (state.claims, state.usage);
         let pending = cluster.pending_pods().await?;
         let nodes = cluster.nodes().await?;
 
@@ -345,7 +356,6 @@ impl<P: PortSet> Provisioner<P> {
             .is_none_or(|t| now.duration_since(t) >= GAUGES_EVERY)
         {
             self.last_gauges = Some(now);
-            let usage = store.pool_usage().await.unwrap_or_default();
             publish_gauges(&config, &claims, &usage, &pending, now);
         }
 
@@ -362,7 +372,8 @@ impl<P: PortSet> Provisioner<P> {
         {
             self.last_gc = Some(now);
             if std::mem::take(&mut changed) {
-                claims = store.claims().await?;
+                let state = store.state(now).await?;
+                (claims, usage) = (state.claims, state.usage);
             }
             let instances = self.ports.cloud().instances().await?;
             let unreadable = store.unreadable_state().await?;
@@ -398,6 +409,8 @@ impl<P: PortSet> Provisioner<P> {
         // on the safety net's interval.
         let mut removal_wake = None;
         if self.next_removals.is_none_or(|t| now >= t) {
+            // A removal that finished released its claim's usage.
+            changed = true;
             removal_wake =
                 termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
             let urgent = removal_wake.is_some()
@@ -419,13 +432,15 @@ impl<P: PortSet> Provisioner<P> {
             removal_wake = removal_wake.map(|_| next);
         }
         if changed || removal_wake.is_some() {
-            claims = store.claims().await?;
+            let state = store.state(now).await?;
+            (claims, usage) = (state.claims, state.usage);
         }
         // Static pools keep their size (interrupted or removed nodes replaced).
         if config.pools.iter().any(|p| p.replicas.is_some())
             && self.keep_static(&config, &claims, now, &mut report).await?
         {
-            claims = store.claims().await?;
+            let state = store.state(now).await?;
+            (claims, usage) = (state.claims, state.usage);
         }
 
         // Then the batch window over the pods nobody is taking care of.
@@ -434,8 +449,22 @@ impl<P: PortSet> Provisioner<P> {
             .filter(|c| c.node_name.is_none())
             .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
             .collect();
+        // A quiet tick: no pod pending and the batch record empty when last
+        // read. The tick would find nothing to batch and nothing to clean
+        // up, so the GetItem is skipped (one read unit a second of the
+        // running cost); the lease keeps other writers away, and the record
+        // is read again at least every QUIET_BATCH_REREAD.
+        if !pending.iter().any(is_provisionable)
+            && self
+                .batch_seen_empty_at
+                .is_some_and(|t| now.duration_since(t) < QUIET_BATCH_REREAD)
+        {
+            report.wake_at = removal_wake;
+            return Ok(report);
+        }
         let stored = store.batch().await?;
         let state = stored.clone().unwrap_or_default();
+        self.batch_seen_empty_at = state.is_empty().then_some(now);
         if state
             .solving
             .as_ref()
@@ -447,7 +476,7 @@ impl<P: PortSet> Provisioner<P> {
         }
         // Parked pods are looked at again when the configuration or any
         // pool's reserved usage changes (room may have appeared), or after a while.
-        let fingerprint = fingerprint(config.fingerprint, &store.pool_usage().await?);
+        let fingerprint = fingerprint(config.fingerprint, &usage);
         let parked_now = |uid: &str| state.is_parked(uid, fingerprint, now);
         let waiting_pods: Vec<&Pod> = pending
             .iter()
@@ -511,14 +540,40 @@ impl<P: PortSet> Provisioner<P> {
                 }
                 if pods > 0 {
                     info!(pods, duration = %format_duration(waited), "batched {pods} pod(s) in {}", format_duration(waited));
-                    let owned: Vec<Pod> = waiting_pods.into_iter().cloned().collect();
+                    // What parking needs of the listing, kept as uids: the
+                    // waiting pods move into the solve and the rest of the
+                    // listing is dropped, so a burst's pods are held once
+                    // while it is solved, not twice.
+                    let pending_uids: HashSet<String> = pending
+                        .iter()
+                        .filter_map(|p| p.metadata.uid.clone())
+                        .collect();
+                    let with_claims: HashSet<String> = pending
+                        .iter()
+                        .filter(|p| volumes::uses_claims(p))
+                        .filter_map(|p| p.metadata.uid.clone())
+                        .collect();
+                    let owned: Vec<Pod> = pending
+                        .into_iter()
+                        .filter(|p| {
+                            p.metadata
+                                .uid
+                                .as_deref()
+                                .is_some_and(|u| waiting.contains(u))
+                        })
+                        .collect();
                     let outcome = self.provision(&config, owned, &mut report).await;
                     let parked = outcome.clone().unwrap_or_default();
                     // Parked against the usage the solve saw: the launches just
                     // made shrink reservations to the real types, and that room
                     // is worth a second look next tick.
                     // Park what fit nowhere and hand the solve back, even after a failure.
-                    self.park(&next, parked, &pending, fingerprint, now).await?;
+                    fn as_str(set: &HashSet<String>) -> HashSet<&str> {
+                        set.iter().map(String::as_str).collect()
+                    }
+                    let (pending_uids, with_claims) = (as_str(&pending_uids), as_str(&with_claims));
+                    self.park(&next, parked, &pending_uids, &with_claims, fingerprint, now)
+                        .await?;
                     outcome?;
                 }
                 report.solved = true;
@@ -607,40 +662,39 @@ impl<P: PortSet> Provisioner<P> {
                 break;
             }
             let now = self.ports.clock().now();
-            let claims = store.claims().await?;
+            // Claims, unavailable offerings and usage: one read of the state.
+            let state = store.state(now).await?;
+            let (claims, unavailable, usage) = (state.claims, state.unavailable, state.usage);
             let nodes = cluster.nodes().await?;
+            // The pods are listed again, and those that went away (bound by
+            // kube-scheduler, deleted) since the window opened are left out.
+            // Only their uids are kept meanwhile and the fresh listing's
+            // pods are moved, not copied: a burst's pods are held once.
+            let wanted: HashSet<String> =
+                pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+            drop(std::mem::take(&mut pods));
             let all_pending = cluster.pending_pods().await?;
-            let wanted: HashSet<&str> = pods
-                .iter()
-                .filter_map(|p| p.metadata.uid.as_deref())
-                .collect();
-            // Pods that went away (bound by kube-scheduler, deleted) since the window opened.
-            pods = all_pending
-                .iter()
-                .filter(|p| {
-                    p.metadata
-                        .uid
-                        .as_deref()
-                        .is_some_and(|u| wanted.contains(u))
-                })
-                .cloned()
-                .collect();
             let nominated_uids: HashSet<&str> = claims
                 .iter()
                 .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
                 .collect();
-            let nominated: Vec<Pod> = all_pending
-                .iter()
-                .filter(|p| {
-                    p.metadata
-                        .uid
-                        .as_deref()
-                        .is_some_and(|u| nominated_uids.contains(u))
-                })
-                .cloned()
-                .collect();
-            let unavailable = store.unavailable_offerings(now).await?;
-            let usage = store.pool_usage().await?;
+            let mut nominated: Vec<Pod> = Vec::new();
+            for p in all_pending {
+                let uid = p.metadata.uid.as_deref();
+                let is_wanted = uid.is_some_and(|u| wanted.contains(u));
+                if uid.is_some_and(|u| nominated_uids.contains(u)) {
+                    if is_wanted {
+                        nominated.push(p.clone());
+                    } else {
+                        nominated.push(p);
+                        continue;
+                    }
+                }
+                if is_wanted {
+                    pods.push(p);
+                }
+            }
+            drop(wanted);
             if round == 0 {
                 info!(
                     pods = pods.len(),
@@ -999,14 +1053,14 @@ impl<P: PortSet> Provisioner<P> {
         &self,
         state: &Batch,
         unplaceable: Vec<(PodKey, String)>,
-        pending: &[Pod],
+        pending_uids: &HashSet<&str>,
+        with_claims: &HashSet<&str>,
         fingerprint: u64,
         now: Timestamp,
     ) -> Result<(), HandlerError> {
         let mut next = state.clone();
         next.solving = None;
-        let pending_uids = uids(pending);
-        next.retain_pending(&pending_uids);
+        next.retain_pending(pending_uids);
         // Pods parked by hash stay known (reported) across solves; this
         // solve's pods move from their old group to this solve's.
         let solved: HashSet<u32> = unplaceable
@@ -1033,11 +1087,6 @@ impl<P: PortSet> Provisioner<P> {
         let (mut reported, mut unreported, mut unparked) = (0usize, 0usize, 0usize);
         let mut events = Vec::new();
         let mut size: usize = next.parked.iter().map(|(uid, p)| parked_size(uid, p)).sum();
-        let with_claims: HashSet<&str> = pending
-            .iter()
-            .filter(|p| volumes::uses_claims(p))
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
         for (pod, reason) in unplaceable {
             // The record keeps a bounded copy; the event and the log line the whole reason.
             let stored = stored_reason(&reason);

@@ -51,6 +51,16 @@ pub struct Batch {
     pub version: u64,
 }
 
+impl Batch {
+    /// No window open, nothing parked, nobody solving (the version aside).
+    pub fn is_empty(&self) -> bool {
+        self.window.is_none()
+            && self.parked.is_empty()
+            && self.parked_more.is_empty()
+            && self.solving.is_none()
+    }
+}
+
 /// A pod that fit nowhere. It is left out of batches until the
 /// configuration changes or `retry_at` passes, and reported again only if the
 /// reason changes.

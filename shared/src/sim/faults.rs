@@ -279,6 +279,9 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
         self.inner.claims().await
     }
+    async fn state(&self, now: Timestamp) -> Result<crate::ports::StateRead, StoreError> {
+        self.inner.state(now).await
+    }
     async fn unreadable_state(&self) -> Result<Vec<crate::ports::Unreadable>, StoreError> {
         self.inner.unreadable_state().await
     }

@@ -49,6 +49,7 @@ contract!(
     leases_have_one_holder,
     unavailable_offerings_expire,
     unreadable_items_are_quarantined,
+    one_state_read_answers_as_the_listings,
 );
 
 fn at(secs: i64) -> Timestamp {
@@ -600,6 +601,68 @@ async fn unavailable_offerings_expire<S: Store>(store: &S) {
         vec![],
         "until is exclusive"
     );
+}
+
+// ------------------------------------------------------------ state read
+
+/// `Store::state` answers what the four listings answer, as of one read.
+async fn one_state_read_answers_as_the_listings<S: Store>(store: &S) {
+    let lim = limits(&[("cpu", 100_000)]);
+    store
+        .create_claim(&claim("default-aaaaa", "default", 2000), &lim)
+        .await
+        .expect("create");
+    store
+        .create_claim(&claim("other-bbbbb", "other", 3000), &lim)
+        .await
+        .expect("create");
+    store
+        .put_command(None, &command("default-aaaaa", 10))
+        .await
+        .expect("command");
+    let gone = OfferingKey {
+        capacity_type: "spot".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+    };
+    store.mark_unavailable(&gone, at(60)).await.expect("mark");
+    for now in [at(0), at(120)] {
+        let state = store.state(now).await.expect("state");
+        assert_eq!(state.claims, store.claims().await.expect("claims"));
+        assert_eq!(state.usage, store.pool_usage().await.expect("usage"));
+        assert_eq!(state.commands, store.commands().await.expect("commands"));
+        assert_eq!(
+            state.unavailable,
+            store.unavailable_offerings(now).await.expect("unavailable")
+        );
+        assert_eq!(state.claims.len(), 2);
+        assert_eq!(state.commands.len(), 1);
+        assert_eq!(state.usage["other"]["cpu"], 3000);
+        assert_eq!(state.unavailable.len(), usize::from(now == at(0)));
+    }
+}
+
+/// In DynamoDB the state read costs one GetItem (the `state#version`
+/// marker) once the view is warm, where the four listings cost four: the
+/// running-cost model counts on the provisioner's tick asking once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_state_read_is_one_marker_read_in_dynamodb() {
+    let store = nodewright_tests::aws::dynamo_store(REGION).await;
+    store
+        .create_claim(&claim("default-aaaaa", "default", 2000), &limits(&[]))
+        .await
+        .expect("create");
+    store.state(at(0)).await.expect("warm the view");
+    let before = store.requests();
+    let state = store.state(at(0)).await.expect("state");
+    let used = store.requests() - before;
+    assert_eq!(state.claims.len(), 1);
+    assert_eq!((used.get_item, used.state_scans), (1, 0), "{used:?}");
+    let before = store.requests();
+    store.claims().await.expect("claims");
+    store.pool_usage().await.expect("usage");
+    let used = store.requests() - before;
+    assert_eq!(used.get_item, 2, "one marker read per listing: {used:?}");
 }
 
 // ------------------------------------------------------------ quarantine
