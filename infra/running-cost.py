@@ -23,6 +23,7 @@ DDB_WRITE_UNIT = 0.625 / 1e6  # on-demand, per write request unit (1 KB)
 SQS_REQUEST = 0.40 / 1e6      # standard queue, per 64 KB request
 LOGS_INGEST_GB = 0.50
 ALARM_MONTH = 0.10            # standard-resolution metric alarm
+METRIC_MONTH = 0.30           # custom metric, first 10,000
 FARGATE_VCPU_H = 0.04048
 FARGATE_GB_H = 0.004445
 
@@ -69,10 +70,11 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--state-overhead-kb", type=float, default=4.0,
                     help="the state table's other items (usage, batch, leases, unavailable marks)")
     ap.add_argument("--config-kb", type=float, default=4.0, help="the config table (NodePools, NodeClasses, settings)")
-    ap.add_argument("--getitems-per-second", type=float, default=6.4,
-                    help="GetItems per second of the always-on loops together (config#version, state#version, "
-                         "the batch record, leases); measured: 6.4 in a quiet invocation running both loops on the "
-                         "emulator (tests/tests/suite/aws_scenarios.rs "
+    ap.add_argument("--getitems-per-second", type=float, default=3.9,
+                    help="GetItems per second of the always-on loops together (config#version and state#version "
+                         "per tick, the batch record only while pods are pending, leases); measured: 3.9 in a quiet "
+                         "invocation running both loops on the emulator (6.4 before one state read per tick; "
+                         "tests/tests/suite/aws_scenarios.rs "
                          "the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease, --nocapture)")
     ap.add_argument("--view-rescans-per-hour", type=float, default=12.0,
                     help="state-table Scans per function per hour with nothing written (the state view's 5-min age bound)")
@@ -83,9 +85,25 @@ def parse() -> argparse.Namespace:
                          "1 models the earlier Scan per tick")
     ap.add_argument("--log-kb-per-invocation", type=float, default=1.5,
                     help="CloudWatch Logs per invocation (START/END/REPORT + a summary line)")
-    ap.add_argument("--alarms", type=int, default=17,
+    ap.add_argument("--alarms", type=int, default=None,
                     help="alarm metrics (alarms.tf: 2 dead-letter, backlog, dropped, provisioner idle, "
-                         "4 function errors, 4 function throttles, 2 table throttles of 2 metrics each)")
+                         "errors and throttles of each invoked function (3 by default, 4 with --separate-disruption), "
+                         "2 table throttles of 2 metrics each): 15, or 17 with --separate-disruption")
+    # CloudWatch custom metrics (the functions' EMF lines): billed per metric
+    # (name × dimension values) and month, prorated by the hour in which it
+    # received data.
+    ap.add_argument("--nodepools", type=int, default=1)
+    ap.add_argument("--pool-limits", type=int, default=1,
+                    help="limited resources per NodePool (each publishes a karpenter_nodepools_limit series)")
+    ap.add_argument("--event-metric-series", type=int, default=20,
+                    help="counter/histogram series the launches, removals and interruptions publish "
+                         "(created, registered, terminated, drained, … by pool, zone and capacity type)")
+    ap.add_argument("--event-metric-hours", type=float, default=0.3,
+                    help="fraction of the hours in which one such series receives data (608 launches a month is "
+                         "0.83 an hour: a series of one pool is in about half the hours, one split by zone or "
+                         "capacity type in a sixth to a quarter)")
+    ap.add_argument("--emf-line-bytes", type=int, default=300,
+                    help="one EMF line in the logs (a gauge's value, its dimensions and the metric declaration)")
     ap.add_argument("--json", action="store_true")
     return ap.parse_args()
 
@@ -95,6 +113,8 @@ def units(kb: float, unit_kb: float) -> int:
 
 
 def compute(a: argparse.Namespace) -> dict:
+    if a.alarms is None:
+        a.alarms = 17 if a.separate_disruption else 15
     gb_s = LAMBDA_GB_S[a.architecture]
     rows = []
 
@@ -138,7 +158,7 @@ def compute(a: argparse.Namespace) -> dict:
         rows.append({"item": "DynamoDB reads",
                      "quantity": f"{gets / 1e6:,.1f} M GetItem + {scans:,.0f} Scans × {scan_units} RRU = {reads / 1e6:,.1f} M RRU",
                      "usd": reads * DDB_READ_UNIT,
-                     "note": f"markers, batch and leases per tick; the state view ({state_kb:,.0f} KB) again after a write or 5 min"})
+                     "note": f"version markers per tick, the batch record while pods pend, leases; the state view ({state_kb:,.0f} KB) again after a write or 5 min"})
     # Writes: per launched node ~ claim create (transaction, 2 items × claim size) + 4 updates;
     # lease and batch writes per invocation.
     claim_w = units(a.claim_item_kb, 1)
@@ -151,15 +171,31 @@ def compute(a: argparse.Namespace) -> dict:
     sqs += 5 * 3 * MINUTES
     rows.append({"item": "SQS requests", "quantity": f"{sqs / 1e6:,.2f} M", "usd": sqs * SQS_REQUEST,
                  "note": "the event source mapping's long polls dominate"})
-    log_gb = inv * a.log_kb_per_invocation / 1024 / 1024
-    rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB, "note": "ingestion"})
+    # The gauges (every series but the heartbeat) go out every 10 s while the
+    # provisioner's loop runs: one EMF line each.
+    gauges = 1 + a.nodepools * (5 + a.pool_limits + 1)
+    log_gb = (inv * a.log_kb_per_invocation * 1024 + gauges * 6 * MINUTES * a.emf_line_bytes) / 1024**3
+    rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB,
+                 "note": "ingestion: invocation lines and the gauges' EMF lines"})
+    # Published every 10 s by the provisioner's loop, so present every hour:
+    # karpenter_scheduler_queue_depth, and per NodePool the usage of cpu,
+    # memory, pods, ephemeral-storage and nodes, each limit and the cost;
+    # plus the ProvisionerTicks heartbeat (shared/src/handlers/provisioner.rs
+    # publish_gauges, shared/src/runtime.rs).
+    always = 2 + a.nodepools * (5 + a.pool_limits + 1)
+    series = always + a.event_metric_series * a.event_metric_hours
+    rows.append({"item": "CloudWatch metrics", "quantity": f"{always} gauges + {a.event_metric_series} × {a.event_metric_hours:g} event series",
+                 "usd": series * METRIC_MONTH,
+                 "note": "Karpenter's metrics as EMF custom metrics, billed per series-hour with data"})
     rows.append({"item": "CloudWatch alarms", "quantity": f"{a.alarms}", "usd": a.alarms * ALARM_MONTH, "note": "dead letters, backlog, dropped, provisioner idle; errors and throttles per function and table"})
     total = sum(r["usd"] for r in rows)
     # The always-free tier, per account (shared with whatever else runs there):
-    # Lambda 400,000 GB-s and 1 M requests, SQS 1 M requests a month.
+    # Lambda 400,000 GB-s and 1 M requests, SQS 1 M requests a month,
     lambda_gbs = sum(float(r["quantity"].split("= ")[1].split(" GB-s")[0].replace(",", ""))
                      for r in rows if r["item"].startswith("Lambda"))
-    free = min(lambda_gbs, 400_000) * gb_s + min(inv, 1e6) * LAMBDA_REQUEST + min(sqs, 1e6) * SQS_REQUEST
+    # CloudWatch: 10 custom metrics, 10 alarm metrics and 5 GB of logs.
+    free = (min(lambda_gbs, 400_000) * gb_s + min(inv, 1e6) * LAMBDA_REQUEST + min(sqs, 1e6) * SQS_REQUEST
+            + min(series, 10) * METRIC_MONTH + min(a.alarms, 10) * ALARM_MONTH + min(log_gb, 5) * LOGS_INGEST_GB)
     karpenter = 2 * HOURS * (1 * FARGATE_VCPU_H + 1 * FARGATE_GB_H)
     return {"inputs": vars(a), "rows": rows, "total_usd": total, "karpenter_usd": karpenter,
             "total_with_free_tier_usd": total - free,
@@ -179,7 +215,7 @@ def main() -> int:
     for row in r["rows"]:
         print(f"| {row['item']} | {row['quantity']} | {row['usd']:.2f} | {row['note']} |")
     print(f"| **nodewright total** | | **{r['total_usd']:.2f}** | |")
-    print(f"| nodewright, if the account's free tier is unused | | {r['total_with_free_tier_usd']:.2f} | Lambda 400,000 GB-s + 1 M requests, SQS 1 M requests |")
+    print(f"| nodewright, if the account's free tier is unused | | {r['total_with_free_tier_usd']:.2f} | Lambda 400,000 GB-s + 1 M requests, SQS 1 M requests, CloudWatch 10 metrics + 10 alarms + 5 GB logs |")
     print(f"| Karpenter, 2 replicas × (1 vCPU + 1 GiB) on Fargate | 2 × {HOURS} h | {r['karpenter_usd']:.2f} | the chart's requests |")
     return 0
 

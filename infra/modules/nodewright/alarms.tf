@@ -104,7 +104,7 @@ resource "aws_cloudwatch_metric_alarm" "provisioner_not_running" {
 }
 
 resource "aws_cloudwatch_metric_alarm" "function_errors" {
-  for_each = local.functions
+  for_each = local.invoked_functions
 
   alarm_name          = "${var.name}-${each.key}-errors"
   alarm_description   = "${var.name}-${each.key} returned errors in 3 of the last 5 minutes (see its log group)."
@@ -127,7 +127,7 @@ resource "aws_cloudwatch_metric_alarm" "function_errors" {
 # equals the event source mapping's maximum, so it should never be; the
 # state-change function's caps a burst (Lambda retries it, later).
 resource "aws_cloudwatch_metric_alarm" "function_throttles" {
-  for_each = local.functions
+  for_each = local.invoked_functions
 
   alarm_name          = "${var.name}-${each.key}-throttles"
   alarm_description   = "${var.name}-${each.key} was throttled (its reserved concurrency was exhausted): its events wait or are retried later."

@@ -62,6 +62,11 @@ locals {
 
   asynchronous_functions = { for k, f in local.functions : k => f if f.asynchronous }
 
+  # The functions something invokes, which the error and throttle alarms
+  # watch: with disruption_in_provisioner nothing schedules the disruption
+  # function, and its two alarms would watch nothing for $0.20 a month.
+  invoked_functions = { for k, f in local.functions : k => f if !(k == "disruption" && var.disruption_in_provisioner) }
+
   # What every function reads from its environment (shared/src/runtime.rs).
   environment = {
     NODEWRIGHT_CLUSTER_NAME             = var.cluster_name

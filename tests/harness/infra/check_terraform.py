@@ -636,10 +636,13 @@ def alarms_on_lost_messages_throttles_and_a_stopped_provisioner():
     assert expr(dlq["alarm_actions"]) == "var.alarm_actions"
     assert dlq["period"] == 60 and dlq["threshold"] == 0
     err = m.resource("aws_cloudwatch_metric_alarm", "function_errors")
-    assert expr(err["for_each"]) == "local.functions", "one error alarm per function"
+    invoked = expr(m.locals["invoked_functions"])
+    assert "local.functions" in invoked and 'k == "disruption" && var.disruption_in_provisioner' in invoked, \
+        f"every function something invokes, the disruption function unless the provisioner runs its loop: {invoked}"
+    assert expr(err["for_each"]) == "local.invoked_functions", "one error alarm per invoked function"
     assert err["metric_name"] == "Errors" and err["namespace"] == "AWS/Lambda"
     thr = m.resource("aws_cloudwatch_metric_alarm", "function_throttles")
-    assert expr(thr["for_each"]) == "local.functions", "one throttle alarm per function"
+    assert expr(thr["for_each"]) == "local.invoked_functions", "one throttle alarm per invoked function"
     assert thr["metric_name"] == "Throttles" and thr["namespace"] == "AWS/Lambda" and thr["threshold"] == 0
     tables = m.resource("aws_cloudwatch_metric_alarm", "table_throttles")
     assert "aws_dynamodb_table.config.name" in str(m.locals["tables"]) and "aws_dynamodb_table.state.name" in str(m.locals["tables"])
