@@ -87,6 +87,12 @@ pub struct CloudCatalog {
     /// requires a zone id then waits, it is never placed by guess).
     #[serde(default)]
     pub zone_ids: std::collections::BTreeMap<String, String>,
+    /// The active capacity reservations the NodeClasses may select, as
+    /// listed this tick ([`Cloud::capacity_reservations`]); empty when no
+    /// NodeClass has `capacityReservationSelectorTerms` (the cached catalog
+    /// itself never carries them: their counts change with every launch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<crate::cloud::CapacityReservation>,
 }
 
 /// One launch: a claim's options, cheapest first. The cloud buys exactly one
@@ -110,6 +116,11 @@ pub struct LaunchRequest {
     /// Taints the node registers with (template taints, startup taints, and ours).
     pub taints: Vec<Taint>,
     pub kubelet: KubeletConfig,
+    /// The capacity reservations the NodeClass selects that have room
+    /// now: where a `reserved` option is launched (targeted at one of them).
+    /// Not serialized, like `node_class_spec`.
+    #[serde(skip)]
+    pub reservations: Vec<crate::cloud::CapacityReservation>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -172,6 +183,12 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_group_ids: Vec<String>,
+    /// The capacity reservation it runs in (capacity type `reserved`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
+    /// That reservation's type (`default`, `capacity-block`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_type: Option<crate::cloud::ReservationType>,
 }
 
 /// A launch template of ours (ownership tag `nodewright.io/cluster=<cluster>`),
@@ -364,6 +381,18 @@ pub trait Cloud: Send + Sync {
         let _ = class;
         async { Ok(crate::disruption::ResolvedClass::default()) }
     }
+    /// The active capacity reservations of the region (ours and those
+    /// shared with us), with how many instances each can still take; the
+    /// NodeClasses' selector terms pick among them
+    /// ([`crate::provisioning::reservations::select`]). Asked only when a
+    /// NodeClass has `capacityReservationSelectorTerms`, never cached
+    /// across ticks. The default lists none.
+    fn capacity_reservations(
+        &self,
+    ) -> impl Future<Output = Result<Vec<crate::cloud::CapacityReservation>, CloudError>> + Send
+    {
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// A shared cloud is a cloud: adapters that hold caches (and so are not
@@ -403,6 +432,12 @@ impl<C: Cloud> Cloud for Arc<C> {
         class: &NodeClass,
     ) -> impl Future<Output = Result<crate::disruption::ResolvedClass, CloudError>> + Send {
         (**self).resolved_class(class)
+    }
+    fn capacity_reservations(
+        &self,
+    ) -> impl Future<Output = Result<Vec<crate::cloud::CapacityReservation>, CloudError>> + Send
+    {
+        (**self).capacity_reservations()
     }
 }
 

@@ -154,6 +154,32 @@ pub fn moto() -> &'static Moto {
     }
 }
 
+/// Puts capacity reservations into the emulator (moto has none; the
+/// harness answers DescribeCapacityReservations from these): a JSON list in
+/// EC2's field names, see `tests/harness/aws/moto_launcher.py`.
+pub fn put_capacity_reservations(reservations: &serde_json::Value) {
+    use std::io::{Read, Write};
+    let hostport = moto()
+        .endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let body = reservations.to_string();
+    let mut stream = std::net::TcpStream::connect(&hostport).expect("connect to the emulator");
+    write!(
+        stream,
+        "POST /nodewright/capacity-reservations HTTP/1.0\r\nHost: {hostport}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
+}
+
 /// A name no other test (or earlier run against the same server) uses.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -134,6 +134,7 @@ pub async fn run(pods: usize, give_up: Duration) -> (KubeSim, Figures) {
         run: "0s".to_owned(),
         simulator: Default::default(),
         spot_pools: Default::default(),
+        capacity_reservations: Vec::new(),
         expect: Default::default(),
     };
     scenario::load(&mut sim, &s).await.expect("loads");

@@ -213,6 +213,7 @@ fn spot_pools_launched(
             labels: Default::default(),
             taints: Vec::new(),
             kubelet: Default::default(),
+            reservations: Vec::new(),
         };
         let launched = runtime
             .block_on(cloud.launch(&request))

@@ -130,6 +130,7 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
         run: "0s".into(),
         simulator: scenario::Pace::default(),
         spot_pools: scenario::SpotPoolsSpec::default(),
+        capacity_reservations: Vec::new(),
         expect: scenario::Expect::default(),
     };
     scenario::load(&mut sim, &s)

@@ -105,6 +105,7 @@ async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
         run: "0s".into(),
         simulator: scenario::Pace::default(),
         spot_pools: scenario::SpotPoolsSpec::default(),
+        capacity_reservations: Vec::new(),
         expect: scenario::Expect::default(),
     };
     scenario::load(&mut sim, &s)

@@ -47,6 +47,7 @@ data "aws_iam_policy_document" "functions" {
     sid    = "Describe"
     effect = "Allow"
     actions = [
+      "ec2:DescribeCapacityReservations",
       "ec2:DescribeImages",
       "ec2:DescribeInstanceTypeOfferings",
       "ec2:DescribeInstanceTypes",

@@ -176,6 +176,14 @@ pub struct LaunchSettings {
     pub placement_group: Option<PlacementGroup>,
     /// Dedicated hardware (`Placement.Tenancy`); false: EC2's default, shared.
     pub dedicated: bool,
+    /// The capacity reservation the template targets
+    /// (`CapacityReservationSpecification.CapacityReservationTarget`): a
+    /// launch into one reservation has a template of its own, as Karpenter's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<String>,
+    /// That reservation is a capacity block (`InstanceMarketOptions.MarketType`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_block: bool,
 }
 
 /// The launch template settings of `class` for `family`, in a cluster
@@ -205,6 +213,8 @@ pub fn launch_settings(
                 name: p.name.clone(),
             }),
         dedicated: false,
+        capacity_reservation: None,
+        capacity_block: false,
     })
 }
 

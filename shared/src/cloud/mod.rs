@@ -4,6 +4,8 @@
 pub mod catalog;
 pub mod instance_type;
 pub mod ownership;
+pub mod reservation;
 
 pub use catalog::{InstanceTypeInfo, KubeletConfig, Reserved, Threshold};
 pub use instance_type::{InstanceType, Offering};
+pub use reservation::{CapacityReservation, ReservationType};

@@ -1361,12 +1361,6 @@ impl NodeClass {
                 reason: reason.into(),
             });
         };
-        if !spec.capacity_reservation_selector_terms.is_empty() {
-            not_applied(
-                "spec.capacityReservationSelectorTerms",
-                "not applied yet: launches buy on-demand or spot capacity, never from a capacity reservation",
-            );
-        }
         if spec.context.is_some() {
             not_applied(
                 "spec.context",
@@ -1986,11 +1980,7 @@ mod tests {
             .collect();
         assert_eq!(
             fields,
-            [
-                "spec.capacityReservationSelectorTerms",
-                "spec.context",
-                "spec.cpuOptions.nestedVirtualization"
-            ]
+            ["spec.context", "spec.cpuOptions.nestedVirtualization"]
         );
         let plain = with(serde_json::json!({"cpuOptions": {"nestedVirtualization": "disabled"}}));
         assert!(NodeClass::warnings("c", &plain).is_empty());

@@ -215,6 +215,8 @@ impl World {
                 price,
                 provider_id: provider,
                 launched_at: launched,
+                capacity_reservation_id: None,
+                capacity_reservation_type: None,
             }),
             running_at: Some(launched),
             node_name: Some(name.into()),

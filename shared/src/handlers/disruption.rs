@@ -141,6 +141,7 @@ pub fn reason_of(r: RemovalReason) -> Reason {
         RemovalReason::SpotInterrupted
         | RemovalReason::ScheduledChange
         | RemovalReason::CapacityReservationInterrupted
+        | RemovalReason::CapacityBlockExpiring
         | RemovalReason::InstanceStopping
         | RemovalReason::Rebalance => Reason::Interrupted,
         // A static pool scaled down: forceful, as the node goes whatever happens.

@@ -135,6 +135,14 @@ impl<'a, P: PortSet> Launcher<'a, P> {
         let now = self.ports.clock().now();
         // The NodeClass as configured now (live reload), resolved with the pool.
         let node_class = pool.and_then(|p| p.class_named(claim.node_class.as_deref()));
+        // The reservations a `reserved` option may be launched into.
+        let reservations = pool
+            .map(|p| crate::provisioning::reservations::of_pool(p, catalog))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.available > 0)
+            .cloned()
+            .collect();
         let request = LaunchRequest {
             claim_id: claim.id.clone(),
             client_token: claim.client_token(),
@@ -145,6 +153,7 @@ impl<'a, P: PortSet> Launcher<'a, P> {
             labels: claim.labels.clone(),
             taints: claim.taints.clone(),
             kubelet: claim.kubelet.clone(),
+            reservations,
         };
         match self.ports.cloud().launch(&request).await {
             Ok(launched) => {

@@ -102,6 +102,7 @@ pub fn reason_label(reason: RemovalReason) -> &'static str {
         RemovalReason::SpotInterrupted => "spot_interrupted",
         RemovalReason::ScheduledChange => "scheduled_change",
         RemovalReason::CapacityReservationInterrupted => "capacity_reservation_interrupted",
+        RemovalReason::CapacityBlockExpiring => "capacity_block_expiring",
         RemovalReason::InstanceStopping => "instance_stopped",
         RemovalReason::Rebalance => "rebalance_recommendation",
         RemovalReason::Expired => "expired",

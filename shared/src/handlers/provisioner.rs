@@ -18,8 +18,8 @@ use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::termination;
 use crate::ports::{
-    BindOutcome, Clock, Cloud, CloudCatalog, Cluster, ClusterEvent, Lease, PodKey, PortSet,
-    SignedDuration, Store, StoreError, Timestamp,
+    BindOutcome, Clock, Cloud, CloudCatalog, Cluster, ClusterEvent, Lease, OfferingKey, PodKey,
+    PortSet, SignedDuration, Store, StoreError, Timestamp,
 };
 use crate::provisioning::admission::Admission;
 use crate::provisioning::batcher::{
@@ -28,6 +28,7 @@ use crate::provisioning::batcher::{
 use crate::provisioning::claim::{BINDING_TAINT_KEY, Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
+use crate::provisioning::reservations;
 use crate::scheduling::pod::is_provisionable;
 use crate::scheduling::taints::{Effect, Taint};
 use crate::scheduling::volumes;
@@ -400,6 +401,9 @@ impl<P: PortSet> Provisioner<P> {
             }
             self.collect_launch_templates(&config, &claims, blocked, now)
                 .await;
+            if self.drain_expiring_blocks(&config, &claims, now).await? {
+                changed = true;
+            }
         }
         // Removals in progress: the disruption loop drives them every few
         // seconds; the provisioner is the safety net should it stop. Not
@@ -641,6 +645,96 @@ impl<P: PortSet> Provisioner<P> {
         }
     }
 
+    /// The catalog with the capacity reservations the NodeClasses select,
+    /// listed now, when any NodeClass selects some (the cached catalog
+    /// otherwise). A listing that fails is logged and planned without:
+    /// pods then get on-demand or spot capacity rather than wait.
+    async fn catalog_now(
+        &self,
+        config: &LoadedConfig,
+        now: Timestamp,
+    ) -> Result<Arc<CloudCatalog>, HandlerError> {
+        let catalog = self.ports.cloud().catalog().await?;
+        if !reservations::wanted(&config.node_classes) {
+            return Ok(catalog);
+        }
+        match self.ports.cloud().capacity_reservations().await {
+            Ok(all) => {
+                let mut with = CloudCatalog::clone(&catalog);
+                with.reservations = reservations::for_tick(all, &config.node_classes, now);
+                debug!(
+                    capacity_reservations = with.reservations.len(),
+                    "capacity reservations the NodeClasses select"
+                );
+                Ok(Arc::new(with))
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot list capacity reservations; planning without them");
+                Ok(catalog)
+            }
+        }
+    }
+
+    /// Nodes in a capacity block that ends within 40 minutes are drained
+    /// and replaced, before EC2 takes the instances back (Karpenter's
+    /// capacity-reservation expiration controller). True when it started a
+    /// removal.
+    async fn drain_expiring_blocks(
+        &self,
+        config: &LoadedConfig,
+        claims: &[Claim],
+        now: Timestamp,
+    ) -> Result<bool, HandlerError> {
+        let in_blocks = claims.iter().any(|c| {
+            c.instance.as_ref().is_some_and(|i| {
+                i.capacity_reservation_type == Some(crate::cloud::ReservationType::CapacityBlock)
+            })
+        });
+        if !in_blocks || !reservations::wanted(&config.node_classes) {
+            return Ok(false);
+        }
+        let all = match self.ports.cloud().capacity_reservations().await {
+            Ok(all) => all,
+            Err(e) => {
+                warn!(error = %e, "cannot list capacity reservations; expiring capacity blocks are looked at next time");
+                return Ok(false);
+            }
+        };
+        let mut started = false;
+        for (claim, end) in reservations::in_expiring_blocks(claims, &all, now) {
+            let avoid = claim
+                .instance
+                .as_ref()
+                .map(|i| OfferingKey {
+                    capacity_type: i.capacity_type.clone(),
+                    instance_type: i.instance_type.clone(),
+                    zone: i.zone.clone(),
+                })
+                .into_iter()
+                .collect();
+            info!(
+                nodeclaim = %claim.id,
+                capacity_reservation_id = ?claim.instance.as_ref().and_then(|i| i.capacity_reservation_id.as_deref()),
+                ends = %end,
+                "initiating delete for capacity block expiration"
+            );
+            let spec = crate::termination::RemovalSpec {
+                claim_id: claim.id.clone(),
+                pool: claim.pool.clone(),
+                node: claim.node_name.clone(),
+                instance_id: claim.instance_id().map(str::to_owned),
+                reason: crate::termination::RemovalReason::CapacityBlockExpiring,
+                replace: true,
+                deadline: Some(end),
+                avoid,
+                event_at: Some(now),
+            };
+            termination::start(&self.ports, spec).await?;
+            started = true;
+        }
+        Ok(started)
+    }
+
     /// Solves for `pods`, creates and launches claims; re-plans the pods of
     /// claims that found no capacity (a few rounds). Returns the pods that fit nowhere.
     async fn provision(
@@ -651,7 +745,7 @@ impl<P: PortSet> Provisioner<P> {
     ) -> Result<Vec<(PodKey, String)>, HandlerError> {
         let store = self.ports.store();
         let cluster = self.ports.cluster();
-        let catalog: Arc<CloudCatalog> = self.ports.cloud().catalog().await?;
+        let catalog: Arc<CloudCatalog> = self.catalog_now(config, self.ports.clock().now()).await?;
         let scheduled = cluster.scheduled_pods().await?;
         let daemon_sets = cluster.daemon_sets().await?;
         let volumes = super::volume_index(cluster, &pods).await?;
@@ -872,7 +966,7 @@ impl<P: PortSet> Provisioner<P> {
             LifecycleAction::Launch { claim } => {
                 let limits = config.limits(&claim.pool);
                 let pool = config.pool(&claim.pool);
-                let catalog = self.ports.cloud().catalog().await?;
+                let catalog = self.catalog_now(config, self.ports.clock().now()).await?;
                 info!(nodeclaim = %claim.id, "resuming launch of recorded nodeclaim");
                 if let LaunchEnd::Launched(id) =
                     self.launcher().launch(claim, &limits, pool, &catalog).await

@@ -54,6 +54,11 @@ pub struct ClaimInstance {
     pub price: f64,
     pub provider_id: String,
     pub launched_at: Timestamp,
+    /// The capacity reservation it runs in, and that reservation's type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_type: Option<crate::cloud::ReservationType>,
 }
 
 impl From<&Instance> for ClaimInstance {
@@ -66,6 +71,8 @@ impl From<&Instance> for ClaimInstance {
             price: i.price,
             provider_id: i.provider_id.clone(),
             launched_at: i.launched_at,
+            capacity_reservation_id: i.capacity_reservation_id.clone(),
+            capacity_reservation_type: i.capacity_reservation_type,
         }
     }
 }

@@ -102,6 +102,25 @@ pub fn node_metadata(
         if let Some(id) = catalog.zone_ids.get(&instance.zone) {
             labels.insert(crate::scheduling::labels::ZONE_ID.to_owned(), id.clone());
         }
+        // What was bought, as the cloud says (a reserved option that found
+        // its reservation full fell back to on-demand or spot).
+        if !instance.capacity_type.is_empty() {
+            labels.insert(
+                crate::scheduling::labels::CAPACITY_TYPE.to_owned(),
+                instance.capacity_type.clone(),
+            );
+        }
+        if let (Some(id), Some(kind)) = (
+            &instance.capacity_reservation_id,
+            instance.capacity_reservation_type,
+        ) {
+            use crate::scheduling::labels as l;
+            labels.insert(l::CAPACITY_RESERVATION_ID.to_owned(), id.clone());
+            labels.insert(
+                l::CAPACITY_RESERVATION_TYPE.to_owned(),
+                kind.as_str().to_owned(),
+            );
+        }
     }
     labels.extend(claim.labels.clone());
     let annotations = pool
@@ -581,6 +600,8 @@ mod tests {
             image_id: Some("ami-1".to_owned()),
             subnet_id: None,
             security_group_ids: Vec::new(),
+            capacity_reservation_id: None,
+            capacity_reservation_type: None,
         }
     }
 

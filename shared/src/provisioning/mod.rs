@@ -7,6 +7,7 @@ pub mod claim;
 pub mod lifecycle;
 pub mod overlays;
 pub mod plan;
+pub mod reservations;
 pub mod static_capacity;
 
 pub use claim::{Claim, Phase};

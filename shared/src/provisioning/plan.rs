@@ -89,6 +89,21 @@ pub fn instance_types(
             .or_default()
             .push(offering);
     }
+    // The pool's capacity reservations: `reserved` offerings, near free.
+    let reserved = super::reservations::offerings(pool, catalog);
+    for (ty, offers) in &reserved {
+        if let Some(list) = offerings.get_mut(ty.as_str()) {
+            list.extend(offers.iter().map(|o| {
+                let mut o = o.clone();
+                o.available &= !unavailable.contains(&(
+                    o.capacity_type.as_str(),
+                    ty.as_str(),
+                    o.zone.as_str(),
+                ));
+                o
+            }));
+        }
+    }
     let types = catalog
         .instance_types
         .iter()
@@ -489,6 +504,13 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
             .new_claims
             .push(new_claim(input, planned, pods, id, s.now, class));
     }
+    // No more claims count on a reservation than it has room for.
+    let full = super::reservations::limit(
+        &mut decision.new_claims,
+        &s.catalog.reservations,
+        &s.catalog.offerings,
+    );
+    decision.unschedulable.extend(full);
     decision
 }
 

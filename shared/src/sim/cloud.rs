@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::clock::SimClock;
 use super::pools::{self, PoolDepths, SpotPools};
 use crate::cloud::ownership;
+use crate::cloud::{CapacityReservation, ReservationType};
 use crate::ports::{
     Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, LaunchTemplate,
     Launched, OfferingKey, PricedOffering, SignedDuration, Timestamp,
 };
-use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
+use crate::scheduling::labels::{CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT};
 
 /// How long things take in the simulated EC2.
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +83,9 @@ struct State {
     /// Template names a delete call named that were not ours: skipped.
     foreign_template_deletes: Vec<String>,
     next_template: u64,
+    /// Capacity reservations by id; `available` is derived, as EC2 does:
+    /// `total` minus the live instances running in it.
+    reservations: BTreeMap<String, CapacityReservation>,
 }
 
 /// One simulated launch template and its tags.
@@ -122,6 +126,7 @@ impl SimCloud {
                 templates: BTreeMap::new(),
                 foreign_template_deletes: Vec::new(),
                 next_template: 1,
+                reservations: BTreeMap::new(),
             })),
             clock,
         }
@@ -129,6 +134,19 @@ impl SimCloud {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds (or replaces) a capacity reservation; its `total` is what it
+    /// holds, `available` is ignored (derived from the live instances in it).
+    pub fn add_reservation(&self, reservation: CapacityReservation) {
+        self.lock()
+            .reservations
+            .insert(reservation.id.clone(), reservation);
+    }
+
+    /// Live instances in each reservation, by id.
+    pub fn reservation_use(&self) -> BTreeMap<String, u32> {
+        self.lock().reservation_use()
     }
 
     pub fn set_delays(&self, delays: Delays) {
@@ -223,6 +241,8 @@ impl SimCloud {
             image_id: None,
             subnet_id: None,
             security_group_ids: Vec::new(),
+            capacity_reservation_id: None,
+            capacity_reservation_type: None,
         };
         let request = LaunchRequest {
             claim_id: String::new(),
@@ -234,6 +254,7 @@ impl SimCloud {
             labels: BTreeMap::new(),
             taints: Vec::new(),
             kubelet: Default::default(),
+            reservations: Vec::new(),
         };
         if let Some(pool) = spot_pool(&instance) {
             s.spot_pools.take(&pool);
@@ -290,7 +311,24 @@ impl SimCloud {
         let mut queued = Vec::new();
         let mut freed = Vec::new();
         let shutdown = s.delays.shutdown;
+        // A capacity block's instances go back to EC2 at its end.
+        let ended: BTreeMap<String, Timestamp> = s
+            .reservations
+            .values()
+            .filter(|r| r.reservation_type == ReservationType::CapacityBlock)
+            .filter_map(|r| Some((r.id.clone(), r.end_time?)))
+            .collect();
         for i in s.instances.values_mut() {
+            if i.reclaim_at.is_none()
+                && !i.instance.state.is_gone_or_going()
+                && let Some(end) = i
+                    .instance
+                    .capacity_reservation_id
+                    .as_ref()
+                    .and_then(|id| ended.get(id))
+            {
+                i.reclaim_at = Some(*end);
+            }
             if let Some(at) = i.reclaim_at.filter(|t| *t <= now) {
                 i.reclaim_at = None;
                 if !i.instance.state.is_gone_or_going() {
@@ -511,6 +549,71 @@ impl SimCloud {
 }
 
 impl State {
+    /// Live instances in each reservation, by id.
+    fn reservation_use(&self) -> BTreeMap<String, u32> {
+        let mut used = BTreeMap::new();
+        for i in self.instances.values() {
+            if let Some(id) = &i.instance.capacity_reservation_id
+                && !i.instance.state.is_gone_or_going()
+            {
+                *used.entry(id.clone()).or_insert(0) += 1;
+            }
+        }
+        used
+    }
+
+    /// The reservations as EC2 lists them, `available` derived; one whose
+    /// capacity block has ended is gone.
+    fn list_reservations(&self, now: Timestamp) -> Vec<CapacityReservation> {
+        let used = self.reservation_use();
+        self.reservations
+            .values()
+            .filter(|r| r.end_time.is_none_or(|end| end > now))
+            .map(|r| {
+                let mut r = r.clone();
+                r.available = r
+                    .total
+                    .saturating_sub(used.get(&r.id).copied().unwrap_or(0));
+                r
+            })
+            .collect()
+    }
+
+    /// A reserved option's launch: the first option (cheapest first) with a
+    /// reservation the request may target that has room now. Every reserved
+    /// option tried without room is reported (`ReservationCapacityExceeded`).
+    fn choose_reserved<'r>(
+        &self,
+        request: &'r LaunchRequest,
+        now: Timestamp,
+    ) -> (
+        Option<(&'r PricedOffering, CapacityReservation)>,
+        Vec<OfferingKey>,
+    ) {
+        let listed = self.list_reservations(now);
+        let mut options: Vec<&PricedOffering> = request
+            .options
+            .iter()
+            .filter(|o| o.capacity_type == CAPACITY_TYPE_RESERVED)
+            .collect();
+        options.sort_by(|a, b| a.price.total_cmp(&b.price));
+        let mut unavailable = Vec::new();
+        for o in options {
+            let target = listed.iter().find(|r| {
+                r.instance_type == o.instance_type
+                    && r.zone == o.zone
+                    && r.available > 0
+                    && !r.is_expiring(now)
+                    && request.reservations.iter().any(|t| t.id == r.id)
+            });
+            match target {
+                Some(r) => return (Some((o, r.clone())), unavailable),
+                None => unavailable.push(offering_key(o)),
+            }
+        }
+        (None, unavailable)
+    }
+
     /// The instance an earlier launch with this client token made:
     /// CreateFleet's idempotency (a retry takes no capacity twice).
     fn launched_for(&self, client_token: &str) -> Option<Instance> {
@@ -538,6 +641,7 @@ impl State {
         let mut options: Vec<&PricedOffering> = request
             .options
             .iter()
+            .filter(|o| o.capacity_type != CAPACITY_TYPE_RESERVED)
             .filter(|o| (o.capacity_type == CAPACITY_TYPE_SPOT) == spot)
             .collect();
         options.sort_by(|a, b| a.price.total_cmp(&b.price));
@@ -637,7 +741,13 @@ impl State {
 
     /// A new pending instance of `o` for the request (a spot one takes a
     /// unit of its pool), remembered under the request's client token.
-    fn start(&mut self, request: &LaunchRequest, o: &PricedOffering, now: Timestamp) -> Instance {
+    fn start(
+        &mut self,
+        request: &LaunchRequest,
+        o: &PricedOffering,
+        reservation: Option<&CapacityReservation>,
+        now: Timestamp,
+    ) -> Instance {
         let n = self.next_id;
         self.next_id += 1;
         self.launches += 1;
@@ -657,6 +767,8 @@ impl State {
             image_id: Some(image_for(&self.kubernetes_version)),
             subnet_id: None,
             security_group_ids: Vec::new(),
+            capacity_reservation_id: reservation.map(|r| r.id.clone()),
+            capacity_reservation_type: reservation.map(|r| r.reservation_type),
         };
         if let Some(pool) = spot_pool(&instance) {
             self.spot_pools.take(&pool);
@@ -729,6 +841,28 @@ impl Cloud for SimCloud {
                 unavailable: vec![],
             });
         }
+        // A reserved option first, targeted at a reservation with room;
+        // when none has room, the other options as usual.
+        let (reserved, mut full) = s.choose_reserved(request, now);
+        if let Some((o, r)) = reserved {
+            s.ensure_template(request, now);
+            let instance = s.start(request, o, Some(&r), now);
+            return Ok(Launched {
+                instance,
+                unavailable: full,
+            });
+        }
+        if request
+            .options
+            .iter()
+            .all(|o| o.capacity_type == CAPACITY_TYPE_RESERVED)
+        {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: full,
+                message: "ReservationCapacityExceeded: the capacity reservations are full"
+                    .to_owned(),
+            });
+        }
         let options = s.purchase_options(request)?;
         s.ensure_template(request, now);
         let spot = options
@@ -739,6 +873,8 @@ impl Cloud for SimCloud {
         } else {
             s.choose_on_demand(&options)
         };
+        full.extend(unavailable);
+        let unavailable = full;
         let Some(o) = chosen else {
             return Err(CloudError::InsufficientCapacity {
                 offerings: unavailable,
@@ -747,7 +883,7 @@ impl Cloud for SimCloud {
                         .to_owned(),
             });
         };
-        let instance = s.start(request, o, now);
+        let instance = s.start(request, o, None, now);
         Ok(Launched {
             instance,
             unavailable,
@@ -810,6 +946,11 @@ impl Cloud for SimCloud {
         Ok(true)
     }
 
+    async fn capacity_reservations(&self) -> Result<Vec<CapacityReservation>, CloudError> {
+        let now = self.clock.now();
+        Ok(self.lock().list_reservations(now))
+    }
+
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         Ok(self
             .lock()
@@ -866,6 +1007,7 @@ mod tests {
             labels: BTreeMap::new(),
             taints: Vec::new(),
             kubelet: Default::default(),
+            reservations: Vec::new(),
         }
     }
 

@@ -127,6 +127,12 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
     ) -> Result<crate::disruption::ResolvedClass, CloudError> {
         self.inner.resolved_class(class).await
     }
+
+    async fn capacity_reservations(
+        &self,
+    ) -> Result<Vec<crate::cloud::CapacityReservation>, CloudError> {
+        self.inner.capacity_reservations().await
+    }
 }
 
 /// Writes of any kind that are to fail, as DynamoDB throttling or a lost

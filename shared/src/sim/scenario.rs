@@ -66,8 +66,45 @@ pub struct Scenario {
     /// depths seeded per pool (see `sim::pools`).
     #[serde(default)]
     pub spot_pools: SpotPoolsSpec,
+    /// Capacity reservations (and capacity blocks) the in-memory EC2 holds,
+    /// for NodeClasses' `capacityReservationSelectorTerms` to select.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservations: Vec<ReservationSpec>,
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// One capacity reservation of a scenario.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReservationSpec {
+    /// `cr-` and 17 hex digits.
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    /// How many instances it holds.
+    pub count: u32,
+    /// `default` (an on-demand capacity reservation) or `capacity-block`.
+    #[serde(default)]
+    pub reservation_type: crate::cloud::ReservationType,
+    #[serde(rename = "ownerID", default = "default_owner")]
+    pub owner_id: String,
+    /// `open` or `targeted` (default).
+    #[serde(default = "targeted")]
+    pub instance_match_criteria: String,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// When it ends, from the start of the run (a capacity block needs one).
+    #[serde(default)]
+    pub ends_after: Option<String>,
+}
+
+fn default_owner() -> String {
+    "000000000000".to_owned()
+}
+
+fn targeted() -> String {
+    "targeted".to_owned()
 }
 
 /// Spot pool depths (each optional): `spotPools: {depth: 3}` makes every
@@ -668,6 +705,18 @@ pub fn validate(scenario: &Scenario) -> Result<(), ScenarioError> {
         }
     }
     errors.extend(scenario.spot_pools.errors(&scenario.region));
+    for (i, r) in scenario.capacity_reservations.iter().enumerate() {
+        if let Some(Err(e)) = r.ends_after.as_ref().map(|v| parse_duration(v)) {
+            errors.push(format!("capacityReservations[{i}].endsAfter: {e}"));
+        }
+        if r.reservation_type == crate::cloud::ReservationType::CapacityBlock
+            && r.ends_after.is_none()
+        {
+            errors.push(format!(
+                "capacityReservations[{i}]: a capacity block needs endsAfter"
+            ));
+        }
+    }
     if errors.is_empty() {
         Ok(())
     } else {
@@ -705,6 +754,31 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             ScenarioError::Parse("spotPools needs the in-memory cloud".to_owned())
         })?;
         sim_cloud.set_spot_pools(depths);
+    }
+    if !scenario.capacity_reservations.is_empty() {
+        let sim_cloud = sim.sim_cloud.as_ref().ok_or_else(|| {
+            ScenarioError::Parse("capacityReservations needs the in-memory cloud".to_owned())
+        })?;
+        let start = sim.now();
+        for r in &scenario.capacity_reservations {
+            let end_time = match &r.ends_after {
+                Some(d) => Some(start + parse_duration(d)?),
+                None => None,
+            };
+            sim_cloud.add_reservation(crate::cloud::CapacityReservation {
+                id: r.id.clone(),
+                instance_type: r.instance_type.clone(),
+                zone: r.zone.clone(),
+                owner_id: r.owner_id.clone(),
+                reservation_type: r.reservation_type,
+                instance_match_criteria: r.instance_match_criteria.clone(),
+                interruptible: false,
+                total: r.count,
+                available: r.count,
+                end_time,
+                tags: r.tags.clone(),
+            });
+        }
     }
     let pace = &scenario.simulator;
     let set = |text: &Option<String>, field: &mut SignedDuration| -> Result<(), ScenarioError> {
@@ -1486,6 +1560,7 @@ objects:
                 run: "3m".into(),
                 simulator: Pace::default(),
                 spot_pools: SpotPoolsSpec::default(),
+                capacity_reservations: Vec::new(),
                 expect: Expect {
                     pods: Some(PodCounts {
                         bound: Some(3),

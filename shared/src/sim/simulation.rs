@@ -747,6 +747,17 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             ] {
                 node_labels.insert(k.to_owned(), v.to_owned());
             }
+            // A node in a capacity reservation says which (the user data's
+            // labels, as the EC2 adapter writes them).
+            if let (Some(id), Some(kind)) =
+                (&i.capacity_reservation_id, i.capacity_reservation_type)
+            {
+                node_labels.insert(labels::CAPACITY_RESERVATION_ID.to_owned(), id.clone());
+                node_labels.insert(
+                    labels::CAPACITY_RESERVATION_TYPE.to_owned(),
+                    kind.as_str().to_owned(),
+                );
+            }
             let capacity = info.capacity(&claim.kubelet);
             let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));
             // The agents a NodePool's startup taints wait for (a CNI…) are

@@ -1551,6 +1551,7 @@ impl Soak {
                 seed: Some(options.seed),
                 ..Default::default()
             },
+            capacity_reservations: Vec::new(),
             expect: scenario::Expect::default(),
         };
         scenario::load(&mut sim, &s)

@@ -18,6 +18,8 @@ pub enum RemovalReason {
     ScheduledChange,
     /// EC2 Capacity Reservation Instance Interruption Warning.
     CapacityReservationInterrupted,
+    /// Its capacity block ends within 40 minutes (EC2 then takes it back).
+    CapacityBlockExpiring,
     /// The instance is stopping or shutting down.
     InstanceStopping,
     /// EC2 rebalance recommendation under the `Replace` policy.
@@ -39,6 +41,7 @@ impl RemovalReason {
             RemovalReason::SpotInterrupted => "SpotInterrupted",
             RemovalReason::ScheduledChange => "ScheduledChange",
             RemovalReason::CapacityReservationInterrupted => "CapacityReservationInterrupted",
+            RemovalReason::CapacityBlockExpiring => "CapacityBlockExpiring",
             RemovalReason::InstanceStopping => "InstanceStopping",
             RemovalReason::Rebalance => "RebalanceRecommendation",
             RemovalReason::Expired => "Expired",

@@ -15,11 +15,19 @@ What this adds on top of a plain `moto_server`:
   images into every backend that exists now (e.g. after a test deleted some).
 * EC2 instance-type validation and AMI validation are switched ON (moto has
   both off by default), so an unknown instance type or AMI fails as on AWS.
+* DescribeCapacityReservations (moto has no capacity reservations): answered
+  here from the reservations put with `POST /nodewright/capacity-reservations`
+  (state "active" only, as the adapter asks; no other filter is applied).
 
 Extra HTTP endpoints (same port as moto):
   GET  /nodewright/health                 -> 200 {"ok": true, "moto": "<version>"}
   GET  /nodewright/manifest?region=R      -> 200 {"parameters": {...}, "images": [...]}
   POST /nodewright/seed                   -> 200 {"seeded": [[account, region], ...]}
+  POST /nodewright/capacity-reservations  body: a JSON list of reservations
+       ({"CapacityReservationId", "InstanceType", "AvailabilityZone",
+       "OwnerId", "TotalInstanceCount", "AvailableInstanceCount",
+       "InstanceMatchCriteria", "ReservationType", "EndDate", "Tags": {k: v}});
+       each replaces one of the same id -> 200 {"capacityReservations": N}
 
 AMI ids: "ami-" + first 17 hex digits of
 sha256("nodewright:<region>:<family>:<k8s>:<arch>:<variant>"), family in
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import signal
@@ -283,6 +292,53 @@ def self_check(regions: list[str]) -> None:
 # --------------------------------------------------------------------------
 
 
+# Capacity reservations by id (moto has none): DescribeCapacityReservations.
+CAPACITY_RESERVATIONS: dict[str, dict[str, Any]] = {}
+CAPACITY_RESERVATIONS_LOCK = threading.Lock()
+
+
+def _xml(text: Any) -> str:
+    return (
+        str(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+    )
+
+
+def describe_capacity_reservations_xml() -> str:
+    items = []
+    with CAPACITY_RESERVATIONS_LOCK:
+        reservations = sorted(CAPACITY_RESERVATIONS.values(), key=lambda r: r["CapacityReservationId"])
+    for r in reservations:
+        fields = [
+            ("capacityReservationId", r["CapacityReservationId"]),
+            ("ownerId", r.get("OwnerId", "123456789012")),
+            ("instanceType", r["InstanceType"]),
+            ("availabilityZone", r["AvailabilityZone"]),
+            ("totalInstanceCount", r.get("TotalInstanceCount", 1)),
+            ("availableInstanceCount", r.get("AvailableInstanceCount", 1)),
+            ("state", "active"),
+            ("instanceMatchCriteria", r.get("InstanceMatchCriteria", "targeted")),
+            ("reservationType", r.get("ReservationType", "default")),
+        ]
+        if r.get("EndDate"):
+            fields.append(("endDate", r["EndDate"]))
+        body = "".join(f"<{k}>{_xml(v)}</{k}>" for k, v in fields)
+        tags = "".join(
+            f"<item><key>{_xml(k)}</key><value>{_xml(v)}</value></item>"
+            for k, v in sorted(r.get("Tags", {}).items())
+        )
+        items.append(f"<item>{body}<tagSet>{tags}</tagSet></item>")
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<DescribeCapacityReservationsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        "<requestId>nodewright-capacity-reservations</requestId>"
+        f"<capacityReservationSet>{''.join(items)}</capacityReservationSet>"
+        "</DescribeCapacityReservationsResponse>"
+    )
+
+
 def make_app() -> Any:
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -307,6 +363,15 @@ def make_app() -> Any:
     def app(environ: dict[str, Any], start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
         if not path.startswith("/nodewright/"):
+            if environ.get("REQUEST_METHOD") == "POST" and "/ec2/" in environ.get(
+                "HTTP_AUTHORIZATION", ""
+            ):
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                body = environ["wsgi.input"].read(length)
+                environ["wsgi.input"] = io.BytesIO(body)
+                if b"Action=DescribeCapacityReservations" in body:
+                    resp = Response(describe_capacity_reservations_xml(), mimetype="text/xml")
+                    return resp(environ, start_response)
             if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
                 with dynamodb_lock:
                     # Materialise the body inside the lock.
@@ -329,6 +394,12 @@ def make_app() -> Any:
             )
         elif path == "/nodewright/seed" and req.method == "POST":
             resp = json_response({"seeded": reseed_existing()})
+        elif path == "/nodewright/capacity-reservations" and req.method == "POST":
+            with CAPACITY_RESERVATIONS_LOCK:
+                for r in json.loads(req.get_data() or b"[]"):
+                    CAPACITY_RESERVATIONS[r["CapacityReservationId"]] = r
+                n = len(CAPACITY_RESERVATIONS)
+            resp = json_response({"capacityReservations": n})
         else:
             resp = json_response({"error": f"no such endpoint: {req.method} {path}"}, 404)
         return resp(environ, start_response)

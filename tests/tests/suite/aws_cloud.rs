@@ -55,6 +55,7 @@ fn request(pool: &str, options: Vec<PricedOffering>) -> LaunchRequest {
             Effect::NoExecute,
         )],
         kubelet: KubeletConfig::default(),
+        reservations: Vec::new(),
     }
 }
 
@@ -1293,4 +1294,159 @@ async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves() {
         why.contains("AMI") && why.contains(launched.image_id.as_deref().expect("image")),
         "{why}"
     );
+}
+
+/// A capacity reservation id (`cr-` and 17 hex digits) no other test uses.
+fn reservation_id() -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    unique("cr").hash(&mut h);
+    format!("cr-{:017x}", h.finish())
+}
+
+/// Capacity reservations on EC2: DescribeCapacityReservations read into
+/// ours (moto has none: the harness answers the call from what the test
+/// puts), a `reserved` option launched on a template that targets its
+/// reservation with the reservation's labels in the user data, and a
+/// reservation without room falling back to the claim's on-demand option in
+/// the same launch, reported unavailable (Karpenter: "should return an ICE
+/// error when all attempted instance types return a ReservedCapacityReservation
+/// error", aws/karpenter-provider-aws pkg/providers/instance/suite_test.go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_option_launches_into_its_reservation_and_a_full_one_falls_back() {
+    use nodewright::cloud::ReservationType;
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let cloud = cloud(&f).await;
+    let za = f.zones[0].clone();
+    let team = unique("ml");
+    let (open, full, block) = (reservation_id(), reservation_id(), reservation_id());
+    nodewright_tests::aws::put_capacity_reservations(&serde_json::json!([
+        {"CapacityReservationId": open, "InstanceType": "m5.large", "AvailabilityZone": za,
+         "OwnerId": "012345678901", "TotalInstanceCount": 2, "AvailableInstanceCount": 1,
+         "InstanceMatchCriteria": "targeted", "Tags": {"team": team}},
+        {"CapacityReservationId": full, "InstanceType": "m5.large", "AvailabilityZone": za,
+         "TotalInstanceCount": 1, "AvailableInstanceCount": 0, "InstanceMatchCriteria": "targeted"},
+        {"CapacityReservationId": block, "InstanceType": "m5.xlarge", "AvailabilityZone": za,
+         "TotalInstanceCount": 4, "AvailableInstanceCount": 4, "InstanceMatchCriteria": "targeted",
+         "ReservationType": "capacity-block", "EndDate": "2030-01-01T00:00:00Z"},
+    ]));
+
+    let all = cloud.capacity_reservations().await.expect("listing");
+    let find = |id: &str| all.iter().find(|r| r.id == id).cloned().expect(id);
+    let (o, x, b) = (find(&open), find(&full), find(&block));
+    assert_eq!(
+        (o.total, o.available, o.owner_id.as_str()),
+        (2, 1, "012345678901")
+    );
+    assert_eq!(o.tags.get("team"), Some(&team));
+    assert_eq!(x.available, 0);
+    assert_eq!(b.reservation_type, ReservationType::CapacityBlock);
+    assert_eq!(
+        b.end_time.map(|t| t.to_string()),
+        Some("2030-01-01T00:00:00Z".to_owned())
+    );
+    let term: nodewright::config::nodeclass::CapacityReservationSelectorTermSpec =
+        serde_json::from_value(serde_json::json!({"tags": {"team": team}})).expect("term");
+    let selected = nodewright::provisioning::reservations::select(&[term], &all);
+    assert_eq!(
+        selected.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        [open.as_str()],
+        "the term selects by tag"
+    );
+
+    // Into the reservation.
+    let mut req = request(
+        "reserved",
+        vec![
+            offering("m5.large", &za, "reserved", 0.096 / 10_000_000.0),
+            offering("m5.large", &za, "on-demand", 0.096),
+        ],
+    );
+    req.reservations = vec![o.clone()];
+    let launched = cloud.launch(&req).await.expect("launch");
+    let i = &launched.instance;
+    assert_eq!(
+        (
+            i.capacity_type.as_str(),
+            i.capacity_reservation_id.as_deref(),
+            i.capacity_reservation_type
+        ),
+        (
+            "reserved",
+            Some(open.as_str()),
+            Some(ReservationType::Default)
+        )
+    );
+    assert!(i.price < 0.0001, "{}", i.price);
+    assert!(launched.unavailable.is_empty());
+    let templates = f.launch_templates().await;
+    let mut targeted = Vec::new();
+    for t in &templates {
+        let version = f
+            .ec2()
+            .describe_launch_template_versions()
+            .launch_template_name(t.launch_template_name().expect("name"))
+            .versions("$Latest")
+            .send()
+            .await
+            .expect("DescribeLaunchTemplateVersions");
+        let data = version.launch_template_versions()[0]
+            .launch_template_data()
+            .cloned()
+            .expect("data");
+        if let Some(target) = data
+            .capacity_reservation_specification()
+            .and_then(|c| c.capacity_reservation_target())
+        {
+            targeted.push(target.capacity_reservation_id().map(str::to_owned));
+            let user_data = base64::engine::general_purpose::STANDARD
+                .decode(data.user_data().expect("user data"))
+                .expect("base64");
+            let user_data = String::from_utf8_lossy(&user_data);
+            assert!(
+                user_data.contains(&format!("karpenter.k8s.aws/capacity-reservation-id={open}"))
+                    && user_data.contains("karpenter.sh/capacity-type=reserved"),
+                "{user_data}"
+            );
+        }
+    }
+    assert_eq!(
+        targeted,
+        [Some(open.clone())],
+        "one template targets the reservation"
+    );
+
+    // A full reservation: the on-demand option, in the same launch.
+    let reserved_key = OfferingKey {
+        capacity_type: "reserved".into(),
+        instance_type: "m5.large".into(),
+        zone: za.clone(),
+    };
+    let mut req = request(
+        "reserved",
+        vec![
+            offering("m5.large", &za, "reserved", 0.096 / 10_000_000.0),
+            offering("m5.large", &za, "on-demand", 0.096),
+        ],
+    );
+    req.reservations = vec![x.clone()];
+    let launched = cloud.launch(&req).await.expect("falls back");
+    assert_eq!(launched.instance.capacity_type, "on-demand");
+    assert_eq!(launched.instance.capacity_reservation_id, None);
+    assert_eq!(launched.unavailable, vec![reserved_key.clone()]);
+
+    // Only reserved options, all full: no capacity, nothing launched.
+    let mut req = request(
+        "reserved",
+        vec![offering("m5.large", &za, "reserved", 0.096 / 10_000_000.0)],
+    );
+    req.reservations = vec![x];
+    match cloud.launch(&req).await {
+        Err(CloudError::InsufficientCapacity { offerings, message }) => {
+            assert_eq!(offerings, vec![reserved_key]);
+            assert!(message.contains("ReservationCapacityExceeded"), "{message}");
+        }
+        other => panic!("expected insufficient capacity, got {other:?}"),
+    }
+    assert!(f.instances_of_claim(&req.claim_id).await.is_empty());
 }

@@ -67,6 +67,7 @@ fn request_for(pool: &str, offering: PricedOffering) -> LaunchRequest {
         labels: [("karpenter.sh/nodepool".to_owned(), pool.to_owned())].into(),
         taints: Vec::new(),
         kubelet: KubeletConfig::default(),
+        reservations: Vec::new(),
     }
 }
 

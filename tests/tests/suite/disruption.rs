@@ -40,4 +40,6 @@ scenarios! {
     a_balanced_pool_keeps_a_node_whose_saving_does_not_justify_its_disruption => "balanced.yaml",
     a_node_overlay_price_steers_the_launch => "node-overlay.yaml",
     a_pod_that_selects_dedicated_tenancy_gets_a_dedicated_node => "dedicated-tenancy.yaml",
+    capacity_reservations_are_used_first_and_fallen_back_from_when_full => "capacity-reservations.yaml",
+    a_capacity_block_is_drained_before_it_ends => "capacity-block-expiry.yaml",
 }

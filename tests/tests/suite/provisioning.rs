@@ -578,6 +578,7 @@ async fn an_orphan_instance_is_adopted_and_terminated_only_when_it_never_registe
         labels: Default::default(),
         taints: vec![],
         kubelet: Default::default(),
+        reservations: Vec::new(),
     };
     let ghost = sim
         .cloud

@@ -14,18 +14,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use aws_sdk_ec2::types::{
-    ConnectionTrackingSpecificationRequest, DefaultTargetCapacityType, Filter,
-    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    CapacityReservationTarget, ConnectionTrackingSpecificationRequest, DefaultTargetCapacityType,
+    Filter, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
     FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType,
     InstanceLifecycle, LaunchTemplateBlockDeviceMappingRequest,
-    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceMetadataTagsState,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
-    LaunchTemplatesMonitoringRequest, OnDemandOptionsRequest, RequestLaunchTemplateData,
-    ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
-    TargetCapacitySpecificationRequest, Tenancy, VolumeType,
+    LaunchTemplatesMonitoringRequest, MarketType, OnDemandOptionsRequest,
+    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag,
+    TagSpecification, TargetCapacitySpecificationRequest, Tenancy, VolumeType,
 };
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -255,7 +256,90 @@ fn tag(k: &str, v: &str) -> Tag {
 }
 
 impl<P: PriceSource> Ec2Cloud<P> {
+    /// A claim's launch: into a capacity reservation when a `reserved`
+    /// option has a target with room (cheapest first, each its own
+    /// CreateFleet on a template that targets the reservation); when every
+    /// reservation tried is full (`ReservationCapacityExceeded`, reported
+    /// as unavailable), on the claim's on-demand or spot options.
     pub(super) async fn launch_claim(&self, req: &LaunchRequest) -> Result<Launched, CloudError> {
+        let mut reserved: Vec<&PricedOffering> = req
+            .options
+            .iter()
+            .filter(|o| o.capacity_type == labels::CAPACITY_TYPE_RESERVED)
+            .collect();
+        if reserved.is_empty() {
+            return self.launch_with(req, None).await;
+        }
+        reserved.sort_by(|a, b| a.price.total_cmp(&b.price));
+        let mut full = Vec::new();
+        for o in reserved {
+            let key = OfferingKey {
+                capacity_type: o.capacity_type.clone(),
+                instance_type: o.instance_type.clone(),
+                zone: o.zone.clone(),
+            };
+            let Some(target) = req.reservations.iter().find(|r| {
+                r.instance_type == o.instance_type && r.zone == o.zone && r.available > 0
+            }) else {
+                full.push(key);
+                continue;
+            };
+            let mut one = req.clone();
+            // A CreateFleet of its own: a failed one is not replayed for the fallback.
+            one.client_token = format!("{}-{}", req.client_token, target.id);
+            one.options = vec![PricedOffering {
+                capacity_type: labels::CAPACITY_TYPE_ON_DEMAND.to_owned(),
+                ..o.clone()
+            }];
+            match self.launch_with(&one, Some(target)).await {
+                Ok(mut launched) => {
+                    let i = &mut launched.instance;
+                    i.capacity_type = labels::CAPACITY_TYPE_RESERVED.to_owned();
+                    i.capacity_reservation_id = Some(target.id.clone());
+                    i.capacity_reservation_type = Some(target.reservation_type);
+                    i.price = o.price;
+                    launched.unavailable = full;
+                    return Ok(launched);
+                }
+                Err(CloudError::InsufficientCapacity { message, .. }) => {
+                    warn!(nodeclaim = %req.claim_id, capacity_reservation_id = %target.id, %message, "the capacity reservation is full");
+                    full.push(key);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut rest = req.clone();
+        rest.options
+            .retain(|o| o.capacity_type != labels::CAPACITY_TYPE_RESERVED);
+        if rest.options.is_empty() {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: full,
+                message: "ReservationCapacityExceeded: no capacity reservation the nodeclaim may use has room".to_owned(),
+            });
+        }
+        match self.launch_with(&rest, None).await {
+            Ok(mut launched) => {
+                launched.unavailable.extend(full);
+                Ok(launched)
+            }
+            Err(CloudError::InsufficientCapacity {
+                mut offerings,
+                message,
+            }) => {
+                offerings.extend(full);
+                Err(CloudError::InsufficientCapacity { offerings, message })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One launch of `req`'s options (none reserved), into `reservation`
+    /// when given (then its options are the on-demand ones of that type and zone).
+    async fn launch_with(
+        &self,
+        req: &LaunchRequest,
+        reservation: Option<&crate::cloud::CapacityReservation>,
+    ) -> Result<Launched, CloudError> {
         let started = Instant::now();
         if req.options.is_empty() {
             return Err(CloudError::Invalid(format!(
@@ -389,6 +473,17 @@ impl<P: PriceSource> Ec2Cloud<P> {
 
             let mut node_labels = req.labels.clone();
             node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+            if let Some(r) = reservation {
+                node_labels.insert(
+                    labels::CAPACITY_TYPE.to_owned(),
+                    labels::CAPACITY_TYPE_RESERVED.to_owned(),
+                );
+                node_labels.insert(labels::CAPACITY_RESERVATION_ID.to_owned(), r.id.clone());
+                node_labels.insert(
+                    labels::CAPACITY_RESERVATION_TYPE.to_owned(),
+                    r.reservation_type.as_str().to_owned(),
+                );
+            }
             let mut specs: Vec<(String, TemplateSpec)> = Vec::new();
             for g in &mut groups {
                 let key = AmiKey {
@@ -434,6 +529,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 // The claim's tenancy (`provisioning::plan::tenancy`).
                 settings.dedicated = req.labels.get(labels::INSTANCE_TENANCY).map(String::as_str)
                     == Some(labels::TENANCY_DEDICATED);
+                settings.capacity_reservation = reservation.map(|r| r.id.clone());
+                settings.capacity_block = reservation.is_some_and(|r| {
+                    r.reservation_type == crate::cloud::ReservationType::CapacityBlock
+                });
                 let spec = self.template_spec(
                     class_name, class, settings, &req.pool, image_id, user_data, &network,
                 );
@@ -457,7 +556,16 @@ impl<P: PriceSource> Ec2Cloud<P> {
         }
         let resource_tags = self.owned_tags(class_name, class, &req.pool, Some(&req.claim_id));
         let result = self
-            .create_fleet(req, capacity_type, &groups, &network, resource_tags)
+            .create_fleet(
+                req,
+                capacity_type,
+                reservation.is_some_and(|r| {
+                    r.reservation_type == crate::cloud::ReservationType::CapacityBlock
+                }),
+                &groups,
+                &network,
+                resource_tags,
+            )
             .await;
         if let Err(e) = &result
             && e.to_string().contains("InvalidLaunchTemplate")
@@ -1030,6 +1138,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         &self,
         req: &LaunchRequest,
         capacity_type: &str,
+        capacity_block: bool,
         groups: &[Group<'_>],
         network: &Network,
         resource_tags: BTreeMap<String, String>,
@@ -1088,6 +1197,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     .total_target_capacity(1)
                     .default_target_capacity_type(if spot {
                         DefaultTargetCapacityType::Spot
+                    } else if capacity_block {
+                        DefaultTargetCapacityType::CapacityBlock
                     } else {
                         DefaultTargetCapacityType::OnDemand
                     })
@@ -1323,6 +1434,24 @@ fn template_data(spec: &TemplateSpec) -> RequestLaunchTemplateData {
                 .build(),
         );
     }
+    if let Some(id) = &s.capacity_reservation {
+        data = data.capacity_reservation_specification(
+            LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                .capacity_reservation_target(
+                    CapacityReservationTarget::builder()
+                        .capacity_reservation_id(id)
+                        .build(),
+                )
+                .build(),
+        );
+        if s.capacity_block {
+            data = data.instance_market_options(
+                LaunchTemplateInstanceMarketOptionsRequest::builder()
+                    .market_type(MarketType::CapacityBlock)
+                    .build(),
+            );
+        }
+    }
     if let Some(profile) = &spec.instance_profile {
         data = data.iam_instance_profile(
             LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
@@ -1428,6 +1557,8 @@ pub(crate) fn fleet_outcome(
             image_id: None,
             subnet_id: None,
             security_group_ids: Vec::new(),
+            capacity_reservation_id: None,
+            capacity_reservation_type: None,
         };
         return Ok(Launched {
             instance,
@@ -1538,6 +1669,7 @@ mod tests {
             labels: BTreeMap::new(),
             taints: vec![],
             kubelet: Default::default(),
+            reservations: Vec::new(),
         };
         let keys = vec![
             key("m5.large", "za"),

@@ -22,6 +22,7 @@
 
 pub mod catalog;
 mod launch;
+mod reservations;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -361,8 +362,11 @@ fn to_instance(
         .and_then(|p| p.availability_zone())
         .unwrap_or_default()
         .to_owned();
+    let reservation = i.capacity_reservation_id().map(str::to_owned);
     let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
         labels::CAPACITY_TYPE_SPOT
+    } else if reservation.is_some() {
+        labels::CAPACITY_TYPE_RESERVED
     } else {
         labels::CAPACITY_TYPE_ON_DEMAND
     };
@@ -401,6 +405,9 @@ fn to_instance(
             .iter()
             .filter_map(|g| g.group_id().map(str::to_owned))
             .collect(),
+        capacity_reservation_id: reservation,
+        // DescribeInstances does not say; the launch that made it does.
+        capacity_reservation_type: None,
     })
 }
 
@@ -496,6 +503,12 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
         template: &crate::ports::LaunchTemplate,
     ) -> Result<bool, CloudError> {
         self.delete_template(template).await
+    }
+
+    async fn capacity_reservations(
+        &self,
+    ) -> Result<Vec<crate::cloud::CapacityReservation>, CloudError> {
+        self.list_capacity_reservations().await
     }
 
     /// Prices come from the cached catalog (0 when this process has not loaded it yet).
