@@ -15,7 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use serde::{Deserialize, Serialize};
 
 pub use jiff::{SignedDuration, Timestamp};
@@ -551,6 +551,15 @@ pub trait Cluster: Send + Sync {
     fn storage_classes(
         &self,
     ) -> impl Future<Output = Result<Vec<StorageClass>, ClusterError>> + Send;
+    /// Every node's CSINode (what each CSI driver registered there, with
+    /// its volume attach limit), read with the volume listings.
+    fn csi_nodes(&self) -> impl Future<Output = Result<Vec<CSINode>, ClusterError>> + Send;
+    /// The VolumeAttachments of node `node` (`spec.nodeName`): volumes
+    /// attached there, which a removal waits to see detach.
+    fn volume_attachments(
+        &self,
+        node: &str,
+    ) -> impl Future<Output = Result<Vec<VolumeAttachment>, ClusterError>> + Send;
     /// Binds a pending pod to a node (the Binding subresource).
     fn bind(
         &self,

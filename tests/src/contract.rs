@@ -125,6 +125,27 @@ pub trait ContractCluster {
     async fn node(&self, name: &str) -> Option<Node>;
     /// Events recorded about objects of this namespace.
     async fn events(&self) -> Vec<ClusterEvent>;
+    /// A cluster-scoped storage object (a CSINode, a VolumeAttachment), as
+    /// the CSI driver's node plugin or the attach/detach controller writes it.
+    async fn create_storage_object(&self, object: Value);
+}
+
+/// A VolumeAttachment of persistent volume `volume` to `node`.
+pub fn volume_attachment_object(name: &str, node: &str, volume: &str) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": { "name": name },
+        "spec": { "attacher": "ebs.csi.aws.com", "nodeName": node, "source": { "persistentVolumeName": volume } }
+    })
+}
+
+/// The CSINode of `node`: one driver that attaches at most `count` volumes.
+pub fn csi_node_object(node: &str, driver: &str, count: i32) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": { "name": node },
+        "spec": { "drivers": [{ "name": driver, "nodeID": format!("i-{node}"), "allocatable": { "count": count } }] }
+    })
 }
 
 // ---------------------------------------------------------------- in memory
@@ -236,6 +257,10 @@ impl ContractCluster for SimFixture {
             .map(|(_, e)| e)
             .filter(|e| e.namespace.as_deref() == Some(self.namespace.as_str()))
             .collect()
+    }
+
+    async fn create_storage_object(&self, object: Value) {
+        self.cluster.apply(&object).expect("storage object");
     }
 }
 
@@ -468,5 +493,26 @@ impl ContractCluster for KubeFixture {
             out.extend(std::iter::repeat_n(event, times as usize));
         }
         out
+    }
+
+    async fn create_storage_object(&self, object: Value) {
+        use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+        match object["kind"].as_str() {
+            Some("CSINode") => {
+                let o: CSINode = serde_json::from_value(object).expect("csinode");
+                Api::<CSINode>::all(self.admin.clone())
+                    .create(&PostParams::default(), &o)
+                    .await
+                    .expect("create csinode");
+            }
+            Some("VolumeAttachment") => {
+                let o: VolumeAttachment = serde_json::from_value(object).expect("attachment");
+                Api::<VolumeAttachment>::all(self.admin.clone())
+                    .create(&PostParams::default(), &o)
+                    .await
+                    .expect("create volumeattachment");
+            }
+            other => panic!("not a storage object: {other:?}"),
+        }
     }
 }

@@ -37,7 +37,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Resource};
 use nodewright::kube::{ClientSettings, KubeCluster};
@@ -315,7 +315,8 @@ impl ApiServerCluster {
             list(&self.admin).await?,
             list(&self.admin).await?,
             list(&self.admin).await?,
-        );
+        )
+        .with_csi_nodes(list::<CSINode>(&self.admin).await?);
         Ok(Snapshot {
             pods: list(&self.admin).await?,
             nodes: list(&self.admin).await?,
@@ -390,7 +391,7 @@ struct Snapshot {
     volumes: VolumeIndex,
 }
 
-/// Deletes every pod, Deployment, DaemonSet, PDB, PVC, PV, StorageClass and Node.
+/// Deletes every pod, Deployment, DaemonSet, PDB, PVC, PV, StorageClass, CSINode and Node.
 async fn wipe(admin: &Client) -> Result<(), String> {
     let now = DeleteParams {
         grace_period_seconds: Some(0),
@@ -477,6 +478,12 @@ async fn wipe(admin: &Client) -> Result<(), String> {
     let classes: Api<StorageClass> = Api::all(admin.clone());
     for c in list::<StorageClass>(admin).await? {
         let _ = classes
+            .delete(c.metadata.name.as_deref().unwrap_or_default(), &now)
+            .await;
+    }
+    let csi_nodes: Api<CSINode> = Api::all(admin.clone());
+    for c in list::<CSINode>(admin).await? {
+        let _ = csi_nodes
             .delete(c.metadata.name.as_deref().unwrap_or_default(), &now)
             .await;
     }
@@ -592,6 +599,7 @@ impl ClusterDriver for ApiServerCluster {
             "PersistentVolumeClaim" => self.apply_namespaced::<PersistentVolumeClaim>(object).await,
             "PersistentVolume" => self.apply_cluster_scoped::<PersistentVolume>(object).await,
             "StorageClass" => self.apply_cluster_scoped::<StorageClass>(object).await,
+            "CSINode" => self.apply_cluster_scoped::<CSINode>(object).await,
             other => Err(format!(
                 "the API-server driver does not apply kind {other:?}"
             )),

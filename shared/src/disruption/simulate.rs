@@ -312,6 +312,7 @@ impl<'a> Simulator<'a> {
                 requested,
                 pods,
                 unschedulable: false,
+                volume_limits: Default::default(),
             });
             self.reservations.insert(
                 claim.id.clone(),

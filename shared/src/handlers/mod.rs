@@ -44,7 +44,8 @@ impl HandlerError {
 }
 
 /// The volume listings a plan needs, read only when some pod has
-/// PVC-backed volumes (zonal volumes pin pods): three LISTs otherwise saved.
+/// PVC-backed volumes (zonal volumes pin pods; nodes' CSINodes limit how
+/// many attach): four LISTs otherwise saved.
 /// One place for the provisioner, the drain machine's replacements and the
 /// disruption decision.
 pub(crate) async fn volume_index<C: crate::ports::Cluster>(
@@ -55,11 +56,12 @@ pub(crate) async fn volume_index<C: crate::ports::Cluster>(
     if !pods.iter().any(uses_claims) {
         return Ok(VolumeIndex::default());
     }
-    let (claims, pvs, classes) = futures_util::future::try_join3(
+    let (claims, pvs, classes, csi_nodes) = futures_util::future::try_join4(
         cluster.persistent_volume_claims(),
         cluster.persistent_volumes(),
         cluster.storage_classes(),
+        cluster.csi_nodes(),
     )
     .await?;
-    Ok(VolumeIndex::new(claims, pvs, classes))
+    Ok(VolumeIndex::new(claims, pvs, classes).with_csi_nodes(csi_nodes))
 }

@@ -1027,7 +1027,7 @@ impl<P: PortSet> Provisioner<P> {
                         .collect();
                     let owned: Vec<Pod> = to_bind.iter().map(|p| (*p).clone()).collect();
                     let volume_index = super::volume_index(cluster, &owned).await?;
-                    let mut admission = Admission::new(&nodes, &scheduled);
+                    let mut admission = Admission::new(&nodes, &scheduled, &volume_index);
                     for pod in &bind {
                         let Some(p) = to_bind
                             .iter()

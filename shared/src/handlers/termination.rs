@@ -175,6 +175,8 @@ struct Seen {
     node: Option<Node>,
     pods: Vec<Pod>,
     claims: Vec<Claim>,
+    /// The node's VolumeAttachments the removal waits for, once drained.
+    attachments: Vec<String>,
 }
 
 async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerError> {
@@ -202,7 +204,63 @@ async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerE
         }
         None => (None, Vec::new()),
     };
-    Ok(Seen { node, pods, claims })
+    // Only a drained node waits for its volumes: listed once it is.
+    let drained = || {
+        crate::termination::drain::plan(&pods, ports.clock().now(), command.spec.deadline)
+            .is_drained()
+    };
+    let attachments = match &node {
+        Some(n) if command.step == Step::Drain && drained() => {
+            awaited_attachments(ports, n.metadata.name.as_deref().unwrap_or_default(), &pods)
+                .await?
+        }
+        _ => Vec::new(),
+    };
+    Ok(Seen {
+        node,
+        pods,
+        claims,
+        attachments,
+    })
+}
+
+/// The node's VolumeAttachments a removal waits for (see
+/// `drain::awaited_attachments`); the claims are read only when a pod the
+/// drain leaves has PVC-backed volumes.
+async fn awaited_attachments<P: PortSet>(
+    ports: &P,
+    node: &str,
+    pods: &[Pod],
+) -> Result<Vec<String>, HandlerError> {
+    let attachments = ports.cluster().volume_attachments(node).await?;
+    if attachments.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = ports.clock().now();
+    let left_with_claims = pods.iter().any(|p| {
+        !crate::termination::drain::is_drainable(p, now)
+            && crate::scheduling::volumes::uses_claims(p)
+    });
+    let mut claims = BTreeMap::new();
+    if left_with_claims {
+        for c in ports.cluster().persistent_volume_claims().await? {
+            let volume = c.spec.as_ref().and_then(|s| s.volume_name.clone());
+            if let Some(v) = volume.filter(|v| !v.is_empty()) {
+                let ns = c
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_owned());
+                claims.insert((ns, c.metadata.name.clone().unwrap_or_default()), v);
+            }
+        }
+    }
+    Ok(crate::termination::drain::awaited_attachments(
+        &attachments,
+        pods,
+        &claims,
+        now,
+    ))
 }
 
 /// Advances one command until it has to wait, finishes, or another
@@ -240,6 +298,7 @@ pub async fn advance_before<P: PortSet>(
             pods: &seen.pods,
             claim: seen.claims.iter().find(|c| c.id == command.id),
             claims: &seen.claims,
+            attachments: &seen.attachments,
         };
         let step_move = machine::next(&command, &view);
         let outcome = match step_move {
@@ -274,6 +333,23 @@ pub async fn advance_before<P: PortSet>(
                 next.step = Step::Replace;
                 next.milestones.tainted_at = Some(ports.clock().now());
                 write(ports, &command, next).await?
+            }
+            Move::ExcludeFromLoadBalancers { node } => {
+                let label = BTreeMap::from([(
+                    crate::termination::EXCLUDE_FROM_LOAD_BALANCERS.to_owned(),
+                    crate::termination::EXCLUDE_FROM_LOAD_BALANCERS_VALUE.to_owned(),
+                )]);
+                match ports
+                    .cluster()
+                    .label_node(&node, &label, &BTreeMap::new())
+                    .await
+                {
+                    // A node gone meanwhile is seen as gone on the next look.
+                    Ok(()) | Err(ClusterError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                info!(node = %node, "excluded node from external load balancers");
+                Some(command)
             }
             Move::Replace => plan_replacements(ports, config, &command, &seen, now).await?,
             Move::LaunchReplacements { claims } => {

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     DeleteOptions, MicroTime, ObjectMeta, Preconditions as K8sPreconditions, Time,
 };
@@ -402,6 +402,24 @@ impl Cluster for KubeCluster {
         let api: Api<StorageClass> = Api::all(self.client.clone());
         self.list_all(&api, "list storageclasses.storage.k8s.io", None)
             .await
+    }
+
+    async fn csi_nodes(&self) -> Result<Vec<CSINode>, ClusterError> {
+        let api: Api<CSINode> = Api::all(self.client.clone());
+        self.list_all(&api, "list csinodes.storage.k8s.io", None)
+            .await
+    }
+
+    async fn volume_attachments(&self, node: &str) -> Result<Vec<VolumeAttachment>, ClusterError> {
+        // VolumeAttachments have no field selector on spec.nodeName.
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let all = self
+            .list_all(&api, "list volumeattachments.storage.k8s.io", None)
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|a| a.spec.node_name == node)
+            .collect())
     }
 
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {

@@ -108,6 +108,10 @@ pub struct ExistingNode {
     pub pods: Vec<SchedPod>,
     /// Cordoned or being deleted: counts for topology, takes no pods.
     pub unschedulable: bool,
+    /// Per CSI driver, the most volumes it attaches (its CSINode); its
+    /// pods' `attachments` count against them. Empty: no limit (an
+    /// in-flight claim, a node whose driver has not registered).
+    pub volume_limits: crate::scheduling::volumes::VolumeLimits,
 }
 
 #[derive(Debug, Clone, Copy)]

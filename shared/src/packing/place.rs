@@ -13,11 +13,14 @@ use crate::scheduling::pod::HostPort;
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::taints::first_untolerated;
 use crate::scheduling::topology::{Candidate, HostId};
+use crate::scheduling::volumes::{Attachment, within_limits};
 
 #[derive(Debug, Clone)]
 pub(super) struct NodeState {
     pub(super) used: Resources,
     pub(super) ports: Vec<HostPort>,
+    /// The volumes its pods attach, sorted (held to `volume_limits`).
+    pub(super) volumes: Vec<Attachment>,
 }
 
 /// A refusal; `permanent` ones let the class cursor move past the host.
@@ -200,6 +203,13 @@ impl<'a> Solver<'a> {
         {
             return Err(FINAL);
         }
+        // Attach limits are per pod (pods of a class may use other
+        // claims): a refusal for now, which another pod of the class may
+        // not meet.
+        let wanted = &self.pods[i].attachments;
+        if !within_limits(&node.volume_limits, &state.volumes, wanted) {
+            return Err(FOR_NOW);
+        }
         let cand = Candidate::Node {
             host: n as HostId,
             labels: &node.labels,
@@ -216,6 +226,11 @@ impl<'a> Solver<'a> {
         let state = &mut self.node_state[n];
         state.used.add(&cls.shape.requests);
         state.ports.extend(cls.shape.ports.iter().copied());
+        if !wanted.is_empty() {
+            state.volumes.extend(wanted.iter().cloned());
+            state.volumes.sort();
+            state.volumes.dedup();
+        }
         if !cls.shape.topo.is_empty() {
             self.topology.record(&cls.shape.topo, cand, &node.taints);
         }

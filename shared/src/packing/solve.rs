@@ -294,6 +294,7 @@ impl<'a> Solver<'a> {
                 .map(|n| NodeState {
                     used: n.requested.clone(),
                     ports: Vec::new(),
+                    volumes: Vec::new(),
                 })
                 .collect(),
             claims: Vec::new(),
@@ -339,7 +340,12 @@ impl<'a> Solver<'a> {
                 solver.node_state[i]
                     .ports
                     .extend(p.host_ports.iter().copied());
+                solver.node_state[i]
+                    .volumes
+                    .extend(p.attachments.iter().cloned());
             }
+            solver.node_state[i].volumes.sort();
+            solver.node_state[i].volumes.dedup();
         }
         solver
     }

@@ -17,7 +17,9 @@
 //!   required affinity finds a selected pod in the domain (or none anywhere
 //!   and it selects itself);
 //! - none of its claims waits for its first consumer: kube-scheduler must
-//!   bind such a pod (it picks the volume's node as it binds).
+//!   bind such a pod (it picks the volume's node as it binds);
+//! - its volumes stay within the node's attach limits (its CSINode's count
+//!   per CSI driver, the claims of the pods there counted once each).
 
 use std::collections::BTreeMap;
 
@@ -28,7 +30,7 @@ use crate::scheduling::SchedPod;
 use crate::scheduling::labels;
 use crate::scheduling::pod::{AffinityTerm, HostPort};
 use crate::scheduling::taints::{Taint, first_untolerated};
-use crate::scheduling::volumes::{self, VolumeIndex};
+use crate::scheduling::volumes::{self, Attachment, VolumeIndex, VolumeLimits};
 
 use super::claim::is_registration_taint;
 
@@ -47,12 +49,16 @@ struct NodeState {
     allocatable: Resources,
     requested: Resources,
     ports: Vec<HostPort>,
+    volume_limits: VolumeLimits,
+    /// The volumes its pods attach, sorted.
+    volumes: Vec<Attachment>,
 }
 
 impl Admission {
     /// From the cluster's nodes and the pods bound to them (finished and
-    /// terminating pods hold no room).
-    pub fn new(nodes: &[Node], bound: &[Pod]) -> Self {
+    /// terminating pods hold no room); `volumes` gives the nodes' attach
+    /// limits and the bound pods' volumes (empty: no limit is checked).
+    pub fn new(nodes: &[Node], bound: &[Pod], volumes: &VolumeIndex) -> Self {
         let mut a = Admission::default();
         for n in nodes {
             let name = n.metadata.name.clone().unwrap_or_default();
@@ -68,12 +74,14 @@ impl Admission {
                 .and_then(|s| s.allocatable.as_ref())
                 .and_then(|l| Resources::from_list(l).ok())
                 .unwrap_or_default();
+            let volume_limits = volumes.limits_of(&name);
             a.nodes.insert(
                 name,
                 NodeState {
                     labels: n.metadata.labels.clone().unwrap_or_default(),
                     taints,
                     allocatable,
+                    volume_limits,
                     ..Default::default()
                 },
             );
@@ -96,7 +104,7 @@ impl Admission {
                 continue;
             }
             if let Ok(sp) = SchedPod::from_pod(p) {
-                a.place(sp, &node);
+                a.place(super::plan::with_attachments(sp, p, volumes), &node);
             }
         }
         a
@@ -106,6 +114,11 @@ impl Admission {
         if let Some(n) = self.nodes.get_mut(node) {
             n.requested.add(&sp.requests);
             n.ports.extend(sp.host_ports.iter().copied());
+            if !sp.attachments.is_empty() {
+                n.volumes.extend(sp.attachments.iter().cloned());
+                n.volumes.sort();
+                n.volumes.dedup();
+            }
         }
         self.placed.push((sp, node.to_owned()));
     }
@@ -119,7 +132,10 @@ impl Admission {
         node: &str,
         volumes: Option<&VolumeIndex>,
     ) -> Result<(), String> {
-        let sp = SchedPod::from_pod(pod).map_err(|e| e.to_string())?;
+        let mut sp = SchedPod::from_pod(pod).map_err(|e| e.to_string())?;
+        if let Some(index) = volumes {
+            sp = super::plan::with_attachments(sp, pod, index);
+        }
         let Some(n) = self.nodes.get(node) else {
             return Err(format!("node {node} is not in the cluster"));
         };
@@ -152,6 +168,16 @@ impl Admission {
             return Err(format!(
                 "host port {}/{:?} is taken on the node",
                 p.port, p.protocol
+            ));
+        }
+        if !volumes::within_limits(&n.volume_limits, &n.volumes, &sp.attachments) {
+            return Err(format!(
+                "its volumes would pass the node's attach limits ({})",
+                n.volume_limits
+                    .iter()
+                    .map(|(d, c)| format!("{d}: {c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         self.inter_pod(&sp, node)?;
@@ -271,7 +297,7 @@ mod tests {
             json!({"team": "a", "topology.kubernetes.io/zone": "z1"}),
             json!([]),
         )];
-        let mut a = Admission::new(&nodes, &[]);
+        let mut a = Admission::new(&nodes, &[], &VolumeIndex::default());
         let wants = |team: &str| pod("p", json!({"nodeSelector": {"team": team}}), json!({}));
         assert!(a.admit(&wants("a"), "n", None).is_ok());
         let e = a.admit(&wants("b"), "n", None).expect_err("wrong team");
@@ -308,7 +334,7 @@ mod tests {
             ),
             "n",
         );
-        let mut a = Admission::new(&nodes, &[daemon]);
+        let mut a = Admission::new(&nodes, &[daemon], &VolumeIndex::default());
         let plain = pod("plain", json!({}), json!({}));
         assert!(
             a.admit(&plain, "n", None)
@@ -355,7 +381,7 @@ mod tests {
             ),
             "b1",
         );
-        let mut a = Admission::new(&nodes, &[web, lonely]);
+        let mut a = Admission::new(&nodes, &[web, lonely], &VolumeIndex::default());
         let follower = pod(
             "follower",
             json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -373,5 +399,51 @@ mod tests {
         let e = a.admit(&db, "b1", None).expect_err("repelled");
         assert!(e.contains("default/lonely"), "{e}");
         assert!(a.admit(&db, "a1", None).is_ok());
+    }
+
+    /// A bound claim of a driver whose CSINode count on the node is used
+    /// up is not bound there; a claim already attached there is.
+    #[test]
+    fn volumes_past_the_nodes_attach_limit_are_left_to_kube_scheduler() {
+        let claim = |name: &str| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                "spec": {"volumeName": format!("pv-{name}")},
+            }))
+            .expect("claim")
+        };
+        let volume = |name: &str| -> k8s_openapi::api::core::v1::PersistentVolume {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("pv-{name}")},
+                "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": name}},
+            }))
+            .expect("volume")
+        };
+        let csi: k8s_openapi::api::storage::v1::CSINode = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i", "allocatable": {"count": 1}}]},
+        }))
+        .expect("csinode");
+        let index = VolumeIndex::new(
+            vec![claim("a"), claim("b")],
+            vec![volume("a"), volume("b")],
+            Vec::new(),
+        )
+        .with_csi_nodes(vec![csi]);
+        let uses = |name: &str, c: &str| {
+            pod(
+                name,
+                json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": c}}]}),
+                json!({}),
+            )
+        };
+        let nodes = [node("n", json!({}), json!([]))];
+        let mut a = Admission::new(&nodes, &[bound(uses("first", "a"), "n")], &index);
+        let e = a
+            .admit(&uses("second", "b"), "n", Some(&index))
+            .expect_err("over the limit");
+        assert!(e.contains("attach limits (ebs.csi.aws.com: 1)"), "{e}");
+        a.admit(&uses("reader", "a"), "n", Some(&index))
+            .expect("the same claim attaches once");
     }
 }

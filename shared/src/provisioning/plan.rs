@@ -200,7 +200,10 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
     let mut pods_by_node: HashMap<&str, Vec<SchedPod>> = HashMap::new();
     for p in s.scheduled {
         if let (Some(node), Ok(sp)) = (node_of_pod(p), SchedPod::from_pod(p)) {
-            pods_by_node.entry(node).or_default().push(sp);
+            pods_by_node
+                .entry(node)
+                .or_default()
+                .push(with_attachments(sp, p, s.volumes));
         }
     }
     // A claim's pods by uid: pending pods nominated to it, and pods still
@@ -227,7 +230,7 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         c.pods
             .iter()
             .filter_map(|k| nominated.get(k.uid.as_str()))
-            .filter_map(|p| SchedPod::from_pod(p).ok())
+            .filter_map(|p| Some(with_attachments(SchedPod::from_pod(p).ok()?, p, s.volumes)))
             .collect()
     };
     let claim_by_provider: HashMap<&str, &Claim> = s
@@ -243,6 +246,7 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
             .remove(n.metadata.name.as_deref().unwrap_or_default())
             .unwrap_or_default();
         let mut node = existing_node(n, pods);
+        node.volume_limits = s.volumes.limits_of(&node.name);
         node.unschedulable |= lost_readiness(n, s.now);
         if let Some(c) = provider_id(n).and_then(|id| claim_by_provider.get(id)) {
             // Our node: the unregistered and binding taints are ours to
@@ -296,9 +300,19 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
             requested,
             pods,
             unschedulable: false,
+            volume_limits: Default::default(),
         });
     }
     out
+}
+
+/// A pod with the volumes it attaches (`SchedPod::attachments`), for the
+/// attach limits of the node it is on or bound for.
+pub fn with_attachments(mut sp: SchedPod, p: &Pod, volumes: &VolumeIndex) -> SchedPod {
+    if crate::scheduling::volumes::uses_claims(p) {
+        sp.attachments = crate::scheduling::volumes::attachments(p, volumes);
+    }
+    sp
 }
 
 /// How long a node that is not Ready still counts as room for pending
@@ -357,6 +371,7 @@ pub fn existing_node(n: &Node, pods: Vec<SchedPod>) -> ExistingNode {
             .unwrap_or_default(),
         requested: sum_requests(&pods),
         pods,
+        volume_limits: Default::default(),
         unschedulable: n.metadata.deletion_timestamp.is_some()
             || n.spec
                 .as_ref()

@@ -172,6 +172,10 @@ pub struct SchedPod {
     /// What the pod's persistent volumes require of its node (a zone); see
     /// [`SchedPod::from_pod_with_volumes`]. Never relaxed.
     pub volume: Requirements,
+    /// The volumes it attaches, per CSI driver (`volumes::attachments`),
+    /// held to the attach limits of existing nodes; empty unless read
+    /// with the volumes.
+    pub attachments: Vec<volumes::Attachment>,
 }
 
 /// How far a pod's preferences have been relaxed. Each step drops one more
@@ -484,6 +488,7 @@ impl SchedPod {
             host_ports,
             daemon,
             volume: Requirements::new(),
+            attachments: Vec::new(),
         })
     }
 
@@ -499,6 +504,7 @@ impl SchedPod {
                 source: Box::new(source),
             })?;
         sp.set_volume_alternatives(alternatives);
+        sp.attachments = volumes::attachments(p, index);
         Ok(sp)
     }
 

@@ -35,13 +35,25 @@
 //! The claims a pod's volumes need are looked up in a [`VolumeIndex`], built
 //! from the cluster's PVCs, PVs and StorageClasses; the handler lists them
 //! only when a pod to solve has such a volume ([`uses_claims`]).
+//!
+//! Attach limits: a node's CSINode says, per CSI driver, how many volumes
+//! of that driver the node can attach (`drivers[].allocatable.count`); the
+//! kubelet refuses a pod past it, and kube-scheduler does not place one
+//! there. [`attachments`] names a pod's volumes per driver (the claim,
+//! `namespace/name`, so pods sharing a claim count it once): a bound
+//! claim's driver is its volume's CSI driver (an in-tree EBS volume is the
+//! EBS CSI driver's, as the migration makes it), an unbound one's its
+//! class's provisioner (in-tree names translated). A claim that does not
+//! exist yet, has no class, or a volume of no CSI driver (NFS) counts for
+//! nothing, as in Karpenter. Only nodes that exist have a CSINode: a new
+//! node has no limit until its driver registers.
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
 };
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use super::labels;
 use super::requirements::{Operator, Requirement, Requirements};
@@ -107,13 +119,23 @@ pub enum VolumeError {
     },
 }
 
-/// The cluster's PVCs (by namespace and name), PVs and StorageClasses (by name).
+/// The cluster's PVCs (by namespace and name), PVs and StorageClasses (by
+/// name), and the nodes' volume attach limits (from their CSINodes).
 #[derive(Debug, Clone, Default)]
 pub struct VolumeIndex {
     claims: HashMap<(String, String), PersistentVolumeClaim>,
     volumes: HashMap<String, PersistentVolume>,
     classes: HashMap<String, StorageClass>,
+    /// Per node, per CSI driver: the most volumes it attaches.
+    limits: HashMap<String, VolumeLimits>,
 }
+
+/// Per CSI driver, the most volumes of it one node attaches.
+pub type VolumeLimits = std::collections::BTreeMap<String, u32>;
+
+/// One volume a pod attaches: the CSI driver, and the claim
+/// (`namespace/name`) that names the volume.
+pub type Attachment = (String, String);
 
 impl VolumeIndex {
     pub fn new(
@@ -141,12 +163,39 @@ impl VolumeIndex {
                 .into_iter()
                 .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
                 .collect(),
+            limits: HashMap::new(),
         }
+    }
+
+    /// The attach limits of these CSINodes (each named after its node); a
+    /// driver without `allocatable.count` has no limit.
+    pub fn with_csi_nodes(mut self, nodes: Vec<CSINode>) -> Self {
+        for n in nodes {
+            let limits: VolumeLimits = n
+                .spec
+                .drivers
+                .iter()
+                .filter_map(|d| {
+                    let count = d.allocatable.as_ref()?.count?;
+                    Some((d.name.clone(), u32::try_from(count).unwrap_or(0)))
+                })
+                .collect();
+            if !limits.is_empty() {
+                self.limits
+                    .insert(n.metadata.name.clone().unwrap_or_default(), limits);
+            }
+        }
+        self
+    }
+
+    /// The attach limits of node `node` (none known: empty, no limit).
+    pub fn limits_of(&self, node: &str) -> VolumeLimits {
+        self.limits.get(node).cloned().unwrap_or_default()
     }
 
     /// The class a claim without a class name is given: the newest default
     /// (as the admission plugin picks), by name among equals.
-    fn default_class(&self) -> Option<&str> {
+    pub fn default_class(&self) -> Option<&str> {
         self.classes
             .iter()
             .filter(|(_, c)| {
@@ -195,9 +244,111 @@ fn claim_refs(pod: &Pod) -> impl Iterator<Item = ClaimRef<'_>> {
         })
 }
 
+/// The claims (names, in the pod's namespace) the pod's volumes use: its
+/// `persistentVolumeClaim` volumes' and its ephemeral volumes'
+/// (`<pod>-<volume>`).
+pub fn claim_names(pod: &Pod) -> Vec<String> {
+    claim_refs(pod).map(|r| r.claim).collect()
+}
+
 /// True when some volume of the pod is backed by a PersistentVolumeClaim.
 pub fn uses_claims(pod: &Pod) -> bool {
     claim_refs(pod).next().is_some()
+}
+
+/// The CSI driver that serves an in-tree volume plugin since the CSI
+/// migration (the provisioner names StorageClasses use).
+fn migrated_driver(provisioner: &str) -> Option<&'static str> {
+    Some(match provisioner {
+        "kubernetes.io/aws-ebs" => "ebs.csi.aws.com",
+        "kubernetes.io/gce-pd" => "pd.csi.storage.gke.io",
+        "kubernetes.io/azure-disk" => "disk.csi.azure.com",
+        "kubernetes.io/azure-file" => "file.csi.azure.com",
+        "kubernetes.io/cinder" => "cinder.csi.openstack.org",
+        "kubernetes.io/vsphere-volume" => "csi.vsphere.vmware.com",
+        "kubernetes.io/portworx-volume" => "pxd.portworx.com",
+        _ => return None,
+    })
+}
+
+/// The volumes the pod attaches, per CSI driver (see the module's
+/// documentation), sorted, each claim once. Never fails: a volume whose
+/// driver cannot be told counts for nothing.
+pub fn attachments(pod: &Pod, index: &VolumeIndex) -> Vec<Attachment> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut out: Vec<Attachment> = claim_refs(pod)
+        .filter_map(|r| {
+            let claim = index.claims.get(&(namespace.to_owned(), r.claim.clone()))?;
+            let spec = claim.spec.as_ref()?;
+            let driver = match spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
+                Some(v) => {
+                    let pv = index.volumes.get(v)?.spec.as_ref()?;
+                    match (&pv.csi, &pv.aws_elastic_block_store) {
+                        (Some(csi), _) => csi.driver.clone(),
+                        (None, Some(_)) => "ebs.csi.aws.com".to_owned(),
+                        (None, None) => return None,
+                    }
+                }
+                None => {
+                    let class = match spec.storage_class_name.as_deref() {
+                        Some("") => return None,
+                        Some(c) => c,
+                        // The API server gives a claim without a class the
+                        // default one as it is created.
+                        None => index.default_class()?,
+                    };
+                    let sc = index.classes.get(class)?;
+                    migrated_driver(&sc.provisioner)
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| sc.provisioner.clone())
+                }
+            };
+            Some((driver, format!("{namespace}/{}", r.claim)))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The persistent volumes a pod uses that a CSI driver attaches to its
+/// node: (driver, volume name) for each claim bound to a volume of a CSI
+/// driver (an in-tree EBS volume is the EBS CSI driver's).
+pub fn attached_volumes(pod: &Pod, index: &VolumeIndex) -> Vec<(String, String)> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    claim_refs(pod)
+        .filter_map(|r| {
+            let claim = index.claims.get(&(namespace.to_owned(), r.claim))?;
+            let name = claim.spec.as_ref()?.volume_name.as_deref()?;
+            let pv = index.volumes.get(name)?.spec.as_ref()?;
+            let driver = match (&pv.csi, &pv.aws_elastic_block_store) {
+                (Some(csi), _) => csi.driver.clone(),
+                (None, Some(_)) => "ebs.csi.aws.com".to_owned(),
+                (None, None) => return None,
+            };
+            Some((driver, name.to_owned()))
+        })
+        .collect()
+}
+
+/// True when a node whose pods already attach `used` (sorted) can also
+/// attach `wanted` within `limits`: per driver, the claims of both, each
+/// once, are at most its limit. A driver without a limit takes any number.
+pub fn within_limits(limits: &VolumeLimits, used: &[Attachment], wanted: &[Attachment]) -> bool {
+    if limits.is_empty() || wanted.is_empty() {
+        return true;
+    }
+    limits.iter().all(|(driver, &limit)| {
+        let new = wanted
+            .iter()
+            .filter(|a| &a.0 == driver && used.binary_search(a).is_err())
+            .count();
+        if new == 0 {
+            return true;
+        }
+        let have = used.iter().filter(|a| &a.0 == driver).count();
+        have + new <= limit as usize
+    })
 }
 
 /// The node requirements a pod's volumes add (empty for a pod without
@@ -872,5 +1023,94 @@ mod tests {
             e.to_string(),
             "pod shop/web-0: volume data: persistentvolumeclaim shop/data not found"
         );
+    }
+
+    fn csi_node(name: &str, drivers: Value) -> CSINode {
+        from(json!({"metadata": {"name": name}, "spec": {"drivers": drivers}}))
+    }
+
+    /// Karpenter's `pkg/scheduling/volumeusage`: a claim counts once per
+    /// driver, bound claims by their volume's driver (an in-tree EBS volume
+    /// is the EBS CSI driver's), unbound ones by their class's provisioner
+    /// (in-tree names translated, no class name: the default class); NFS
+    /// and claims not created yet count for nothing.
+    #[test]
+    fn attachments_name_each_claim_once_under_its_csi_driver() {
+        let mut intree: StorageClass = class("in-tree", "WaitForFirstConsumer", &[]);
+        intree.provisioner = "kubernetes.io/aws-ebs".to_owned();
+        let mut other = class("other", "WaitForFirstConsumer", &[]);
+        other.provisioner = "other.csi".to_owned();
+        other.metadata.annotations =
+            Some([(DEFAULT_CLASS_ANNOTATIONS[0].to_owned(), "true".to_owned())].into());
+        let index = VolumeIndex::new(
+            vec![
+                claim("csi", json!({"volumeName": "pv-csi"})),
+                claim("ebs", json!({"volumeName": "pv-ebs"})),
+                claim("nfs", json!({"volumeName": "pv-nfs"})),
+                claim("wait", json!({"storageClassName": "in-tree"})),
+                claim("default", json!({})),
+                claim("none", json!({"storageClassName": ""})),
+            ],
+            vec![
+                from(
+                    json!({"metadata": {"name": "pv-csi"}, "spec": {"csi": {"driver": "fake.csi", "volumeHandle": "h"}}}),
+                ),
+                from(
+                    json!({"metadata": {"name": "pv-ebs"}, "spec": {"awsElasticBlockStore": {"volumeID": "vol-1"}}}),
+                ),
+                from(
+                    json!({"metadata": {"name": "pv-nfs"}, "spec": {"nfs": {"server": "s", "path": "/p"}}}),
+                ),
+            ],
+            vec![intree, other],
+        );
+        let volumes: Vec<Value> = [
+            "csi", "ebs", "nfs", "wait", "default", "none", "csi", "missing",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"name": format!("v{i}"), "persistentVolumeClaim": {"claimName": c}}))
+        .collect();
+        let mut volumes = Value::Array(volumes);
+        volumes.as_array_mut().expect("array").push(json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "other"}}}}));
+        let got = attachments(&pod(volumes), &index);
+        let want: Vec<Attachment> = [
+            ("ebs.csi.aws.com", "shop/ebs"),
+            ("ebs.csi.aws.com", "shop/wait"),
+            ("fake.csi", "shop/csi"),
+            ("other.csi", "shop/default"),
+        ]
+        .iter()
+        .map(|(d, c)| ((*d).to_owned(), (*c).to_owned()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_node_takes_volumes_up_to_its_csinode_count_per_driver() {
+        let index = VolumeIndex::default().with_csi_nodes(vec![csi_node(
+            "n",
+            json!([
+                {"name": "fake.csi", "nodeID": "i", "allocatable": {"count": 2}},
+                {"name": "unlimited.csi", "nodeID": "i"}
+            ]),
+        )]);
+        let limits = index.limits_of("n");
+        assert_eq!(limits, VolumeLimits::from([("fake.csi".to_owned(), 2)]));
+        assert!(index.limits_of("other").is_empty(), "no CSINode: no limit");
+        let a = |d: &str, c: &str| (d.to_owned(), c.to_owned());
+        let used = vec![a("fake.csi", "ns/a")];
+        assert!(within_limits(&limits, &used, &[a("fake.csi", "ns/b")]));
+        assert!(!within_limits(
+            &limits,
+            &used,
+            &[a("fake.csi", "ns/b"), a("fake.csi", "ns/c")]
+        ));
+        // A claim already attached there counts once.
+        let full = vec![a("fake.csi", "ns/a"), a("fake.csi", "ns/b")];
+        assert!(within_limits(&limits, &full, &[a("fake.csi", "ns/a")]));
+        assert!(!within_limits(&limits, &full, &[a("fake.csi", "ns/c")]));
+        // Drivers without a limit take any number.
+        assert!(within_limits(&limits, &full, &[a("unlimited.csi", "ns/x")]));
     }
 }

@@ -22,9 +22,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{
+    CSINode, StorageClass, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+    VolumeAttachmentStatus,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::clock::SimClock;
 use super::controllers::{
@@ -40,6 +43,9 @@ use crate::resources::Resources;
 use crate::scheduling::taints::Taint;
 use crate::scheduling::volumes::VolumeIndex;
 
+/// How long the simulated CSI attacher takes to detach a volume.
+pub const DEFAULT_DETACH: SignedDuration = SignedDuration::from_secs(10);
+
 #[derive(Debug, Default)]
 struct State {
     pods: BTreeMap<(String, String), Pod>,
@@ -51,6 +57,14 @@ struct State {
     claims: BTreeMap<(String, String), PersistentVolumeClaim>,
     volumes: BTreeMap<String, PersistentVolume>,
     storage_classes: BTreeMap<String, StorageClass>,
+    /// CSINodes by name (a node's), as given: the drivers' attach limits.
+    csi_nodes: BTreeMap<String, CSINode>,
+    /// VolumeAttachments by name, as the attach/detach controller keeps
+    /// them (`SimCluster::attach_detach`).
+    attachments: BTreeMap<String, VolumeAttachment>,
+    /// How long a volume takes to detach once no pod on its node uses it
+    /// (default [`DEFAULT_DETACH`]).
+    detach: Option<SignedDuration>,
     events: Vec<(Timestamp, ClusterEvent)>,
     next_uid: u64,
     /// Something changed that the scheduler should look at.
@@ -70,7 +84,8 @@ impl State {
                 self.claims.values().cloned().collect(),
                 self.volumes.values().cloned().collect(),
                 self.storage_classes.values().cloned().collect(),
-            ),
+            )
+            .with_csi_nodes(self.csi_nodes.values().cloned().collect()),
             now,
         }
     }
@@ -263,6 +278,21 @@ impl SimCluster {
                     .as_ref()
                     .and_then(|s| s.volume_name.as_deref())
                     .is_some_and(|v| !v.is_empty());
+                // The API server's DefaultStorageClass admission: a claim
+                // created without a class name gets the default class.
+                let created = !s.claims.contains_key(&key(
+                    c.metadata.namespace.as_ref(),
+                    c.metadata.name.as_ref(),
+                ));
+                let spec = c.spec.get_or_insert_with(Default::default);
+                if spec.storage_class_name.is_none() && created {
+                    let classes = VolumeIndex::new(
+                        Vec::new(),
+                        Vec::new(),
+                        s.storage_classes.values().cloned().collect(),
+                    );
+                    spec.storage_class_name = classes.default_class().map(str::to_owned);
+                }
                 if names_volume && c.status.is_none() {
                     c.metadata
                         .annotations
@@ -288,6 +318,18 @@ impl SimCluster {
                 let c: StorageClass = serde_json::from_value(object.clone()).map_err(err)?;
                 s.storage_classes
                     .insert(c.metadata.name.clone().unwrap_or_default(), c);
+            }
+            "CSINode" => {
+                let c: CSINode = serde_json::from_value(object.clone()).map_err(err)?;
+                s.csi_nodes
+                    .insert(c.metadata.name.clone().unwrap_or_default(), c);
+            }
+            "VolumeAttachment" => {
+                // Kept while a pod on its node uses its volume, else
+                // detached as any other (`attach_detach`).
+                let a: VolumeAttachment = serde_json::from_value(object.clone()).map_err(err)?;
+                s.attachments
+                    .insert(a.metadata.name.clone().unwrap_or_default(), a);
             }
             "Pod" => {
                 let mut p: Pod = serde_json::from_value(object.clone()).map_err(err)?;
@@ -514,6 +556,68 @@ impl SimCluster {
             let actions = controllers::schedule(&s.view(now));
             Self::apply_actions(&mut s, actions, now);
         }
+        Self::attach_detach(&mut s, now);
+    }
+
+    /// The attach/detach controller and the CSI attacher: a volume a pod
+    /// on a node uses gets its VolumeAttachment at once (attached); one no
+    /// pod there uses any more is marked for deletion and goes once its
+    /// detach time has passed (a volume wanted again meanwhile is left to
+    /// finish detaching and attached anew).
+    fn attach_detach(s: &mut State, now: Timestamp) {
+        let wanted = controllers::attachments_wanted(&s.view(now));
+        let detach = s.detach.unwrap_or(DEFAULT_DETACH);
+        let mut changed = false;
+        s.attachments.retain(|name, a| {
+            if wanted.contains_key(name) && a.metadata.deletion_timestamp.is_none() {
+                return true;
+            }
+            match &a.metadata.deletion_timestamp {
+                None => {
+                    a.metadata.deletion_timestamp = Some(Time(now));
+                    true
+                }
+                Some(t) => {
+                    let keep = now < t.0 + detach;
+                    changed |= !keep;
+                    keep
+                }
+            }
+        });
+        for (name, (driver, volume, node)) in wanted {
+            if s.attachments.contains_key(&name) {
+                continue;
+            }
+            let a = VolumeAttachment {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    creation_timestamp: Some(Time(now)),
+                    ..Default::default()
+                },
+                spec: VolumeAttachmentSpec {
+                    attacher: driver,
+                    node_name: node,
+                    source: VolumeAttachmentSource {
+                        persistent_volume_name: Some(volume),
+                        ..Default::default()
+                    },
+                },
+                status: Some(VolumeAttachmentStatus {
+                    attached: true,
+                    ..Default::default()
+                }),
+            };
+            s.attachments.insert(name, a);
+            changed = true;
+        }
+        if changed {
+            s.dirty = true;
+        }
+    }
+
+    /// How long a volume takes to detach in this cluster from now on.
+    pub fn set_detach_time(&self, detach: SignedDuration) {
+        self.lock().detach = Some(detach);
     }
 
     /// The stored PodDisruptionBudget (with the status the reconcile keeps).
@@ -631,6 +735,20 @@ impl Cluster for SimCluster {
 
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
         Ok(self.lock().storage_classes.values().cloned().collect())
+    }
+
+    async fn csi_nodes(&self) -> Result<Vec<CSINode>, ClusterError> {
+        Ok(self.lock().csi_nodes.values().cloned().collect())
+    }
+
+    async fn volume_attachments(&self, node: &str) -> Result<Vec<VolumeAttachment>, ClusterError> {
+        Ok(self
+            .lock()
+            .attachments
+            .values()
+            .filter(|a| a.spec.node_name == node)
+            .cloned()
+            .collect())
     }
 
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {
@@ -902,5 +1020,10 @@ impl ClusterDriver for SimCluster {
 
     async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), String> {
         SimCluster::set_node_ready(self, node, ready)
+    }
+
+    async fn set_detach_time(&self, detach: SignedDuration) -> Result<(), String> {
+        SimCluster::set_detach_time(self, detach);
+        Ok(())
     }
 }

@@ -209,6 +209,19 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
         self.read("list storageclasses", self.inner.storage_classes())
             .await
     }
+    async fn csi_nodes(&self) -> Result<Vec<k8s_openapi::api::storage::v1::CSINode>, ClusterError> {
+        self.read("list csinodes", self.inner.csi_nodes()).await
+    }
+    async fn volume_attachments(
+        &self,
+        node: &str,
+    ) -> Result<Vec<k8s_openapi::api::storage::v1::VolumeAttachment>, ClusterError> {
+        self.read(
+            "list volumeattachments",
+            self.inner.volume_attachments(node),
+        )
+        .await
+    }
     async fn bind(&self, pod: &PodKey, node: &str) -> Result<BindOutcome, ClusterError> {
         let race = {
             let mut f = lock(&self.faults);
@@ -304,6 +317,9 @@ impl<K: ClusterDriver + 'static> ClusterDriver for FaultyCluster<K> {
     }
     async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), String> {
         self.inner.set_node_ready(node, ready).await
+    }
+    async fn set_detach_time(&self, detach: crate::ports::SignedDuration) -> Result<(), String> {
+        self.inner.set_detach_time(detach).await
     }
 }
 

@@ -566,6 +566,27 @@ pub fn disruption_budgets(view: &ClusterView<'_>) -> Vec<PdbStatusUpdate> {
         .collect()
 }
 
+/// The attach/detach controller's wish: a VolumeAttachment for each
+/// persistent volume of a CSI driver that a pod bound to a node uses (a
+/// pod terminating there still holds it; a finished one does not), named
+/// after the volume and the node → (driver, volume, node).
+pub fn attachments_wanted(view: &ClusterView<'_>) -> BTreeMap<String, (String, String, String)> {
+    let mut out = BTreeMap::new();
+    for p in &view.pods {
+        let Some(node) = node_of(p) else { continue };
+        if is_finished(p) {
+            continue;
+        }
+        for (driver, volume) in crate::scheduling::volumes::attached_volumes(p, &view.volumes) {
+            out.insert(
+                format!("csi-{volume}-{node}"),
+                (driver, volume, node.to_owned()),
+            );
+        }
+    }
+    out
+}
+
 /// kube-scheduler: place what fits on existing Ready nodes; mark the rest
 /// Unschedulable (once: a pod already marked is left alone).
 pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
@@ -583,7 +604,14 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
     let mut by_node: BTreeMap<&str, Vec<SchedPod>> = BTreeMap::new();
     for p in &view.pods {
         if let (Some(n), Ok(sp)) = (node_of(p), SchedPod::from_pod(p)) {
-            by_node.entry(n).or_default().push(sp);
+            by_node
+                .entry(n)
+                .or_default()
+                .push(crate::provisioning::plan::with_attachments(
+                    sp,
+                    p,
+                    &view.volumes,
+                ));
         }
     }
     let nodes: Vec<ExistingNode> = view
@@ -596,8 +624,10 @@ pub fn schedule(view: &ClusterView<'_>) -> Vec<ControllerAction> {
                     .remove(n.metadata.name.as_deref().unwrap_or_default())
                     .unwrap_or_default(),
             );
-            // kube-scheduler places nothing on a node that is not Ready.
+            // kube-scheduler places nothing on a node that is not Ready,
+            // nor past its volume attach limits.
             node.unschedulable |= !is_ready(n);
+            node.volume_limits = view.volumes.limits_of(&node.name);
             node
         })
         .collect();

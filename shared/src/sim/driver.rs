@@ -10,7 +10,7 @@ use std::future::Future;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::ports::{Cluster, ClusterEvent, Timestamp};
+use crate::ports::{Cluster, ClusterEvent, SignedDuration, Timestamp};
 
 pub trait ClusterDriver: Clone + Send + Sync {
     /// What the handlers are given: the cluster as the functions see it.
@@ -42,5 +42,15 @@ pub trait ClusterDriver: Clone + Send + Sync {
     ) -> impl Future<Output = Result<(), String>> + Send {
         let _ = (node, ready);
         async { Err("this cluster cannot change a node's Ready condition".to_owned()) }
+    }
+    /// How long a volume takes to detach from now on (the attach/detach
+    /// controller and CSI attacher the cluster plays). Not every driver
+    /// plays them: the default says so.
+    fn set_detach_time(
+        &self,
+        detach: SignedDuration,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        let _ = detach;
+        async { Err("this cluster cannot set how long volumes take to detach".to_owned()) }
     }
 }

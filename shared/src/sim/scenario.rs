@@ -227,6 +227,10 @@ pub struct Pace {
     pub disruption_poll: Option<String>,
     /// Run the disruption function at all (default true).
     pub disruption: Option<bool>,
+    /// How long the simulated CSI attacher takes to detach a volume once
+    /// no pod on its node uses it (default 10s); a drained node waits for
+    /// it before its instance goes.
+    pub detach: Option<String>,
 }
 
 fn default_region() -> String {
@@ -796,6 +800,12 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     set(&pace.disruption_poll, &mut sim.settings.disruption.poll)?;
     if let Some(on) = pace.disruption {
         sim.settings.disruption_enabled = on;
+    }
+    if let Some(d) = &pace.detach {
+        sim.cluster
+            .set_detach_time(parse_duration(d)?)
+            .await
+            .map_err(ScenarioError::Parse)?;
     }
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;

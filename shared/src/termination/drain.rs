@@ -23,7 +23,10 @@
 //! of the same identity). A pod already terminating past the deadline is
 //! deleted again with the shorter grace.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 use crate::config::disruption::parse_duration;
 use crate::ports::{PodKey, SignedDuration, Timestamp};
@@ -40,6 +43,13 @@ pub const DEFAULT_POD_GRACE: SignedDuration = SignedDuration::from_secs(30);
 pub const STUCK_TERMINATING_AFTER: SignedDuration = SignedDuration::from_mins(1);
 /// The shortest grace period a deletion at a deadline gets: never 0.
 pub const MIN_DEADLINE_GRACE: i64 = 1;
+
+/// The label a node gets as its drain starts, so cloud load balancers
+/// stop sending it traffic (the service controller leaves such nodes out
+/// of their targets) before its pods go; the value is Karpenter's.
+pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+pub const EXCLUDE_FROM_LOAD_BALANCERS_VALUE: &str = "karpenter";
 
 pub fn disrupted_taint() -> Taint {
     Taint::new(DISRUPTED_TAINT_KEY, "", Effect::NoSchedule)
@@ -193,6 +203,61 @@ fn due_at_deadline(p: &Pod, now: Timestamp, deadline: Option<Timestamp>) -> bool
     }
 }
 
+/// A pod the drain acts on (Karpenter's "drainable"): not one that stays
+/// (it tolerates the disrupted taint, or is a static pod) nor one stuck
+/// terminating past its grace period.
+pub fn is_drainable(p: &Pod, now: Timestamp) -> bool {
+    let stuck = p
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| now > t.0 + STUCK_TERMINATING_AFTER);
+    !(is_mirror(p) || tolerates_disruption(p) || stuck)
+}
+
+/// The node's VolumeAttachments (by name) a removal waits for before its
+/// instance goes, so the volumes of the pods it drained detach cleanly and
+/// can attach where those pods go next: every attachment of a persistent
+/// volume except those the pods the drain leaves still use (they detach
+/// when the node goes), and those of no persistent volume (inline), as
+/// Karpenter does. `claims` are the PVCs that name the volumes of the pods
+/// left (namespace, name → volume name); sorted.
+pub fn awaited_attachments(
+    attachments: &[VolumeAttachment],
+    pods: &[Pod],
+    claims: &BTreeMap<(String, String), String>,
+    now: Timestamp,
+) -> Vec<String> {
+    let kept: BTreeSet<&str> = pods
+        .iter()
+        .filter(|p| !is_drainable(p, now))
+        .flat_map(|p| {
+            let ns = p
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned());
+            crate::scheduling::volumes::claim_names(p)
+                .into_iter()
+                .filter_map(move |c| claims.get(&(ns.clone(), c)))
+        })
+        .map(String::as_str)
+        .collect();
+    let mut out: Vec<String> = attachments
+        .iter()
+        .filter(|a| {
+            a.spec
+                .source
+                .persistent_volume_name
+                .as_deref()
+                .is_some_and(|pv| !kept.contains(pv))
+        })
+        .filter_map(|a| a.metadata.name.clone())
+        .collect();
+    out.sort();
+    out
+}
+
 /// The drain's next move for the pods on a node (as `Cluster::pods_on_node`
 /// lists them: bound there, not finished).
 pub fn plan(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainPlan {
@@ -204,16 +269,7 @@ pub fn plan(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainP
     };
     let mut graceful: Vec<&Pod> = Vec::new();
     for p in pods {
-        let stuck = p
-            .metadata
-            .deletion_timestamp
-            .as_ref()
-            .is_some_and(|t| now > t.0 + STUCK_TERMINATING_AFTER);
-        if is_mirror(p)
-            || tolerates_disruption(p)
-            || matches!(phase(p), "Succeeded" | "Failed")
-            || stuck
-        {
+        if !is_drainable(p, now) || matches!(phase(p), "Succeeded" | "Failed") {
             plan.staying += 1;
         } else if due_at_deadline(p, now, deadline) {
             // Every tier at once: a deadline is not held up by an earlier tier's PDB.
@@ -611,5 +667,60 @@ mod tests {
             None,
         );
         assert_eq!(names(&p.evict), ["node.kubernetes.io/unschedulable"]);
+    }
+
+    /// Karpenter's `pkg/controllers/node/termination/suite_test.go`,
+    /// VolumeAttachments / "should only wait for volume attachments
+    /// associated with drainable pods": the attachment of a volume a pod
+    /// the drain leaves (it tolerates the disrupted taint) still uses does
+    /// not hold the instance; the other one does, and one of no persistent
+    /// volume does not.
+    #[test]
+    fn only_attachments_of_volumes_drained_pods_used_are_awaited() {
+        let attachment = |name: &str, pv: Option<&str>| -> VolumeAttachment {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "n1", "source": {"persistentVolumeName": pv}},
+            }))
+            .expect("attachment")
+        };
+        let mut staying = pod("stays", "Running");
+        staying
+            .spec
+            .get_or_insert_with(Default::default)
+            .tolerations = Some(vec![K8sToleration {
+            key: Some(DISRUPTED_TAINT_KEY.to_owned()),
+            operator: Some("Exists".to_owned()),
+            ..Default::default()
+        }]);
+        staying.spec.get_or_insert_with(Default::default).volumes = Some(vec![serde_json::from_value(
+            serde_json::json!({"name": "data", "persistentVolumeClaim": {"claimName": "bar-claim"}}),
+        )
+        .expect("volume")]);
+        let claims = BTreeMap::from([(
+            (
+                staying
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_owned()),
+                "bar-claim".to_owned(),
+            ),
+            "bar".to_owned(),
+        )]);
+        let attachments = [
+            attachment("va-foo", Some("foo")),
+            attachment("va-bar", Some("bar")),
+            attachment("va-inline", None),
+        ];
+        assert_eq!(
+            awaited_attachments(&attachments, &[staying.clone()], &claims, t(0)),
+            ["va-foo"]
+        );
+        // Without the pod that keeps it, "bar" is awaited too.
+        assert_eq!(
+            awaited_attachments(&attachments, &[], &claims, t(0)),
+            ["va-bar", "va-foo"]
+        );
     }
 }

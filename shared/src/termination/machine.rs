@@ -30,6 +30,9 @@ pub struct View<'a> {
     pub claim: Option<&'a Claim>,
     /// Every claim (to find the replacements).
     pub claims: &'a [Claim],
+    /// The node's VolumeAttachments the removal waits for once drained
+    /// (`drain::awaited_attachments`), by name.
+    pub attachments: &'a [String],
 }
 
 /// The next move.
@@ -44,6 +47,12 @@ pub enum Move {
     /// Launch planned replacement claims that were never launched.
     LaunchReplacements {
         claims: Vec<String>,
+    },
+    /// Label the node `node.kubernetes.io/exclude-from-external-load-balancers`
+    /// as its drain starts (Karpenter's termination controller does so
+    /// before it drains), so load balancers stop routing to it.
+    ExcludeFromLoadBalancers {
+        node: String,
     },
     /// Nothing to do until then.
     Wait {
@@ -78,6 +87,13 @@ fn has_taint(node: &Node, key: &str) -> bool {
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+fn has_label(node: &Node, key: &str) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(key))
 }
 
 /// When the wait for replacements ends.
@@ -210,20 +226,44 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
             }
         }
         Step::Drain => {
-            if view.node.is_none() {
+            let Some(node) = view.node else {
                 return Move::Advance {
                     step: Step::Terminate,
                     why: "the node is gone".to_owned(),
                 };
+            };
+            if let Some(name) = node.metadata.name.as_ref().or(node_name.as_ref())
+                && !has_label(node, drain::EXCLUDE_FROM_LOAD_BALANCERS)
+            {
+                return Move::ExcludeFromLoadBalancers { node: name.clone() };
             }
             let plan = drain::plan(view.pods, view.now, command.spec.deadline);
-            if plan.is_drained() {
-                Move::Advance {
+            if !plan.is_drained() {
+                return Move::Drain(plan);
+            }
+            // Drained: the volumes of its pods detach before the instance
+            // goes (they can then attach where the pods went), until the
+            // deadline (the terminationGracePeriod) if there is one.
+            if view.attachments.is_empty() {
+                return Move::Advance {
                     step: Step::Terminate,
                     why: "drained".to_owned(),
-                }
-            } else {
-                Move::Drain(plan)
+                };
+            }
+            let left = format!(
+                "{} volume attachment(s) ({})",
+                view.attachments.len(),
+                view.attachments.join(", ")
+            );
+            match command.spec.deadline {
+                Some(d) if view.now >= d => Move::Advance {
+                    step: Step::Terminate,
+                    why: format!("drained; termination grace period elapsed with {left} left"),
+                },
+                d => Move::Wait {
+                    until: d.map_or(view.now + POLL, |d| d.min(view.now + POLL)),
+                    why: format!("drained; waiting for {left} to detach"),
+                },
             }
         }
         Step::Terminate => {
@@ -312,6 +352,7 @@ mod tests {
             pods: &[],
             claim: claims.iter().find(|c| c.id == "default-abcde"),
             claims,
+            attachments: &[],
         }
     }
 
@@ -556,5 +597,99 @@ mod tests {
             next(&c, &view(0, Some(&node(true)), &claims)),
             Move::DeleteNode { node: "n1".into() }
         );
+    }
+
+    /// Karpenter's `pkg/controllers/node/termination/suite_test.go`,
+    /// "should exclude nodes from load balancers when terminating": the
+    /// label comes first as the drain starts, before any pod is acted on;
+    /// once it is there, the drain proceeds.
+    #[test]
+    fn the_drain_starts_by_excluding_the_node_from_load_balancers() {
+        let claims = [claim("default-abcde", true)];
+        let mut c = command(false, None);
+        c.step = Step::Drain;
+        let mut n = node(true);
+        assert_eq!(
+            next(&c, &view(0, Some(&n), &claims)),
+            Move::ExcludeFromLoadBalancers { node: "n1".into() }
+        );
+        n.metadata.labels = Some(
+            [(
+                drain::EXCLUDE_FROM_LOAD_BALANCERS.to_owned(),
+                drain::EXCLUDE_FROM_LOAD_BALANCERS_VALUE.to_owned(),
+            )]
+            .into(),
+        );
+        assert!(matches!(
+            next(&c, &view(0, Some(&n), &claims)),
+            Move::Advance {
+                step: Step::Terminate,
+                ..
+            }
+        ));
+    }
+
+    fn excluded(mut n: Node) -> Node {
+        n.metadata.labels = Some(
+            [(
+                drain::EXCLUDE_FROM_LOAD_BALANCERS.to_owned(),
+                drain::EXCLUDE_FROM_LOAD_BALANCERS_VALUE.to_owned(),
+            )]
+            .into(),
+        );
+        n
+    }
+
+    /// Karpenter's `pkg/controllers/node/termination/suite_test.go`,
+    /// VolumeAttachments: "should wait for volume attachments" (the drained
+    /// node's instance waits while one is left, then goes), and "should
+    /// wait for volume attachments until the nodeclaim's termination grace
+    /// period expires" (past the deadline it goes with them left).
+    #[test]
+    fn a_drained_node_waits_for_its_volume_attachments_until_the_deadline() {
+        let claims = [claim("default-abcde", true)];
+        let n = excluded(node(true));
+        let left = ["csi-pv-1".to_owned()];
+        let mut c = command(false, Some(t(60)));
+        c.step = Step::Drain;
+        let mut v = view(10, Some(&n), &claims);
+        v.attachments = &left;
+        match next(&c, &v) {
+            Move::Wait { until, why } => {
+                assert_eq!(until, t(10) + POLL);
+                assert!(why.contains("csi-pv-1"), "{why}");
+            }
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        // Close to the deadline, the wait ends at it.
+        let mut v = view(59, Some(&n), &claims);
+        v.attachments = &left;
+        assert!(matches!(next(&c, &v), Move::Wait { until, .. } if until == t(60)));
+        // At the deadline the instance goes, attachments left or not.
+        let mut v = view(60, Some(&n), &claims);
+        v.attachments = &left;
+        assert!(matches!(
+            next(&c, &v),
+            Move::Advance { step: Step::Terminate, why } if why.contains("grace period elapsed")
+        ));
+        // Without a deadline it waits for as long as they are there;
+        // once they are gone, it moves on.
+        let c = Command {
+            spec: RemovalSpec {
+                deadline: None,
+                ..c.spec.clone()
+            },
+            ..c
+        };
+        let mut v = view(100_000, Some(&n), &claims);
+        v.attachments = &left;
+        assert!(matches!(next(&c, &v), Move::Wait { .. }));
+        assert!(matches!(
+            next(&c, &view(100_000, Some(&n), &claims)),
+            Move::Advance {
+                step: Step::Terminate,
+                ..
+            }
+        ));
     }
 }

@@ -9,4 +9,7 @@ pub mod drain;
 pub mod machine;
 
 pub use command::{Command, Milestones, RemovalReason, RemovalSpec, Step};
-pub use drain::{DISRUPTED_TAINT_KEY, DrainPlan, disrupted_taint};
+pub use drain::{
+    DISRUPTED_TAINT_KEY, DrainPlan, EXCLUDE_FROM_LOAD_BALANCERS, EXCLUDE_FROM_LOAD_BALANCERS_VALUE,
+    disrupted_taint,
+};

@@ -13,7 +13,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey};
 use nodewright::scheduling::taints::{Effect, Taint};
-use nodewright_tests::contract::{ContractCluster, NewPod, Phase};
+use nodewright_tests::contract::{
+    ContractCluster, NewPod, Phase, csi_node_object, volume_attachment_object,
+};
 
 /// One generic body, two tests: the simulator and the real server.
 macro_rules! contract {
@@ -48,6 +50,8 @@ contract!(
     deleting_a_replaced_pod_deletes_nothing,
     nodes_are_deleted_once,
     events_are_recorded_and_read_back,
+    a_nodes_volume_attachments_are_its_own,
+    csi_nodes_carry_their_drivers_attach_limits,
 );
 
 const BUDGET_REFUSES: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -630,5 +634,54 @@ async fn events_are_recorded_and_read_back<F: ContractCluster>(f: &F) {
         f.events().await,
         [evicted, blocked.clone(), blocked],
         "each repeat counted"
+    );
+}
+
+// ------------------------------------------------------------ storage
+
+/// `volume_attachments(node)` lists the VolumeAttachments of that node
+/// only (what a drained node's instance waits for).
+async fn a_nodes_volume_attachments_are_its_own<F: ContractCluster>(f: &F) {
+    let a = f.create_node("a").await;
+    let b = f.create_node("b").await;
+    let ns = f.namespace().to_owned();
+    f.create_storage_object(volume_attachment_object(&format!("{ns}-va-a"), &a, "pv-a"))
+        .await;
+    f.create_storage_object(volume_attachment_object(&format!("{ns}-va-b"), &b, "pv-b"))
+        .await;
+    let on_a = f.port().volume_attachments(&a).await.expect("list");
+    let names: Vec<String> = on_a
+        .iter()
+        .filter_map(|v| v.metadata.name.clone())
+        .collect();
+    assert_eq!(names, [format!("{ns}-va-a")]);
+    assert_eq!(
+        on_a[0].spec.source.persistent_volume_name.as_deref(),
+        Some("pv-a")
+    );
+    let none = f
+        .port()
+        .volume_attachments(&format!("{ns}-gone"))
+        .await
+        .expect("list");
+    assert!(none.is_empty(), "a node without attachments has none");
+}
+
+/// `csi_nodes()` reads each node's CSINode with its drivers' counts (the
+/// attach limits the packer and the binding hold pods to).
+async fn csi_nodes_carry_their_drivers_attach_limits<F: ContractCluster>(f: &F) {
+    let a = f.create_node("a").await;
+    f.create_storage_object(csi_node_object(&a, "ebs.csi.aws.com", 25))
+        .await;
+    let all = f.port().csi_nodes().await.expect("list");
+    let mine = all
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(a.as_str()))
+        .expect("the node's CSINode");
+    let index =
+        nodewright::scheduling::volumes::VolumeIndex::default().with_csi_nodes(vec![mine.clone()]);
+    assert_eq!(
+        index.limits_of(&a),
+        std::collections::BTreeMap::from([("ebs.csi.aws.com".to_owned(), 25)])
     );
 }

@@ -166,6 +166,8 @@ fn the_rbac_file_grants_exactly_the_adapters_needs() {
         "/persistentvolumeclaims list",
         "/persistentvolumes list",
         "storage.k8s.io/storageclasses list",
+        "storage.k8s.io/csinodes list",
+        "storage.k8s.io/volumeattachments list",
     ]
     .into_iter()
     .map(str::to_owned)
