@@ -610,6 +610,29 @@ fn label_key_problems(key: &str) -> Vec<String> {
     out
 }
 
+/// A requirement's operator, read, and the syntax of each of its values
+/// (the checks NodePools and NodeOverlays share); problems go to `problems`.
+pub(super) fn operator_and_values(
+    operator: &str,
+    values: &[String],
+    field: &str,
+    problems: &mut Vec<(String, String)>,
+) -> Option<Operator> {
+    let op = match Operator::parse(operator) {
+        Ok(op) => Some(op),
+        Err(e) => {
+            problems.push((format!("{field}.operator"), e.to_string()));
+            None
+        }
+    };
+    for (j, v) in values.iter().enumerate() {
+        if let Err(why) = syntax::label_value(v) {
+            problems.push((format!("{field}.values[{j}]"), why));
+        }
+    }
+    op
+}
+
 /// One requirement as Karpenter v1.15 checks it (CRD and runtime rules),
 /// read into a [`Requirement`]; or every problem with its field.
 fn check_requirement(
@@ -625,18 +648,7 @@ fn check_requirement(
             problems.push((format!("{field}.key"), why));
         }
     }
-    let op = match Operator::parse(&r.operator) {
-        Ok(op) => Some(op),
-        Err(e) => {
-            problems.push((format!("{field}.operator"), e.to_string()));
-            None
-        }
-    };
-    for (j, v) in r.values.iter().enumerate() {
-        if let Err(why) = syntax::label_value(v) {
-            problems.push((format!("{field}.values[{j}]"), why));
-        }
-    }
+    let op = operator_and_values(&r.operator, &r.values, field, &mut problems);
     let values = format!("{field}.values");
     let int = match (op, r.values.as_slice()) {
         (Some(Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte), [v]) => {

@@ -237,18 +237,7 @@ fn check_requirement(
             problems.push((format!("{field}.key"), why));
         }
     }
-    let op = match Operator::parse(&r.operator) {
-        Ok(op) => Some(op),
-        Err(e) => {
-            problems.push((format!("{field}.operator"), e.to_string()));
-            None
-        }
-    };
-    for (j, v) in r.values.iter().enumerate() {
-        if let Err(why) = syntax::label_value(v) {
-            problems.push((format!("{field}.values[{j}]"), why));
-        }
-    }
+    let op = super::nodepool::operator_and_values(&r.operator, &r.values, field, &mut problems);
     let values = format!("{field}.values");
     match (op, r.values.as_slice()) {
         (Some(op @ (Operator::In | Operator::NotIn)), []) => problems.push((

@@ -236,19 +236,11 @@ impl<'s, 'a> Context<'s, 'a> {
 
     /// Simulates the removal of `targets`: their pods placed on the rest.
     pub fn simulate(&mut self, targets: &[usize]) -> Result<Outcome, String> {
-        let remove: Vec<(String, String)> = targets
-            .iter()
-            .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
-            .collect();
-        let remove_refs: Vec<(&str, &str)> = remove
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
         let pods: Vec<_> = targets
             .iter()
             .flat_map(|i| self.facts[*i].reschedulable.iter().copied())
             .collect();
-        self.sim().simulate(&remove_refs, &pods)
+        self.simulate_pods(targets, &pods)
     }
 
     /// Turns a proposal into a command: the verdicts, the budgets and the
