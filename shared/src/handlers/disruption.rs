@@ -34,6 +34,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::HandlerError;
 use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::LaunchSettings;
+use super::provisioner::lease_retry;
 use super::termination::{self, Started};
 use crate::disruption::{self, InFlight, Plan, Reason, ResolvedClass, Snapshot, Tuning, Verdict};
 use crate::ports::{
@@ -388,7 +389,9 @@ impl<P: PortSet> Disruption<P> {
             .await?)
     }
 
-    /// Ticks until `deadline`, sleeping with `sleep` in between: the Lambda's loop.
+    /// Ticks until `deadline`, sleeping with `sleep` in between: the Lambda's
+    /// loop. A transient failure to take the lease is retried
+    /// (`provisioner::lease_retry`, the provisioner's backoff).
     pub async fn run_until<F, Fut>(
         &mut self,
         deadline: Timestamp,
@@ -411,9 +414,26 @@ impl<P: PortSet> Disruption<P> {
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        if !self.acquire_lease(deadline).await? {
-            info!(holder = %self.holder, "another disruption invocation holds the lease; exiting");
-            return Ok(0);
+        // A transient failure to take the lease (a throttled write) is
+        // retried as the provisioner's is, not left to the next invocation.
+        let mut attempt = 0;
+        loop {
+            match self.acquire_lease(deadline).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    info!(holder = %self.holder, "another disruption invocation holds the lease; exiting");
+                    return Ok(0);
+                }
+                Err(e) => {
+                    let now = self.ports.clock().now();
+                    let Some(wait) = lease_retry(&e, attempt, now, deadline) else {
+                        return Err(e);
+                    };
+                    warn!(error = %e, attempt, "could not take the disruption lease; retrying");
+                    attempt += 1;
+                    sleep(wait).await;
+                }
+            }
         }
         let mut ticks = 0;
         loop {

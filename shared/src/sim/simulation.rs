@@ -139,6 +139,8 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     /// An invocation whose lease write failed transiently: its deadline,
     /// the attempts so far, when it tries again.
     lease_retry: Option<(Timestamp, u32, Timestamp)>,
+    /// The same for the disruption function's invocation.
+    disruption_lease_retry: Option<(Timestamp, u32, Timestamp)>,
     registered: HashSet<String>,
     /// When to look for instances due to register: the next boot to
     /// complete, or `None` when none is booting — until a launch. (Looking
@@ -263,6 +265,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             next_invocation: now,
             next_tick: now,
             lease_retry: None,
+            disruption_lease_retry: None,
             registered: HashSet::new(),
             registration_due: None,
             look_for_registrations: true,
@@ -536,6 +539,9 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
         }
         if self.settings.disruption_enabled {
             candidates.push(self.next_disruption_invocation);
+            if let Some((_, _, at)) = self.disruption_lease_retry {
+                candidates.push(at);
+            }
             if let Some(d) = self.disruption_deadline {
                 candidates.push(self.next_disruption_tick);
                 candidates.push(d - self.settings.margin);
@@ -569,19 +575,35 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     Disruption::new(self.ports(), self.settings.disruption.clone(), holder)
                         .with_config_reader(self.disruption.config_reader())
                         .with_memory(self.disruption.memory());
-                match self
-                    .disruption
-                    .acquire_lease(deadline - self.settings.margin)
-                    .await
-                {
+                self.disruption_lease_retry = Some((deadline, 0, now));
+                self.next_disruption_invocation += SignedDuration::from_mins(1);
+            }
+            // The invocation takes its lease, retrying a transient failure
+            // (a throttled write) with the Lambda loop's backoff.
+            if let Some((deadline, attempt, at)) = self.disruption_lease_retry
+                && now >= at
+            {
+                self.disruption_lease_retry = None;
+                let until = deadline - self.settings.margin;
+                match self.disruption.acquire_lease(until).await {
                     Ok(true) => {
                         self.disruption_deadline = Some(deadline);
                         self.next_disruption_tick = now;
                     }
                     Ok(false) => info!("disruption lease held elsewhere; this invocation exits"),
-                    Err(e) => warn!(error = %e, "disruption function could not take its lease"),
+                    Err(e) => {
+                        match crate::handlers::provisioner::lease_retry(&e, attempt, now, until) {
+                            Some(wait) => {
+                                warn!(error = %e, attempt, "disruption function could not take its lease; retrying");
+                                self.disruption_lease_retry =
+                                    Some((deadline, attempt + 1, now + wait));
+                            }
+                            None => {
+                                warn!(error = %e, "disruption function could not take its lease")
+                            }
+                        }
+                    }
                 }
-                self.next_disruption_invocation += SignedDuration::from_mins(1);
             }
         }
         if self.disruption_deadline.is_none() || now < self.next_disruption_tick {
@@ -1097,6 +1119,45 @@ mod tests {
                     start + sim.settings.invocation,
                     "by the first invocation, not the next minute's"
                 );
+            });
+    }
+
+    /// The same for the disruption function: a throttled lease write is
+    /// retried within its invocation, not left to the next minute's.
+    #[test]
+    fn a_throttled_disruption_lease_write_is_retried_within_the_invocation() {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let clock = SimClock::default();
+                let cloud = SimCloud::new(
+                    catalog::catalog("us-east-1").expect("region"),
+                    clock.clone(),
+                );
+                let store = crate::sim::FaultyStore::new(MemStore::new());
+                let mut sim = Simulation::new(
+                    clock,
+                    cloud.clone(),
+                    Some(cloud),
+                    store.clone(),
+                    SimSettings::default(),
+                );
+                let start = sim.now();
+                // Four: the provisioner's and the disruption function's
+                // lease writes at the start and at their first retry.
+                store.throttle_next_writes(4);
+                sim.run_for(SignedDuration::from_secs(10)).await;
+                assert!(store.write_faults().0 >= 4, "{:?}", store.write_faults());
+                let deadline = sim
+                    .disruption_deadline
+                    .expect("the disruption lease was taken");
+                assert_eq!(
+                    deadline,
+                    start + sim.settings.disruption_invocation,
+                    "by the first invocation, not the next minute's"
+                );
+                assert!(sim.invocation_deadline.is_some(), "the provisioner's too");
             });
     }
 

@@ -459,6 +459,43 @@ fn the_lambda_loop_ticks_until_its_deadline_and_a_second_invocation_exits_at_onc
     });
 }
 
+/// A throttled lease write costs the disruption function seconds, not its
+/// invocation: the Lambda loop retries it (the provisioner's `lease_retry`,
+/// 1 s doubling) and ticks within the same minute; an error that is not
+/// transient still ends the invocation at once.
+#[test]
+fn a_throttled_lease_write_is_retried_within_the_invocation() {
+    rt().block_on(async {
+        let sim = world(FaultyStore::new(MemStore::new()), 1, "10%", false).await;
+        let clock = sim.clock.clone();
+        let start = sim.now();
+        let deadline = start + SignedDuration::from_secs(55);
+        let sleep = |dur: SignedDuration| {
+            clock.set(clock.now() + dur);
+            std::future::ready(())
+        };
+        let before = sim.store.write_faults().0;
+        sim.store.throttle_next_writes(3);
+        let mut d = handler(&sim, "invocation-throttled");
+        let ticks = d
+            .run_until(deadline, sleep)
+            .await
+            .expect("three throttled lease writes do not end the invocation");
+        assert_eq!(
+            sim.store.write_faults().0 - before,
+            3,
+            "all three were tried"
+        );
+        assert!(ticks > 0, "it ticked after taking the lease");
+        // A refusal (an access error) is not retried: the invocation fails.
+        sim.store.deny_next_writes(1);
+        let mut denied = handler(&sim, "invocation-denied");
+        let later = sim.now() + SignedDuration::from_secs(55);
+        assert!(denied.run_until(later, sleep).await.is_err());
+        assert_eq!(sim.store.writes_denied(), 1);
+    });
+}
+
 /// A verdict that changes on a pass that skips consolidation is logged on
 /// that pass, not at the next full one: two of five nodes NotReady go from
 /// "repaired after 30m" to "repair paused" 30 minutes on, between two full
