@@ -5,10 +5,12 @@
 //! instances (cluster tag `owned`, their Nodes registered), a Karpenter's
 //! (its ownership tags and NodeClaim names, `karpenter.sh/nodepool` on their
 //! Nodes) and another cluster's nodewright instances. Provisioning, spot
-//! interruption warnings for neighbours, a lost state table and
+//! interruption warnings and EC2 state changes for every neighbour (through
+//! the interruption function's queue path and the state-change function),
+//! a lost state table, a state table restored from an older backup, and
 //! consolidation run through the real handlers; nothing of theirs is
-//! terminated, cordoned, tainted, deleted or adopted, and ours are adopted
-//! after the state loss.
+//! terminated, cordoned, tainted, evicted, deleted or adopted, and ours are
+//! adopted — none terminated — after the loss and after the restore.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,11 +18,13 @@ use aws_sdk_ec2::types::{InstanceType, ResourceType};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;
+use nodewright::handlers::interruption::MessageOutcome;
+use nodewright::handlers::state_change::{self, StateChangeOutcome};
 use nodewright::ports::{Cloud, SignedDuration, Store, Timestamp};
 use nodewright::resources::Resources;
 use nodewright::sim::scenario;
 use nodewright::sim::{ClusterDriver, SimCluster};
-use nodewright_tests::aws::{delete_raw_item, dynamo_store, unique};
+use nodewright_tests::aws::{delete_raw_item, dynamo_store, put_raw_item, unique};
 use nodewright_tests::real::{self, REGION};
 use nodewright_tests::sim::scenario_file;
 
@@ -103,6 +107,38 @@ fn spot_warning(instance: &str) -> String {
     .to_string()
 }
 
+/// EC2's Instance State-change Notification for `instance`, as EventBridge
+/// sends it.
+fn state_change_event(instance: &str, state: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": "0", "id": unique("evt"), "detail-type": "EC2 Instance State-change Notification", "source": "aws.ec2",
+        "account": "123456789012", "time": Timestamp::now().to_string(), "region": REGION,
+        "resources": [format!("arn:aws:ec2:{REGION}:123456789012:instance/{instance}")],
+        "detail": {"instance-id": instance, "state": state}
+    })
+}
+
+/// The pods bound to `node` that are not being deleted: (namespace/name, uid).
+async fn pods_on(sim: &real::RealSim, node: &str) -> BTreeSet<(String, String)> {
+    sim.cluster
+        .all_pods()
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            (
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.unwrap_or_default(),
+                    p.metadata.name.unwrap_or_default()
+                ),
+                p.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 async fn our_instances(sim: &real::RealSim) -> BTreeSet<String> {
     sim.cloud
         .instances()
@@ -139,6 +175,9 @@ async fn neighbours_are_never_touched_on_ec2_dynamodb_and_the_api_server() {
         .image_id
         .clone()
         .expect("launched with an AMI");
+    // A backup of the state table's claims, restored later when it is older
+    // than the instances running.
+    let backup = sim.store.claims().await.expect("claims");
 
     let cluster_tag = format!("kubernetes.io/cluster/{}", f.cluster);
     let other = unique("other");
@@ -192,16 +231,76 @@ async fn neighbours_are_never_touched_on_ec2_dynamodb_and_the_api_server() {
     f.store_node_class(&sim.store).await;
     sim.run_for(SignedDuration::from_mins(5)).await;
 
-    // Interruption warnings for a Karpenter's and another cluster's
-    // instance: nothing of ours, so nothing is done.
-    let failed = sim
-        .deliver_interruptions(&[
-            ("m-1".to_owned(), spot_warning(&neighbours[1].id)),
-            ("m-2".to_owned(), spot_warning(&neighbours[2].id)),
-        ])
-        .await;
-    assert!(failed.is_empty(), "{failed:?}");
-    sim.run_for(SignedDuration::from_mins(5)).await;
+    // Spot warnings and EC2 state changes for every neighbour (the managed
+    // node group's, the Karpenter's, the other cluster's), through the
+    // interruption function's queue path and the state-change function:
+    // none is ours, so each message is deleted (not handed back) as not
+    // ours, and nothing is done — no command, no taint, no eviction, no
+    // termination, no claim.
+    let pods_before: Vec<_> = {
+        let mut v = Vec::new();
+        for n in &neighbours {
+            if let Some(name) = &n.node {
+                v.push((name.clone(), pods_on(&sim, name).await));
+            }
+        }
+        v
+    };
+    let seen = sim.interruptions.len();
+    let mut messages = Vec::new();
+    for (k, n) in neighbours.iter().enumerate() {
+        messages.push((format!("spot-{k}"), spot_warning(&n.id)));
+        for state in ["stopping", "shutting-down"] {
+            messages.push((
+                format!("{state}-{k}"),
+                state_change_event(&n.id, state).to_string(),
+            ));
+        }
+    }
+    let failed = sim.deliver_interruptions(&messages).await;
+    assert!(failed.is_empty(), "handed back for a retry: {failed:?}");
+    let outcomes = &sim.interruptions[seen..];
+    assert_eq!(outcomes.len(), messages.len(), "{outcomes:?}");
+    for o in outcomes {
+        assert!(
+            matches!(o, MessageOutcome::Ignored(why) if why.contains("not one of ours")),
+            "a neighbour's event must be deleted as not ours: {o:?}"
+        );
+    }
+    for n in &neighbours {
+        for state in ["stopping", "shutting-down", "stopped", "terminated"] {
+            let outcome = state_change::handle(&sim.ports(), &state_change_event(&n.id, state))
+                .await
+                .expect("a neighbour's state change is no failure");
+            assert_eq!(outcome, StateChangeOutcome::Ignored, "{} {state}", n.id);
+        }
+    }
+    sim.run_for(SignedDuration::from_secs(30)).await;
+    let commands = sim.store.commands().await.expect("commands");
+    for n in &neighbours {
+        assert!(
+            !commands
+                .iter()
+                .any(|c| c.spec.instance_id.as_deref() == Some(n.id.as_str())
+                    || (n.node.is_some() && c.spec.node == n.node)),
+            "a removal of {}: {commands:?}",
+            n.id
+        );
+    }
+    for (name, before) in &pods_before {
+        let after = pods_on(&sim, name).await;
+        assert!(
+            before.is_subset(&after),
+            "pods evicted from {name}: {before:?} → {after:?}"
+        );
+    }
+    assert!(
+        claimed(&sim)
+            .await
+            .iter()
+            .all(|i| neighbours.iter().all(|n| &n.id != i)),
+        "a neighbour claimed"
+    );
 
     // The state table loses every claim: ours are adopted, theirs are not.
     let before = our_instances(&sim).await;
@@ -215,6 +314,54 @@ async fn neighbours_are_never_touched_on_ec2_dynamodb_and_the_api_server() {
         before.iter().all(|i| adopted.contains(i)),
         "every instance of ours has its claim again: {before:?} → {adopted:?}"
     );
+
+    // The state table restored from the backup taken before the scale-up:
+    // the claims of the first nodes come back, the later nodes have none.
+    // Those are adopted again from their tags and Nodes; none of ours is
+    // terminated, none of theirs adopted.
+    let before = our_instances(&sim).await;
+    assert!(before.len() > backup.len(), "scaled up since the backup");
+    for c in sim.store.claims().await.expect("claims") {
+        delete_raw_item(&sim.store, REGION, &format!("claim#{}", c.id)).await;
+    }
+    for c in &backup {
+        let body = serde_json::to_string(c).expect("claim body");
+        put_raw_item(
+            &sim.store,
+            REGION,
+            &format!("claim#{}", c.id),
+            &body,
+            c.version,
+        )
+        .await;
+    }
+    let restored: BTreeSet<String> = sim
+        .store
+        .claims()
+        .await
+        .expect("claims")
+        .iter()
+        .map(|c| c.id.clone())
+        .collect();
+    assert_eq!(restored, backup.iter().map(|c| c.id.clone()).collect());
+    sim.run_for(SignedDuration::from_mins(3)).await;
+    let live = our_instances(&sim).await;
+    assert!(
+        before.is_subset(&live),
+        "an instance of ours was terminated after the restore: {before:?} → {live:?}"
+    );
+    let readopted = claimed(&sim).await;
+    assert!(
+        live.is_subset(&readopted),
+        "every instance of ours has a claim after the restore: {live:?} → {readopted:?}"
+    );
+    for n in &neighbours {
+        assert!(
+            !readopted.contains(&n.id),
+            "{} adopted after the restore",
+            n.id
+        );
+    }
 
     // Consolidation: fewer pods; our nodes may go, theirs stay.
     let mut fewer = scenario_file("daemonset-overhead.yaml");
