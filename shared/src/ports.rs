@@ -189,6 +189,10 @@ pub struct Instance {
     /// That reservation's type (`default`, `capacity-block`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_reservation_type: Option<crate::cloud::ReservationType>,
+    /// That reservation is interruptible (its owner may take the capacity
+    /// back): `karpenter.k8s.aws/capacity-reservation-interruptible`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_reservation_interruptible: bool,
 }
 
 /// A launch template of ours (ownership tag `nodewright.io/cluster=<cluster>`),
@@ -588,6 +592,14 @@ pub trait Cluster: Send + Sync {
         node: &str,
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Removes these labels from the node (a key it lacks is no error):
+    /// a node whose capacity reservation ended loses its reservation
+    /// labels. A missing node is `NotFound`.
+    fn unlabel_node(
+        &self,
+        node: &str,
+        keys: &[&str],
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Evicts through the Eviction API, so PodDisruptionBudgets are honoured.
     fn evict(

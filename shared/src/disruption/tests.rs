@@ -217,6 +217,7 @@ impl World {
                 launched_at: launched,
                 capacity_reservation_id: None,
                 capacity_reservation_type: None,
+                capacity_reservation_interruptible: false,
             }),
             running_at: Some(launched),
             node_name: Some(name.into()),

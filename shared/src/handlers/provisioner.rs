@@ -401,7 +401,7 @@ impl<P: PortSet> Provisioner<P> {
             }
             self.collect_launch_templates(&config, &claims, blocked, now)
                 .await;
-            if self.drain_expiring_blocks(&config, &claims, now).await? {
+            if self.reconcile_reservations(&config, &claims, now).await? {
                 changed = true;
             }
         }
@@ -675,33 +675,134 @@ impl<P: PortSet> Provisioner<P> {
         }
     }
 
-    /// Nodes in a capacity block that ends within 40 minutes are drained
-    /// and replaced, before EC2 takes the instances back (Karpenter's
-    /// capacity-reservation expiration controller). True when it started a
-    /// removal.
-    async fn drain_expiring_blocks(
+    /// The claims in capacity reservations against the reservations
+    /// active now (one listing, only when some claim is `reserved`):
+    /// a claim whose reservation ended is demoted to on-demand, on its
+    /// node too (Karpenter's capacity-type controller); one that does not
+    /// know its reservation's kind learns it; then nodes in a capacity
+    /// block that ends within 40 minutes are drained and replaced, before
+    /// EC2 takes the instances back (Karpenter's capacity-reservation
+    /// expiration controller). True when it changed or started anything.
+    async fn reconcile_reservations(
         &self,
         config: &LoadedConfig,
         claims: &[Claim],
         now: Timestamp,
     ) -> Result<bool, HandlerError> {
-        let in_blocks = claims.iter().any(|c| {
+        let reserved = claims.iter().any(|c| {
             c.instance.as_ref().is_some_and(|i| {
-                i.capacity_reservation_type == Some(crate::cloud::ReservationType::CapacityBlock)
+                i.capacity_type == crate::scheduling::labels::CAPACITY_TYPE_RESERVED
             })
         });
-        if !in_blocks || !reservations::wanted(&config.node_classes) {
+        if !reserved {
             return Ok(false);
         }
         let all = match self.ports.cloud().capacity_reservations().await {
             Ok(all) => all,
             Err(e) => {
-                warn!(error = %e, "cannot list capacity reservations; expiring capacity blocks are looked at next time");
+                warn!(error = %e, "cannot list capacity reservations; nodes in reservations are looked at next time");
                 return Ok(false);
             }
         };
+        let catalog = self.ports.cloud().catalog().await?;
+        let on_demand = |ty: &str, zone: &str| {
+            catalog
+                .offerings
+                .iter()
+                .find(|o| {
+                    o.instance_type == ty
+                        && o.zone == zone
+                        && o.capacity_type == crate::scheduling::labels::CAPACITY_TYPE_ON_DEMAND
+                })
+                .map(|o| o.price)
+        };
         let mut started = false;
-        for (claim, end) in reservations::in_expiring_blocks(claims, &all, now) {
+        let mut claims = claims.to_vec();
+        let changes: Vec<(Claim, crate::provisioning::claim::ClaimInstance)> =
+            reservations::reconcile(&claims, &all, on_demand)
+                .into_iter()
+                .map(|(c, i)| (c.clone(), i))
+                .collect();
+        for (claim, instance) in changes {
+            let demoted =
+                instance.capacity_type != crate::scheduling::labels::CAPACITY_TYPE_RESERVED;
+            let mut next = claim.next();
+            next.instance = Some(instance.clone());
+            match self
+                .ports
+                .store()
+                .update_claim(&claim, &next, &config.limits(&claim.pool))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) => {
+                    // Another writer moved it (a removal, a registration):
+                    // the next pass looks again.
+                    warn!(nodeclaim = %claim.id, error = %e, "cannot record the claim's capacity reservation change; trying next time");
+                    continue;
+                }
+            }
+            started = true;
+            if let Some(c) = claims.iter_mut().find(|c| c.id == next.id) {
+                *c = next.clone();
+            }
+            use crate::scheduling::labels as l;
+            if demoted {
+                info!(
+                    nodeclaim = %claim.id,
+                    capacity_reservation_id = ?claim.instance.as_ref().and_then(|i| i.capacity_reservation_id.as_deref()),
+                    "the capacity reservation ended; the node is on-demand capacity now"
+                );
+            } else {
+                info!(
+                    nodeclaim = %claim.id,
+                    capacity_reservation_id = ?instance.capacity_reservation_id,
+                    capacity_reservation_type = ?instance.capacity_reservation_type.map(|t| t.as_str()),
+                    "the capacity reservation's kind, from its listing"
+                );
+            }
+            let Some(node) = &next.node_name else {
+                continue;
+            };
+            let result = if demoted {
+                let labels = [(
+                    l::CAPACITY_TYPE.to_owned(),
+                    l::CAPACITY_TYPE_ON_DEMAND.to_owned(),
+                )]
+                .into_iter()
+                .collect();
+                match self
+                    .ports
+                    .cluster()
+                    .unlabel_node(node, &l::CAPACITY_RESERVATION)
+                    .await
+                {
+                    Ok(()) => {
+                        self.ports
+                            .cluster()
+                            .label_node(node, &labels, &BTreeMap::new())
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                let (labels, _) =
+                    lifecycle::node_metadata(&next, &catalog, config.pool(&next.pool));
+                let labels = labels
+                    .into_iter()
+                    .filter(|(k, _)| l::CAPACITY_RESERVATION.contains(&k.as_str()))
+                    .collect();
+                self.ports
+                    .cluster()
+                    .label_node(node, &labels, &BTreeMap::new())
+                    .await
+            };
+            match result {
+                Ok(()) | Err(crate::ports::ClusterError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for (claim, end) in reservations::in_expiring_blocks(&claims, &all, now) {
             let avoid = claim
                 .instance
                 .as_ref()

@@ -546,6 +546,26 @@ impl Cluster for KubeCluster {
         .await
     }
 
+    async fn unlabel_node(&self, node: &str, keys: &[&str]) -> Result<(), ClusterError> {
+        // A merge patch's null removes the key; a key already gone is no
+        // change.
+        let api: Api<Node> = Api::all(self.client.clone());
+        let what = format!("patch node/{node} (remove labels)");
+        let labels: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|k| ((*k).to_owned(), serde_json::Value::Null))
+            .collect();
+        let patch = json!({ "metadata": { "labels": labels } });
+        let pp = PatchParams::default();
+        self.call(&what, || async {
+            api.patch(node, &pp, &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| classify(&what, &e))
+        })
+        .await
+    }
+
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let what = format!("create pods/eviction {pod}");

@@ -59,6 +59,9 @@ pub struct ClaimInstance {
     pub capacity_reservation_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_reservation_type: Option<crate::cloud::ReservationType>,
+    /// That reservation is interruptible.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_reservation_interruptible: bool,
 }
 
 impl From<&Instance> for ClaimInstance {
@@ -73,6 +76,7 @@ impl From<&Instance> for ClaimInstance {
             launched_at: i.launched_at,
             capacity_reservation_id: i.capacity_reservation_id.clone(),
             capacity_reservation_type: i.capacity_reservation_type,
+            capacity_reservation_interruptible: i.capacity_reservation_interruptible,
         }
     }
 }

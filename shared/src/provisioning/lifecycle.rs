@@ -120,6 +120,10 @@ pub fn node_metadata(
                 l::CAPACITY_RESERVATION_TYPE.to_owned(),
                 kind.as_str().to_owned(),
             );
+            labels.insert(
+                l::CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(),
+                instance.capacity_reservation_interruptible.to_string(),
+            );
         }
     }
     labels.extend(claim.labels.clone());
@@ -602,6 +606,7 @@ mod tests {
             security_group_ids: Vec::new(),
             capacity_reservation_id: None,
             capacity_reservation_type: None,
+            capacity_reservation_interruptible: false,
         }
     }
 

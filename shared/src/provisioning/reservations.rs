@@ -260,6 +260,61 @@ pub fn in_expiring_blocks<'a>(
         .collect()
 }
 
+/// The instance a claim in a capacity reservation has once the listing
+/// of active reservations is taken into account, when that changes it:
+///
+/// - its reservation is no longer listed (expired, cancelled): the
+///   instance runs on as on-demand capacity, so the claim is demoted to
+///   `on-demand` at `on_demand(type, zone)`'s price (kept when unknown)
+///   and loses its reservation (Karpenter's capacity-type controller,
+///   aws/karpenter-provider-aws
+///   `pkg/controllers/capacityreservation/capacitytype`);
+/// - its reservation is listed but the claim does not say its kind
+///   (a claim adopted from an instance whose lifecycle did not say, or
+///   recorded before the kind was kept): the kind and interruptibility
+///   the listing gives, so a capacity block is drained before it ends.
+///
+/// Only claims whose instance is `reserved` are looked at (Karpenter
+/// never promotes on-demand capacity to reserved).
+pub fn reconcile<'a>(
+    claims: &'a [Claim],
+    active: &[CapacityReservation],
+    on_demand: impl Fn(&str, &str) -> Option<f64>,
+) -> Vec<(&'a Claim, crate::provisioning::claim::ClaimInstance)> {
+    let by_id: BTreeMap<&str, &CapacityReservation> =
+        active.iter().map(|r| (r.id.as_str(), r)).collect();
+    claims
+        .iter()
+        .filter_map(|c| {
+            let i = c.instance.as_ref()?;
+            if i.capacity_type != labels::CAPACITY_TYPE_RESERVED {
+                return None;
+            }
+            let mut next = i.clone();
+            match i
+                .capacity_reservation_id
+                .as_deref()
+                .and_then(|id| by_id.get(id))
+            {
+                None => {
+                    next.capacity_type = labels::CAPACITY_TYPE_ON_DEMAND.to_owned();
+                    next.capacity_reservation_id = None;
+                    next.capacity_reservation_type = None;
+                    next.capacity_reservation_interruptible = false;
+                    if let Some(p) = on_demand(&i.instance_type, &i.zone) {
+                        next.price = p;
+                    }
+                }
+                Some(r) => {
+                    next.capacity_reservation_type = Some(r.reservation_type);
+                    next.capacity_reservation_interruptible = r.interruptible;
+                }
+            }
+            (next != *i).then_some((c, next))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,5 +459,86 @@ mod tests {
         );
         assert_eq!(refused.len(), 1);
         assert_eq!(refused[0].0.name, "pod-d");
+    }
+
+    fn reserved(id: &str, reservation: Option<&str>, kind: Option<ReservationType>) -> Claim {
+        let mut c = claim(id, &[]);
+        c.instance = Some(crate::provisioning::claim::ClaimInstance {
+            id: format!("i-{id}"),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: "reserved".into(),
+            price: 1e-8,
+            provider_id: format!("aws:///us-east-1a/i-{id}"),
+            launched_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+            capacity_reservation_id: reservation.map(str::to_owned),
+            capacity_reservation_type: kind,
+            capacity_reservation_interruptible: false,
+        });
+        c
+    }
+
+    /// aws/karpenter-provider-aws
+    /// pkg/controllers/capacityreservation/capacitytype/suite_test.go,
+    /// It("should demote nodeclaims and nodes from reserved to on-demand"):
+    /// a reservation no longer active demotes its claims to on-demand and
+    /// drops their reservation. Ours keeps the listing as the signal (the
+    /// instance's own view in Karpenter) and also fills in the kind of a
+    /// reservation still listed when the claim does not know it.
+    #[test]
+    fn a_claim_whose_reservation_ended_becomes_on_demand() {
+        let mut listed = cr("cr-0000000000000000a", "m5.large", "us-east-1a", 0);
+        listed.reservation_type = ReservationType::CapacityBlock;
+        listed.interruptible = false;
+        let mut odcr = cr("cr-0000000000000000c", "m5.large", "us-east-1a", 0);
+        odcr.interruptible = true;
+        let claims = vec![
+            reserved(
+                "ended",
+                Some("cr-0000000000000000b"),
+                Some(ReservationType::Default),
+            ),
+            reserved("adopted", Some("cr-0000000000000000a"), None),
+            reserved(
+                "known",
+                Some("cr-0000000000000000a"),
+                Some(ReservationType::CapacityBlock),
+            ),
+            reserved(
+                "interruptible",
+                Some("cr-0000000000000000c"),
+                Some(ReservationType::Default),
+            ),
+        ];
+        let price =
+            |ty: &str, zone: &str| (ty == "m5.large" && zone == "us-east-1a").then_some(0.096);
+        let changed = reconcile(&claims, &[listed, odcr], price);
+        let by: BTreeMap<&str, &crate::provisioning::claim::ClaimInstance> =
+            changed.iter().map(|(c, i)| (c.id.as_str(), i)).collect();
+        assert_eq!(
+            by.len(),
+            3,
+            "the claim that says what is listed is left: {by:?}"
+        );
+        let ended = by["ended"];
+        assert_eq!(ended.capacity_type, "on-demand");
+        assert_eq!(ended.capacity_reservation_id, None);
+        assert_eq!(ended.capacity_reservation_type, None);
+        assert_eq!(ended.price, 0.096, "a demoted node costs on-demand now");
+        assert_eq!(by["adopted"].capacity_type, "reserved");
+        assert_eq!(
+            by["adopted"].capacity_reservation_type,
+            Some(ReservationType::CapacityBlock)
+        );
+        assert!(by["interruptible"].capacity_reservation_interruptible);
+        // Nothing listed at all: every reserved claim is demoted; an
+        // on-demand one is never promoted.
+        let mut on_demand = reserved("od", None, None);
+        on_demand.instance.as_mut().unwrap().capacity_type = "on-demand".into();
+        let all = [claims[0].clone(), on_demand];
+        let changed = reconcile(&all, &[], |_, _| None);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].0.id, "ended");
+        assert_eq!(changed[0].1.price, 1e-8, "an unknown price is kept");
     }
 }

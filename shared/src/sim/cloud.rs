@@ -243,6 +243,7 @@ impl SimCloud {
             security_group_ids: Vec::new(),
             capacity_reservation_id: None,
             capacity_reservation_type: None,
+            capacity_reservation_interruptible: false,
         };
         let request = LaunchRequest {
             claim_id: String::new(),
@@ -769,6 +770,7 @@ impl State {
             security_group_ids: Vec::new(),
             capacity_reservation_id: reservation.map(|r| r.id.clone()),
             capacity_reservation_type: reservation.map(|r| r.reservation_type),
+            capacity_reservation_interruptible: reservation.is_some_and(|r| r.interruptible),
         };
         if let Some(pool) = spot_pool(&instance) {
             self.spot_pools.take(&pool);

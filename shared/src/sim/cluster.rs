@@ -845,6 +845,21 @@ impl Cluster for SimCluster {
         Ok(())
     }
 
+    async fn unlabel_node(&self, node: &str, keys: &[&str]) -> Result<(), ClusterError> {
+        let mut s = self.lock();
+        let n = s
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        if let Some(labels) = n.metadata.labels.as_mut() {
+            for k in keys {
+                labels.remove(*k);
+            }
+        }
+        s.dirty = true;
+        Ok(())
+    }
+
     /// The API server's eviction handler, step for step (see the module doc).
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         let now = self.clock.now();

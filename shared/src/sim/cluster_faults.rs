@@ -256,6 +256,10 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
         )
         .await
     }
+    async fn unlabel_node(&self, node: &str, keys: &[&str]) -> Result<(), ClusterError> {
+        self.write("unlabel a node", self.inner.unlabel_node(node, keys))
+            .await
+    }
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {
         self.write("evict a pod", self.inner.evict(pod)).await
     }

@@ -481,6 +481,9 @@ pub struct PodCounts {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodesWith {
     pub labels: BTreeMap<String, String>,
+    /// Label keys the nodes must not have.
+    #[serde(default)]
+    pub without_labels: Vec<String>,
     pub count: usize,
     /// Non-DaemonSet pods on each such node.
     pub pods: Option<usize>,
@@ -1182,13 +1185,19 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             .filter(|n| {
                 let labels = n.metadata.labels.clone().unwrap_or_default();
                 nw.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+                    && nw.without_labels.iter().all(|k| !labels.contains_key(k))
             })
             .collect();
         if matching.len() != nw.count {
             failures.push(format!(
-                "expected {} node(s) with {:?}, found {}",
+                "expected {} node(s) with {:?}{}, found {}",
                 nw.count,
                 nw.labels,
+                if nw.without_labels.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and none of {:?}", nw.without_labels)
+                },
                 matching.len()
             ));
         }

@@ -779,6 +779,10 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     labels::CAPACITY_RESERVATION_TYPE.to_owned(),
                     kind.as_str().to_owned(),
                 );
+                node_labels.insert(
+                    labels::CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(),
+                    i.capacity_reservation_interruptible.to_string(),
+                );
             }
             let capacity = info.capacity(&claim.kubelet);
             let allocatable = capacity.saturating_sub(&info.overhead(&claim.kubelet));

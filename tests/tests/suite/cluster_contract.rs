@@ -38,6 +38,7 @@ contract!(
     taints_are_added_once_and_removed_by_key,
     cordon_marks_the_node_unschedulable,
     labelling_a_node_sets_the_keys_given_and_keeps_the_others,
+    unlabelling_a_node_removes_the_keys_given_and_keeps_the_others,
     pods_on_a_node_are_its_unfinished_ones,
     an_allowed_eviction_leaves_the_pod_terminating_until_the_kubelet_confirms,
     an_exhausted_budget_blocks_with_its_name,
@@ -242,6 +243,47 @@ async fn labelling_a_node_sets_the_keys_given_and_keeps_the_others<F: ContractCl
     let e = f
         .port()
         .label_node(&format!("{}-missing", f.namespace()), &labels, &annotations)
+        .await
+        .expect_err("missing node");
+    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+}
+
+async fn unlabelling_a_node_removes_the_keys_given_and_keeps_the_others<F: ContractCluster>(f: &F) {
+    let node = f.create_node("n").await;
+    let labels = std::collections::BTreeMap::from([
+        (
+            "karpenter.k8s.aws/capacity-reservation-id".to_owned(),
+            "cr-0000000000000000a".to_owned(),
+        ),
+        ("team".to_owned(), "a".to_owned()),
+    ]);
+    f.port()
+        .label_node(&node, &labels, &Default::default())
+        .await
+        .expect("label");
+    f.port()
+        .unlabel_node(
+            &node,
+            &[
+                "karpenter.k8s.aws/capacity-reservation-id",
+                "karpenter.k8s.aws/capacity-reservation-type",
+            ],
+        )
+        .await
+        .expect("unlabel, one key absent");
+    let got = f
+        .node(&node)
+        .await
+        .and_then(|n| n.metadata.labels)
+        .unwrap_or_default();
+    assert!(
+        !got.contains_key("karpenter.k8s.aws/capacity-reservation-id"),
+        "{got:?}"
+    );
+    assert_eq!(got.get("team").map(String::as_str), Some("a"), "kept");
+    let e = f
+        .port()
+        .unlabel_node(&format!("{}-missing", f.namespace()), &["team"])
         .await
         .expect_err("missing node");
     assert!(matches!(e, ClusterError::NotFound(_)), "{e}");

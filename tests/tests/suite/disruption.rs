@@ -42,4 +42,5 @@ scenarios! {
     a_pod_that_selects_dedicated_tenancy_gets_a_dedicated_node => "dedicated-tenancy.yaml",
     capacity_reservations_are_used_first_and_fallen_back_from_when_full => "capacity-reservations.yaml",
     a_capacity_block_is_drained_before_it_ends => "capacity-block-expiry.yaml",
+    a_node_whose_reservation_ended_becomes_on_demand => "capacity-reservation-ends.yaml",
 }

@@ -297,6 +297,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     i.capacity_type = labels::CAPACITY_TYPE_RESERVED.to_owned();
                     i.capacity_reservation_id = Some(target.id.clone());
                     i.capacity_reservation_type = Some(target.reservation_type);
+                    i.capacity_reservation_interruptible = target.interruptible;
                     i.price = o.price;
                     launched.unavailable = full;
                     return Ok(launched);
@@ -482,6 +483,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 node_labels.insert(
                     labels::CAPACITY_RESERVATION_TYPE.to_owned(),
                     r.reservation_type.as_str().to_owned(),
+                );
+                node_labels.insert(
+                    labels::CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(),
+                    r.interruptible.to_string(),
                 );
             }
             let mut specs: Vec<(String, TemplateSpec)> = Vec::new();
@@ -1559,6 +1564,7 @@ pub(crate) fn fleet_outcome(
             security_group_ids: Vec::new(),
             capacity_reservation_id: None,
             capacity_reservation_type: None,
+            capacity_reservation_interruptible: false,
         };
         return Ok(Launched {
             instance,

@@ -363,6 +363,19 @@ fn to_instance(
         .unwrap_or_default()
         .to_owned();
     let reservation = i.capacity_reservation_id().map(str::to_owned);
+    // The instance's lifecycle says which kind of reservation it runs in
+    // (as Karpenter reads it): `capacity-block`, or
+    // `interruptible-capacity-reservation` for an interruptible one.
+    let lifecycle = i.instance_lifecycle();
+    let reservation_type = reservation.as_ref().map(|_| {
+        if lifecycle == Some(&InstanceLifecycleType::CapacityBlock) {
+            crate::cloud::ReservationType::CapacityBlock
+        } else {
+            crate::cloud::ReservationType::Default
+        }
+    });
+    let interruptible = reservation.is_some()
+        && lifecycle == Some(&InstanceLifecycleType::InterruptibleCapacityReservation);
     let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
         labels::CAPACITY_TYPE_SPOT
     } else if reservation.is_some() {
@@ -406,8 +419,8 @@ fn to_instance(
             .filter_map(|g| g.group_id().map(str::to_owned))
             .collect(),
         capacity_reservation_id: reservation,
-        // DescribeInstances does not say; the launch that made it does.
-        capacity_reservation_type: None,
+        capacity_reservation_type: reservation_type,
+        capacity_reservation_interruptible: interruptible,
     })
 }
 
@@ -521,5 +534,66 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
                 to_instance(i, |ct, ty, z| catalog_price(catalog.as_deref(), ct, ty, z))
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_ec2::types::{Instance as Ec2Instance, InstanceStateName, Placement};
+
+    use super::*;
+    use crate::cloud::ReservationType;
+
+    fn ec2_instance(reservation: Option<&str>, lifecycle: Option<&str>) -> Ec2Instance {
+        Ec2Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            .instance_type(aws_sdk_ec2::types::InstanceType::from("p5.48xlarge"))
+            .placement(Placement::builder().availability_zone("us-east-1a").build())
+            .state(
+                aws_sdk_ec2::types::InstanceState::builder()
+                    .name(InstanceStateName::Running)
+                    .build(),
+            )
+            .set_capacity_reservation_id(reservation.map(str::to_owned))
+            .set_instance_lifecycle(lifecycle.map(InstanceLifecycleType::from))
+            .build()
+    }
+
+    /// An instance adopted after a state loss is known only from
+    /// DescribeInstances: its lifecycle says the reservation's kind, as
+    /// Karpenter's `NewInstance` reads it (aws/karpenter-provider-aws
+    /// pkg/providers/instance/types.go), so a capacity-block node is still
+    /// drained before its block ends.
+    #[test]
+    fn an_instance_says_its_reservation_kind_through_its_lifecycle() {
+        let of = |r, l| to_instance(&ec2_instance(r, l), |_, _, _| None).expect("instance");
+        let block = of(Some("cr-0000000000000000a"), Some("capacity-block"));
+        assert_eq!(block.capacity_type, labels::CAPACITY_TYPE_RESERVED);
+        assert_eq!(
+            block.capacity_reservation_type,
+            Some(ReservationType::CapacityBlock)
+        );
+        assert!(!block.capacity_reservation_interruptible);
+        let odcr = of(Some("cr-0000000000000000b"), None);
+        assert_eq!(
+            odcr.capacity_reservation_type,
+            Some(ReservationType::Default)
+        );
+        assert!(!odcr.capacity_reservation_interruptible);
+        let interruptible = of(
+            Some("cr-0000000000000000c"),
+            Some("interruptible-capacity-reservation"),
+        );
+        assert_eq!(interruptible.capacity_type, labels::CAPACITY_TYPE_RESERVED);
+        assert_eq!(
+            interruptible.capacity_reservation_type,
+            Some(ReservationType::Default)
+        );
+        assert!(interruptible.capacity_reservation_interruptible);
+        let plain = of(None, None);
+        assert_eq!(plain.capacity_type, labels::CAPACITY_TYPE_ON_DEMAND);
+        assert_eq!(plain.capacity_reservation_type, None);
+        let spot = of(None, Some("spot"));
+        assert_eq!(spot.capacity_type, labels::CAPACITY_TYPE_SPOT);
     }
 }
