@@ -96,6 +96,8 @@ pub struct CapacityBuffer {
     pub replicas: Option<u32>,
     /// The chunks' total requests stay within these (`Resources` units).
     pub limits: Option<Resources>,
+    /// The resources `limits` names (a limit of 0 is a limit).
+    pub limit_names: Vec<String>,
 }
 
 impl CapacityBuffer {
@@ -206,6 +208,7 @@ impl CapacityBuffer {
             template: template.unwrap_or_default(),
             replicas: spec.replicas.map(|r| r as u32),
             limits: (!spec.limits.is_empty()).then_some(limits),
+            limit_names: spec.limits.keys().cloned().collect(),
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod schema;
 pub mod settings;
 pub mod syntax;
 
+pub use buffer::CapacityBuffer;
 pub use disruption::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec,
 };

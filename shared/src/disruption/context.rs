@@ -202,6 +202,23 @@ impl<'s, 'a> Context<'s, 'a> {
         })
     }
 
+    /// Why node `i` is not empty though it runs no pod to move: it holds
+    /// chunks of CapacityBuffers (Karpenter's emptiness check of buffer pods).
+    pub fn holds_buffer(&mut self, i: usize) -> Option<String> {
+        if self.s.buffers.is_empty() {
+            return None;
+        }
+        let name = self.facts[i].name.clone();
+        let (n, buffers) = self.sim().buffer_held(&name);
+        (n > 0).then(|| {
+            let names: Vec<String> = buffers.into_iter().collect();
+            format!(
+                "holds {n} chunk(s) of capacity buffer {}: not empty",
+                names.join(", ")
+            )
+        })
+    }
+
     /// The reschedulable pods of node `i` a drain would move now: not those
     /// with an active do-not-disrupt or a PDB that allows no eviction (they
     /// stay until the removal's deadline).
@@ -280,10 +297,12 @@ impl<'s, 'a> Context<'s, 'a> {
                     .as_deref()
                     .and_then(|n| self.s.classes.iter().find(|c| c.name == n));
                 let id = format!("{}-{}", input.pool.name, random_suffix(&mut self.rng));
+                // A replacement's chunks of CapacityBuffers hold room; nothing is nominated for them.
                 let pods = planned
                     .pods
                     .iter()
                     .map(|k| outcome.keys[*k].clone())
+                    .filter(|k| !crate::provisioning::buffers::is_virtual_key(k))
                     .collect();
                 let claim = new_claim(input, planned, pods, id, now, class);
                 claims.push((planned.clone(), claim));

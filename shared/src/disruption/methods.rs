@@ -48,6 +48,10 @@ impl Method for Emptiness {
                 );
                 continue;
             }
+            if let Some(why) = cx.holds_buffer(i) {
+                cx.note(i, why);
+                continue;
+            }
             let Some(after) = pool.disruption.consolidate_after else {
                 cx.note(
                     i,

@@ -39,6 +39,10 @@ pub struct Simulator<'a> {
     /// Claim id → its reservation, for the pools' limits.
     reservations: BTreeMap<String, (String, Usage)>,
     removed: BTreeSet<String>,
+    /// Per node: the CapacityBuffer chunks (virtual pods) it holds, by
+    /// uid. They take their room like pods; a move that removes the node
+    /// places them again, with the pods it moves.
+    holding: BTreeMap<String, Vec<SchedPod>>,
 }
 
 fn pods_of(pods: &[&Pod], volumes: &VolumeIndex) -> Result<(Vec<SchedPod>, Vec<PodKey>), String> {
@@ -161,6 +165,7 @@ impl<'a> Simulator<'a> {
             volumes: s.volumes,
             reservations,
             removed: BTreeSet::new(),
+            holding: BTreeMap::new(),
         };
 
         let in_flight_no_replacement: BTreeSet<&str> = s
@@ -179,7 +184,34 @@ impl<'a> Simulator<'a> {
         {
             sim.apply_bindings(&outcome);
         }
+        // Then the CapacityBuffers' chunks, on the room real pods leave
+        // (as the provisioner places them). A chunk that fits on no node
+        // now is the provisioner's to launch for: no node holds it, and
+        // no move is judged on it.
+        let buffers: Vec<&Pod> = s.buffers.iter().collect();
+        if !buffers.is_empty()
+            && let Ok(outcome) = sim.simulate(&[], &buffers)
+        {
+            sim.apply_bindings(&outcome);
+        }
         sim
+    }
+
+    /// How many CapacityBuffer chunks node `name` holds, and of which buffers.
+    pub fn buffer_held(&self, name: &str) -> (usize, BTreeSet<String>) {
+        let held = self.holding.get(name).map_or(&[][..], Vec::as_slice);
+        let buffers = held
+            .iter()
+            .filter_map(|p| {
+                crate::provisioning::buffers::buffer_of_key(&PodKey {
+                    namespace: String::new(),
+                    name: String::new(),
+                    uid: p.uid.clone(),
+                })
+                .map(str::to_owned)
+            })
+            .collect();
+        (held.len(), buffers)
     }
 
     pub fn pool(&self, name: &str) -> Option<&PoolInput> {
@@ -187,9 +219,21 @@ impl<'a> Simulator<'a> {
     }
 
     /// Places `pods` with the nodes of `remove` (and their claims' reservations) gone.
+    /// The CapacityBuffer chunks the removed nodes hold are placed too
+    /// (after `pods`, their keys last in the outcome).
     pub fn simulate(&mut self, remove: &[(&str, &str)], pods: &[&Pod]) -> Result<Outcome, String> {
-        let (sched, keys) = pods_of(pods, self.volumes)?;
+        let (mut sched, mut keys) = pods_of(pods, self.volumes)?;
         let names: BTreeSet<&str> = remove.iter().map(|(node, _)| *node).collect();
+        for node in &names {
+            for chunk in self.holding.get(*node).into_iter().flatten() {
+                keys.push(PodKey {
+                    namespace: chunk.pod.namespace.clone(),
+                    name: chunk.pod.name.clone(),
+                    uid: chunk.uid.clone(),
+                });
+                sched.push(chunk.clone());
+            }
+        }
         let nodes: Vec<ExistingNode> = self
             .nodes
             .iter()
@@ -240,8 +284,15 @@ impl<'a> Simulator<'a> {
     fn apply_bindings(&mut self, outcome: &Outcome) {
         for (i, node) in &outcome.bindings {
             if let Some(n) = self.nodes.iter_mut().find(|n| &n.name == node) {
-                n.requested.add(&outcome.pods[*i].requests);
-                n.pods.push(outcome.pods[*i].clone());
+                let pod = &outcome.pods[*i];
+                n.requested.add(&pod.requests);
+                n.pods.push(pod.clone());
+                if crate::provisioning::buffers::is_virtual_key(&outcome.keys[*i]) {
+                    self.holding
+                        .entry(node.clone())
+                        .or_default()
+                        .push(pod.clone());
+                }
             }
         }
     }
@@ -264,6 +315,7 @@ impl<'a> Simulator<'a> {
         for (node, claim) in remove {
             self.removed.insert((*node).to_owned());
             self.reservations.remove(*claim);
+            self.holding.remove(*node);
         }
         self.apply_bindings(outcome);
         for (planned, claim) in claims {
@@ -295,6 +347,15 @@ impl<'a> Simulator<'a> {
                 .iter()
                 .map(|i| outcome.pods[*i].clone())
                 .collect();
+            let chunks: Vec<SchedPod> = planned
+                .pods
+                .iter()
+                .filter(|i| crate::provisioning::buffers::is_virtual_key(&outcome.keys[**i]))
+                .map(|i| outcome.pods[*i].clone())
+                .collect();
+            if !chunks.is_empty() {
+                self.holding.insert(claim.id.clone(), chunks);
+            }
             let mut requested = Resources::default();
             for p in &pods {
                 requested.add(&p.requests);

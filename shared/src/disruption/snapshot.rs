@@ -88,6 +88,10 @@ pub struct Snapshot<'a> {
     pub daemon_sets: &'a [DaemonSet],
     pub unavailable: &'a [OfferingKey],
     pub in_flight: &'a [InFlight],
+    /// The CapacityBuffers' virtual pods (`provisioning::buffers`): placed
+    /// on the cluster, a node holding some is not empty, and a move must
+    /// find them room again.
+    pub buffers: &'a [Pod],
     /// The PVCs, PVs and StorageClasses the candidates' pods use (zonal volumes pin pods).
     pub volumes: &'a VolumeIndex,
     pub settings: &'a Settings,

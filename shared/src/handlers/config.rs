@@ -27,6 +27,8 @@ pub struct LoadedConfig {
     /// kubelet settings merged in.
     pub pools: Vec<NodePool>,
     pub node_classes: Vec<NodeClass>,
+    /// Valid CapacityBuffers (spare capacity kept as virtual pods).
+    pub buffers: Vec<crate::config::CapacityBuffer>,
     /// The stored `settings#default`, or the defaults.
     pub settings: Settings,
     /// Whether a settings item is stored (else `settings` are the defaults).
@@ -93,6 +95,7 @@ pub async fn load<S: Store>(store: &S) -> Result<LoadedConfig, StoreError> {
     Ok(LoadedConfig {
         pools: resolved.set.node_pools,
         node_classes: resolved.set.node_classes,
+        buffers: resolved.set.capacity_buffers,
         settings: resolved.set.settings,
         settings_stored: items.iter().any(|i| i.kind == ConfigKind::Settings),
         fingerprint: hasher.finish(),

@@ -104,6 +104,8 @@ pub struct Gathered {
     pub unavailable: Vec<OfferingKey>,
     pub in_flight: Vec<InFlight>,
     pub volumes: VolumeIndex,
+    /// The CapacityBuffers' virtual pods.
+    pub buffers: Vec<Pod>,
 }
 
 impl Gathered {
@@ -123,6 +125,7 @@ impl Gathered {
             daemon_sets: &self.daemon_sets,
             unavailable: &self.unavailable,
             in_flight: &self.in_flight,
+            buffers: &self.buffers,
             volumes: &self.volumes,
             settings: &self.config.settings,
             tuning,
@@ -226,6 +229,7 @@ pub async fn gather<P: PortSet>(
         unavailable,
         in_flight,
         volumes,
+        buffers: crate::provisioning::buffers::virtual_pods(&config.buffers),
     })
 }
 

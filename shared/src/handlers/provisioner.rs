@@ -25,6 +25,7 @@ use crate::provisioning::admission::Admission;
 use crate::provisioning::batcher::{
     self, Batch, BatchStep, BatchWindow, Parked, ParkedGroup, Solving,
 };
+use crate::provisioning::buffers::{self, BufferStatus};
 use crate::provisioning::claim::{BINDING_TAINT_KEY, Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
@@ -67,6 +68,11 @@ fn with_config_reason(
 const GAUGES_EVERY: SignedDuration = SignedDuration::from_secs(10);
 /// How long a quiet provisioner trusts the empty batch record it last read.
 const QUIET_BATCH_REREAD: SignedDuration = SignedDuration::from_secs(30);
+
+/// How often the CapacityBuffers are planned for when nothing else asks:
+/// real pods taking buffer room are refilled within this (Karpenter plans
+/// them on every provisioning pass).
+pub const BUFFERS_EVERY: SignedDuration = SignedDuration::from_secs(10);
 
 /// Karpenter's gauges: pods waiting for capacity
 /// (`karpenter_scheduler_queue_depth`), and per pool what its claims
@@ -209,6 +215,10 @@ pub struct Provisioner<P: PortSet> {
     /// (no window, nothing parked, nobody solving): while no pod is
     /// pending, ticks skip reading it again for [`QUIET_BATCH_REREAD`].
     batch_seen_empty_at: Option<Timestamp>,
+    /// When this invocation last planned for the CapacityBuffers.
+    last_buffers: Option<Timestamp>,
+    /// Where the buffers' chunks were at that pass.
+    buffer_status: Vec<BufferStatus>,
     ticks: u64,
     config: ConfigReader,
 }
@@ -223,6 +233,8 @@ impl<P: PortSet> Provisioner<P> {
             next_removals: None,
             last_gauges: None,
             batch_seen_empty_at: None,
+            last_buffers: None,
+            buffer_status: Vec::new(),
             ticks: 0,
             config: ConfigReader::new(),
         }
@@ -464,6 +476,7 @@ impl<P: PortSet> Provisioner<P> {
                 .is_some_and(|t| now.duration_since(t) < QUIET_BATCH_REREAD)
         {
             report.wake_at = removal_wake;
+            self.keep_buffers(&config, now, false, &mut report).await?;
             return Ok(report);
         }
         let stored = store.batch().await?;
@@ -498,6 +511,9 @@ impl<P: PortSet> Provisioner<P> {
             .collect();
 
         report.wake_at = removal_wake;
+        // Real pods first: the buffers are planned for when no real pod
+        // waits in the batch window, right after a batch was solved.
+        let mut buffers_now = true;
         match batcher::step(
             state.window.as_ref(),
             &waiting,
@@ -518,6 +534,7 @@ impl<P: PortSet> Provisioner<P> {
                 changed,
                 wake_at,
             } => {
+                buffers_now = false;
                 report.wake_at = Some(report.wake_at.map_or(wake_at, |w| w.min(wake_at)));
                 if changed {
                     let mut next = state.clone();
@@ -583,7 +600,137 @@ impl<P: PortSet> Provisioner<P> {
                 report.solved = true;
             }
         }
+        if buffers_now {
+            let solved = report.solved;
+            self.keep_buffers(&config, now, solved, &mut report).await?;
+        }
         Ok(report)
+    }
+
+    /// Where the CapacityBuffers' chunks were at the last pass.
+    pub fn buffer_status(&self) -> &[BufferStatus] {
+        &self.buffer_status
+    }
+
+    /// Plans for the CapacityBuffers' virtual pods as for pending pods, on
+    /// the cluster as it is (real pods, nominated ones and claims in
+    /// flight hold their room first) and launches the nodes the chunks
+    /// that fit nowhere need; nothing is bound or nominated for a virtual
+    /// pod. Every [`BUFFERS_EVERY`], or now when `force` (a batch was just
+    /// solved: its pods may have taken buffer room).
+    async fn keep_buffers(
+        &mut self,
+        config: &LoadedConfig,
+        now: Timestamp,
+        force: bool,
+        report: &mut TickReport,
+    ) -> Result<(), HandlerError> {
+        if config.buffers.is_empty() {
+            self.buffer_status.clear();
+            return Ok(());
+        }
+        if !force
+            && self
+                .last_buffers
+                .is_some_and(|t| now.duration_since(t) < BUFFERS_EVERY)
+        {
+            return Ok(());
+        }
+        self.last_buffers = Some(now);
+        let store = self.ports.store();
+        let cluster = self.ports.cluster();
+        let virtual_pods = buffers::virtual_pods(&config.buffers);
+        let state = store.state(now).await?;
+        let (claims, unavailable, usage) = (state.claims, state.unavailable, state.usage);
+        let (nodes, scheduled, pending, daemon_sets) = futures_util::future::try_join4(
+            cluster.nodes(),
+            cluster.scheduled_pods(),
+            cluster.pending_pods(),
+            cluster.daemon_sets(),
+        )
+        .await?;
+        let nominated_uids: HashSet<&str> = claims
+            .iter()
+            .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
+            .collect();
+        let nominated: Vec<Pod> = pending
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|u| nominated_uids.contains(u))
+            })
+            .collect();
+        let catalog: Arc<CloudCatalog> = self.catalog_now(config, now).await?;
+        let volumes = crate::scheduling::volumes::VolumeIndex::default();
+        let decision = plan::decide(&Snapshot {
+            now,
+            pending: &virtual_pods,
+            scheduled: &scheduled,
+            nominated: &nominated,
+            nodes: &nodes,
+            daemon_sets: &daemon_sets,
+            claims: &claims,
+            pools: &config.pools,
+            node_classes: &config.node_classes,
+            catalog: &catalog,
+            unavailable: &unavailable,
+            usage: &usage,
+            volumes: &volumes,
+            seed: seed_of(now, self.ticks, 11),
+        });
+        let placed: Vec<PodKey> = decision
+            .fit_existing
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
+        let launching: Vec<PodKey> = decision
+            .new_claims
+            .iter()
+            .flat_map(|c| c.pods.iter().cloned())
+            .collect();
+        let status = buffers::statuses(
+            &config.buffers,
+            &placed,
+            &launching,
+            &with_config_reason(decision.unschedulable, config),
+        );
+        for s in &status {
+            if s.unplaced > 0 {
+                warn!(buffer = %s.buffer, wanted = s.wanted, unplaced = s.unplaced, reason = s.reason.as_deref().unwrap_or_default(), "capacity buffer chunk(s) fit nowhere");
+            }
+        }
+        if status != self.buffer_status {
+            for s in &status {
+                let (reason, message) = s.condition();
+                info!(buffer = %s.buffer, wanted = s.wanted, placed = s.placed, launching = s.launching, unplaced = s.unplaced, condition = reason, "capacity buffer: {message}");
+            }
+        }
+        self.buffer_status = status;
+        if decision.new_claims.is_empty() {
+            return Ok(());
+        }
+        // The nodes hold buffer room: no pod is nominated to them.
+        let claims: Vec<Claim> = decision
+            .new_claims
+            .into_iter()
+            .map(|mut c| {
+                c.pods.clear();
+                c
+            })
+            .collect();
+        info!(
+            nodeclaims = claims.len(),
+            chunks = launching.len(),
+            "launching node(s) to hold capacity buffer(s)"
+        );
+        for (_, end) in self.launcher().launch_all(claims, config, &catalog).await {
+            if let LaunchEnd::Launched(id) = end {
+                report.launched.push(id);
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the launch templates of ours nothing uses any more

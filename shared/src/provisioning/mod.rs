@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod batcher;
+pub mod buffers;
 pub mod claim;
 pub mod lifecycle;
 pub mod overlays;

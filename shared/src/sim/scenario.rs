@@ -576,12 +576,53 @@ fn read_objects(
     let mut docs = Vec::new();
     let mut workloads = Vec::new();
     let mut errors = Vec::new();
+    // The v1 PodTemplates CapacityBuffers name, by (namespace, name): a
+    // buffer takes its template from those beside it, as `config apply` does.
+    let is_template = |o: &serde_json::Value| {
+        o.get("apiVersion").and_then(|v| v.as_str()) == Some("v1")
+            && o.get("kind").and_then(|v| v.as_str()) == Some("PodTemplate")
+    };
+    let templates: BTreeMap<(String, String), serde_json::Value> = objects
+        .iter()
+        .filter(|o| is_template(o))
+        .filter_map(|o| {
+            let ns = o
+                .pointer("/metadata/namespace")
+                .and_then(|v| v.as_str())
+                .unwrap_or("default");
+            let name = o.pointer("/metadata/name").and_then(|v| v.as_str())?;
+            Some(((ns.to_owned(), name.to_owned()), o.get("template")?.clone()))
+        })
+        .collect();
     for (i, o) in objects.iter().enumerate() {
         let api = o
             .get("apiVersion")
             .and_then(|v| v.as_str())
             .unwrap_or_default();
-        if api.starts_with("karpenter.") || api.starts_with("nodewright.io") {
+        if is_template(o) {
+            continue;
+        }
+        if api.starts_with("autoscaling.x-k8s.io") {
+            match config::document::from_value(o, i) {
+                Ok(d) => docs.extend(d.into_iter().map(|mut d| {
+                    if let ConfigDocument::CapacityBuffer { spec, .. } = &mut d
+                        && spec.pod_template.is_none()
+                        && let Some(r) = &spec.pod_template_ref
+                    {
+                        let ns = spec.namespace.clone().unwrap_or_else(|| "default".into());
+                        spec.pod_template = templates.get(&(ns, r.name.clone())).cloned();
+                    }
+                    d
+                })),
+                Err(e) => errors.push(format!(
+                    "{}",
+                    ConfigError {
+                        item: e.item.replacen("document", at, 1),
+                        ..e
+                    }
+                )),
+            }
+        } else if api.starts_with("karpenter.") || api.starts_with("nodewright.io") {
             match config::document::from_value(o, i) {
                 Ok(d) => docs.extend(d),
                 Err(e) => errors.push(format!(

@@ -43,4 +43,7 @@ scenarios! {
     capacity_reservations_are_used_first_and_fallen_back_from_when_full => "capacity-reservations.yaml",
     a_capacity_block_is_drained_before_it_ends => "capacity-block-expiry.yaml",
     a_node_whose_reservation_ended_becomes_on_demand => "capacity-reservation-ends.yaml",
+    a_capacity_buffer_is_launched_for_kept_and_refilled => "capacity-buffer.yaml",
+    a_capacity_buffer_never_passes_the_pool_limits_nor_shows_as_pending => "capacity-buffer-limits.yaml",
+    consolidation_keeps_the_room_of_a_capacity_buffer => "capacity-buffer-consolidation.yaml",
 }
