@@ -117,6 +117,7 @@ fn main() {
                     deadline: Some(now + SignedDuration::from_secs(105)),
                     avoid: vec![],
                     event_at: Some(now),
+                    handover: false,
                 },
             )
             .await

@@ -160,6 +160,7 @@ impl Command {
                 deadline: self.deadline,
                 avoid: Vec::new(),
                 event_at: None,
+                handover: self.method == super::handover::METHOD,
             })
             .collect()
     }
@@ -187,6 +188,9 @@ pub struct Plan {
     pub commands: Vec<Command>,
     /// Bookkeeping the handler writes back (conditional on the claim's version).
     pub claim_updates: Vec<ClaimUpdate>,
+    /// Pools being handed over from Karpenter (`super::handover`): their
+    /// commands are among `commands` (method `handover`).
+    pub handovers: Vec<super::handover::Handover>,
 }
 
 impl Plan {

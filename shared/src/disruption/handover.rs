@@ -1,47 +1,87 @@
 //! Handing a pool over from Karpenter (`nodewright config import --adopt
 //! replace`): the nodes Karpenter launched for a pool that nodewright now
 //! serves are replaced a few at a time, within the pool's disruption
-//! budgets for `Drifted`, as drift would replace nodewright's own.
+//! budgets for `Drifted`, as drift replaces nodewright's own: replacement
+//! first.
 //!
-//! nodewright never drains nor terminates what it did not launch. It
-//! deletes the **Node**; Karpenter's termination finalizer
-//! (`karpenter.sh/termination`, on every Node Karpenter manages) makes
-//! Karpenter taint it, drain it through the Eviction API (honouring
-//! PodDisruptionBudgets), terminate its instance and only then let the
-//! Node go — what `kubectl delete node` does on a Karpenter cluster. The
-//! pods go pending and nodewright launches for them (Karpenter, its pool's
-//! limits at zero, launches nothing). A Node without the finalizer is left
-//! alone: deleting it would drain nothing.
+//! For each node whose turn it is, the decision simulates its
+//! reschedulable pods onto the room there is (the pool's other Karpenter
+//! nodes left out: their room goes too) plus new claims — the simulation
+//! drift and consolidation use — and emits a command (method `handover`)
+//! that the drain-and-terminate machine carries out as a handover
+//! (`RemovalSpec::handover`): launch the replacements, wait until they are
+//! registered and initialized, then delete the **Node**. Karpenter's
+//! termination finalizer (`karpenter.sh/termination`, on every Node
+//! Karpenter manages) makes Karpenter taint it, drain it through the
+//! Eviction API (honouring PodDisruptionBudgets), terminate its instance
+//! and only then let the Node go — what `kubectl delete node` does on a
+//! Karpenter cluster. The evicted pods find the replacements' room. If a
+//! replacement cannot be launched or does not initialize in time, the
+//! command is rolled back and nothing is deleted; the next decision tries
+//! again. nodewright never drains nor terminates what it did not launch; a
+//! Node without the finalizer is left alone (deleting it would drain
+//! nothing).
 //!
-//! A node of the pool counts against the budget from the moment it is
-//! deleted until it is gone, so a removal Karpenter does not finish (it is
-//! not running) holds the next ones: never all at once.
+//! A node of the pool counts against the budget from the moment its
+//! handover starts until the Node is gone, so a removal Karpenter does not
+//! finish (it is not running) holds the next ones: never all at once.
+//!
+//! **Karpenter still launching.** If Karpenter's NodePool can still launch
+//! (its limits were not set to zero, it was not deleted), the evicted pods
+//! may land on new Karpenter nodes and the two controllers fight. The
+//! cluster port does not read Karpenter's NodePools; what the decision sees
+//! is a Karpenter node of the pool created after nodewright's first node
+//! of it: while the newest such node is younger than [`KARPENTER_QUIET`],
+//! the handover pauses and says why (with the command that stops
+//! Karpenter). `nodewright config import --adopt replace` and `config
+//! validate` warn from the NodePool itself.
 //!
 //! No I/O, no clock: `now` is the time.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 
-use super::snapshot::{DISRUPTED_TAINT_KEY, InFlight, claim_of};
+use super::context::{Context, Proposal};
+use super::decision::Reason;
+use super::snapshot::{DISRUPTED_TAINT_KEY, claim_of};
 use crate::config::settings::{KARPENTER_NODES_ANNOTATION, KarpenterNodes};
 use crate::config::{DisruptionReason, NodePool};
-use crate::ports::Timestamp;
+use crate::ports::{SignedDuration, Timestamp};
 use crate::provisioning::Claim;
 use crate::scheduling::labels;
-use crate::termination::drain::DO_NOT_DISRUPT;
 
 /// The finalizer Karpenter puts on the Nodes it manages: deleting such a
 /// Node makes Karpenter drain it and terminate its instance first.
 pub const KARPENTER_TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 
-/// What to do with the Karpenter nodes of one pool now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The method name of a handover command (`Command::method`).
+pub const METHOD: &str = "handover";
+
+/// How long the handover of a pool pauses after Karpenter launched a node
+/// for it while nodewright serves it (see the module's doc).
+pub const KARPENTER_QUIET: SignedDuration = SignedDuration::from_mins(10);
+
+/// The id of the removal command of a Karpenter node's handover (there is
+/// no claim of ours; one command per node all the same).
+pub fn command_id(node: &str) -> String {
+    format!("handover-{node}")
+}
+
+/// What the handover of one pool is doing, for the handler, the log,
+/// `nodewright plan` and `nodewright status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Handover {
     pub pool: String,
-    /// Nodes to delete now (oldest first), so that Karpenter drains them.
-    pub delete: Vec<String>,
-    /// Karpenter's nodes of the pool still there (being deleted included).
+    /// Nodes whose handover starts with this decision (their replacements
+    /// launch first), oldest first.
+    pub start: Vec<String>,
+    /// Nodes being handed over already (replacements launching, or
+    /// deleted and draining).
+    pub in_progress: Vec<String>,
+    /// Karpenter's nodes of the pool still there (all of the above included).
     pub remaining: usize,
-    /// Why no (more) node is deleted now, worded for the user.
+    /// The next node to go (the oldest not yet started), if any.
+    pub next: Option<String>,
+    /// Why no (more) node starts now, worded for the user.
     pub waiting: Option<String>,
 }
 
@@ -55,7 +95,7 @@ pub fn karpenter_nodes(pool: &NodePool) -> KarpenterNodes {
 
 /// Whether `node` is one Karpenter launched for `pool`: labelled with the
 /// pool, no claim of ours, Karpenter's termination finalizer on it.
-fn is_karpenters(node: &Node, pool: &str, claims: &[Claim]) -> bool {
+pub fn is_karpenters(node: &Node, pool: &str, claims: &[Claim]) -> bool {
     let labelled = node
         .metadata
         .labels
@@ -73,246 +113,254 @@ fn has_finalizer(node: &Node) -> bool {
         .any(|f| f == KARPENTER_TERMINATION_FINALIZER)
 }
 
-/// Going already: deleted, or tainted by Karpenter's own disruption.
-fn is_going(node: &Node) -> bool {
-    node.metadata.deletion_timestamp.is_some()
-        || node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+/// Karpenter's own disruption at work: its taint on the node.
+fn tainted_by_karpenter(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
 }
 
-fn name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
+/// The command that stops Karpenter launching for `pool` (its limits at
+/// zero; deleting its NodePool instead would make Karpenter delete all of
+/// the pool's nodes at once).
+pub fn stop_karpenter_command(pool: &str) -> String {
+    format!(
+        "kubectl patch nodepool {pool} --type merge -p '{{\"spec\":{{\"limits\":{{\"cpu\":\"0\"}}}}}}'"
+    )
 }
 
-/// A pod on the node asks not to be disrupted (`karpenter.sh/do-not-disrupt`).
-fn blocked(node: &Node, pods: &[Pod]) -> Option<String> {
-    let annotated = |a: Option<&std::collections::BTreeMap<String, String>>| {
-        a.and_then(|a| a.get(DO_NOT_DISRUPT))
-            .is_some_and(|v| v == "true")
-    };
-    if annotated(node.metadata.annotations.as_ref()) {
-        return Some(format!("node {} is annotated {DO_NOT_DISRUPT}", name(node)));
-    }
-    pods.iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name(node)))
-        .find(|p| annotated(p.metadata.annotations.as_ref()))
-        .map(|p| {
-            format!(
-                "pod {}/{} on {} is annotated {DO_NOT_DISRUPT}",
-                p.metadata.namespace.as_deref().unwrap_or("default"),
-                p.metadata.name.as_deref().unwrap_or_default(),
-                name(node)
-            )
-        })
+/// Why the handover of `pool` pauses because Karpenter still launches for
+/// it: the newest of its Karpenter nodes (`theirs`: name, created) was
+/// created after nodewright's first node of the pool (`ours_since`) and
+/// less than [`KARPENTER_QUIET`] ago.
+pub fn karpenter_launching(
+    pool: &str,
+    theirs: &[(&str, Timestamp)],
+    ours_since: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<String> {
+    let since = ours_since?;
+    let (name, created) = theirs
+        .iter()
+        .filter(|(_, c)| *c > since)
+        .max_by_key(|(_, c)| *c)?;
+    let age = now.duration_since(*created);
+    (age < KARPENTER_QUIET).then(|| {
+        format!(
+            "Karpenter still launches for NodePool {pool} (node {name}, {}s old, came after nodewright's first node of the pool): the handover pauses until Karpenter has launched nothing for {} minutes; stop it with {}",
+            age.as_secs(),
+            KARPENTER_QUIET.as_secs() / 60,
+            stop_karpenter_command(pool)
+        )
+    })
 }
 
 /// For every pool annotated `replace`, which of Karpenter's nodes of it to
-/// delete now. The budget counts the pool's nodes of both (nodewright's
-/// registered ones and Karpenter's); those going (Karpenter's deleted or
-/// tainted, nodewright's removals in flight) count against it.
-pub fn handover(
-    pools: &[NodePool],
-    nodes: &[Node],
-    pods: &[Pod],
-    claims: &[Claim],
-    in_flight: &[InFlight],
-    now: Timestamp,
-) -> Vec<Handover> {
+/// hand over now, as commands added to the decision (their replacements
+/// placed in its simulation). Runs after the methods: a pool one of them
+/// starts a removal in this decision waits for the next (its budget is
+/// being spent). The budget counts the pool's nodes of both (nodewright's
+/// registered ones and Karpenter's); those going (Karpenter's deleted,
+/// tainted or being handed over, nodewright's removals in flight) count
+/// against it.
+pub fn run(cx: &mut Context<'_, '_>) -> Vec<Handover> {
+    let s = cx.s;
+    let busy: std::collections::BTreeSet<String> = cx
+        .commands
+        .iter()
+        .flat_map(|c| c.targets.iter().map(|t| t.pool.clone()))
+        .collect();
     let mut out = Vec::new();
-    for pool in pools {
+    for pool in s.pools {
         if karpenter_nodes(pool) != KarpenterNodes::Replace {
             continue;
         }
-        let mut theirs: Vec<&Node> = nodes
-            .iter()
-            .filter(|n| is_karpenters(n, &pool.name, claims))
+        let mut theirs: Vec<usize> = (0..cx.facts.len())
+            .filter(|i| is_karpenters(cx.facts[*i].node, &pool.name, s.claims))
             .collect();
         if theirs.is_empty() {
             continue;
         }
-        let ours: Vec<&Node> = nodes
-            .iter()
-            .filter(|n| claim_of(n, claims).is_some_and(|c| c.pool == pool.name))
+        theirs.sort_by(|a, b| {
+            let (fa, fb) = (&cx.facts[*a], &cx.facts[*b]);
+            (fa.created_at, &fa.name).cmp(&(fb.created_at, &fb.name))
+        });
+        let ours: Vec<usize> = (0..cx.facts.len())
+            .filter(|i| {
+                cx.facts[*i]
+                    .claim
+                    .is_some_and(|c| c.pool == pool.name && c.node_name.is_some())
+            })
             .collect();
-        let ours_going = in_flight
+        let going = |i: usize| cx.facts[i].disrupting.is_some();
+        let in_progress: Vec<String> = theirs
             .iter()
-            .filter(|f| ours.iter().any(|n| name(n) == f.node))
-            .count();
+            .filter(|i| going(**i))
+            .map(|i| cx.facts[*i].name.clone())
+            .collect();
         let total = ours.len() + theirs.len();
-        let going = ours_going + theirs.iter().filter(|n| is_going(n)).count();
+        let gone = ours.iter().filter(|i| going(**i)).count() + in_progress.len();
         let allowed = pool
             .disruption
-            .allowed_disruptions(DisruptionReason::Drifted, total, now);
-        let mut room = allowed.saturating_sub(going);
-        theirs.sort_by_key(|n| {
-            (
-                n.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                name(n).to_owned(),
-            )
-        });
-        let mut delete = Vec::new();
-        let mut waiting = None;
-        for n in theirs.iter().filter(|n| !is_going(n)) {
-            if room == 0 {
+            .allowed_disruptions(DisruptionReason::Drifted, total, s.now);
+        let mut room = allowed.saturating_sub(gone);
+        let stamps: Vec<(&str, Timestamp)> = theirs
+            .iter()
+            .map(|i| (cx.facts[*i].name.as_str(), node_created(&cx.facts[*i])))
+            .collect();
+        let ours_since = ours.iter().map(|i| cx.facts[*i].created_at).min();
+        let launching = karpenter_launching(&pool.name, &stamps, ours_since, s.now);
+        let candidates: Vec<usize> = theirs
+            .iter()
+            .copied()
+            .filter(|i| !going(*i) && !tainted_by_karpenter(cx.facts[*i].node))
+            .collect();
+        let mut start = Vec::new();
+        let mut waiting: Option<String> = None;
+        let mut next = None;
+        for i in candidates.iter().copied() {
+            let name = cx.facts[i].name.clone();
+            if let Some(why) = &launching {
+                waiting.get_or_insert_with(|| why.clone());
+                next.get_or_insert(name);
+                break;
+            }
+            if busy.contains(&pool.name) {
                 waiting.get_or_insert_with(|| {
                     format!(
-                        "budget for Drifted in NodePool {} ({allowed} of {total} nodes, {going} going)",
+                        "a removal of NodePool {} started in this decision spends its budget",
                         pool.name
                     )
                 });
+                next.get_or_insert(name);
                 break;
             }
-            if let Some(why) = blocked(n, pods) {
+            if room == 0 {
+                waiting.get_or_insert_with(|| {
+                    format!(
+                        "budget for Drifted in NodePool {} ({allowed} of {total} nodes, {gone} going)",
+                        pool.name
+                    )
+                });
+                next.get_or_insert(name);
+                break;
+            }
+            if let Some(why) = cx.blocked(i) {
+                let why = format!("{name}: {why}");
+                cx.note(i, format!("handover from Karpenter waits: {why}"));
                 waiting.get_or_insert(why);
                 continue;
             }
-            delete.push(name(n).to_owned());
+            // Its pods on the room there is without any of the pool's
+            // Karpenter nodes (their room goes too) plus new claims.
+            let others: Vec<usize> = theirs.clone();
+            let pods = cx.facts[i].reschedulable.clone();
+            let outcome = match cx.simulate_pods(&others, &pods) {
+                Ok(o) => o,
+                Err(e) => {
+                    waiting.get_or_insert_with(|| format!("{name}: {e}"));
+                    next.get_or_insert(name);
+                    break;
+                }
+            };
+            if let Some((pod, why)) = outcome.unschedulable.first() {
+                let why = format!(
+                    "{name}: pod {pod} (and {} more) would have nowhere to go: {why}",
+                    outcome.unschedulable.len() - 1
+                );
+                cx.note(i, format!("handover from Karpenter waits: {why}"));
+                waiting.get_or_insert(why);
+                next.get_or_insert(name);
+                break;
+            }
+            let launches = outcome.claims.len();
+            let index = cx.commit(Proposal {
+                reason: Reason::Drifted,
+                method: METHOD,
+                targets: vec![i],
+                replacements: outcome.claims.clone(),
+                outcome: Some(outcome),
+                replacement_price: None,
+                savings: 0.0,
+                summary: format!(
+                    "handed over from Karpenter (NodePool {} is annotated {KARPENTER_NODES_ANNOTATION}=replace): {launches} replacement(s) first, then the Node is deleted for Karpenter to drain",
+                    pool.name
+                ),
+            });
+            let command = &mut cx.commands[index];
+            command.id = command_id(&name);
+            // Karpenter drains it (its own grace period); nothing to
+            // re-validate: nothing is removed before the replacements are up.
+            command.validate_at = None;
+            command.deadline = None;
+            for t in &mut command.targets {
+                t.claim_id = command_id(&t.node);
+                t.pool = pool.name.clone();
+                t.instance_id = None;
+            }
+            start.push(name);
             room -= 1;
+        }
+        if next.is_none() {
+            next = candidates
+                .iter()
+                .map(|i| cx.facts[*i].name.clone())
+                .find(|n| !start.contains(n));
         }
         out.push(Handover {
             pool: pool.name.clone(),
-            delete,
+            start,
+            in_progress,
             remaining: theirs.len(),
+            next,
             waiting,
         });
     }
     out
 }
 
+/// When the Node was created (the facts' `created_at` is the claim's,
+/// which a Karpenter node has not).
+fn node_created(f: &super::snapshot::NodeFacts<'_>) -> Timestamp {
+    f.node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(f.created_at, |t| t.0)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::config::NodePool;
 
-    fn pool(name: &str, annotation: Option<&str>, budget: &str) -> NodePool {
-        let spec: crate::config::NodePoolSpec = serde_json::from_value(serde_json::json!({
-            "template": {"spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]
-            }},
-            "disruption": {"budgets": [{"nodes": budget}]}
-        }))
-        .expect("nodepool spec");
-        let mut p = NodePool::from_spec(name, &spec).expect("valid nodepool");
-        if let Some(a) = annotation {
-            p.annotations
-                .insert(KARPENTER_NODES_ANNOTATION.to_owned(), a.to_owned());
-        }
-        p
-    }
-
-    fn node(name: &str, pool: &str, finalizer: bool, created: i64) -> Node {
-        let mut labels = BTreeMap::new();
-        labels.insert(labels::NODEPOOL.to_owned(), pool.to_owned());
-        serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": name,
-                "labels": labels,
-                "finalizers": if finalizer { vec![KARPENTER_TERMINATION_FINALIZER] } else { vec![] },
-                "creationTimestamp": Timestamp::from_second(created).expect("time").to_string(),
-            },
-            "spec": {"providerID": format!("aws:///us-east-1a/i-{name}")}
-        }))
-        .expect("node")
-    }
-
-    fn now() -> Timestamp {
-        Timestamp::from_second(1_000_000).expect("time")
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_000_000 + s).expect("time")
     }
 
     #[test]
-    fn a_pool_left_at_none_or_unannotated_hands_nothing_over() {
-        let nodes = [node("k1", "web", true, 1)];
-        for p in [pool("web", None, "100%"), pool("web", Some("none"), "100%")] {
-            assert!(handover(&[p], &nodes, &[], &[], &[], now()).is_empty());
-        }
-    }
-
-    #[test]
-    fn karpenters_nodes_are_deleted_oldest_first_within_the_budget() {
-        let nodes = [
-            node("k-new", "web", true, 30),
-            node("k-old", "web", true, 10),
-            node("k-mid", "web", true, 20),
-            node("other-pool", "legacy", true, 5),
-        ];
-        let h = handover(
-            &[pool("web", Some("replace"), "1")],
-            &nodes,
-            &[],
-            &[],
-            &[],
-            now(),
-        );
-        assert_eq!(h.len(), 1);
-        assert_eq!(h[0].delete, vec!["k-old".to_owned()]);
-        assert_eq!(h[0].remaining, 3);
+    fn karpenter_launching_after_nodewright_pauses_the_handover_for_a_while() {
+        let theirs = [("k-old", at(0)), ("k-new", at(600))];
+        // No node of nodewright's yet: nothing tells Karpenter still launches.
+        assert_eq!(karpenter_launching("web", &theirs, None, at(660)), None);
+        // nodewright's first node came before k-new: Karpenter launched since.
+        let why = karpenter_launching("web", &theirs, Some(at(300)), at(660)).expect("paused");
+        assert!(why.contains("k-new"), "{why}");
         assert!(
-            h[0].waiting
-                .as_deref()
-                .is_some_and(|w| w.contains("budget"))
+            why.contains(
+                r#"kubectl patch nodepool web --type merge -p '{"spec":{"limits":{"cpu":"0"}}}'"#
+            ),
+            "{why}"
         );
-    }
-
-    #[test]
-    fn a_node_being_deleted_holds_the_next_until_it_is_gone() {
-        let mut going = node("k-old", "web", true, 10);
-        going.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
-        let nodes = [going, node("k-new", "web", true, 30)];
-        let h = handover(
-            &[pool("web", Some("replace"), "1")],
-            &nodes,
-            &[],
-            &[],
-            &[],
-            now(),
+        // Quiet for KARPENTER_QUIET: the handover goes on.
+        assert_eq!(
+            karpenter_launching("web", &theirs, Some(at(300)), at(600) + KARPENTER_QUIET),
+            None
         );
-        assert!(h[0].delete.is_empty(), "{h:?}");
-        assert_eq!(h[0].remaining, 2);
-    }
-
-    #[test]
-    fn a_node_without_karpenters_finalizer_or_of_another_pool_is_never_deleted() {
-        let nodes = [node("bare", "web", false, 1), node("k", "legacy", true, 1)];
-        let h = handover(
-            &[pool("web", Some("replace"), "100%")],
-            &nodes,
-            &[],
-            &[],
-            &[],
-            now(),
-        );
-        assert!(h.is_empty(), "{h:?}");
-    }
-
-    #[test]
-    fn a_do_not_disrupt_pod_keeps_its_node_and_says_so() {
-        let nodes = [node("k1", "web", true, 1), node("k2", "web", true, 2)];
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "default", "annotations": {DO_NOT_DISRUPT: "true"}},
-            "spec": {"nodeName": "k1", "containers": []}
-        }))
-        .expect("pod");
-        let h = handover(
-            &[pool("web", Some("replace"), "100%")],
-            &nodes,
-            &[pod],
-            &[],
-            &[],
-            now(),
-        );
-        assert_eq!(h[0].delete, vec!["k2".to_owned()]);
-        assert!(
-            h[0].waiting
-                .as_deref()
-                .is_some_and(|w| w.contains("default/p")),
-            "{h:?}"
+        // Karpenter's nodes all older than nodewright's: nothing to wait for.
+        assert_eq!(
+            karpenter_launching("web", &theirs, Some(at(900)), at(960)),
+            None
         );
     }
 }

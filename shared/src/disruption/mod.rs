@@ -9,6 +9,8 @@
 //! simulated cluster carry over, so later moves count on what earlier ones
 //! did. Voluntary commands are re-checked with [`validate`] at
 //! `Command::validate_at` before acting; forceful ones act at once.
+//! Last, [`handover`] hands over the Karpenter nodes of pools annotated
+//! `nodewright.io/karpenter-nodes: replace` (replacement first).
 //!
 //! No I/O, no clock: `Snapshot::now` is the time.
 
@@ -72,6 +74,10 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
             }
         }
     }
+    let handovers = {
+        let _span = tracing::debug_span!("disruption_method", method = handover::METHOD).entered();
+        handover::run(&mut cx)
+    };
     let nodes = (0..cx.facts.len())
         .map(|i| {
             let f = &cx.facts[i];
@@ -117,5 +123,6 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         nodes,
         commands: cx.commands,
         claim_updates,
+        handovers,
     }
 }

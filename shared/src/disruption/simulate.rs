@@ -115,10 +115,27 @@ impl<'a> Simulator<'a> {
             }
         }
         // Nodes going away, and NotReady ones, take no pods in a simulation
-        // (moving pods onto a node that may be repaired next is churn).
+        // (moving pods onto a node that may be repaired next is churn); nor
+        // do Karpenter's nodes of a pool handed over with `replace`, which
+        // all go (`super::handover`).
+        let handed_over: Vec<&str> = s
+            .pools
+            .iter()
+            .filter(|p| {
+                super::handover::karpenter_nodes(p)
+                    == crate::config::settings::KarpenterNodes::Replace
+            })
+            .map(|p| p.name.as_str())
+            .collect();
         let disrupting: BTreeSet<&str> = facts
             .iter()
-            .filter(|f| f.disrupting.is_some() || f.unhealthy_since.is_some())
+            .filter(|f| {
+                f.disrupting.is_some()
+                    || f.unhealthy_since.is_some()
+                    || handed_over
+                        .iter()
+                        .any(|p| super::handover::is_karpenters(f.node, p, s.claims))
+            })
             .map(|f| f.name.as_str())
             .collect();
         for n in &mut nodes {

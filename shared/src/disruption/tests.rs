@@ -1946,3 +1946,179 @@ mod karpenter {
         );
     }
 }
+
+// ------------------------------------------------------------ handover from Karpenter
+
+impl World {
+    /// A Ready node Karpenter launched for the pool at `launched`: no claim
+    /// of ours, Karpenter's termination finalizer.
+    fn karpenter_node(
+        &mut self,
+        name: &str,
+        instance_type: &str,
+        launched: Timestamp,
+    ) -> &mut Self {
+        self.node_at(name, instance_type, "on-demand", launched);
+        self.claims.pop();
+        let node = self.nodes.last_mut().expect("node");
+        node.metadata.finalizers = Some(vec![handover::KARPENTER_TERMINATION_FINALIZER.into()]);
+        self
+    }
+
+    /// The pool annotated `nodewright.io/karpenter-nodes: replace`, budget `nodes`.
+    fn handed_over(&mut self, nodes: &str) -> &mut Self {
+        self.budgets(serde_json::json!([{ "nodes": nodes }]));
+        self.pools[0].annotations.insert(
+            crate::config::settings::KARPENTER_NODES_ANNOTATION.into(),
+            "replace".into(),
+        );
+        self
+    }
+}
+
+/// Karpenter's drift (Karpenter `pkg/controllers/disruption/drift_test.go`,
+/// "should replace drifted nodes", and the orchestration queue's "should
+/// not delete the candidate until the replacement is initialized"): the
+/// candidate's pods are simulated first and replacements launched before
+/// the node goes. Here the candidate is a node of Karpenter's in a pool
+/// handed over; we differ on purpose in that Karpenter, not us, drains and
+/// terminates it (we delete its Node once the replacements initialized).
+#[test]
+fn a_handed_over_karpenter_node_gets_its_replacement_first_oldest_first_within_the_budget() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.handed_over("1")
+        .karpenter_node("k-new", "m5.xlarge", secs(-600))
+        .karpenter_node("k-old", "m5.xlarge", secs(-1200))
+        .pods_on("k-old", 2, 1500, 1024)
+        .pods_on("k-new", 2, 1500, 1024);
+    let plan = w.decide();
+    assert_eq!(plan.commands.len(), 1, "{:#?}", plan.commands);
+    let c = &plan.commands[0];
+    assert_eq!(c.method, handover::METHOD);
+    assert_eq!(c.id, handover::command_id("k-old"));
+    assert_eq!(
+        c.validate_at, None,
+        "nothing goes before its replacement is up"
+    );
+    let replacement = c.replacement.as_ref().expect("a replacement first");
+    // k-new's room is not counted on: it is handed over next.
+    let placed: Vec<&str> = replacement
+        .claims
+        .iter()
+        .flat_map(|k| k.pods.iter().map(|p| p.uid.as_str()))
+        .collect();
+    assert_eq!(placed.len(), 2, "{replacement:#?}");
+    assert!(
+        placed.iter().all(|u| u.starts_with("uid-k-old")),
+        "{placed:?}"
+    );
+    let removals = c.removals();
+    assert_eq!(removals.len(), 1);
+    assert!(removals[0].handover && removals[0].replace);
+    assert_eq!(removals[0].claim_id, "handover-k-old");
+    assert_eq!(removals[0].pool, "default");
+    assert_eq!(
+        removals[0].instance_id, None,
+        "Karpenter terminates its own instance"
+    );
+    let h = &plan.handovers[0];
+    assert_eq!(h.start, vec!["k-old".to_owned()]);
+    assert_eq!(h.remaining, 2);
+    assert_eq!(h.next.as_deref(), Some("k-new"));
+    assert!(
+        h.waiting.as_deref().is_some_and(|w| w.contains("budget")),
+        "{h:?}"
+    );
+    check(
+        &plan,
+        &[("k-old", Some(Reason::Drifted), "handed over from Karpenter")],
+    );
+}
+
+#[test]
+fn a_handover_in_flight_holds_the_next_and_pods_that_fit_need_no_launch() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.handed_over("1")
+        .karpenter_node("k1", "m5.xlarge", secs(-1200))
+        .karpenter_node("k2", "m5.xlarge", secs(-600))
+        .pods_on("k1", 1, 500, 512)
+        .pods_on("k2", 1, 500, 512)
+        .node_at("ours", "m5.xlarge", "on-demand", secs(-300))
+        .pods_on("ours", 1, 500, 512);
+    w.in_flight.push(InFlight {
+        node: "k1".into(),
+        claim_id: handover::command_id("k1"),
+        reason: Reason::Drifted,
+        replace: true,
+    });
+    let plan = w.decide();
+    assert!(plan.commands.is_empty(), "{:#?}", plan.commands);
+    let h = &plan.handovers[0];
+    assert_eq!(h.in_progress, vec!["k1".to_owned()]);
+    assert_eq!(h.next.as_deref(), Some("k2"));
+    assert!(
+        h.waiting.as_deref().is_some_and(|w| w.contains("1 going")),
+        "{h:?}"
+    );
+    // k1 gone: k2's pod fits on nodewright's node, nothing to launch.
+    w.in_flight.clear();
+    w.nodes.retain(|n| n.metadata.name.as_deref() != Some("k1"));
+    w.pods
+        .retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some("k1"));
+    let plan = w.decide();
+    let c = plan
+        .commands
+        .iter()
+        .find(|c| c.method == handover::METHOD)
+        .expect("k2 handed over");
+    assert_eq!(c.targets[0].node, "k2");
+    assert!(c.replacement.is_none(), "{c:#?}");
+    assert!(c.removals().iter().all(|r| r.handover && !r.replace));
+}
+
+#[test]
+fn karpenter_still_launching_pauses_the_handover_and_says_how_to_stop_it() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.handed_over("100%")
+        .node_at("ours", "m5.xlarge", "on-demand", secs(-3600))
+        .pods_on("ours", 1, 500, 512)
+        .karpenter_node("k-late", "m5.xlarge", secs(-60))
+        .pods_on("k-late", 1, 500, 512);
+    let plan = w.decide();
+    assert!(plan.commands.iter().all(|c| c.method != handover::METHOD));
+    let why = plan.handovers[0].waiting.clone().expect("paused");
+    assert!(why.contains("kubectl patch nodepool default"), "{why}");
+    assert_eq!(plan.handovers[0].next.as_deref(), Some("k-late"));
+    // Ten quiet minutes later the handover goes on.
+    let later = secs(-60) + handover::KARPENTER_QUIET;
+    let plan = w.at(later).decide();
+    assert!(
+        plan.commands.iter().any(|c| c.method == handover::METHOD),
+        "{:#?}",
+        plan.handovers
+    );
+}
+
+#[test]
+fn no_handover_without_replace_or_without_karpenters_finalizer_or_past_do_not_disrupt() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.karpenter_node("k1", "m5.xlarge", secs(-600));
+    assert!(w.decide().handovers.is_empty(), "not annotated: none");
+    w.handed_over("100%");
+    w.nodes[0].metadata.finalizers = None;
+    assert!(
+        w.decide().handovers.is_empty(),
+        "no finalizer: not Karpenter's to drain"
+    );
+    w.karpenter_node("k2", "m5.xlarge", secs(-500))
+        .pods_on("k2", 1, 500, 512)
+        .annotate_pod("k2-p0", "karpenter.sh/do-not-disrupt", "true");
+    let plan = w.decide();
+    assert!(plan.commands.is_empty(), "{:#?}", plan.commands);
+    let why = plan.handovers[0].waiting.clone().expect("blocked");
+    assert!(why.contains("do-not-disrupt"), "{why}");
+}

@@ -565,7 +565,7 @@ impl<P: PortSet> Disruption<P> {
         report.logged = self.log_decisions(&plan, skip);
         publish_decisions(&plan, now);
         self.write_claim_updates(&gathered, &plan).await;
-        self.hand_over(&gathered, &plan).await;
+        self.log_handovers(&plan);
         if !skip {
             let consolidated = !plan
                 .commands
@@ -609,55 +609,28 @@ impl<P: PortSet> Disruption<P> {
     }
 
     /// Pools handed over from Karpenter with `replace`
-    /// ([`disruption::handover`]): deletes the Nodes of Karpenter's that the
-    /// pool's budget lets go now, so that Karpenter drains them and
-    /// terminates their instances. A pool this decision starts a removal in
-    /// waits for the next decision (its budget is being spent here).
-    async fn hand_over(&self, gathered: &Gathered, plan: &Plan) {
-        let busy: BTreeSet<&str> = plan
-            .commands
-            .iter()
-            .flat_map(|c| c.targets.iter().map(|t| t.pool.as_str()))
-            .collect();
-        let steps = disruption::handover::handover(
-            &gathered.config.pools,
-            &gathered.nodes,
-            &gathered.pods,
-            &gathered.claims,
-            &gathered.in_flight,
-            gathered.now,
-        );
-        for step in steps {
-            if busy.contains(step.pool.as_str()) {
+    /// ([`disruption::handover`]): their commands start with the others
+    /// (replacements first, then the Node is deleted for Karpenter to
+    /// drain); what waits, and why, is logged when it changes.
+    fn log_handovers(&self, plan: &Plan) {
+        let mut memory = self.memory.lock();
+        for h in &plan.handovers {
+            let line = format!(
+                "{:?} {:?} {:?}",
+                h.start,
+                h.in_progress,
+                h.waiting.as_deref().map(without_figures)
+            );
+            let key = format!("handover/{}", h.pool);
+            if memory.logged.get(&key).is_some_and(|(l, _)| *l == line) {
+                debug!(pool = %h.pool, karpenter_nodes = h.remaining, next = ?h.next, waiting = ?h.waiting, "handing over Karpenter's nodes");
                 continue;
             }
-            if let Some(why) = &step.waiting {
-                debug!(pool = %step.pool, karpenter_nodes = step.remaining, waiting = %why, "handing over Karpenter's nodes");
-            }
-            for node in &step.delete {
-                match self.ports.cluster().delete_node(node).await {
-                    Ok(_) => {
-                        info!(pool = %step.pool, node = %node, karpenter_nodes = step.remaining, "deleted a node Karpenter launched for a pool handed over (nodewright.io/karpenter-nodes=replace); Karpenter drains it and terminates its instance");
-                        let event = crate::ports::ClusterEvent {
-                            kind: "Node".to_owned(),
-                            namespace: None,
-                            name: node.clone(),
-                            type_: "Normal".to_owned(),
-                            reason: "HandedOver".to_owned(),
-                            message: format!(
-                                "NodePool {} is handed over to nodewright (nodewright.io/karpenter-nodes=replace): Node deleted for Karpenter to drain and terminate; its pods go to nodewright's nodes",
-                                step.pool
-                            ),
-                        };
-                        if let Err(e) = self.ports.cluster().record_event(&event).await {
-                            debug!(node = %node, error = %e, "event not recorded");
-                        }
-                    }
-                    Err(e) => {
-                        warn!(pool = %step.pool, node = %node, error = %e, "could not delete a node of Karpenter's for the handover; tried again at the next decision")
-                    }
-                }
-            }
+            info!(
+                pool = %h.pool, karpenter_nodes = h.remaining, starting = ?h.start, in_progress = ?h.in_progress,
+                next = ?h.next, waiting = ?h.waiting, "handing over Karpenter's nodes (nodewright.io/karpenter-nodes=replace)"
+            );
+            memory.logged.insert(key, (line.clone(), line));
         }
     }
 
@@ -821,9 +794,12 @@ impl<P: PortSet> Disruption<P> {
                 changed.push(d.node.clone());
             }
         }
-        memory
-            .logged
-            .retain(|node, _| plan.nodes.iter().any(|d| &d.node == node));
+        memory.logged.retain(|key, _| {
+            plan.nodes.iter().any(|d| &d.node == key)
+                || key
+                    .strip_prefix("handover/")
+                    .is_some_and(|p| plan.handovers.iter().any(|h| h.pool == p))
+        });
         changed
     }
 

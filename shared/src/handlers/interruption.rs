@@ -233,6 +233,7 @@ pub async fn handle_message<P: PortSet>(
             deadline,
             avoid,
             event_at: Some(event_at),
+            handover: false,
         };
         started.push(termination::start(ports, spec).await?);
         if reason == RemovalReason::SpotInterrupted {

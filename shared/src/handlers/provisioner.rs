@@ -976,6 +976,7 @@ impl<P: PortSet> Provisioner<P> {
                 deadline: Some(end),
                 avoid,
                 event_at: Some(now),
+                handover: false,
             };
             termination::start(&self.ports, spec).await?;
             started = true;
@@ -1165,6 +1166,7 @@ impl<P: PortSet> Provisioner<P> {
                     deadline: None,
                     avoid: Vec::new(),
                     event_at: None,
+                    handover: false,
                 },
             )
             .await?;

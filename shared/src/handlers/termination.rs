@@ -177,6 +177,8 @@ struct Seen {
     claims: Vec<Claim>,
     /// The node's VolumeAttachments the removal waits for, once drained.
     attachments: Vec<String>,
+    /// A handover's initialized replacements (node names).
+    initialized: Vec<String>,
 }
 
 async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerError> {
@@ -187,12 +189,18 @@ async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerE
             .find(|c| c.id == command.id)
             .and_then(|c| c.node_name.clone())
     });
+    let mut initialized = Vec::new();
     let (node, pods) = match node_name {
         Some(name) => {
-            let node = ports
-                .cluster()
-                .nodes()
-                .await?
+            let nodes = ports.cluster().nodes().await?;
+            if command.spec.handover && command.step == Step::AwaitReplacement {
+                initialized = nodes
+                    .iter()
+                    .filter(|n| machine::is_initialized(n))
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect();
+            }
+            let node = nodes
                 .into_iter()
                 .find(|n| n.metadata.name.as_deref() == Some(name.as_str()));
             let pods = if node.is_some() {
@@ -221,6 +229,7 @@ async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerE
         pods,
         claims,
         attachments,
+        initialized,
     })
 }
 
@@ -299,6 +308,7 @@ pub async fn advance_before<P: PortSet>(
             claim: seen.claims.iter().find(|c| c.id == command.id),
             claims: &seen.claims,
             attachments: &seen.attachments,
+            initialized: &seen.initialized,
         };
         let step_move = machine::next(&command, &view);
         let outcome = match step_move {
@@ -385,6 +395,9 @@ pub async fn advance_before<P: PortSet>(
             Move::DeleteNode { node } => {
                 if ports.cluster().delete_node(&node).await? {
                     info!(node = %node, "deleted node");
+                    if command.spec.handover {
+                        handed_over(ports, &command, &node).await;
+                    }
                 }
                 let mut next = command.next(ports.clock().now());
                 next.step = Step::Release;
@@ -411,6 +424,30 @@ pub async fn advance_before<P: PortSet>(
         }
     }
     Ok(Progress::Waiting(ports.clock().now() + machine::POLL))
+}
+
+/// A node of Karpenter's deleted for a handover: said in the log and as an
+/// Event on the Node (best effort: the deletion is done).
+async fn handed_over<P: PortSet>(ports: &P, command: &Command, node: &str) {
+    info!(
+        pool = %command.spec.pool, node = %node, replacements = command.replacements.len(),
+        "deleted a node Karpenter launched for a pool handed over (nodewright.io/karpenter-nodes=replace), its replacements initialized; Karpenter drains it and terminates its instance"
+    );
+    let event = ClusterEvent {
+        kind: "Node".to_owned(),
+        namespace: None,
+        name: node.to_owned(),
+        type_: "Normal".to_owned(),
+        reason: "HandedOver".to_owned(),
+        message: format!(
+            "NodePool {} is handed over to nodewright (nodewright.io/karpenter-nodes=replace): {} replacement(s) initialized, Node deleted for Karpenter to drain and terminate",
+            command.spec.pool,
+            command.replacements.len()
+        ),
+    };
+    if let Err(e) = ports.cluster().record_event(&event).await {
+        debug!(node = %node, error = %e, "event not recorded");
+    }
 }
 
 /// Undoes a voluntary removal whose replacement failed: the taint comes

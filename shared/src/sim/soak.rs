@@ -1836,6 +1836,7 @@ mod tests {
             deadline: Some(deadline),
             avoid: Vec::new(),
             event_at: None,
+            handover: false,
         };
         let command = Command::new(spec.clone(), Timestamp::UNIX_EPOCH);
         let at = |secs_before: i64| deadline - SignedDuration::from_secs(secs_before);
@@ -2106,6 +2107,7 @@ mod tests {
                 deadline: None,
                 avoid: Vec::new(),
                 event_at: None,
+                handover: false,
             };
             soak.store
                 .put_command(None, &Command::new(spec, soak.sim.now()))

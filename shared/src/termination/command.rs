@@ -102,6 +102,14 @@ pub struct RemovalSpec {
     /// When the triggering event happened (for reaction-time metrics).
     #[serde(default)]
     pub event_at: Option<Timestamp>,
+    /// A node Karpenter launched, for a pool handed over to nodewright
+    /// (`disruption::handover`): its replacements are launched and
+    /// initialized first, then the Node is deleted and Karpenter (through
+    /// its termination finalizer) drains it and terminates its instance.
+    /// nodewright neither taints, drains nor terminates it; the command
+    /// ends when the Node is gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handover: bool,
 }
 
 /// Where a command is. Steps only move forward.

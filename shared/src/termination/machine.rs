@@ -33,6 +33,9 @@ pub struct View<'a> {
     /// The node's VolumeAttachments the removal waits for once drained
     /// (`drain::awaited_attachments`), by name.
     pub attachments: &'a [String],
+    /// Nodes that are initialized (Ready, no `node.kubernetes.io/` taint
+    /// left), by name: a handover waits for its replacements to be.
+    pub initialized: &'a [String],
 }
 
 /// The next move.
@@ -124,6 +127,136 @@ fn failed_replacement(command: &Command, view: &View<'_>) -> Option<String> {
         .map(|id| format!("replacement {id} is gone"))
 }
 
+/// Whether `node` is initialized: Ready, and no `node.kubernetes.io/`
+/// taint left (not-ready, unreachable, the uninitialized cloud taint).
+pub fn is_initialized(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key.starts_with("node.kubernetes.io/") || t.key == UNINITIALIZED_TAINT)
+        });
+    ready && !tainted
+}
+
+/// The taint a cloud provider's node controller lifts once it has
+/// initialized the node.
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// How often a handover looks whether Karpenter has let its Node go.
+pub const HANDOVER_POLL: SignedDuration = SignedDuration::from_secs(10);
+
+/// The next move of a handover (a node of Karpenter's, see
+/// `RemovalSpec::handover`): replacements launched and initialized, then
+/// the Node deleted (Karpenter drains it), then wait for it to be gone.
+/// nodewright neither taints it (Karpenter lifts a disruption taint it did
+/// not put), nor drains it, nor terminates its instance.
+fn next_handover(command: &Command, view: &View<'_>, node_name: Option<String>) -> Move {
+    match command.step {
+        Step::Taint => Move::Advance {
+            step: Step::Replace,
+            why: "a node of Karpenter's: Karpenter taints it as it drains it".to_owned(),
+        },
+        Step::Replace => {
+            if !command.spec.replace {
+                Move::Advance {
+                    step: Step::Drain,
+                    why: "its pods fit on the nodes there are".to_owned(),
+                }
+            } else if command.given_replacement && command.replacement_rounds == 0 {
+                Move::Advance {
+                    step: Step::AwaitReplacement,
+                    why: "replacement decided with the handover".to_owned(),
+                }
+            } else {
+                Move::Rollback {
+                    node: None,
+                    why: "its replacement found no capacity".to_owned(),
+                }
+            }
+        }
+        Step::AwaitReplacement => {
+            let unlaunched: Vec<String> = command
+                .replacements
+                .iter()
+                .filter(|id| !command.launched.contains(id))
+                .cloned()
+                .collect();
+            if !unlaunched.is_empty() {
+                return Move::LaunchReplacements { claims: unlaunched };
+            }
+            if let Some(why) = failed_replacement(command, view) {
+                return Move::Rollback { node: None, why };
+            }
+            let mine: Vec<&Claim> = view
+                .claims
+                .iter()
+                .filter(|c| command.replacements.contains(&c.id))
+                .collect();
+            let unregistered = mine.iter().filter(|c| c.node_name.is_none()).count();
+            let uninitialized = mine
+                .iter()
+                .filter_map(|c| c.node_name.as_ref())
+                .filter(|n| !view.initialized.contains(n))
+                .count();
+            if unregistered == 0 && uninitialized == 0 {
+                return Move::Advance {
+                    step: Step::Drain,
+                    why: format!("{} replacement(s) initialized", mine.len()),
+                };
+            }
+            let why = format!(
+                "waiting for {} replacement(s) to register and {uninitialized} to initialize",
+                unregistered
+            );
+            let until = replacement_deadline(command);
+            if view.now >= until {
+                return Move::Rollback {
+                    node: None,
+                    why: format!("replacements not initialized in time ({why})"),
+                };
+            }
+            Move::Wait {
+                until: until.min(view.now + POLL),
+                why,
+            }
+        }
+        Step::Drain | Step::Terminate => Move::Advance {
+            step: Step::DeleteNode,
+            why: "Karpenter drains the nodes it launched".to_owned(),
+        },
+        Step::DeleteNode => match (view.node, node_name) {
+            (Some(node), Some(name)) if node.metadata.deletion_timestamp.is_none() => {
+                Move::DeleteNode { node: name }
+            }
+            _ => Move::Advance {
+                step: Step::Release,
+                why: "node deleted".to_owned(),
+            },
+        },
+        Step::Release => match (view.node, node_name) {
+            (Some(_), Some(name)) => Move::Wait {
+                until: view.now + HANDOVER_POLL,
+                why: format!(
+                    "Karpenter is draining node {name} and terminating its instance (its finalizer {KARPENTER_FINALIZER})"
+                ),
+            },
+            _ => Move::Release,
+        },
+    }
+}
+
+/// Karpenter's termination finalizer (`disruption::handover`).
+const KARPENTER_FINALIZER: &str = "karpenter.sh/termination";
+
 /// The command's next move.
 pub fn next(command: &Command, view: &View<'_>) -> Move {
     let node_name = command
@@ -131,6 +264,9 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
         .node
         .clone()
         .or_else(|| view.claim.and_then(|c| c.node_name.clone()));
+    if command.spec.handover {
+        return next_handover(command, view, node_name);
+    }
     match command.step {
         Step::Taint => match (view.node, node_name) {
             (Some(node), Some(name)) if !has_taint(node, DISRUPTED_TAINT_KEY) => {
@@ -315,6 +451,7 @@ mod tests {
                 deadline,
                 avoid: vec![],
                 event_at: None,
+                handover: false,
             },
             t(0),
         )
@@ -353,6 +490,7 @@ mod tests {
             claim: claims.iter().find(|c| c.id == "default-abcde"),
             claims,
             attachments: &[],
+            initialized: &[],
         }
     }
 
@@ -690,6 +828,133 @@ mod tests {
                 step: Step::Terminate,
                 ..
             }
+        ));
+    }
+
+    /// A handover of a node of Karpenter's (`RemovalSpec::handover`), its
+    /// replacement `default-new01` given.
+    fn handover() -> Command {
+        let mut c = voluntary("default-new01");
+        c.id = "handover-n1".into();
+        c.spec.claim_id = "handover-n1".into();
+        c.spec.instance_id = None;
+        c.spec.handover = true;
+        c
+    }
+
+    fn ready(name: &str, ready: bool) -> Node {
+        let mut n = node(false);
+        n.metadata.name = Some(name.into());
+        n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn a_handover_launches_and_awaits_initialized_replacements_before_deleting_the_node() {
+        let karpenters = node(false);
+        let mut c = handover();
+        // Never tainted by us: Karpenter taints it as it drains it.
+        assert!(matches!(
+            next(&c, &view(0, Some(&karpenters), &[])),
+            Move::Advance {
+                step: Step::Replace,
+                ..
+            }
+        ));
+        c.step = Step::Replace;
+        assert!(matches!(
+            next(&c, &view(0, Some(&karpenters), &[])),
+            Move::Advance {
+                step: Step::AwaitReplacement,
+                ..
+            }
+        ));
+        c.step = Step::AwaitReplacement;
+        c.replacing_since = Some(t(0));
+        assert_eq!(
+            next(&c, &view(0, Some(&karpenters), &[])),
+            Move::LaunchReplacements {
+                claims: vec!["default-new01".into()]
+            }
+        );
+        c.launched = vec!["default-new01".into()];
+        // Registered (as n2) but not Ready: still waiting, nothing deleted.
+        let registered = [claim("default-new01", true)];
+        assert!(matches!(
+            next(&c, &view(10, Some(&karpenters), &registered)),
+            Move::Wait { why, .. } if why.contains("1 to initialize")
+        ));
+        let booting = ready("n2", false);
+        assert!(!is_initialized(&booting));
+        let up = [String::from("n2")];
+        let mut v = view(10, Some(&karpenters), &registered);
+        v.initialized = &up;
+        assert!(matches!(
+            next(&c, &v),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
+        assert!(is_initialized(&ready("n2", true)));
+        // Then the Node is deleted (Karpenter drains it), never terminated by us.
+        c.step = Step::Drain;
+        assert!(matches!(
+            next(&c, &view(20, Some(&karpenters), &registered)),
+            Move::Advance {
+                step: Step::DeleteNode,
+                ..
+            }
+        ));
+        c.step = Step::DeleteNode;
+        assert_eq!(
+            next(&c, &view(20, Some(&karpenters), &registered)),
+            Move::DeleteNode { node: "n1".into() }
+        );
+        // The command holds (and counts against the budget) until the Node is gone.
+        c.step = Step::Release;
+        let mut deleting = karpenters.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(21)));
+        assert!(matches!(
+            next(&c, &view(30, Some(&deleting), &registered)),
+            Move::Wait { why, .. } if why.contains("Karpenter is draining")
+        ));
+        assert_eq!(next(&c, &view(40, None, &registered)), Move::Release);
+    }
+
+    #[test]
+    fn a_handover_whose_replacement_fails_or_never_initializes_is_rolled_back_untouched() {
+        let karpenters = node(false);
+        let mut c = handover();
+        c.step = Step::AwaitReplacement;
+        c.replacing_since = Some(t(0));
+        c.launched = vec!["default-new01".into()];
+        // Its launch found no capacity: the claim is gone.
+        assert!(matches!(
+            next(&c, &view(10, Some(&karpenters), &[])),
+            Move::Rollback { node: None, .. }
+        ));
+        // Registered, never initialized within REPLACEMENT_WAIT.
+        let registered = [claim("default-new01", true)];
+        let late = REPLACEMENT_WAIT.as_secs();
+        assert!(matches!(
+            next(&c, &view(late, Some(&karpenters), &registered)),
+            Move::Rollback { node: None, why } if why.contains("initialize")
+        ));
+        // A second planning round is never made for a handover.
+        c.step = Step::Replace;
+        c.replacement_rounds = 1;
+        assert!(matches!(
+            next(&c, &view(10, Some(&karpenters), &[])),
+            Move::Rollback { node: None, .. }
         ));
     }
 }

@@ -53,6 +53,45 @@ async fn karpenter_objects(sim: &KubeSim, pool: &str, taints: serde_json::Value,
     .await;
 }
 
+/// CPU (millicores) free on nodewright's Ready nodes of pool `web` that
+/// are not being deleted: their allocatable less their pods' requests.
+fn web_room(nodes: &[Node], pods: &[Pod], claims: &[nodewright::provisioning::Claim]) -> i64 {
+    let cpu = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        q.and_then(|q| nodewright::resources::parse_milli(&q.0).ok())
+            .unwrap_or(0)
+    };
+    nodes
+        .iter()
+        .filter(|n| is_ready(n) && n.metadata.deletion_timestamp.is_none())
+        .filter(|n| {
+            claims
+                .iter()
+                .any(|c| c.pool == "web" && c.node_name.is_some() && c.node_name == n.metadata.name)
+        })
+        .map(|n| {
+            let allocatable = cpu(n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| a.get("cpu")));
+            let used: i64 = pods
+                .iter()
+                .filter(|p| node_of(p) == n.metadata.name.as_deref())
+                .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+                .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+                .map(|c| {
+                    cpu(c
+                        .resources
+                        .as_ref()
+                        .and_then(|r| r.requests.as_ref())
+                        .and_then(|r| r.get("cpu")))
+                })
+                .sum();
+            allocatable - used
+        })
+        .sum()
+}
+
 /// A cluster beside the control plane with Karpenter's CRDs and nothing of
 /// an earlier test's Karpenter left.
 async fn cluster_with_karpenter(region: &str) -> KubeSim {
@@ -281,12 +320,15 @@ async fn karpenters_nodes_are_never_touched_beside_the_real_control_plane() {
 
 /// `nodewright config import --adopt replace`: pool `web` is handed over
 /// (Karpenter's NodePool at limits 0, nodewright's `web` annotated
-/// `nodewright.io/karpenter-nodes: replace`, budget one node). Karpenter's
-/// two nodes of `web` are deleted one at a time — Karpenter (played)
-/// drains each through the Eviction API under the web pods' budget and
-/// terminates its instance — and nodewright launches for the pods. A
-/// Karpenter node of another pool (`legacy`, not handed over) is never
-/// touched, and nodewright terminates no instance of Karpenter's.
+/// `nodewright.io/karpenter-nodes: replace`, budget one node). Replacement
+/// first, as Karpenter's drift: for each of Karpenter's two nodes of `web`
+/// in turn nodewright launches room for its pods, and only once that node
+/// is Ready deletes Karpenter's — Karpenter (played) drains it through the
+/// Eviction API under the web pods' budget and terminates its instance.
+/// No web pod is ever pending without a Ready node of nodewright's with
+/// room for it. A Karpenter node of another pool (`legacy`, not handed
+/// over) is never touched, and nodewright terminates no instance of
+/// Karpenter's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_handed_over_with_replace_loses_karpenters_nodes_one_at_a_time_beside_the_real_control_plane()
  {
@@ -396,9 +438,42 @@ async fn a_pool_handed_over_with_replace_loses_karpenters_nodes_one_at_a_time_be
         sim.run_for(SignedDuration::from_secs(2)).await;
         let round = karpenter::play_termination(&sim, &launched).await;
         most_at_once = most_at_once.max(round.deleting.len());
-        deleted.extend(round.deleting.iter().cloned());
         let (nodes, pods) = (sim.cluster.all_nodes().await, sim.cluster.all_pods().await);
         untouched(&nodes, &pods, &legacy, &legacy_uid, &["team"]);
+        // Replacement first: while a node of Karpenter's is being deleted,
+        // or a web pod waits for a node, nodewright's room is there.
+        let claims = sim.store.claims().await.expect("claims");
+        let room = web_room(&nodes, &pods, &claims);
+        let fresh: Vec<&String> = round
+            .deleting
+            .iter()
+            .filter(|n| !deleted.contains(*n))
+            .collect();
+        if !fresh.is_empty() {
+            // The pods still on them (this round's eviction may have moved one already).
+            let left = pods
+                .iter()
+                .filter(|p| {
+                    crate::cluster::app(p) == "web" && p.metadata.deletion_timestamp.is_none()
+                })
+                .filter(|p| node_of(p).is_some_and(|n| fresh.iter().any(|f| f.as_str() == n)))
+                .count() as i64;
+            assert!(
+                room >= 1500 * left,
+                "{fresh:?} deleted before nodewright's replacement was Ready with room for its {left} pod(s) ({room}m free): {nodes:#?}"
+            );
+        }
+        deleted.extend(round.deleting.iter().cloned());
+        let pending: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| crate::cluster::app(p) == "web" && node_of(p).is_none())
+            .collect();
+        if !pending.is_empty() {
+            assert!(
+                room >= 1500,
+                "web pods pending with no Ready node of nodewright's that has room ({room}m free): {pending:#?}"
+            );
+        }
         let web_gone = web.iter().all(|k| node_named(&nodes, &k.node).is_none());
         let web_pods: Vec<&Pod> = pods
             .iter()

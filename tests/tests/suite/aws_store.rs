@@ -424,6 +424,7 @@ fn removal(id: &str) -> Command {
         deadline: Some(at(120)),
         avoid: vec![],
         event_at: Some(at(0)),
+        handover: false,
     };
     Command::new(spec, at(0))
 }

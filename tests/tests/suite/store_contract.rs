@@ -71,6 +71,7 @@ fn command(id: &str, created: i64) -> Command {
             zone: "us-east-1a".into(),
         }],
         event_at: Some(at(created)),
+        handover: false,
     };
     Command::new(spec, at(created))
 }

@@ -163,6 +163,7 @@ fn two_starts_for_one_node_make_one_command_and_one_replacement() {
             deadline: None,
             avoid: Vec::new(),
             event_at: None,
+            handover: false,
         };
         let mut replacement = claim.clone();
         replacement.id = "default-repl1".into();
