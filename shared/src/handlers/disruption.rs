@@ -183,7 +183,9 @@ pub async fn gather<P: PortSet>(
     // Claims, unavailable offerings and commands from one read of the state.
     let state = store.state(now).await?;
     let claims = state.claims;
-    let catalog = ports.cloud().catalog().await?;
+    // With the reservations the NodeClasses select, listed once per
+    // decision: a node may be consolidated into a reservation.
+    let catalog = super::catalog_with_reservations(ports, config, now).await?;
     let pdbs = cluster.pod_disruption_budgets().await?;
     let daemon_sets = cluster.daemon_sets().await?;
     let unavailable = state.unavailable;

@@ -48,6 +48,40 @@ impl HandlerError {
 /// many attach): four LISTs otherwise saved.
 /// One place for the provisioner, the drain machine's replacements and the
 /// disruption decision.
+/// The catalog with the capacity reservations the NodeClasses select,
+/// listed now, when any NodeClass selects some (the cached catalog
+/// otherwise): the provisioner, the disruption decision and the
+/// replacements of removals plan with the same `reserved` offerings, one
+/// listing per decision. A listing that fails is logged and planned
+/// without: pods then get on-demand or spot capacity rather than wait.
+pub(crate) async fn catalog_with_reservations<P: crate::ports::PortSet>(
+    ports: &P,
+    config: &config::LoadedConfig,
+    now: crate::ports::Timestamp,
+) -> Result<std::sync::Arc<crate::ports::CloudCatalog>, HandlerError> {
+    use crate::ports::Cloud;
+    use crate::provisioning::reservations;
+    let catalog = ports.cloud().catalog().await?;
+    if !reservations::wanted(&config.node_classes) {
+        return Ok(catalog);
+    }
+    match ports.cloud().capacity_reservations().await {
+        Ok(all) => {
+            let mut with = crate::ports::CloudCatalog::clone(&catalog);
+            with.reservations = reservations::for_tick(all, &config.node_classes, now);
+            tracing::debug!(
+                capacity_reservations = with.reservations.len(),
+                "capacity reservations the NodeClasses select"
+            );
+            Ok(std::sync::Arc::new(with))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list capacity reservations; planning without them");
+            Ok(catalog)
+        }
+    }
+}
+
 pub(crate) async fn volume_index<C: crate::ports::Cluster>(
     cluster: &C,
     pods: &[k8s_openapi::api::core::v1::Pod],

@@ -792,34 +792,14 @@ impl<P: PortSet> Provisioner<P> {
         }
     }
 
-    /// The catalog with the capacity reservations the NodeClasses select,
-    /// listed now, when any NodeClass selects some (the cached catalog
-    /// otherwise). A listing that fails is logged and planned without:
-    /// pods then get on-demand or spot capacity rather than wait.
+    /// The catalog with the capacity reservations the NodeClasses select
+    /// ([`super::catalog_with_reservations`]).
     async fn catalog_now(
         &self,
         config: &LoadedConfig,
         now: Timestamp,
     ) -> Result<Arc<CloudCatalog>, HandlerError> {
-        let catalog = self.ports.cloud().catalog().await?;
-        if !reservations::wanted(&config.node_classes) {
-            return Ok(catalog);
-        }
-        match self.ports.cloud().capacity_reservations().await {
-            Ok(all) => {
-                let mut with = CloudCatalog::clone(&catalog);
-                with.reservations = reservations::for_tick(all, &config.node_classes, now);
-                debug!(
-                    capacity_reservations = with.reservations.len(),
-                    "capacity reservations the NodeClasses select"
-                );
-                Ok(Arc::new(with))
-            }
-            Err(e) => {
-                warn!(error = %e, "cannot list capacity reservations; planning without them");
-                Ok(catalog)
-            }
-        }
+        super::catalog_with_reservations(&self.ports, config, now).await
     }
 
     /// The claims in capacity reservations against the reservations

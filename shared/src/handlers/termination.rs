@@ -581,7 +581,8 @@ async fn plan_replacements<P: PortSet>(
         info!("no pod needs replacement capacity");
         return write(ports, command, next).await;
     }
-    let catalog = ports.cloud().catalog().await?;
+    // The reservations the NodeClasses select: a replacement may land in one.
+    let catalog = super::catalog_with_reservations(ports, config, now).await?;
     let scheduled: Vec<Pod> = cluster
         .scheduled_pods()
         .await?
@@ -663,7 +664,7 @@ async fn launch_replacements<P: PortSet>(
     seen: &Seen,
 ) -> Result<Option<Command>, HandlerError> {
     let existing: HashSet<&str> = seen.claims.iter().map(|c| c.id.as_str()).collect();
-    let catalog = ports.cloud().catalog().await?;
+    let catalog = super::catalog_with_reservations(ports, config, ports.clock().now()).await?;
     let launcher = Launcher::new(ports, launch).for_removal(command.spec.reason);
     let mut next = command.next(ports.clock().now());
     let (mut no_capacity, mut attempted) = (0usize, 0usize);

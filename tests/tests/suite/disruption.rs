@@ -46,4 +46,5 @@ scenarios! {
     a_capacity_buffer_is_launched_for_kept_and_refilled => "capacity-buffer.yaml",
     a_capacity_buffer_never_passes_the_pool_limits_nor_shows_as_pending => "capacity-buffer-limits.yaml",
     consolidation_keeps_the_room_of_a_capacity_buffer => "capacity-buffer-consolidation.yaml",
+    consolidation_moves_a_node_into_a_capacity_reservation => "consolidation-into-reservation.yaml",
 }
