@@ -147,7 +147,7 @@ impl Violation {
     pub fn rule(self) -> &'static str {
         match self {
             Violation::PendingWithoutReason => {
-                "a pod pending longer than the grace is nominated to a claim or parked with the solver's reason (once per pod)"
+                "a pending pod is nominated to a claim or parked with the solver's reason within the grace of its becoming pending or losing its last reason (once per pod)"
             }
             Violation::PendingTooLong => {
                 "no pod waits longer than the pending bound for a node (once per pod)"
@@ -181,8 +181,10 @@ impl Violation {
 /// The bounds the invariants are stated with.
 #[derive(Debug, Clone, Serialize)]
 pub struct Bounds {
-    /// A pending pod younger than this needs no reason yet: the batch window
-    /// (≤ 10 s), a provisioner poll, a tick lost to an injected store fault.
+    /// A pending pod needs no reason yet this long after it started pending
+    /// or last had one (a nomination whose claim went away): the batch
+    /// window (≤ 10 s), a provisioner poll, a tick lost to an injected
+    /// store fault.
     pub reason_grace: SignedDuration,
     /// The longest a pod may wait for a node: the 15-minute registration
     /// timeout of a node that never registers, a relaunch and its boot.
@@ -215,10 +217,13 @@ impl Default for Bounds {
     }
 }
 
-/// A pod seen pending: since when, and what was already counted for it.
+/// A pod seen pending: since when, when it was last seen with a reason
+/// (nominated or parked; its first sighting when never), and what was
+/// already counted for it.
 #[derive(Debug, Clone)]
 struct Waiting {
     since: Timestamp,
+    reason_at: Timestamp,
     name: String,
     no_reason: bool,
     too_long: bool,
@@ -384,6 +389,7 @@ impl Checker {
             let key = PodKey::of(p);
             let mut w = self.waiting.remove(&uid).unwrap_or(Waiting {
                 since: now,
+                reason_at: now,
                 name: key.to_string(),
                 no_reason: false,
                 too_long: false,
@@ -392,12 +398,22 @@ impl Checker {
             self.longest_pending = self.longest_pending.max(waited);
             let reason = nominated.contains(&(key.namespace.clone(), key.name.clone()))
                 || batch.is_some_and(|b| b.parked.contains_key(&uid));
-            if waited > self.bounds.reason_grace && !reason && !w.no_reason {
+            // The grace runs from the last moment the pod had a reason: a
+            // nomination that ends (its claim timed out, failed or was
+            // removed) hands the pod back to the provisioner, which decides
+            // again at its next batch, as Karpenter's does once a NodeClaim
+            // is deleted — not at once.
+            if reason {
+                w.reason_at = now;
+            }
+            let unexplained = now.duration_since(w.reason_at);
+            if unexplained > self.bounds.reason_grace && !reason && !w.no_reason {
                 w.no_reason = true;
                 let what = format!(
-                    "pod {} pending {}s, neither nominated to a claim nor parked with a reason",
+                    "pod {} pending {}s, neither nominated to a claim nor parked with a reason for {}s",
                     w.name,
-                    waited.as_secs()
+                    waited.as_secs(),
+                    unexplained.as_secs()
                 );
                 self.flag(Violation::PendingWithoutReason, &uid, now, what);
             }
@@ -1867,6 +1883,65 @@ mod tests {
             Timestamp::UNIX_EPOCH,
         );
         assert!(!due_at_a_removal_deadline(&pod, at(20), &[other]));
+    }
+
+    /// A pod whose nomination ends (its claim timed out registering) gets
+    /// the grace again to be nominated or parked, as Karpenter's
+    /// provisioner decides again at its next batch; a pod without a reason
+    /// for longer than the grace is still counted, once. (Seed 3 flagged
+    /// two Job pods 605 s pending, 5 s after their claim's registration
+    /// timeout and before their next batch.)
+    #[test]
+    fn the_reason_grace_runs_from_the_last_reason() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("region");
+        let mut checker = Checker::new(Vec::new(), &catalog, Bounds::default());
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "job-1", "namespace": "batch", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]}
+        }))
+        .expect("pod");
+        let start = Timestamp::UNIX_EPOCH + SignedDuration::from_hours(1);
+        let at = |secs: i64| start + SignedDuration::from_secs(secs);
+        let mut parked = crate::provisioning::batcher::Batch::default();
+        parked.parked.insert(
+            "u1".to_owned(),
+            crate::provisioning::batcher::Parked {
+                pod: "batch/job-1".to_owned(),
+                reason: "no room".to_owned(),
+                config_fingerprint: 0,
+                retry_at: at(600),
+            },
+        );
+        let pods = std::slice::from_ref(&pod);
+        // Ten minutes with a reason, checked every 5 s.
+        for t in (0..=600).step_by(5) {
+            checker.check_pending(at(t), pods, &[], &[], Some(&parked));
+        }
+        // The reason ends; the next batch is seconds away.
+        checker.check_pending(at(605), pods, &[], &[], None);
+        checker.check_pending(at(700), pods, &[], &[], None);
+        assert_eq!(
+            checker.count(Violation::PendingWithoutReason),
+            0,
+            "{:?}",
+            checker.examples()
+        );
+        // No reason for longer than the grace: counted, once.
+        checker.check_pending(at(726), pods, &[], &[], None);
+        checker.check_pending(at(800), pods, &[], &[], None);
+        assert_eq!(checker.count(Violation::PendingWithoutReason), 1);
+        // A pod never given a reason is counted after the grace from its first sighting.
+        let stray: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "stray", "namespace": "default", "uid": "u2"},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]}
+        }))
+        .expect("pod");
+        let strays = std::slice::from_ref(&stray);
+        checker.check_pending(at(1000), strays, &[], &[], None);
+        checker.check_pending(at(1115), strays, &[], &[], None);
+        assert_eq!(checker.count(Violation::PendingWithoutReason), 1);
+        checker.check_pending(at(1125), strays, &[], &[], None);
+        assert_eq!(checker.count(Violation::PendingWithoutReason), 2);
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
