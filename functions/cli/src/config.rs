@@ -347,6 +347,7 @@ mod stored {
         for note in &imported.notes {
             eprintln!("note: {note}");
         }
+        warn(&imported.warnings);
         if imported.documents.is_empty() {
             bail!(
                 "the cluster holds no NodePool, EC2NodeClass, Provisioner or AWSNodeTemplate to import"

@@ -141,6 +141,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             claims,
             pending_reasons: Default::default(),
             commands: nodewright::ports::Store::commands(&sim.store).await?,
+            // The simulator launches no node of Karpenter's: nothing to hand over.
+            handovers: Vec::new(),
         };
         for p in report.pods.iter().filter(|p| pod_node(p).is_none()) {
             if let Some(r) = report.pending_reason(p) {

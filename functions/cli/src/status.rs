@@ -30,6 +30,9 @@ pub struct FleetSnapshot {
     pub pending_reasons: BTreeMap<String, String>,
     /// Removals in progress (the drain-and-terminate machine's commands).
     pub commands: Vec<Command>,
+    /// Pools being handed over from Karpenter (`nodewright.io/karpenter-nodes:
+    /// replace`), as `disruption::handover::status` reads them.
+    pub handovers: Vec<nodewright::disruption::handover::Handover>,
 }
 
 /// One node's line.
@@ -321,6 +324,31 @@ pub fn render(snap: &FleetSnapshot) -> String {
             c.replacements.len()
         ));
     }
+    out.push_str(&render_handovers(&snap.handovers));
+    out
+}
+
+/// Per pool handed over from Karpenter: its nodes left, those going, the
+/// next one and why it waits.
+pub fn render_handovers(handovers: &[nodewright::disruption::handover::Handover]) -> String {
+    let mut out = String::new();
+    for h in handovers {
+        out.push_str(&format!(
+            "handover from Karpenter, NodePool {}: {} Karpenter node(s) left",
+            h.pool, h.remaining
+        ));
+        if !h.start.is_empty() {
+            out.push_str(&format!("; starting now: {}", h.start.join(", ")));
+        }
+        if !h.in_progress.is_empty() {
+            out.push_str(&format!("; in progress: {}", h.in_progress.join(", ")));
+        }
+        out.push_str(&format!("; next: {}", h.next.as_deref().unwrap_or("none")));
+        if let Some(why) = &h.waiting {
+            out.push_str(&format!("; waits: {why}"));
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -346,6 +374,7 @@ pub fn to_json(snap: &FleetSnapshot) -> serde_json::Value {
             "nodeclaim": c.id, "nodepool": c.spec.pool, "node": c.spec.node, "reason": c.spec.reason.as_str(),
             "step": format!("{:?}", c.step), "deadline": c.spec.deadline.map(|d| d.to_string()), "replacements": c.replacements,
         })).collect::<Vec<_>>(),
+        "handovers": snap.handovers,
     })
 }
 

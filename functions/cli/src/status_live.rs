@@ -136,6 +136,21 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
         .instances()
         .await
         .context("reading EC2 instances")?;
+    // The handovers from Karpenter need the pools; a configuration that
+    // cannot be read leaves that section out, not the whole view.
+    let handovers = match nodewright::handlers::config::load(&ports.store).await {
+        Ok(config) => nodewright::disruption::handover::status(
+            &config.pools,
+            &nodes,
+            &claims,
+            &commands,
+            Timestamp::now(),
+        ),
+        Err(e) => {
+            eprintln!("note: the configuration could not be read ({e}); handovers not shown");
+            Vec::new()
+        }
+    };
     let mut pods = scheduled;
     pods.extend(pending);
     let mut snap = FleetSnapshot {
@@ -145,6 +160,7 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
         on_demand: crate::status::on_demand_prices(&catalog),
         claims,
         commands,
+        handovers,
         ..Default::default()
     };
     // Why each pending pod waits: the provisioner's word (parked with a

@@ -360,6 +360,16 @@ async fn import_reads_what_karpenter_serves_and_writes_it_as_apply_would() {
         err.contains("NodePool general: already read as v1"),
         "{err}"
     );
+    // Karpenter's `general` (limits cpu 1000) can still launch: the
+    // handover warns with the command that stops it.
+    assert!(
+        err.contains(
+            r#"warning: NodePool general is handed over with --adopt replace, but Karpenter can still launch for it"#
+        ) && err.contains(
+            r#"kubectl patch nodepool general --type merge -p '{"spec":{"limits":{"cpu":"0"}}}'"#
+        ),
+        "{err}"
+    );
     let resolved = resolve_items(&store.config_items().await.expect("items"));
     assert!(resolved.errors.is_empty(), "{:#?}", resolved.errors);
     let general = resolved

@@ -455,6 +455,21 @@ fn read_object(value: &Value, at: &str, keep_others: bool, dups: &[String], out:
                 .collect()
         })
         .unwrap_or_default();
+    if matches!(kind, "NodePool" | "Provisioner")
+        && annotations
+            .get(KARPENTER_NODES_ANNOTATION)
+            .and_then(|v| KarpenterNodes::parse(v))
+            == Some(KarpenterNodes::Replace)
+    {
+        out.warnings.push(ConfigError {
+            item: item.clone(),
+            field: format!("metadata.annotations[{KARPENTER_NODES_ANNOTATION}]"),
+            reason: format!(
+                "Karpenter's nodes of this pool are replaced by nodewright's (handover): Karpenter's NodePool {name} must launch nothing any more, or the pods drained from its nodes may land on new Karpenter nodes (the handover pauses while it sees Karpenter launch); stop it with {}",
+                crate::disruption::handover::stop_karpenter_command(&name)
+            ),
+        });
+    }
     let result: Result<(), ConfigError> = (|| {
         match (api_version, kind) {
             (NODEPOOL_V1, _) => {

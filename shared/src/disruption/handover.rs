@@ -330,6 +330,128 @@ fn node_created(f: &super::snapshot::NodeFacts<'_>) -> Timestamp {
         .map_or(f.created_at, |t| t.0)
 }
 
+/// What `nodewright status` shows of the handovers, from what it reads
+/// (Nodes, claims, removal commands, the configuration) without deciding:
+/// per pool annotated `replace`, Karpenter's nodes left, those being
+/// handed over and where each is, the next one and why it waits (the
+/// budget, a replacement pending, Karpenter still launching). The
+/// decision ([`run`]) is what acts; this only reads.
+pub fn status(
+    pools: &[NodePool],
+    nodes: &[Node],
+    claims: &[Claim],
+    commands: &[crate::termination::Command],
+    now: Timestamp,
+) -> Vec<Handover> {
+    use crate::termination::Step;
+    let name = |n: &Node| n.metadata.name.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for pool in pools {
+        if karpenter_nodes(pool) != KarpenterNodes::Replace {
+            continue;
+        }
+        let mut theirs: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| is_karpenters(n, &pool.name, claims))
+            .collect();
+        if theirs.is_empty() {
+            continue;
+        }
+        let created = |n: &Node| n.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+        theirs.sort_by_key(|n| (created(n), name(n)));
+        let ours: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| {
+                claim_of(n, claims).is_some_and(|c| c.pool == pool.name && c.node_name.is_some())
+            })
+            .collect();
+        let command_of = |n: &Node| {
+            let node = name(n);
+            commands
+                .iter()
+                .find(|c| c.spec.node.as_deref() == Some(node.as_str()))
+        };
+        let mut in_progress = Vec::new();
+        let mut pending_replacement = None;
+        for n in &theirs {
+            let words = match command_of(n) {
+                Some(c) if c.step <= Step::AwaitReplacement => {
+                    let up = claims
+                        .iter()
+                        .filter(|k| c.replacements.contains(&k.id) && k.node_name.is_some())
+                        .count();
+                    let w = format!(
+                        "replacements launching, {up} of {} registered",
+                        c.replacements.len()
+                    );
+                    pending_replacement.get_or_insert_with(|| format!("{}: {w}", name(n)));
+                    w
+                }
+                Some(_) if n.metadata.deletion_timestamp.is_none() => "deleting".to_owned(),
+                _ if n.metadata.deletion_timestamp.is_some() => {
+                    "deleted; Karpenter draining it".to_owned()
+                }
+                _ if tainted_by_karpenter(n) => "Karpenter's own disruption".to_owned(),
+                _ => continue,
+            };
+            in_progress.push(format!("{} ({words})", name(n)));
+        }
+        let total = ours.len() + theirs.len();
+        let gone = in_progress.len()
+            + ours
+                .iter()
+                .filter(|n| {
+                    n.metadata.deletion_timestamp.is_some()
+                        || commands.iter().any(|c| c.spec.node == n.metadata.name)
+                })
+                .count();
+        let allowed = pool
+            .disruption
+            .allowed_disruptions(DisruptionReason::Drifted, total, now);
+        let stamps: Vec<(&str, Timestamp)> = theirs
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), created(n)))
+            .collect();
+        let ours_since = ours
+            .iter()
+            .filter_map(|n| claim_of(n, claims).map(|c| c.created_at))
+            .min();
+        let next = theirs
+            .iter()
+            .find(|n| {
+                command_of(n).is_none()
+                    && n.metadata.deletion_timestamp.is_none()
+                    && !tainted_by_karpenter(n)
+            })
+            .map(|n| name(n));
+        let waiting = if next.is_none() {
+            pending_replacement
+        } else if let Some(why) = karpenter_launching(&pool.name, &stamps, ours_since, now) {
+            Some(why)
+        } else if gone >= allowed {
+            let budget = format!(
+                "budget for Drifted in NodePool {} ({allowed} of {total} nodes, {gone} going)",
+                pool.name
+            );
+            Some(match pending_replacement {
+                Some(r) => format!("{budget}; replacement pending for {r}"),
+                None => budget,
+            })
+        } else {
+            None
+        };
+        out.push(Handover {
+            pool: pool.name.clone(),
+            start: Vec::new(),
+            in_progress,
+            remaining: theirs.len(),
+            next,
+            waiting,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +483,86 @@ mod tests {
         assert_eq!(
             karpenter_launching("web", &theirs, Some(at(900)), at(960)),
             None
+        );
+    }
+
+    fn karpenter_node(name: &str, created: i64) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "labels": {labels::NODEPOOL: "web"},
+                "finalizers": [KARPENTER_TERMINATION_FINALIZER],
+                "creationTimestamp": at(created).to_string(),
+            },
+            "spec": {"providerID": format!("aws:///us-east-1a/i-{name}")}
+        }))
+        .expect("node")
+    }
+
+    fn web(budget: &str) -> NodePool {
+        let spec: crate::config::NodePoolSpec = serde_json::from_value(serde_json::json!({
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []
+            }},
+            "disruption": {"budgets": [{"nodes": budget}]}
+        }))
+        .expect("spec");
+        let mut p = NodePool::from_spec("web", &spec).expect("pool");
+        p.annotations
+            .insert(KARPENTER_NODES_ANNOTATION.into(), "replace".into());
+        p
+    }
+
+    #[test]
+    fn status_shows_what_is_left_what_is_going_the_next_and_why_it_waits() {
+        use crate::termination::{Command, RemovalReason, RemovalSpec, Step};
+        let nodes = [
+            karpenter_node("k1", 0),
+            karpenter_node("k2", 10),
+            karpenter_node("k3", 20),
+        ];
+        let mut command = Command::new(
+            RemovalSpec {
+                claim_id: command_id("k1"),
+                pool: "web".into(),
+                node: Some("k1".into()),
+                instance_id: None,
+                reason: RemovalReason::Drifted,
+                replace: true,
+                deadline: None,
+                avoid: vec![],
+                event_at: None,
+                handover: true,
+            },
+            at(30),
+        );
+        command.step = Step::AwaitReplacement;
+        command.replacements = vec!["web-abcde".into()];
+        let h = status(
+            &[web("1")],
+            &nodes,
+            &[],
+            std::slice::from_ref(&command),
+            at(40),
+        );
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].remaining, 3);
+        assert_eq!(
+            h[0].in_progress,
+            vec!["k1 (replacements launching, 0 of 1 registered)".to_owned()]
+        );
+        assert_eq!(h[0].next.as_deref(), Some("k2"));
+        let why = h[0].waiting.clone().expect("waits");
+        assert!(
+            why.contains("budget for Drifted") && why.contains("replacement pending for k1"),
+            "{why}"
+        );
+        // Nothing in flight and room in the budget: nothing to wait for.
+        let h = status(&[web("100%")], &nodes, &[], &[], at(40));
+        assert_eq!(
+            (h[0].next.as_deref(), h[0].waiting.as_deref()),
+            (Some("k1"), None)
         );
     }
 }

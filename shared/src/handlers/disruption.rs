@@ -853,7 +853,8 @@ pub struct PlannedNode {
     pub instance_type: String,
     pub capacity_type: String,
     pub price: f64,
-    /// `keep`, `remove-empty`, `expire`, `replace-drifted`, `consolidate`, `repair`, `removing`.
+    /// `keep`, `remove-empty`, `expire`, `replace-drifted`, `consolidate`, `repair`,
+    /// `handover` (a Karpenter node replaced, then deleted for Karpenter to drain), `removing`.
     pub action: String,
     pub reason: String,
 }
@@ -871,6 +872,9 @@ pub struct DryRun {
     /// the launches, removals and replacements of this plan.
     pub cost_now: f64,
     pub cost_after: f64,
+    /// Pools being handed over from Karpenter: nodes left, starting now,
+    /// in progress, the next and why it waits.
+    pub handovers: Vec<disruption::handover::Handover>,
 }
 
 fn action_of(reason: Reason, replaced: bool) -> &'static str {
@@ -958,11 +962,13 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
         let action = match &d.verdict {
             Verdict::Disrupt { reason, command } => {
                 removed += price;
-                let replaced = plan
-                    .commands
-                    .get(*command)
-                    .is_some_and(|c| c.replacement.is_some());
-                action_of(*reason, replaced).to_owned()
+                let command = plan.commands.get(*command);
+                let replaced = command.is_some_and(|c| c.replacement.is_some());
+                if command.is_some_and(|c| c.method == disruption::handover::METHOD) {
+                    "handover".to_owned()
+                } else {
+                    action_of(*reason, replaced).to_owned()
+                }
             }
             Verdict::Keep if f.is_some_and(|f| f.disrupting.is_some()) => "removing".to_owned(),
             Verdict::Keep => "keep".to_owned(),
@@ -996,6 +1002,7 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
         nodes,
         cost_now,
         cost_after: cost_now - removed + replacements + launched,
+        handovers: plan.handovers,
     })
 }
 
@@ -1035,6 +1042,24 @@ impl DryRun {
                 n.price,
                 n.reason
             );
+        }
+        for h in &self.handovers {
+            let _ = write!(
+                out,
+                "handover from Karpenter, NodePool {}: {} Karpenter node(s) left",
+                h.pool, h.remaining
+            );
+            if !h.start.is_empty() {
+                let _ = write!(out, "; replacing now: {}", h.start.join(", "));
+            }
+            if !h.in_progress.is_empty() {
+                let _ = write!(out, "; in progress: {}", h.in_progress.join(", "));
+            }
+            let _ = write!(out, "; next: {}", h.next.as_deref().unwrap_or("none"));
+            if let Some(why) = &h.waiting {
+                let _ = write!(out, "; waits: {why}");
+            }
+            let _ = writeln!(out);
         }
         let _ = writeln!(
             out,

@@ -106,6 +106,10 @@ pub struct Imported {
     /// What was not read, and why (a kind not served, an object already
     /// read in a newer version, a pool not asked for).
     pub notes: Vec<String>,
+    /// What needs doing before the import is safe (a pool handed over with
+    /// `replace` whose Karpenter NodePool can still launch, one whose
+    /// limits at zero the imported pool carries too).
+    pub warnings: Vec<String>,
 }
 
 impl Imported {
@@ -234,6 +238,8 @@ pub async fn read_from_cluster(
         if let Some(adopt) = &options.adopt {
             doc["metadata"]["annotations"][ADOPT_ANNOTATION] = json!(adopt);
         }
+        out.warnings
+            .extend(limit_warnings(&doc, options.adopt.as_deref()));
         kept.push(doc);
     }
     kept.sort_by(|a, b| {
@@ -252,6 +258,57 @@ pub async fn read_from_cluster(
     Ok(out)
 }
 
+/// A pool's limits as Karpenter reads them: v1/v1beta1 `spec.limits`,
+/// v1alpha5 `spec.limits.resources`; (resource, quantity).
+fn limits_of(doc: &Value) -> Vec<(String, String)> {
+    let limits = &doc["spec"]["limits"];
+    let map = limits["resources"]
+        .as_object()
+        .or_else(|| limits.as_object());
+    map.into_iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != "resources")
+        .map(|(k, v)| {
+            let q = v
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string());
+            (k.clone(), q)
+        })
+        .collect()
+}
+
+/// Whether Karpenter can still launch for the pool `doc` (as read from
+/// the cluster): none of its limits is zero. (A limit above zero may still
+/// be reached by the nodes it has; only zero stops it for sure.)
+pub fn karpenter_can_launch(doc: &Value) -> bool {
+    !limits_of(doc)
+        .iter()
+        .any(|(_, q)| crate::resources::parse_milli(q).is_ok_and(|m| m == 0))
+}
+
+/// What to say about a pool's limits at import: with `--adopt replace`, a
+/// Karpenter NodePool that can still launch (the two would fight over the
+/// drained pods), with the command that stops it; and, whatever the
+/// adoption, limits at zero, which the imported pool carries too (nodewright
+/// would launch nothing for it).
+pub fn limit_warnings(doc: &Value, adopt: Option<&str>) -> Vec<String> {
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let kind = doc["kind"].as_str().unwrap_or("NodePool");
+    let mut out = Vec::new();
+    if !karpenter_can_launch(doc) {
+        out.push(format!(
+            "{kind} {name}: its limits are zero (Karpenter stopped for it), and the imported pool carries them too: nodewright would launch nothing for it. Set nodewright's limits (nodewright config get nodepool {name} -o yaml, edit spec.limits, nodewright config apply -f)"
+        ));
+    } else if adopt == Some("replace") {
+        out.push(format!(
+            "{kind} {name} is handed over with --adopt replace, but Karpenter can still launch for it (no limit at zero): the pods drained from its nodes may land on new Karpenter nodes, and nodewright's handover pauses while it sees Karpenter launch. Stop Karpenter launching for it now: {}",
+            crate::disruption::handover::stop_karpenter_command(name)
+        ));
+    }
+    out
+}
+
 /// The class a pool document refers to: v1/v1beta1 `nodeClassRef.name`,
 /// v1alpha5 `providerRef.name`.
 fn class_of(doc: &Value) -> Option<String> {
@@ -265,6 +322,39 @@ fn class_of(doc: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replace_import_warns_while_karpenter_can_launch_and_when_limits_are_zero() {
+        let pool = |limits: Value| json!({"kind": "NodePool", "metadata": {"name": "web"}, "spec": {"limits": limits}});
+        let open = pool(json!({"cpu": "1000", "memory": "1000Gi"}));
+        assert!(karpenter_can_launch(&open));
+        assert!(karpenter_can_launch(
+            &json!({"kind": "NodePool", "metadata": {"name": "web"}, "spec": {}})
+        ));
+        let w = limit_warnings(&open, Some("replace"));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains(
+                r#"kubectl patch nodepool web --type merge -p '{"spec":{"limits":{"cpu":"0"}}}'"#
+            ),
+            "{w:?}"
+        );
+        assert!(limit_warnings(&open, Some("none")).is_empty());
+        for stopped in [
+            pool(json!({"cpu": "0"})),
+            pool(json!({"cpu": "100", "memory": "0Gi"})),
+        ] {
+            assert!(!karpenter_can_launch(&stopped), "{stopped}");
+            let w = limit_warnings(&stopped, Some("replace"));
+            assert!(
+                w.len() == 1 && w[0].contains("nodewright would launch nothing"),
+                "{w:?}"
+            );
+        }
+        // v1alpha5: spec.limits.resources.
+        let provisioner = json!({"kind": "Provisioner", "metadata": {"name": "old"}, "spec": {"limits": {"resources": {"cpu": "0"}}}});
+        assert!(!karpenter_can_launch(&provisioner));
+    }
 
     #[test]
     fn a_pool_names_its_class_in_every_version() {
@@ -284,6 +374,7 @@ mod tests {
                 json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "b"}, "spec": {}}),
             ],
             notes: Vec::new(),
+            warnings: Vec::new(),
         };
         let text = imported.to_yaml().expect("yaml");
         assert_eq!(text.matches("---\n").count(), 2, "{text}");
