@@ -383,6 +383,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_handover_line_says_what_is_left_the_next_and_why_it_waits() {
+        let h = nodewright::disruption::handover::Handover {
+            pool: "web".into(),
+            start: vec![],
+            in_progress: vec!["k1 (deleted; Karpenter draining it)".into()],
+            remaining: 2,
+            next: Some("k2".into()),
+            waiting: Some("budget for Drifted in NodePool web (1 of 3 nodes, 1 going)".into()),
+        };
+        assert_eq!(
+            render_handovers(&[h]),
+            "handover from Karpenter, NodePool web: 2 Karpenter node(s) left; in progress: k1 (deleted; Karpenter draining it); next: k2; waits: budget for Drifted in NodePool web (1 of 3 nodes, 1 going)\n"
+        );
+    }
+
+    #[test]
     fn bars_and_ages() {
         assert_eq!(bar(500, 1000, 10), "█████░░░░░");
         assert_eq!(bar(5, 0, 4), "░░░░");
