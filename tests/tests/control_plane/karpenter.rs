@@ -463,6 +463,32 @@ async fn a_pool_handed_over_with_replace_loses_karpenters_nodes_one_at_a_time_be
                 "{fresh:?} deleted before nodewright's replacement was Ready with room for its {left} pod(s) ({room}m free): {nodes:#?}"
             );
         }
+        if !fresh.is_empty() {
+            // `nodewright status` shows it: being drained by Karpenter.
+            let config = nodewright::handlers::config::load(&sim.store)
+                .await
+                .expect("config");
+            let commands = sim.store.commands().await.expect("commands");
+            let shown = nodewright::disruption::handover::status(
+                &config.pools,
+                &nodes,
+                &claims,
+                &commands,
+                nodewright::ports::Timestamp::now(),
+            );
+            let web = shown
+                .iter()
+                .find(|h| h.pool == "web")
+                .expect("web's handover shown");
+            for f in &fresh {
+                assert!(
+                    web.in_progress
+                        .iter()
+                        .any(|p| p.starts_with(f.as_str()) && p.contains("Karpenter draining")),
+                    "{web:?}"
+                );
+            }
+        }
         deleted.extend(round.deleting.iter().cloned());
         let pending: Vec<&Pod> = pods
             .iter()
