@@ -117,7 +117,8 @@ pub struct LaunchRequest {
     pub taints: Vec<Taint>,
     pub kubelet: KubeletConfig,
     /// The capacity reservations the NodeClass selects that have room
-    /// now: where a `reserved` option is launched (targeted at one of them).
+    /// now: where a `reserved` option is launched (targeted at one of them,
+    /// the first with room in this order: `reservations::by_preference`).
     /// Not serialized, like `node_class_spec`.
     #[serde(skip)]
     pub reservations: Vec<crate::cloud::CapacityReservation>,

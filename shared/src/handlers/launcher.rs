@@ -136,13 +136,14 @@ impl<'a, P: PortSet> Launcher<'a, P> {
         // The NodeClass as configured now (live reload), resolved with the pool.
         let node_class = pool.and_then(|p| p.class_named(claim.node_class.as_deref()));
         // The reservations a `reserved` option may be launched into.
-        let reservations = pool
+        let mut reservations: Vec<_> = pool
             .map(|p| crate::provisioning::reservations::of_pool(p, catalog))
             .unwrap_or_default()
             .into_iter()
             .filter(|r| r.available > 0)
             .cloned()
             .collect();
+        crate::provisioning::reservations::by_preference(&mut reservations);
         let request = LaunchRequest {
             claim_id: claim.id.clone(),
             client_token: claim.client_token(),

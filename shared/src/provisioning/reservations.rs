@@ -142,6 +142,21 @@ pub fn offerings(pool: &NodePool, catalog: &CloudCatalog) -> BTreeMap<String, Ve
     out
 }
 
+/// The order a launch tries the reservations of one offering in, as
+/// Karpenter ranks them at the same price (aws/karpenter-provider-aws
+/// `pkg/providers/instance/filter` `CapacityReservationTypeFilter`): an
+/// on-demand capacity reservation first, then a capacity block, an
+/// interruptible reservation (its owner may take it back) last; by id
+/// within each.
+pub fn by_preference(reservations: &mut [CapacityReservation]) {
+    let rank = |r: &CapacityReservation| match (r.reservation_type, r.interruptible) {
+        (ReservationType::Default, false) => 0u8,
+        (ReservationType::CapacityBlock, _) => 1,
+        (ReservationType::Default, true) => 2,
+    };
+    reservations.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.id.cmp(&b.id)));
+}
+
 /// The reservations of `pool` with room for `option` (a `reserved` one),
 /// fullest-first by id for a stable choice.
 pub fn targets<'a>(
@@ -540,5 +555,28 @@ mod tests {
         assert_eq!(changed.len(), 1);
         assert_eq!(changed[0].0.id, "ended");
         assert_eq!(changed[0].1.price, 1e-8, "an unknown price is kept");
+    }
+
+    /// aws/karpenter-provider-aws pkg/providers/instance/filter
+    /// `CapacityReservationTypeFilter`: at the same price a plain
+    /// reservation is used before a capacity block, an interruptible one last.
+    #[test]
+    fn a_launch_prefers_a_plain_reservation_and_an_interruptible_one_last() {
+        let mut interruptible = cr("cr-0000000000000000a", "m5.large", "us-east-1a", 1);
+        interruptible.interruptible = true;
+        let mut block = cr("cr-0000000000000000b", "m5.large", "us-east-1a", 1);
+        block.reservation_type = ReservationType::CapacityBlock;
+        let plain = cr("cr-0000000000000000c", "m5.large", "us-east-1a", 1);
+        let mut all = vec![interruptible, block, plain];
+        by_preference(&mut all);
+        let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "cr-0000000000000000c",
+                "cr-0000000000000000b",
+                "cr-0000000000000000a"
+            ]
+        );
     }
 }

@@ -600,13 +600,17 @@ impl State {
         options.sort_by(|a, b| a.price.total_cmp(&b.price));
         let mut unavailable = Vec::new();
         for o in options {
-            let target = listed.iter().find(|r| {
-                r.instance_type == o.instance_type
-                    && r.zone == o.zone
-                    && r.available > 0
-                    && !r.is_expiring(now)
-                    && request.reservations.iter().any(|t| t.id == r.id)
-            });
+            // In the request's order (the launcher's preference).
+            let target = request
+                .reservations
+                .iter()
+                .filter_map(|t| listed.iter().find(|r| r.id == t.id))
+                .find(|r| {
+                    r.instance_type == o.instance_type
+                        && r.zone == o.zone
+                        && r.available > 0
+                        && !r.is_expiring(now)
+                });
             match target {
                 Some(r) => return (Some((o, r.clone())), unavailable),
                 None => unavailable.push(offering_key(o)),
