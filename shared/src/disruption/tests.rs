@@ -1976,13 +1976,16 @@ impl World {
     }
 }
 
-/// Karpenter's drift (Karpenter `pkg/controllers/disruption/drift_test.go`,
-/// "should replace drifted nodes", and the orchestration queue's "should
-/// not delete the candidate until the replacement is initialized"): the
+/// Karpenter's drift (`pkg/controllers/disruption/drift_test.go`, "should
+/// replace drifted nodes" and "should drift one non-empty node at a time,
+/// starting with the earliest drift"; `pkg/controllers/disruption/
+/// queue_test.go`, "should only finish a command when all replacements are
+/// initialized" — the machine's half, in `termination::machine`): the
 /// candidate's pods are simulated first and replacements launched before
 /// the node goes. Here the candidate is a node of Karpenter's in a pool
-/// handed over; we differ on purpose in that Karpenter, not us, drains and
-/// terminates it (we delete its Node once the replacements initialized).
+/// handed over, oldest first; we differ on purpose in that Karpenter, not
+/// us, drains and terminates it (we delete its Node once the replacements
+/// are initialized), and in that we then bind pods to the nodes we launched.
 #[test]
 fn a_handed_over_karpenter_node_gets_its_replacement_first_oldest_first_within_the_budget() {
     let mut w = World::new();

@@ -856,6 +856,12 @@ mod tests {
         n
     }
 
+    /// Karpenter `pkg/controllers/disruption/queue_test.go`, "should keep
+    /// nodes tainted when replacements haven't finished initialization" and
+    /// "should only finish a command when all replacements are
+    /// initialized", for a node of Karpenter's handed over; we differ on
+    /// purpose in that we never taint it (Karpenter does as it drains) and
+    /// only delete its Node.
     #[test]
     fn a_handover_launches_and_awaits_initialized_replacements_before_deleting_the_node() {
         let karpenters = node(false);
