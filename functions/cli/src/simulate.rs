@@ -143,7 +143,20 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             commands: nodewright::ports::Store::commands(&sim.store).await?,
             // The simulator launches no node of Karpenter's: nothing to hand over.
             handovers: Vec::new(),
+            buffers: Vec::new(),
         };
+        if !nodewright::handlers::config::load(&sim.store)
+            .await?
+            .buffers
+            .is_empty()
+        {
+            snapshot.buffers = nodewright::handlers::disruption::dry_run(
+                &sim.ports(),
+                nodewright::disruption::Tuning::default(),
+            )
+            .await?
+            .buffers;
+        }
         for p in report.pods.iter().filter(|p| pod_node(p).is_none()) {
             if let Some(r) = report.pending_reason(p) {
                 snapshot.pending_reasons.insert(pod_name(p), r);

@@ -33,6 +33,8 @@ pub struct FleetSnapshot {
     /// Pools being handed over from Karpenter (`nodewright.io/karpenter-nodes:
     /// replace`), as `disruption::handover::status` reads them.
     pub handovers: Vec<nodewright::disruption::handover::Handover>,
+    /// The CapacityBuffers: chunks wanted, placed, launching, fitting nowhere.
+    pub buffers: Vec<nodewright::provisioning::buffers::BufferStatus>,
 }
 
 /// One node's line.
@@ -308,6 +310,13 @@ pub fn render(snap: &FleetSnapshot) -> String {
             c.pods.len()
         ));
     }
+    for b in &snap.buffers {
+        let (condition, _) = b.condition();
+        out.push_str(&format!(
+            "capacity buffer {}: {} chunk(s) wanted, {} placed, {} launching, {} fitting nowhere ({condition})\n",
+            b.buffer, b.wanted, b.placed, b.launching, b.unplaced
+        ));
+    }
     out.push_str(&format!("removals in progress: {}\n", snap.commands.len()));
     for c in &snap.commands {
         let node = c.spec.node.as_deref().unwrap_or("(no node)");
@@ -370,6 +379,10 @@ pub fn to_json(snap: &FleetSnapshot) -> serde_json::Value {
         "spot_pools": spot_pools(&rows),
         "pending": snap.pending().into_iter().map(|(n, r)| json!({"name": n, "reason": r})).collect::<Vec<_>>(),
         "claims_in_flight": snap.in_flight().iter().map(|c| json!({"id": c.id, "nodepool": c.pool, "pods": c.pods.len()})).collect::<Vec<_>>(),
+        "buffers": snap.buffers.iter().map(|b| json!({
+            "buffer": b.buffer, "wanted": b.wanted, "placed": b.placed, "launching": b.launching,
+            "unplaced": b.unplaced, "condition": b.condition().0, "reason": b.reason,
+        })).collect::<Vec<_>>(),
         "removals": snap.commands.iter().map(|c| json!({
             "nodeclaim": c.id, "nodepool": c.spec.pool, "node": c.spec.node, "reason": c.spec.reason.as_str(),
             "step": format!("{:?}", c.step), "deadline": c.spec.deadline.map(|d| d.to_string()), "replacements": c.replacements,

@@ -136,24 +136,44 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
         .instances()
         .await
         .context("reading EC2 instances")?;
-    // The handovers from Karpenter need the pools; a configuration that
-    // cannot be read leaves that section out, not the whole view.
-    let handovers = match nodewright::handlers::config::load(&ports.store).await {
-        Ok(config) => nodewright::disruption::handover::status(
+    // The handovers from Karpenter need the pools, and the CapacityBuffers'
+    // placement the configuration (as the provisioner would plan them now:
+    // the dry run, only when some buffer is configured); a configuration
+    // that cannot be read leaves those sections out, not the whole view.
+    let config = match nodewright::handlers::config::load(&ports.store).await {
+        Ok(config) => Some(config),
+        Err(e) => {
+            eprintln!(
+                "note: the configuration could not be read ({e}); handovers and capacity buffers not shown"
+            );
+            None
+        }
+    };
+    let handovers = config.as_ref().map_or_else(Vec::new, |config| {
+        nodewright::disruption::handover::status(
             &config.pools,
             &nodes,
             &claims,
             &commands,
             Timestamp::now(),
-        ),
-        Err(e) => {
-            eprintln!("note: the configuration could not be read ({e}); handovers not shown");
-            Vec::new()
+        )
+    });
+    let buffers = match &config {
+        Some(c) if !c.buffers.is_empty() => {
+            nodewright::handlers::disruption::dry_run(
+                ports,
+                nodewright::disruption::Tuning::default(),
+            )
+            .await
+            .context("placing the capacity buffers")?
+            .buffers
         }
+        _ => Vec::new(),
     };
     let mut pods = scheduled;
     pods.extend(pending);
     let mut snap = FleetSnapshot {
+        buffers,
         now: Some(Timestamp::now()),
         nodes,
         instances,

@@ -2125,3 +2125,157 @@ fn no_handover_without_replace_or_without_karpenters_finalizer_or_past_do_not_di
     let why = plan.handovers[0].waiting.clone().expect("blocked");
     assert!(why.contains("do-not-disrupt"), "{why}");
 }
+
+/// CapacityBuffers, translated from Karpenter's
+/// `pkg/controllers/disruption/emptiness_test.go` Context("Buffer pod
+/// protection") and `consolidation_test.go` Context("Buffer Pods").
+/// Karpenter's tests set the provisioner's per-node buffer pod counts
+/// directly; ours give the decision a buffer whose chunks the placement
+/// puts on the nodes (a 3-CPU chunk fills an empty m5.xlarge's room).
+mod buffers {
+    use super::*;
+    use crate::config::CapacityBuffer;
+    use crate::provisioning::buffers::virtual_pods;
+
+    fn buffer(w: &mut World, replicas: u32, cpu_millis: i64) {
+        let template = serde_json::from_value(serde_json::json!({"spec": {"containers": [
+            {"name": "c", "image": "pause", "resources": {"requests": {"cpu": format!("{cpu_millis}m"), "memory": "256Mi"}}}]}}))
+        .expect("template");
+        w.buffers = virtual_pods(&[CapacityBuffer {
+            name: "spare".into(),
+            namespace: "default".into(),
+            template,
+            replicas: Some(replicas),
+            limits: None,
+            limit_names: vec![],
+        }]);
+    }
+
+    fn empties(names: &[&str]) -> World {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge", "m5.large"]);
+        for n in names {
+            w.node(n, "m5.xlarge");
+        }
+        w.observed_at(secs(0));
+        w.at(secs(60));
+        w
+    }
+
+    const HOLDS: &str = "holds 1 chunk(s) of capacity buffer default/spare: not empty";
+
+    /// emptiness_test.go: should not disrupt a node that hosts virtual buffer pods;
+    /// consolidation_test.go: should not empty-consolidate a node with only buffer pods
+    #[test]
+    fn a_node_holding_a_chunk_is_not_empty() {
+        let mut w = empties(&["a"]);
+        buffer(&mut w, 1, 3000);
+        let plan = w.decide();
+        assert!(plan.commands.is_empty(), "{plan:#?}");
+        check(&plan, &[("a", None, HOLDS)]);
+    }
+
+    /// emptiness_test.go: should disrupt a node once buffer pods are cleared;
+    /// consolidation_test.go: should consolidate a buffer node once buffer pods are cleared
+    #[test]
+    fn a_node_goes_once_its_buffer_is_gone() {
+        let mut w = empties(&["a"]);
+        buffer(&mut w, 1, 3000);
+        assert!(w.decide().commands.is_empty());
+        buffer(&mut w, 0, 3000);
+        check(&w.decide(), &[("a", Some(Reason::Empty), "empty for")]);
+    }
+
+    /// emptiness_test.go: should only protect the specific node with buffer pods, not others
+    #[test]
+    fn only_the_node_holding_the_chunk_is_protected() {
+        let mut w = empties(&["a", "b"]);
+        buffer(&mut w, 1, 3000);
+        let plan = w.decide();
+        let gone = disrupted(&plan);
+        assert_eq!(gone.len(), 1, "{plan:#?}");
+        let kept = if gone[0] == "a" { "b" } else { "a" };
+        check(
+            &plan,
+            &[
+                (kept, None, HOLDS),
+                (gone[0], Some(Reason::Empty), "empty for"),
+            ],
+        );
+    }
+
+    /// emptiness_test.go: should protect multiple nodes that each host buffer pods
+    #[test]
+    fn every_node_holding_chunks_is_protected() {
+        let mut w = empties(&["a", "b"]);
+        buffer(&mut w, 2, 3000);
+        let plan = w.decide();
+        assert!(plan.commands.is_empty(), "{plan:#?}");
+        check(&plan, &[("a", None, HOLDS), ("b", None, HOLDS)]);
+    }
+
+    /// emptiness_test.go: should not protect a node with zero buffer pod count
+    /// (a buffer whose chunk fits on no node protects nothing)
+    #[test]
+    fn a_chunk_that_fits_nowhere_protects_nothing() {
+        let mut w = empties(&["a"]);
+        buffer(&mut w, 1, 64_000);
+        check(&w.decide(), &[("a", Some(Reason::Empty), "empty for")]);
+    }
+
+    /// emptiness_test.go: should not consider a node with real pods AND buffer pods as empty;
+    /// consolidation_test.go: should skip buffer-only nodes in single-node consolidation
+    /// but protect via emptiness
+    #[test]
+    fn a_buffer_only_node_is_no_consolidation_candidate() {
+        let mut w = empties(&["a", "b"]);
+        w.pod_on("b", "real", 500, 512);
+        w.observed_at(secs(0));
+        buffer(&mut w, 1, 3000);
+        let plan = w.decide();
+        // The chunk is on a (b's room is short of 3 CPU beside its pod), or
+        // on b, whose pod then fits on a neither: nothing moves.
+        for c in &plan.commands {
+            for n in c.nodes() {
+                assert_ne!(n, "a", "{plan:#?}");
+            }
+        }
+        let a = plan.decision("a").expect("a");
+        assert!(matches!(a.verdict, Verdict::Keep), "{}", a.reason);
+    }
+
+    /// consolidation_test.go: should allow consolidation of a node with real pods and
+    /// buffer pods to a cheaper instance (the replacement holds the pod and the chunk)
+    #[test]
+    fn a_replacement_must_hold_the_pods_and_the_chunks() {
+        let mut w = empties(&["a"]);
+        w.catalog = catalog(&["m5.2xlarge", "m5.xlarge", "m5.large"]);
+        w.nodes.clear();
+        w.claims.clear();
+        w.node("a", "m5.2xlarge");
+        w.pod_on("a", "real", 500, 512);
+        w.observed_at(secs(0));
+        w.at(secs(60));
+        // 1 CPU chunk: pod + chunk fit an m5.large (cheaper) — replaced by it.
+        buffer(&mut w, 1, 1000);
+        let plan = w.decide();
+        assert_eq!(disrupted(&plan), ["a"], "{plan:#?}");
+        let replacement = plan.commands[0].replacement.as_ref().expect("replacement");
+        assert!(replacement.claims[0].pods.iter().all(|k| k.name == "real"));
+        // 3 CPU chunk: pod + chunk need an m5.xlarge, still cheaper — so
+        // the replacement is no m5.large.
+        buffer(&mut w, 1, 3000);
+        let plan = w.decide();
+        assert_eq!(disrupted(&plan), ["a"], "{plan:#?}");
+        let claim = &plan.commands[0]
+            .replacement
+            .as_ref()
+            .expect("replacement")
+            .claims[0];
+        assert!(
+            claim.options.iter().all(|o| o.instance_type != "m5.large"),
+            "{:?}",
+            claim.options
+        );
+    }
+}

@@ -868,6 +868,9 @@ pub struct DryRun {
     /// Pending pods that fit nowhere, with the reason.
     pub unschedulable: Vec<(String, String)>,
     pub nodes: Vec<PlannedNode>,
+    /// Each CapacityBuffer: chunks wanted, placed on existing (or
+    /// launching) room, to launch for, and fitting nowhere.
+    pub buffers: Vec<crate::provisioning::buffers::BufferStatus>,
     /// Fleet USD per hour now (every node we know the price of), and after
     /// the launches, removals and replacements of this plan.
     pub cost_now: f64,
@@ -935,9 +938,45 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
         volumes: &gathered.volumes,
         seed: now.as_millisecond().unsigned_abs(),
     });
+    // The buffers' chunks after the real pods (the provisioner plans them
+    // once no real pod waits): on the cluster as it is now.
+    let buffers_plan = (!gathered.buffers.is_empty()).then(|| {
+        crate::provisioning::plan::decide(&crate::provisioning::plan::Snapshot {
+            now,
+            pending: &gathered.buffers,
+            scheduled: &gathered.pods,
+            nominated: &nominated,
+            nodes: &gathered.nodes,
+            daemon_sets: &gathered.daemon_sets,
+            claims: &gathered.claims,
+            pools: &config.pools,
+            node_classes: &config.node_classes,
+            catalog: &gathered.catalog,
+            unavailable: &gathered.unavailable,
+            usage: &usage,
+            volumes: &VolumeIndex::default(),
+            seed: now.as_millisecond().unsigned_abs() ^ 11,
+        })
+    });
+    let buffers = buffers_plan.as_ref().map_or_else(Vec::new, |d| {
+        let placed: Vec<crate::ports::PodKey> =
+            d.fit_existing.iter().map(|(k, _)| k.clone()).collect();
+        let launching: Vec<crate::ports::PodKey> = d
+            .new_claims
+            .iter()
+            .flat_map(|c| c.pods.iter().cloned())
+            .collect();
+        crate::provisioning::buffers::statuses(
+            &config.buffers,
+            &placed,
+            &launching,
+            &d.unschedulable,
+        )
+    });
     let launches: Vec<PlannedLaunch> = provisioning
         .new_claims
         .iter()
+        .chain(buffers_plan.iter().flat_map(|d| d.new_claims.iter()))
         .map(|c| PlannedLaunch {
             claim_id: c.id.clone(),
             pool: c.pool.clone(),
@@ -1000,6 +1039,7 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
             .map(|(k, r)| (k.to_string(), r.clone()))
             .collect(),
         nodes,
+        buffers,
         cost_now,
         cost_after: cost_now - removed + replacements + launched,
         handovers: plan.handovers,
@@ -1029,6 +1069,22 @@ impl DryRun {
         }
         for (pod, why) in &self.unschedulable {
             let _ = writeln!(out, "cannot place pod {pod}: {why}");
+        }
+        for b in &self.buffers {
+            let (condition, _) = b.condition();
+            let _ = writeln!(
+                out,
+                "buffer  {:<20} wanted {}, placed {}, launching {}, fitting nowhere {}  ({condition}){}",
+                b.buffer,
+                b.wanted,
+                b.placed,
+                b.launching,
+                b.unplaced,
+                b.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            );
         }
         for n in &self.nodes {
             let _ = writeln!(

@@ -696,15 +696,14 @@ impl<P: PortSet> Provisioner<P> {
             &launching,
             &with_config_reason(decision.unschedulable, config),
         );
-        for s in &status {
-            if s.unplaced > 0 {
-                warn!(buffer = %s.buffer, wanted = s.wanted, unplaced = s.unplaced, reason = s.reason.as_deref().unwrap_or_default(), "capacity buffer chunk(s) fit nowhere");
-            }
-        }
+        // Said when it changes (a pass every 10 s would repeat it).
         if status != self.buffer_status {
             for s in &status {
                 let (reason, message) = s.condition();
                 info!(buffer = %s.buffer, wanted = s.wanted, placed = s.placed, launching = s.launching, unplaced = s.unplaced, condition = reason, "capacity buffer: {message}");
+                if s.unplaced > 0 {
+                    warn!(buffer = %s.buffer, wanted = s.wanted, unplaced = s.unplaced, reason = s.reason.as_deref().unwrap_or_default(), "capacity buffer chunk(s) fit nowhere");
+                }
             }
         }
         self.buffer_status = status;
