@@ -900,11 +900,7 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
     let now = gathered.now;
     let plan = disruption::decide(&gathered.snapshot(tuning, now.as_millisecond().unsigned_abs()));
     let all_pending = ports.cluster().pending_pods().await?;
-    let nominated_uids: std::collections::HashSet<&str> = gathered
-        .claims
-        .iter()
-        .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
-        .collect();
+    let nominated_uids = crate::provisioning::plan::nominated_uids(&gathered.claims);
     let nominated_by = |p: &Pod| {
         p.metadata
             .uid

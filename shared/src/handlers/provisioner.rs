@@ -649,19 +649,7 @@ impl<P: PortSet> Provisioner<P> {
             cluster.daemon_sets(),
         )
         .await?;
-        let nominated_uids: HashSet<&str> = claims
-            .iter()
-            .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
-            .collect();
-        let nominated: Vec<Pod> = pending
-            .into_iter()
-            .filter(|p| {
-                p.metadata
-                    .uid
-                    .as_deref()
-                    .is_some_and(|u| nominated_uids.contains(u))
-            })
-            .collect();
+        let nominated = plan::nominated_pods(pending, &claims);
         let catalog: Arc<CloudCatalog> = self.catalog_now(config, now).await?;
         let volumes = crate::scheduling::volumes::VolumeIndex::default();
         let decision = plan::decide(&Snapshot {
@@ -996,10 +984,7 @@ impl<P: PortSet> Provisioner<P> {
                 pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
             drop(std::mem::take(&mut pods));
             let all_pending = cluster.pending_pods().await?;
-            let nominated_uids: HashSet<&str> = claims
-                .iter()
-                .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
-                .collect();
+            let nominated_uids = plan::nominated_uids(&claims);
             let mut nominated: Vec<Pod> = Vec::new();
             for p in all_pending {
                 let uid = p.metadata.uid.as_deref();

@@ -603,19 +603,7 @@ async fn plan_replacements<P: PortSet>(
         .filter(|c| c.id != command.id)
         .cloned()
         .collect();
-    let nominated_uids: HashSet<&str> = others
-        .iter()
-        .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
-        .collect();
-    let nominated: Vec<Pod> = pending
-        .into_iter()
-        .filter(|p| {
-            p.metadata
-                .uid
-                .as_deref()
-                .is_some_and(|u| nominated_uids.contains(u))
-        })
-        .collect();
+    let nominated = plan::nominated_pods(pending, &others);
     let mut unavailable = store.unavailable_offerings(now).await?;
     unavailable.extend(command.spec.avoid.iter().cloned());
     let usage = store.pool_usage().await?;

@@ -450,6 +450,28 @@ pub fn zone_ids_as_zones(sp: &mut SchedPod, zone_ids: &std::collections::BTreeMa
     }
 }
 
+/// The uids of the pods `claims` hold room for (nominated to them, not yet
+/// bound).
+pub fn nominated_uids<'a>(claims: impl IntoIterator<Item = &'a Claim>) -> HashSet<&'a str> {
+    claims
+        .into_iter()
+        .flat_map(|c| c.pods.iter().map(|k| k.uid.as_str()))
+        .collect()
+}
+
+/// The pending pods nominated to one of `claims`: every plan counts them on
+/// their claim's node until they are bound.
+pub fn nominated_pods<'a>(
+    pending: Vec<Pod>,
+    claims: impl IntoIterator<Item = &'a Claim>,
+) -> Vec<Pod> {
+    let uids = nominated_uids(claims);
+    pending
+        .into_iter()
+        .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| uids.contains(u)))
+        .collect()
+}
+
 /// Decides which claims to create for the pending pods.
 pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut decision = Decision::default();
