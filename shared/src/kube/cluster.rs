@@ -123,6 +123,27 @@ impl KubeCluster {
         }
     }
 
+    /// A JSON merge patch of the Node `node` (`what` names it in errors):
+    /// it sets the fields given and leaves the others, so no
+    /// resourceVersion precondition is needed.
+    async fn merge_patch_node(
+        &self,
+        node: &str,
+        what: &str,
+        patch: &serde_json::Value,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let what = format!("patch node/{node} ({what})");
+        let pp = PatchParams::default();
+        self.call(&what, || async {
+            api.patch(node, &pp, &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| classify(&what, &e))
+        })
+        .await
+    }
+
     /// Runs one API operation under the retry policy, with a fresh token before each attempt.
     pub async fn call<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, ClusterError>
     where
@@ -507,17 +528,8 @@ impl Cluster for KubeCluster {
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         // One field set to a fixed value: nothing another writer did can be
         // lost, so no resourceVersion precondition is needed.
-        let api: Api<Node> = Api::all(self.client.clone());
-        let what = format!("patch node/{node} (cordon)");
         let patch = json!({ "spec": { "unschedulable": true } });
-        let pp = PatchParams::default();
-        self.call(&what, || async {
-            api.patch(node, &pp, &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|e| classify(&what, &e))
-        })
-        .await
+        self.merge_patch_node(node, "cordon", &patch).await
     }
 
     async fn label_node(
@@ -528,42 +540,24 @@ impl Cluster for KubeCluster {
     ) -> Result<(), ClusterError> {
         // A merge patch sets the keys given and leaves the others: what
         // another writer set meanwhile is kept, so no precondition.
-        let api: Api<Node> = Api::all(self.client.clone());
-        let what = format!("patch node/{node} (labels)");
         let mut metadata = serde_json::Map::new();
         metadata.insert("labels".to_owned(), json!(labels));
         if !annotations.is_empty() {
             metadata.insert("annotations".to_owned(), json!(annotations));
         }
         let patch = json!({ "metadata": metadata });
-        let pp = PatchParams::default();
-        self.call(&what, || async {
-            api.patch(node, &pp, &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|e| classify(&what, &e))
-        })
-        .await
+        self.merge_patch_node(node, "labels", &patch).await
     }
 
     async fn unlabel_node(&self, node: &str, keys: &[&str]) -> Result<(), ClusterError> {
         // A merge patch's null removes the key; a key already gone is no
         // change.
-        let api: Api<Node> = Api::all(self.client.clone());
-        let what = format!("patch node/{node} (remove labels)");
         let labels: serde_json::Map<String, serde_json::Value> = keys
             .iter()
             .map(|k| ((*k).to_owned(), serde_json::Value::Null))
             .collect();
         let patch = json!({ "metadata": { "labels": labels } });
-        let pp = PatchParams::default();
-        self.call(&what, || async {
-            api.patch(node, &pp, &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|e| classify(&what, &e))
-        })
-        .await
+        self.merge_patch_node(node, "remove labels", &patch).await
     }
 
     async fn evict(&self, pod: &PodKey) -> Result<EvictOutcome, ClusterError> {

@@ -109,6 +109,16 @@ pub fn replacement_deadline(command: &Command) -> Timestamp {
     }
 }
 
+/// The command's replacement claims not launched yet.
+fn unlaunched_replacements(command: &Command) -> Vec<String> {
+    command
+        .replacements
+        .iter()
+        .filter(|id| !command.launched.contains(id))
+        .cloned()
+        .collect()
+}
+
 /// Why a launched replacement can no longer be had: a launch attempted
 /// and dropped (no capacity, a limit, an invalid request — its id left
 /// `replacements`), or its claim gone before it registered.
@@ -184,12 +194,7 @@ fn next_handover(command: &Command, view: &View<'_>, node_name: Option<String>) 
             }
         }
         Step::AwaitReplacement => {
-            let unlaunched: Vec<String> = command
-                .replacements
-                .iter()
-                .filter(|id| !command.launched.contains(id))
-                .cloned()
-                .collect();
+            let unlaunched = unlaunched_replacements(command);
             if !unlaunched.is_empty() {
                 return Move::LaunchReplacements { claims: unlaunched };
             }
@@ -307,12 +312,7 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
             }
         }
         Step::AwaitReplacement => {
-            let unlaunched: Vec<String> = command
-                .replacements
-                .iter()
-                .filter(|id| !command.launched.contains(id))
-                .cloned()
-                .collect();
+            let unlaunched = unlaunched_replacements(command);
             if !unlaunched.is_empty() {
                 return Move::LaunchReplacements { claims: unlaunched };
             }
