@@ -918,28 +918,12 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
         .cloned()
         .collect();
     let usage = ports.store().pool_usage().await?;
-    let provisioning = crate::provisioning::plan::decide(&crate::provisioning::plan::Snapshot {
-        now,
-        pending: &pending,
-        scheduled: &gathered.pods,
-        nominated: &nominated,
-        nodes: &gathered.nodes,
-        daemon_sets: &gathered.daemon_sets,
-        claims: &gathered.claims,
-        pools: &config.pools,
-        node_classes: &config.node_classes,
-        catalog: &gathered.catalog,
-        unavailable: &gathered.unavailable,
-        usage: &usage,
-        volumes: &gathered.volumes,
-        seed: now.as_millisecond().unsigned_abs(),
-    });
-    // The buffers' chunks after the real pods (the provisioner plans them
-    // once no real pod waits): on the cluster as it is now.
-    let buffers_plan = (!gathered.buffers.is_empty()).then(|| {
+    // The provisioner's decision for `pods` on the cluster as gathered.
+    let no_volumes = VolumeIndex::default();
+    let provision = |pods: &[Pod], volumes: &VolumeIndex, seed: u64| {
         crate::provisioning::plan::decide(&crate::provisioning::plan::Snapshot {
             now,
-            pending: &gathered.buffers,
+            pending: pods,
             scheduled: &gathered.pods,
             nominated: &nominated,
             nodes: &gathered.nodes,
@@ -950,10 +934,16 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
             catalog: &gathered.catalog,
             unavailable: &gathered.unavailable,
             usage: &usage,
-            volumes: &VolumeIndex::default(),
-            seed: now.as_millisecond().unsigned_abs() ^ 11,
+            volumes,
+            seed,
         })
-    });
+    };
+    let seed = now.as_millisecond().unsigned_abs();
+    let provisioning = provision(&pending, &gathered.volumes, seed);
+    // The buffers' chunks after the real pods (the provisioner plans them
+    // once no real pod waits): on the cluster as it is now.
+    let buffers_plan = (!gathered.buffers.is_empty())
+        .then(|| provision(&gathered.buffers, &no_volumes, seed ^ 11));
     let buffers = buffers_plan.as_ref().map_or_else(Vec::new, |d| {
         let placed: Vec<crate::ports::PodKey> =
             d.fit_existing.iter().map(|(k, _)| k.clone()).collect();
