@@ -382,7 +382,7 @@ impl Ec2Fixture {
             .await
             .expect("items")
             .into_iter()
-            .find(|i| i.kind == nodewright::ports::ConfigKind::NodeClass && i.name == "default")
+            .find(|i| i.kind == nodewright::config::ConfigKind::NodeClass && i.name == "default")
             .expect("the scenario's NodeClass `default`");
         class.spec = serde_json::to_value(self.node_class_spec()).expect("spec");
         class.version += 1;

@@ -7,11 +7,10 @@
 //! claim of that node.
 
 use k8s_openapi::api::core::v1::Node;
+use nodewright::config::ConfigKind;
 use nodewright::handlers::config as config_loader;
 use nodewright::handlers::interruption::{self, BatchReport, InterruptionSettings, Record};
-use nodewright::ports::{
-    Cloud, Cluster, ConfigKind, OfferingKey, SignedDuration, Store, Timestamp,
-};
+use nodewright::ports::{Cloud, Cluster, OfferingKey, SignedDuration, Store, Timestamp};
 use nodewright::provisioning::claim::Claim;
 use nodewright::sim::{ClusterDriver, FaultyCloud, Simulation};
 use nodewright::termination::DISRUPTED_TAINT_KEY;

@@ -263,8 +263,9 @@ mod stored {
     use super::*;
     use anyhow::bail;
     use config_write::WriteError;
+    use nodewright::config::ConfigKind;
     use nodewright::config::{ConfigDocument, resolve_items};
-    use nodewright::ports::{ConfigKind, Store, Timestamp};
+    use nodewright::ports::{Store, Timestamp};
 
     pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
         block_on(async move {
@@ -440,7 +441,7 @@ mod stored {
             }
             return Ok(());
         }
-        let problems = |i: &nodewright::ports::ConfigItem| {
+        let problems = |i: &nodewright::config::ConfigItem| {
             let name = format!("{}/{}", i.kind.as_str(), i.name);
             resolved
                 .errors

@@ -4,7 +4,8 @@
 
 use std::process::Command;
 
-use nodewright::ports::{ConfigItem, ConfigKind, Store, Timestamp};
+use nodewright::config::{ConfigItem, ConfigKind};
+use nodewright::ports::{Store, Timestamp};
 use nodewright_tests::aws::{dynamo_store, moto};
 
 fn catalog(args: &[&str]) -> (bool, String, String) {

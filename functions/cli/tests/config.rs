@@ -6,9 +6,10 @@
 use std::process::Command;
 
 use nodewright::aws::{DynamoStore, DynamoTables};
+use nodewright::config::ConfigKind;
 use nodewright::handlers::config::ConfigReader;
 use nodewright::handlers::config_write;
-use nodewright::ports::{ConfigKind, Store, StoreError, Timestamp};
+use nodewright::ports::{Store, StoreError, Timestamp};
 use nodewright_tests::aws::{moto, sdk_config, unique};
 
 fn nodewright(prefix: &str, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {

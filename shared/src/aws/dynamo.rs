@@ -64,9 +64,9 @@ use tracing::{debug, warn};
 
 use super::ApiError;
 use crate::config::Limits;
+use crate::config::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
 use crate::ports::{
-    ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, StateRead, Store,
-    StoreError, Timestamp, Unreadable, Usage,
+    Lease, OfferingKey, StateRead, Store, StoreError, Timestamp, Unreadable, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, exceeded_limit};

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::config::nodeclass::EC2NodeClassSpec;
 use crate::config::nodeclass::{AmiSelector, NodeIdentity, volume_size_gib};
 use crate::config::{AmiFamily, ConfigError, NodeClass};
-use crate::ports::{ConfigItem, ConfigKind};
+use crate::config::{ConfigItem, ConfigKind};
 
 /// The families the launch path can bootstrap.
 pub const LAUNCH_FAMILIES: [AmiFamily; 3] =

@@ -29,7 +29,7 @@ use super::settings::{
     FeatureGatesSpec, KARPENTER_NODES_ANNOTATION, KarpenterNodes, REBALANCE_ANNOTATION,
     RebalancePolicy, SETTINGS_NAME, SETTINGS_SPEC, Settings, SettingsSpec,
 };
-use crate::ports::{ConfigItem, ConfigKind};
+use crate::config::{ConfigItem, ConfigKind};
 
 pub const NODEPOOL_V1: &str = "karpenter.sh/v1";
 pub const NODEPOOL_V1BETA1: &str = "karpenter.sh/v1beta1";
@@ -466,7 +466,7 @@ fn read_object(value: &Value, at: &str, keep_others: bool, dups: &[String], out:
             field: format!("metadata.annotations[{KARPENTER_NODES_ANNOTATION}]"),
             reason: format!(
                 "Karpenter's nodes of this pool are replaced by nodewright's (handover): Karpenter's NodePool {name} must launch nothing any more, or the pods drained from its nodes may land on new Karpenter nodes (the handover pauses while it sees Karpenter launch); stop it with {}",
-                crate::disruption::handover::stop_karpenter_command(&name)
+                super::settings::stop_karpenter_command(&name)
             ),
         });
     }

@@ -8,6 +8,8 @@ pub mod convert;
 pub mod cron;
 pub mod disruption;
 pub mod document;
+pub mod hash;
+pub mod item;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod overlay;
@@ -23,6 +25,7 @@ pub use document::{
     ConfigDocument, ConfigSet, Document, Resolved, parse_all, parse_config_all, parse_documents,
     parse_stream, resolve_items,
 };
+pub use item::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
 pub use nodeclass::{AmiFamily, EC2NodeClassSpec, KubeletSpec, NodeClass, NodeIdentity};
 pub use nodepool::{Limits, NodePool, NodePoolSpec};
 pub use settings::{RebalancePolicy, Settings, SettingsSpec};

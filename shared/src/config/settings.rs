@@ -32,6 +32,15 @@ pub const REBALANCE_ANNOTATION: &str = "nodewright.io/rebalance-policy";
 /// import --adopt`): `none` (the default) or `replace`.
 pub const KARPENTER_NODES_ANNOTATION: &str = "nodewright.io/karpenter-nodes";
 
+/// The command that stops Karpenter launching for `pool` (its limits at
+/// zero; deleting its NodePool instead would make Karpenter delete all of
+/// the pool's nodes at once).
+pub fn stop_karpenter_command(pool: &str) -> String {
+    format!(
+        "kubectl patch nodepool {pool} --type merge -p '{{\"spec\":{{\"limits\":{{\"cpu\":\"0\"}}}}}}'"
+    )
+}
+
 /// The value of [`KARPENTER_NODES_ANNOTATION`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum KarpenterNodes {

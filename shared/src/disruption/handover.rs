@@ -43,7 +43,7 @@ use k8s_openapi::api::core::v1::Node;
 use super::context::{Context, Proposal};
 use super::decision::Reason;
 use super::snapshot::{DISRUPTED_TAINT_KEY, claim_of};
-use crate::config::settings::{KARPENTER_NODES_ANNOTATION, KarpenterNodes};
+use crate::config::settings::{KARPENTER_NODES_ANNOTATION, KarpenterNodes, stop_karpenter_command};
 use crate::config::{DisruptionReason, NodePool};
 use crate::ports::{SignedDuration, Timestamp};
 use crate::provisioning::Claim;
@@ -119,15 +119,6 @@ fn tainted_by_karpenter(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
-}
-
-/// The command that stops Karpenter launching for `pool` (its limits at
-/// zero; deleting its NodePool instead would make Karpenter delete all of
-/// the pool's nodes at once).
-pub fn stop_karpenter_command(pool: &str) -> String {
-    format!(
-        "kubectl patch nodepool {pool} --type merge -p '{{\"spec\":{{\"limits\":{{\"cpu\":\"0\"}}}}}}'"
-    )
 }
 
 /// Why the handover of `pool` pauses because Karpenter still launches for

@@ -6,8 +6,8 @@
 //! a change is first *seen*, so a removal is never early).
 
 use super::decision::ClaimUpdate;
-use super::drift::{self, fnv1a};
 use super::snapshot::NodeFacts;
+use crate::config::hash::{self, fnv1a};
 use crate::ports::Timestamp;
 use crate::provisioning::claim::DisruptionState;
 
@@ -65,8 +65,8 @@ pub fn observe(facts: &[NodeFacts<'_>], now: Timestamp) -> Vec<ClaimUpdate> {
         let Some(claim) = f.claim else { continue };
         let next = next_state(&claim.disruption, f, now);
         let restamp = match (claim.stamp.nodepool_hash.as_deref(), f.pool) {
-            (Some(h), Some(pool)) if !drift::is_current_pool(h) => Some(drift::pool_hash(pool)),
-            (None, Some(pool)) => Some(drift::pool_hash(pool)),
+            (Some(h), Some(pool)) if !hash::is_current_pool(h) => Some(hash::pool_hash(pool)),
+            (None, Some(pool)) => Some(hash::pool_hash(pool)),
             _ => None,
         };
         if next != claim.disruption || restamp.is_some() {

@@ -227,8 +227,8 @@ impl World {
             stamp: Default::default(),
             disruption: Default::default(),
         };
-        claim.stamp.nodepool_hash = Some(drift::pool_hash(&pool));
-        claim.stamp.nodeclass_hash = class.map(drift::class_hash);
+        claim.stamp.nodepool_hash = Some(crate::config::hash::pool_hash(&pool));
+        claim.stamp.nodeclass_hash = class.map(crate::config::hash::class_hash);
         // Observed long ago with no pods: quiet since launch.
         claim.disruption.last_pod_event_at = Some(launched);
         self.nodes.push(node);
@@ -1840,7 +1840,10 @@ mod karpenter {
             .iter()
             .find(|u| u.claim_id == "default-a")
             .expect("bookkeeping");
-        assert_eq!(update.nodepool_hash, Some(drift::pool_hash(&w.pools[0])));
+        assert_eq!(
+            update.nodepool_hash,
+            Some(crate::config::hash::pool_hash(&w.pools[0]))
+        );
     }
 
     /// should detect static drift before cloud provider drift; should detect node requirement drift before cloud provider drift

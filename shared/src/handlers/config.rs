@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
+use crate::config::ConfigKind;
 use crate::config::{ConfigError, NodeClass, NodePool, Settings, resolve_items};
-use crate::ports::{ConfigKind, SignedDuration, Store, StoreError, Timestamp};
+use crate::ports::{SignedDuration, Store, StoreError, Timestamp};
 
 /// A full scan happens at least this often even if the version did not move.
 pub const MAX_STALENESS: SignedDuration = SignedDuration::from_secs(60);
@@ -180,7 +181,7 @@ fn report(config: &LoadedConfig) {
 mod tests {
     use super::*;
     use crate::cloud::InstanceTypeInfo;
-    use crate::ports::{ConfigItem, ConfigWrite};
+    use crate::config::{ConfigItem, ConfigWrite};
     use crate::sim::MemStore;
     use serde_json::json;
 

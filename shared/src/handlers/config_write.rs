@@ -9,9 +9,8 @@ use serde_json::Value;
 
 use crate::config::document::{config_only, merge_errors, parse_checked};
 use crate::config::{ConfigDocument, ConfigError, ConfigSet, Document};
-use crate::ports::{
-    ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES, Store, StoreError, Timestamp,
-};
+use crate::config::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
+use crate::ports::{Store, StoreError, Timestamp};
 
 /// What applying a file would do to one item.
 #[derive(Debug, Clone, PartialEq)]

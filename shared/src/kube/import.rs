@@ -303,7 +303,7 @@ pub fn limit_warnings(doc: &Value, adopt: Option<&str>) -> Vec<String> {
     } else if adopt == Some("replace") {
         out.push(format!(
             "{kind} {name} is handed over with --adopt replace, but Karpenter can still launch for it (no limit at zero): the pods drained from its nodes may land on new Karpenter nodes, and nodewright's handover pauses while it sees Karpenter launch. Stop Karpenter launching for it now: {}",
-            crate::disruption::handover::stop_karpenter_command(name)
+            crate::config::settings::stop_karpenter_command(name)
         ));
     }
     out

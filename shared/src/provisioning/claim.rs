@@ -133,10 +133,10 @@ pub struct Claim {
 /// did not report it) is simply not compared on that field.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchStamp {
-    /// `disruption::drift::pool_hash` of the NodePool at the decision.
+    /// `config::hash::pool_hash` of the NodePool at the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodepool_hash: Option<String>,
-    /// `disruption::drift::class_hash` of the NodeClass at the decision.
+    /// `config::hash::class_hash` of the NodeClass at the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodeclass_hash: Option<String>,
     /// The AMI the instance booted (set from the launch).

@@ -9,8 +9,8 @@ use rand::{RngExt, SeedableRng};
 
 use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation_of, usage_of};
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
+use crate::config::hash::{class_hash, pool_hash};
 use crate::config::{NodeClass, NodePool};
-use crate::disruption::drift;
 use crate::packing::{ExistingNode, LaunchOption, NewClaim, PoolInput, SolveOptions, solve};
 use crate::ports::{
     CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
@@ -630,8 +630,8 @@ pub fn new_claim(
         node_name: None,
         registered_at: None,
         stamp: LaunchStamp {
-            nodepool_hash: Some(drift::pool_hash(pool)),
-            nodeclass_hash: class.map(drift::class_hash),
+            nodepool_hash: Some(pool_hash(pool)),
+            nodeclass_hash: class.map(class_hash),
             ..LaunchStamp::default()
         },
         disruption: Default::default(),

@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Limits;
+use crate::config::{ConfigItem, ConfigKind};
 use crate::ports::{
-    Cloud, CloudCatalog, CloudError, ConfigItem, ConfigKind, FailureKind, Instance, LaunchRequest,
-    Launched, Lease, OfferingKey, ServiceError, Store, StoreError, Timestamp, Usage,
+    Cloud, CloudCatalog, CloudError, FailureKind, Instance, LaunchRequest, Launched, Lease,
+    OfferingKey, ServiceError, Store, StoreError, Timestamp, Usage,
 };
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::Claim;
@@ -276,7 +277,7 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
         self.inner.put_config_item(item).await
     }
-    async fn write_config(&self, writes: &[crate::ports::ConfigWrite]) -> Result<(), StoreError> {
+    async fn write_config(&self, writes: &[crate::config::ConfigWrite]) -> Result<(), StoreError> {
         self.inner.write_config(writes).await
     }
     async fn delete_config_item(&self, kind: ConfigKind, name: &str) -> Result<(), StoreError> {

@@ -26,8 +26,9 @@ use super::driver::ClusterDriver;
 use super::placement;
 use super::pools::{self, PoolDepths};
 use super::simulation::Simulation;
+use crate::config::ConfigItem;
 use crate::config::{self, ConfigDocument, ConfigError};
-use crate::ports::{Cloud, ConfigItem, OfferingKey, SignedDuration, Store, Timestamp};
+use crate::ports::{Cloud, OfferingKey, SignedDuration, Store, Timestamp};
 use crate::resources;
 use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 

@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Limits;
-use crate::ports::{
-    ConfigItem, ConfigKind, ConfigWrite, Lease, MAX_CONFIG_WRITES, OfferingKey, Store, StoreError,
-    Timestamp, Unreadable, Usage,
-};
+use crate::config::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
+use crate::ports::{Lease, OfferingKey, Store, StoreError, Timestamp, Unreadable, Usage};
 use crate::provisioning::batcher::Batch;
 use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
 use crate::termination::Command;

@@ -574,7 +574,8 @@ async fn drifting_node_on_aws() -> (CrashSim, Ec2Fixture) {
 /// one replacement, exactly two instances ever launched, both pods bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drift_replacement_crashing_between_any_two_steps_converges_on_ec2_and_dynamodb() {
-    use nodewright::ports::{ConfigKind, SignedDuration};
+    use nodewright::config::ConfigKind;
+    use nodewright::ports::SignedDuration;
     for k in 0..20 {
         let (mut sim, f) = Box::pin(drifting_node_on_aws()).await;
         let old = sim.store.claims().await.expect("claims")[0].clone();

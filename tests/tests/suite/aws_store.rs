@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use nodewright::aws::DynamoStore;
 use nodewright::config::Limits;
-use nodewright::ports::{ConfigItem, ConfigKind, Lease, OfferingKey, Store, StoreError, Timestamp};
+use nodewright::config::{ConfigItem, ConfigKind};
+use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
 use nodewright::provisioning::batcher::{Batch, Window};
 use nodewright::provisioning::claim::Claim;
 use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};

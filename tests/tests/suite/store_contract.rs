@@ -9,9 +9,8 @@
 
 use futures_util::future::join_all;
 use nodewright::config::Limits;
-use nodewright::ports::{
-    ConfigItem, ConfigKind, ConfigWrite, Lease, OfferingKey, Store, StoreError, Timestamp,
-};
+use nodewright::config::{ConfigItem, ConfigKind, ConfigWrite};
+use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
 use nodewright::provisioning::batcher::Batch;
 use nodewright::provisioning::claim::Claim;
 use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};

@@ -6,8 +6,8 @@ use futures_util::future::join;
 
 use super::*;
 use crate::config::ConfigDocument;
+use crate::config::ConfigItem;
 use crate::handlers::termination::{Started, start_replacing};
-use crate::ports::ConfigItem;
 use crate::sim::scenario;
 use crate::sim::{FaultyStore, MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog};
 use crate::termination::{RemovalSpec, Step};
