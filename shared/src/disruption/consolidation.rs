@@ -19,8 +19,8 @@
 //!    cost is at least 1/k with k = 2.
 //!
 //! Among the moves that pass, multi-node first (the longest prefix of the
-//! candidates cheapest to disrupt that works, found by binary search, as
-//! Karpenter), else the single-node move with the best score, then the
+//! candidates by savings ratio, price over disruption cost, highest first,
+//! that works, found by binary search, as Karpenter), else the single-node move with the best score, then the
 //! largest saving, then the fewest pods. One consolidation command per
 //! decision: the next pass sees the cluster it left.
 
@@ -28,6 +28,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::balanced::{self, Scored};
 use super::blockers::short;
 use super::context::{Context, Proposal};
 use super::decision::Reason;
@@ -74,6 +75,8 @@ pub struct Move {
     /// Savings share / disruption share (infinite when nothing is disrupted).
     pub score: f64,
     pub pods: usize,
+    /// Each Balanced pool's score of the move, in words.
+    pub balanced: Vec<String>,
 }
 
 fn pct(x: f64) -> String {
@@ -125,16 +128,19 @@ pub fn candidates(cx: &mut Context<'_, '_>) -> Vec<usize> {
     out
 }
 
-/// What disrupting node `i` costs: its pods' eviction costs, scaled by the
-/// share of its lifetime left (a node about to expire is cheap to move).
-pub fn disruption_cost(cx: &Context<'_, '_>, i: usize) -> f64 {
-    let f = &cx.facts[i];
-    let pods: f64 = f.reschedulable.iter().map(|p| eviction_cost(p)).sum();
-    let left = f.pool.and_then(|p| p.expire_after).map_or(1.0, |life| {
-        let age = cx.s.now.duration_since(f.created_at).as_secs_f64();
-        (1.0 - age / life.as_secs_f64().max(1.0)).clamp(0.0, 1.0)
+/// The candidates by savings ratio (price over disruption cost), highest
+/// first, as Karpenter orders them for both consolidation methods: the
+/// moves worth most per unit of disruption come first.
+pub fn by_savings_ratio(cx: &Context<'_, '_>, cands: Vec<usize>) -> Vec<usize> {
+    let mut order: Vec<(f64, usize)> = cands
+        .into_iter()
+        .map(|i| (scored(cx, i).map_or(0.0, |n| n.savings_ratio()), i))
+        .collect();
+    order.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name))
     });
-    pods * left
+    order.into_iter().map(|(_, i)| i).collect()
 }
 
 /// Judges removing `targets`: `Err` says why not, in the user's words.
@@ -162,9 +168,7 @@ pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, Str
         .map(|i| cx.facts[*i].reschedulable.len())
         .sum();
     let score = balanced_score(cx, targets, savings);
-    if let Some(pool) = balanced_policy_refuses(cx, targets, savings) {
-        return Err(pool);
-    }
+    let balanced = balanced_policy(cx, targets, savings)?;
     if cx.s.tuning.balanced && score < 1.0 / BALANCED_K {
         return Err(format!(
             "saving ${savings:.4}/h does not justify evicting {pods} pod(s) (balanced score {score:.2} below {:.2})",
@@ -180,6 +184,7 @@ pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, Str
         price,
         score,
         pods,
+        balanced,
     })
 }
 
@@ -264,71 +269,46 @@ fn narrow(
     Ok((narrowed, worst))
 }
 
-/// Karpenter v1.14's disruption cost of a node under `Balanced`: 1 for
-/// draining the node itself, plus its pods' positive eviction costs.
-fn node_disruption(f: &super::snapshot::NodeFacts<'_>) -> f64 {
-    1.0 + f
-        .reschedulable
-        .iter()
-        .map(|p| eviction_cost(p).max(0.0))
-        .sum::<f64>()
+/// A node as the `Balanced` score sees it (`None` outside our pools).
+pub fn scored<'c>(cx: &'c Context<'_, '_>, i: usize) -> Option<Scored<'c>> {
+    let f = &cx.facts[i];
+    let pool = f.pool?;
+    Some(Scored {
+        name: &f.name,
+        pool: &pool.name,
+        policy: pool.disruption.policy,
+        price: f.price,
+        disruption: balanced::node_disruption(f.reschedulable.iter().map(|p| eviction_cost(p))),
+    })
 }
 
-/// `consolidationPolicy: Balanced`, as Karpenter v1.14 scores a move: for
-/// each Balanced pool it touches, the share of the pool's cost it saves
-/// (split by the candidates' prices when it spans pools) over the share
-/// of the pool's disruption cost it causes (every node of the pool counts
-/// 1 plus its pods' eviction costs) must reach 1/k, k = 2. Why not, when a
-/// pool refuses.
-fn balanced_policy_refuses(
+/// `consolidationPolicy: Balanced` (see [`balanced`]): every Balanced pool
+/// the move touches must approve it. `Ok` with each Balanced pool's score
+/// in words (none when no Balanced pool is touched); `Err` with the first
+/// refusing pool's.
+fn balanced_policy(
     cx: &Context<'_, '_>,
     targets: &[usize],
     savings: f64,
-) -> Option<String> {
-    let mut pools: Vec<&str> = targets
+) -> Result<Vec<String>, String> {
+    let moved: Vec<Scored<'_>> = targets.iter().filter_map(|i| scored(cx, *i)).collect();
+    if !moved
         .iter()
-        .filter_map(|i| cx.facts[*i].pool)
-        .filter(|p| p.disruption.policy == ConsolidationPolicy::Balanced)
-        .map(|p| p.name.as_str())
-        .collect();
-    pools.sort_unstable();
-    pools.dedup();
-    let source: f64 = targets.iter().map(|i| cx.facts[*i].price).sum();
-    for name in pools {
-        let in_pool = |f: &&super::snapshot::NodeFacts<'_>| f.pool.is_some_and(|p| p.name == name);
-        let (total_cost, total_disruption) = cx
-            .facts
-            .iter()
-            .filter(in_pool)
-            .fold((0.0, 0.0), |(c, d), f| {
-                (c + f.price, d + node_disruption(f))
-            });
-        let moved: Vec<&super::snapshot::NodeFacts<'_>> = targets
-            .iter()
-            .map(|i| &cx.facts[*i])
-            .filter(in_pool)
-            .collect();
-        let pool_source: f64 = moved.iter().map(|f| f.price).sum();
-        let disruption: f64 = moved.iter().map(|f| node_disruption(f)).sum();
-        if total_cost <= 0.0 || total_disruption <= 0.0 {
-            continue;
-        }
-        let pool_savings = if source > 0.0 && pool_source < source {
-            savings * pool_source / source
-        } else {
-            savings
-        };
-        let score = (pool_savings / total_cost) / (disruption / total_disruption);
-        if score < 1.0 / BALANCED_K {
-            return Some(format!(
-                "NodePool {name} is Balanced: saving {:.1} % of its cost does not justify {:.1} % of its disruption (score {score:.2} below {:.2})",
-                100.0 * pool_savings / total_cost,
-                100.0 * disruption / total_disruption,
-                1.0 / BALANCED_K
-            ));
-        }
+        .any(|n| n.policy == ConsolidationPolicy::Balanced)
+    {
+        return Ok(Vec::new());
     }
-    None
+    let all: Vec<Scored<'_>> = (0..cx.facts.len()).filter_map(|i| scored(cx, i)).collect();
+    let totals = balanced::pool_totals(&all);
+    let (approved, scores) = balanced::evaluate(&moved, savings, &totals);
+    if approved {
+        Ok(scores.iter().map(|(p, s)| s.describe(p)).collect())
+    } else {
+        Err(scores.iter().find(|(_, s)| !s.approved()).map_or_else(
+            || "no Balanced NodePool to score the move".to_owned(),
+            |(p, s)| s.describe(p),
+        ))
+    }
 }
 
 /// Savings share of the pools' cost over the evicted pods' share of the
@@ -373,13 +353,17 @@ fn propose(cx: &mut Context<'_, '_>, m: Move, method: &'static str) {
             m.replacement_price
         ),
     };
-    let summary = format!(
+    let mut summary = format!(
         "underutilized: {what}; saves ${:.4}/h ({} of ${:.4}/h), {} pod(s) moved",
         m.savings,
         pct(m.savings / m.price.max(f64::MIN_POSITIVE)),
         m.price,
         m.pods
     );
+    for score in &m.balanced {
+        summary.push_str("; ");
+        summary.push_str(score);
+    }
     cx.commit(Proposal {
         reason: Reason::Underutilized,
         method,
@@ -411,21 +395,13 @@ impl Method for MultiNodeConsolidation {
         if !cx.s.tuning.consolidation {
             return;
         }
-        let mut cands = candidates(cx);
-        let mut sorted: Vec<(f64, usize)> = Vec::with_capacity(cands.len());
-        for i in &cands {
-            sorted.push((disruption_cost(cx, *i), *i));
-        }
-        sorted.sort_by(|a, b| {
-            a.0.total_cmp(&b.0)
-                .then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name))
-        });
+        let cands = candidates(cx);
+        let cands = by_savings_ratio(cx, cands);
         // No more per pool than its budget allows.
         let mut per_pool: std::collections::BTreeMap<String, usize> =
             std::collections::BTreeMap::new();
-        cands = sorted
+        let cands: Vec<usize> = cands
             .into_iter()
-            .map(|(_, i)| i)
             .filter(|i| {
                 let pool = cx.pool_name(*i);
                 let taken = per_pool.entry(pool.clone()).or_default();
@@ -475,19 +451,11 @@ impl Method for SingleNodeConsolidation {
             }
             return;
         }
-        // Cheapest to disrupt first; each evaluation is a solve, so the pass is bounded.
-        let mut order: Vec<(f64, usize)> = Vec::with_capacity(cands.len());
-        for i in &cands {
-            order.push((disruption_cost(cx, *i), *i));
-        }
-        order.sort_by(|a, b| {
-            a.0.total_cmp(&b.0)
-                .then_with(|| cx.facts[a.1].name.cmp(&cx.facts[b.1].name))
-        });
-        cands = order.into_iter().map(|(_, i)| i).collect();
+        // Highest savings ratio first; each evaluation is a solve, so the pass is bounded.
+        cands = by_savings_ratio(cx, cands);
         let limit = cx.s.tuning.max_single_node;
         for i in cands.split_off(limit.min(cands.len())) {
-            cx.note(i, format!("not evaluated this pass (at most {limit} single-node candidates, cheapest to disrupt first)"));
+            cx.note(i, format!("not evaluated this pass (at most {limit} single-node candidates, highest savings ratio first)"));
         }
         let mut moves = Vec::new();
         for i in cands {

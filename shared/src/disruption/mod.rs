@@ -14,6 +14,7 @@
 //!
 //! No I/O, no clock: `Snapshot::now` is the time.
 
+pub mod balanced;
 pub mod blockers;
 pub mod budget;
 pub mod consolidation;

@@ -156,9 +156,21 @@ impl World {
         }
     }
 
-    /// A registered, Ready node of `pool` launched at `launched`, with its claim.
+    /// A registered, Ready node of the first pool launched at `launched`, with its claim.
     fn node_at(
         &mut self,
+        name: &str,
+        instance_type: &str,
+        capacity_type: &str,
+        launched: Timestamp,
+    ) -> &mut Self {
+        self.node_in(0, name, instance_type, capacity_type, launched)
+    }
+
+    /// A registered, Ready node of `self.pools[pool]` launched at `launched`, with its claim.
+    fn node_in(
+        &mut self,
+        pool: usize,
         name: &str,
         instance_type: &str,
         capacity_type: &str,
@@ -170,7 +182,7 @@ impl World {
             .expect("known type");
         let price = if capacity_type == "spot" { spot } else { od };
         let it = info(instance_type, vcpu, mib);
-        let pool = self.pools[0].clone();
+        let pool = self.pools[pool].clone();
         let capacity = it.capacity(&pool.kubelet);
         let allocatable = capacity.saturating_sub(&it.overhead(&pool.kubelet));
         let mut node_labels = it.requirements().single_valued_labels();
@@ -195,7 +207,7 @@ impl World {
             .iter()
             .find(|c| Some(&c.name) == pool.node_class.as_ref());
         let mut claim = Claim {
-            id: format!("default-{name}"),
+            id: format!("{}-{name}", pool.name),
             pool: pool.name.clone(),
             node_class: pool.node_class.clone(),
             version: 1,
@@ -1299,6 +1311,384 @@ fn balanced_counts_each_node_besides_its_pods() {
             "NodePool default is Balanced: saving 16.7 % of its cost does not justify 40.0 % of its disruption (score 0.42 below 0.50)",
         )],
     );
+}
+
+// ------------------------------------------------------------ Karpenter's Balanced tests
+//
+// Translations of kubernetes-sigs/karpenter pkg/controllers/disruption/
+// balanced_integration_test.go, the cluster-level cases of
+// balanced_scoring_test.go (ShouldDisrupt, sortCandidates,
+// EmitBalancedMultiNodeEvents) and singlenodeconsolidation_test.go
+// (Candidate Shuffling). The score's arithmetic is tested in
+// `disruption::balanced`. Karpenter's fake catalog (32-CPU nodes) becomes
+// the test catalog's m5 types; Karpenter's ConsolidationApproved event
+// becomes the command's summary (the decision's reason), which names each
+// Balanced pool's score, threshold and k. Where nodewright differs on
+// purpose (its savings threshold, its own pod-level score), the test says so.
+
+mod balanced_karpenter {
+    use super::*;
+    use crate::config::ConsolidationPolicy;
+
+    /// One Balanced pool `default`, budget 100 %, consolidateAfter 0s, on-demand.
+    fn world() -> World {
+        let mut w = World::new();
+        w.pools[0].disruption.policy = ConsolidationPolicy::Balanced;
+        w.budgets(serde_json::json!([{"nodes": "100%"}]));
+        w
+    }
+
+    fn only_policy_score(w: &mut World) {
+        w.settings.consolidation_savings_threshold = 0.0;
+        w.tuning.balanced = false;
+    }
+
+    fn second_pool(w: &mut World, name: &str, policy: &str) {
+        w.pools.push(pool(
+            name,
+            serde_json::json!({
+                "template": {"spec": {
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+                }},
+                "disruption": {"consolidationPolicy": policy, "consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}
+            }),
+        ));
+    }
+
+    fn command_of<'p>(plan: &'p Plan, node: &str) -> &'p Command {
+        plan.commands
+            .iter()
+            .find(|c| c.nodes().any(|n| n == node))
+            .unwrap_or_else(|| panic!("no command for {node}: {plan:#?}"))
+    }
+
+    /// Integration "Single-Node" / It("should approve replacing an oversized node"), and
+    /// balanced_scoring_test.go EmitBalancedMultiNodeEvents / It("should emit approved event
+    /// for approved pool results"): the approved move says its score, `>= threshold 0.50`, `k: 2`.
+    #[test]
+    fn balanced_an_approved_move_says_its_score_threshold_and_k() {
+        let mut w = world();
+        w.node("a", "m5.2xlarge").pod_on("a", "p", 500, 512);
+        let plan = w.decide();
+        check(
+            &plan,
+            &[(
+                "a",
+                Some(Reason::Underutilized),
+                "NodePool default is Balanced: saving",
+            )],
+        );
+        let cmd = command_of(&plan, "a");
+        assert!(cmd.replacement.is_some());
+        assert!(
+            cmd.summary.contains(">= threshold 0.50, k: 2"),
+            "{}",
+            cmd.summary
+        );
+    }
+
+    /// balanced_scoring_test.go EmitBalancedMultiNodeEvents / It("should not emit events for
+    /// rejected pool results"): a refused move leaves no approval, only the refusal as the reason.
+    #[test]
+    fn balanced_a_refused_move_says_why_and_claims_no_approval() {
+        let mut w = world();
+        only_policy_score(&mut w);
+        w.catalog = catalog(&["m5.xlarge", "m5a.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 2048);
+        let plan = w.decide();
+        check(&plan, &[("a", None, "does not justify")]);
+        assert!(plan.commands.is_empty());
+        let reason = &plan.decision("a").expect("a").reason;
+        assert!(!reason.contains(">= threshold"), "{reason}");
+    }
+
+    /// Integration "Multi-Node" / It("should approve consolidating multiple underutilized nodes"):
+    /// three m5.2xlarge holding one 1-CPU pod each go in one command.
+    #[test]
+    fn balanced_consolidates_several_underutilized_nodes_at_once() {
+        let mut w = world();
+        for n in ["a", "b", "c"] {
+            w.node(n, "m5.2xlarge")
+                .pod_on(n, &format!("{n}-p"), 1000, 1024);
+        }
+        let plan = w.decide();
+        assert_eq!(plan.commands.len(), 1, "{plan:#?}");
+        let cmd = &plan.commands[0];
+        assert_eq!(cmd.method, "multi-node-consolidation");
+        assert!(cmd.targets.len() >= 2, "{:?}", disrupted(&plan));
+        assert!(cmd.summary.contains("k: 2"), "{}", cmd.summary);
+    }
+
+    /// Integration "Budgets" / It("should block disruption when budget is 0%").
+    #[test]
+    fn balanced_a_budget_of_zero_blocks_the_move() {
+        let mut w = world();
+        w.budgets(serde_json::json!([{"nodes": "0%"}]));
+        w.node("a", "m5.2xlarge").pod_on("a", "p", 500, 512);
+        let plan = w.decide();
+        assert!(plan.commands.is_empty(), "{plan:#?}");
+        assert!(
+            !plan
+                .decision("a")
+                .expect("a")
+                .reason
+                .contains(">= threshold")
+        );
+    }
+
+    /// Integration "Priority Ordering" / It("should consolidate empty nodes before non-empty nodes
+    /// when budget is limited"): with a budget of one node, the empty node goes (emptiness runs
+    /// before consolidation), the underutilized one stays.
+    #[test]
+    fn balanced_an_empty_node_goes_before_an_underutilized_one() {
+        let mut w = world();
+        w.budgets(serde_json::json!([{"nodes": "1"}]));
+        w.node("empty", "m5.2xlarge");
+        w.node("used", "m5.2xlarge").pod_on("used", "p", 500, 512);
+        let plan = w.decide();
+        assert_eq!(plan.commands.len(), 1, "{plan:#?}");
+        assert_eq!(disrupted(&plan), ["empty"]);
+        check(&plan, &[("used", None, "")]);
+    }
+
+    /// Integration "Decision and Savings" / It("should choose delete when pods fit on existing
+    /// nodes"): a's one pod fits on b (five pods); a is deleted, saving its whole price.
+    #[test]
+    fn balanced_deletes_when_the_pods_fit_on_other_nodes() {
+        let mut w = world();
+        w.node("a", "m5.2xlarge").pod_on("a", "p", 1000, 1024);
+        w.node("b", "m5.2xlarge").pods_on("b", 5, 1000, 1024);
+        let plan = w.decide();
+        let cmd = command_of(&plan, "a");
+        assert!(cmd.replacement.is_none(), "{cmd:#?}");
+        assert!((cmd.savings - 0.384).abs() < 1e-9, "{}", cmd.savings);
+        check(&plan, &[("b", None, "")]);
+    }
+
+    /// Integration "Decision and Savings" / It("should choose replace when pods need a new cheaper
+    /// node"): a 2-CPU pod on an m5.2xlarge moves to a cheaper new node.
+    #[test]
+    fn balanced_replaces_when_the_pods_need_a_new_cheaper_node() {
+        let mut w = world();
+        w.node("a", "m5.2xlarge").pod_on("a", "p", 2000, 1024);
+        let plan = w.decide();
+        let cmd = command_of(&plan, "a");
+        assert!(cmd.replacement.is_some(), "{cmd:#?}");
+        assert!(cmd.savings > 0.0 && cmd.savings < 0.384, "{}", cmd.savings);
+    }
+
+    /// Integration "Ratio Sort in Multi-Node" / It("should select highest-ratio candidates first
+    /// when nodes have heterogeneous prices and pod counts"): b (m5.2xlarge, 3 pods: $0.096/h per
+    /// unit of disruption) comes before c (m5.large, 1 pod: $0.048) and a (m5.2xlarge, 10 pods:
+    /// $0.035), though c has fewer pods.
+    #[test]
+    fn balanced_multi_node_takes_the_highest_savings_ratio_first() {
+        let mut w = world();
+        w.node("a", "m5.2xlarge").pods_on("a", 10, 50, 64);
+        w.node("b", "m5.2xlarge").pods_on("b", 3, 50, 64);
+        w.node("c", "m5.large").pods_on("c", 1, 50, 64);
+        let plan = w.decide();
+        let cmd = command_of(&plan, "b");
+        let order: Vec<&str> = cmd.nodes().collect();
+        let (ib, ic) = (
+            order.iter().position(|n| *n == "b"),
+            order.iter().position(|n| *n == "c"),
+        );
+        if let (Some(ib), Some(ic)) = (ib, ic) {
+            assert!(ib < ic, "{order:?}");
+        }
+        assert_eq!(order.first(), Some(&"b"), "{order:?}");
+    }
+
+    /// Integration "Mixed-Policy NodePools" / It("should apply scoring to Balanced pools while
+    /// non-Balanced pools consolidate normally"), and balanced_scoring_test.go
+    /// EmitBalancedMultiNodeEvents / It("should skip pools missing from perPoolResults"): both
+    /// nodes go; only the Balanced pool's score is reported.
+    #[test]
+    fn balanced_and_other_pools_consolidate_together_and_only_balanced_is_scored() {
+        let mut w = world();
+        second_pool(&mut w, "other", "WhenEmptyOrUnderutilized");
+        w.node("bal", "m5.2xlarge").pod_on("bal", "p1", 500, 512);
+        w.node_in(1, "def", "m5.2xlarge", "on-demand", t0())
+            .pod_on("def", "p2", 500, 512);
+        let plan = w.decide();
+        let mut gone = disrupted(&plan);
+        gone.sort_unstable();
+        assert_eq!(gone, ["bal", "def"], "{plan:#?}");
+        let summaries: Vec<&str> = plan.commands.iter().map(|c| c.summary.as_str()).collect();
+        assert!(
+            summaries
+                .iter()
+                .any(|s| s.contains("NodePool default is Balanced") && s.contains("k: 2")),
+            "{summaries:?}"
+        );
+        assert!(
+            !summaries
+                .iter()
+                .any(|s| s.contains("NodePool other is Balanced")),
+            "{summaries:?}"
+        );
+    }
+
+    /// balanced_scoring_test.go ShouldDisrupt / It("should accept Balanced candidates") and
+    /// It("should accept WhenEmptyOrUnderutilized candidates"): a node in use is a consolidation
+    /// candidate under both policies (here: an oversized one is replaced under both).
+    #[test]
+    fn balanced_and_when_empty_or_underutilized_nodes_are_candidates() {
+        for policy in [
+            ConsolidationPolicy::Balanced,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized,
+        ] {
+            let mut w = world();
+            w.pools[0].disruption.policy = policy;
+            w.node("a", "m5.2xlarge").pod_on("a", "p", 500, 512);
+            check(
+                &w.decide(),
+                &[("a", Some(Reason::Underutilized), "underutilized")],
+            );
+        }
+    }
+
+    /// balanced_scoring_test.go ScoreMove / It("should REJECT a move when EstimatedSavings excludes
+    /// spot offerings for an on-demand-only NodePool"): a's replacement at on-demand prices saves
+    /// too little for its disruption; a spot price (which the pool does not allow) would have
+    /// passed: with spot allowed the same move is taken.
+    #[test]
+    fn balanced_savings_use_only_the_capacity_types_the_pool_allows() {
+        let build = |spot: bool| {
+            let mut w = world();
+            only_policy_score(&mut w);
+            if spot {
+                w.pools[0].requirements = pool(
+                    "default",
+                    serde_json::json!({"template": {"spec": {
+                        "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "spot"]}],
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}),
+                )
+                .requirements;
+            }
+            // (No spot m5.2xlarge: the dearest spot option a replacement
+            // may get is then an m5.xlarge.)
+            w.catalog
+                .offerings
+                .retain(|o| !(o.instance_type == "m5.2xlarge" && o.capacity_type == "spot"));
+            // a: 2.5 CPU on an m5.2xlarge; b: full.
+            w.node("a", "m5.2xlarge").pods_on("a", 5, 500, 256);
+            w.node("b", "m5.2xlarge").pods_on("b", 1, 7800, 1024);
+            w
+        };
+        check(&build(false).decide(), &[("a", None, "does not justify")]);
+        let plan = build(true).decide();
+        check(&plan, &[("a", Some(Reason::Underutilized), "spot")]);
+    }
+
+    /// balanced_test.go It("should reject when nodepool cost is zero"), on a cluster: a Balanced
+    /// pool whose nodes have no known price has nothing to weigh a move against; nothing moves.
+    /// (nodewright used to skip the score and delete.)
+    #[test]
+    fn balanced_a_pool_without_a_known_price_is_not_consolidated() {
+        let mut w = world();
+        only_policy_score(&mut w);
+        w.node("a", "m5.xlarge").pod_on("a", "p1", 200, 256);
+        w.node("b", "m5.xlarge").pod_on("b", "p2", 200, 256);
+        for c in &mut w.claims {
+            if let Some(i) = c.instance.as_mut() {
+                i.price = 0.0;
+            }
+        }
+        let plan = w.decide();
+        assert!(plan.commands.is_empty(), "{plan:#?}");
+        check(
+            &plan,
+            &[
+                ("a", None, "does not justify"),
+                ("b", None, "does not justify"),
+            ],
+        );
+    }
+
+    /// balanced_adversarial_test.go It("should use source pricing that ignores availability"):
+    /// a's m5.2xlarge on-demand offering is no longer offered (as if out of capacity), yet a is
+    /// priced at what its claim was launched at, $0.384/h, and its savings count from there.
+    #[test]
+    fn balanced_a_node_is_priced_at_what_it_was_launched_at() {
+        let mut w = world();
+        w.catalog
+            .offerings
+            .retain(|o| !(o.instance_type == "m5.2xlarge" && o.capacity_type == "on-demand"));
+        w.node("a", "m5.2xlarge").pod_on("a", "p", 500, 512);
+        let plan = w.decide();
+        let cmd = command_of(&plan, "a");
+        assert!(
+            (cmd.targets[0].price - 0.384).abs() < 1e-12,
+            "{}",
+            cmd.targets[0].price
+        );
+        let replacement = cmd.replacement.as_ref().expect("a replacement");
+        assert!(
+            (cmd.savings - (0.384 - replacement.price)).abs() < 1e-9,
+            "{cmd:#?}"
+        );
+    }
+
+    /// Candidates ranked, seen through the single-node pass limited to `n` evaluations.
+    fn evaluated(w: &mut World, n: usize) -> Vec<String> {
+        w.tuning.max_multi_node = 1;
+        w.tuning.max_single_node = n;
+        let plan = w.decide();
+        let mut out: Vec<String> = plan
+            .nodes
+            .iter()
+            .filter(|d| !d.reason.contains("not evaluated this pass"))
+            .map(|d| d.node.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// balanced_scoring_test.go sortCandidates / It("should sort Balanced candidates by savings
+    /// ratio (highest first)"): a (m5.2xlarge, 1 pod: ratio 0.192) before c (m5.xlarge, 3 pods:
+    /// 0.048) before b (m5.large, 8 pods: 0.011).
+    #[test]
+    fn balanced_candidates_are_ranked_by_savings_ratio() {
+        let mut w = world();
+        w.node("a", "m5.2xlarge").pods_on("a", 1, 100, 128);
+        w.node("b", "m5.large").pods_on("b", 8, 100, 128);
+        w.node("c", "m5.xlarge").pods_on("c", 3, 100, 128);
+        assert_eq!(evaluated(&mut w, 1), ["a"]);
+        assert_eq!(evaluated(&mut w, 2), ["a", "c"]);
+    }
+
+    /// balanced_scoring_test.go sortCandidates / It("should sort non-Balanced candidates by
+    /// savings ratio descending"), and singlenodeconsolidation_test.go Candidate Shuffling /
+    /// It("should sort candidates by savings ratio with different disruption costs"): at one
+    /// price, the fewer pods (the lower disruption) the higher the ratio.
+    #[test]
+    fn other_policies_rank_candidates_by_savings_ratio_too() {
+        let mut w = World::new();
+        w.budgets(serde_json::json!([{"nodes": "100%"}]));
+        w.node("a", "m5.xlarge").pods_on("a", 9, 100, 128);
+        w.node("b", "m5.xlarge").pods_on("b", 1, 100, 128);
+        w.node("c", "m5.xlarge").pods_on("c", 4, 100, 128);
+        assert_eq!(evaluated(&mut w, 1), ["b"]);
+        assert_eq!(evaluated(&mut w, 2), ["b", "c"]);
+    }
+
+    /// balanced_scoring_test.go sortCandidates / It("should sort all candidates by savings ratio
+    /// when any uses Balanced"), and singlenodeconsolidation_test.go Candidate Shuffling /
+    /// It("should sort candidates by savings ratio descending"): across pools, one ranking by
+    /// ratio: the Balanced pool's m5.2xlarge (2 pods: ratio 0.128) before the other pool's
+    /// m5.large (1 pod: 0.048), though the m5.large has fewer pods to move.
+    #[test]
+    fn candidates_of_all_pools_share_one_ranking() {
+        let mut w = world();
+        second_pool(&mut w, "other", "WhenEmptyOrUnderutilized");
+        w.node("bal", "m5.2xlarge").pods_on("bal", 2, 100, 128);
+        w.node_in(1, "def", "m5.large", "on-demand", t0())
+            .pods_on("def", 1, 100, 128);
+        assert_eq!(evaluated(&mut w, 1), ["bal"]);
+    }
 }
 
 // ------------------------------------------------------------ Karpenter's candidate rules
