@@ -74,6 +74,13 @@ pub struct PricedOffering {
     pub capacity_type: String,
     /// USD per hour.
     pub price: f64,
+    /// For a `reserved` option whose claim requires something of the
+    /// capacity-reservation labels (`karpenter.k8s.aws/capacity-reservation-id`,
+    /// `-type`, `-interruptible`): the reservations of its type and zone the
+    /// claim allows, the only ones a launch may target. Empty: any of the
+    /// pool's (and always, for capacity bought on-demand or spot).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reservation_ids: Vec<String>,
 }
 
 /// What the region sells: instance types and their priced offerings.

@@ -7,5 +7,5 @@ pub mod ownership;
 pub mod reservation;
 
 pub use catalog::{InstanceTypeInfo, KubeletConfig, Reserved, Threshold};
-pub use instance_type::{InstanceType, Offering};
+pub use instance_type::{InstanceType, Offering, OfferingReservation};
 pub use reservation::{CapacityReservation, ReservationType};

@@ -70,6 +70,7 @@ fn catalog(types: &[&str]) -> CloudCatalog {
         c.instance_types.push(info(name, *vcpu, *mib));
         for (ct, price) in [("on-demand", od), ("spot", spot)] {
             c.offerings.push(PricedOffering {
+                reservation_ids: Vec::new(),
                 instance_type: (*name).into(),
                 zone: ZONE.into(),
                 capacity_type: ct.into(),

@@ -313,8 +313,9 @@ impl<'a> Solver<'a> {
                 r
             }
         };
-        let changed = join.get(labels::ZONE) != c.reqs.get(labels::ZONE)
-            || join.get(labels::CAPACITY_TYPE) != c.reqs.get(labels::CAPACITY_TYPE);
+        let changed = super::offerings::OFFERING_KEYS
+            .iter()
+            .any(|k| join.get(k) != c.reqs.get(k));
         (JoinOffers::Reqs(Arc::new(join)), changed)
     }
 

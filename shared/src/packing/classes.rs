@@ -485,10 +485,8 @@ impl<'a> Solver<'a> {
                 if !it.requirements.intersects(&reqs) {
                     continue;
                 }
-                for o in it.offerings.iter().filter(|o| o.available) {
-                    if reqs.allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
-                        && reqs.allows(labels::ZONE, Some(&o.zone))
-                    {
+                for o in &it.offerings {
+                    if o.allowed_by(&reqs) {
                         zones.insert(o.zone.as_str());
                     }
                 }

@@ -8,7 +8,6 @@ use super::classes::Guidance;
 use super::solve::Strategy;
 use super::{Solver, guide, patterns};
 use crate::resources::{self, Resources};
-use crate::scheduling::labels;
 use crate::scheduling::pod::SchedPod;
 use crate::scheduling::requirements::{Requirement, Undefined};
 
@@ -22,7 +21,7 @@ impl<'a> Solver<'a> {
     /// program splits each group over those types at their prices there.
     /// Pods the program cannot serve get no target.
     pub(super) fn guide(&mut self) -> (Vec<Option<Target>>, Vec<usize>) {
-        type OfferingKey = (Option<Requirement>, Option<Requirement>);
+        type OfferingKey = [Option<Requirement>; 5];
         let mut demands: Vec<guide::Demand> = Vec::new();
         let mut members: Vec<Vec<usize>> = Vec::new();
         let mut demand_index: FxHashMap<(usize, usize, Resources, OfferingKey), usize> =
@@ -64,10 +63,8 @@ impl<'a> Solver<'a> {
                 .pool
                 .requirements
                 .intersection(&cls.shape.constraints.node);
-            let offering_key: OfferingKey = (
-                reqs.get(labels::ZONE).cloned(),
-                reqs.get(labels::CAPACITY_TYPE).cloned(),
-            );
+            let offering_key: OfferingKey =
+                super::offerings::OFFERING_KEYS.map(|k| reqs.get(k).cloned());
             let key = (
                 p,
                 compat_id,

@@ -177,6 +177,7 @@ impl From<&LaunchOption> for crate::ports::PricedOffering {
     /// What a launch request offers CreateFleet for this option.
     fn from(o: &LaunchOption) -> Self {
         crate::ports::PricedOffering {
+            reservation_ids: Vec::new(),
             instance_type: o.instance_type.to_string(),
             zone: o.zone.to_string(),
             capacity_type: o.capacity_type.to_string(),

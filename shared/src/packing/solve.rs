@@ -569,12 +569,7 @@ pub(super) fn domain_universe(
         };
         for it in &p.instance_types {
             for o in &it.offerings {
-                if o.available
-                    && p.pool.requirements.allows(labels::ZONE, Some(&o.zone))
-                    && p.pool
-                        .requirements
-                        .allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
-                {
+                if o.allowed_by(&p.pool.requirements) {
                     offer(&mut u, labels::ZONE, &o.zone);
                     offer(&mut u, labels::CAPACITY_TYPE, &o.capacity_type);
                 }

@@ -552,6 +552,7 @@ pub fn adopted_claim(
         version: 1,
         created_at: now,
         options: vec![PricedOffering {
+            reservation_ids: Vec::new(),
             instance_type: instance.instance_type.clone(),
             zone: instance.zone.clone(),
             capacity_type: instance.capacity_type.clone(),

@@ -563,6 +563,36 @@ pub fn tenancy(requirements: &Requirements) -> &'static str {
     }
 }
 
+/// The reservations a `reserved` option of a claim whose requirements say
+/// something of the capacity-reservation labels may launch into: those of
+/// its type and zone in the pool that the requirements allow (a launch
+/// into another would carry labels the claim's pods refuse). Empty, for
+/// any of the pool's, when the requirements are silent on those labels or
+/// the option is bought capacity.
+fn reservation_ids(
+    input: &PoolInput,
+    requirements: &Requirements,
+    option: &PricedOffering,
+) -> Vec<String> {
+    if option.capacity_type != labels::CAPACITY_TYPE_RESERVED
+        || !labels::CAPACITY_RESERVATION
+            .iter()
+            .any(|k| requirements.contains_key(k))
+    {
+        return Vec::new();
+    }
+    input
+        .instance_types
+        .iter()
+        .filter(|it| it.name == option.instance_type)
+        .flat_map(|it| &it.offerings)
+        .filter(|o| o.zone == option.zone)
+        .filter_map(|o| o.reservation.as_ref())
+        .filter(|r| crate::cloud::instance_type::reservation_allowed(Some(r), requirements))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
 /// The claim for one planned node of `input`'s pool: its options, labels,
 /// taints (ours included), reservation and the drift stamp of the pool and
 /// its NodeClass (`class`, when known).
@@ -616,7 +646,14 @@ pub fn new_claim(
         node_class: pool.node_class.clone(),
         version: 1,
         created_at: now,
-        options: options.into_iter().map(PricedOffering::from).collect(),
+        options: options
+            .into_iter()
+            .map(|o| {
+                let mut priced = PricedOffering::from(o);
+                priced.reservation_ids = reservation_ids(input, &planned.requirements, &priced);
+                priced
+            })
+            .collect(),
         labels: node_labels,
         annotations: pool.template_annotations.clone(),
         taints,

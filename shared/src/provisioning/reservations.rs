@@ -6,16 +6,19 @@
 //!
 //! As Karpenter v1.15 does it (aws/karpenter-provider-aws
 //! `pkg/providers/capacityreservation`, `pkg/providers/instancetype/offering`,
-//! `pkg/controllers/capacityreservation/expiration`), with two differences
-//! on purpose: the reservations of one (type, zone) make one offering
-//! (its room is their sum; the launch targets one of them with room), and a
-//! claim keeps its on-demand and spot options beside its reserved ones, so
-//! a reservation found full at launch falls back in the same launch instead
-//! of in the next scheduling pass.
+//! `pkg/controllers/capacityreservation/expiration`): one `reserved`
+//! offering per reservation, carrying its id, type and interruptibility
+//! for requirements to select. Two differences on purpose: a claim's
+//! reserved option may go into any reservation of its type and zone that
+//! its requirements allow (the option names them when the requirements say
+//! anything of the reservation labels), and a claim keeps its on-demand and
+//! spot options beside its reserved ones, so a reservation found full at
+//! launch falls back in the same launch instead of in the next scheduling
+//! pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cloud::{CapacityReservation, Offering, ReservationType};
+use crate::cloud::{CapacityReservation, Offering, OfferingReservation, ReservationType};
 use crate::config::nodeclass::CapacityReservationSelectorTermSpec;
 use crate::config::{NodeClass, NodePool};
 use crate::ports::{CloudCatalog, PricedOffering, Timestamp};
@@ -105,39 +108,46 @@ pub fn wanted(classes: &[NodeClass]) -> bool {
         .any(|c| !c.capacity_reservation_selector_terms.is_empty())
 }
 
-/// Room left per (instance type, zone) in `reservations`.
-fn room(reservations: &[&CapacityReservation]) -> BTreeMap<(String, String), u32> {
-    let mut room = BTreeMap::new();
-    for r in reservations {
-        *room
-            .entry((r.instance_type.clone(), r.zone.clone()))
-            .or_insert(0) += r.available;
-    }
-    room
+/// True when a launch of `option` (a `reserved` one) may target `r`: the
+/// same type and zone, and one of the reservations the option names if it
+/// names any.
+pub fn may_target(option: &PricedOffering, r: &CapacityReservation) -> bool {
+    r.instance_type == option.instance_type
+        && r.zone == option.zone
+        && (option.reservation_ids.is_empty() || option.reservation_ids.contains(&r.id))
 }
 
 /// The `reserved` offerings `pool`'s reservations add, by instance type:
-/// one per (type, zone), priced at the type's on-demand price in that zone
-/// divided by 10,000,000, available while a reservation there has room.
+/// one per reservation (as Karpenter's `reserved_capacity_resolver`),
+/// carrying its id, type and interruptibility for requirements to select,
+/// priced at the type's on-demand price in that zone divided by
+/// 10,000,000, available while the reservation has room.
 pub fn offerings(pool: &NodePool, catalog: &CloudCatalog) -> BTreeMap<String, Vec<Offering>> {
     let mut out: BTreeMap<String, Vec<Offering>> = BTreeMap::new();
-    for ((ty, zone), left) in room(&of_pool(pool, catalog)) {
+    for r in of_pool(pool, catalog) {
         let on_demand = catalog
             .offerings
             .iter()
             .find(|o| {
-                o.instance_type == ty
-                    && o.zone == zone
+                o.instance_type == r.instance_type
+                    && o.zone == r.zone
                     && o.capacity_type == labels::CAPACITY_TYPE_ON_DEMAND
             })
             .map(|o| o.price);
         let mut offering = Offering::new(
-            &zone,
+            &r.zone,
             labels::CAPACITY_TYPE_RESERVED,
             crate::cloud::reservation::reserved_price(on_demand),
         );
-        offering.available = left > 0;
-        out.entry(ty).or_default().push(offering);
+        offering.available = r.available > 0;
+        offering.reservation = Some(OfferingReservation {
+            id: r.id.clone(),
+            reservation_type: r.reservation_type,
+            interruptible: r.interruptible,
+        });
+        out.entry(r.instance_type.clone())
+            .or_default()
+            .push(offering);
     }
     out
 }
@@ -166,9 +176,7 @@ pub fn targets<'a>(
     reservations
         .iter()
         .copied()
-        .filter(|r| {
-            r.instance_type == option.instance_type && r.zone == option.zone && r.available > 0
-        })
+        .filter(|r| may_target(option, r) && r.available > 0)
         .collect()
 }
 
@@ -189,25 +197,32 @@ pub fn limit(
     reservations: &[CapacityReservation],
     catalog: &[PricedOffering],
 ) -> Vec<(crate::ports::PodKey, String)> {
-    let refs: Vec<&CapacityReservation> = reservations.iter().collect();
-    let mut room = room(&refs);
+    // Room per reservation, taken in the order a launch tries them.
+    let mut ordered = reservations.to_vec();
+    by_preference(&mut ordered);
+    let mut room: Vec<(&CapacityReservation, u32)> =
+        ordered.iter().map(|r| (r, r.available)).collect();
     let mut out = Vec::new();
     claims.retain_mut(|c| {
-        let mut cheapest: Option<(f64, (String, String))> = None;
+        let mut cheapest: Option<(f64, usize)> = None;
         let mut dropped = Vec::new();
         c.options.retain(|o| {
             if o.capacity_type != labels::CAPACITY_TYPE_RESERVED {
                 return true;
             }
-            let key = (o.instance_type.clone(), o.zone.clone());
-            let keep = room.get(&key).is_some_and(|n| *n > 0);
-            if keep && cheapest.as_ref().is_none_or(|(p, _)| o.price < *p) {
-                cheapest = Some((o.price, key.clone()));
+            let target = room.iter().position(|(r, n)| *n > 0 && may_target(o, r));
+            match target {
+                Some(i) => {
+                    if cheapest.as_ref().is_none_or(|(p, _)| o.price < *p) {
+                        cheapest = Some((o.price, i));
+                    }
+                    true
+                }
+                None => {
+                    dropped.push((o.instance_type.clone(), o.zone.clone()));
+                    false
+                }
             }
-            if !keep {
-                dropped.push(key);
-            }
-            keep
         });
         if !dropped.is_empty() {
             let kinds: BTreeSet<String> = c
@@ -227,10 +242,8 @@ pub fn limit(
             }
             c.options.sort_by(|a, b| a.price.total_cmp(&b.price));
         }
-        if let Some((_, key)) = cheapest
-            && let Some(n) = room.get_mut(&key)
-        {
-            *n -= 1;
+        if let Some((_, i)) = cheapest {
+            room[i].1 -= 1;
         }
         if c.options.is_empty() {
             for p in &c.pods {
@@ -444,6 +457,7 @@ mod tests {
             claim("d", &[("m5.large", "reserved", 1e-8)]),
         ];
         let catalog = vec![PricedOffering {
+            reservation_ids: Vec::new(),
             instance_type: "m5.large".into(),
             zone: "us-east-1a".into(),
             capacity_type: "on-demand".into(),

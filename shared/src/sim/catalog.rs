@@ -128,6 +128,7 @@ fn zone_id_prefix(region: &str) -> String {
 
 fn priced(instance_type: &str, zone: &str, capacity_type: &str, price: f64) -> PricedOffering {
     PricedOffering {
+        reservation_ids: Vec::new(),
         instance_type: instance_type.to_owned(),
         zone: zone.to_owned(),
         capacity_type: capacity_type.to_owned(),

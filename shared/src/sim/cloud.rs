@@ -606,8 +606,7 @@ impl State {
                 .iter()
                 .filter_map(|t| listed.iter().find(|r| r.id == t.id))
                 .find(|r| {
-                    r.instance_type == o.instance_type
-                        && r.zone == o.zone
+                    crate::provisioning::reservations::may_target(o, r)
                         && r.available > 0
                         && !r.is_expiring(now)
                 });

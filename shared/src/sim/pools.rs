@@ -151,6 +151,7 @@ mod tests {
 
     fn offer(t: &str, zone: &str, price: f64) -> PricedOffering {
         PricedOffering {
+            reservation_ids: Vec::new(),
             instance_type: t.into(),
             zone: zone.into(),
             capacity_type: "spot".into(),

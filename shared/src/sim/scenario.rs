@@ -95,6 +95,9 @@ pub struct ReservationSpec {
     pub instance_match_criteria: String,
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// An interruptible reservation (its owner may take the instances back).
+    #[serde(default)]
+    pub interruptible: bool,
     /// When it ends, from the start of the run (a capacity block needs one).
     #[serde(default)]
     pub ends_after: Option<String>,
@@ -821,7 +824,7 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 owner_id: r.owner_id.clone(),
                 reservation_type: r.reservation_type,
                 instance_match_criteria: r.instance_match_criteria.clone(),
-                interruptible: false,
+                interruptible: r.interruptible,
                 total: r.count,
                 available: r.count,
                 end_time,

@@ -28,6 +28,7 @@ use nodewright_tests::aws::{Ec2Fixture, ami_alias, node_class, unique};
 
 fn offering(ty: &str, zone: &str, ct: &str, price: f64) -> PricedOffering {
     PricedOffering {
+        reservation_ids: Vec::new(),
         instance_type: ty.into(),
         zone: zone.into(),
         capacity_type: ct.into(),

@@ -157,6 +157,7 @@ impl CloudWorld for Ec2World {
         request_for(
             pool,
             PricedOffering {
+                reservation_ids: Vec::new(),
                 instance_type: "m5.large".into(),
                 zone: self.fixture.zones[0].clone(),
                 capacity_type: "on-demand".into(),

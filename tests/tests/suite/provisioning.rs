@@ -570,6 +570,7 @@ async fn an_orphan_instance_is_adopted_and_terminated_only_when_it_never_registe
         node_class: None,
         node_class_spec: None,
         options: vec![nodewright::ports::PricedOffering {
+            reservation_ids: Vec::new(),
             instance_type: "m6g.large".into(),
             zone: "ap-south-1b".into(),
             capacity_type: "on-demand".into(),

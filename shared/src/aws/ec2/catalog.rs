@@ -263,6 +263,7 @@ pub fn assemble(
                 && let Some(price) = on_demand.get(&t.info.name)
             {
                 catalog.offerings.push(PricedOffering {
+                    reservation_ids: Vec::new(),
                     instance_type: t.info.name.clone(),
                     zone: zone.clone(),
                     capacity_type: labels::CAPACITY_TYPE_ON_DEMAND.to_owned(),
@@ -273,6 +274,7 @@ pub fn assemble(
                 && let Some(price) = spot.get(&(t.info.name.clone(), zone.clone()))
             {
                 catalog.offerings.push(PricedOffering {
+                    reservation_ids: Vec::new(),
                     instance_type: t.info.name.clone(),
                     zone: zone.clone(),
                     capacity_type: labels::CAPACITY_TYPE_SPOT.to_owned(),

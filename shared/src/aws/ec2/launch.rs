@@ -278,9 +278,11 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 instance_type: o.instance_type.clone(),
                 zone: o.zone.clone(),
             };
-            let Some(target) = req.reservations.iter().find(|r| {
-                r.instance_type == o.instance_type && r.zone == o.zone && r.available > 0
-            }) else {
+            let Some(target) = req
+                .reservations
+                .iter()
+                .find(|r| crate::provisioning::reservations::may_target(o, r) && r.available > 0)
+            else {
                 full.push(key);
                 continue;
             };
@@ -1654,18 +1656,21 @@ mod tests {
             node_class_spec: None,
             options: vec![
                 PricedOffering {
+                    reservation_ids: Vec::new(),
                     instance_type: "m5.large".into(),
                     zone: "za".into(),
                     capacity_type: "spot".into(),
                     price: 0.03,
                 },
                 PricedOffering {
+                    reservation_ids: Vec::new(),
                     instance_type: "m5.large".into(),
                     zone: "zb".into(),
                     capacity_type: "spot".into(),
                     price: 0.031,
                 },
                 PricedOffering {
+                    reservation_ids: Vec::new(),
                     instance_type: "c5.large".into(),
                     zone: "za".into(),
                     capacity_type: "spot".into(),
