@@ -516,6 +516,17 @@ pub struct ClusterEvent {
     pub message: String,
 }
 
+pub use crate::config::buffer::ScalableKind;
+
+/// What a CapacityBuffer sized from a workload reads of it: the pod
+/// template and the desired replicas (`spec.replicas`, 1 when unset, as
+/// the API server defaults it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalableWorkload {
+    pub template: k8s_openapi::api::core::v1::PodTemplateSpec,
+    pub replicas: i32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
     #[error("not found: {0}")]
@@ -549,6 +560,14 @@ pub trait Cluster: Send + Sync {
     ) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
     fn daemon_sets(&self) -> impl Future<Output = Result<Vec<DaemonSet>, ClusterError>> + Send;
+    /// The workload a CapacityBuffer's `scalableRef` names (its pod
+    /// template and replicas); `None` when no such object exists.
+    fn scalable_workload(
+        &self,
+        kind: ScalableKind,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ScalableWorkload>, ClusterError>> + Send;
     fn pod_disruption_budgets(
         &self,
     ) -> impl Future<Output = Result<Vec<PodDisruptionBudget>, ClusterError>> + Send;

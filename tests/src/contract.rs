@@ -128,6 +128,31 @@ pub trait ContractCluster {
     /// A cluster-scoped storage object (a CSINode, a VolumeAttachment), as
     /// the CSI driver's node plugin or the attach/detach controller writes it.
     async fn create_storage_object(&self, object: Value);
+    /// A Deployment of `app=<name>` pods requesting `cpu`, with
+    /// `spec.replicas` as given (absent when `None`).
+    async fn create_deployment(&self, name: &str, replicas: Option<i32>, cpu: &str);
+    /// Sets a Deployment's `spec.replicas` (what `kubectl scale` does).
+    async fn scale_deployment(&self, name: &str, replicas: i32);
+}
+
+/// A Deployment as [`ContractCluster::create_deployment`] makes it.
+pub fn deployment_object(namespace: &str, name: &str, replicas: Option<i32>, cpu: &str) -> Value {
+    let mut d = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": {
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{ "name": "c", "image": "pause",
+                    "resources": { "requests": { "cpu": cpu, "memory": "64Mi" } } }] }
+            }
+        }
+    });
+    if let Some(r) = replicas {
+        d["spec"]["replicas"] = json!(r);
+    }
+    d
 }
 
 /// A VolumeAttachment of persistent volume `volume` to `node`.
@@ -261,6 +286,18 @@ impl ContractCluster for SimFixture {
 
     async fn create_storage_object(&self, object: Value) {
         self.cluster.apply(&object).expect("storage object");
+    }
+
+    async fn create_deployment(&self, name: &str, replicas: Option<i32>, cpu: &str) {
+        self.cluster
+            .apply(&deployment_object(&self.namespace, name, replicas, cpu))
+            .expect("apply deployment");
+    }
+
+    async fn scale_deployment(&self, name: &str, replicas: i32) {
+        self.cluster
+            .scale(&self.namespace, name, replicas)
+            .expect("scale deployment");
     }
 }
 
@@ -514,5 +551,28 @@ impl ContractCluster for KubeFixture {
             }
             other => panic!("not a storage object: {other:?}"),
         }
+    }
+
+    async fn create_deployment(&self, name: &str, replicas: Option<i32>, cpu: &str) {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let d: Deployment =
+            serde_json::from_value(deployment_object(&self.namespace, name, replicas, cpu))
+                .expect("deployment");
+        Api::<Deployment>::namespaced(self.admin.clone(), &self.namespace)
+            .create(&PostParams::default(), &d)
+            .await
+            .expect("create deployment");
+    }
+
+    async fn scale_deployment(&self, name: &str, replicas: i32) {
+        use k8s_openapi::api::apps::v1::Deployment;
+        Api::<Deployment>::namespaced(self.admin.clone(), &self.namespace)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": { "replicas": replicas } })),
+            )
+            .await
+            .expect("scale deployment");
     }
 }

@@ -311,7 +311,12 @@ pub fn render(snap: &FleetSnapshot) -> String {
         ));
     }
     for b in &snap.buffers {
-        let (condition, _) = b.condition();
+        let (condition, message) = b.condition();
+        let condition = if b.not_ready.is_some() {
+            format!("{condition}: {message}")
+        } else {
+            condition.to_owned()
+        };
         out.push_str(&format!(
             "capacity buffer {}: {} chunk(s) wanted, {} placed, {} launching, {} fitting nowhere ({condition})\n",
             b.buffer, b.wanted, b.placed, b.launching, b.unplaced
@@ -382,6 +387,7 @@ pub fn to_json(snap: &FleetSnapshot) -> serde_json::Value {
         "buffers": snap.buffers.iter().map(|b| json!({
             "buffer": b.buffer, "wanted": b.wanted, "placed": b.placed, "launching": b.launching,
             "unplaced": b.unplaced, "condition": b.condition().0, "reason": b.reason,
+            "not_ready": b.not_ready,
         })).collect::<Vec<_>>(),
         "removals": snap.commands.iter().map(|c| json!({
             "nodeclaim": c.id, "nodepool": c.spec.pool, "node": c.spec.node, "reason": c.spec.reason.as_str(),

@@ -3,10 +3,14 @@
 //! pod template. The provisioner plans for them as for pending pods (they
 //! are never bound), and a node holding buffer pods is not empty.
 //!
-//! Karpenter reads the `PodTemplate` a buffer names from the cluster;
-//! nodewright's configuration lives outside it, so the file that applies a
-//! buffer carries its `PodTemplate` too, and the template is stored with
-//! the buffer.
+//! A buffer's chunk is shaped like a `PodTemplate` (`podTemplateRef`) or
+//! like the pods of a workload (`scalableRef`: a Deployment, ReplicaSet or
+//! StatefulSet, whose replicas `percentage` takes a share of). Karpenter
+//! reads the `PodTemplate` a buffer names from the cluster; nodewright's
+//! configuration lives outside it, so the file that applies a buffer
+//! carries its `PodTemplate` too, and the template is stored with the
+//! buffer. A workload is read from the cluster at each decision
+//! (`provisioning::buffers::resolve`).
 
 use std::collections::BTreeMap;
 
@@ -86,14 +90,75 @@ pub const CAPACITYBUFFER_SPEC: Kind = Kind::Object(&[
     opt("podTemplate", Kind::Any),
 ]);
 
+/// Where a buffer's chunk takes its shape from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BufferSource {
+    /// The `PodTemplate` applied with the buffer (`podTemplateRef`).
+    Template(Box<PodTemplateSpec>),
+    /// A workload in the buffer's namespace (`scalableRef`), read from the
+    /// cluster: its pod template, and its replicas for `percentage`.
+    Workload(ScalableRef),
+}
+
+/// A workload kind a CapacityBuffer's `scalableRef` may name: the `apps`
+/// kinds with a scale subresource that Karpenter resolves (its
+/// `ResolveScalableRef`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScalableKind {
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+}
+
+impl ScalableKind {
+    /// The kind a `scalableRef` names (`apiGroup` empty or absent is
+    /// `apps`), or why it is not supported.
+    pub fn of(api_group: Option<&str>, kind: &str) -> Result<ScalableKind, String> {
+        let group = api_group.filter(|g| !g.is_empty()).unwrap_or("apps");
+        if group != "apps" {
+            return Err(format!(
+                "unsupported scalableRef API group {group:?}: only apps (Deployment, ReplicaSet, StatefulSet)"
+            ));
+        }
+        match kind {
+            "Deployment" => Ok(ScalableKind::Deployment),
+            "ReplicaSet" => Ok(ScalableKind::ReplicaSet),
+            "StatefulSet" => Ok(ScalableKind::StatefulSet),
+            other => Err(format!(
+                "unsupported scalableRef kind {other:?}: only Deployment, ReplicaSet, StatefulSet (apps)"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScalableKind::Deployment => "Deployment",
+            ScalableKind::ReplicaSet => "ReplicaSet",
+            ScalableKind::StatefulSet => "StatefulSet",
+        }
+    }
+
+    /// The resource, as the API names it (`deployments.apps`).
+    pub fn resource(self) -> &'static str {
+        match self {
+            ScalableKind::Deployment => "deployments.apps",
+            ScalableKind::ReplicaSet => "replicasets.apps",
+            ScalableKind::StatefulSet => "statefulsets.apps",
+        }
+    }
+}
+
 /// A validated CapacityBuffer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CapacityBuffer {
     pub name: String,
     pub namespace: String,
     /// The shape of one chunk.
-    pub template: PodTemplateSpec,
+    pub source: BufferSource,
     pub replicas: Option<u32>,
+    /// A share of the workload's replicas, in percent (with `scalableRef`;
+    /// beside `podTemplateRef` it sizes nothing, as in Karpenter).
+    pub percentage: Option<u32>,
     /// The chunks' total requests stay within these (`Resources` units).
     pub limits: Option<Resources>,
     /// The resources `limits` names (a limit of 0 is a limit).
@@ -121,16 +186,21 @@ impl CapacityBuffer {
                 "spec.scalableRef".into(),
                 "podTemplateRef and scalableRef are mutually exclusive".into(),
             ));
-        } else if spec.scalable_ref.is_some() {
-            problems.push((
-                "spec.scalableRef".into(),
-                "not supported: name a PodTemplate (podTemplateRef) with replicas or limits".into(),
-            ));
-        } else if spec.pod_template_ref.is_none() {
+        } else if spec.pod_template_ref.is_none() && spec.scalable_ref.is_none() {
             problems.push((
                 "spec.podTemplateRef".into(),
-                "required: the PodTemplate each chunk of the buffer is shaped like".into(),
+                "required (or scalableRef): the PodTemplate, or the workload, each chunk of the buffer is shaped like".into(),
             ));
+        }
+        if let Some(r) = &spec.scalable_ref {
+            for (field, v) in [("kind", &r.kind), ("name", &r.name)] {
+                if v.is_empty() {
+                    problems.push((
+                        format!("spec.scalableRef.{field}"),
+                        "must not be empty".into(),
+                    ));
+                }
+            }
         }
         if let Some(r) = &spec.pod_template_ref {
             if r.name.is_empty() {
@@ -192,6 +262,11 @@ impl CapacityBuffer {
             }
             (None, None) => None,
         };
+        let source = match (template, &spec.scalable_ref) {
+            (Some(t), _) => Some(BufferSource::Template(Box::new(t))),
+            (None, Some(r)) => Some(BufferSource::Workload(r.clone())),
+            (None, None) => None,
+        };
         if !problems.is_empty() {
             return Err(problems
                 .into_iter()
@@ -205,10 +280,40 @@ impl CapacityBuffer {
         Ok(CapacityBuffer {
             name: name.to_owned(),
             namespace: spec.namespace.clone().unwrap_or_else(|| "default".into()),
-            template: template.unwrap_or_default(),
+            source: source.unwrap_or_else(|| BufferSource::Template(Box::default())),
             replicas: spec.replicas.map(|r| r as u32),
+            percentage: spec.percentage.map(|p| p as u32),
             limits: (!spec.limits.is_empty()).then_some(limits),
             limit_names: spec.limits.keys().cloned().collect(),
         })
     }
+}
+
+/// What a valid buffer does that its writer may not expect: `percentage`
+/// beside `podTemplateRef` sizes nothing (Karpenter's CRD: "only
+/// applicable if `scalableRef` is set"), and a `scalableRef` of a kind
+/// Karpenter does not resolve makes no chunk (its controller's
+/// `ResolutionFailed`).
+pub fn warnings(name: &str, spec: &CapacityBufferSpec) -> Vec<ConfigError> {
+    let item = format!("capacitybuffer/{name}");
+    let mut out = Vec::new();
+    if spec.pod_template_ref.is_some() && spec.percentage.is_some() {
+        out.push(ConfigError {
+            item: item.clone(),
+            field: "spec.percentage".into(),
+            reason: "ignored beside podTemplateRef: a percentage sizes a buffer from its scalableRef's replicas".into(),
+        });
+    }
+    if let Some(r) = &spec.scalable_ref
+        && spec.pod_template_ref.is_none()
+        && !r.kind.is_empty()
+        && let Err(why) = ScalableKind::of(r.api_group.as_deref(), &r.kind)
+    {
+        out.push(ConfigError {
+            item,
+            field: "spec.scalableRef".into(),
+            reason: format!("{why}: the buffer makes no chunk (ResolutionFailed)"),
+        });
+    }
+    out
 }

@@ -562,6 +562,7 @@ fn read_object(value: &Value, at: &str, keep_others: bool, dups: &[String], out:
                     out,
                 );
                 if let Some(mut spec) = spec {
+                    out.warnings.extend(super::buffer::warnings(&name, &spec));
                     spec.namespace = Some(
                         obj.get("metadata")
                             .and_then(|m| m.get("namespace"))

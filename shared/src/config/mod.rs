@@ -17,7 +17,7 @@ pub mod schema;
 pub mod settings;
 pub mod syntax;
 
-pub use buffer::CapacityBuffer;
+pub use buffer::{BufferSource, CapacityBuffer};
 pub use disruption::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, DisruptionSpec,
 };

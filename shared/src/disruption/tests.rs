@@ -2528,21 +2528,23 @@ fn no_handover_without_replace_or_without_karpenters_finalizer_or_past_do_not_di
 /// puts on the nodes (a 3-CPU chunk fills an empty m5.xlarge's room).
 mod buffers {
     use super::*;
-    use crate::config::CapacityBuffer;
-    use crate::provisioning::buffers::virtual_pods;
+    use crate::config::{BufferSource, CapacityBuffer};
+    use crate::provisioning::buffers::{resolve, virtual_pods};
 
     fn buffer(w: &mut World, replicas: u32, cpu_millis: i64) {
         let template = serde_json::from_value(serde_json::json!({"spec": {"containers": [
             {"name": "c", "image": "pause", "resources": {"requests": {"cpu": format!("{cpu_millis}m"), "memory": "256Mi"}}}]}}))
         .expect("template");
-        w.buffers = virtual_pods(&[CapacityBuffer {
+        let b = CapacityBuffer {
             name: "spare".into(),
             namespace: "default".into(),
-            template,
+            source: BufferSource::Template(Box::new(template)),
             replicas: Some(replicas),
+            percentage: None,
             limits: None,
             limit_names: vec![],
-        }]);
+        };
+        w.buffers = virtual_pods(&resolve(&[b], &Default::default()));
     }
 
     fn empties(names: &[&str]) -> World {

@@ -106,6 +106,8 @@ pub struct Gathered {
     pub volumes: VolumeIndex,
     /// The CapacityBuffers' virtual pods.
     pub buffers: Vec<Pod>,
+    /// The CapacityBuffers, resolved (their workloads read).
+    pub resolved_buffers: Vec<crate::provisioning::buffers::ResolvedBuffer>,
 }
 
 impl Gathered {
@@ -217,6 +219,7 @@ pub async fn gather<P: PortSet>(
         );
     }
     let volumes = super::volume_index(cluster, &pods).await?;
+    let resolved_buffers = super::resolve_buffers(cluster, &config.buffers).await;
     Ok(Gathered {
         now,
         nodes,
@@ -231,7 +234,8 @@ pub async fn gather<P: PortSet>(
         unavailable,
         in_flight,
         volumes,
-        buffers: crate::provisioning::buffers::virtual_pods(&config.buffers),
+        buffers: crate::provisioning::buffers::virtual_pods(&resolved_buffers),
+        resolved_buffers,
     })
 }
 
@@ -944,21 +948,21 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
     // once no real pod waits): on the cluster as it is now.
     let buffers_plan = (!gathered.buffers.is_empty())
         .then(|| provision(&gathered.buffers, &no_volumes, seed ^ 11));
-    let buffers = buffers_plan.as_ref().map_or_else(Vec::new, |d| {
-        let placed: Vec<crate::ports::PodKey> =
-            d.fit_existing.iter().map(|(k, _)| k.clone()).collect();
-        let launching: Vec<crate::ports::PodKey> = d
-            .new_claims
-            .iter()
-            .flat_map(|c| c.pods.iter().cloned())
-            .collect();
+    // Every buffer, those that make no chunk too (their status says why).
+    let buffers = {
+        let (mut placed, mut launching, mut unplaced) = (Vec::new(), Vec::new(), Vec::new());
+        if let Some(d) = &buffers_plan {
+            placed.extend(d.fit_existing.iter().map(|(k, _)| k.clone()));
+            launching.extend(d.new_claims.iter().flat_map(|c| c.pods.iter().cloned()));
+            unplaced.extend(d.unschedulable.iter().cloned());
+        }
         crate::provisioning::buffers::statuses(
-            &config.buffers,
+            &gathered.resolved_buffers,
             &placed,
             &launching,
-            &d.unschedulable,
+            &unplaced,
         )
-    });
+    };
     let launches: Vec<PlannedLaunch> = provisioning
         .new_claims
         .iter()
@@ -1057,7 +1061,12 @@ impl DryRun {
             let _ = writeln!(out, "cannot place pod {pod}: {why}");
         }
         for b in &self.buffers {
-            let (condition, _) = b.condition();
+            let (condition, message) = b.condition();
+            let condition = if b.not_ready.is_some() {
+                format!("{condition}: {message}")
+            } else {
+                condition.to_owned()
+            };
             let _ = writeln!(
                 out,
                 "buffer  {:<20} wanted {}, placed {}, launching {}, fitting nowhere {}  ({condition}){}",

@@ -99,3 +99,35 @@ pub(crate) async fn volume_index<C: crate::ports::Cluster>(
     .await?;
     Ok(VolumeIndex::new(claims, pvs, classes).with_csi_nodes(csi_nodes))
 }
+
+/// The CapacityBuffers resolved: each workload a `scalableRef` names is
+/// read once (its pod template and replicas) and the pure
+/// [`crate::provisioning::buffers::resolve`] settles every buffer. A read
+/// that fails makes that buffer's chunks wait (it says why, with the
+/// error); the other buffers, and the pass, go on.
+pub(crate) async fn resolve_buffers<C: crate::ports::Cluster>(
+    cluster: &C,
+    buffers: &[crate::config::CapacityBuffer],
+) -> Vec<crate::provisioning::buffers::ResolvedBuffer> {
+    use crate::provisioning::buffers::{self, WorkloadRead};
+    let mut workloads = std::collections::BTreeMap::new();
+    for key in buffers::workloads_named(buffers) {
+        let read = match cluster
+            .scalable_workload(key.kind, &key.namespace, &key.name)
+            .await
+        {
+            Ok(Some(w)) => WorkloadRead::Found(Box::new(w)),
+            Ok(None) => WorkloadRead::Missing,
+            Err(e) => {
+                tracing::warn!(
+                    workload = %format!("{}/{}/{}", key.kind.as_str(), key.namespace, key.name),
+                    error = %e,
+                    "cannot read a capacity buffer's workload; its chunks wait"
+                );
+                WorkloadRead::Failed(e.to_string())
+            }
+        };
+        workloads.insert(key, read);
+    }
+    buffers::resolve(buffers, &workloads)
+}

@@ -639,7 +639,8 @@ impl<P: PortSet> Provisioner<P> {
         self.last_buffers = Some(now);
         let store = self.ports.store();
         let cluster = self.ports.cluster();
-        let virtual_pods = buffers::virtual_pods(&config.buffers);
+        let resolved = super::resolve_buffers(cluster, &config.buffers).await;
+        let virtual_pods = buffers::virtual_pods(&resolved);
         let state = store.state(now).await?;
         let (claims, unavailable, usage) = (state.claims, state.unavailable, state.usage);
         let (nodes, scheduled, pending, daemon_sets) = futures_util::future::try_join4(
@@ -679,7 +680,7 @@ impl<P: PortSet> Provisioner<P> {
             .flat_map(|c| c.pods.iter().cloned())
             .collect();
         let status = buffers::statuses(
-            &config.buffers,
+            &resolved,
             &placed,
             &launching,
             &with_config_reason(decision.unschedulable, config),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use ::kube::core::{ObjectList, Status};
 use ::kube::{Client, Resource};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
     Binding, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Taint as K8sTaint,
 };
@@ -34,7 +34,8 @@ use super::errors::{
     classify, is_conflict, is_not_found, message, message_with_causes, status_code,
 };
 use crate::ports::{
-    BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp,
+    BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, ScalableKind,
+    ScalableWorkload, Timestamp,
 };
 use crate::scheduling::taints::{Effect, Taint};
 
@@ -170,6 +171,27 @@ impl KubeCluster {
             auth.source.invalidate();
         }
         result
+    }
+
+    /// One namespaced object, `None` when it does not exist.
+    async fn get_opt<K>(
+        &self,
+        what: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<K>, ClusterError>
+    where
+        K: Resource<Scope = ::kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug,
+        <K as Resource>::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        self.call(what, || async {
+            api.get_opt(name).await.map_err(|e| classify(what, &e))
+        })
+        .await
     }
 
     /// Every object of a list, page by page (`limit` + `continue`). A
@@ -400,6 +422,37 @@ impl Cluster for KubeCluster {
     async fn daemon_sets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
         let api: Api<DaemonSet> = Api::all(self.client.clone());
         self.list_all(&api, "list daemonsets.apps", None).await
+    }
+
+    async fn scalable_workload(
+        &self,
+        kind: ScalableKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ScalableWorkload>, ClusterError> {
+        let what = format!("get {} {namespace}/{name}", kind.resource());
+        let (template, replicas) = match kind {
+            ScalableKind::Deployment => self
+                .get_opt::<Deployment>(&what, namespace, name)
+                .await?
+                .and_then(|o| o.spec)
+                .map(|s| (s.template, s.replicas)),
+            ScalableKind::ReplicaSet => self
+                .get_opt::<ReplicaSet>(&what, namespace, name)
+                .await?
+                .and_then(|o| o.spec)
+                .map(|s| (s.template.unwrap_or_default(), s.replicas)),
+            ScalableKind::StatefulSet => self
+                .get_opt::<StatefulSet>(&what, namespace, name)
+                .await?
+                .and_then(|o| o.spec)
+                .map(|s| (s.template, s.replicas)),
+        }
+        .unzip();
+        Ok(template.map(|template| ScalableWorkload {
+            template,
+            replicas: replicas.flatten().unwrap_or(1),
+        }))
     }
 
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {

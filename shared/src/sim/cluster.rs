@@ -36,8 +36,8 @@ use super::controllers::{
 };
 use super::driver::ClusterDriver;
 use crate::ports::{
-    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, SignedDuration,
-    Timestamp,
+    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, ScalableKind,
+    ScalableWorkload, SignedDuration, Timestamp,
 };
 use crate::resources::Resources;
 use crate::scheduling::taints::Taint;
@@ -719,6 +719,28 @@ impl Cluster for SimCluster {
 
     async fn daemon_sets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
         Ok(self.lock().daemon_sets.values().cloned().collect())
+    }
+
+    /// Deployments only: the simulator models no other workload kind, so
+    /// a ReplicaSet or StatefulSet named is one that does not exist.
+    async fn scalable_workload(
+        &self,
+        kind: ScalableKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ScalableWorkload>, ClusterError> {
+        if kind != ScalableKind::Deployment {
+            return Ok(None);
+        }
+        Ok(self
+            .lock()
+            .deployments
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .and_then(|d| d.spec.as_ref())
+            .map(|spec| ScalableWorkload {
+                template: spec.template.clone(),
+                replicas: spec.replicas.unwrap_or(1),
+            }))
     }
 
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {

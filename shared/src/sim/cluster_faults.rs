@@ -187,6 +187,18 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
     async fn daemon_sets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
         self.read("list daemonsets", self.inner.daemon_sets()).await
     }
+    async fn scalable_workload(
+        &self,
+        kind: crate::ports::ScalableKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<crate::ports::ScalableWorkload>, ClusterError> {
+        self.read(
+            "get a buffer's workload",
+            self.inner.scalable_workload(kind, namespace, name),
+        )
+        .await
+    }
     async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         self.read(
             "list poddisruptionbudgets",

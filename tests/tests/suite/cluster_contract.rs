@@ -2,8 +2,8 @@
 //! the in-memory `SimCluster` and on `KubeCluster` against a real
 //! kube-apiserver (as the restricted `nodewright` identity with
 //! `infra/rbac/clusterrole.yaml`). Whatever the simulator says about
-//! taints, cordons, evictions, deletions, nodes and events, the server says
-//! too — so drain tests on the simulator see what a cluster would do.
+//! taints, cordons, evictions, deletions, nodes, events and the workloads
+//! CapacityBuffers name, the server says too — so drain tests on the simulator see what a cluster would do.
 //!
 //! `contract!` turns each generic body into a `sim` and a `kube` test; the
 //! fixtures (`tests/src/contract.rs`) create the objects and play the
@@ -11,7 +11,7 @@
 //! `NODEWRIGHT_KUBE_ENV` (see `tests/src/kube_harness.rs`).
 
 use k8s_openapi::api::core::v1::Pod;
-use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey};
+use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, ScalableKind};
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright_tests::contract::{
     ContractCluster, NewPod, Phase, csi_node_object, volume_attachment_object,
@@ -53,6 +53,7 @@ contract!(
     events_are_recorded_and_read_back,
     a_nodes_volume_attachments_are_its_own,
     csi_nodes_carry_their_drivers_attach_limits,
+    a_buffers_workload_is_read_with_its_template_and_replicas,
 );
 
 const BUDGET_REFUSES: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -726,4 +727,68 @@ async fn csi_nodes_carry_their_drivers_attach_limits<F: ContractCluster>(f: &F) 
         index.limits_of(&a),
         std::collections::BTreeMap::from([("ebs.csi.aws.com".to_owned(), 25)])
     );
+}
+
+// ------------------------------------------------------------ workloads
+
+/// `scalable_workload` reads the pod template and the replicas of the
+/// workload a CapacityBuffer's `scalableRef` names, follows a scale, reads
+/// an unset `spec.replicas` as 1 (Karpenter's suite_test.go It("should
+/// default to 1 replica when workload has nil Spec.Replicas")), and says
+/// `None`, not an error, for an object that is not there.
+async fn a_buffers_workload_is_read_with_its_template_and_replicas<F: ContractCluster>(f: &F) {
+    let ns = f.namespace().to_owned();
+    f.create_deployment("web", Some(4), "250m").await;
+    f.create_deployment("unset", None, "1").await;
+    let w = f
+        .port()
+        .scalable_workload(ScalableKind::Deployment, &ns, "web")
+        .await
+        .expect("read")
+        .expect("the Deployment is there");
+    assert_eq!(w.replicas, 4);
+    let labels = w
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+    let requests = w
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers[0].resources.as_ref())
+        .and_then(|r| r.requests.clone())
+        .unwrap_or_default();
+    assert_eq!(requests.get("cpu").map(|q| q.0.as_str()), Some("250m"));
+
+    f.scale_deployment("web", 7).await;
+    let scaled = f
+        .port()
+        .scalable_workload(ScalableKind::Deployment, &ns, "web")
+        .await
+        .expect("read")
+        .expect("still there");
+    assert_eq!(scaled.replicas, 7, "the scale is seen");
+
+    let unset = f
+        .port()
+        .scalable_workload(ScalableKind::Deployment, &ns, "unset")
+        .await
+        .expect("read")
+        .expect("the Deployment is there");
+    assert_eq!(unset.replicas, 1);
+
+    for (kind, name) in [
+        (ScalableKind::Deployment, "nothing"),
+        (ScalableKind::StatefulSet, "web"),
+        (ScalableKind::ReplicaSet, "web"),
+    ] {
+        assert_eq!(
+            f.port().scalable_workload(kind, &ns, name).await,
+            Ok(None),
+            "{kind:?} {name}: not there"
+        );
+    }
 }

@@ -46,5 +46,42 @@ scenarios! {
     a_capacity_buffer_is_launched_for_kept_and_refilled => "capacity-buffer.yaml",
     a_capacity_buffer_never_passes_the_pool_limits_nor_shows_as_pending => "capacity-buffer-limits.yaml",
     consolidation_keeps_the_room_of_a_capacity_buffer => "capacity-buffer-consolidation.yaml",
+    a_capacity_buffer_follows_the_replicas_of_its_workload => "capacity-buffer-scalable-ref.yaml",
     consolidation_moves_a_node_into_a_capacity_reservation => "consolidation-into-reservation.yaml",
+}
+
+/// `capacity-buffer-scalable-ref.yaml`'s plan at 3m: buffer `spare` (50 %
+/// of 4 replicas) wants 2 chunks, both on the room launched for it; buffer
+/// `ghost` names a Deployment that does not exist: no chunk, and it says
+/// why with Karpenter's reason (suite_test.go It("should set
+/// ReadyForProvisioning=False when scalable ref is not found")).
+#[tokio::test]
+async fn a_capacity_buffer_whose_workload_is_missing_says_why_in_the_plan() {
+    let s = scenario_file("capacity-buffer-scalable-ref.yaml");
+    let (sim, _) = run(&s, SimSettings::default()).await;
+    let plan = sim.dry_runs.first().expect("the plan at 3m");
+    let by = |name: &str| {
+        plan.buffers
+            .iter()
+            .find(|b| b.buffer == name)
+            .unwrap_or_else(|| panic!("{name} in {:#?}", plan.buffers))
+            .clone()
+    };
+    let spare = by("default/spare");
+    assert_eq!((spare.wanted, spare.placed), (2, 2), "{spare:?}");
+    assert_eq!(spare.condition().0, "FitsExistingCapacity");
+    let ghost = by("default/ghost");
+    assert_eq!(ghost.wanted, 0, "{ghost:?}");
+    let (condition, message) = ghost.condition();
+    assert_eq!(condition, "NotReadyForProvisioning");
+    assert_eq!(
+        message,
+        "ScalableRefNotFound: deployments.apps \"nothing\" not found"
+    );
+    assert!(
+        plan.render()
+            .contains("NotReadyForProvisioning: ScalableRefNotFound"),
+        "{}",
+        plan.render()
+    );
 }
