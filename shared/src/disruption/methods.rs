@@ -257,6 +257,28 @@ impl Method for Drift {
                 }
                 continue;
             }
+            // A static pool above its replicas is scaled down first: its
+            // drifted nodes wait (Karpenter's static drift), so that the
+            // scale-down and drift do not both remove nodes.
+            if let Some(pool) = f.pool
+                && let Some(replicas) = pool.replicas
+            {
+                let nodes = cx
+                    .facts
+                    .iter()
+                    .filter(|g| g.pool.is_some_and(|p| p.name == pool.name))
+                    .count();
+                if nodes as u64 > replicas {
+                    cx.note(
+                        i,
+                        format!(
+                            "drifted ({why}), but static NodePool {} has {nodes} node(s) for {replicas} replica(s): waiting for its scale-down",
+                            pool.name
+                        ),
+                    );
+                    continue;
+                }
+            }
             if !cx.eligible(i, Reason::Drifted) {
                 let last = cx.notes[i].pop().unwrap_or_default();
                 cx.note(i, format!("drifted ({why}), but {last}"));

@@ -2675,3 +2675,152 @@ mod buffers {
         );
     }
 }
+
+// ------------------------------------------------------------ Karpenter's static drift
+//
+// Translations of kubernetes-sigs/karpenter pkg/controllers/disruption/
+// staticdrift_test.go: a static NodePool (`spec.replicas`) whose template
+// changed. Karpenter's fake nodes become m5.xlarge holding one small pod
+// each; "drifted" is a changed pool label (Karpenter sets the Drifted
+// condition by hand).
+
+mod static_drift {
+    use super::*;
+
+    fn static_pool(replicas: u32, budget: &str, limit: Option<u32>) -> serde_json::Value {
+        let mut spec = serde_json::json!({
+            "replicas": replicas,
+            "template": {"spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s", "budgets": [{"nodes": budget}]}
+        });
+        if let Some(l) = limit {
+            spec["limits"] = serde_json::json!({"nodes": l.to_string()});
+        }
+        spec
+    }
+
+    /// A static pool of `nodes` nodes, each with one small pod, its template changed.
+    fn drifted(replicas: u32, nodes: usize, budget: &str, limit: Option<u32>) -> World {
+        let mut w = World::with_pool(static_pool(replicas, budget, limit));
+        w.catalog = catalog(&["m5.xlarge"]);
+        for k in 0..nodes {
+            let n = format!("n{k}");
+            w.node(&n, "m5.xlarge").pods_on(&n, 1, 100, 128);
+        }
+        w.pools[0].labels.insert("team".into(), "b".into());
+        w
+    }
+
+    fn drifts(plan: &Plan) -> usize {
+        plan.commands
+            .iter()
+            .filter(|c| c.reason == Reason::Drifted)
+            .count()
+    }
+
+    /// Budgets / It("should respect disruption budgets (Nodes Count) for static drift"):
+    /// three drifted nodes, a budget of one node: one drift.
+    #[test]
+    fn a_node_count_budget_bounds_static_drift() {
+        let plan = drifted(3, 3, "1", None).decide();
+        assert_eq!(drifts(&plan), 1, "{plan:#?}");
+        assert_eq!(
+            plan.nodes
+                .iter()
+                .filter(|d| d.reason.contains("budget for Drifted exhausted"))
+                .count(),
+            2
+        );
+    }
+
+    /// Budgets / It("should respect disruption budgets (Nodes Percentage) for static drift"):
+    /// four drifted nodes, a budget of 50 %: two drifts.
+    #[test]
+    fn a_percentage_budget_bounds_static_drift() {
+        assert_eq!(drifts(&drifted(4, 4, "50%", None).decide()), 2);
+    }
+
+    /// Budgets / It("should respect budgets for multiple static nodepools"): each static pool's
+    /// drift is bounded by its own budget (one of three, and two of three).
+    #[test]
+    fn each_static_pool_has_its_own_budget() {
+        let mut w = drifted(3, 3, "1", None);
+        w.pools.push(pool("other", static_pool(3, "2", None)));
+        for k in 0..3 {
+            let n = format!("o{k}");
+            w.node_in(1, &n, "m5.xlarge", "on-demand", t0())
+                .pods_on(&n, 1, 100, 128);
+        }
+        // Its template changes after its nodes were launched.
+        w.pools[1].labels.insert("team".into(), "b".into());
+        let plan = w.decide();
+        let per_pool = |p: &str| {
+            plan.commands
+                .iter()
+                .filter(|c| c.reason == Reason::Drifted && c.targets.iter().any(|t| t.pool == p))
+                .count()
+        };
+        assert_eq!(per_pool("default"), 1, "{plan:#?}");
+        assert_eq!(per_pool("other"), 2, "{plan:#?}");
+    }
+
+    /// Limits and Scaling / It("should drift nodes when we can acquire limits") and Edge Cases /
+    /// It("should handle missing node limits gracefully"): with room under `limits.nodes`, or no
+    /// limit, every drifted node of a budget of 100 % drifts.
+    #[test]
+    fn static_drift_within_limits_or_without_them() {
+        assert_eq!(drifts(&drifted(3, 3, "100%", Some(6)).decide()), 3);
+        assert_eq!(drifts(&drifted(5, 5, "100%", None).decide()), 5);
+    }
+
+    /// Limits and Scaling / It("should wait until nodes are deprovisioned when we are overscaled"):
+    /// three nodes for two replicas: drift waits for the scale-down; at two nodes it drifts.
+    /// (Failed before: nodewright drifted an overscaled static pool.)
+    #[test]
+    fn an_overscaled_static_pool_drifts_after_its_scale_down() {
+        let plan = drifted(2, 3, "100%", None).decide();
+        assert_eq!(drifts(&plan), 0, "{plan:#?}");
+        check(
+            &plan,
+            &[(
+                "n0",
+                None,
+                "has 3 node(s) for 2 replica(s): waiting for its scale-down",
+            )],
+        );
+        assert_eq!(drifts(&drifted(2, 2, "100%", None).decide()), 2);
+    }
+
+    /// Edge Cases / It("should handle zero replicas"): a static pool of 0 replicas drifts nothing
+    /// (its node is the scale-down's to remove).
+    #[test]
+    fn zero_replicas_drift_nothing() {
+        let plan = drifted(0, 1, "100%", None).decide();
+        assert_eq!(drifts(&plan), 0, "{plan:#?}");
+    }
+
+    /// Edge Cases / It("should ignore nodes without the drifted status condition") and
+    /// It("should ignore nodes with the drifted status condition set to false"): a static pool's
+    /// node whose template did not change is not drifted.
+    #[test]
+    fn an_undrifted_static_node_stays() {
+        let mut w = drifted(3, 3, "100%", None);
+        w.pools[0].labels.remove("team");
+        let plan = w.decide();
+        assert_eq!(drifts(&plan), 0, "{plan:#?}");
+        assert!(plan.commands.is_empty());
+    }
+
+    /// Edge Cases / It("should ignore nodes with the karpenter.sh/do-not-disrupt annotation").
+    #[test]
+    fn a_do_not_disrupt_static_node_is_not_drifted() {
+        let mut w = drifted(1, 1, "100%", None);
+        w.annotate_node("n0", "karpenter.sh/do-not-disrupt", "true");
+        let plan = w.decide();
+        assert_eq!(drifts(&plan), 0, "{plan:#?}");
+        check(&plan, &[("n0", None, "do-not-disrupt")]);
+    }
+}

@@ -682,6 +682,128 @@ mod tests {
         }
     }
 
+    // Translations of kubernetes-sigs/karpenter pkg/controllers/disruption/
+    // queue_test.go (Describe "Queue" / Context "Reconcile"): Karpenter's
+    // orchestration queue is this machine, one command per record. Its
+    // commands are drifts (voluntary). nodewright moves on once the
+    // replacements have registered; Karpenter waits for them to be
+    // initialized (see the README: not implemented).
+
+    fn drift_with(replacement: &str) -> Command {
+        let mut c = voluntary(replacement);
+        c.step = Step::AwaitReplacement;
+        c.replacing_since = Some(t(0));
+        c.launched = vec![replacement.into()];
+        c
+    }
+
+    /// It("should not return an error when handling commands before the timeout") and
+    /// It("should not return an error when the NodeClaim doesn't exist but the NodeCliam is in
+    /// cluster state"): a launched replacement that has not registered keeps the command waiting
+    /// (the node tainted), neither failed nor rolled back, until the bound.
+    #[test]
+    fn karpenter_queue_a_command_waits_for_its_replacement_before_the_timeout() {
+        let c = drift_with("default-new01");
+        let booting = [claim("default-abcde", true), claim("default-new01", false)];
+        let n = node(true);
+        for now in [1, 300, 599] {
+            assert!(
+                matches!(next(&c, &view(now, Some(&n), &booting)), Move::Wait { .. }),
+                "at {now} s"
+            );
+        }
+    }
+
+    /// It("should untaint nodes when a command times out"): past the replacement wait (10
+    /// minutes, as Karpenter's), a voluntary command is rolled back, which untaints its node.
+    #[test]
+    fn karpenter_queue_a_timed_out_command_untaints_its_node() {
+        let c = drift_with("default-new01");
+        let booting = [claim("default-abcde", true), claim("default-new01", false)];
+        let n = node(true);
+        assert_eq!(
+            next(&c, &view(601, Some(&n), &booting)),
+            Move::Rollback {
+                node: Some("n1".into()),
+                why: "1 replacement(s) not registered in time".into()
+            }
+        );
+    }
+
+    /// It("should not wait for replacements when none are needed"): a drift without replacement
+    /// goes from the taint to the drain.
+    #[test]
+    fn karpenter_queue_no_replacement_no_wait() {
+        let mut c = command(false, None);
+        c.spec.reason = RemovalReason::Drifted;
+        let claims = [claim("default-abcde", true)];
+        assert!(matches!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::Advance {
+                step: Step::Replace,
+                ..
+            }
+        ));
+        c.step = Step::Replace;
+        assert!(matches!(
+            next(&c, &view(0, Some(&node(true)), &claims)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
+    }
+
+    /// It("should finish two commands in order as replacements are initialized"): two commands,
+    /// each moves on when its own replacement arrives, whatever the other's.
+    #[test]
+    fn karpenter_queue_two_commands_move_on_as_their_own_replacements_arrive() {
+        let c1 = drift_with("default-new01");
+        let c2 = drift_with("default-new02");
+        let n = node(true);
+        let neither = [
+            claim("default-abcde", true),
+            claim("default-new01", false),
+            claim("default-new02", false),
+        ];
+        assert!(matches!(
+            next(&c1, &view(5, Some(&n), &neither)),
+            Move::Wait { .. }
+        ));
+        assert!(matches!(
+            next(&c2, &view(5, Some(&n), &neither)),
+            Move::Wait { .. }
+        ));
+        let first = [
+            claim("default-abcde", true),
+            claim("default-new01", true),
+            claim("default-new02", false),
+        ];
+        assert!(matches!(
+            next(&c1, &view(6, Some(&n), &first)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
+        assert!(matches!(
+            next(&c2, &view(6, Some(&n), &first)),
+            Move::Wait { .. }
+        ));
+        let both = [
+            claim("default-abcde", true),
+            claim("default-new01", true),
+            claim("default-new02", true),
+        ];
+        assert!(matches!(
+            next(&c2, &view(7, Some(&n), &both)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
+    }
+
     #[test]
     fn without_replacement_the_drain_follows_the_taint() {
         let mut c = command(false, None);
