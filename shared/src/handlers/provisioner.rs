@@ -819,6 +819,19 @@ impl<P: PortSet> Provisioner<P> {
                 return Ok(false);
             }
         };
+        // An empty listing is no evidence: the instances say whether
+        // they left their reservations (`reservations::reconcile`).
+        let instances = if all.is_empty() {
+            match self.ports.cloud().instances().await {
+                Ok(i) => i,
+                Err(e) => {
+                    warn!(error = %e, "no capacity reservation listed and the instances cannot be described; nodes in reservations are looked at next time");
+                    return Ok(false);
+                }
+            }
+        } else {
+            Vec::new()
+        };
         let catalog = self.ports.cloud().catalog().await?;
         let on_demand = |ty: &str, zone: &str| {
             catalog
@@ -834,7 +847,7 @@ impl<P: PortSet> Provisioner<P> {
         let mut started = false;
         let mut claims = claims.to_vec();
         let changes: Vec<(Claim, crate::provisioning::claim::ClaimInstance)> =
-            reservations::reconcile(&claims, &all, on_demand)
+            reservations::reconcile(&claims, &all, &instances, on_demand)
                 .into_iter()
                 .map(|(c, i)| (c.clone(), i))
                 .collect();

@@ -304,13 +304,31 @@ pub fn in_expiring_blocks<'a>(
 ///
 /// Only claims whose instance is `reserved` are looked at (Karpenter
 /// never promotes on-demand capacity to reserved).
+///
+/// A listing that comes back empty is no evidence by itself (a listing
+/// scoped or answered wrong would demote every reserved node, and their
+/// price with it): Karpenter reads the end from the instance itself (its
+/// capacity-type controller takes the capacity type the cloud provider
+/// gives each instance, reserved only while the instance names a
+/// reservation), so with an empty listing a claim is demoted only when
+/// `instances` (the cloud's description, read by the caller only then)
+/// show its instance no longer in its reservation; an instance not
+/// described keeps its claim as it is.
 pub fn reconcile<'a>(
     claims: &'a [Claim],
     active: &[CapacityReservation],
+    instances: &[crate::ports::Instance],
     on_demand: impl Fn(&str, &str) -> Option<f64>,
 ) -> Vec<(&'a Claim, crate::provisioning::claim::ClaimInstance)> {
     let by_id: BTreeMap<&str, &CapacityReservation> =
         active.iter().map(|r| (r.id.as_str(), r)).collect();
+    let left = |i: &crate::provisioning::claim::ClaimInstance| {
+        !active.is_empty()
+            || instances.iter().any(|d| {
+                d.id == i.id
+                    && d.capacity_reservation_id.as_deref() != i.capacity_reservation_id.as_deref()
+            })
+    };
     claims
         .iter()
         .filter_map(|c| {
@@ -324,6 +342,7 @@ pub fn reconcile<'a>(
                 .as_deref()
                 .and_then(|id| by_id.get(id))
             {
+                None if !left(i) => return None,
                 None => {
                     next.capacity_type = labels::CAPACITY_TYPE_ON_DEMAND.to_owned();
                     next.capacity_reservation_id = None;
@@ -541,7 +560,7 @@ mod tests {
         ];
         let price =
             |ty: &str, zone: &str| (ty == "m5.large" && zone == "us-east-1a").then_some(0.096);
-        let changed = reconcile(&claims, &[listed, odcr], price);
+        let changed = reconcile(&claims, &[listed.clone(), odcr], &[], price);
         let by: BTreeMap<&str, &crate::provisioning::claim::ClaimInstance> =
             changed.iter().map(|(c, i)| (c.id.as_str(), i)).collect();
         assert_eq!(
@@ -560,15 +579,79 @@ mod tests {
             Some(ReservationType::CapacityBlock)
         );
         assert!(by["interruptible"].capacity_reservation_interruptible);
-        // Nothing listed at all: every reserved claim is demoted; an
-        // on-demand one is never promoted.
+        // An on-demand claim is never promoted.
         let mut on_demand = reserved("od", None, None);
         on_demand.instance.as_mut().unwrap().capacity_type = "on-demand".into();
         let all = [claims[0].clone(), on_demand];
-        let changed = reconcile(&all, &[], |_, _| None);
+        let changed = reconcile(&all, &[listed.clone()], &[], |_, _| None);
         assert_eq!(changed.len(), 1);
         assert_eq!(changed[0].0.id, "ended");
         assert_eq!(changed[0].1.price, 1e-8, "an unknown price is kept");
+    }
+
+    /// An empty listing demotes nothing by itself; the instance's own
+    /// description decides, as in Karpenter (capacitytype/controller.go
+    /// takes the capacity type the cloud provider gives each instance:
+    /// suite_test.go It("should demote nodeclaims and nodes from reserved
+    /// to on-demand") changes the instance, not a listing).
+    #[test]
+    fn an_empty_listing_demotes_only_claims_whose_instance_left_its_reservation() {
+        let claims = vec![
+            reserved(
+                "still",
+                Some("cr-0000000000000000a"),
+                Some(ReservationType::Default),
+            ),
+            reserved(
+                "left",
+                Some("cr-0000000000000000b"),
+                Some(ReservationType::Default),
+            ),
+            reserved(
+                "unknown",
+                Some("cr-0000000000000000c"),
+                Some(ReservationType::Default),
+            ),
+        ];
+        let described = |c: &Claim, reservation: Option<&str>| {
+            let i = c.instance.as_ref().unwrap();
+            crate::ports::Instance {
+                id: i.id.clone(),
+                instance_type: i.instance_type.clone(),
+                zone: i.zone.clone(),
+                capacity_type: if reservation.is_some() {
+                    "reserved"
+                } else {
+                    "on-demand"
+                }
+                .into(),
+                state: crate::ports::InstanceState::Running,
+                launched_at: i.launched_at,
+                claim_id: Some(c.id.clone()),
+                pool: None,
+                node_class: None,
+                provider_id: i.provider_id.clone(),
+                price: 0.096,
+                image_id: None,
+                subnet_id: None,
+                security_group_ids: vec![],
+                capacity_reservation_id: reservation.map(str::to_owned),
+                capacity_reservation_type: None,
+                capacity_reservation_interruptible: false,
+            }
+        };
+        // Nothing described: nothing demoted (the listing alone says nothing).
+        assert!(reconcile(&claims, &[], &[], |_, _| Some(0.096)).is_empty());
+        let instances = [
+            described(&claims[0], Some("cr-0000000000000000a")),
+            described(&claims[1], None),
+        ];
+        let changed = reconcile(&claims, &[], &instances, |_, _| Some(0.096));
+        let ids: Vec<&str> = changed.iter().map(|(c, _)| c.id.as_str()).collect();
+        assert_eq!(ids, ["left"]);
+        assert_eq!(changed[0].1.capacity_type, "on-demand");
+        assert_eq!(changed[0].1.capacity_reservation_id, None);
+        assert_eq!(changed[0].1.price, 0.096);
     }
 
     /// aws/karpenter-provider-aws pkg/providers/instance/filter

@@ -956,16 +956,32 @@ impl Cloud for SimCloud {
         Ok(self.lock().list_reservations(now))
     }
 
+    /// An instance whose reservation has ended runs on outside it, as EC2
+    /// describes it: on-demand, naming no reservation.
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
-        Ok(self
-            .lock()
-            .instances
+        let now = self.clock.now();
+        let s = self.lock();
+        let ended = |id: &str| {
+            s.reservations
+                .get(id)
+                .is_none_or(|r| r.end_time.is_some_and(|end| end <= now))
+        };
+        Ok(s.instances
             .values()
             .filter(|i| {
                 i.instance.state != InstanceState::Terminated
                     && ownership::is_ours(&i.tags, SIM_CLUSTER)
             })
-            .map(|i| i.instance.clone())
+            .map(|i| {
+                let mut out = i.instance.clone();
+                if out.capacity_reservation_id.as_deref().is_some_and(ended) {
+                    out.capacity_type = crate::scheduling::labels::CAPACITY_TYPE_ON_DEMAND.into();
+                    out.capacity_reservation_id = None;
+                    out.capacity_reservation_type = None;
+                    out.capacity_reservation_interruptible = false;
+                }
+                out
+            })
             .collect())
     }
 }
