@@ -125,8 +125,8 @@ pub fn cron(data: &[u8]) {
             "a parsed schedule keeps its text"
         );
         #[allow(clippy::expect_used, reason = "a constant in range")]
-        let at = crate::ports::Timestamp::from_second(1_767_225_600).expect("2026-01-01");
-        let _ = schedule.is_active(at, crate::ports::SignedDuration::from_hours(24));
+        let at = crate::model::Timestamp::from_second(1_767_225_600).expect("2026-01-01");
+        let _ = schedule.is_active(at, crate::model::SignedDuration::from_hours(24));
     }
 }
 

@@ -19,6 +19,7 @@ pub mod interruption;
 pub mod kube;
 #[cfg(all(feature = "aws", feature = "kube"))]
 pub mod live;
+pub mod model;
 pub mod packing;
 pub mod ports;
 pub mod provisioning;

@@ -12,7 +12,8 @@ use crate::handlers::disruption::{Disruption, DisruptionSettings, Memory};
 use crate::handlers::interruption::{self as interruption_handler, InterruptionSettings, Record};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change;
-use crate::ports::{PortSet, SignedDuration, Timestamp};
+use crate::model::{SignedDuration, Timestamp};
+use crate::ports::PortSet;
 
 pub use crate::live::{FunctionEnv, LivePorts, connect};
 

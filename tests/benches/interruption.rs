@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use nodewright::handlers::config as config_loader;
 use nodewright::handlers::launcher::LaunchSettings;
 use nodewright::handlers::termination;
-use nodewright::ports::{Clock, SignedDuration, Store};
+use nodewright::model::{RemovalReason, RemovalSpec, SignedDuration};
+use nodewright::ports::{Clock, Store};
 use nodewright::sim::scenario;
 use nodewright::sim::{ClusterDriver, SimSettings};
-use nodewright::termination::{RemovalReason, RemovalSpec};
 use nodewright_tests::sim::{KubeSim, on_apiserver, scenario_file};
 
 const ROUNDS: usize = 3;

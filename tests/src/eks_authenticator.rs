@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use nodewright::kube::eks::{CLUSTER_ID_HEADER, TOKEN_LIFETIME, TOKEN_PREFIX, sts_host};
-use nodewright::ports::Timestamp;
+use nodewright::model::Timestamp;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

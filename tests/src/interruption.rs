@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::Node;
 use nodewright::config::ConfigKind;
 use nodewright::handlers::config as config_loader;
 use nodewright::handlers::interruption::{self, BatchReport, InterruptionSettings, Record};
-use nodewright::ports::{Cloud, Cluster, OfferingKey, SignedDuration, Store, Timestamp};
-use nodewright::provisioning::claim::Claim;
+use nodewright::model::claim::Claim;
+use nodewright::model::{DISRUPTED_TAINT_KEY, OfferingKey, SignedDuration, Timestamp};
+use nodewright::ports::{Cloud, Cluster, Store};
 use nodewright::sim::{ClusterDriver, FaultyCloud, Simulation};
-use nodewright::termination::DISRUPTED_TAINT_KEY;
 
 /// Any simulation whose cloud can be made to fail.
 pub type AnySim<C, S, K> = Simulation<FaultyCloud<C>, S, K>;

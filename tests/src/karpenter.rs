@@ -17,7 +17,8 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, EvictParams, ListParams, Patch, PatchParams,
 };
 use nodewright::cloud::KubeletConfig;
-use nodewright::ports::{Cloud, InstanceState};
+use nodewright::model::InstanceState;
+use nodewright::ports::Cloud;
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright::sim::cloud::SIM_CLUSTER;
 use nodewright::sim::{ClusterDriver, SimCluster};

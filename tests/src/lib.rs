@@ -303,10 +303,10 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
 pub fn claim_record(
     id: &str,
     pool: &str,
-    created_at: nodewright::ports::Timestamp,
-    reservation: nodewright::ports::Usage,
-) -> nodewright::provisioning::claim::Claim {
-    nodewright::provisioning::claim::Claim {
+    created_at: nodewright::model::Timestamp,
+    reservation: nodewright::model::Usage,
+) -> nodewright::model::claim::Claim {
+    nodewright::model::claim::Claim {
         id: id.into(),
         pool: pool.into(),
         node_class: Some("default".into()),

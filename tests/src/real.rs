@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use nodewright::aws::prices::SeededPrices;
 use nodewright::aws::{DynamoStore, Ec2Cloud};
-use nodewright::ports::Timestamp;
+use nodewright::model::Timestamp;
 use nodewright::sim::scenario::{self, Scenario};
 use nodewright::sim::{FaultyCloud, SimClock, SimSettings, Simulation};
 

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use nodewright::ports::{SignedDuration, Timestamp};
+use nodewright::model::{SignedDuration, Timestamp};
 use nodewright::resources::Resources;
 use nodewright::scheduling::SchedPod;
 use nodewright::sim::ClusterDriver;

@@ -2,7 +2,7 @@
 //! Kubernetes adapter against the kube-apiserver (the AWS adapters join the
 //! same scenarios in their own test file).
 
-use nodewright::ports::{SignedDuration, Timestamp};
+use nodewright::model::{SignedDuration, Timestamp};
 use nodewright::sim::scenario::{self, Scenario};
 use nodewright::sim::{
     FaultyCloud, FaultyStore, MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog,

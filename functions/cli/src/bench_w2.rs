@@ -194,10 +194,11 @@ pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
 /// is launched, as the provisioner would, on the simulated EC2 (its default
 /// pool depths and price-capacity-optimized spot).
 fn spot_pools_launched(
-    catalog: &nodewright::ports::CloudCatalog,
+    catalog: &nodewright::model::CloudCatalog,
     plan: &Plan,
 ) -> anyhow::Result<usize> {
-    use nodewright::ports::{Cloud, LaunchRequest, PricedOffering};
+    use nodewright::model::{LaunchRequest, PricedOffering};
+    use nodewright::ports::Cloud;
     let cloud =
         nodewright::sim::SimCloud::new(catalog.clone(), nodewright::sim::SimClock::default());
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;

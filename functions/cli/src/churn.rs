@@ -13,7 +13,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use nodewright::ports::{InstanceState, SignedDuration};
+use nodewright::model::{InstanceState, SignedDuration};
 use nodewright::sim::rng::Rng;
 use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
 use serde_json::json;

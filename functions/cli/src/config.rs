@@ -265,7 +265,8 @@ mod stored {
     use config_write::WriteError;
     use nodewright::config::ConfigKind;
     use nodewright::config::{ConfigDocument, resolve_items};
-    use nodewright::ports::{Store, Timestamp};
+    use nodewright::model::Timestamp;
+    use nodewright::ports::Store;
 
     pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
         block_on(async move {

@@ -18,7 +18,8 @@
 use anyhow::Context;
 use clap::Args;
 use nodewright::handlers::provisioner::{Provisioner, ProvisionerSettings};
-use nodewright::ports::{Clock, Cluster, Ports, SignedDuration, Store};
+use nodewright::model::SignedDuration;
+use nodewright::ports::{Clock, Cluster, Ports, Store};
 use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
 use serde_json::json;
 

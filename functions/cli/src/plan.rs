@@ -17,15 +17,13 @@ use clap::Args;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use nodewright::config::ConfigItem;
-use nodewright::config::Limits;
+use nodewright::config::{ConfigItem, Limits};
 use nodewright::disruption::Tuning;
 use nodewright::handlers::disruption::{DryRun, dry_run};
-use nodewright::ports::{Cluster, OfferingKey, Ports, Store, Timestamp};
-use nodewright::provisioning::Claim;
+use nodewright::model::{Claim, Command, OfferingKey, Timestamp};
+use nodewright::ports::{Cluster, Ports, Store};
 use nodewright::sim::driver::ClusterDriver;
 use nodewright::sim::{MemStore, SimClock, SimCloud, SimCluster, Simulation, catalog};
-use nodewright::termination::Command;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Args)]
@@ -82,7 +80,7 @@ impl PlanSnapshot {
     {
         let now = sim.now();
         let port = sim.cluster.port();
-        let until = now + nodewright::ports::SignedDuration::from_mins(3);
+        let until = now + nodewright::model::SignedDuration::from_mins(3);
         Ok(PlanSnapshot {
             now,
             region: region.to_owned(),
@@ -230,7 +228,7 @@ async fn capture_live(
     let now = Timestamp::now();
     let mut pods = ports.cluster.scheduled_pods().await?;
     pods.extend(ports.cluster.pending_pods().await?);
-    let until = now + nodewright::ports::SignedDuration::from_mins(3);
+    let until = now + nodewright::model::SignedDuration::from_mins(3);
     Ok(PlanSnapshot {
         now,
         region: region.to_owned(),

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use nodewright::ports::{Clock, Cloud, Instance};
+use nodewright::model::Instance;
+use nodewright::ports::{Clock, Cloud};
 use nodewright::resources::Resources;
 use nodewright::scheduling::labels;
 use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
@@ -193,7 +194,7 @@ struct Report<'a> {
     pods: Vec<Pod>,
     instances: Vec<Instance>,
     events: Vec<(
-        nodewright::ports::Timestamp,
+        nodewright::model::Timestamp,
         nodewright::ports::ClusterEvent,
     )>,
     simulated: f64,

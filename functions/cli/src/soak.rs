@@ -4,7 +4,7 @@
 //! violations counted by kind. Exits non-zero when any invariant broke.
 
 use clap::Args;
-use nodewright::ports::SignedDuration;
+use nodewright::model::SignedDuration;
 use nodewright::sim::soak::{self, SoakOptions, SoakReport};
 
 #[derive(Args)]

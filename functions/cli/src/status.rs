@@ -9,11 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use nodewright::ports::{Instance, Timestamp};
-use nodewright::provisioning::claim::Claim;
+use nodewright::model::claim::Claim;
+use nodewright::model::{Command, Instance, Timestamp};
 use nodewright::resources::{Resources, format_bytes, format_cpu};
 use nodewright::scheduling::{SchedPod, labels};
-use nodewright::termination::Command;
 use serde_json::json;
 
 /// Everything the view shows, read once.
@@ -79,7 +78,7 @@ pub fn pod_name(p: &Pod) -> String {
 
 /// (instance type, zone) → on-demand $/hour, from a catalog's offerings.
 pub fn on_demand_prices(
-    catalog: &nodewright::ports::CloudCatalog,
+    catalog: &nodewright::model::CloudCatalog,
 ) -> HashMap<(String, String), f64> {
     catalog
         .offerings

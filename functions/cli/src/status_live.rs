@@ -11,7 +11,8 @@ use anyhow::Context;
 use clap::Args;
 use nodewright::aws::ClientOptions;
 use nodewright::live::{FunctionEnv, LivePorts};
-use nodewright::ports::{Cloud, Cluster, Store, Timestamp};
+use nodewright::model::Timestamp;
+use nodewright::ports::{Cloud, Cluster, Store};
 
 use crate::status::{FleetSnapshot, pod_name, render, scheduler_reason, to_json};
 use crate::target::Target;
@@ -188,7 +189,7 @@ pub async fn read(ports: &LivePorts) -> anyhow::Result<FleetSnapshot> {
     let batch = batch.unwrap_or_default();
     for p in pods.iter().filter(|p| crate::status::pod_node(p).is_none()) {
         let uid = p.metadata.uid.as_deref().unwrap_or_default();
-        let hash = nodewright::provisioning::batcher::uid_hash(uid);
+        let hash = nodewright::model::batch::uid_hash(uid);
         let reason = batch
             .parked
             .get(uid)

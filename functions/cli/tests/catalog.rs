@@ -5,7 +5,8 @@
 use std::process::Command;
 
 use nodewright::config::{ConfigItem, ConfigKind};
-use nodewright::ports::{Store, Timestamp};
+use nodewright::model::Timestamp;
+use nodewright::ports::Store;
 use nodewright_tests::aws::{dynamo_store, moto};
 
 fn catalog(args: &[&str]) -> (bool, String, String) {

@@ -9,7 +9,8 @@ use nodewright::aws::{DynamoStore, DynamoTables};
 use nodewright::config::ConfigKind;
 use nodewright::handlers::config::ConfigReader;
 use nodewright::handlers::config_write;
-use nodewright::ports::{Store, StoreError, Timestamp};
+use nodewright::model::Timestamp;
+use nodewright::ports::{Store, StoreError};
 use nodewright_tests::aws::{moto, sdk_config, unique};
 
 fn nodewright(prefix: &str, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {

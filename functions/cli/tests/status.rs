@@ -80,7 +80,7 @@ async fn status_shows_what_the_cluster_the_table_and_ec2_hold() {
     let huge = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge", "namespace": "default"},
         "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "64"}}}]}});
     sim.cluster.apply(&huge).await.expect("pod");
-    sim.run_for(nodewright::ports::SignedDuration::from_secs(5))
+    sim.run_for(nodewright::model::SignedDuration::from_secs(5))
         .await;
     let claim = sim
         .store

@@ -63,14 +63,10 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use super::ApiError;
-use crate::config::Limits;
-use crate::config::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
-use crate::ports::{
-    Lease, OfferingKey, StateRead, Store, StoreError, Timestamp, Unreadable, Usage,
-};
-use crate::provisioning::batcher::Batch;
-use crate::provisioning::claim::{Claim, exceeded_limit};
-use crate::termination::Command;
+use crate::config::{ConfigItem, ConfigKind, ConfigWrite, Limits, MAX_CONFIG_WRITES};
+use crate::model::claim::{Claim, exceeded_limit};
+use crate::model::{Batch, Command, Lease, OfferingKey, Timestamp, Usage};
+use crate::ports::{StateRead, Store, StoreError, Unreadable};
 
 /// The names of the two tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,7 +373,7 @@ fn claim_item(claim: &Claim) -> Result<Item, StoreError> {
 
 fn delta_of(previous: &Usage, next: &Usage) -> Usage {
     let mut d = next.clone();
-    crate::provisioning::claim::sub_usage(&mut d, previous);
+    crate::model::claim::sub_usage(&mut d, previous);
     d
 }
 

@@ -26,8 +26,7 @@ use serde::Serialize;
 #[cfg(test)]
 use crate::config::nodeclass::EC2NodeClassSpec;
 use crate::config::nodeclass::{AmiSelector, NodeIdentity, volume_size_gib};
-use crate::config::{AmiFamily, ConfigError, NodeClass};
-use crate::config::{ConfigItem, ConfigKind};
+use crate::config::{AmiFamily, ConfigError, ConfigItem, ConfigKind, NodeClass};
 
 /// The families the launch path can bootstrap.
 pub const LAUNCH_FAMILIES: [AmiFamily; 3] =
@@ -371,7 +370,7 @@ fn network_interfaces(class: &NodeClass, ipv6: bool) -> Vec<NetworkInterface> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::Timestamp;
+    use crate::model::Timestamp;
 
     fn item(kind: ConfigKind, name: &str, spec: serde_json::Value) -> ConfigItem {
         ConfigItem {

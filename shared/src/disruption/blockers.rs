@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::snapshot::{DO_NOT_DISRUPT, NodeFacts};
-use crate::ports::{PodKey, SignedDuration, Timestamp};
+use crate::model::{PodKey, SignedDuration, Timestamp};
 use crate::scheduling::selector::LabelSelector;
 use crate::termination::drain::{pod_protection, protected_until};
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use super::decision::Reason;
 use super::snapshot::NodeFacts;
 use crate::config::Disruption;
-use crate::ports::Timestamp;
+use crate::model::Timestamp;
 
 #[derive(Debug, Clone, Default)]
 struct PoolCount {

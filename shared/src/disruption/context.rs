@@ -10,10 +10,10 @@ use super::observe;
 use super::simulate::{Outcome, Simulator};
 use super::snapshot::{NodeFacts, Snapshot, node_facts};
 use crate::config::hash::fnv1a;
+use crate::model::claim::DisruptionState;
+use crate::model::{Claim, Phase};
 use crate::packing::NewClaim;
-use crate::provisioning::claim::DisruptionState;
 use crate::provisioning::plan::{new_claim, random_suffix};
-use crate::provisioning::{Claim, Phase};
 use crate::termination::drain::{is_mirror, pod_protection, tolerates_disruption};
 
 #[derive(Debug)]
@@ -350,7 +350,7 @@ impl<'s, 'a> Context<'s, 'a> {
             .and_then(|d| now.checked_add(d).ok());
         let validate_at = (!p.reason.is_forceful())
             .then(|| {
-                now.checked_add(crate::ports::SignedDuration::from_secs(
+                now.checked_add(crate::model::SignedDuration::from_secs(
                     self.s.tuning.validation_delay_secs,
                 ))
                 .ok()

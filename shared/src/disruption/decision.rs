@@ -4,9 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::DisruptionReason;
-use crate::ports::{PodKey, Timestamp};
-use crate::provisioning::Claim;
-use crate::termination::{RemovalReason, RemovalSpec};
+use crate::model::{Claim, PodKey, RemovalReason, RemovalSpec, Timestamp};
 
 /// Why a node is removed, as Karpenter's users name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -174,7 +172,7 @@ impl Command {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimUpdate {
     pub claim_id: String,
-    pub disruption: crate::provisioning::claim::DisruptionState,
+    pub disruption: crate::model::claim::DisruptionState,
     /// A re-stamped pool hash (the claim's was of another hash version).
     pub nodepool_hash: Option<String>,
 }

@@ -19,16 +19,7 @@ use std::collections::BTreeMap;
 
 use crate::config::hash::{class_hash, is_current, is_current_pool, pool_hash};
 use crate::config::{NodeClass, NodePool};
-use crate::provisioning::Claim;
-
-/// What the NodeClass resolves to now (AMIs, subnets, security groups), as
-/// the adapters found it. An empty list means "not known": not compared.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResolvedClass {
-    pub image_ids: Vec<String>,
-    pub subnet_ids: Vec<String>,
-    pub security_group_ids: Vec<String>,
-}
+use crate::model::{Claim, ResolvedClass};
 
 /// Why the node of `claim` has drifted, if it has: the first difference
 /// found, worded for the user. `labels` are the node's labels (with the

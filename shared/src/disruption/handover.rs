@@ -42,11 +42,10 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::context::{Context, Proposal};
 use super::decision::Reason;
-use super::snapshot::{DISRUPTED_TAINT_KEY, claim_of};
+use super::snapshot::claim_of;
 use crate::config::settings::{KARPENTER_NODES_ANNOTATION, KarpenterNodes, stop_karpenter_command};
 use crate::config::{DisruptionReason, NodePool};
-use crate::ports::{SignedDuration, Timestamp};
-use crate::provisioning::Claim;
+use crate::model::{Claim, DISRUPTED_TAINT_KEY, SignedDuration, Timestamp};
 use crate::scheduling::labels;
 
 /// The finalizer Karpenter puts on the Nodes it manages: deleting such a
@@ -331,10 +330,10 @@ pub fn status(
     pools: &[NodePool],
     nodes: &[Node],
     claims: &[Claim],
-    commands: &[crate::termination::Command],
+    commands: &[crate::model::Command],
     now: Timestamp,
 ) -> Vec<Handover> {
-    use crate::termination::Step;
+    use crate::model::Step;
     let name = |n: &Node| n.metadata.name.clone().unwrap_or_default();
     let mut out = Vec::new();
     for pool in pools {
@@ -507,7 +506,7 @@ mod tests {
 
     #[test]
     fn status_shows_what_is_left_what_is_going_the_next_and_why_it_waits() {
-        use crate::termination::{Command, RemovalReason, RemovalSpec, Step};
+        use crate::model::{Command, RemovalReason, RemovalSpec, Step};
         let nodes = [
             karpenter_node("k1", 0),
             karpenter_node("k2", 10),

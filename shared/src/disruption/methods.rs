@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use super::blockers::short;
 use super::context::{Context, Proposal};
 use super::decision::Reason;
-use super::drift::{self, ResolvedClass};
+use super::drift;
 use crate::config::ConsolidationPolicy;
-use crate::ports::SignedDuration;
+use crate::model::{ResolvedClass, SignedDuration};
 
 /// One way to disrupt nodes.
 pub trait Method {
@@ -224,7 +224,7 @@ impl Method for Drift {
             let f = &cx.facts[i];
             let Some(claim) = f
                 .claim
-                .filter(|c| c.phase() == crate::provisioning::Phase::Registered)
+                .filter(|c| c.phase() == crate::model::Phase::Registered)
             else {
                 continue;
             };
@@ -297,11 +297,7 @@ impl Method for Drift {
 }
 
 /// Why node `i` (of `claim`) has drifted, if it has.
-pub fn drift_reason(
-    cx: &Context<'_, '_>,
-    i: usize,
-    claim: &crate::provisioning::Claim,
-) -> Option<String> {
+pub fn drift_reason(cx: &Context<'_, '_>, i: usize, claim: &crate::model::Claim) -> Option<String> {
     let f = &cx.facts[i];
     let Some(pool) = f.pool else {
         return Some(format!("NodePool {} no longer exists", claim.pool));
@@ -406,7 +402,7 @@ pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// the node's creation, as Karpenter clamps it.
 pub fn unhealthy_conditions(
     node: &k8s_openapi::api::core::v1::Node,
-) -> Vec<(String, crate::ports::Timestamp)> {
+) -> Vec<(String, crate::model::Timestamp)> {
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
     node.status
         .as_ref()
@@ -421,7 +417,7 @@ pub fn unhealthy_conditions(
                 (Some(t), Some(created)) => t.max(created),
                 (Some(t), None) => t,
                 (None, Some(created)) => created,
-                (None, None) => crate::ports::Timestamp::UNIX_EPOCH,
+                (None, None) => crate::model::Timestamp::UNIX_EPOCH,
             };
             Some((
                 format!("{}={}", c.type_, c.status),
@@ -451,7 +447,7 @@ impl Method for Repair {
     }
 
     fn run(&self, cx: &mut Context<'_, '_>) {
-        let unhealthy: Vec<Vec<(String, crate::ports::Timestamp)>> = cx
+        let unhealthy: Vec<Vec<(String, crate::model::Timestamp)>> = cx
             .facts
             .iter()
             .map(|f| unhealthy_conditions(f.node))
@@ -467,7 +463,7 @@ impl Method for Repair {
                 }
             }
         }
-        let mut due: Vec<(crate::ports::Timestamp, usize, String)> = Vec::new();
+        let mut due: Vec<(crate::model::Timestamp, usize, String)> = Vec::new();
         for (i, bad) in unhealthy.iter().enumerate() {
             if bad.is_empty() || !cx.open(i) {
                 continue;
@@ -583,7 +579,7 @@ pub fn default_reason(cx: &Context<'_, '_>, i: usize) -> String {
     let Some(claim) = f.claim else {
         return "not launched by nodewright (no claim): never disrupted".to_owned();
     };
-    if claim.phase() != crate::provisioning::Phase::Registered {
+    if claim.phase() != crate::model::Phase::Registered {
         return "still registering".to_owned();
     }
     let Some(pool) = f.pool else {

@@ -35,7 +35,6 @@ pub use consolidation::{MultiNodeConsolidation, SingleNodeConsolidation};
 pub use decision::{
     ClaimUpdate, Command, NodeDecision, Plan, Reason, Replacement, Target, Verdict,
 };
-pub use drift::ResolvedClass;
 pub use methods::{Drift, Emptiness, Expiration, Method, Repair};
 pub use observe::observe;
 pub use snapshot::{InFlight, Snapshot, Tuning};

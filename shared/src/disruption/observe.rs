@@ -8,8 +8,8 @@
 use super::decision::ClaimUpdate;
 use super::snapshot::NodeFacts;
 use crate::config::hash::{self, fnv1a};
-use crate::ports::Timestamp;
-use crate::provisioning::claim::DisruptionState;
+use crate::model::Timestamp;
+use crate::model::claim::DisruptionState;
 
 /// The fingerprint of a node's reschedulable pods (their uids, sorted).
 pub fn fingerprint(facts: &NodeFacts<'_>) -> String {
@@ -20,7 +20,7 @@ pub fn fingerprint(facts: &NodeFacts<'_>) -> String {
             p.metadata
                 .uid
                 .clone()
-                .unwrap_or_else(|| crate::ports::PodKey::of(p).to_string())
+                .unwrap_or_else(|| crate::model::PodKey::of(p).to_string())
         })
         .collect();
     uids.sort();

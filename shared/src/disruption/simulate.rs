@@ -8,10 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::snapshot::{NodeFacts, Snapshot};
+use crate::model::claim::UNREGISTERED_TAINT_KEY;
+use crate::model::{Claim, PodKey, Usage};
 use crate::packing::{ExistingNode, NewClaim, PoolInput, SolveOptions, solve};
-use crate::ports::{PodKey, Usage};
-use crate::provisioning::Claim;
-use crate::provisioning::claim::UNREGISTERED_TAINT_KEY;
 use crate::provisioning::plan::{self, daemon_pods, instance_types, resources_of};
 use crate::resources::Resources;
 use crate::scheduling::SchedPod;
@@ -154,7 +153,7 @@ impl<'a> Simulator<'a> {
                 .add(&resources_of(&c.reservation));
             *nodes_in_use.entry(c.pool.clone()).or_default() += c
                 .reservation
-                .get(crate::provisioning::claim::NODES)
+                .get(crate::model::claim::NODES)
                 .copied()
                 .unwrap_or(0);
         }

@@ -8,16 +8,14 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::decision::Reason;
-use super::drift::ResolvedClass;
 use crate::config::{NodeClass, NodePool, Settings};
-use crate::ports::{CloudCatalog, OfferingKey, PodKey, Timestamp};
-use crate::provisioning::Claim;
-use crate::provisioning::claim::CLAIM_LABEL;
+use crate::model::claim::CLAIM_LABEL;
+use crate::model::{
+    Claim, CloudCatalog, DISRUPTED_TAINT_KEY, OfferingKey, PodKey, ResolvedClass, Timestamp,
+};
 use crate::scheduling::labels;
 use crate::scheduling::volumes::VolumeIndex;
 
-/// The taint a node carries while it is being disrupted.
-pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
 /// `"true"` or a duration, on a pod or a node.
 pub use crate::termination::drain::DO_NOT_DISRUPT;
 /// A pod's deletion cost (ReplicaSet scale-down order), part of its eviction cost.

@@ -11,9 +11,8 @@ use proptest::prelude::*;
 use super::*;
 use crate::cloud::InstanceTypeInfo;
 use crate::config::{NodeClass, NodePool, NodePoolSpec, Settings};
-use crate::ports::{CloudCatalog, PricedOffering, SignedDuration, Timestamp};
-use crate::provisioning::Claim;
-use crate::provisioning::claim::{ClaimInstance, reservation_of};
+use crate::model::claim::{ClaimInstance, reservation_of};
+use crate::model::{Claim, CloudCatalog, PricedOffering, ResolvedClass, SignedDuration, Timestamp};
 use crate::resources::{MIB, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::volumes::VolumeIndex;
@@ -839,7 +838,7 @@ fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
     assert!(
         removals
             .iter()
-            .all(|r| r.replace && r.reason == crate::termination::RemovalReason::Underutilized)
+            .all(|r| r.replace && r.reason == crate::model::RemovalReason::Underutilized)
     );
     assert_eq!(
         removals
@@ -1050,7 +1049,7 @@ fn a_bad_cron_is_refused_by_validation() {
 /// from 5 minutes to at most an hour.
 #[test]
 fn a_repair_rolled_back_waits_for_its_retry_time() {
-    use crate::provisioning::claim::repair_backoff;
+    use crate::model::claim::repair_backoff;
     let mut w = empties(0);
     w.catalog = catalog(&["m5.xlarge"]);
     for k in 0..5 {

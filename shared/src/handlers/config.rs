@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
-use crate::config::ConfigKind;
-use crate::config::{ConfigError, NodeClass, NodePool, Settings, resolve_items};
-use crate::ports::{SignedDuration, Store, StoreError, Timestamp};
+use crate::config::{ConfigError, ConfigKind, NodeClass, NodePool, Settings, resolve_items};
+use crate::model::{SignedDuration, Timestamp};
+use crate::ports::{Store, StoreError};
 
 /// A full scan happens at least this often even if the version did not move.
 pub const MAX_STALENESS: SignedDuration = SignedDuration::from_secs(60);

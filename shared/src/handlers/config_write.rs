@@ -8,9 +8,12 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::config::document::{config_only, merge_errors, parse_checked};
-use crate::config::{ConfigDocument, ConfigError, ConfigSet, Document};
-use crate::config::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
-use crate::ports::{Store, StoreError, Timestamp};
+use crate::config::{
+    ConfigDocument, ConfigError, ConfigItem, ConfigKind, ConfigSet, ConfigWrite, Document,
+    MAX_CONFIG_WRITES,
+};
+use crate::model::Timestamp;
+use crate::ports::{Store, StoreError};
 
 /// What applying a file would do to one item.
 #[derive(Debug, Clone, PartialEq)]

@@ -36,14 +36,14 @@ use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::LaunchSettings;
 use super::provisioner::lease_retry;
 use super::termination::{self, Started};
-use crate::disruption::{self, InFlight, Plan, Reason, ResolvedClass, Snapshot, Tuning, Verdict};
-use crate::ports::{
-    Clock, Cloud, CloudCatalog, Cluster, Lease, OfferingKey, PortSet, SignedDuration, Store,
-    StoreError, Timestamp,
+use crate::disruption::{self, InFlight, Plan, Reason, Snapshot, Tuning, Verdict};
+use crate::model::claim::Claim;
+use crate::model::{
+    CloudCatalog, DISRUPTED_TAINT_KEY, Lease, OfferingKey, RemovalReason, ResolvedClass,
+    SignedDuration, Timestamp,
 };
-use crate::provisioning::claim::Claim;
+use crate::ports::{Clock, Cloud, Cluster, PortSet, Store, StoreError};
 use crate::scheduling::volumes::VolumeIndex;
-use crate::termination::{DISRUPTED_TAINT_KEY, RemovalReason};
 
 /// The lease that makes one disruption invocation the one that decides.
 pub const LEASE: &str = "disruption";

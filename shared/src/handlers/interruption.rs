@@ -35,12 +35,11 @@ use super::termination::{self, Progress, Started};
 use crate::config::settings::REBALANCE_ANNOTATION;
 use crate::config::{RebalancePolicy, Settings};
 use crate::interruption::{self, Message};
-use crate::ports::{
-    Clock, Cluster, ClusterError, InstanceState, OfferingKey, PortSet, SignedDuration, Store,
-    Timestamp,
+use crate::model::claim::Claim;
+use crate::model::{
+    InstanceState, OfferingKey, RemovalReason, RemovalSpec, SignedDuration, Step, Timestamp,
 };
-use crate::provisioning::claim::Claim;
-use crate::termination::{RemovalReason, RemovalSpec, Step};
+use crate::ports::{Clock, Cluster, ClusterError, PortSet, Store};
 
 #[derive(Debug, Clone)]
 pub struct InterruptionSettings {

@@ -12,11 +12,9 @@ use tracing::{debug, info, warn};
 
 use super::config::LoadedConfig;
 use crate::config::{Limits, NodePool};
-use crate::ports::{
-    Clock, Cloud, CloudCatalog, CloudError, LaunchRequest, OfferingKey, PodKey, PortSet,
-    SignedDuration, Store, StoreError, Timestamp,
-};
-use crate::provisioning::claim::{Claim, ClaimInstance, reservation_of};
+use crate::model::claim::{Claim, ClaimInstance, reservation_of};
+use crate::model::{CloudCatalog, LaunchRequest, OfferingKey, PodKey, SignedDuration, Timestamp};
+use crate::ports::{Clock, Cloud, CloudError, PortSet, Store, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct LaunchSettings {
@@ -72,7 +70,7 @@ impl<'a, P: PortSet> Launcher<'a, P> {
     }
 
     /// Claims launched as replacements for a removal of this reason.
-    pub fn for_removal(mut self, reason: crate::termination::RemovalReason) -> Self {
+    pub fn for_removal(mut self, reason: crate::model::RemovalReason) -> Self {
         self.reason = super::metrics::reason_label(reason);
         self
     }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::termination::RemovalReason;
+use crate::model::RemovalReason;
 
 /// Karpenter's metrics that nodewright publishes, by their Prometheus names
 /// (kubernetes-sigs/karpenter `pkg/metrics`, `pkg/controllers/…/metrics.go`;
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn every_removal_reason_has_karpenters_label() {
-        use crate::termination::RemovalReason::*;
+        use crate::model::RemovalReason::*;
         for (r, label) in [
             (SpotInterrupted, "spot_interrupted"),
             (Expired, "expired"),

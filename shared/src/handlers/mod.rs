@@ -57,8 +57,8 @@ impl HandlerError {
 pub(crate) async fn catalog_with_reservations<P: crate::ports::PortSet>(
     ports: &P,
     config: &config::LoadedConfig,
-    now: crate::ports::Timestamp,
-) -> Result<std::sync::Arc<crate::ports::CloudCatalog>, HandlerError> {
+    now: crate::model::Timestamp,
+) -> Result<std::sync::Arc<crate::model::CloudCatalog>, HandlerError> {
     use crate::ports::Cloud;
     use crate::provisioning::reservations;
     let catalog = ports.cloud().catalog().await?;
@@ -67,7 +67,7 @@ pub(crate) async fn catalog_with_reservations<P: crate::ports::PortSet>(
     }
     match ports.cloud().capacity_reservations().await {
         Ok(all) => {
-            let mut with = crate::ports::CloudCatalog::clone(&catalog);
+            let mut with = crate::model::CloudCatalog::clone(&catalog);
             with.reservations = reservations::for_tick(all, &config.node_classes, now);
             tracing::debug!(
                 capacity_reservations = with.reservations.len(),

@@ -17,16 +17,13 @@ use super::HandlerError;
 use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::termination;
-use crate::ports::{
-    BindOutcome, Clock, Cloud, CloudCatalog, Cluster, ClusterEvent, Lease, OfferingKey, PodKey,
-    PortSet, SignedDuration, Store, StoreError, Timestamp,
-};
+use crate::model::batch::{MAX_PARKED_MORE, Parked, ParkedGroup, Solving, uid_hash};
+use crate::model::claim::{BINDING_TAINT_KEY, Claim, UNREGISTERED_TAINT_KEY};
+use crate::model::{Batch, CloudCatalog, Lease, OfferingKey, PodKey, SignedDuration, Timestamp};
+use crate::ports::{BindOutcome, Clock, Cloud, Cluster, ClusterEvent, PortSet, Store, StoreError};
 use crate::provisioning::admission::Admission;
-use crate::provisioning::batcher::{
-    self, Batch, BatchStep, BatchWindow, Parked, ParkedGroup, Solving,
-};
+use crate::provisioning::batcher::{self, BatchStep, BatchWindow};
 use crate::provisioning::buffers::{self, BufferStatus};
-use crate::provisioning::claim::{BINDING_TAINT_KEY, Claim, UNREGISTERED_TAINT_KEY};
 use crate::provisioning::lifecycle::{self, LifecycleAction};
 use crate::provisioning::plan::{self, Snapshot};
 use crate::provisioning::reservations;
@@ -81,7 +78,7 @@ pub const BUFFERS_EVERY: SignedDuration = SignedDuration::from_secs(10);
 fn publish_gauges(
     config: &LoadedConfig,
     claims: &[Claim],
-    usage: &std::collections::BTreeMap<String, crate::ports::Usage>,
+    usage: &std::collections::BTreeMap<String, crate::model::Usage>,
     pending: &[Pod],
     now: Timestamp,
 ) {
@@ -846,7 +843,7 @@ impl<P: PortSet> Provisioner<P> {
         };
         let mut started = false;
         let mut claims = claims.to_vec();
-        let changes: Vec<(Claim, crate::provisioning::claim::ClaimInstance)> =
+        let changes: Vec<(Claim, crate::model::claim::ClaimInstance)> =
             reservations::reconcile(&claims, &all, &instances, on_demand)
                 .into_iter()
                 .map(|(c, i)| (c.clone(), i))
@@ -947,12 +944,12 @@ impl<P: PortSet> Provisioner<P> {
                 ends = %end,
                 "initiating delete for capacity block expiration"
             );
-            let spec = crate::termination::RemovalSpec {
+            let spec = crate::model::RemovalSpec {
                 claim_id: claim.id.clone(),
                 pool: claim.pool.clone(),
                 node: claim.node_name.clone(),
                 instance_id: claim.instance_id().map(str::to_owned),
-                reason: crate::termination::RemovalReason::CapacityBlockExpiring,
+                reason: crate::model::RemovalReason::CapacityBlockExpiring,
                 replace: true,
                 deadline: Some(end),
                 avoid,
@@ -1134,12 +1131,12 @@ impl<P: PortSet> Provisioner<P> {
             info!(nodeclaim = %id, pool = %c.pool, "removing a node above its static NodePool's replicas");
             termination::start(
                 &self.ports,
-                crate::termination::RemovalSpec {
+                crate::model::RemovalSpec {
                     claim_id: c.id.clone(),
                     pool: c.pool.clone(),
                     node: c.node_name.clone(),
                     instance_id: c.instance.as_ref().map(|i| i.id.clone()),
-                    reason: crate::termination::RemovalReason::ScaledDown,
+                    reason: crate::model::RemovalReason::ScaledDown,
                     replace: false,
                     deadline: None,
                     avoid: Vec::new(),
@@ -1385,10 +1382,7 @@ impl<P: PortSet> Provisioner<P> {
         next.retain_pending(pending_uids);
         // Pods parked by hash stay known (reported) across solves; this
         // solve's pods move from their old group to this solve's.
-        let solved: HashSet<u32> = unplaceable
-            .iter()
-            .map(|(k, _)| batcher::uid_hash(&k.uid))
-            .collect();
+        let solved: HashSet<u32> = unplaceable.iter().map(|(k, _)| uid_hash(&k.uid)).collect();
         let known_by_hash: HashSet<u32> = next
             .parked_more
             .iter()
@@ -1404,8 +1398,8 @@ impl<P: PortSet> Provisioner<P> {
             retry_at: now + self.settings.parked_retry,
             pods: Default::default(),
         };
-        let mut more_room = batcher::MAX_PARKED_MORE
-            .saturating_sub(next.parked_more.iter().map(|g| g.pods.len()).sum());
+        let mut more_room =
+            MAX_PARKED_MORE.saturating_sub(next.parked_more.iter().map(|g| g.pods.len()).sum());
         let (mut reported, mut unreported, mut unparked) = (0usize, 0usize, 0usize);
         let mut events = Vec::new();
         let mut size: usize = next.parked.iter().map(|(uid, p)| parked_size(uid, p)).sum();
@@ -1417,7 +1411,7 @@ impl<P: PortSet> Provisioner<P> {
             } else {
                 self.settings.parked_retry
             };
-            let hash = batcher::uid_hash(&pod.uid);
+            let hash = uid_hash(&pod.uid);
             let known = next
                 .parked
                 .get(&pod.uid)
@@ -1567,7 +1561,7 @@ fn uids(pods: &[Pod]) -> HashSet<&str> {
 /// The configuration's fingerprint combined with every pool's usage.
 fn fingerprint(
     config: u64,
-    usage: &std::collections::BTreeMap<String, crate::ports::Usage>,
+    usage: &std::collections::BTreeMap<String, crate::model::Usage>,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

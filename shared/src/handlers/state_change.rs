@@ -11,7 +11,8 @@ use tracing::{debug, info, warn};
 use super::HandlerError;
 use crate::config::Limits;
 use crate::interruption::{self, Message};
-use crate::ports::{Clock, Cluster, InstanceState, PortSet, Store, StoreError};
+use crate::model::InstanceState;
+use crate::ports::{Clock, Cluster, PortSet, Store, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateChangeOutcome {

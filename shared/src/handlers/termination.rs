@@ -22,15 +22,15 @@ use super::HandlerError;
 use super::config::LoadedConfig;
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::metrics::{self, Metric};
+use crate::model::claim::{Claim, repair_backoff};
+use crate::model::{Command, PodKey, RemovalReason, RemovalSpec, SignedDuration, Step, Timestamp};
 use crate::ports::{
-    Clock, Cloud, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, PortSet,
-    SignedDuration, Store, StoreError, Timestamp,
+    Clock, Cloud, Cluster, ClusterError, ClusterEvent, EvictOutcome, PortSet, Store, StoreError,
 };
-use crate::provisioning::claim::{Claim, repair_backoff};
 use crate::provisioning::plan::{self, Snapshot};
+use crate::termination::disrupted_taint;
 use crate::termination::drain::{self, DrainPlan};
 use crate::termination::machine::{self, Move, View};
-use crate::termination::{Command, RemovalReason, RemovalSpec, Step, disrupted_taint};
 
 /// Evictions (and the pass's pod deletions and Events) in flight at once:
 /// a 110-pod node drains in a few round trips.
@@ -464,7 +464,7 @@ async fn rollback<P: PortSet>(
     if let Some(node) = node {
         match ports
             .cluster()
-            .remove_taint(node, crate::termination::DISRUPTED_TAINT_KEY)
+            .remove_taint(node, crate::model::DISRUPTED_TAINT_KEY)
             .await
         {
             Ok(()) | Err(ClusterError::NotFound(_)) => {}

@@ -18,7 +18,7 @@
 
 use serde_json::Value;
 
-use crate::ports::{InstanceState, Timestamp};
+use crate::model::{InstanceState, Timestamp};
 
 /// The EventBridge envelope (`version` "0"), read leniently: only
 /// `detail-type` and `source` must be strings.

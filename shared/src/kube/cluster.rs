@@ -33,10 +33,9 @@ use super::connect::{Auth, ClientSettings};
 use super::errors::{
     classify, is_conflict, is_not_found, message, message_with_causes, status_code,
 };
-use crate::ports::{
-    BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, ScalableKind,
-    ScalableWorkload, Timestamp,
-};
+use crate::config::buffer::ScalableKind;
+use crate::model::{PodKey, ScalableWorkload, Timestamp};
+use crate::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome};
 use crate::scheduling::taints::{Effect, Taint};
 
 /// Field selectors of the two pod listings.

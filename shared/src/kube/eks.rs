@@ -29,7 +29,8 @@ use tokio::sync::Mutex;
 
 use super::cluster::KubeCluster;
 use super::connect::{ClientSettings, Endpoint, TokenSource, pem_certificates};
-use crate::ports::{Clock, ClusterError, SignedDuration, Timestamp};
+use crate::model::{SignedDuration, Timestamp};
+use crate::ports::{Clock, ClusterError};
 
 /// The prefix EKS recognises.
 pub const TOKEN_PREFIX: &str = "k8s-aws-v1.";

@@ -173,10 +173,10 @@ pub struct LaunchOption {
     pub price: f64,
 }
 
-impl From<&LaunchOption> for crate::ports::PricedOffering {
+impl From<&LaunchOption> for crate::model::PricedOffering {
     /// What a launch request offers CreateFleet for this option.
     fn from(o: &LaunchOption) -> Self {
-        crate::ports::PricedOffering {
+        crate::model::PricedOffering {
             reservation_ids: Vec::new(),
             instance_type: o.instance_type.to_string(),
             zone: o.zone.to_string(),

@@ -32,7 +32,7 @@ use crate::scheduling::pod::{AffinityTerm, HostPort};
 use crate::scheduling::taints::{Taint, first_untolerated};
 use crate::scheduling::volumes::{self, Attachment, VolumeIndex, VolumeLimits};
 
-use super::claim::is_registration_taint;
+use crate::model::claim::is_registration_taint;
 
 /// What the pods already bound look like, per node, and the nodes.
 #[derive(Debug, Default)]

@@ -22,8 +22,9 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus, PodTempl
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use crate::config::buffer::ScalableKind;
 use crate::config::{BufferSource, CapacityBuffer};
-use crate::ports::{PodKey, ScalableKind, ScalableWorkload};
+use crate::model::{PodKey, ScalableWorkload};
 use crate::resources::Resources;
 use crate::scheduling::SchedPod;
 

@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::claim::{
+use crate::model::claim::{
     BINDING_TAINT_KEY, CLAIM_LABEL, Claim, ClaimInstance, LaunchStamp, NODES, Phase,
     is_registration_taint, reservation_of,
 };
-use crate::ports::{
+use crate::model::{
     CloudCatalog, Instance, LaunchTemplate, PodKey, PricedOffering, SignedDuration, Timestamp,
     Usage,
 };
@@ -82,7 +82,7 @@ fn provider_id(n: &Node) -> Option<&str> {
 /// labels its nodes), the zone id, and the template's annotations.
 pub fn node_metadata(
     claim: &Claim,
-    catalog: &crate::ports::CloudCatalog,
+    catalog: &crate::model::CloudCatalog,
     pool: Option<&crate::config::NodePool>,
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let mut labels = BTreeMap::new();
@@ -566,7 +566,7 @@ pub fn adopted_claim(
         requests: Default::default(),
         reservation: Default::default(),
         launch_attempts: 1,
-        running_at: (instance.state == crate::ports::InstanceState::Running).then_some(now),
+        running_at: (instance.state == crate::model::InstanceState::Running).then_some(now),
         instance: Some(recorded),
         node_name: node.and_then(|n| n.metadata.name.clone()),
         registered_at: node.map(|_| now),
@@ -583,7 +583,7 @@ pub fn adopted_claim(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::InstanceState;
+    use crate::model::InstanceState;
 
     fn t(mins: i64) -> Timestamp {
         Timestamp::UNIX_EPOCH + SignedDuration::from_hours(1000) + SignedDuration::from_mins(mins)

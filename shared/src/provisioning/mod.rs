@@ -4,11 +4,8 @@
 pub mod admission;
 pub mod batcher;
 pub mod buffers;
-pub mod claim;
 pub mod lifecycle;
 pub mod overlays;
 pub mod plan;
 pub mod reservations;
 pub mod static_capacity;
-
-pub use claim::{Claim, Phase};

@@ -7,14 +7,16 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rand::{RngExt, SeedableRng};
 
-use super::claim::{self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation_of, usage_of};
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
 use crate::config::hash::{class_hash, pool_hash};
 use crate::config::{NodeClass, NodePool};
-use crate::packing::{ExistingNode, LaunchOption, NewClaim, PoolInput, SolveOptions, solve};
-use crate::ports::{
+use crate::model::claim::{
+    self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation_of, usage_of,
+};
+use crate::model::{
     CloudCatalog, OfferingKey, PodKey, PricedOffering, SignedDuration, Timestamp, Usage,
 };
+use crate::packing::{ExistingNode, LaunchOption, NewClaim, PoolInput, SolveOptions, solve};
 use crate::resources::{self, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
@@ -191,7 +193,7 @@ fn is_leaving(n: &Node) -> bool {
             .and_then(|sp| sp.taints.as_ref())
             .is_some_and(|ts| {
                 ts.iter()
-                    .any(|t| t.key == crate::termination::DISRUPTED_TAINT_KEY)
+                    .any(|t| t.key == crate::model::DISRUPTED_TAINT_KEY)
             })
 }
 

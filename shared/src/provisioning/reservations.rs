@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::cloud::{CapacityReservation, Offering, OfferingReservation, ReservationType};
 use crate::config::nodeclass::CapacityReservationSelectorTermSpec;
 use crate::config::{NodeClass, NodePool};
-use crate::ports::{CloudCatalog, PricedOffering, Timestamp};
-use crate::provisioning::claim::Claim;
+use crate::model::claim::Claim;
+use crate::model::{CloudCatalog, PricedOffering, Timestamp};
 use crate::scheduling::labels;
 
 /// True when `term` selects `r`: by id alone, or by every tag (value `*`:
@@ -196,7 +196,7 @@ pub fn limit(
     claims: &mut Vec<Claim>,
     reservations: &[CapacityReservation],
     catalog: &[PricedOffering],
-) -> Vec<(crate::ports::PodKey, String)> {
+) -> Vec<(crate::model::PodKey, String)> {
     // Room per reservation, taken in the order a launch tries them.
     let mut ordered = reservations.to_vec();
     by_preference(&mut ordered);
@@ -317,12 +317,12 @@ pub fn in_expiring_blocks<'a>(
 pub fn reconcile<'a>(
     claims: &'a [Claim],
     active: &[CapacityReservation],
-    instances: &[crate::ports::Instance],
+    instances: &[crate::model::Instance],
     on_demand: impl Fn(&str, &str) -> Option<f64>,
-) -> Vec<(&'a Claim, crate::provisioning::claim::ClaimInstance)> {
+) -> Vec<(&'a Claim, crate::model::claim::ClaimInstance)> {
     let by_id: BTreeMap<&str, &CapacityReservation> =
         active.iter().map(|r| (r.id.as_str(), r)).collect();
-    let left = |i: &crate::provisioning::claim::ClaimInstance| {
+    let left = |i: &crate::model::claim::ClaimInstance| {
         !active.is_empty()
             || instances.iter().any(|d| {
                 d.id == i.id
@@ -511,7 +511,7 @@ mod tests {
 
     fn reserved(id: &str, reservation: Option<&str>, kind: Option<ReservationType>) -> Claim {
         let mut c = claim(id, &[]);
-        c.instance = Some(crate::provisioning::claim::ClaimInstance {
+        c.instance = Some(crate::model::claim::ClaimInstance {
             id: format!("i-{id}"),
             instance_type: "m5.large".into(),
             zone: "us-east-1a".into(),
@@ -561,7 +561,7 @@ mod tests {
         let price =
             |ty: &str, zone: &str| (ty == "m5.large" && zone == "us-east-1a").then_some(0.096);
         let changed = reconcile(&claims, &[listed.clone(), odcr], &[], price);
-        let by: BTreeMap<&str, &crate::provisioning::claim::ClaimInstance> =
+        let by: BTreeMap<&str, &crate::model::claim::ClaimInstance> =
             changed.iter().map(|(c, i)| (c.id.as_str(), i)).collect();
         assert_eq!(
             by.len(),
@@ -615,7 +615,7 @@ mod tests {
         ];
         let described = |c: &Claim, reservation: Option<&str>| {
             let i = c.instance.as_ref().unwrap();
-            crate::ports::Instance {
+            crate::model::Instance {
                 id: i.id.clone(),
                 instance_type: i.instance_type.clone(),
                 zone: i.zone.clone(),
@@ -625,7 +625,7 @@ mod tests {
                     "on-demand"
                 }
                 .into(),
-                state: crate::ports::InstanceState::Running,
+                state: crate::model::InstanceState::Running,
                 launched_at: i.launched_at,
                 claim_id: Some(c.id.clone()),
                 pool: None,

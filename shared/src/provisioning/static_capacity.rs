@@ -16,11 +16,11 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use rand::SeedableRng;
 
-use super::claim::{self, Claim};
 use super::plan::{instance_types, new_claim, random_suffix};
 use crate::config::{NodeClass, NodePool};
+use crate::model::claim::{self, Claim};
+use crate::model::{CloudCatalog, OfferingKey};
 use crate::packing::{LaunchOption, NewClaim, PoolInput};
-use crate::ports::{CloudCatalog, OfferingKey};
 
 /// What keeping the static pools at their size asks for.
 #[derive(Debug, Default)]

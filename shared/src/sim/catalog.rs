@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::cloud::InstanceTypeInfo;
-use crate::ports::{CloudCatalog, PricedOffering};
+use crate::model::{CloudCatalog, PricedOffering};
 use crate::scheduling::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 
 const DATA: &str = include_str!("../../data/sim-catalog.json");

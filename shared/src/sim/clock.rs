@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::ports::{Clock, SignedDuration, Timestamp};
+use crate::model::{SignedDuration, Timestamp};
+use crate::ports::Clock;
 
 /// Simulated time in milliseconds since the epoch; clones share the time.
 #[derive(Debug, Clone)]

@@ -11,10 +11,11 @@ use super::clock::SimClock;
 use super::pools::{self, PoolDepths, SpotPools};
 use crate::cloud::ownership;
 use crate::cloud::{CapacityReservation, ReservationType};
-use crate::ports::{
-    Clock, Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, LaunchTemplate,
-    Launched, OfferingKey, PricedOffering, SignedDuration, Timestamp,
+use crate::model::{
+    CloudCatalog, Instance, InstanceState, LaunchRequest, LaunchTemplate, Launched, OfferingKey,
+    PricedOffering, SignedDuration, Timestamp,
 };
+use crate::ports::{Clock, Cloud, CloudError};
 use crate::scheduling::labels::{CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT};
 
 /// How long things take in the simulated EC2.
@@ -919,8 +920,8 @@ impl Cloud for SimCloud {
     async fn resolved_class(
         &self,
         _class: &crate::config::NodeClass,
-    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
-        Ok(crate::disruption::ResolvedClass {
+    ) -> Result<crate::model::ResolvedClass, CloudError> {
+        Ok(crate::model::ResolvedClass {
             image_ids: vec![self.image_id()],
             ..Default::default()
         })

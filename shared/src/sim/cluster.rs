@@ -35,10 +35,9 @@ use super::controllers::{
     node_of, pdb_selects, phase,
 };
 use super::driver::ClusterDriver;
-use crate::ports::{
-    BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, ScalableKind,
-    ScalableWorkload, SignedDuration, Timestamp,
-};
+use crate::config::buffer::ScalableKind;
+use crate::model::{PodKey, ScalableWorkload, SignedDuration, Timestamp};
+use crate::ports::{BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome};
 use crate::resources::Resources;
 use crate::scheduling::taints::Taint;
 use crate::scheduling::volumes::VolumeIndex;

@@ -23,9 +23,8 @@ use k8s_openapi::api::{
 };
 
 use super::driver::ClusterDriver;
-use crate::ports::{
-    BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, Timestamp,
-};
+use crate::model::{PodKey, Timestamp};
+use crate::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome};
 use crate::scheduling::taints::Taint;
 
 #[derive(Debug, Default)]
@@ -189,10 +188,10 @@ impl<P: Cluster> Cluster for FaultyClusterPort<P> {
     }
     async fn scalable_workload(
         &self,
-        kind: crate::ports::ScalableKind,
+        kind: crate::config::buffer::ScalableKind,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<crate::ports::ScalableWorkload>, ClusterError> {
+    ) -> Result<Option<crate::model::ScalableWorkload>, ClusterError> {
         self.read(
             "get a buffer's workload",
             self.inner.scalable_workload(kind, namespace, name),
@@ -334,7 +333,7 @@ impl<K: ClusterDriver + 'static> ClusterDriver for FaultyCluster<K> {
     async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), String> {
         self.inner.set_node_ready(node, ready).await
     }
-    async fn set_detach_time(&self, detach: crate::ports::SignedDuration) -> Result<(), String> {
+    async fn set_detach_time(&self, detach: crate::model::SignedDuration) -> Result<(), String> {
         self.inner.set_detach_time(detach).await
     }
 }

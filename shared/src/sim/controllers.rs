@@ -17,8 +17,8 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatu
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::model::{PodKey, SignedDuration, Timestamp};
 use crate::packing::{ExistingNode, SolveOptions, solve};
-use crate::ports::{PodKey, SignedDuration, Timestamp};
 use crate::provisioning::plan::existing_node;
 use crate::scheduling::SchedPod;
 use crate::scheduling::selector::LabelSelector;

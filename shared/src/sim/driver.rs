@@ -10,7 +10,8 @@ use std::future::Future;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::ports::{Cluster, ClusterEvent, SignedDuration, Timestamp};
+use crate::model::{SignedDuration, Timestamp};
+use crate::ports::{Cluster, ClusterEvent};
 
 pub trait ClusterDriver: Clone + Send + Sync {
     /// What the handlers are given: the cluster as the functions see it.

@@ -5,15 +5,13 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::config::Limits;
-use crate::config::{ConfigItem, ConfigKind};
-use crate::ports::{
-    Cloud, CloudCatalog, CloudError, FailureKind, Instance, LaunchRequest, Launched, Lease,
-    OfferingKey, ServiceError, Store, StoreError, Timestamp, Usage,
+use crate::config::{ConfigItem, ConfigKind, Limits};
+use crate::model::claim::Claim;
+use crate::model::{
+    Batch, CloudCatalog, Command, Instance, LaunchRequest, Launched, Lease, OfferingKey, Timestamp,
+    Usage,
 };
-use crate::provisioning::batcher::Batch;
-use crate::provisioning::claim::Claim;
-use crate::termination::Command;
+use crate::ports::{Cloud, CloudError, FailureKind, ServiceError, Store, StoreError};
 
 #[derive(Debug, Default)]
 struct CloudFaults {
@@ -111,13 +109,13 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
         self.inner.instances().await
     }
 
-    async fn launch_templates(&self) -> Result<Vec<crate::ports::LaunchTemplate>, CloudError> {
+    async fn launch_templates(&self) -> Result<Vec<crate::model::LaunchTemplate>, CloudError> {
         self.inner.launch_templates().await
     }
 
     async fn delete_launch_template(
         &self,
-        template: &crate::ports::LaunchTemplate,
+        template: &crate::model::LaunchTemplate,
     ) -> Result<bool, CloudError> {
         self.inner.delete_launch_template(template).await
     }
@@ -125,7 +123,7 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
     async fn resolved_class(
         &self,
         class: &crate::config::NodeClass,
-    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
+    ) -> Result<crate::model::ResolvedClass, CloudError> {
         self.inner.resolved_class(class).await
     }
 

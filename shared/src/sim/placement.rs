@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::{Deserialize, Serialize};
 
 use super::controllers::{is_finished, node_of};
-use crate::ports::{CloudCatalog, LaunchRequest};
+use crate::model::{CloudCatalog, LaunchRequest};
 use crate::scheduling::labels;
 
 /// Which pods an expectation is about: those named (any of `names`) and

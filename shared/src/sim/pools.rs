@@ -16,7 +16,7 @@ use std::ops::RangeInclusive;
 
 use super::catalog::fnv1a;
 use super::rng::Rng;
-use crate::ports::{OfferingKey, PricedOffering};
+use crate::model::{OfferingKey, PricedOffering};
 
 /// The seed of the default depths when nothing sets one.
 pub const DEFAULT_SEED: u64 = 0x5907_0001;

@@ -26,9 +26,9 @@ use super::driver::ClusterDriver;
 use super::placement;
 use super::pools::{self, PoolDepths};
 use super::simulation::Simulation;
-use crate::config::ConfigItem;
-use crate::config::{self, ConfigDocument, ConfigError};
-use crate::ports::{Cloud, OfferingKey, SignedDuration, Store, Timestamp};
+use crate::config::{self, ConfigDocument, ConfigError, ConfigItem};
+use crate::model::{OfferingKey, SignedDuration, Timestamp};
+use crate::ports::{Cloud, Store};
 use crate::resources;
 use crate::scheduling::labels::CAPACITY_TYPE_SPOT;
 
@@ -170,7 +170,7 @@ impl SpotPoolsSpec {
                 errors.push(format!("{field}.depth: {e}"));
             }
             let key = spot_key(&o.instance_type, &o.zone);
-            let offered = |c: &crate::ports::CloudCatalog| {
+            let offered = |c: &crate::model::CloudCatalog| {
                 c.offerings.iter().any(|p| {
                     p.capacity_type == key.capacity_type
                         && p.instance_type == key.instance_type
@@ -1078,7 +1078,7 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             Ok(())
         }
         ActionKind::DeletePods(selector) => {
-            let pods: Vec<crate::ports::PodKey> = sim
+            let pods: Vec<crate::model::PodKey> = sim
                 .cluster
                 .all_pods()
                 .await
@@ -1099,7 +1099,7 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                         .iter()
                         .all(|(k, v)| labels.get(k) == Some(v))
                 })
-                .map(crate::ports::PodKey::of)
+                .map(crate::model::PodKey::of)
                 .collect();
             if pods.is_empty() {
                 return Err(err(format!("no pod matches {selector:?}")));
@@ -1156,7 +1156,7 @@ async fn check_cost<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     };
     let fleet: f64 = instances
         .iter()
-        .filter(|i| i.state != crate::ports::InstanceState::Terminated)
+        .filter(|i| i.state != crate::model::InstanceState::Terminated)
         .map(|i| i.price)
         .sum();
     let pods: Vec<crate::scheduling::SchedPod> = pods
@@ -1371,7 +1371,7 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
         ));
     }
     if let Some(want) = expect.tainted_nodes {
-        let key = crate::termination::DISRUPTED_TAINT_KEY;
+        let key = crate::model::DISRUPTED_TAINT_KEY;
         let tainted = nodes
             .iter()
             .filter(|n| {

@@ -22,10 +22,9 @@ use crate::handlers::disruption::{Disruption, DisruptionSettings};
 use crate::handlers::interruption::{self, InterruptionSettings, MessageOutcome, Record};
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change::{self, StateChangeOutcome};
-use crate::ports::{
-    Clock, Cloud, Cluster, InstanceState, Ports, SignedDuration, Store, Timestamp, Usage,
-};
-use crate::provisioning::claim::CLAIM_LABEL;
+use crate::model::claim::CLAIM_LABEL;
+use crate::model::{InstanceState, SignedDuration, Timestamp, Usage};
+use crate::ports::{Clock, Cloud, Cluster, Ports, Store};
 use crate::scheduling::labels;
 
 #[derive(Debug, Clone)]
@@ -104,7 +103,7 @@ pub struct DisruptionStart {
     /// The claim (and command) id.
     pub claim: String,
     pub pool: String,
-    pub reason: crate::termination::RemovalReason,
+    pub reason: crate::model::RemovalReason,
     /// The pool's nodes right after the tick, with those the tick started
     /// removing and already deleted: what the decision counted.
     pub nodes: usize,
@@ -922,7 +921,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                 let Some(uid) = p.metadata.uid.clone() else {
                     continue;
                 };
-                let name = crate::ports::PodKey::of(p).to_string();
+                let name = crate::model::PodKey::of(p).to_string();
                 let was = self.pending_since.remove(&uid);
                 let since = was.as_ref().map_or(now, |(t, _)| *t);
                 let waited = now.duration_since(since);

@@ -46,12 +46,12 @@ use super::{
 use crate::config::NodePool;
 use crate::config::disruption::DisruptionReason;
 use crate::disruption::snapshot::DO_NOT_DISRUPT;
-use crate::ports::{
-    Cloud, Cluster, InstanceState, OfferingKey, PodKey, SignedDuration, Store, Timestamp, Usage,
+use crate::model::claim::{Claim, NODES, usage_of};
+use crate::model::{
+    InstanceState, OfferingKey, PodKey, RemovalReason, SignedDuration, Timestamp, Usage,
 };
-use crate::provisioning::claim::{Claim, NODES, usage_of};
+use crate::ports::{Cloud, Cluster, Store};
 use crate::scheduling::labels;
-use crate::termination::RemovalReason;
 use crate::workload::fleet_bound::FleetBound;
 
 /// The simulation a soak runs: the in-memory EC2 and DynamoDB behind the fault decorators.
@@ -267,7 +267,7 @@ const EXAMPLES: usize = 5;
 
 impl Checker {
     /// A checker for this configuration (pools) and catalog.
-    pub fn new(pools: Vec<NodePool>, catalog: &crate::ports::CloudCatalog, bounds: Bounds) -> Self {
+    pub fn new(pools: Vec<NodePool>, catalog: &crate::model::CloudCatalog, bounds: Bounds) -> Self {
         let lower_bound = FleetBound::new(&pools, catalog);
         Checker {
             bounds,
@@ -369,8 +369,8 @@ impl Checker {
         now: Timestamp,
         pods: &[Pod],
         claims: &[Claim],
-        commands: &[crate::termination::Command],
-        batch: Option<&crate::provisioning::batcher::Batch>,
+        commands: &[crate::model::Command],
+        batch: Option<&crate::model::Batch>,
     ) {
         let nominated: BTreeSet<(String, String)> = claims
             .iter()
@@ -436,7 +436,7 @@ impl Checker {
         now: Timestamp,
         pods: &[Pod],
         pdbs: &[k8s_openapi::api::policy::v1::PodDisruptionBudget],
-        commands: &[crate::termination::Command],
+        commands: &[crate::model::Command],
     ) {
         let terminating: BTreeSet<String> = pods
             .iter()
@@ -488,7 +488,7 @@ impl Checker {
         claims: &[Claim],
         usage: &BTreeMap<String, Usage>,
         instances: &[super::cloud::SimInstance],
-        catalog: &crate::ports::CloudCatalog,
+        catalog: &crate::model::CloudCatalog,
     ) {
         let mut launched: BTreeMap<String, Usage> = BTreeMap::new();
         for i in instances {
@@ -513,7 +513,7 @@ impl Checker {
                 .unwrap_or_default();
             let mut u = usage_of(&info.capacity(&kubelet));
             u.insert(NODES.to_owned(), 1);
-            crate::provisioning::claim::add_usage(launched.entry(pool).or_default(), &u);
+            crate::model::claim::add_usage(launched.entry(pool).or_default(), &u);
         }
         let mut over = BTreeSet::new();
         let mut flags = Vec::new();
@@ -626,7 +626,7 @@ impl Checker {
         now: Timestamp,
         sim: &SoakSim,
         pods: &[Pod],
-        commands: &[crate::termination::Command],
+        commands: &[crate::model::Command],
     ) {
         let voluntary = |r: RemovalReason| match r {
             RemovalReason::Empty => Some(DisruptionReason::Empty),
@@ -1803,11 +1803,7 @@ pub async fn run(options: SoakOptions) -> Result<SoakReport, SoakError> {
 /// whatever its PodDisruptionBudget says once the time left is within its
 /// own grace period, as Karpenter deletes it so that it is gone by the
 /// deadline: such a deletion is forced, not a graceful disruption.
-fn due_at_a_removal_deadline(
-    p: &Pod,
-    now: Timestamp,
-    commands: &[crate::termination::Command],
-) -> bool {
+fn due_at_a_removal_deadline(p: &Pod, now: Timestamp, commands: &[crate::model::Command]) -> bool {
     let Some(node) = node_of(p) else {
         return false;
     };
@@ -1827,7 +1823,7 @@ fn due_at_a_removal_deadline(
 mod tests {
     use super::*;
     use crate::config::Limits;
-    use crate::termination::{Command, RemovalSpec};
+    use crate::model::{Command, RemovalSpec};
 
     /// A deletion at a removal's deadline is forced, not a disruption the
     /// budget must allow: the PDB check leaves it out once the time left
@@ -1847,7 +1843,7 @@ mod tests {
             pool: "general".to_owned(),
             node: Some("node-a".to_owned()),
             instance_id: None,
-            reason: crate::termination::RemovalReason::SpotInterrupted,
+            reason: crate::model::RemovalReason::SpotInterrupted,
             replace: true,
             deadline: Some(deadline),
             avoid: Vec::new(),
@@ -1902,10 +1898,10 @@ mod tests {
         .expect("pod");
         let start = Timestamp::UNIX_EPOCH + SignedDuration::from_hours(1);
         let at = |secs: i64| start + SignedDuration::from_secs(secs);
-        let mut parked = crate::provisioning::batcher::Batch::default();
+        let mut parked = crate::model::Batch::default();
         parked.parked.insert(
             "u1".to_owned(),
-            crate::provisioning::batcher::Parked {
+            crate::model::batch::Parked {
                 pod: "batch/job-1".to_owned(),
                 reason: "no room".to_owned(),
                 config_fingerprint: 0,

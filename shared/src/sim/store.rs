@@ -5,12 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::config::Limits;
-use crate::config::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
-use crate::ports::{Lease, OfferingKey, Store, StoreError, Timestamp, Unreadable, Usage};
-use crate::provisioning::batcher::Batch;
-use crate::provisioning::claim::{Claim, add_usage, exceeded_limit, sub_usage};
-use crate::termination::Command;
+use crate::config::{ConfigItem, ConfigKind, ConfigWrite, Limits, MAX_CONFIG_WRITES};
+use crate::model::claim::{Claim, add_usage, exceeded_limit, sub_usage};
+use crate::model::{Batch, Command, Lease, OfferingKey, Timestamp, Usage};
+use crate::ports::{Store, StoreError, Unreadable};
 
 #[derive(Debug, Default, Clone)]
 struct State {

@@ -29,11 +29,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 use crate::config::disruption::parse_duration;
-use crate::ports::{PodKey, SignedDuration, Timestamp};
+use crate::model::{DISRUPTED_TAINT_KEY, PodKey, SignedDuration, Timestamp};
 use crate::scheduling::taints::{Effect, Taint, Toleration};
-
-/// The taint a node being removed carries, so nothing new lands on it.
-pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
 /// `"true"` or a duration from the pod's start (or the node's creation).
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// A pod's grace period when its spec gives none (the API server's default).

@@ -3,10 +3,9 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::command::{Command, Step};
-use super::drain::{self, DISRUPTED_TAINT_KEY, DrainPlan};
-use crate::ports::{SignedDuration, Timestamp};
-use crate::provisioning::claim::Claim;
+use super::drain::{self, DrainPlan};
+use crate::model::claim::Claim;
+use crate::model::{Command, DISRUPTED_TAINT_KEY, SignedDuration, Step, Timestamp};
 
 /// The longest a command waits for its replacements to register.
 pub const REPLACEMENT_WAIT: SignedDuration = SignedDuration::from_mins(10);
@@ -432,7 +431,7 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::termination::{RemovalReason, RemovalSpec};
+    use crate::model::{RemovalReason, RemovalSpec};
     use k8s_openapi::api::core::v1::{NodeSpec, Taint as K8sTaint};
 
     fn t(s: i64) -> Timestamp {

@@ -4,12 +4,9 @@
 //! provisioner's tick as the safety net). Pure: the decisions here take a
 //! snapshot and return what to do; `handlers::termination` carries it out.
 
-pub mod command;
 pub mod drain;
 pub mod machine;
 
-pub use command::{Command, Milestones, RemovalReason, RemovalSpec, Step};
 pub use drain::{
-    DISRUPTED_TAINT_KEY, DrainPlan, EXCLUDE_FROM_LOAD_BALANCERS, EXCLUDE_FROM_LOAD_BALANCERS_VALUE,
-    disrupted_taint,
+    DrainPlan, EXCLUDE_FROM_LOAD_BALANCERS, EXCLUDE_FROM_LOAD_BALANCERS_VALUE, disrupted_taint,
 };

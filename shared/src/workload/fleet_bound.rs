@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOutcome, Variable};
 
 use crate::config::NodePool;
-use crate::ports::CloudCatalog;
+use crate::model::CloudCatalog;
 use crate::resources::{GIB, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::pod::SchedPod;

@@ -25,7 +25,7 @@
 use serde_json::json;
 
 use crate::config::{NodePool, NodePoolSpec};
-use crate::ports::CloudCatalog;
+use crate::model::CloudCatalog;
 use crate::scheduling::labels;
 use k8s_openapi::api::core::v1::Pod;
 use rand::{RngExt, SeedableRng};

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use nodewright::ports::Timestamp;
+use nodewright::model::Timestamp;
 use nodewright::sim::scenario::{self, Scenario};
 
 pub fn init_logs() {

@@ -1,10 +1,10 @@
 //! Disruption beside the real control plane: drift under a budget, and an
 //! interruption arriving in the middle of a consolidation.
 
-use nodewright::ports::{SignedDuration, Store};
+use nodewright::model::{RemovalReason, SignedDuration};
+use nodewright::ports::Store;
 use nodewright::sim::ClusterDriver;
 use nodewright::sim::scenario;
-use nodewright::termination::RemovalReason;
 use nodewright_tests::sim::{control_plane_settings, on_control_plane, run_on_control_plane};
 
 use crate::cluster::{app, init_logs, phase, scenario, taint_keys};

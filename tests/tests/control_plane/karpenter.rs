@@ -8,7 +8,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use nodewright::ports::{SignedDuration, Store};
+use nodewright::model::SignedDuration;
+use nodewright::ports::Store;
 use nodewright::sim::ClusterDriver;
 use nodewright::sim::scenario::{self, ActionKind};
 use nodewright_tests::karpenter::{self, KarpenterNode};
@@ -55,7 +56,7 @@ async fn karpenter_objects(sim: &KubeSim, pool: &str, taints: serde_json::Value,
 
 /// CPU (millicores) free on nodewright's Ready nodes of pool `web` that
 /// are not being deleted: their allocatable less their pods' requests.
-fn web_room(nodes: &[Node], pods: &[Pod], claims: &[nodewright::provisioning::Claim]) -> i64 {
+fn web_room(nodes: &[Node], pods: &[Pod], claims: &[nodewright::model::Claim]) -> i64 {
     let cpu = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
         q.and_then(|q| nodewright::resources::parse_milli(&q.0).ok())
             .unwrap_or(0)
@@ -474,7 +475,7 @@ async fn a_pool_handed_over_with_replace_loses_karpenters_nodes_one_at_a_time_be
                 &nodes,
                 &claims,
                 &commands,
-                nodewright::ports::Timestamp::now(),
+                nodewright::model::Timestamp::now(),
             );
             let web = shown
                 .iter()

@@ -58,7 +58,7 @@ async fn a_thousand_pods_all_run_on_the_nodes_launched_for_them() {
             .count()
     };
     if empty(&nodes, &pods) > 0 {
-        sim.run_for(nodewright::ports::SignedDuration::from_mins(2))
+        sim.run_for(nodewright::model::SignedDuration::from_mins(2))
             .await;
         let (nodes, pods) = (sim.cluster.all_nodes().await, sim.cluster.all_pods().await);
         assert_eq!(empty(&nodes, &pods), 0, "{figures}");

@@ -18,9 +18,8 @@ use nodewright::cloud::KubeletConfig;
 use nodewright::config::nodeclass::{
     AmiSelectorTermSpec, EC2NodeClassSpec, SecurityGroupSelectorTermSpec, SubnetSelectorTermSpec,
 };
-use nodewright::ports::{
-    Cloud, CloudError, FailureKind, InstanceState, LaunchRequest, OfferingKey, PricedOffering,
-};
+use nodewright::model::{InstanceState, LaunchRequest, OfferingKey, PricedOffering};
+use nodewright::ports::{Cloud, CloudError, FailureKind};
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright::sim::FaultyCloud;
@@ -296,7 +295,7 @@ async fn static_price_fallback_in_us_east_1_and_seeded_prices() {
         "catalog us-east-1 (Pricing API failing → static table): cold {:?}",
         t0.elapsed()
     );
-    let price = |c: &nodewright::ports::CloudCatalog, ty: &str, ct: &str| {
+    let price = |c: &nodewright::model::CloudCatalog, ty: &str, ct: &str| {
         c.offerings
             .iter()
             .find(|o| o.instance_type == ty && o.capacity_type == ct)

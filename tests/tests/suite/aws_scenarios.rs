@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use nodewright::aws::Ec2Cloud;
 use nodewright::aws::prices::SeededPrices;
-use nodewright::ports::{OfferingKey, Store, Timestamp};
+use nodewright::model::{OfferingKey, Timestamp};
+use nodewright::ports::Store;
 use nodewright::sim::scenario::{self, WALKTHROUGH_1};
 use nodewright::sim::{FaultyCloud, SimClock, SimSettings, Simulation};
 use nodewright_tests::aws::{Ec2Fixture, dynamo_store};
@@ -92,10 +93,10 @@ async fn a_quiet_cluster_scans_the_state_table_once_not_every_tick() {
     scenario::run(&mut sim, &s).await.expect("runs");
     assert!(scenario::check(&sim, &s.expect).await.is_empty());
     // Let the node's registration and the first decisions' bookkeeping land.
-    sim.run_for(nodewright::ports::SignedDuration::from_mins(2))
+    sim.run_for(nodewright::model::SignedDuration::from_mins(2))
         .await;
     let before = sim.store.requests();
-    sim.run_for(nodewright::ports::SignedDuration::from_mins(5))
+    sim.run_for(nodewright::model::SignedDuration::from_mins(5))
         .await;
     let used = sim.store.requests() - before;
     assert!(
@@ -169,7 +170,7 @@ async fn twenty_thousand_unschedulable_pods_fit_the_batch_record() {
         "1000".into();
     let (mut sim, f) = on_aws().await;
     load_with_fixture_class(&mut sim, &s, &f).await;
-    sim.run_for(nodewright::ports::SignedDuration::from_secs(40))
+    sim.run_for(nodewright::model::SignedDuration::from_secs(40))
         .await;
     assert_eq!(sim.pending().await, 20_000);
     assert_eq!(
@@ -219,7 +220,8 @@ async fn twenty_thousand_unschedulable_pods_fit_the_batch_record() {
 /// function exits at once; once it is over, both leases are free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease() {
-    use nodewright::ports::{Ports, SignedDuration, SystemClock};
+    use nodewright::model::SignedDuration;
+    use nodewright::ports::{Ports, SystemClock};
     use nodewright::runtime::{Ticks, scheduled_invocation};
 
     let f = Ec2Fixture::new(REGION, "1.32").await;
@@ -302,7 +304,7 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
 /// taking it with an expiry already past, which a later acquisition
 /// overwrites as if nothing were there.
 async fn lease_is_free(store: &impl Store, name: &str) -> bool {
-    let probe = nodewright::ports::Lease {
+    let probe = nodewright::model::Lease {
         name: name.to_owned(),
         holder: "probe".to_owned(),
         expires_at: Timestamp::UNIX_EPOCH,
@@ -320,7 +322,8 @@ async fn lease_is_free(store: &impl Store, name: &str) -> bool {
 /// launched twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_provisioner_invocations_at_once_launch_once() {
-    use nodewright::ports::{Ports, SignedDuration, SystemClock};
+    use nodewright::model::SignedDuration;
+    use nodewright::ports::{Ports, SystemClock};
     use nodewright::runtime::scheduled_invocation;
 
     let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
@@ -387,8 +390,8 @@ async fn on_aws_crashing(
     // every AWS test shares, and these tests run a dozen simulated minutes
     // per crash point; the handlers' decisions do not depend on the pace.
     let mut settings = SimSettings::default();
-    settings.provisioner.poll = nodewright::ports::SignedDuration::from_secs(5);
-    settings.disruption.poll = nodewright::ports::SignedDuration::from_secs(5);
+    settings.provisioner.poll = nodewright::model::SignedDuration::from_secs(5);
+    settings.disruption.poll = nodewright::model::SignedDuration::from_secs(5);
     let mut sim = Simulation::new(
         SimClock::starting_at(Timestamp::now()),
         FaultyCloud::new(Arc::new(cloud)),
@@ -468,7 +471,7 @@ async fn provisioning_crashing_at_either_step_launches_once_per_claim_on_ec2_and
 }
 
 /// The interruption tests' small spot node (ten pods, a PDB keeping eight).
-async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::provisioning::claim::Claim) {
+async fn spot_node_on_aws() -> (CrashSim, Ec2Fixture, nodewright::model::claim::Claim) {
     let (sim, f) = Box::pin(on_aws_crashable(&nodewright_tests::sim::scenario_file(
         "spot-drain.yaml",
     )))
@@ -516,7 +519,7 @@ async fn an_interruption_crashing_between_any_two_steps_converges_on_ec2_and_dyn
         }
         // Up to four simulated minutes, stopping once the end is reached.
         for _ in 0..8 {
-            Box::pin(sim.run_for(nodewright::ports::SignedDuration::from_secs(30))).await;
+            Box::pin(sim.run_for(nodewright::model::SignedDuration::from_secs(30))).await;
             if end_state(&sim, &f).await == WANT {
                 break;
             }
@@ -575,7 +578,7 @@ async fn drifting_node_on_aws() -> (CrashSim, Ec2Fixture) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drift_replacement_crashing_between_any_two_steps_converges_on_ec2_and_dynamodb() {
     use nodewright::config::ConfigKind;
-    use nodewright::ports::SignedDuration;
+    use nodewright::model::SignedDuration;
     for k in 0..20 {
         let (mut sim, f) = Box::pin(drifting_node_on_aws()).await;
         let old = sim.store.claims().await.expect("claims")[0].clone();

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nodewright::aws::DynamoStore;
-use nodewright::config::Limits;
-use nodewright::config::{ConfigItem, ConfigKind};
-use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
-use nodewright::provisioning::batcher::{Batch, Window};
-use nodewright::provisioning::claim::Claim;
-use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};
+use nodewright::config::{ConfigItem, ConfigKind, Limits};
+use nodewright::model::batch::Window;
+use nodewright::model::claim::Claim;
+use nodewright::model::{
+    Batch, Command, Lease, OfferingKey, RemovalReason, RemovalSpec, Step, Timestamp,
+};
+use nodewright::ports::{Store, StoreError};
 use nodewright_tests::aws::{dynamo_store, sdk_config};
 
 const REGION: &str = "us-east-1";
@@ -262,7 +263,7 @@ async fn batch_window_is_a_conditional_record() {
         window: Some(Window {
             opened_at: at(0),
             last_seen_at: at(0),
-            seen: [nodewright::provisioning::batcher::uid_hash("uid-1")].into(),
+            seen: [nodewright::model::batch::uid_hash("uid-1")].into(),
         }),
         parked: BTreeMap::new(),
         parked_more: Vec::new(),
@@ -279,10 +280,9 @@ async fn batch_window_is_a_conditional_record() {
     );
     let mut b2 = b1.clone();
     b2.version = 2;
-    b2.window.as_mut().map(|w| {
-        w.seen
-            .insert(nodewright::provisioning::batcher::uid_hash("uid-2"))
-    });
+    b2.window
+        .as_mut()
+        .map(|w| w.seen.insert(nodewright::model::batch::uid_hash("uid-2")));
     store.put_batch(Some(&b1), &b2).await.expect("advance");
     assert!(
         matches!(

@@ -12,7 +12,8 @@ use aws_sdk_ec2::types::{RequestLaunchTemplateData, ResourceType};
 use nodewright::aws::Ec2Cloud;
 use nodewright::aws::prices::SeededPrices;
 use nodewright::cloud::{KubeletConfig, ownership};
-use nodewright::ports::{Cloud, LaunchRequest, LaunchTemplate, PricedOffering};
+use nodewright::model::{LaunchRequest, LaunchTemplate, PricedOffering};
+use nodewright::ports::Cloud;
 use nodewright::sim::cloud::SIM_CLUSTER;
 use nodewright::sim::{SimClock, SimCloud, catalog};
 use nodewright_tests::aws::{Ec2Fixture, unique};
@@ -187,7 +188,7 @@ impl CloudWorld for Ec2World {
         LaunchTemplate {
             id: t.launch_template_id().expect("id").to_owned(),
             name: name.to_owned(),
-            created_at: nodewright::ports::Timestamp::now(),
+            created_at: nodewright::model::Timestamp::now(),
             node_class: None,
             pool: None,
             image_id: None,

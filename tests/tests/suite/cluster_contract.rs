@@ -11,7 +11,9 @@
 //! `NODEWRIGHT_KUBE_ENV` (see `tests/src/kube_harness.rs`).
 
 use k8s_openapi::api::core::v1::Pod;
-use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome, PodKey, ScalableKind};
+use nodewright::config::buffer::ScalableKind;
+use nodewright::model::PodKey;
+use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome};
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright_tests::contract::{
     ContractCluster, NewPod, Phase, csi_node_object, volume_attachment_object,

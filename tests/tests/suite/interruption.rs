@@ -6,8 +6,9 @@
 
 use nodewright::handlers::interruption::{MessageOutcome, Record};
 use nodewright::handlers::termination::Started;
-use nodewright::ports::{Cloud, Cluster, OfferingKey, SignedDuration, Store};
-use nodewright::provisioning::claim::Claim;
+use nodewright::model::claim::Claim;
+use nodewright::model::{OfferingKey, SignedDuration};
+use nodewright::ports::{Cloud, Cluster, Store};
 use nodewright::sim::{ClusterDriver, SimSettings};
 use nodewright_tests::interruption as cases;
 use nodewright_tests::sim::{MemSim, run, scenario_file};

@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 
 use nodewright::cloud::ownership;
-use nodewright::ports::{Cloud, InstanceState, SignedDuration, Store};
+use nodewright::model::{InstanceState, SignedDuration, Step};
+use nodewright::ports::{Cloud, Store};
 use nodewright::sim::SimSettings;
 use nodewright::sim::cloud::SIM_CLUSTER;
 use nodewright::sim::scenario;
-use nodewright::termination::Step;
 use nodewright_tests::sim::{in_memory, scenario_file};
 
 /// The daemonset-overhead scenario: six pods on on-demand m5 nodes.

@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 
 use nodewright::handlers::provisioner::{Provisioner, ProvisionerSettings};
-use nodewright::ports::{Cloud, InstanceState, OfferingKey, SignedDuration, Store};
+use nodewright::model::{InstanceState, OfferingKey, SignedDuration};
+use nodewright::ports::{Cloud, Store};
 use nodewright::provisioning::batcher::BatchWindow;
 use nodewright::scheduling::labels;
 use nodewright::sim::scenario::{self, WALKTHROUGH_1};
@@ -563,13 +564,13 @@ async fn an_orphan_instance_is_adopted_and_terminated_only_when_it_never_registe
     };
     let mut sim = in_memory(&s.region, settings);
     scenario::load(&mut sim, &s).await.expect("loads");
-    let request = |claim: &str| nodewright::ports::LaunchRequest {
+    let request = |claim: &str| nodewright::model::LaunchRequest {
         claim_id: claim.into(),
         client_token: claim.into(),
         pool: "default".into(),
         node_class: None,
         node_class_spec: None,
-        options: vec![nodewright::ports::PricedOffering {
+        options: vec![nodewright::model::PricedOffering {
             reservation_ids: Vec::new(),
             instance_type: "m6g.large".into(),
             zone: "ap-south-1b".into(),

@@ -8,12 +8,12 @@
 //! both adapters' command tests.
 
 use futures_util::future::join_all;
-use nodewright::config::Limits;
-use nodewright::config::{ConfigItem, ConfigKind, ConfigWrite};
-use nodewright::ports::{Lease, OfferingKey, Store, StoreError, Timestamp};
-use nodewright::provisioning::batcher::Batch;
-use nodewright::provisioning::claim::Claim;
-use nodewright::termination::{Command, RemovalReason, RemovalSpec, Step};
+use nodewright::config::{ConfigItem, ConfigKind, ConfigWrite, Limits};
+use nodewright::model::claim::Claim;
+use nodewright::model::{
+    Batch, Command, Lease, OfferingKey, RemovalReason, RemovalSpec, Step, Timestamp,
+};
+use nodewright::ports::{Store, StoreError};
 
 const REGION: &str = "us-east-1";
 

@@ -11,8 +11,9 @@
 //! budget that holds until the deadline, a replacement out of capacity.
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use nodewright::ports::{SignedDuration, Store, Timestamp};
-use nodewright::provisioning::claim::Claim;
+use nodewright::model::claim::Claim;
+use nodewright::model::{SignedDuration, Timestamp};
+use nodewright::ports::Store;
 use nodewright::sim::ClusterDriver;
 use nodewright::sim::scenario;
 use nodewright_tests::aws::{Ec2Fixture, dynamo_store, unique};

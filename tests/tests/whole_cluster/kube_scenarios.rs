@@ -11,7 +11,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use nodewright::handlers::state_change::StateChangeOutcome;
-use nodewright::ports::{InstanceState, SignedDuration};
+use nodewright::model::{InstanceState, SignedDuration};
 use nodewright::scheduling::labels;
 use nodewright::sim::scenario::{self, WALKTHROUGH_1};
 use nodewright::sim::{ClusterDriver, SimSettings};

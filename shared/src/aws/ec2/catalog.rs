@@ -13,7 +13,7 @@ use aws_sdk_ec2::types::{
 use super::super::ApiError;
 use super::super::prices::{OnDemandPrices, SpotPrices};
 use crate::cloud::InstanceTypeInfo;
-use crate::ports::{CloudCatalog, PricedOffering};
+use crate::model::{CloudCatalog, PricedOffering};
 use crate::scheduling::labels;
 
 /// One instance type as EC2 describes it, with how it may be bought and where.

@@ -43,10 +43,10 @@ use super::{Ec2Cloud, NOT_TERMINATING, catalog_price, tags, to_instance};
 use crate::cloud::InstanceTypeInfo;
 use crate::config::nodeclass::{ANY_TAG_VALUE, AmiSelector, SelectorTerm};
 use crate::config::{AmiFamily, NodeClass};
-use crate::ports::{
-    CloudError, Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering,
-    Timestamp,
+use crate::model::{
+    Instance, InstanceState, LaunchRequest, Launched, OfferingKey, PricedOffering, Timestamp,
 };
+use crate::ports::CloudError;
 use crate::scheduling::labels;
 
 /// Fleet error codes that mean "no capacity for this offering now".
@@ -115,7 +115,7 @@ pub(crate) struct LaunchCache {
     networks: HashMap<String, (Instant, Arc<Network>)>,
     amis: HashMap<AmiKey, (Instant, String)>,
     templates: HashSet<String>,
-    resolved: HashMap<String, (Instant, crate::disruption::ResolvedClass)>,
+    resolved: HashMap<String, (Instant, crate::model::ResolvedClass)>,
 }
 
 /// Everything a launch template holds; its hash is the template's name.
@@ -1008,7 +1008,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
     pub(super) async fn list_templates(
         &self,
         id: Option<&str>,
-    ) -> Result<Vec<crate::ports::LaunchTemplate>, CloudError> {
+    ) -> Result<Vec<crate::model::LaunchTemplate>, CloudError> {
         let mut req = self.ec2.describe_launch_templates().filters(
             Filter::builder()
                 .name(format!("tag:{}", tags::CLUSTER))
@@ -1054,7 +1054,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     continue;
                 }
                 let Some(created_at) = t.create_time().and_then(|c| {
-                    crate::ports::Timestamp::new(
+                    crate::model::Timestamp::new(
                         c.secs(),
                         i32::try_from(c.subsec_nanos()).unwrap_or(0),
                     )
@@ -1063,7 +1063,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     warn!(launch_template = %name, "launch template without a creation time; leaving it alone");
                     continue;
                 };
-                out.push(crate::ports::LaunchTemplate {
+                out.push(crate::model::LaunchTemplate {
                     id: id.to_owned(),
                     name: name.to_owned(),
                     created_at,
@@ -1080,7 +1080,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
     /// our ownership tag; `Ok(false)` when it is gone or not ours.
     pub(super) async fn delete_template(
         &self,
-        template: &crate::ports::LaunchTemplate,
+        template: &crate::model::LaunchTemplate,
     ) -> Result<bool, CloudError> {
         let found = self.list_templates(Some(&template.id)).await?;
         if !found.iter().any(|t| t.id == template.id) {
@@ -1270,7 +1270,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
     pub(super) async fn resolve_class(
         &self,
         class: &NodeClass,
-    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
+    ) -> Result<crate::model::ResolvedClass, CloudError> {
         let mut cache = self.launch.lock().await;
         if let Some((at, r)) = cache.resolved.get(&class.name)
             && at.elapsed() < self.settings.refresh.network
@@ -1312,7 +1312,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         let security_group_ids = self
             .security_groups(&class.name, &class.security_group_selector_terms)
             .await?;
-        let resolved = crate::disruption::ResolvedClass {
+        let resolved = crate::model::ResolvedClass {
             image_ids: image_ids.into_iter().collect(),
             subnet_ids,
             security_group_ids,

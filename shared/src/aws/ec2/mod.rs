@@ -36,9 +36,8 @@ use self::catalog::TypeFacts;
 use super::ApiError;
 use super::prices::{AwsPrices, OnDemand, PriceOrigin, PriceSource, SpotPrices};
 use crate::config::NodeClass;
-use crate::ports::{
-    Cloud, CloudCatalog, CloudError, Instance, InstanceState, LaunchRequest, Launched, Timestamp,
-};
+use crate::model::{CloudCatalog, Instance, InstanceState, LaunchRequest, Launched, Timestamp};
+use crate::ports::{Cloud, CloudError};
 use crate::scheduling::labels;
 
 pub use launch::ClusterInfo;
@@ -503,17 +502,17 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
     async fn resolved_class(
         &self,
         class: &NodeClass,
-    ) -> Result<crate::disruption::ResolvedClass, CloudError> {
+    ) -> Result<crate::model::ResolvedClass, CloudError> {
         self.resolve_class(class).await
     }
 
-    async fn launch_templates(&self) -> Result<Vec<crate::ports::LaunchTemplate>, CloudError> {
+    async fn launch_templates(&self) -> Result<Vec<crate::model::LaunchTemplate>, CloudError> {
         self.list_templates(None).await
     }
 
     async fn delete_launch_template(
         &self,
-        template: &crate::ports::LaunchTemplate,
+        template: &crate::model::LaunchTemplate,
     ) -> Result<bool, CloudError> {
         self.delete_template(template).await
     }

@@ -10,7 +10,8 @@ use super::Ec2Cloud;
 use crate::aws::ApiError;
 use crate::aws::prices::PriceSource;
 use crate::cloud::{CapacityReservation, ReservationType};
-use crate::ports::{CloudError, Timestamp};
+use crate::model::Timestamp;
+use crate::ports::CloudError;
 
 impl<P: PriceSource> Ec2Cloud<P> {
     /// Every active capacity reservation of the region. One call per page;

@@ -5,12 +5,11 @@
 use futures_util::future::join;
 
 use super::*;
-use crate::config::ConfigDocument;
-use crate::config::ConfigItem;
+use crate::config::{ConfigDocument, ConfigItem};
 use crate::handlers::termination::{Started, start_replacing};
+use crate::model::{RemovalSpec, Step};
 use crate::sim::scenario;
 use crate::sim::{FaultyStore, MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog};
-use crate::termination::{RemovalSpec, Step};
 
 /// `n` nodes of pool `default` (one 3-CPU pod each on m5.xlarge), the
 /// budget given, NodeClass tags `team: <team>`.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::KubeletConfig;
-use crate::ports::{Instance, PodKey, PricedOffering, SignedDuration, Timestamp, Usage};
+use crate::model::{Instance, PodKey, PricedOffering, SignedDuration, Timestamp, Usage};
 use crate::resources::{self, Resources};
 use crate::scheduling::taints::Taint;
 

@@ -6,7 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ports::{OfferingKey, Timestamp};
+use super::{OfferingKey, Timestamp};
+
+/// The taint a node being removed carries, so nothing new lands on it.
+pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
 
 /// Why a node is being removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -159,7 +162,7 @@ pub struct Command {
     pub replacements: Vec<String>,
     /// The planned replacement claims, kept until they are launched.
     #[serde(default)]
-    pub planned: Vec<crate::provisioning::claim::Claim>,
+    pub planned: Vec<crate::model::claim::Claim>,
     /// Replacements whose launch was attempted (launched or given up on).
     #[serde(default)]
     pub launched: Vec<String>,
@@ -212,7 +215,7 @@ impl Command {
     /// A new command whose replacement claims are already decided.
     pub fn with_replacement(
         spec: RemovalSpec,
-        claims: Vec<crate::provisioning::claim::Claim>,
+        claims: Vec<crate::model::claim::Claim>,
         now: Timestamp,
     ) -> Command {
         let mut c = Command::new(spec, now);
