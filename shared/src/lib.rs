@@ -17,6 +17,8 @@ pub mod handlers;
 pub mod interruption;
 #[cfg(feature = "kube")]
 pub mod kube;
+#[cfg(test)]
+mod layering;
 #[cfg(all(feature = "aws", feature = "kube"))]
 pub mod live;
 pub mod model;
