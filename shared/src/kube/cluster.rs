@@ -29,7 +29,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::CONTROLLER_NAME;
-use super::connect::{Auth, ClientSettings};
+use super::connect::{Auth, ClientSettings, Connection, Endpoint, TokenSource};
 use super::errors::{
     classify, is_conflict, is_not_found, message, message_with_causes, status_code,
 };
@@ -93,13 +93,52 @@ enum BindReply {
 }
 
 impl KubeCluster {
-    pub(crate) fn new(client: Client, auth: Option<Auth>, settings: ClientSettings) -> KubeCluster {
+    /// The cluster behind `connection`.
+    pub fn new(connection: Connection) -> KubeCluster {
         KubeCluster {
-            client,
-            auth,
-            settings,
+            client: connection.client,
+            auth: connection.auth,
+            settings: connection.settings,
             events: Arc::default(),
         }
+    }
+
+    /// A cluster reached at `endpoint` with tokens from `tokens` (the EKS
+    /// mode): [`Connection::with_token_source`]. Like every constructor
+    /// below, it must run inside a Tokio runtime.
+    pub fn with_token_source(
+        endpoint: &Endpoint,
+        tokens: Arc<dyn TokenSource>,
+        settings: ClientSettings,
+    ) -> Result<KubeCluster, ClusterError> {
+        Connection::with_token_source(endpoint, tokens, settings).map(KubeCluster::new)
+    }
+
+    /// A cluster at `url` whose CA is in `ca_file` (PEM), with a fixed
+    /// token: [`Connection::with_static_token`].
+    pub fn with_static_token(
+        url: &str,
+        ca_file: &std::path::Path,
+        token: &str,
+        settings: ClientSettings,
+    ) -> Result<KubeCluster, ClusterError> {
+        Connection::with_static_token(url, ca_file, token, settings).map(KubeCluster::new)
+    }
+
+    /// A cluster from a kubeconfig: [`Connection::from_kubeconfig`].
+    pub async fn from_kubeconfig(
+        path: Option<&std::path::Path>,
+        context: Option<&str>,
+        settings: ClientSettings,
+    ) -> Result<KubeCluster, ClusterError> {
+        Connection::from_kubeconfig(path, context, settings)
+            .await
+            .map(KubeCluster::new)
+    }
+
+    /// A cluster over a client built elsewhere (its retry should be off).
+    pub fn from_client(client: Client, settings: ClientSettings) -> KubeCluster {
+        KubeCluster::new(Connection::from_client(client, settings))
     }
 
     /// The underlying client (tests use it to play the other controllers).

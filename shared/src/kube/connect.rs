@@ -1,13 +1,15 @@
-//! Building the `kube::Client` behind a [`KubeCluster`](super::KubeCluster).
+//! Connecting to the API server: a [`Connection`] (the `kube::Client`,
+//! its token source and settings), which a
+//! [`KubeCluster`](super::KubeCluster) is built from.
 //!
 //! Three ways in:
-//! - **EKS** ([`KubeCluster::with_token_source`] with an
+//! - **EKS** ([`Connection::with_token_source`] with an
 //!   [`EksTokenSource`](super::EksTokenSource)): endpoint and CA from
 //!   `eks:DescribeCluster`, a bearer token presigned from the function's AWS
 //!   credentials, refreshed before it expires.
-//! - **kubeconfig** ([`KubeCluster::from_kubeconfig`]): `KUBECONFIG` (or an
+//! - **kubeconfig** ([`Connection::from_kubeconfig`]): `KUBECONFIG` (or an
 //!   explicit file) and an optional context, for local runs.
-//! - **explicit** ([`KubeCluster::with_static_token`]): URL + CA file + token,
+//! - **explicit** ([`Connection::with_static_token`]): URL + CA file + token,
 //!   what the integration tests use.
 //!
 //! Whatever the mode, kube's built-in retry is off: the adapter's own
@@ -28,7 +30,6 @@ use base64::Engine as _;
 use http::header::{AUTHORIZATION, HeaderValue};
 use http::{Request, Uri};
 
-use super::cluster::KubeCluster;
 use super::retry::RetryPolicy;
 use crate::ports::ClusterError;
 
@@ -256,30 +257,52 @@ pub(crate) fn client_with_auth(
         .build())
 }
 
+/// A connection to the API server: the client, the token source its
+/// requests carry a token of (none when the kubeconfig authenticates, or
+/// the client was built elsewhere), and the settings it was built with.
+pub struct Connection {
+    pub(crate) client: Client,
+    pub(crate) auth: Option<Auth>,
+    pub(crate) settings: ClientSettings,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("auth", &self.auth.as_ref().map(|a| &a.source))
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Client construction spawns the client's request buffer, so every
 /// constructor below must run inside a Tokio runtime.
-impl KubeCluster {
-    /// A cluster reached at `endpoint` with tokens from `tokens` (the EKS mode).
+impl Connection {
+    /// The API server at `endpoint` with tokens from `tokens` (the EKS mode).
     pub fn with_token_source(
         endpoint: &Endpoint,
         tokens: Arc<dyn TokenSource>,
         settings: ClientSettings,
-    ) -> Result<KubeCluster, ClusterError> {
+    ) -> Result<Connection, ClusterError> {
         let auth = Auth {
             source: tokens,
             header: SharedHeader::default(),
         };
         let client = client_with_auth(endpoint, &auth, &settings)?;
-        Ok(KubeCluster::new(client, Some(auth), settings))
+        Ok(Connection {
+            client,
+            auth: Some(auth),
+            settings,
+        })
     }
 
-    /// A cluster at `url` whose CA is in `ca_file` (PEM), with a fixed token.
+    /// The API server at `url` whose CA is in `ca_file` (PEM), with a fixed token.
     pub fn with_static_token(
         url: &str,
         ca_file: &Path,
         token: &str,
         settings: ClientSettings,
-    ) -> Result<KubeCluster, ClusterError> {
+    ) -> Result<Connection, ClusterError> {
         let ca_pem = std::fs::read(ca_file).map_err(|e| {
             ClusterError::Other(format!("reading CA file {}: {e}", ca_file.display()))
         })?;
@@ -295,17 +318,21 @@ impl KubeCluster {
         // Set now, so requests made directly on `client()` carry it too.
         auth.header.set(token)?;
         let client = client_with_auth(&endpoint, &auth, &settings)?;
-        Ok(KubeCluster::new(client, Some(auth), settings))
+        Ok(Connection {
+            client,
+            auth: Some(auth),
+            settings,
+        })
     }
 
-    /// A cluster from a kubeconfig: `path`, or else `KUBECONFIG` / `~/.kube/config`;
+    /// The API server of a kubeconfig: `path`, or else `KUBECONFIG` / `~/.kube/config`;
     /// `context`, or else the file's current context. Whatever authentication
     /// the kubeconfig names (token, client certificate, exec plugin) is used.
     pub async fn from_kubeconfig(
         path: Option<&Path>,
         context: Option<&str>,
         settings: ClientSettings,
-    ) -> Result<KubeCluster, ClusterError> {
+    ) -> Result<Connection, ClusterError> {
         let options = KubeConfigOptions {
             context: context.map(str::to_owned),
             ..Default::default()
@@ -323,12 +350,20 @@ impl KubeCluster {
         tune(&mut config, &settings);
         let client = Client::try_from(config)
             .map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
-        Ok(KubeCluster::new(client, None, settings))
+        Ok(Connection {
+            client,
+            auth: None,
+            settings,
+        })
     }
 
-    /// A cluster over a client built elsewhere (its retry should be off).
-    pub fn from_client(client: Client, settings: ClientSettings) -> KubeCluster {
-        KubeCluster::new(client, None, settings)
+    /// A client built elsewhere (its retry should be off).
+    pub fn from_client(client: Client, settings: ClientSettings) -> Connection {
+        Connection {
+            client,
+            auth: None,
+            settings,
+        }
     }
 }
 

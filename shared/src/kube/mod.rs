@@ -26,7 +26,7 @@ pub mod import;
 pub mod retry;
 
 pub use cluster::KubeCluster;
-pub use connect::{ClientSettings, Endpoint, StaticToken, TokenSource};
+pub use connect::{ClientSettings, Connection, Endpoint, StaticToken, TokenSource};
 pub use eks::{EksClusterInfo, EksToken, EksTokenSource};
 pub use retry::RetryPolicy;
 
