@@ -2,7 +2,6 @@
 //! one module per command.
 
 mod bench;
-mod bench_w2;
 #[cfg(feature = "aws")]
 mod catalog;
 mod churn;

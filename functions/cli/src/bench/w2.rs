@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use anyhow::Context;
-use clap::ValueEnum;
 use nodewright::packing::{Plan, PoolInput, SolveOptions, Strategy, solve};
 use nodewright::provisioning::plan::instance_types;
 use nodewright::scheduling::SchedPod;
@@ -15,22 +14,11 @@ use nodewright::workload::fleet_bound::FleetBound;
 use nodewright::workload::w2::{self, Capacity, Mix, PoolRequirements};
 use serde_json::json;
 
-use crate::bench::{SchedulingArgs, dump, peak_rss_mb, sched_pods, solve_options};
+use super::common::{
+    CapacityArg, RequirementsArg, SchedulingArgs, dump, peak_rss_mb, sched_pods, solve_options,
+};
 
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum CapacityArg {
-    /// Spot and on-demand.
-    Spot,
-    OnDemand,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum RequirementsArg {
-    Walkthrough,
-    Open,
-}
-
-pub(crate) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
+pub(super) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
     let mix: Mix = args
         .mix
         .as_deref()
