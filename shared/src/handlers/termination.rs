@@ -177,7 +177,7 @@ struct Seen {
     claims: Vec<Claim>,
     /// The node's VolumeAttachments the removal waits for, once drained.
     attachments: Vec<String>,
-    /// A handover's initialized replacements (node names).
+    /// The initialized nodes (names), read while a command awaits its replacements.
     initialized: Vec<String>,
 }
 
@@ -193,7 +193,7 @@ async fn look<P: PortSet>(ports: &P, command: &Command) -> Result<Seen, HandlerE
     let (node, pods) = match node_name {
         Some(name) => {
             let nodes = ports.cluster().nodes().await?;
-            if command.spec.handover && command.step == Step::AwaitReplacement {
+            if command.step == Step::AwaitReplacement {
                 initialized = nodes
                     .iter()
                     .filter(|n| machine::is_initialized(n))

@@ -33,7 +33,7 @@ pub struct View<'a> {
     /// (`drain::awaited_attachments`), by name.
     pub attachments: &'a [String],
     /// Nodes that are initialized (Ready, no `node.kubernetes.io/` taint
-    /// left), by name: a handover waits for its replacements to be.
+    /// left), by name: a command waits for its replacements to be.
     pub initialized: &'a [String],
 }
 
@@ -328,6 +328,39 @@ pub fn next(command: &Command, view: &View<'_>) -> Move {
                 .iter()
                 .filter(|c| command.replacements.contains(&c.id) && c.node_name.is_none())
                 .collect();
+            // Registered but not initialized yet: Karpenter waits for its
+            // replacements to be initialized before it drains (with no node
+            // left there is nothing to drain onto them, no reason to wait).
+            let booting: Vec<&Claim> = view
+                .claims
+                .iter()
+                .filter(|c| {
+                    command.replacements.contains(&c.id)
+                        && c.node_name
+                            .as_ref()
+                            .is_some_and(|n| !view.initialized.contains(n))
+                })
+                .collect();
+            if waiting.is_empty() && !booting.is_empty() && view.node.is_some() {
+                let until = replacement_deadline(command);
+                let n = booting.len();
+                if view.now >= until && command.spec.reason.rolls_back() {
+                    return Move::Rollback {
+                        node: node_name,
+                        why: format!("{n} replacement(s) not initialized in time"),
+                    };
+                }
+                if view.now >= until {
+                    return Move::Advance {
+                        step: Step::Drain,
+                        why: format!("{n} replacement(s) not initialized in time; draining anyway"),
+                    };
+                }
+                return Move::Wait {
+                    until: until.min(view.now + POLL),
+                    why: format!("waiting for {n} replacement(s) to initialize"),
+                };
+            }
             if waiting.is_empty() {
                 let live = view
                     .claims
@@ -489,9 +522,13 @@ mod tests {
             claim: claims.iter().find(|c| c.id == "default-abcde"),
             claims,
             attachments: &[],
-            initialized: &[],
+            // A registered replacement (node n2) is initialized, unless a test says otherwise.
+            initialized: INITIALIZED.as_slice(),
         }
     }
+
+    static INITIALIZED: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(|| vec!["n2".to_owned()]);
 
     #[test]
     fn taints_first_then_moves_on() {
@@ -684,9 +721,8 @@ mod tests {
     // Translations of kubernetes-sigs/karpenter pkg/controllers/disruption/
     // queue_test.go (Describe "Queue" / Context "Reconcile"): Karpenter's
     // orchestration queue is this machine, one command per record. Its
-    // commands are drifts (voluntary). nodewright moves on once the
-    // replacements have registered; Karpenter waits for them to be
-    // initialized (see the README: not implemented).
+    // commands are drifts (voluntary). As Karpenter, the drain starts once
+    // every replacement is initialized (Ready, no startup taint left).
 
     fn drift_with(replacement: &str) -> Command {
         let mut c = voluntary(replacement);
@@ -727,6 +763,112 @@ mod tests {
                 why: "1 replacement(s) not registered in time".into()
             }
         );
+    }
+
+    /// It("should keep nodes tainted when replacements haven't finished initialization"): a
+    /// registered replacement that is not initialized (not Ready, or startup taints left) keeps
+    /// the command waiting, its node tainted and undrained; once initialized, the drain starts.
+    #[test]
+    fn karpenter_queue_the_node_waits_tainted_until_its_replacement_is_initialized() {
+        let c = drift_with("default-new01");
+        let registered = [claim("default-abcde", true), claim("default-new01", true)];
+        let n = node(true);
+        let mut v = view(5, Some(&n), &registered);
+        v.initialized = &[];
+        assert_eq!(
+            next(&c, &v),
+            Move::Wait {
+                until: t(7),
+                why: "waiting for 1 replacement(s) to initialize".into()
+            }
+        );
+        // Past the bound, a voluntary command is rolled back (untainted).
+        let mut late = view(601, Some(&n), &registered);
+        late.initialized = &[];
+        assert!(matches!(
+            next(&c, &late),
+            Move::Rollback { node: Some(_), .. }
+        ));
+        assert!(matches!(
+            next(&c, &view(5, Some(&n), &registered)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
+    }
+
+    /// It("should fully handle a command when replacements are initialized"): initialized
+    /// replacement, then the drain, then the instance is terminated.
+    #[test]
+    fn karpenter_queue_a_command_with_an_initialized_replacement_is_carried_out() {
+        let mut c = drift_with("default-new01");
+        let registered = [claim("default-abcde", true), claim("default-new01", true)];
+        let mut n = node(true);
+        assert!(matches!(
+            next(&c, &view(5, Some(&n), &registered)),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
+        c.step = Step::Drain;
+        n.metadata.labels = Some(
+            [(
+                drain::EXCLUDE_FROM_LOAD_BALANCERS.to_owned(),
+                "true".to_owned(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        assert!(matches!(
+            next(&c, &view(6, Some(&n), &registered)),
+            Move::Advance {
+                step: Step::Terminate,
+                ..
+            }
+        ));
+        c.step = Step::Terminate;
+        assert_eq!(
+            next(&c, &view(7, Some(&n), &registered)),
+            Move::Terminate {
+                instance_id: "i-1".into()
+            }
+        );
+    }
+
+    /// It("should only finish a command when all replacements are initialized"): two
+    /// replacements, one initialized: the command waits; both: it drains.
+    #[test]
+    fn karpenter_queue_every_replacement_must_be_initialized() {
+        let mut c = drift_with("default-new01");
+        c.replacements.push("default-new02".into());
+        c.launched.push("default-new02".into());
+        let mut second = claim("default-new02", true);
+        second.node_name = Some("n3".into());
+        let claims = [
+            claim("default-abcde", true),
+            claim("default-new01", true),
+            second,
+        ];
+        let n = node(true);
+        let one = ["n2".to_owned()];
+        let mut v = view(5, Some(&n), &claims);
+        v.initialized = &one;
+        assert!(
+            matches!(next(&c, &v), Move::Wait { .. }),
+            "{:?}",
+            next(&c, &v)
+        );
+        let both = ["n2".to_owned(), "n3".to_owned()];
+        v.initialized = &both;
+        assert!(matches!(
+            next(&c, &v),
+            Move::Advance {
+                step: Step::Drain,
+                ..
+            }
+        ));
     }
 
     /// It("should not wait for replacements when none are needed"): a drift without replacement
@@ -1014,8 +1156,10 @@ mod tests {
         c.launched = vec!["default-new01".into()];
         // Registered (as n2) but not Ready: still waiting, nothing deleted.
         let registered = [claim("default-new01", true)];
+        let mut not_up = view(10, Some(&karpenters), &registered);
+        not_up.initialized = &[];
         assert!(matches!(
-            next(&c, &view(10, Some(&karpenters), &registered)),
+            next(&c, &not_up),
             Move::Wait { why, .. } if why.contains("1 to initialize")
         ));
         let booting = ready("n2", false);
@@ -1072,8 +1216,10 @@ mod tests {
         // Registered, never initialized within REPLACEMENT_WAIT.
         let registered = [claim("default-new01", true)];
         let late = REPLACEMENT_WAIT.as_secs();
+        let mut never_up = view(late, Some(&karpenters), &registered);
+        never_up.initialized = &[];
         assert!(matches!(
-            next(&c, &view(late, Some(&karpenters), &registered)),
+            next(&c, &never_up),
             Move::Rollback { node: None, why } if why.contains("initialize")
         ));
         // A second planning round is never made for a handover.
