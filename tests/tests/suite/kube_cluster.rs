@@ -161,6 +161,10 @@ fn the_rbac_file_grants_exactly_the_adapters_needs() {
         "/nodes patch",
         "/nodes delete",
         "apps/daemonsets list",
+        // A CapacityBuffer's scalableRef: the workload it is sized from.
+        "apps/deployments get",
+        "apps/replicasets get",
+        "apps/statefulsets get",
         "policy/poddisruptionbudgets list",
         "events.k8s.io/events create",
         "events.k8s.io/events patch",
