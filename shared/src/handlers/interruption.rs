@@ -235,9 +235,14 @@ pub async fn handle_message<P: PortSet>(
             handover: false,
         };
         started.push(termination::start(ports, spec).await?);
-        if reason == RemovalReason::SpotInterrupted {
+        if matches!(
+            reason,
+            RemovalReason::SpotInterrupted | RemovalReason::CapacityReservationInterrupted
+        ) {
             // After the command, so a failure here (returned for a retry)
-            // leaves the removal recorded; the retry merges into it.
+            // leaves the removal recorded; the retry merges into it. A
+            // reservation being reclaimed takes no new launch either
+            // (Karpenter sets its available count to 0).
             mark_offering_unavailable(ports, claim, now + options.unavailable_for).await?;
         }
     }
