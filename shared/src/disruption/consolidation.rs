@@ -145,7 +145,7 @@ pub fn by_savings_ratio(cx: &Context<'_, '_>, cands: Vec<usize>) -> Vec<usize> {
 
 /// Judges removing `targets`: `Err` says why not, in the user's words.
 pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, String> {
-    let outcome = cx.simulate(targets)?;
+    let outcome = cx.simulate_consolidation(targets)?;
     if let Some((pod, why)) = outcome.unschedulable.first() {
         return Err(format!("pod {pod} would fit nowhere else: {why}"));
     }

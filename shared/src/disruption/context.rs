@@ -251,6 +251,52 @@ impl<'s, 'a> Context<'s, 'a> {
         self.sim().simulate(&remove_refs, pods)
     }
 
+    /// Nodes under their pool's `consolidateAfter` window (a nonzero one):
+    /// their pods changed (or, with no change seen, they registered) less
+    /// than `consolidateAfter` ago. Karpenter's consolidation does not move
+    /// running pods onto them; pending pods and the pods of nodes already
+    /// going may still land there.
+    pub fn under_consolidate_after(&self) -> std::collections::BTreeSet<String> {
+        let now = self.s.now;
+        self.facts
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                let Some(after) = f.pool.and_then(|p| p.disruption.consolidate_after) else {
+                    return false;
+                };
+                let Some(registered) = f.claim.and_then(|c| c.registered_at) else {
+                    return false;
+                };
+                let since = self.states[*i]
+                    .as_ref()
+                    .and_then(|s| s.last_pod_event_at)
+                    .unwrap_or(registered);
+                after > crate::ports::SignedDuration::ZERO && now.duration_since(since) < after
+            })
+            .map(|(_, f)| f.name.clone())
+            .collect()
+    }
+
+    /// [`Self::simulate`] as consolidation simulates: no pod moves onto a
+    /// node [`Self::under_consolidate_after`].
+    pub fn simulate_consolidation(&mut self, targets: &[usize]) -> Result<Outcome, String> {
+        let closed = self.under_consolidate_after();
+        let pods: Vec<_> = targets
+            .iter()
+            .flat_map(|i| self.facts[*i].reschedulable.iter().copied())
+            .collect();
+        let remove: Vec<(String, String)> = targets
+            .iter()
+            .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
+            .collect();
+        let remove_refs: Vec<(&str, &str)> = remove
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        self.sim().simulate_closed(&remove_refs, &pods, &closed)
+    }
+
     /// Simulates the removal of `targets`: their pods placed on the rest.
     pub fn simulate(&mut self, targets: &[usize]) -> Result<Outcome, String> {
         let pods: Vec<_> = targets

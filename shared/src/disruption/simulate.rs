@@ -238,6 +238,17 @@ impl<'a> Simulator<'a> {
     /// The CapacityBuffer chunks the removed nodes hold are placed too
     /// (after `pods`, their keys last in the outcome).
     pub fn simulate(&mut self, remove: &[(&str, &str)], pods: &[&Pod]) -> Result<Outcome, String> {
+        self.simulate_closed(remove, pods, &BTreeSet::new())
+    }
+
+    /// [`Self::simulate`] with the nodes of `closed` taking no pod (they
+    /// still count for topology).
+    pub fn simulate_closed(
+        &mut self,
+        remove: &[(&str, &str)],
+        pods: &[&Pod],
+        closed: &BTreeSet<String>,
+    ) -> Result<Outcome, String> {
         let (mut sched, mut keys) = pods_of(pods, self.volumes)?;
         let names: BTreeSet<&str> = remove.iter().map(|(node, _)| *node).collect();
         for node in &names {
@@ -254,7 +265,13 @@ impl<'a> Simulator<'a> {
             .nodes
             .iter()
             .filter(|n| !names.contains(n.name.as_str()) && !self.removed.contains(&n.name))
-            .cloned()
+            .map(|n| {
+                let mut n = n.clone();
+                if closed.contains(&n.name) {
+                    n.unschedulable = true;
+                }
+                n
+            })
             .collect();
         let freed = self.freed(remove);
         for (pool, r) in &freed {

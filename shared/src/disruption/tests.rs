@@ -524,6 +524,26 @@ fn expiration_at_720h_and_not_before() {
     assert!(plan.commands.iter().all(|c| c.validate_at.is_none()));
 }
 
+/// Karpenter (pkg/controllers/nodeclaim/expiration/suite_test.go): It("should delete NodeClaims
+/// if the nodeClaim is expired but the node isn't"). Age counts from the claim (its launch), not
+/// from the Node: a claim 721 hours old whose Node registered an hour ago expires.
+#[test]
+fn expiration_counts_from_the_claim_not_the_node() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    let now = t0()
+        .checked_add(SignedDuration::from_hours(721))
+        .expect("t");
+    w.nodes[0].metadata.creation_timestamp = Some(Time(
+        now.checked_sub(SignedDuration::from_hours(1)).expect("t"),
+    ));
+    check(
+        &w.at(now).decide(),
+        &[("a", Some(Reason::Expired), "expired")],
+    );
+}
+
 #[test]
 fn expiration_ignores_do_not_disrupt_and_pdbs() {
     let mut w = World::new();
@@ -2287,6 +2307,69 @@ mod karpenter {
         assert_eq!(drifted_node(&w), None);
     }
 
+    /// Reserved Capacity / InstanceTypeNotFound: shouldn't drift when a matching instance type exists
+    /// with reserved and on-demand offerings; with reserved offerings; with on-demand offerings;
+    /// should drift when a matching instance type exists but the only offering is spot; ... but there
+    /// are no compatible offerings. A node launched into a capacity reservation, two hours old, its
+    /// type's offerings narrowed to each set in turn (the catalog's reserved offerings are the
+    /// reservations themselves, so "reserved" leaves only the type). Deliberate difference for the
+    /// last two: nodewright never drifts a node for what the catalog offers today (a pricing or
+    /// DescribeInstanceTypes gap must not replace a fleet); such nodes expire.
+    #[test]
+    fn a_reserved_node_does_not_drift_for_its_types_offerings_here() {
+        let offered: [&[&str]; 5] = [
+            &["reserved", "on-demand"],
+            &["reserved"],
+            &["on-demand"],
+            &["spot"],
+            &[],
+        ];
+        for kept in offered {
+            let mut w = World::with_pool(serde_json::json!({
+                "template": {"spec": {
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand", "spot"]}],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+                }},
+                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+            }));
+            w.catalog = catalog(&["m5.xlarge"]);
+            w.node_at("a", "m5.xlarge", "reserved", t0())
+                .pods_on("a", 3, 1000, 1024);
+            w.catalog
+                .offerings
+                .retain(|o| kept.contains(&o.capacity_type.as_str()));
+            w.at(secs(2 * 3600));
+            assert_eq!(drifted_node(&w), None, "offerings {kept:?}");
+            check(&w.decide(), &[("a", None, "")]);
+        }
+    }
+
+    /// should remove the status condition from the nodeClaim when the nodeClaim launch condition is
+    /// unknown (and: ... is false). A claim whose launch has not succeeded (no instance yet, or its
+    /// launch failed) is never drifted, though its pool's template changed since it was written.
+    #[test]
+    fn a_claim_not_launched_is_never_drifted() {
+        let mut w = World::new();
+        w.catalog = catalog(&["m5.xlarge"]);
+        w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+        let mut pending = w.claims[0].clone();
+        pending.id = "default-pending".into();
+        pending.instance = None;
+        pending.running_at = None;
+        pending.node_name = None;
+        pending.registered_at = None;
+        w.claims.push(pending);
+        w.pools[0].labels.insert("team".into(), "b".into());
+        let plan = w.decide();
+        let drifted: Vec<&str> = plan
+            .commands
+            .iter()
+            .filter(|c| c.reason == Reason::Drifted)
+            .flat_map(|c| c.targets.iter().map(|t| t.claim_id.as_str()))
+            .collect();
+        assert_eq!(drifted, ["default-a"], "only the launched claim drifts");
+    }
+
     /// should not consider candidates that are not owned by a NodePool (no karpenter.sh/nodepool label)
     /// (and: should not consider candidates that has just a Node representation — a Node carrying
     /// the NodePool label but with no claim of ours)
@@ -2310,6 +2393,45 @@ mod karpenter {
             ));
             w.budgets(serde_json::json!([{"nodes": "100%"}]));
             assert_eq!(disrupted(&w.decide()), ["n00"], "{pool_label:?}");
+        }
+    }
+
+    /// BuildDisruptionBudgetMapping: should not consider nodes that are not initialized as part of
+    /// disruption count. Ten Ready nodes and one still booting (NotReady since it registered) under a
+    /// 100 % budget: every reason may disrupt ten, the booting node counted in no total.
+    #[test]
+    fn a_booting_node_is_not_counted_in_the_budgets() {
+        let mut w = empties(10);
+        w.node("boot", "m5.large").not_ready("boot", t0());
+        w.budgets(serde_json::json!([{"nodes": "100%"}]));
+        let s = w.snapshot();
+        let facts = snapshot::node_facts(&s);
+        let budgets = budget::Budgets::new(&facts, s.now);
+        for reason in [Reason::Empty, Reason::Drifted, Reason::Underutilized] {
+            assert_eq!(budgets.remaining("default", reason), 10, "{reason:?}");
+        }
+    }
+
+    /// BuildDisruptionBudgetMapping: should not consider nodes that have the terminating status
+    /// condition as part of disruption count. Ten nodes and an eleventh whose instance is being
+    /// terminated (its removal in flight) under a 100 % budget: ten may still disrupt. nodewright
+    /// counts the going node in the pool's total and as disrupting, which leaves the same ten.
+    #[test]
+    fn a_terminating_node_leaves_the_others_budget_whole() {
+        let mut w = empties(10);
+        w.node("going", "m5.large");
+        w.budgets(serde_json::json!([{"nodes": "100%"}]));
+        w.in_flight.push(InFlight {
+            node: "going".into(),
+            claim_id: "default-going".into(),
+            reason: Reason::Expired,
+            replace: false,
+        });
+        let s = w.snapshot();
+        let facts = snapshot::node_facts(&s);
+        let budgets = budget::Budgets::new(&facts, s.now);
+        for reason in [Reason::Empty, Reason::Drifted, Reason::Underutilized] {
+            assert_eq!(budgets.remaining("default", reason), 10, "{reason:?}");
         }
     }
 

@@ -569,7 +569,13 @@ impl<P: PortSet> Disruption<P> {
         }
         let plan = disruption::decide(&gathered.snapshot(tuning, self.seed(now)));
         report.logged = self.log_decisions(&plan, skip);
-        publish_decisions(&plan, now);
+        // Forceful commands act now; voluntary ones count once re-validated.
+        let acting: Vec<&disruption::Command> = plan
+            .commands
+            .iter()
+            .filter(|c| c.validate_at.is_none())
+            .collect();
+        publish_decisions(&acting, now);
         self.write_claim_updates(&gathered, &plan).await;
         self.log_handovers(&plan);
         if !skip {
@@ -702,6 +708,7 @@ impl<P: PortSet> Disruption<P> {
             .partition(|c| c.validate_at.is_none_or(|t| t <= now));
         self.pending = later;
         let mut gathered = gather(&self.ports, config).await?;
+        let mut acted = Vec::new();
         for command in due {
             let verdict = disruption::validate(
                 &command,
@@ -710,6 +717,7 @@ impl<P: PortSet> Disruption<P> {
             match verdict {
                 Ok(()) => {
                     self.act(&command, report).await?;
+                    acted.push(command.clone());
                     gathered
                         .in_flight
                         .extend(command.targets.iter().map(|t| InFlight {
@@ -721,10 +729,17 @@ impl<P: PortSet> Disruption<P> {
                 }
                 Err(why) => {
                     info!(command = %command.id, reason = command.reason.as_str(), %why, "disruption no longer holds after re-validation; not acting");
+                    super::metrics::count(
+                        now.as_millisecond(),
+                        super::metrics::karpenter::DISRUPTION_FAILED_VALIDATIONS,
+                        &[("consolidation_type", consolidation_type(&command))],
+                        1.0,
+                    );
                     report.rejected.push((command.id.clone(), why));
                 }
             }
         }
+        publish_decisions(&acted.iter().collect::<Vec<_>>(), now);
         // Decide again right away: the world moved on.
         self.memory.lock().next_decision = Some(now);
         Ok(())
@@ -1152,21 +1167,34 @@ fn publish_startups(pods: &[Pod], since: Option<Timestamp>, now: Timestamp) {
     }
 }
 
-/// `karpenter_voluntary_disruption_decisions_total` for each command a
-/// decision made: `replace` or `delete`, its reason, and which
-/// consolidation (`single`, `multi`) when it is one.
-fn publish_decisions(plan: &disruption::Plan, now: Timestamp) {
-    for c in &plan.commands {
+/// Karpenter's `consolidation_type` label of a command's method.
+fn consolidation_type(c: &disruption::Command) -> &'static str {
+    match c.method {
+        "emptiness" => "empty",
+        "multi-node-consolidation" => "multi",
+        "single-node-consolidation" => "single",
+        _ => "",
+    }
+}
+
+/// `karpenter_voluntary_disruption_decisions_total` for each command that
+/// starts (a voluntary one once re-validated, as Karpenter counts it when
+/// its queue takes it): `replace` or `delete`, its reason, and which
+/// consolidation (`empty`, `single`, `multi`) when it is one; and
+/// `…_decisions_by_nodepool_total` once per pool among its targets.
+/// nodewright's emptiness makes one command per empty node, Karpenter's
+/// one for all the nodes a pass finds empty: emptiness commands starting
+/// together count as one decision, as Karpenter counts them.
+fn publish_decisions(commands: &[&disruption::Command], now: Timestamp) {
+    // (decision, reason, consolidation type) → the pools of its targets.
+    let mut decisions: Vec<((&str, &str, &str), Vec<&str>)> = Vec::new();
+    for c in commands {
         let decision = if c.replacement.is_some() {
             "replace"
         } else {
             "delete"
         };
-        let consolidation_type = match c.method {
-            "multi-node-consolidation" => "multi",
-            "single-node-consolidation" => "single",
-            _ => "",
-        };
+        let consolidation_type = consolidation_type(c);
         let reason = match c.reason {
             Reason::Empty => "empty",
             Reason::Expired => "expired",
@@ -1175,6 +1203,17 @@ fn publish_decisions(plan: &disruption::Plan, now: Timestamp) {
             Reason::Unhealthy => "unhealthy",
             Reason::Interrupted => "interrupted",
         };
+        let key = (decision, reason, consolidation_type);
+        let pools = c.targets.iter().map(|t| t.pool.as_str());
+        match decisions
+            .iter_mut()
+            .find(|(k, _)| c.method == "emptiness" && *k == key)
+        {
+            Some((_, seen)) => seen.extend(pools),
+            None => decisions.push((key, pools.collect())),
+        }
+    }
+    for ((decision, reason, consolidation_type), mut pools) in decisions {
         super::metrics::count(
             now.as_millisecond(),
             super::metrics::karpenter::DISRUPTION_DECISIONS,
@@ -1185,6 +1224,21 @@ fn publish_decisions(plan: &disruption::Plan, now: Timestamp) {
             ],
             1.0,
         );
+        pools.sort_unstable();
+        pools.dedup();
+        for pool in pools {
+            super::metrics::count(
+                now.as_millisecond(),
+                super::metrics::karpenter::DISRUPTION_DECISIONS_BY_NODEPOOL,
+                &[
+                    ("nodepool", pool),
+                    ("decision", decision),
+                    ("reason", reason),
+                    ("consolidation_type", consolidation_type),
+                ],
+                1.0,
+            );
+        }
     }
 }
 

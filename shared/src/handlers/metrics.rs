@@ -23,8 +23,11 @@ pub mod karpenter {
     pub const NODECLAIMS_CREATED: &str = "karpenter_nodeclaims_created_total";
     /// Counter {nodepool, capacity_type, zone}: a claim's instance terminated and the claim released.
     pub const NODECLAIMS_TERMINATED: &str = "karpenter_nodeclaims_terminated_total";
-    /// Counter {reason, nodepool, capacity_type}: a removal started.
+    /// Counter {reason, nodepool, capacity_type, termination_mode}: a removal started.
     pub const NODECLAIMS_DISRUPTED: &str = "karpenter_nodeclaims_disrupted_total";
+    /// Counter {reason, nodepool, capacity_type, termination_mode}: a
+    /// removal started, by the node's reschedulable pods.
+    pub const PODS_DISRUPTION_INITIATED: &str = "karpenter_pods_disruption_initiated_total";
     /// Counter {nodepool, zone}: a claim's Node registered.
     pub const NODES_CREATED: &str = "karpenter_nodes_created_total";
     /// Counter {nodepool, zone}: a removed claim's Node deleted.
@@ -37,10 +40,22 @@ pub mod karpenter {
     pub const NODES_LIFETIME: &str = "karpenter_nodes_lifetime_duration_seconds";
     /// Histogram: a pod's creation to Ready, seconds.
     pub const PODS_STARTUP: &str = "karpenter_pods_startup_duration_seconds";
+    /// Counter {reason}: pods evicted by a drain, by the voluntary
+    /// disruption's reason (`Empty`, `Underutilized`, `Drifted`,
+    /// `Unhealthy`; none for a forceful removal).
+    pub const PODS_DRAINED: &str = "karpenter_pods_drained_total";
     /// Counter {code}: eviction requests by the API server's answer.
     pub const PODS_EVICTION_REQUESTS: &str = "karpenter_pods_eviction_requests_total";
     /// Counter {decision, reason, consolidation_type}: a disruption command decided.
     pub const DISRUPTION_DECISIONS: &str = "karpenter_voluntary_disruption_decisions_total";
+    /// Counter {nodepool, decision, reason, consolidation_type}: a disruption
+    /// command decided, once per pool among its targets.
+    pub const DISRUPTION_DECISIONS_BY_NODEPOOL: &str =
+        "karpenter_voluntary_disruption_decisions_by_nodepool_total";
+    /// Counter {consolidation_type}: a voluntary command that no longer
+    /// held when re-validated, and was dropped.
+    pub const DISRUPTION_FAILED_VALIDATIONS: &str =
+        "karpenter_voluntary_disruption_failed_validations_total";
     /// Histogram {controller}: one solve, seconds.
     pub const SCHEDULING_DURATION: &str = "karpenter_scheduler_scheduling_duration_seconds";
     /// Gauge {controller}: pods waiting for capacity (marked Unschedulable, no node).
@@ -61,10 +76,11 @@ pub mod karpenter {
 
     /// Every name above (the dashboard is checked against it;
     /// `shared/docs/operations.md` lists each).
-    pub const ALL: [&str; 19] = [
+    pub const ALL: [&str; 23] = [
         NODECLAIMS_CREATED,
         NODECLAIMS_TERMINATED,
         NODECLAIMS_DISRUPTED,
+        PODS_DISRUPTION_INITIATED,
         NODES_CREATED,
         NODES_TERMINATED,
         NODES_DRAINED,
@@ -72,7 +88,10 @@ pub mod karpenter {
         NODES_LIFETIME,
         PODS_STARTUP,
         PODS_EVICTION_REQUESTS,
+        PODS_DRAINED,
         DISRUPTION_DECISIONS,
+        DISRUPTION_DECISIONS_BY_NODEPOOL,
+        DISRUPTION_FAILED_VALIDATIONS,
         SCHEDULING_DURATION,
         SCHEDULER_QUEUE_DEPTH,
         NODEPOOLS_USAGE,
@@ -234,6 +253,48 @@ pub fn emit(timestamp_ms: i64, dimensions: &BTreeMap<&str, String>, metrics: &[M
 
 thread_local! {
     static CAPTURED: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A capture that spans `await`s (a scenario's run on a current-thread
+/// runtime): what this thread publishes from [`Capture::start`] to
+/// [`Capture::finish`]. A capture already open still sees every line.
+#[derive(Debug)]
+pub struct Capture {
+    before: Option<Vec<String>>,
+}
+
+impl Capture {
+    pub fn start() -> Capture {
+        Capture {
+            before: CAPTURED.with(|c| c.borrow_mut().replace(Vec::new())),
+        }
+    }
+
+    /// What was published since `start`, as parsed EMF documents; the
+    /// capture that was open before gets the lines too.
+    pub fn finish(self) -> Vec<serde_json::Value> {
+        let lines = CAPTURED
+            .with(|c| std::mem::replace(&mut *c.borrow_mut(), self.before))
+            .unwrap_or_default();
+        CAPTURED.with(|c| {
+            if let Some(outer) = c.borrow_mut().as_mut() {
+                outer.extend(lines.iter().cloned());
+            }
+        });
+        parse_lines(&lines)
+    }
+}
+
+/// What the capture open on this thread holds so far, parsed (none open: nothing).
+pub fn captured_so_far() -> Vec<serde_json::Value> {
+    CAPTURED.with(|c| c.borrow().as_deref().map(parse_lines).unwrap_or_default())
+}
+
+fn parse_lines(lines: &[String]) -> Vec<serde_json::Value> {
+    lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// Runs `f` and returns what it published on this thread, as parsed EMF

@@ -367,6 +367,19 @@ pub async fn advance_before<P: PortSet>(
             }
             Move::Wait { until, why } => {
                 debug!(%why, "removal waiting");
+                if command.step == Step::Drain
+                    && !seen.attachments.is_empty()
+                    && command.milestones.awaiting_volumes_at.is_none()
+                    && let Some(node) = seen.node.as_ref().and_then(|n| n.metadata.name.clone())
+                {
+                    // Once per removal, as Karpenter's Event is deduplicated per node.
+                    awaiting_volumes_event(ports, &node, &seen.attachments).await;
+                    let mut next = command.next(now);
+                    next.milestones.awaiting_volumes_at = Some(now);
+                    if write(ports, &command, next).await?.is_none() {
+                        return Ok(Progress::Contended);
+                    }
+                }
                 return Ok(Progress::Waiting(until));
             }
             Move::Rollback { node, why } => {
@@ -783,6 +796,14 @@ async fn drain<P: PortSet>(
             );
         }
     }
+    if evicted > 0 {
+        metrics::count(
+            now.as_millisecond(),
+            metrics::karpenter::PODS_DRAINED,
+            &[("reason", drained_reason(command.spec.reason))],
+            evicted as f64,
+        );
+    }
     let mut next = command.next(now);
     for (pod, reason) in &blocked {
         next.evictions_blocked += 1;
@@ -820,6 +841,45 @@ async fn drain<P: PortSet>(
     Ok(Progress::Waiting(now + machine::POLL))
 }
 
+/// Karpenter's `AwaitingVolumeDetachment` Event on a drained node whose
+/// VolumeAttachments have not gone yet (at most five named, as Karpenter
+/// lists them).
+async fn awaiting_volumes_event<P: PortSet>(ports: &P, node: &str, attachments: &[String]) {
+    let mut names = attachments
+        .iter()
+        .take(5)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if attachments.len() > 5 {
+        names.push_str(&format!(" and {} other(s)", attachments.len() - 5));
+    }
+    let e = ClusterEvent {
+        kind: "Node".to_owned(),
+        namespace: None,
+        name: node.to_owned(),
+        type_: "Normal".to_owned(),
+        reason: "AwaitingVolumeDetachment".to_owned(),
+        message: format!("Awaiting deletion of bound volumeattachments ({names})"),
+    };
+    if let Err(err) = ports.cluster().record_event(&e).await {
+        debug!(node = %node, error = %err, "could not publish event");
+    }
+}
+
+/// The `reason` of `karpenter_pods_drained_total`: the disruption reason
+/// Karpenter writes on the NodeClaim for a voluntary disruption; none for
+/// the forceful removals (expiration, interruption), which write none.
+fn drained_reason(reason: RemovalReason) -> &'static str {
+    match reason {
+        RemovalReason::Empty => "Empty",
+        RemovalReason::Underutilized => "Underutilized",
+        RemovalReason::Drifted => "Drifted",
+        RemovalReason::Unhealthy => "Unhealthy",
+        _ => "",
+    }
+}
+
 async fn event<P: PortSet>(ports: &P, pod: &PodKey, type_: &str, reason: &str, message: String) {
     let e = ClusterEvent {
         kind: "Pod".to_owned(),
@@ -834,7 +894,10 @@ async fn event<P: PortSet>(ports: &P, pod: &PodKey, type_: &str, reason: &str, m
     }
 }
 
-/// `karpenter_nodeclaims_disrupted_total` for a removal just started.
+/// `karpenter_nodeclaims_disrupted_total` for a removal just started, and
+/// `karpenter_pods_disruption_initiated_total` by the node's reschedulable
+/// pods (DaemonSet and mirror pods excluded), with Karpenter's labels but
+/// `consolidation_policy` (the removal does not carry its pool's policy).
 async fn publish_disrupted<P: PortSet>(ports: &P, spec: &RemovalSpec, now: Timestamp) {
     let claims = ports.store().claims().await.unwrap_or_default();
     let capacity_type = claims
@@ -842,16 +905,44 @@ async fn publish_disrupted<P: PortSet>(ports: &P, spec: &RemovalSpec, now: Times
         .find(|c| c.id == spec.claim_id)
         .and_then(|c| c.instance.as_ref())
         .map_or(String::new(), |i| i.capacity_type.clone());
+    let pods = match &spec.node {
+        Some(node) => ports
+            .cluster()
+            .pods_on_node(node)
+            .await
+            .map(|p| reschedulable(&p).len())
+            .unwrap_or(0),
+        None => 0,
+    };
+    let labels = [
+        ("reason", metrics::reason_label(spec.reason)),
+        ("nodepool", spec.pool.as_str()),
+        ("capacity_type", capacity_type.as_str()),
+        ("termination_mode", termination_mode(spec.deadline, now)),
+    ];
     metrics::count(
         now.as_millisecond(),
         metrics::karpenter::NODECLAIMS_DISRUPTED,
-        &[
-            ("reason", metrics::reason_label(spec.reason)),
-            ("nodepool", spec.pool.as_str()),
-            ("capacity_type", capacity_type.as_str()),
-        ],
+        &labels,
         1.0,
     );
+    metrics::count(
+        now.as_millisecond(),
+        metrics::karpenter::PODS_DISRUPTION_INITIATED,
+        &labels,
+        pods as f64,
+    );
+}
+
+/// Karpenter's `termination_mode` label: `graceful` when PDBs and
+/// `do-not-disrupt` are always respected (no deadline), `forceful` when
+/// the deadline is already here, `eventual` when it is to come.
+fn termination_mode(deadline: Option<Timestamp>, now: Timestamp) -> &'static str {
+    match deadline {
+        None => "graceful",
+        Some(d) if d <= now => "forceful",
+        Some(_) => "eventual",
+    }
 }
 
 /// The released claim's Karpenter figures: terminated (claim and node),

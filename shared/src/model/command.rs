@@ -142,6 +142,10 @@ pub struct Milestones {
     /// Every pod that had to go had an eviction (or deletion) issued.
     pub evictions_issued_at: Option<Timestamp>,
     pub drained_at: Option<Timestamp>,
+    /// Drained, the removal began waiting for VolumeAttachments to go (its
+    /// `AwaitingVolumeDetachment` Event was published).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_volumes_at: Option<Timestamp>,
     pub terminated_at: Option<Timestamp>,
 }
 

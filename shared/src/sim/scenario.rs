@@ -453,6 +453,25 @@ pub struct Expect {
     pub spread: Vec<placement::SpreadExpect>,
     /// What every launch offered EC2 (in-memory cloud only).
     pub launch_options: Option<placement::LaunchOptionsExpect>,
+    /// Metrics the run published (Karpenter's names, `handlers::metrics`):
+    /// per entry, the figures of that name whose labels include `labels`.
+    #[serde(default)]
+    pub metrics: Vec<MetricExpect>,
+}
+
+/// `metrics`: figures of one metric with some labels, summed (`total`:
+/// a counter's increase) and/or counted (`observations`: a histogram's
+/// samples, a gauge's readings).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricExpect {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub total: Option<f64>,
+    pub observations: Option<usize>,
+    /// The last figure published (a gauge's value now).
+    pub last: Option<f64>,
 }
 
 /// `maxPendingSeconds`: a bound for the whole run, or for the pods whose
@@ -951,6 +970,17 @@ pub async fn run<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     sim: &mut Simulation<C, S, K>,
     scenario: &Scenario,
 ) -> Result<(), ScenarioError> {
+    let capture = crate::handlers::metrics::Capture::start();
+    let ran = run_actions(sim, scenario).await;
+    let metrics = capture.finish();
+    sim.metrics.extend(metrics);
+    ran
+}
+
+async fn run_actions<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
+    sim: &mut Simulation<C, S, K>,
+    scenario: &Scenario,
+) -> Result<(), ScenarioError> {
     let start = sim.now();
     sim.scenario_start = Some(start);
     let mut actions: Vec<(SignedDuration, &Action)> = scenario
@@ -1187,6 +1217,48 @@ pub async fn check<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     failures
 }
 
+/// The `metrics` expectations against the published EMF documents.
+fn check_metrics(want: &[MetricExpect], docs: &[serde_json::Value]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for m in want {
+        let values: Vec<f64> = docs
+            .iter()
+            .filter(|d| {
+                m.labels
+                    .iter()
+                    .all(|(k, v)| d.get(k).and_then(|x| x.as_str()) == Some(v.as_str()))
+            })
+            .filter_map(|d| d.get(&m.name).and_then(serde_json::Value::as_f64))
+            .collect();
+        let what = if m.labels.is_empty() {
+            m.name.clone()
+        } else {
+            format!("{} {:?}", m.name, m.labels)
+        };
+        if let Some(total) = m.total {
+            let got: f64 = values.iter().sum();
+            if (got - total).abs() > 1e-9 {
+                failures.push(format!("expected {what} to total {total}, found {got}"));
+            }
+        }
+        if let Some(n) = m.observations
+            && values.len() != n
+        {
+            failures.push(format!(
+                "expected {n} figure(s) of {what}, found {}",
+                values.len()
+            ));
+        }
+        if let Some(last) = m.last {
+            match values.last() {
+                Some(v) if (v - last).abs() <= 1e-9 => {}
+                got => failures.push(format!("expected {what} last at {last}, found {got:?}")),
+            }
+        }
+    }
+    failures
+}
+
 /// Checks the expectations against the simulation as it is now.
 pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
     sim: &Simulation<C, S, K>,
@@ -1287,6 +1359,11 @@ pub async fn check_now<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
         if launched != l {
             failures.push(format!("expected {l} launch(es), found {launched}"));
         }
+    }
+    if !expect.metrics.is_empty() {
+        let mut docs = sim.metrics.clone();
+        docs.extend(crate::handlers::metrics::captured_so_far());
+        failures.extend(check_metrics(&expect.metrics, &docs));
     }
     let events = sim.cluster.events().await;
     for (reason, want) in &expect.events {

@@ -194,6 +194,9 @@ pub struct Simulation<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver = Sim
     pub longest_pending: Option<(SignedDuration, String)>,
     /// When the scenario's run began (`scenario::run`): what its times count from.
     pub scenario_start: Option<Timestamp>,
+    /// The metrics the scenario's run published, as parsed EMF documents
+    /// (`scenario::run` captures them on its thread).
+    pub metrics: Vec<serde_json::Value>,
     /// Every finished wait of a pod for a node: when it began, how long it
     /// lasted, which pod (waits still going on are in `pending_since`).
     pub pending_waits: Vec<(Timestamp, SignedDuration, String)>,
@@ -292,6 +295,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             state_changes_failed: 0,
             pending_waits: Vec::new(),
             scenario_start: None,
+            metrics: Vec::new(),
             disruption_starts: Vec::new(),
             messages_lost: 0,
             kubelets_stopped: BTreeMap::new(),

@@ -223,6 +223,49 @@ fn a_voluntary_command_that_no_longer_holds_at_revalidation_is_dropped() {
     });
 }
 
+/// Karpenter (pkg/controllers/disruption/suite_test.go, Disruption Taints):
+/// It("should remove taints from NodeClaims that were left tainted from a
+/// previous disruption action"). A node of ours carries the
+/// `karpenter.sh/disrupted` taint though no removal owns it (a removal that
+/// crashed between its taint and its command, say): the next pass takes the
+/// taint off and removes nothing (consolidateAfter: Never).
+#[test]
+fn a_disruption_taint_no_removal_owns_is_removed() {
+    rt().block_on(async {
+        let sim = world(MemStore::new(), 1, "10%", false).await;
+        let node = sim.cluster.all_nodes()[0]
+            .metadata
+            .name
+            .clone()
+            .expect("name");
+        crate::ports::Cluster::add_taint(
+            &sim.cluster,
+            &node,
+            &crate::termination::disrupted_taint(),
+        )
+        .await
+        .expect("tainted");
+        let tainted = |sim: &Sim<MemStore>| {
+            sim.cluster.all_nodes()[0]
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+        };
+        assert!(tainted(&sim), "the leftover taint is there");
+        let mut d = handler(&sim, "invocation");
+        assert!(
+            d.acquire_lease(sim.now() + SignedDuration::from_secs(60))
+                .await
+                .expect("lease")
+        );
+        let report = d.tick().await.expect("tick");
+        assert!(!tainted(&sim), "the pass removed the leftover taint");
+        assert!(report.started.is_empty(), "{report:#?}");
+        assert!(sim.store.commands().await.expect("commands").is_empty());
+    });
+}
+
 #[test]
 fn the_claims_bookkeeping_is_written_back() {
     rt().block_on(async {
