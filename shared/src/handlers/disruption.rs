@@ -1187,7 +1187,8 @@ fn consolidation_type(c: &disruption::Command) -> &'static str {
 /// together count as one decision, as Karpenter counts them.
 fn publish_decisions(commands: &[&disruption::Command], now: Timestamp) {
     // (decision, reason, consolidation type) → the pools of its targets.
-    let mut decisions: Vec<((&str, &str, &str), Vec<&str>)> = Vec::new();
+    type Labels = (&'static str, &'static str, &'static str);
+    let mut decisions: Vec<(Labels, Vec<&str>)> = Vec::new();
     for c in commands {
         let decision = if c.replacement.is_some() {
             "replace"
