@@ -272,7 +272,7 @@ impl<'s, 'a> Context<'s, 'a> {
                     .as_ref()
                     .and_then(|s| s.last_pod_event_at)
                     .unwrap_or(registered);
-                after > crate::ports::SignedDuration::ZERO && now.duration_since(since) < after
+                after > crate::model::SignedDuration::ZERO && now.duration_since(since) < after
             })
             .map(|(_, f)| f.name.clone())
             .collect()
