@@ -240,6 +240,17 @@ impl<'s, 'a> Context<'s, 'a> {
         targets: &[usize],
         pods: &[&'a k8s_openapi::api::core::v1::Pod],
     ) -> Result<Outcome, String> {
+        self.simulate_removal(targets, pods, &std::collections::BTreeSet::new())
+    }
+
+    /// The removal of `targets` with `pods` to place, no pod moving onto
+    /// the nodes of `closed`.
+    fn simulate_removal(
+        &mut self,
+        targets: &[usize],
+        pods: &[&'a k8s_openapi::api::core::v1::Pod],
+        closed: &std::collections::BTreeSet<String>,
+    ) -> Result<Outcome, String> {
         let remove: Vec<(String, String)> = targets
             .iter()
             .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
@@ -248,7 +259,15 @@ impl<'s, 'a> Context<'s, 'a> {
             .iter()
             .map(|(a, b)| (a.as_str(), b.as_str()))
             .collect();
-        self.sim().simulate(&remove_refs, pods)
+        self.sim().simulate_closed(&remove_refs, pods, closed)
+    }
+
+    /// The pods the removal of `targets` must place again.
+    fn reschedulable_of(&self, targets: &[usize]) -> Vec<&'a k8s_openapi::api::core::v1::Pod> {
+        targets
+            .iter()
+            .flat_map(|i| self.facts[*i].reschedulable.iter().copied())
+            .collect()
     }
 
     /// Nodes under their pool's `consolidateAfter` window (a nonzero one):
@@ -282,27 +301,13 @@ impl<'s, 'a> Context<'s, 'a> {
     /// node [`Self::under_consolidate_after`].
     pub fn simulate_consolidation(&mut self, targets: &[usize]) -> Result<Outcome, String> {
         let closed = self.under_consolidate_after();
-        let pods: Vec<_> = targets
-            .iter()
-            .flat_map(|i| self.facts[*i].reschedulable.iter().copied())
-            .collect();
-        let remove: Vec<(String, String)> = targets
-            .iter()
-            .map(|i| (self.key(*i).0.to_owned(), self.key(*i).1.to_owned()))
-            .collect();
-        let remove_refs: Vec<(&str, &str)> = remove
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
-        self.sim().simulate_closed(&remove_refs, &pods, &closed)
+        let pods = self.reschedulable_of(targets);
+        self.simulate_removal(targets, &pods, &closed)
     }
 
     /// Simulates the removal of `targets`: their pods placed on the rest.
     pub fn simulate(&mut self, targets: &[usize]) -> Result<Outcome, String> {
-        let pods: Vec<_> = targets
-            .iter()
-            .flat_map(|i| self.facts[*i].reschedulable.iter().copied())
-            .collect();
+        let pods = self.reschedulable_of(targets);
         self.simulate_pods(targets, &pods)
     }
 

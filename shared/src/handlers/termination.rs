@@ -458,9 +458,7 @@ async fn handed_over<P: PortSet>(ports: &P, command: &Command, node: &str) {
             command.replacements.len()
         ),
     };
-    if let Err(e) = ports.cluster().record_event(&event).await {
-        debug!(node = %node, error = %e, "event not recorded");
-    }
+    publish_event(ports, &event).await;
 }
 
 /// Undoes a voluntary removal whose replacement failed: the taint comes
@@ -862,9 +860,7 @@ async fn awaiting_volumes_event<P: PortSet>(ports: &P, node: &str, attachments: 
         reason: "AwaitingVolumeDetachment".to_owned(),
         message: format!("Awaiting deletion of bound volumeattachments ({names})"),
     };
-    if let Err(err) = ports.cluster().record_event(&e).await {
-        debug!(node = %node, error = %err, "could not publish event");
-    }
+    publish_event(ports, &e).await;
 }
 
 /// The `reason` of `karpenter_pods_drained_total`: the disruption reason
@@ -889,8 +885,14 @@ async fn event<P: PortSet>(ports: &P, pod: &PodKey, type_: &str, reason: &str, m
         reason: reason.to_owned(),
         message,
     };
-    if let Err(err) = ports.cluster().record_event(&e).await {
-        debug!(pod = %pod, error = %err, "could not publish event");
+    publish_event(ports, &e).await;
+}
+
+/// Events are best effort: one that cannot be written is logged, never
+/// fails the removal.
+async fn publish_event<P: PortSet>(ports: &P, e: &ClusterEvent) {
+    if let Err(err) = ports.cluster().record_event(e).await {
+        debug!(kind = %e.kind, name = %e.name, reason = %e.reason, error = %err, "could not publish event");
     }
 }
 
