@@ -5,7 +5,8 @@
 //! numbers follow what Karpenter's AWS provider computes, so a node we plan
 //! holds exactly what the kubelet will let it hold:
 //! - memory capacity = MiB − 64 MiB on arm64 − ceil(7.5 % VM overhead)
-//! - kube-reserved memory = 11 MiB × maxPods + 255 MiB; eviction threshold 100 MiB
+//! - kube-reserved memory = 11 MiB × the ENI-limited pods + 255 MiB (on
+//!   Bottlerocket: × the node's max pods); eviction threshold 100 MiB
 //! - kube-reserved CPU = 6 % of the first core, 1 % of the second, 0.5 % of
 //!   cores 3–4, 0.25 % of every core above 4
 //! - maxPods = ENIs × (IPv4 per ENI − 1) + 2 unless the kubelet config says otherwise
@@ -91,6 +92,12 @@ pub struct KubeletConfig {
     /// reduce allocatable (only the hard one does, as Karpenter computes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_soft_memory: Option<Threshold>,
+    /// The nodes run Bottlerocket (the NodeClass's AMI family): it has no
+    /// podsPerCore, and it sizes the default kube-reserved memory from the
+    /// max pods the node runs, where the EKS AMIs size it from the
+    /// ENI-limited count (as Karpenter computes both).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bottlerocket: bool,
 }
 
 /// CPU and memory a kubelet setting reserves (`None`: not set).
@@ -164,7 +171,11 @@ impl InstanceTypeInfo {
         if let Some(m) = kubelet.max_pods {
             max = i64::from(m);
         }
-        if let Some(ppc) = kubelet.pods_per_core.filter(|p| *p > 0) {
+        // podsPerCore 0 is unset; Bottlerocket has no such setting.
+        if let Some(ppc) = kubelet
+            .pods_per_core
+            .filter(|p| *p > 0 && !kubelet.bottlerocket)
+        {
             max = max.min(i64::from(ppc) * i64::from(self.vcpu));
         }
         max
@@ -202,11 +213,17 @@ impl InstanceTypeInfo {
             .cpu_millis
             .unwrap_or_else(|| kube_reserved_cpu_millis(self.vcpu));
         // The EKS AMIs size the default from the ENI-limited pod count,
-        // whatever maxPods or podsPerCore say.
+        // whatever maxPods or podsPerCore say; Bottlerocket from the max
+        // pods the node runs.
+        let sizing_pods = if kubelet.bottlerocket {
+            self.max_pods(kubelet)
+        } else {
+            self.max_pods(&KubeletConfig::default())
+        };
         let kube_memory = kubelet
             .kube_reserved
             .memory_bytes
-            .unwrap_or((11 * self.max_pods(&KubeletConfig::default()) + 255) * MIB);
+            .unwrap_or((11 * sizing_pods + 255) * MIB);
         let capacity_memory = self.capacity(kubelet).memory_bytes;
         let eviction = kubelet
             .eviction_hard_memory
@@ -556,5 +573,177 @@ mod tests {
             it.name_parts(),
             ("r".into(), "r6gd".into(), Some(6), "xlarge".into())
         );
+    }
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Describe "InstanceTypeProvider" / Context "Overhead" / "Eviction
+    // Thresholds": the memory eviction threshold in the overhead is the
+    // hard one (an amount or a share), never the soft one, on every AMI
+    // family. Karpenter's fake type is translated onto m5.large; its VM
+    // overhead (set to 0 there) does not change the threshold.
+    #[test]
+    fn eviction_threshold_is_the_hard_one_whatever_the_soft_one_says() {
+        let it = info("m5.large", 2, 8192, "amd64", 3, 10);
+        let reserved = KubeletConfig {
+            system_reserved: Reserved {
+                cpu_millis: None,
+                memory_bytes: Some(20 << 30),
+            },
+            kube_reserved: Reserved {
+                cpu_millis: None,
+                memory_bytes: Some(10 << 30),
+            },
+            ..Default::default()
+        };
+        let eviction = |kc: &KubeletConfig| it.overhead(kc).memory_bytes - (30 << 30);
+        // "should override eviction threshold when specified as a quantity"
+        let kc = KubeletConfig {
+            eviction_hard_memory: Some(Threshold::Bytes(500 * MIB)),
+            ..reserved.clone()
+        };
+        assert_eq!(eviction(&kc), 500 * MIB);
+        // "should use default threshold when evictionSoft is 100% (ignored)"
+        let kc = KubeletConfig {
+            eviction_soft_memory: Some(Threshold::Basis(10_000)),
+            ..reserved.clone()
+        };
+        assert_eq!(eviction(&kc), 100 * MIB);
+        // "should ignore eviction threshold when using Bottlerocket AMI"
+        // (the soft one: 1Gi hard and 10Gi soft give 1Gi).
+        let kc = KubeletConfig {
+            eviction_hard_memory: Some(Threshold::Bytes(1 << 30)),
+            eviction_soft_memory: Some(Threshold::Bytes(10 << 30)),
+            bottlerocket: true,
+            ..reserved.clone()
+        };
+        assert_eq!(eviction(&kc), 1 << 30);
+        // "should use only evictionHard value with mixed percentage/value types"
+        let kc = KubeletConfig {
+            eviction_hard_memory: Some(Threshold::Bytes(1 << 30)),
+            eviction_soft_memory: Some(Threshold::Basis(1000)),
+            ..reserved.clone()
+        };
+        assert_eq!(eviction(&kc), 1 << 30);
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Context "Overhead" / DescribeTable "should set max-pods to
+    // user-defined value if specified", entries al2, al2023, bottlerocket
+    // (latest), on t3.large as Karpenter's (3 ENIs × 12 IPv4: 35 pods):
+    // maxPods 10 gives 10 pods on each; kube-reserved memory stays
+    // 11 × 35 + 255 = 640 MiB on AL2 and AL2023 and follows the 10 pods on
+    // Bottlerocket (11 × 10 + 255 = 365 MiB). The Windows and Custom
+    // entries are not implemented (Linux families only; Custom refused).
+    #[test]
+    fn user_max_pods_sizes_kube_reserved_on_bottlerocket_only() {
+        let t3 = info("t3.large", 2, 8192, "amd64", 3, 12);
+        assert_eq!(t3.max_pods(&KubeletConfig::default()), 35);
+        for (family, bottlerocket, kube_reserved_mib) in [
+            ("al2", false, 640),
+            ("al2023", false, 640),
+            ("bottlerocket", true, 365),
+        ] {
+            let kc = KubeletConfig {
+                max_pods: Some(10),
+                bottlerocket,
+                ..Default::default()
+            };
+            assert_eq!(t3.capacity(&kc).pods, 10, "{family}");
+            assert_eq!(
+                t3.overhead(&kc).memory_bytes,
+                (kube_reserved_mib + 100) * MIB,
+                "{family}: kube-reserved memory and the 100Mi eviction threshold"
+            );
+        }
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Context "Overhead" / It "should ignore pods-per-core when using
+    // Bottlerocket AMI": podsPerCore 1 leaves every type at its ENI-limited
+    // pods on Bottlerocket (and limits them elsewhere). nodewright also
+    // refuses podsPerCore in a Bottlerocket EC2NodeClass (`config::nodeclass`):
+    // this is the math for a NodePool's own setting.
+    #[test]
+    fn pods_per_core_is_ignored_on_bottlerocket() {
+        for it in [
+            info("t3.large", 2, 8192, "amd64", 3, 12),
+            info("m5.4xlarge", 16, 65536, "amd64", 8, 30),
+            info("r6gd.xlarge", 4, 32768, "arm64", 4, 15),
+        ] {
+            let limited = it.max_pods(&KubeletConfig::default());
+            let ppc = |bottlerocket| KubeletConfig {
+                pods_per_core: Some(1),
+                bottlerocket,
+                ..Default::default()
+            };
+            assert_eq!(it.capacity(&ppc(true)).pods, limited, "{}", it.name);
+            assert_eq!(
+                it.capacity(&ppc(false)).pods,
+                i64::from(it.vcpu),
+                "{}",
+                it.name
+            );
+        }
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Context "Overhead" / It "should take limited pod density to be the
+    // default pods number when pods-per-core is 0": podsPerCore 0 is unset,
+    // t3.large keeps its 35 ENI-limited pods and a large type its own
+    // (Karpenter's fake m6idn.32xlarge has 394; the simulator's, from
+    // DescribeInstanceTypes, 16 ENIs × 50 IPv4: 786).
+    #[test]
+    fn pods_per_core_zero_leaves_the_eni_limited_pods() {
+        let kc = KubeletConfig {
+            pods_per_core: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(
+            info("t3.large", 2, 8192, "amd64", 3, 12).capacity(&kc).pods,
+            35
+        );
+        assert_eq!(
+            info("m6idn.32xlarge", 128, 524_288, "amd64", 16, 50)
+                .capacity(&kc)
+                .pods,
+            786
+        );
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Context "Overhead" / It "shouldn't report more resources than are
+    // actually available on instances": the allocatable we plan with is at
+    // most what a kubelet reported on a real node of each type (figures
+    // Karpenter recorded by launching them), here with the simulator's
+    // catalog facts of those types and the default kubelet settings.
+    #[test]
+    fn allocatable_is_at_most_what_the_kubelet_reports() {
+        let catalog = crate::sim::catalog::catalog("us-west-2").expect("us-west-2");
+        let kc = KubeletConfig::default();
+        for (name, memory_kib, cpu_millis) in [
+            ("t4g.small", 1_408_312i64, 1930),
+            ("t4g.medium", 3_377_496, 1930),
+            ("t4g.xlarge", 15_136_012, 3920),
+            ("m5.large", 7_220_184, 1930),
+        ] {
+            let it = catalog
+                .instance_types
+                .iter()
+                .find(|i| i.name == name)
+                .unwrap_or_else(|| panic!("{name} in the catalog"))
+                .to_instance_type(vec![], &kc);
+            let a = it.allocatable();
+            assert!(a.memory_bytes > 0 && a.cpu_millis > 0, "{name}");
+            assert!(
+                a.memory_bytes <= memory_kib * 1024,
+                "{name}: memory {} over the kubelet's {}",
+                a.memory_bytes,
+                memory_kib * 1024
+            );
+            assert!(
+                a.cpu_millis <= cpu_millis,
+                "{name}: cpu {}m over the kubelet's {cpu_millis}m",
+                a.cpu_millis
+            );
+        }
     }
 }

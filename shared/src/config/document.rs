@@ -1207,6 +1207,8 @@ impl ConfigSet {
                     Some(c) => {
                         pool.launch_kubelet = pool.launch_kubelet.merged_over(&c.kubelet);
                         pool.kubelet = pool.launch_kubelet.to_kubelet_config();
+                        pool.kubelet.bottlerocket =
+                            c.ami_family == super::nodeclass::AmiFamily::Bottlerocket;
                         pool.resolved_class = Some(std::sync::Arc::new(c.clone()));
                         r.set.node_pools.push(pool);
                     }

@@ -644,6 +644,7 @@ impl KubeletSpec {
             system_reserved: reserved(&self.system_reserved),
             eviction_hard_memory: threshold(&self.eviction_hard),
             eviction_soft_memory: threshold(&self.eviction_soft),
+            bottlerocket: false,
         }
     }
 
