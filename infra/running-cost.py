@@ -47,6 +47,22 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--separate-disruption", action="store_true",
                     help="the module's disruption_in_provisioner = false: disruption is its own always-on invocation "
                          "(by default its loop runs inside the provisioner's, at no extra Lambda time)")
+    ap.add_argument("--end-when-quiet", action="store_true",
+                    help="the module's end_invocations_when_quiet = true: an invocation ends at its first quiet tick; "
+                         "only the minutes with something in flight (a burst being launched and bound, a removal) "
+                         "tick all minute")
+    ap.add_argument("--quiet-s", type=float, default=2.0,
+                    help="billed seconds of a quiet invocation that ends when quiet (one tick per loop: a pod and node "
+                         "listing, the instances every minute, one decision pass; 0.06 s on the local emulator, "
+                         "tests/tests/suite/aws_scenarios.rs; 2 s allows for the real API round trips and cold starts)")
+    ap.add_argument("--quiet-getitems", type=float, default=8.0,
+                    help="GetItems of a quiet invocation that ends when quiet (measured: 8, same test)")
+    ap.add_argument("--busy-minutes-per-change", type=float, default=4.0,
+                    help="with --end-when-quiet: minutes that tick all minute per node launched or removed (batch, "
+                         "launch and registration ~2; a removal's drain ~2)")
+    ap.add_argument("--no-gauges", action="store_true",
+                    help="the module's publish_gauges = false: Karpenter's gauges (queue depth, each pool's usage, "
+                         "limits and cost) are not published; the heartbeat and the event series stay")
     ap.add_argument("--disruption-mb", type=int, default=256)
     ap.add_argument("--disruption-s", type=float, default=55.0,
                     help="billed seconds per disruption invocation (55 if it ticks all minute like the provisioner)")
@@ -125,13 +141,25 @@ def compute(a: argparse.Namespace) -> dict:
         return invocations
 
     changes = a.nodes * a.churn_per_day * 30.4  # nodes launched (and as many terminated) per month
+    # With --end-when-quiet only the busy minutes tick all minute.
+    busy = min(MINUTES, changes * a.busy_minutes_per_change) if a.end_when_quiet else MINUTES
+    quiet = MINUTES - busy
     inv = 0.0
+
+    def scheduled(name: str, busy_s: float, mb: int, note: str):
+        nonlocal inv
+        if a.end_when_quiet:
+            inv += lam(f"{name}, busy minutes", busy, busy_s, mb, note + "; a minute with something in flight")
+            inv += lam(f"{name}, quiet minutes", quiet, a.quiet_s, mb, "ends at its first quiet tick")
+        else:
+            inv += lam(name, MINUTES, busy_s, mb, note)
+
     if a.separate_disruption:
-        inv += lam("provisioner", MINUTES, a.provisioner_s, a.provisioner_mb, "every minute, ticking ~1 s")
-        inv += lam("disruption", MINUTES, a.disruption_s, a.disruption_mb, "every minute")
+        scheduled("provisioner", a.provisioner_s, a.provisioner_mb, "every minute, ticking ~1 s")
+        scheduled("disruption", a.disruption_s, a.disruption_mb, "every minute")
     else:
-        inv += lam("provisioner", MINUTES, a.provisioner_s, a.provisioner_mb,
-                   "every minute, ticking ~1 s; the disruption loop runs beside it")
+        scheduled("provisioner", a.provisioner_s, a.provisioner_mb,
+                  "every minute, ticking ~1 s; the disruption loop runs beside it")
     # Containers that each keep their own state view.
     viewers = 2 if a.separate_disruption else 1
     sc = changes * a.states_per_instance * a.account_instances_factor
@@ -151,7 +179,7 @@ def compute(a: argparse.Namespace) -> dict:
                      "usd": reads * DDB_READ_UNIT,
                      "note": f"config + state Scan ({state_kb:,.0f} KB) + batch GetItem per tick"})
     else:
-        gets = a.getitems_per_second * HOURS * 3600
+        gets = a.getitems_per_second * busy * 60 + quiet * a.quiet_getitems * (2 if a.separate_disruption else 1)
         state_writes = changes * 6 + a.nodes * a.interruption_events_per_node_month * 6
         scans = viewers * HOURS * a.view_rescans_per_hour + state_writes * a.scans_per_state_write * viewers / 2
         reads = gets + scans * scan_units
@@ -173,8 +201,10 @@ def compute(a: argparse.Namespace) -> dict:
                  "note": "the event source mapping's long polls dominate"})
     # The gauges (every series but the heartbeat) go out every 10 s while the
     # provisioner's loop runs: one EMF line each.
-    gauges = 1 + a.nodepools * (5 + a.pool_limits + 1)
-    log_gb = (inv * a.log_kb_per_invocation * 1024 + gauges * 6 * MINUTES * a.emf_line_bytes) / 1024**3
+    gauges = 0 if a.no_gauges else 1 + a.nodepools * (5 + a.pool_limits + 1)
+    # Each invocation publishes them on its first tick, then every 10 s.
+    gauge_lines = gauges * (6 * busy + quiet)
+    log_gb = (inv * a.log_kb_per_invocation * 1024 + gauge_lines * a.emf_line_bytes) / 1024**3
     rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB,
                  "note": "ingestion: invocation lines and the gauges' EMF lines"})
     # Published every 10 s by the provisioner's loop, so present every hour:
@@ -182,9 +212,9 @@ def compute(a: argparse.Namespace) -> dict:
     # memory, pods, ephemeral-storage and nodes, each limit and the cost;
     # plus the ProvisionerTicks heartbeat (shared/src/handlers/provisioner.rs
     # publish_gauges, shared/src/runtime.rs).
-    always = 2 + a.nodepools * (5 + a.pool_limits + 1)
+    always = 1 + gauges
     series = always + a.event_metric_series * a.event_metric_hours
-    rows.append({"item": "CloudWatch metrics", "quantity": f"{always} gauges + {a.event_metric_series} × {a.event_metric_hours:g} event series",
+    rows.append({"item": "CloudWatch metrics", "quantity": f"{always} gauges (the heartbeat{'' if a.no_gauges else ' and Karpenter’s'}) + {a.event_metric_series} × {a.event_metric_hours:g} event series",
                  "usd": series * METRIC_MONTH,
                  "note": "Karpenter's metrics as EMF custom metrics, billed per series-hour with data"})
     rows.append({"item": "CloudWatch alarms", "quantity": f"{a.alarms}", "usd": a.alarms * ALARM_MONTH, "note": "dead letters, backlog, dropped, provisioner idle; errors and throttles per function and table"})

@@ -14,6 +14,14 @@
 //!   `false`): the provisioner's invocation runs the disruption loop too
 //!   (the Terraform module's default, which then schedules no disruption
 //!   function).
+//! - `NODEWRIGHT_END_WHEN_QUIET` (`true` or `false`, default `false`): the
+//!   scheduled invocations end at their first quiet tick instead of ticking
+//!   until their deadline (a fraction of the Lambda bill; pods that become
+//!   pending while the cluster is quiet wait up to a minute for the next
+//!   invocation).
+//! - `NODEWRIGHT_GAUGES` (`true` or `false`, default `true`): publish
+//!   Karpenter's gauges as CloudWatch metrics (each a custom metric billed
+//!   by the month).
 //! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
 
 use std::path::PathBuf;
@@ -40,6 +48,10 @@ pub struct FunctionEnv {
     pub default_instance_profile: Option<String>,
     /// The provisioner runs the disruption loop in its own invocation.
     pub provisioner_runs_disruption: bool,
+    /// The scheduled invocations end at their first quiet tick.
+    pub end_when_quiet: bool,
+    /// Karpenter's gauges are published.
+    pub gauges: bool,
 }
 
 impl FunctionEnv {
@@ -62,6 +74,15 @@ impl FunctionEnv {
             "NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION",
             std::env::var("NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION").ok(),
         )?;
+        let end_when_quiet = flag(
+            "NODEWRIGHT_END_WHEN_QUIET",
+            std::env::var("NODEWRIGHT_END_WHEN_QUIET").ok(),
+        )?;
+        // Unset: on, as every Karpenter install publishes its metrics.
+        let gauges = match std::env::var("NODEWRIGHT_GAUGES").ok() {
+            Some(v) if !v.trim().is_empty() => flag("NODEWRIGHT_GAUGES", Some(v))?,
+            _ => true,
+        };
         Ok(FunctionEnv {
             cluster_name,
             tables: DynamoTables::with_prefix(&prefix),
@@ -69,6 +90,8 @@ impl FunctionEnv {
             kube_context,
             default_instance_profile,
             provisioner_runs_disruption,
+            end_when_quiet,
+            gauges,
         })
     }
 }

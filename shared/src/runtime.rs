@@ -66,7 +66,7 @@ fn deadline_of<T>(event: &LambdaEvent<T>) -> Timestamp {
 /// instead of two, half the Lambda bill.
 pub async fn provisioner(
     ports: &LivePorts,
-    with_disruption: bool,
+    loops: Loops,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
     let deadline = deadline_of(&event);
@@ -82,7 +82,7 @@ pub async fn provisioner(
         ports,
         &event.context.request_id,
         deadline - DEADLINE_MARGIN,
-        with_disruption,
+        loops,
     )
     .await
     .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
@@ -110,6 +110,42 @@ pub async fn provisioner(
     )
 }
 
+/// What a scheduled invocation runs, from the function's environment
+/// ([`FunctionEnv`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loops {
+    /// The disruption loop runs beside the provisioner's.
+    pub disruption: bool,
+    /// Each loop ends at its first quiet tick instead of at the deadline
+    /// (`NODEWRIGHT_END_WHEN_QUIET`): a fraction of the Lambda time, for up
+    /// to a minute's reaction once the cluster was quiet.
+    pub end_when_quiet: bool,
+    /// Karpenter's gauges are published (`NODEWRIGHT_GAUGES`).
+    pub gauges: bool,
+}
+
+impl Loops {
+    /// The provisioner's loop alone, ticking until the deadline.
+    pub const PROVISIONER: Loops = Loops {
+        disruption: false,
+        end_when_quiet: false,
+        gauges: true,
+    };
+    /// Both loops, ticking until the deadline (the module's default).
+    pub const BOTH: Loops = Loops {
+        disruption: true,
+        ..Loops::PROVISIONER
+    };
+
+    pub fn of(env: &FunctionEnv) -> Loops {
+        Loops {
+            disruption: env.provisioner_runs_disruption,
+            end_when_quiet: env.end_when_quiet,
+            gauges: env.gauges,
+        }
+    }
+}
+
 /// Ticks of one scheduled invocation, per loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ticks {
@@ -127,19 +163,24 @@ pub async fn scheduled_invocation<P: PortSet>(
     ports: P,
     holder: &str,
     until: Timestamp,
-    with_disruption: bool,
+    loops: Loops,
 ) -> Result<Ticks, HandlerError> {
     let sleep = |d: SignedDuration| tokio::time::sleep(d.unsigned_abs());
-    let mut p = Provisioner::new(&ports, ProvisionerSettings::default(), holder)
-        .with_config_reader(PROVISIONER_CONFIG.clone());
-    if !with_disruption {
+    let settings = ProvisionerSettings {
+        end_when_quiet: loops.end_when_quiet,
+        gauges: loops.gauges,
+        ..ProvisionerSettings::default()
+    };
+    let mut p =
+        Provisioner::new(&ports, settings, holder).with_config_reader(PROVISIONER_CONFIG.clone());
+    if !loops.disruption {
         let provisioner = p.run_until(until, sleep).await?;
         return Ok(Ticks {
             provisioner,
             disruption: None,
         });
     }
-    let mut d = disruption_loop(&ports, holder);
+    let mut d = disruption_loop(&ports, holder, loops.end_when_quiet);
     let (provisioner, disruption) =
         tokio::join!(p.run_until(until, sleep), d.run_until(until, sleep));
     let disruption = disruption
@@ -162,8 +203,16 @@ static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new
 
 /// The disruption loop with the container's reader and memory, whichever
 /// function runs it.
-fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>) -> Disruption<P> {
-    Disruption::new(ports, DisruptionSettings::default(), holder)
+fn disruption_loop<P: PortSet>(
+    ports: P,
+    holder: impl Into<String>,
+    end_when_quiet: bool,
+) -> Disruption<P> {
+    let settings = DisruptionSettings {
+        end_when_quiet,
+        ..DisruptionSettings::default()
+    };
+    Disruption::new(ports, settings, holder)
         .with_config_reader(DISRUPTION_CONFIG.clone())
         .with_memory(DISRUPTION_MEMORY.clone())
 }
@@ -175,12 +224,13 @@ fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>) -> Disruptio
 /// due, the reasons already logged) lives as long as the container.
 pub async fn disruption(
     ports: &LivePorts,
+    end_when_quiet: bool,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
     let deadline = deadline_of(&event);
     let until = deadline - DEADLINE_MARGIN;
     let remaining = deadline.duration_since(Timestamp::now());
-    let mut d = disruption_loop(ports, event.context.request_id.clone());
+    let mut d = disruption_loop(ports, event.context.request_id.clone(), end_when_quiet);
     let before = ports.store.requests();
     let ticks = d
         .run_until(until, |t| tokio::time::sleep(t.unsigned_abs()))

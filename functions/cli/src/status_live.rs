@@ -58,6 +58,8 @@ impl LiveArgs {
             kube_context: self.context.clone(),
             default_instance_profile: None,
             provisioner_runs_disruption: false,
+            end_when_quiet: false,
+            gauges: false,
         };
         let options = ClientOptions {
             region: self.target.region.clone(),

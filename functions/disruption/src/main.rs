@@ -8,9 +8,11 @@ use nodewright::runtime;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     runtime::init_tracing();
-    let ports = runtime::connect(&runtime::FunctionEnv::from_env()?, "disruption").await?;
+    let env = runtime::FunctionEnv::from_env()?;
+    let ports = runtime::connect(&env, "disruption").await?;
+    let end_when_quiet = env.end_when_quiet;
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
-        runtime::disruption(&ports, event)
+        runtime::disruption(&ports, end_when_quiet, event)
     }))
     .await
 }

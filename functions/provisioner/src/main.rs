@@ -1,7 +1,8 @@
 //! The provisioner function (EventBridge schedule, every minute): adapters
 //! from the environment, then one `nodewright::runtime::provisioner` per
 //! invocation — with the disruption loop beside it when
-//! `NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION=true`.
+//! `NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION=true`, ending at the first quiet
+//! tick when `NODEWRIGHT_END_WHEN_QUIET=true`.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use nodewright::runtime;
@@ -11,9 +12,9 @@ async fn main() -> Result<(), Error> {
     runtime::init_tracing();
     let env = runtime::FunctionEnv::from_env()?;
     let ports = runtime::connect(&env, "provisioner").await?;
-    let with_disruption = env.provisioner_runs_disruption;
+    let loops = runtime::Loops::of(&env);
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
-        runtime::provisioner(&ports, with_disruption, event)
+        runtime::provisioner(&ports, loops, event)
     }))
     .await
 }

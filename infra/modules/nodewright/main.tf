@@ -75,7 +75,10 @@ locals {
     NODEWRIGHT_INTERRUPTION_QUEUE_URL   = aws_sqs_queue.interruption.url
     # Read by the provisioner only (shared/src/live.rs).
     NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION = tostring(var.disruption_in_provisioner)
-    RUST_LOG                               = var.log_level
+    # Read by the scheduled functions (shared/src/live.rs).
+    NODEWRIGHT_END_WHEN_QUIET = tostring(var.end_invocations_when_quiet)
+    NODEWRIGHT_GAUGES         = tostring(var.publish_gauges)
+    RUST_LOG                  = var.log_level
   }
 
   in_vpc = length(var.subnet_ids) > 0

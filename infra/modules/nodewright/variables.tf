@@ -130,6 +130,18 @@ variable "disruption_in_provisioner" {
   default     = true
 }
 
+variable "end_invocations_when_quiet" {
+  description = "End each scheduled invocation at its first quiet tick (nothing pending to launch, every node registered, no removal in progress) instead of ticking until its timeout. Lambda bills the seconds an invocation runs: about $0.70 a month of Lambda instead of $8 for 100 nodes (python3 infra/running-cost.py --end-when-quiet). The price: a pod that becomes pending while the cluster is quiet waits up to a minute for the next invocation instead of about a second; once something is in flight, the invocation ticks every second as usual."
+  type        = bool
+  default     = false
+}
+
+variable "publish_gauges" {
+  description = "Publish Karpenter's gauges (karpenter_scheduler_queue_depth and each NodePool's usage, limits and cost) as CloudWatch metrics. Each is a custom metric billed by the month (8 for one NodePool with one limit, $2.40); the launch and removal counters and the provisioner's heartbeat are published either way."
+  type        = bool
+  default     = true
+}
+
 variable "disruption_schedule" {
   description = "EventBridge schedule expression of the disruption function (used when disruption_in_provisioner is false)."
   type        = string

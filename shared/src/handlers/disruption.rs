@@ -57,6 +57,9 @@ pub struct DisruptionSettings {
     /// Replacement launches (shared with the provisioner's launcher).
     pub launch: LaunchSettings,
     pub tuning: Tuning,
+    /// End the invocation at the first quiet tick ([`TickReport::quiet`]):
+    /// the provisioner's setting of the same name, for the loop beside it.
+    pub end_when_quiet: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -66,6 +69,7 @@ impl Default for DisruptionSettings {
             poll: SignedDuration::from_secs(2),
             launch: LaunchSettings::default(),
             tuning: Tuning::default(),
+            end_when_quiet: false,
         }
     }
 }
@@ -86,6 +90,9 @@ pub struct TickReport {
     pub removals: bool,
     /// Nodes whose verdict or reason changed, logged at info this tick.
     pub logged: Vec<String>,
+    /// Nothing is left for this invocation to follow: no command waits for
+    /// its re-validation, none started, no removal is in progress.
+    pub quiet: bool,
 }
 
 /// Everything a decision reads, owned (a [`Snapshot`] borrows it).
@@ -464,7 +471,7 @@ impl<P: PortSet> Disruption<P> {
                 }
             };
             ticks += 1;
-            if report.idle {
+            if report.idle || (self.settings.end_when_quiet && report.quiet) {
                 break;
             }
             let now = self.ports.clock().now();
@@ -526,6 +533,7 @@ impl<P: PortSet> Disruption<P> {
         }
         let wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
         report.removals = wake.is_some() || !report.started.is_empty();
+        report.quiet = !report.removals && self.pending.is_empty();
         let mut candidates: Vec<Timestamp> = wake.into_iter().collect();
         candidates.extend(self.pending.iter().filter_map(|c| c.validate_at));
         candidates.extend(self.memory.lock().next_decision);

@@ -18,7 +18,7 @@ use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::termination;
 use crate::model::batch::{MAX_PARKED_MORE, Parked, ParkedGroup, Solving, uid_hash};
-use crate::model::claim::{BINDING_TAINT_KEY, Claim, UNREGISTERED_TAINT_KEY};
+use crate::model::claim::{BINDING_TAINT_KEY, Claim, Phase, UNREGISTERED_TAINT_KEY};
 use crate::model::{Batch, CloudCatalog, Lease, OfferingKey, PodKey, SignedDuration, Timestamp};
 use crate::ports::{BindOutcome, Clock, Cloud, Cluster, ClusterEvent, PortSet, Store, StoreError};
 use crate::provisioning::admission::Admission;
@@ -126,6 +126,21 @@ fn publish_gauges(
     }
 }
 
+/// Whether a tick leaves nothing in flight: it launched and bound nothing,
+/// and every claim's node registered and has its binding taint lifted (a
+/// launch awaiting registration is followed every tick, to bind its pods
+/// as soon as the node registers).
+fn settled(claims: &[Claim], report: &TickReport, now: Timestamp) -> bool {
+    report.launched.is_empty()
+        && report.bound == 0
+        && !report.solved
+        && claims.iter().all(|c| {
+            c.phase() == Phase::Registered
+                && c.registered_at
+                    .is_none_or(|at| now.duration_since(at) >= lifecycle::BINDING_SETTLE)
+        })
+}
+
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
 
@@ -168,6 +183,15 @@ pub struct ProvisionerSettings {
     /// (commands with a deadline — interruptions — are followed at their
     /// own pace once seen).
     pub removals_interval: SignedDuration,
+    /// End the invocation at the first quiet tick ([`TickReport::quiet`])
+    /// instead of ticking until the deadline: the next scheduled invocation
+    /// (a minute later) sees what became pending meanwhile. Lambda bills the
+    /// seconds an invocation runs, and ticking all minute is most of the
+    /// running cost; the price is up to a minute's reaction from quiet.
+    pub end_when_quiet: bool,
+    /// Publish Karpenter's gauges (queue depth, each pool's usage, limits
+    /// and cost). Each is a CloudWatch custom metric billed by the month.
+    pub gauges: bool,
 }
 
 impl Default for ProvisionerSettings {
@@ -180,6 +204,8 @@ impl Default for ProvisionerSettings {
             gc_interval: SignedDuration::from_secs(60),
             poll: SignedDuration::from_secs(1),
             removals_interval: SignedDuration::from_secs(15),
+            end_when_quiet: false,
+            gauges: true,
         }
     }
 }
@@ -194,6 +220,10 @@ pub struct TickReport {
     pub solved: bool,
     /// Removal commands were advanced (they may have launched replacements).
     pub removals: bool,
+    /// Nothing is left for this invocation to follow: no pod waits to be
+    /// batched or solved (parked pods wait for a change, not a tick), every
+    /// claim has its node, and no removal is in progress.
+    pub quiet: bool,
 }
 
 /// The provisioner of one invocation.
@@ -325,6 +355,10 @@ impl<P: PortSet> Provisioner<P> {
                 }
             };
             ticks += 1;
+            if self.settings.end_when_quiet && report.quiet {
+                info!(ticks, "nothing left to follow; the invocation ends early");
+                break;
+            }
             let now = self.ports.clock().now();
             let wake = report
                 .wake_at
@@ -361,9 +395,10 @@ impl<P: PortSet> Provisioner<P> {
         let pending = cluster.pending_pods().await?;
         let nodes = cluster.nodes().await?;
 
-        if self
-            .last_gauges
-            .is_none_or(|t| now.duration_since(t) >= GAUGES_EVERY)
+        if self.settings.gauges
+            && self
+                .last_gauges
+                .is_none_or(|t| now.duration_since(t) >= GAUGES_EVERY)
         {
             self.last_gauges = Some(now);
             publish_gauges(&config, &claims, &usage, &pending, now);
@@ -474,6 +509,7 @@ impl<P: PortSet> Provisioner<P> {
         {
             report.wake_at = removal_wake;
             self.keep_buffers(&config, now, false, &mut report).await?;
+            report.quiet = removal_wake.is_none() && settled(&claims, &report, now);
             return Ok(report);
         }
         let stored = store.batch().await?;
@@ -511,6 +547,7 @@ impl<P: PortSet> Provisioner<P> {
         // Real pods first: the buffers are planned for when no real pod
         // waits in the batch window, right after a batch was solved.
         let mut buffers_now = true;
+        let mut batch_idle = false;
         match batcher::step(
             state.window.as_ref(),
             &waiting,
@@ -518,6 +555,7 @@ impl<P: PortSet> Provisioner<P> {
             batch_window(&config, self.settings.window),
         ) {
             BatchStep::Idle => {
+                batch_idle = state.solving.is_none();
                 let pending_uids = uids(&pending);
                 let mut next = state.clone();
                 next.retain_pending(&pending_uids);
@@ -601,6 +639,7 @@ impl<P: PortSet> Provisioner<P> {
             let solved = report.solved;
             self.keep_buffers(&config, now, solved, &mut report).await?;
         }
+        report.quiet = batch_idle && report.wake_at.is_none() && settled(&claims, &report, now);
         Ok(report)
     }
 

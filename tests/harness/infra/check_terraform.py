@@ -243,6 +243,13 @@ def every_function_has_its_trigger():
     inline = m.variables["disruption_in_provisioner"]
     assert expr(inline["type"]) == "bool" and inline["default"] is True, f"disruption_in_provisioner {inline}"
     assert expr(m.locals["environment"]["NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION"]) == "tostring(var.disruption_in_provisioner)"
+    # Ending invocations when quiet trades reaction for cost: opt-in, as are
+    # the gauges' opt-out; both reach the functions' environment.
+    for var, env, default in [("end_invocations_when_quiet", "NODEWRIGHT_END_WHEN_QUIET", False),
+                              ("publish_gauges", "NODEWRIGHT_GAUGES", True)]:
+        v = m.variables[var]
+        assert expr(v["type"]) == "bool" and v["default"] is default, f"{var} {v}"
+        assert expr(m.locals["environment"][env]) == f"tostring(var.{var})", f"{env}"
     rule = m.resource("aws_cloudwatch_event_rule", "schedule")
     assert expr(rule["for_each"]) == "local.schedules" and "schedule_expression" in rule
     target = m.resource("aws_cloudwatch_event_target", "schedule")

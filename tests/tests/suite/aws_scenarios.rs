@@ -222,7 +222,7 @@ async fn twenty_thousand_unschedulable_pods_fit_the_batch_record() {
 async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease() {
     use nodewright::model::SignedDuration;
     use nodewright::ports::{Ports, SystemClock};
-    use nodewright::runtime::{Ticks, scheduled_invocation};
+    use nodewright::runtime::{Loops, Ticks, scheduled_invocation};
 
     let f = Ec2Fixture::new(REGION, "1.32").await;
     let ports = Ports {
@@ -235,7 +235,7 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     // The others start once both leases are seen held (not after a fixed
     // sleep: on a loaded machine the emulator may answer the first
     // acquisition late); a long deadline keeps them held meanwhile.
-    let both = scheduled_invocation(&ports, "scheduled-1", until(15), true);
+    let both = scheduled_invocation(&ports, "scheduled-1", until(15), Loops::BOTH);
     let others = async {
         for name in [
             nodewright::handlers::provisioner::LEASE,
@@ -245,7 +245,7 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-        let alone = scheduled_invocation(&ports, "scheduled-2", until(3), false)
+        let alone = scheduled_invocation(&ports, "scheduled-2", until(3), Loops::PROVISIONER)
             .await
             .expect("provisioner alone");
         let mut d = nodewright::handlers::disruption::Disruption::new(
@@ -281,7 +281,7 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     // at most once; its GetItems per second are the deployed shape's figure
     // for the running-cost model.
     let (before, started) = (ports.store.requests(), std::time::Instant::now());
-    let next = scheduled_invocation(&ports, "scheduled-3", until(8), true)
+    let next = scheduled_invocation(&ports, "scheduled-3", until(8), Loops::BOTH)
         .await
         .expect("the next invocation");
     let (used, seconds) = (
@@ -298,6 +298,34 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     );
     assert!(used.state_scans <= 1, "{used:?}");
     assert_eq!(used.transact_write, 0, "{used:?}");
+    // The same quiet minute with `NODEWRIGHT_END_WHEN_QUIET`: one tick per
+    // loop, then both leases are released; its requests are the economy
+    // deployment's figure per invocation for the running-cost model.
+    let (before, started) = (ports.store.requests(), std::time::Instant::now());
+    let economy = Loops {
+        end_when_quiet: true,
+        gauges: false,
+        ..Loops::BOTH
+    };
+    let quiet = scheduled_invocation(&ports, "scheduled-4", until(30), economy)
+        .await
+        .expect("the quiet invocation");
+    let (used, seconds) = (
+        ports.store.requests() - before,
+        started.elapsed().as_secs_f64(),
+    );
+    assert_eq!(
+        quiet,
+        Ticks {
+            provisioner: 1,
+            disruption: Some(1)
+        },
+        "a quiet invocation that ends when quiet ticks once per loop"
+    );
+    eprintln!("a quiet invocation ending when quiet: {used:?} in {seconds:.2} s");
+    assert_eq!(used.transact_write, 0, "{used:?}");
+    assert!(lease_is_free(&ports.store, nodewright::handlers::provisioner::LEASE).await);
+    assert!(lease_is_free(&ports.store, nodewright::handlers::disruption::LEASE).await);
 }
 
 /// Whether lease `name` is free, asked the only way the store allows: by
@@ -324,7 +352,7 @@ async fn lease_is_free(store: &impl Store, name: &str) -> bool {
 async fn four_provisioner_invocations_at_once_launch_once() {
     use nodewright::model::SignedDuration;
     use nodewright::ports::{Ports, SystemClock};
-    use nodewright::runtime::scheduled_invocation;
+    use nodewright::runtime::{Loops, scheduled_invocation};
 
     let s = scenario::parse(WALKTHROUGH_1).expect("built-in scenario");
     let (mut sim, f) = on_aws().await;
@@ -351,7 +379,7 @@ async fn four_provisioner_invocations_at_once_launch_once() {
     let runs = futures_util::future::join_all((0..4).map(|i| {
         let ports = &ports;
         async move {
-            scheduled_invocation(ports, &format!("invocation-{i}"), until, false)
+            scheduled_invocation(ports, &format!("invocation-{i}"), until, Loops::PROVISIONER)
                 .await
                 .expect("invocation")
         }

@@ -780,6 +780,71 @@ async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
     );
 }
 
+/// `NODEWRIGHT_END_WHEN_QUIET`: on a quiet cluster each loop ends after its
+/// first tick (the Lambda bills seconds, not ticks); with pods pending, the
+/// provisioner follows the burst — batch, launch, and the claim until its
+/// node registers — and does not end while anything is in flight.
+#[tokio::test]
+async fn an_invocation_that_ends_when_quiet_stops_at_its_first_quiet_tick_but_never_mid_burst() {
+    use nodewright::handlers::disruption::{Disruption, DisruptionSettings};
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    let clock = sim.clock.clone();
+    let advance = |d: SignedDuration| {
+        clock.advance(d);
+        async {}
+    };
+    let quiet = ProvisionerSettings {
+        end_when_quiet: true,
+        ..ProvisionerSettings::default()
+    };
+    let deadline = sim.now() + SignedDuration::from_secs(55);
+    let mut p = Provisioner::new(sim.ports(), quiet.clone(), "quiet-1");
+    let ticks = p.run_until(deadline, advance).await.expect("runs");
+    assert_eq!(ticks, 1, "nothing pending, nothing in flight: one tick");
+    let mut d = Disruption::new(
+        sim.ports(),
+        DisruptionSettings {
+            end_when_quiet: true,
+            ..DisruptionSettings::default()
+        },
+        "quiet-1",
+    );
+    let ticks = d.run_until(deadline, advance).await.expect("runs");
+    assert_eq!(ticks, 1, "no command, no removal: one decision pass");
+
+    // A burst: the invocation batches, launches and then waits for the
+    // node (nobody registers it here), ticking to its deadline.
+    sim.cluster.scale("default", "inflate", 3).expect("scale");
+    sim.cluster.reconcile();
+    sim.cluster.reconcile();
+    let deadline = sim.now() + SignedDuration::from_secs(55);
+    let mut p = Provisioner::new(sim.ports(), quiet.clone(), "quiet-2");
+    let ticks = p.run_until(deadline, advance).await.expect("runs");
+    assert_eq!(sim.cloud.inner().launches(), 1, "the burst was launched");
+    assert!(
+        ticks >= 40,
+        "a claim awaiting its node keeps the invocation ticking: {ticks} ticks"
+    );
+
+    // Once the simulated kubelet registered the node and the pods are
+    // bound, the next invocation is quiet again.
+    sim.run_for(SignedDuration::from_mins(3)).await;
+    let bound = sim
+        .cluster
+        .all_pods()
+        .iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .count();
+    assert_eq!(bound, 3, "the burst's pods run");
+    // Past the lease the simulation's own provisioner held.
+    clock.advance(SignedDuration::from_mins(2));
+    let deadline = sim.now() + SignedDuration::from_secs(55);
+    let mut p = Provisioner::new(sim.ports(), quiet, "quiet-3");
+    assert_eq!(p.run_until(deadline, advance).await.expect("runs"), 1);
+}
+
 #[tokio::test]
 async fn a_pod_that_fits_on_an_in_flight_claim_joins_it_instead_of_launching() {
     let s = scenario::parse(WALKTHROUGH_1).expect("parses");
