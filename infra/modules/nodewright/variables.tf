@@ -131,7 +131,7 @@ variable "disruption_in_provisioner" {
 }
 
 variable "end_invocations_when_quiet" {
-  description = "End each scheduled invocation at its first quiet tick (nothing pending to launch, every node registered, no removal in progress) instead of ticking until its timeout. Lambda bills the seconds an invocation runs: about $0.70 a month of Lambda instead of $8 for 100 nodes (python3 infra/running-cost.py --end-when-quiet). The price: a pod that becomes pending while the cluster is quiet waits up to a minute for the next invocation instead of about a second; once something is in flight, the invocation ticks every second as usual."
+  description = "End each scheduled invocation at its first quiet tick (nothing pending to launch, every node registered, no removal in progress) instead of ticking until its timeout. Lambda bills the seconds an invocation runs: about $0.70 a month of Lambda instead of $8 for 100 nodes (python3 infra/running-cost.py --end-when-quiet). The price: a pod that becomes pending while the cluster is quiet waits up to a minute for the next invocation instead of about a second, and a spot warning's drain starts at the next invocation (the interruption function taints the node at once; the evictions then come up to a minute into the two-minute notice); once something is in flight, the invocation ticks every second as usual."
   type        = bool
   default     = false
 }
