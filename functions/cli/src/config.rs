@@ -426,6 +426,8 @@ mod stored {
                 "rebalancePolicy": s.rebalance_policy.as_str(),
                 "consolidationSavingsThreshold": format!("{}%", s.consolidation_savings_threshold * 100.0),
                 "interruptionQueue": s.interruption_queue,
+                "preferencePolicy": s.preference_policy.as_str(),
+                "minValuesPolicy": s.min_values_policy.as_str(),
                 "featureGates": {"spotToSpotConsolidation": s.spot_to_spot_consolidation, "nodeRepair": s.node_repair},
             });
             let doc = serde_json::json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "Settings", "metadata": {"name": "default"}, "spec": effective});

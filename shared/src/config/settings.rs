@@ -18,6 +18,8 @@ pub const SETTINGS_SPEC: Kind = Kind::Object(&[
     opt("rebalancePolicy", Kind::Str),
     opt("consolidationSavingsThreshold", Kind::IntOrString),
     opt("interruptionQueue", Kind::Str),
+    opt("preferencePolicy", Kind::Str),
+    opt("minValuesPolicy", Kind::Str),
     // Each gate's name is checked when the spec is read.
     opt("featureGates", Kind::Map(&Kind::Bool)),
 ]);
@@ -91,6 +93,12 @@ pub struct SettingsSpec {
     /// event source mapping is what delivers it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption_queue: Option<String>,
+    /// Karpenter's PREFERENCE_POLICY: `Respect` (the default) or `Ignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference_policy: Option<String>,
+    /// Karpenter's MIN_VALUES_POLICY: `Strict` (the default) or `BestEffort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_values_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feature_gates: Option<FeatureGatesSpec>,
 }
@@ -137,6 +145,62 @@ impl RebalancePolicy {
     }
 }
 
+/// Karpenter's `--preference-policy`: how the scheduler treats preferences
+/// (preferred node and pod (anti-)affinity, `ScheduleAnyway` spreads).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum PreferencePolicy {
+    /// Try each pod with its preferences, relax them one by one.
+    #[default]
+    Respect,
+    /// Plan every pod as if it had none.
+    Ignore,
+}
+
+impl PreferencePolicy {
+    pub fn parse(s: &str) -> Option<PreferencePolicy> {
+        match s {
+            "Respect" => Some(PreferencePolicy::Respect),
+            "Ignore" => Some(PreferencePolicy::Ignore),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreferencePolicy::Respect => "Respect",
+            PreferencePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+/// Karpenter's `--min-values-policy`: what a requirement's `minValues` does
+/// when the instance types left cannot meet it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum MinValuesPolicy {
+    /// Nothing launches: the pod stays pending.
+    #[default]
+    Strict,
+    /// Launch with the types left; the claim is marked as relaxed.
+    BestEffort,
+}
+
+impl MinValuesPolicy {
+    pub fn parse(s: &str) -> Option<MinValuesPolicy> {
+        match s {
+            "Strict" => Some(MinValuesPolicy::Strict),
+            "BestEffort" => Some(MinValuesPolicy::BestEffort),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MinValuesPolicy::Strict => "Strict",
+            MinValuesPolicy::BestEffort => "BestEffort",
+        }
+    }
+}
+
 /// Validated settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -146,6 +210,8 @@ pub struct Settings {
     /// 0.0–1.0.
     pub consolidation_savings_threshold: f64,
     pub interruption_queue: Option<String>,
+    pub preference_policy: PreferencePolicy,
+    pub min_values_policy: MinValuesPolicy,
     pub spot_to_spot_consolidation: bool,
     pub node_repair: bool,
 }
@@ -158,6 +224,8 @@ impl Default for Settings {
             rebalance_policy: RebalancePolicy::Ignore,
             consolidation_savings_threshold: 0.10,
             interruption_queue: None,
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
             spot_to_spot_consolidation: false,
             node_repair: false,
         }
@@ -226,6 +294,24 @@ impl Settings {
             }
         }
         s.interruption_queue = spec.interruption_queue.clone().filter(|q| !q.is_empty());
+        if let Some(p) = &spec.preference_policy {
+            match PreferencePolicy::parse(p) {
+                Some(p) => s.preference_policy = p,
+                None => err(
+                    "preferencePolicy",
+                    format!("unknown policy {p:?}: expected Respect or Ignore"),
+                ),
+            }
+        }
+        if let Some(p) = &spec.min_values_policy {
+            match MinValuesPolicy::parse(p) {
+                Some(p) => s.min_values_policy = p,
+                None => err(
+                    "minValuesPolicy",
+                    format!("unknown policy {p:?}: expected Strict or BestEffort"),
+                ),
+            }
+        }
         if let Some(g) = &spec.feature_gates {
             s.spot_to_spot_consolidation = g.spot_to_spot_consolidation.unwrap_or(false);
             s.node_repair = g.node_repair.unwrap_or(false);
@@ -268,6 +354,7 @@ mod tests {
         let spec: SettingsSpec = serde_json::from_value(serde_json::json!({
             "batchIdleDuration": "2s", "batchMaxDuration": "20s", "rebalancePolicy": "Replace",
             "consolidationSavingsThreshold": "25%", "interruptionQueue": "q",
+            "preferencePolicy": "Ignore", "minValuesPolicy": "BestEffort",
             "featureGates": {"spotToSpotConsolidation": true, "nodeRepair": true}
         }))
         .expect("spec");
@@ -278,12 +365,15 @@ mod tests {
         assert!((s.consolidation_savings_threshold - 0.25).abs() < 1e-12);
         assert_eq!(s.interruption_queue.as_deref(), Some("q"));
         assert!(s.spot_to_spot_consolidation && s.node_repair);
+        assert_eq!(s.preference_policy, PreferencePolicy::Ignore);
+        assert_eq!(s.min_values_policy, MinValuesPolicy::BestEffort);
     }
 
     #[test]
     fn every_error_is_reported_at_once() {
         let spec: SettingsSpec = serde_json::from_value(serde_json::json!({
-            "batchIdleDuration": "soon", "rebalancePolicy": "Drain", "consolidationSavingsThreshold": "150%"
+            "batchIdleDuration": "soon", "rebalancePolicy": "Drain", "consolidationSavingsThreshold": "150%",
+            "preferencePolicy": "ignore", "minValuesPolicy": "Relaxed"
         }))
         .expect("spec");
         let errors = Settings::from_spec(&spec).expect_err("invalid");
@@ -293,7 +383,9 @@ mod tests {
             [
                 "spec.batchIdleDuration",
                 "spec.rebalancePolicy",
-                "spec.consolidationSavingsThreshold"
+                "spec.consolidationSavingsThreshold",
+                "spec.preferencePolicy",
+                "spec.minValuesPolicy"
             ]
         );
     }

@@ -42,6 +42,8 @@ pub struct Simulator<'a> {
     /// uid. They take their room like pods; a move that removes the node
     /// places them again, with the pods it moves.
     holding: BTreeMap<String, Vec<SchedPod>>,
+    /// The Settings' scheduling policies, as the provisioner solves.
+    options: SolveOptions,
 }
 
 fn pods_of(pods: &[&Pod], volumes: &VolumeIndex) -> Result<(Vec<SchedPod>, Vec<PodKey>), String> {
@@ -94,6 +96,7 @@ impl<'a> Simulator<'a> {
             unavailable: s.unavailable,
             usage: &usage,
             volumes: s.volumes,
+            settings: s.settings,
             seed: s.seed,
         };
         let mut nodes = plan::existing_nodes(&view);
@@ -182,6 +185,7 @@ impl<'a> Simulator<'a> {
             reservations,
             removed: BTreeSet::new(),
             holding: BTreeMap::new(),
+            options: plan::solve_options(s.settings),
         };
 
         let in_flight_no_replacement: BTreeSet<&str> = s
@@ -280,13 +284,7 @@ impl<'a> Simulator<'a> {
                 p.nodes_in_use -= 1;
             }
         }
-        let plan = solve(
-            &sched,
-            &nodes,
-            &self.pools,
-            &self.daemons,
-            &SolveOptions::default(),
-        );
+        let plan = solve(&sched, &nodes, &self.pools, &self.daemons, &self.options);
         for (pool, r) in &freed {
             if let Some(p) = self.pools.iter_mut().find(|p| &p.pool.name == pool) {
                 p.in_use.add(r);

@@ -962,6 +962,7 @@ pub async fn dry_run<P: PortSet>(ports: &P, tuning: Tuning) -> Result<DryRun, Ha
             unavailable: &gathered.unavailable,
             usage: &usage,
             volumes,
+            settings: &config.settings,
             seed,
         })
     };

@@ -212,7 +212,7 @@ impl<'a, P: PortSet> Launcher<'a, P> {
                     &[
                         ("reason", self.reason),
                         ("nodepool", claim.pool.as_str()),
-                        ("min_values_relaxed", "false"),
+                        ("min_values_relaxed", min_values_relaxed(&claim)),
                     ],
                     1.0,
                 );
@@ -266,5 +266,17 @@ impl<'a, P: PortSet> Launcher<'a, P> {
         if let Err(e) = self.ports.store().delete_claim(claim).await {
             warn!(nodeclaim = %claim.id, error = %e, "could not delete nodeclaim");
         }
+    }
+}
+
+/// The `min_values_relaxed` label of the nodeclaims-created metric.
+fn min_values_relaxed(claim: &Claim) -> &'static str {
+    match claim
+        .annotations
+        .get(crate::model::claim::MIN_VALUES_RELAXED_ANNOTATION)
+        .map(String::as_str)
+    {
+        Some("true") => "true",
+        _ => "false",
     }
 }

@@ -703,6 +703,7 @@ impl<P: PortSet> Provisioner<P> {
             unavailable: &unavailable,
             usage: &usage,
             volumes: &volumes,
+            settings: &config.settings,
             seed: seed_of(now, self.ticks, 11),
         });
         let placed: Vec<PodKey> = decision
@@ -1074,6 +1075,7 @@ impl<P: PortSet> Provisioner<P> {
                 unavailable: &unavailable,
                 usage: &usage,
                 volumes: &volumes,
+                settings: &config.settings,
                 seed: seed_of(now, self.ticks, round),
             });
             super::metrics::seconds(

@@ -633,6 +633,7 @@ async fn plan_replacements<P: PortSet>(
         unavailable: &unavailable,
         usage: &usage,
         volumes: &volumes,
+        settings: &config.settings,
         seed: seed_of(&command.id, command.replacement_rounds),
     });
     for (pod, reason) in &decision.unschedulable {

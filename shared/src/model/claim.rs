@@ -31,6 +31,9 @@ pub fn is_registration_taint(key: &str) -> bool {
 }
 /// Label carrying the claim id on the Node (as Karpenter's NodeClaim name).
 pub const CLAIM_LABEL: &str = "karpenter.sh/nodeclaim";
+/// On a claim and its Node: `"true"` when the claim launched with a
+/// `minValues` lowered (`MinValuesPolicy::BestEffort`), Karpenter's key.
+pub const MIN_VALUES_RELAXED_ANNOTATION: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 
 /// Where a claim is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

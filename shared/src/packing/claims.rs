@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use fixedbitset::FixedBitSet;
 
-use super::Solver;
 use super::classes::Guidance;
 use super::offerings::{Offered, offering_keys};
 use super::place::{FINAL_ALIKE, FOR_NOW, Refused, ports_conflict};
 use super::solve::{Strategy, settles_late};
+use super::{MinValuesPolicy, Solver};
 use crate::cloud::InstanceType;
 use crate::resources::Resources;
 use crate::scheduling::labels;
@@ -407,7 +407,9 @@ impl<'a> Solver<'a> {
             }
         }
         let off_target = c.target.is_some_and(|t| !kept.contains(t as usize));
-        if kept.is_clear() || off_target || !min_values_hold(reqs, &kept, &ps.input.instance_types)
+        if kept.is_clear()
+            || off_target
+            || !self.min_values_met(reqs, &kept, &ps.input.instance_types)
         {
             return None;
         }
@@ -704,6 +706,54 @@ impl<'a> Solver<'a> {
             b.insert(pos, ci);
         }
     }
+}
+
+impl Solver<'_> {
+    /// Whether a claim may keep `types`: every `minValues` met, or the
+    /// policy is `BestEffort` (the claim is relaxed at launch,
+    /// `relax_min_values`).
+    pub(super) fn min_values_met(
+        &self,
+        reqs: &Requirements,
+        types: &FixedBitSet,
+        catalog: &[InstanceType],
+    ) -> bool {
+        self.options.min_values == MinValuesPolicy::BestEffort
+            || min_values_hold(reqs, types, catalog)
+    }
+}
+
+/// Under `BestEffort`: each `minValues` the types cannot meet lowered to
+/// the number of distinct values they offer among those `reqs` allow (as
+/// Karpenter relaxes a claim); `None` when every one is met.
+pub(super) fn relax_min_values(
+    reqs: &Requirements,
+    types: &FixedBitSet,
+    catalog: &[InstanceType],
+) -> Option<Requirements> {
+    let mut relaxed: Option<Requirements> = None;
+    for (key, r) in reqs.iter() {
+        let Some(min) = r.min_values else { continue };
+        let mut distinct: BTreeSet<&str> = BTreeSet::new();
+        for t in types.ones() {
+            let Some(tr) = catalog[t].requirements.get(key) else {
+                continue;
+            };
+            match tr.finite_values() {
+                Some(values) => {
+                    distinct.extend(values.iter().map(String::as_str).filter(|v| r.has(v)))
+                }
+                None => distinct.extend(tr.single_value()),
+            }
+        }
+        let found = distinct.len() as u32;
+        if found < min {
+            let out = relaxed.get_or_insert_with(|| reqs.clone());
+            out.remove(key);
+            out.add(key, r.clone().with_min_values(Some(found)));
+        }
+    }
+    relaxed
 }
 
 /// True when every `minValues` of the requirements is met by the types kept.

@@ -119,6 +119,7 @@ pub struct SolveOptions {
     pub max_instance_types: usize,
     pub strategy: Strategy,
     pub preferences: PreferencePolicy,
+    pub min_values: MinValuesPolicy,
 }
 
 impl Default for SolveOptions {
@@ -127,19 +128,17 @@ impl Default for SolveOptions {
             max_instance_types: MAX_INSTANCE_TYPES,
             strategy: Strategy::Best,
             preferences: PreferencePolicy::Respect,
+            min_values: MinValuesPolicy::Strict,
         }
     }
 }
 
-/// Karpenter's `preferencePolicy`: `Respect` tries each pod with its
-/// preferences and relaxes them one by one; `Ignore` plans every pod as if
-/// it had none (preferred node and pod affinity, `ScheduleAnyway` spreads).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PreferencePolicy {
-    #[default]
-    Respect,
-    Ignore,
-}
+/// Karpenter's `preferencePolicy` (the Settings' `preferencePolicy`):
+/// `Respect` tries each pod with its preferences and relaxes them one by
+/// one; `Ignore` plans every pod as if it had none (preferred node and pod
+/// affinity, `ScheduleAnyway` spreads). Karpenter's `minValuesPolicy`:
+/// `BestEffort` keeps a claim whose types cannot meet a `minValues`.
+pub use crate::config::settings::{MinValuesPolicy, PreferencePolicy};
 
 /// What the solver decided.
 #[derive(Debug, Clone, Default)]
@@ -200,6 +199,10 @@ pub struct NewClaim {
     pub pods: Vec<usize>,
     /// Sum of the pods' requests (DaemonSet overhead not included).
     pub requests: Resources,
+    /// Under `MinValuesPolicy::BestEffort`, some `minValues` of the pool
+    /// could not be met by the types that hold the pods: `requirements`
+    /// carries the count that was (Karpenter's relaxed claim).
+    pub min_values_relaxed: bool,
 }
 
 impl NewClaim {

@@ -2,10 +2,11 @@
 //! the one kept is finished into a `Plan` (its claims into launch requests).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use super::claims::Claim;
+use super::claims::{Claim, relax_min_values};
 use super::pools::PoolState;
-use super::{LaunchOption, NewClaim, Plan, SolveOptions};
+use super::{LaunchOption, MinValuesPolicy, NewClaim, Plan, SolveOptions};
 use crate::cloud::InstanceType;
 use crate::scheduling::requirements::Requirements;
 
@@ -55,8 +56,17 @@ impl Outcome<'_> {
 
     /// Turns a claim into its launch request: types cheapest first, at most
     /// `max_instance_types`, keeping `minValues` satisfied.
-    pub(super) fn launch_request(&self, c: Claim) -> NewClaim {
+    pub(super) fn launch_request(&self, mut c: Claim) -> NewClaim {
         let ps = &self.pools[c.pool];
+        // BestEffort: a claim kept although a minValues is unmet launches
+        // with that minValues lowered to what its types offer.
+        let relaxed = (self.options.min_values == MinValuesPolicy::BestEffort)
+            .then(|| relax_min_values(&c.reqs, &c.types, &ps.input.instance_types))
+            .flatten();
+        let min_values_relaxed = relaxed.is_some();
+        if let Some(r) = relaxed {
+            c.reqs = Arc::new(r);
+        }
         // minValues may reach past the first options for a missing value.
         let first = c
             .reqs
@@ -85,6 +95,7 @@ impl Outcome<'_> {
             options,
             pods: c.pods,
             requests: c.used,
+            min_values_relaxed,
         }
     }
 }

@@ -22,7 +22,7 @@ use fixedbitset::FixedBitSet;
 use rustc_hash::FxHashMap;
 
 use super::Solver;
-use super::claims::{Claim, min_values_hold};
+use super::claims::Claim;
 use super::guided::{larger_first, units};
 use crate::resources::Resources;
 use crate::scheduling::topology::HostId;
@@ -273,7 +273,7 @@ impl Solver<'_> {
                 max_room.max_each(&ps.room[t]);
                 max_capacity.max_each(&ps.input.instance_types[t].capacity);
             }
-            if !min_values_hold(&original.reqs, &set, &ps.input.instance_types) {
+            if !self.min_values_met(&original.reqs, &set, &ps.input.instance_types) {
                 return;
             }
             let (price, cheapest) = ps

@@ -127,9 +127,13 @@ pub fn node_metadata(
         }
     }
     labels.extend(claim.labels.clone());
-    let annotations = pool
+    let mut annotations = pool
         .map(|p| p.template_annotations.clone())
         .unwrap_or_default();
+    let relaxed = crate::model::claim::MIN_VALUES_RELAXED_ANNOTATION;
+    if let Some(v) = claim.annotations.get(relaxed) {
+        annotations.insert(relaxed.to_owned(), v.clone());
+    }
     (labels, annotations)
 }
 

@@ -9,7 +9,7 @@ use rand::{RngExt, SeedableRng};
 
 use crate::cloud::{InstanceType, InstanceTypeInfo, Offering};
 use crate::config::hash::{class_hash, pool_hash};
-use crate::config::{NodeClass, NodePool};
+use crate::config::{NodeClass, NodePool, Settings};
 use crate::model::claim::{
     self, Claim, LaunchStamp, UNREGISTERED_TAINT_KEY, reservation_of, usage_of,
 };
@@ -46,6 +46,9 @@ pub struct Snapshot<'a> {
     /// The PVCs, PVs and StorageClasses the pending pods' volumes name
     /// (empty when no pending pod has a PVC-backed volume).
     pub volumes: &'a VolumeIndex,
+    /// The Settings in force (read fresh on every invocation): the
+    /// scheduling policies every solve of this pass follows.
+    pub settings: &'a Settings,
     /// Seeds claim ids (the only randomness).
     pub seed: u64,
 }
@@ -474,6 +477,16 @@ pub fn nominated_pods<'a>(
         .collect()
 }
 
+/// The solver options the Settings ask for (Karpenter's
+/// `--preference-policy` and `--min-values-policy`).
+pub fn solve_options(settings: &Settings) -> SolveOptions {
+    SolveOptions {
+        preferences: settings.preference_policy,
+        min_values: settings.min_values_policy,
+        ..SolveOptions::default()
+    }
+}
+
 /// Decides which claims to create for the pending pods.
 pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut decision = Decision::default();
@@ -515,7 +528,7 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
             .then_with(|| a.pool.name.cmp(&b.pool.name))
     });
     let daemons = daemon_pods(s.daemon_sets);
-    let plan = solve(&pods, &nodes, &pools, &daemons, &SolveOptions::default());
+    let plan = solve(&pods, &nodes, &pools, &daemons, &solve_options(s.settings));
 
     decision.fit_existing = plan
         .bindings
@@ -642,6 +655,13 @@ pub fn new_claim(
     let mut taints = pool.taints.clone();
     taints.extend(pool.startup_taints.iter().cloned());
     taints.push(Taint::new(UNREGISTERED_TAINT_KEY, "", Effect::NoExecute));
+    let mut annotations = pool.template_annotations.clone();
+    if planned.min_values_relaxed {
+        annotations.insert(
+            crate::model::claim::MIN_VALUES_RELAXED_ANNOTATION.to_owned(),
+            "true".to_owned(),
+        );
+    }
     Claim {
         id,
         pool: pool.name.clone(),
@@ -657,7 +677,7 @@ pub fn new_claim(
             })
             .collect(),
         labels: node_labels,
-        annotations: pool.template_annotations.clone(),
+        annotations,
         taints,
         kubelet: pool.kubelet.clone(),
         pods,

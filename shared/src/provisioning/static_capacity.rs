@@ -137,5 +137,6 @@ fn empty_node(input: &PoolInput) -> Option<NewClaim> {
         options,
         pods: Vec::new(),
         requests: Default::default(),
+        min_values_relaxed: false,
     })
 }
