@@ -149,6 +149,14 @@ pub fn evaluate(cx: &mut Context<'_, '_>, targets: &[usize]) -> Result<Move, Str
     if let Some((pod, why)) = outcome.unschedulable.first() {
         return Err(format!("pod {pod} would fit nowhere else: {why}"));
     }
+    // As Karpenter: `minValuesPolicy: BestEffort` relaxes minValues for
+    // pending pods, never to consolidate onto a replacement.
+    if outcome.claims.iter().any(|c| c.min_values_relaxed) {
+        return Err(
+            "minValues requirement is not met: its replacement would launch with minValues relaxed"
+                .to_owned(),
+        );
+    }
     let price: f64 = targets.iter().map(|i| cx.facts[*i].price).sum();
     let (replacement, replacement_price) = match outcome.claims.len() {
         0 => (None, 0.0),
