@@ -34,7 +34,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::HandlerError;
 use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::LaunchSettings;
-use super::provisioner::lease_retry;
+use super::leased_loop::{self, LeasedLoop, Step};
 use super::termination::{self, Started};
 use crate::disruption::{self, InFlight, Plan, Reason, Snapshot, Tuning, Verdict};
 use crate::model::claim::Claim;
@@ -93,6 +93,44 @@ pub struct TickReport {
     /// Nothing is left for this invocation to follow: no command waits for
     /// its re-validation, none started, no removal is in progress.
     pub quiet: bool,
+}
+
+impl<P: PortSet> LeasedLoop for Disruption<P> {
+    const NAME: &'static str = "disruption";
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn now(&self) -> Timestamp {
+        self.ports.clock().now()
+    }
+
+    fn poll(&self) -> SignedDuration {
+        self.settings.poll
+    }
+
+    async fn take_lease(&mut self, until: Timestamp) -> Result<bool, HandlerError> {
+        self.acquire_lease(until).await
+    }
+
+    async fn give_back_lease(&self) -> Result<(), HandlerError> {
+        if !self.pending.is_empty() {
+            info!(
+                pending = self.pending.len(),
+                "invocation ends before re-validating; the next one decides again"
+            );
+        }
+        self.release_lease().await
+    }
+
+    async fn step(&mut self) -> Result<Step, HandlerError> {
+        let report = self.tick().await?;
+        Ok(Step {
+            wake_at: report.wake_at,
+            stop: report.idle || (self.settings.end_when_quiet && report.quiet),
+        })
+    }
 }
 
 /// Everything a decision reads, owned (a [`Snapshot`] borrows it).
@@ -406,9 +444,9 @@ impl<P: PortSet> Disruption<P> {
             .await?)
     }
 
-    /// Ticks until `deadline`, sleeping with `sleep` in between: the Lambda's
-    /// loop. A transient failure to take the lease is retried
-    /// (`provisioner::lease_retry`, the provisioner's backoff).
+    /// Ticks until `deadline` (or, with `end_when_quiet`, the first quiet
+    /// tick), sleeping with `sleep` in between: the Lambda's loop, the
+    /// provisioner's ([`leased_loop::run`]).
     pub async fn run_until<F, Fut>(
         &mut self,
         deadline: Timestamp,
@@ -419,83 +457,9 @@ impl<P: PortSet> Disruption<P> {
         Fut: std::future::Future<Output = ()>,
     {
         let span = info_span!("disruption_invocation", holder = %self.holder, deadline = %deadline);
-        self.invocation(deadline, sleep).instrument(span).await
-    }
-
-    async fn invocation<F, Fut>(
-        &mut self,
-        deadline: Timestamp,
-        sleep: F,
-    ) -> Result<u64, HandlerError>
-    where
-        F: Fn(SignedDuration) -> Fut,
-        Fut: std::future::Future<Output = ()>,
-    {
-        // A transient failure to take the lease (a throttled write) is
-        // retried as the provisioner's is, not left to the next invocation.
-        let mut attempt = 0;
-        loop {
-            match self.acquire_lease(deadline).await {
-                Ok(true) => break,
-                Ok(false) => {
-                    info!(holder = %self.holder, "another disruption invocation holds the lease; exiting");
-                    return Ok(0);
-                }
-                Err(e) => {
-                    let now = self.ports.clock().now();
-                    let Some(wait) = lease_retry(&e, attempt, now, deadline) else {
-                        return Err(e);
-                    };
-                    warn!(error = %e, attempt, "could not take the disruption lease; retrying");
-                    attempt += 1;
-                    sleep(wait).await;
-                }
-            }
-        }
-        let mut ticks = 0;
-        loop {
-            let report = match self.tick().await {
-                Ok(r) => r,
-                Err(e) => {
-                    super::metrics::count(
-                        self.ports.clock().now().as_millisecond(),
-                        super::metrics::own::ERRORS,
-                        &[("function", "disruption")],
-                        1.0,
-                    );
-                    if !e.is_retryable() {
-                        return Err(e);
-                    }
-                    warn!(error = %e, "disruption tick failed; retrying next tick");
-                    TickReport::default()
-                }
-            };
-            ticks += 1;
-            if report.idle || (self.settings.end_when_quiet && report.quiet) {
-                break;
-            }
-            let now = self.ports.clock().now();
-            let wake = report
-                .wake_at
-                .unwrap_or(now + self.settings.poll)
-                .min(now + self.settings.poll);
-            if wake >= deadline {
-                break;
-            }
-            sleep(
-                wake.duration_since(now)
-                    .max(SignedDuration::from_millis(50)),
-            )
-            .await;
-        }
-        if !self.pending.is_empty() {
-            info!(
-                pending = self.pending.len(),
-                "invocation ends before re-validating; the next one decides again"
-            );
-        }
-        self.release_lease().await?;
-        Ok(ticks)
+        leased_loop::run(self, deadline, sleep)
+            .instrument(span)
+            .await
     }
 
     /// One pass: re-validate and start the voluntary commands that are due,

@@ -10,6 +10,7 @@ pub mod config_write;
 pub mod disruption;
 pub mod interruption;
 pub mod launcher;
+pub mod leased_loop;
 pub mod metrics;
 pub mod provisioner;
 pub mod state_change;

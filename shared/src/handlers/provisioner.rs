@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::HandlerError;
 use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
+use super::leased_loop::{self, LeasedLoop, Step};
 use super::termination;
 use crate::model::batch::{MAX_PARKED_MORE, Parked, ParkedGroup, Solving, uid_hash};
 use crate::model::claim::{BINDING_TAINT_KEY, Claim, Phase, UNREGISTERED_TAINT_KEY};
@@ -141,27 +142,48 @@ fn settled(claims: &[Claim], report: &TickReport, now: Timestamp) -> bool {
         })
 }
 
+impl<P: PortSet> LeasedLoop for Provisioner<P> {
+    const NAME: &'static str = "provisioner";
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn now(&self) -> Timestamp {
+        self.ports.clock().now()
+    }
+
+    fn poll(&self) -> SignedDuration {
+        self.settings.poll
+    }
+
+    async fn take_lease(&mut self, until: Timestamp) -> Result<bool, HandlerError> {
+        self.acquire_lease(until).await
+    }
+
+    async fn give_back_lease(&self) -> Result<(), HandlerError> {
+        self.release_lease().await
+    }
+
+    async fn step(&mut self) -> Result<Step, HandlerError> {
+        let report = self.tick().await?;
+        let stop = self.settings.end_when_quiet && report.quiet;
+        if stop {
+            info!(
+                ticks = self.ticks,
+                "nothing left to follow; the invocation ends early"
+            );
+        }
+        Ok(Step {
+            wake_at: report.wake_at,
+            stop,
+        })
+    }
+}
+
 /// The lease that makes one provisioner invocation the active one.
 pub const LEASE: &str = "provisioner";
 
-/// After a failed attempt to take the lease, how long to wait before the
-/// next (`attempt` failures so far): 1 s doubling to 8 s, while that still
-/// leaves time before `deadline`. `None`: give up — the error is not
-/// transient, or the invocation is over. A throttled lease write must not
-/// cost a whole invocation: the next starts a minute later, and pending
-/// pods would wait that long for a decision.
-pub fn lease_retry(
-    error: &HandlerError,
-    attempt: u32,
-    now: Timestamp,
-    deadline: Timestamp,
-) -> Option<SignedDuration> {
-    if !error.is_retryable() {
-        return None;
-    }
-    let wait = SignedDuration::from_secs(1 << attempt.min(3));
-    (now + wait < deadline).then_some(wait)
-}
 /// How long a solve may hold the batch before another invocation may take over.
 const SOLVE_CLAIM: SignedDuration = SignedDuration::from_secs(60);
 
@@ -305,9 +327,9 @@ impl<P: PortSet> Provisioner<P> {
             .await?)
     }
 
-    /// Runs ticks until `deadline`, sleeping with `sleep` between them. A
-    /// transient failure to take the lease is retried (`lease_retry`). This
-    /// is the Lambda's loop; it holds the lease for the whole invocation.
+    /// Runs ticks until `deadline` (or, with `end_when_quiet`, the first
+    /// quiet tick), sleeping with `sleep` between them: the Lambda's loop
+    /// ([`leased_loop::run`]); it holds the lease for the whole invocation.
     pub async fn run_until<F, Fut>(
         &mut self,
         deadline: Timestamp,
@@ -317,64 +339,7 @@ impl<P: PortSet> Provisioner<P> {
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        let mut attempt = 0;
-        loop {
-            match self.acquire_lease(deadline).await {
-                Ok(true) => break,
-                Ok(false) => {
-                    info!(holder = %self.holder, "another provisioner invocation holds the lease; exiting");
-                    return Ok(0);
-                }
-                Err(e) => {
-                    let now = self.ports.clock().now();
-                    let Some(wait) = lease_retry(&e, attempt, now, deadline) else {
-                        return Err(e);
-                    };
-                    warn!(error = %e, attempt, "could not take the provisioner lease; retrying");
-                    attempt += 1;
-                    sleep(wait).await;
-                }
-            }
-        }
-        let mut ticks = 0;
-        loop {
-            let report = match self.tick().await {
-                Ok(r) => r,
-                Err(e) => {
-                    super::metrics::count(
-                        self.ports.clock().now().as_millisecond(),
-                        super::metrics::own::ERRORS,
-                        &[("function", "provisioner")],
-                        1.0,
-                    );
-                    if !e.is_retryable() {
-                        return Err(e);
-                    }
-                    warn!(error = %e, "provisioner tick failed; retrying next tick");
-                    TickReport::default()
-                }
-            };
-            ticks += 1;
-            if self.settings.end_when_quiet && report.quiet {
-                info!(ticks, "nothing left to follow; the invocation ends early");
-                break;
-            }
-            let now = self.ports.clock().now();
-            let wake = report
-                .wake_at
-                .unwrap_or(now + self.settings.poll)
-                .min(now + self.settings.poll);
-            if wake >= deadline {
-                break;
-            }
-            sleep(
-                wake.duration_since(now)
-                    .max(SignedDuration::from_millis(50)),
-            )
-            .await;
-        }
-        self.release_lease().await?;
-        Ok(ticks)
+        leased_loop::run(self, deadline, sleep).await
     }
 
     /// One pass: lifecycle of existing claims, garbage collection when due,

@@ -497,7 +497,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                         self.next_tick = now;
                     }
                     Ok(false) => info!("provisioner lease held elsewhere; this invocation exits"),
-                    Err(e) => match crate::handlers::provisioner::lease_retry(
+                    Err(e) => match crate::handlers::leased_loop::lease_retry(
                         &e,
                         attempt,
                         now,
@@ -595,7 +595,7 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
                     }
                     Ok(false) => info!("disruption lease held elsewhere; this invocation exits"),
                     Err(e) => {
-                        match crate::handlers::provisioner::lease_retry(&e, attempt, now, until) {
+                        match crate::handlers::leased_loop::lease_retry(&e, attempt, now, until) {
                             Some(wait) => {
                                 warn!(error = %e, attempt, "disruption function could not take its lease; retrying");
                                 self.disruption_lease_retry =

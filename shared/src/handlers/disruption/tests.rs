@@ -503,7 +503,7 @@ fn the_lambda_loop_ticks_until_its_deadline_and_a_second_invocation_exits_at_onc
 }
 
 /// A throttled lease write costs the disruption function seconds, not its
-/// invocation: the Lambda loop retries it (the provisioner's `lease_retry`,
+/// invocation: the Lambda loop retries it (`leased_loop::lease_retry`,
 /// 1 s doubling) and ticks within the same minute; an error that is not
 /// transient still ends the invocation at once.
 #[test]
