@@ -98,6 +98,14 @@ pub struct KubeletConfig {
     /// ENI-limited count (as Karpenter computes both).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bottlerocket: bool,
+    /// EFA-only interfaces the NodeClass puts on the default network card:
+    /// ENIs that hold no pod IPs, so fewer pods fit (as Karpenter counts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub efa_only_enis: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// CPU and memory a kubelet setting reserves (`None`: not set).
@@ -165,7 +173,9 @@ impl InstanceTypeInfo {
     /// ENI-limited max pods, overridden by the kubelet config.
     pub fn max_pods(&self, kubelet: &KubeletConfig) -> i64 {
         let mut max = match (self.max_enis, self.ipv4_per_eni) {
-            (e, i) if e > 0 && i > 1 => i64::from(e) * (i64::from(i) - 1) + 2,
+            (e, i) if e > 0 && i > 1 => {
+                i64::from(e.saturating_sub(kubelet.efa_only_enis)) * (i64::from(i) - 1) + 2
+            }
             _ => DEFAULT_MAX_PODS,
         };
         if let Some(m) = kubelet.max_pods {
@@ -745,5 +755,31 @@ mod tests {
                 a.cpu_millis
             );
         }
+    }
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Describe "InstanceTypeProvider" / It "should not set pods to 110 if
+    // using ENI-based pod density": on the Linux AMI families every type
+    // whose ENI facts are known gets its ENI-limited pods, never the 110
+    // default, over the simulator's whole catalog. (110 is what Karpenter
+    // gives Windows, which nodewright does not launch.)
+    #[test]
+    fn eni_facts_give_eni_limited_pods_never_the_default() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("us-east-1");
+        let kc = KubeletConfig::default();
+        let mut counted = 0;
+        for info in &catalog.instance_types {
+            if info.max_enis > 0 && info.ipv4_per_eni > 1 {
+                counted += 1;
+                let pods = info.capacity(&kc).pods;
+                assert_eq!(
+                    pods,
+                    i64::from(info.max_enis) * (i64::from(info.ipv4_per_eni) - 1) + 2,
+                    "{}",
+                    info.name
+                );
+                assert_ne!(pods, DEFAULT_MAX_PODS, "{}", info.name);
+            }
+        }
+        assert!(counted > 500, "{counted} types with ENI facts");
     }
 }

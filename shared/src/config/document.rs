@@ -1209,6 +1209,13 @@ impl ConfigSet {
                         pool.kubelet = pool.launch_kubelet.to_kubelet_config();
                         pool.kubelet.bottlerocket =
                             c.ami_family == super::nodeclass::AmiFamily::Bottlerocket;
+                        pool.kubelet.efa_only_enis = c
+                            .network_interfaces
+                            .iter()
+                            .filter(|ni| {
+                                ni.network_card_index == 0 && ni.interface_type == "efa-only"
+                            })
+                            .count() as u32;
                         pool.resolved_class = Some(std::sync::Arc::new(c.clone()));
                         r.set.node_pools.push(pool);
                     }
@@ -1947,5 +1954,49 @@ mod never_panics {
                 "requirements": reqs}}, "limits": limits, "disruption": disruption}});
             exercise(&doc.to_string());
         }
+    }
+}
+
+/// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+/// Context "Undecodable Kubelet Configuration": a kubelet block that cannot
+/// be read (clusterDNS a bare string, not a list) is refused, so no
+/// instance type is ever computed from defaults the user never set (the
+/// pool is left out, its NodeClass's error says why), and correcting it is
+/// enough: nothing about the refusal is remembered.
+#[cfg(test)]
+mod undecodable_kubelet {
+    use super::*;
+
+    fn docs(kubelet: &str) -> Result<Resolved, ConfigError> {
+        let text = format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms:\n  - alias: al2023@latest\n  role: KarpenterNodeRole\n  subnetSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  securityGroupSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  kubelet:\n    {kubelet}\n"
+        );
+        parse_documents(&text).map(|d| ConfigSet::resolve(&d))
+    }
+
+    #[test]
+    fn an_unreadable_kubelet_block_is_refused_not_defaulted() {
+        match docs("clusterDNS: 10.0.0.10") {
+            Err(e) => assert!(e.field.contains("clusterDNS"), "{e:?}"),
+            Ok(r) => {
+                assert!(
+                    r.set.node_pool("default").is_none(),
+                    "no pool is resolved on a kubelet block that cannot be read"
+                );
+                assert!(
+                    r.errors.iter().any(|e| e.field.contains("clusterDNS")),
+                    "{:?}",
+                    r.errors
+                );
+            }
+        }
+        // Corrected, the same documents resolve: the pool is back.
+        let r = docs("clusterDNS: [10.0.0.10]").expect("parses");
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        let pool = r.set.node_pool("default").expect("pool");
+        assert_eq!(
+            pool.launch_kubelet.cluster_dns,
+            vec!["10.0.0.10".to_owned()]
+        );
     }
 }

@@ -645,6 +645,7 @@ impl KubeletSpec {
             eviction_hard_memory: threshold(&self.eviction_hard),
             eviction_soft_memory: threshold(&self.eviction_soft),
             bottlerocket: false,
+            efa_only_enis: 0,
         }
     }
 

@@ -109,11 +109,18 @@ pub fn instance_types(
             }));
         }
     }
+    let class = pool.resolved_class.as_deref();
     let types = catalog
         .instance_types
         .iter()
         .filter_map(|info| {
-            let offers = offerings.remove(info.name.as_str())?;
+            let mut offers = offerings.remove(info.name.as_str())?;
+            // A type the NodeClass cannot launch keeps its offerings, unavailable.
+            if !compatible_with_class(info, class) {
+                for o in &mut offers {
+                    o.available = false;
+                }
+            }
             let it = info.to_instance_type(offers, &pool.kubelet);
             // A type the pool's requirements rule out never helps; drop it early.
             pool.requirements.intersects(&it.requirements).then_some(it)
@@ -121,6 +128,27 @@ pub fn instance_types(
         .collect();
     // The pool's NodeOverlays change prices and capacity before any solve.
     super::overlays::apply(pool, types)
+}
+
+/// Whether a NodeClass can launch this type, as far as the catalog's facts
+/// tell (Karpenter's compatibility checks): AL2023 does not run on the
+/// first Graviton generation (a1), and the class's EFA-only interfaces need
+/// as many EFA interfaces. Network-card counts and devices per card are
+/// not in the catalog, so a class asking for more cards than a type has is
+/// not caught here (the launch fails instead).
+pub fn compatible_with_class(info: &InstanceTypeInfo, class: Option<&NodeClass>) -> bool {
+    let Some(class) = class else {
+        return true;
+    };
+    if class.ami_family == crate::config::AmiFamily::AL2023 && info.name.starts_with("a1.") {
+        return false;
+    }
+    let efa_only = class
+        .network_interfaces
+        .iter()
+        .filter(|ni| ni.interface_type == "efa-only")
+        .count();
+    efa_only == 0 || efa_only <= info.efa_interfaces as usize
 }
 
 /// A DaemonSet's pod template as a pod that lands on every matching node.
@@ -891,6 +919,194 @@ mod tests {
             launch_filters(&options, &flexible, &capacity_of).len(),
             4,
             "minValues keeps every option"
+        );
+    }
+    /// A NodePool `default` on an EC2NodeClass `default` whose spec is the
+    /// given YAML, resolved as the functions resolve it.
+    fn pool_on_class(class_spec: &str) -> NodePool {
+        let text = format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n      - {{key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  role: KarpenterNodeRole\n  subnetSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  securityGroupSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n{class_spec}"
+        );
+        let docs = crate::config::parse_documents(&text).expect("documents");
+        let set = crate::config::ConfigSet::from_documents(&docs).expect("valid");
+        set.node_pool("default").expect("pool").clone()
+    }
+
+    fn key(ct: &str, t: &str, zone: &str) -> OfferingKey {
+        OfferingKey {
+            capacity_type: ct.into(),
+            instance_type: t.into(),
+            zone: zone.into(),
+        }
+    }
+
+    fn available(types: &[InstanceType], name: &str) -> Vec<(String, String)> {
+        types
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("{name} listed"))
+            .offerings
+            .iter()
+            .filter(|o| o.available)
+            .map(|o| (o.zone.clone(), o.capacity_type.clone()))
+            .collect()
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    /// Context "Insufficient Capacity Error Cache": "should return all
+    /// instance types, even though with no offerings due to Insufficient
+    /// Capacity Error" and "should not return an offering when marking an
+    /// offering as unavailable in the Insufficient Capacity Error Cache".
+    /// Translated onto the simulator's us-east-1 catalog (m5.large and
+    /// m5.xlarge in five zones, spot and on-demand): a type whose every
+    /// offering ran out of capacity is still listed, with none available;
+    /// marking one type's offerings leaves another's alone, and each mark
+    /// takes exactly its offering away.
+    #[test]
+    fn unavailable_offerings_are_kept_but_not_available() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+        let pool = pool_on_class("  amiSelectorTerms:\n  - alias: al2023@latest\n");
+        let all = available(&instance_types(&pool, &catalog, &[]), "m5.large");
+        assert_eq!(all.len(), 10, "five zones × spot and on-demand: {all:?}");
+        let zones: Vec<String> = all.iter().map(|(z, _)| z.clone()).collect();
+        // Every m5.xlarge offering out of capacity: the type stays, with none.
+        let xl: Vec<OfferingKey> = all.iter().map(|(z, ct)| key(ct, "m5.xlarge", z)).collect();
+        let types = instance_types(&pool, &catalog, &xl);
+        assert!(available(&types, "m5.xlarge").is_empty());
+        assert!(
+            !types
+                .iter()
+                .find(|t| t.name == "m5.xlarge")
+                .expect("m5.xlarge")
+                .offerings
+                .is_empty(),
+            "its offerings are kept, unavailable"
+        );
+        assert_eq!(available(&types, "m5.large"), all, "m5.large untouched");
+        // One spot offering of m5.large, then two on-demand ones.
+        let mut marks = xl.clone();
+        marks.push(key("spot", "m5.large", &zones[0]));
+        let got = available(&instance_types(&pool, &catalog, &marks), "m5.large");
+        assert_eq!(got.len(), 9);
+        assert!(!got.contains(&(zones[0].clone(), "spot".into())));
+        marks.push(key("on-demand", "m5.large", &zones[1]));
+        marks.push(key("on-demand", "m5.large", &zones[2]));
+        let got = available(&instance_types(&pool, &catalog, &marks), "m5.large");
+        assert_eq!(got.len(), 7);
+        for (z, ct) in [(0, "spot"), (1, "on-demand"), (2, "on-demand")] {
+            assert!(!got.contains(&(zones[z].clone(), ct.into())), "{z} {ct}");
+        }
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    /// Context "Offerings" / It "should create a single offering per
+    /// instance pool": no (instance type, zone, capacity type) appears twice
+    /// among a pool's offerings, on the simulator's whole us-east-1 catalog,
+    /// listed twice.
+    #[test]
+    fn one_offering_per_instance_pool() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+        let pool = pool_on_class("  amiSelectorTerms:\n  - alias: al2023@latest\n");
+        for _ in 0..2 {
+            let types = instance_types(&pool, &catalog, &[]);
+            assert!(types.len() > 100);
+            let mut seen = HashSet::new();
+            for t in &types {
+                for o in &t.offerings {
+                    assert!(
+                        seen.insert((t.name.clone(), o.zone.clone(), o.capacity_type.clone())),
+                        "{} {} {} twice",
+                        t.name,
+                        o.zone,
+                        o.capacity_type
+                    );
+                }
+            }
+        }
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    /// Context "Instance Type and NodeClass Compatibility" / "AMI
+    /// Compatibility" / DescribeTable "should mark availability of a1
+    /// instance type offerings based on AMI": on AL2023 every a1.medium
+    /// offering is kept but unavailable (AL2023 does not run on the first
+    /// Graviton); on Bottlerocket they are available.
+    #[test]
+    fn a1_types_are_unavailable_on_al2023_only() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+        for (alias, expect_available) in [("al2023@latest", false), ("bottlerocket@latest", true)] {
+            let pool = pool_on_class(&format!("  amiSelectorTerms:\n  - alias: {alias}\n"));
+            let types = instance_types(&pool, &catalog, &[]);
+            let a1 = types
+                .iter()
+                .find(|t| t.name == "a1.medium")
+                .expect("a1.medium listed");
+            assert!(!a1.offerings.is_empty(), "{alias}");
+            assert!(
+                a1.offerings.iter().all(|o| o.available == expect_available),
+                "{alias}"
+            );
+        }
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    /// Context "Instance Type and NodeClass Compatibility" / "Network
+    /// Interfaces": an EC2NodeClass with one EFA-only interface leaves
+    /// p5.48xlarge's offerings as they were; one with five EFA-only
+    /// interfaces makes every offering of m6idn.32xlarge (two EFAs)
+    /// unavailable. And Context "Network Interfaces": EFA-only interfaces
+    /// on network card 0 hold no pod IPs, so m6idn.32xlarge's max pods drop
+    /// by one ENI's worth (49) per such interface; one on card 1 changes
+    /// nothing. Karpenter's figures (394, 345) come from its fake data's 8
+    /// ENIs on card 0; the simulator's catalog has 16 (786, 737).
+    #[test]
+    fn efa_only_interfaces_decide_availability_and_max_pods() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+        let ni = |list: &[(u32, u32, &str)]| {
+            let mut s =
+                "  amiSelectorTerms:\n  - alias: al2023@latest\n  networkInterfaces:\n".to_owned();
+            for (card, device, kind) in list {
+                s += &format!(
+                    "  - {{networkCardIndex: {card}, deviceIndex: {device}, interfaceType: {kind}}}\n"
+                );
+            }
+            s
+        };
+        let plain = pool_on_class("  amiSelectorTerms:\n  - alias: al2023@latest\n");
+        let before = available(&instance_types(&plain, &catalog, &[]), "p5.48xlarge");
+        assert!(!before.is_empty());
+        let one = pool_on_class(&ni(&[(0, 0, "interface"), (0, 1, "efa-only")]));
+        let types = instance_types(&one, &catalog, &[]);
+        assert_eq!(available(&types, "p5.48xlarge"), before);
+        let pods = |types: &[InstanceType]| {
+            types
+                .iter()
+                .find(|t| t.name == "m6idn.32xlarge")
+                .expect("m6idn.32xlarge")
+                .capacity
+                .pods
+        };
+        assert_eq!(pods(&instance_types(&plain, &catalog, &[])), 786);
+        assert_eq!(pods(&types), 737, "one EFA-only interface on card 0");
+        let card1 = pool_on_class(&ni(&[(0, 0, "interface"), (1, 0, "efa-only")]));
+        assert_eq!(pods(&instance_types(&card1, &catalog, &[])), 786);
+        let five = pool_on_class(&ni(&[
+            (0, 0, "interface"),
+            (0, 1, "efa-only"),
+            (1, 0, "efa-only"),
+            (2, 0, "efa-only"),
+            (3, 0, "efa-only"),
+            (4, 0, "efa-only"),
+        ]));
+        let types = instance_types(&five, &catalog, &[]);
+        assert!(available(&types, "m6idn.32xlarge").is_empty());
+        assert!(
+            !types
+                .iter()
+                .find(|t| t.name == "m6idn.32xlarge")
+                .expect("listed")
+                .offerings
+                .is_empty()
         );
     }
 }

@@ -184,6 +184,14 @@ pub struct LaunchOptionsExpect {
     /// Every launch offers at least this many distinct values of the key.
     #[serde(default)]
     pub min_distinct: BTreeMap<String, usize>,
+    /// Every launch offers at most this many distinct values of the key.
+    #[serde(default)]
+    pub max_distinct: BTreeMap<String, usize>,
+    /// Every option's instance type is among this many cheapest types of
+    /// the catalog, ranked by their cheapest offering (with the
+    /// `cheapestAmong` labels, when given; types priced as the last one
+    /// count too).
+    pub among_cheapest_types: Option<usize>,
 }
 
 /// Checks `placements` and `spread` against the cluster as it is.
@@ -472,6 +480,34 @@ pub fn check_launches(
             .map(|o| o.price)
             .fold(f64::INFINITY, f64::min)
     });
+    let among = |l: &BTreeMap<String, String>| {
+        expect.cheapest_among.as_ref().is_none_or(|among| {
+            among
+                .iter()
+                .all(|(k, vs)| l.get(k).is_some_and(|v| vs.contains(v)))
+        })
+    };
+    let cheapest_types: Option<BTreeSet<&str>> = expect.among_cheapest_types.map(|n| {
+        let mut floor: BTreeMap<&str, f64> = BTreeMap::new();
+        for o in &catalog.offerings {
+            if labels_of(&o.instance_type, &o.zone, &o.capacity_type).is_some_and(|l| among(&l)) {
+                let f = floor
+                    .entry(o.instance_type.as_str())
+                    .or_insert(f64::INFINITY);
+                *f = f.min(o.price);
+            }
+        }
+        let mut ranked: Vec<(f64, &str)> = floor.into_iter().map(|(t, p)| (p, t)).collect();
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+        let last = ranked
+            .get(n.saturating_sub(1))
+            .map_or(f64::INFINITY, |r| r.0);
+        ranked
+            .iter()
+            .take_while(|(p, _)| *p <= last)
+            .map(|(_, t)| *t)
+            .collect()
+    });
     let mut offered = BTreeSet::new();
     for r in requests {
         if let Some(want) = cheapest {
@@ -502,8 +538,31 @@ pub fn check_launches(
                 ));
             }
         }
+        for (key, most) in &expect.max_distinct {
+            let distinct: BTreeSet<String> = r
+                .options
+                .iter()
+                .filter_map(|o| labels_of(&o.instance_type, &o.zone, &o.capacity_type))
+                .filter_map(|l| l.get(key).cloned())
+                .collect();
+            if distinct.len() > *most {
+                failures.push(format!(
+                    "launchOptions: claim {} offers {} distinct {key}, more than {most}",
+                    r.claim_id,
+                    distinct.len()
+                ));
+            }
+        }
         for o in &r.options {
             offered.insert(o.instance_type.clone());
+            if let (Some(cheapest), Some(n)) = (&cheapest_types, expect.among_cheapest_types)
+                && !cheapest.contains(o.instance_type.as_str())
+            {
+                failures.push(format!(
+                    "launchOptions: claim {} offers {}, not among the {n} cheapest types",
+                    r.claim_id, o.instance_type
+                ));
+            }
             let Some(info) = catalog
                 .instance_types
                 .iter()

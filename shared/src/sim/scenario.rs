@@ -252,10 +252,11 @@ pub struct Action {
 }
 
 /// The verbs an action may have, as written.
-pub const ACTION_VERBS: [&str; 13] = [
+pub const ACTION_VERBS: [&str; 14] = [
     "scale",
     "apply",
     "removeCapacity",
+    "restoreCapacity",
     "neverRegister",
     "interrupt",
     "rebalance",
@@ -331,6 +332,8 @@ pub enum ActionKind {
     Apply(Vec<serde_json::Value>),
     /// Launches of these offerings fail for lack of capacity from now on.
     RemoveCapacity(Vec<OfferingSpec>),
+    /// Launches of these offerings find capacity again (the shortage is over).
+    RestoreCapacity(Vec<OfferingSpec>),
     /// Nodes of these instance types never register.
     NeverRegister(Vec<String>),
     /// EC2 sends a spot interruption warning for the matching instances
@@ -1035,6 +1038,20 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 .ok_or_else(|| err("removeCapacity needs the in-memory cloud".to_owned()))?;
             for o in offerings {
                 sim_cloud.remove_capacity(OfferingKey {
+                    capacity_type: o.capacity_type.clone(),
+                    instance_type: o.instance_type.clone(),
+                    zone: o.zone.clone(),
+                });
+            }
+            Ok(())
+        }
+        ActionKind::RestoreCapacity(offerings) => {
+            let sim_cloud: &SimCloud = sim
+                .sim_cloud
+                .as_ref()
+                .ok_or_else(|| err("restoreCapacity needs the in-memory cloud".to_owned()))?;
+            for o in offerings {
+                sim_cloud.restore_capacity(&OfferingKey {
                     capacity_type: o.capacity_type.clone(),
                     instance_type: o.instance_type.clone(),
                     zone: o.zone.clone(),
