@@ -222,6 +222,17 @@ pub trait Cloud: Send + Sync {
     {
         async { Ok(Vec::new()) }
     }
+    /// The instances EC2 reports unhealthy now, account-wide (the caller
+    /// keeps its own claims' and acts on no other): a failed or impaired
+    /// instance, system or EBS status check, or a scheduled event
+    /// (DescribeInstanceStatus; only running instances are checked). Asked
+    /// at most once a minute ([`crate::interruption::health::POLL_EVERY`]).
+    /// The default reports none.
+    fn instance_health(
+        &self,
+    ) -> impl Future<Output = Result<Vec<crate::model::InstanceHealth>, CloudError>> + Send {
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// A shared cloud is a cloud: adapters that hold caches (and so are not
@@ -267,6 +278,11 @@ impl<C: Cloud> Cloud for Arc<C> {
     ) -> impl Future<Output = Result<Vec<crate::cloud::CapacityReservation>, CloudError>> + Send
     {
         (**self).capacity_reservations()
+    }
+    fn instance_health(
+        &self,
+    ) -> impl Future<Output = Result<Vec<crate::model::InstanceHealth>, CloudError>> + Send {
+        (**self).instance_health()
     }
 }
 

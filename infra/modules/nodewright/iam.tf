@@ -41,7 +41,8 @@ data "aws_iam_policy_document" "functions" {
   #checkov:skip=CKV_AWS_356:Only the Describe*, pricing:GetProducts and network-interface reads that AWS cannot scope to a resource use "*"; each is limited to this region by condition where AWS supports it.
   #checkov:skip=CKV_AWS_111:Every write is scoped by resource ARN and by this cluster's tags (see each statement); the remaining "*" resources are read-only.
 
-  # Reads of the catalog, networks, images, instances and prices. Describe
+  # Reads of the catalog, networks, images, instances (and their status
+  # checks) and prices. Describe
   # calls cannot be scoped to resources, only to the region.
   statement {
     sid    = "Describe"
@@ -49,6 +50,7 @@ data "aws_iam_policy_document" "functions" {
     actions = [
       "ec2:DescribeCapacityReservations",
       "ec2:DescribeImages",
+      "ec2:DescribeInstanceStatus",
       "ec2:DescribeInstanceTypeOfferings",
       "ec2:DescribeInstanceTypes",
       "ec2:DescribeInstances",

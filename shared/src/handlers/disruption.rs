@@ -60,6 +60,9 @@ pub struct DisruptionSettings {
     /// End the invocation at the first quiet tick ([`TickReport::quiet`]):
     /// the provisioner's setting of the same name, for the loop beside it.
     pub end_when_quiet: bool,
+    /// EC2 instance status checks are polled and counted, but no node is
+    /// removed for them (Karpenter's `InstanceStatusDryRun`).
+    pub instance_status_dry_run: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -70,6 +73,7 @@ impl Default for DisruptionSettings {
             launch: LaunchSettings::default(),
             tuning: Tuning::default(),
             end_when_quiet: false,
+            instance_status_dry_run: false,
         }
     }
 }
@@ -93,6 +97,8 @@ pub struct TickReport {
     /// Nothing is left for this invocation to follow: no command waits for
     /// its re-validation, none started, no removal is in progress.
     pub quiet: bool,
+    /// EC2's instance status checks, when they were polled this tick.
+    pub health: Option<super::health::HealthPoll>,
 }
 
 impl<P: PortSet> LeasedLoop for Disruption<P> {
@@ -194,7 +200,10 @@ pub fn reason_of(r: RemovalReason) -> Reason {
         | RemovalReason::CapacityReservationInterrupted
         | RemovalReason::CapacityBlockExpiring
         | RemovalReason::InstanceStopping
-        | RemovalReason::Rebalance => Reason::Interrupted,
+        | RemovalReason::Rebalance
+        | RemovalReason::InstanceStatus
+        | RemovalReason::SystemStatus
+        | RemovalReason::EventStatus => Reason::Interrupted,
         // A static pool scaled down: forceful, as the node goes whatever happens.
         RemovalReason::ScaledDown => Reason::Interrupted,
     }
@@ -316,6 +325,10 @@ struct MemoryState {
     /// Pods that became Ready up to this time have had their startup time
     /// published (`karpenter_pods_startup_duration_seconds`).
     startups_until: Option<Timestamp>,
+    /// When EC2's instance status checks were last asked for.
+    health_polled_at: Option<Timestamp>,
+    /// What that poll found unhealthy (each counts once in the metric).
+    unhealthy: std::collections::BTreeSet<crate::interruption::health::Unhealthy>,
 }
 
 /// The longest consolidation is skipped on an unchanged cluster (budget
@@ -493,6 +506,7 @@ impl<P: PortSet> Disruption<P> {
         if due {
             self.revalidate(&config, now, &mut report).await?;
         } else if decide {
+            self.poll_health(now, &mut report).await?;
             self.decide(&config, now, &mut report).await?;
         }
         let wake = termination::advance_all(&self.ports, &config, &self.settings.launch).await?;
@@ -503,6 +517,42 @@ impl<P: PortSet> Disruption<P> {
         candidates.extend(self.memory.lock().next_decision);
         report.wake_at = candidates.into_iter().min();
         Ok(report)
+    }
+
+    /// Asks EC2 for its instance status checks when the last poll is a
+    /// minute old, and starts the removals they call for.
+    async fn poll_health(
+        &mut self,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), HandlerError> {
+        let seen = {
+            let memory = self.memory.lock();
+            if memory
+                .health_polled_at
+                .is_some_and(|t| now.duration_since(t) < crate::interruption::health::POLL_EVERY)
+            {
+                return Ok(());
+            }
+            memory.unhealthy.clone()
+        };
+        let poll = super::health::poll(
+            &self.ports,
+            &seen,
+            self.settings.instance_status_dry_run,
+            now,
+        )
+        .await?;
+        {
+            let mut memory = self.memory.lock();
+            memory.health_polled_at = Some(now);
+            if poll.error.is_none() {
+                memory.unhealthy = poll.plan.unhealthy.clone();
+            }
+        }
+        report.started.extend(poll.started.iter().cloned());
+        report.health = Some(poll);
+        Ok(())
     }
 
     fn seed(&self, now: Timestamp) -> u64 {

@@ -73,10 +73,15 @@ pub mod karpenter {
     /// Histogram: an interruption event's time to its handling, seconds.
     pub const INTERRUPTION_QUEUE_DURATION: &str =
         "karpenter_interruption_message_queue_duration_seconds";
+    /// Counter {category}: an instance of ours EC2 reports unhealthy
+    /// (`InstanceStatus`, `SystemStatus`, `EventStatus`), once per instance
+    /// and category while it stays so.
+    pub const INSTANCE_STATUS_UNHEALTHY: &str =
+        "karpenter_interruption_instance_status_unhealthy_total";
 
     /// Every name above (the dashboard is checked against it;
     /// `shared/docs/operations.md` lists each).
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 24] = [
         NODECLAIMS_CREATED,
         NODECLAIMS_TERMINATED,
         NODECLAIMS_DISRUPTED,
@@ -100,6 +105,7 @@ pub mod karpenter {
         INTERRUPTION_RECEIVED,
         INTERRUPTION_DELETED,
         INTERRUPTION_QUEUE_DURATION,
+        INSTANCE_STATUS_UNHEALTHY,
     ];
 }
 
@@ -132,6 +138,9 @@ pub fn reason_label(reason: RemovalReason) -> &'static str {
         // Karpenter's static deprovisioning deletes claims without a reason
         // label; ours names it.
         RemovalReason::ScaledDown => "scaled_down",
+        RemovalReason::InstanceStatus => "instance_status",
+        RemovalReason::SystemStatus => "system_status",
+        RemovalReason::EventStatus => "event_status",
     }
 }
 

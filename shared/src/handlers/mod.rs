@@ -8,6 +8,7 @@
 pub mod config;
 pub mod config_write;
 pub mod disruption;
+pub mod health;
 pub mod interruption;
 pub mod launcher;
 pub mod leased_loop;

@@ -18,6 +18,8 @@
 
 use serde_json::Value;
 
+pub mod health;
+
 use crate::model::{InstanceState, Timestamp};
 
 /// The EventBridge envelope (`version` "0"), read leniently: only

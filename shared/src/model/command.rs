@@ -35,6 +35,14 @@ pub enum RemovalReason {
     Unhealthy,
     /// Above its static NodePool's replicas (the replicas were lowered).
     ScaledDown,
+    /// EC2's instance status check has failed (forceful: the pods are
+    /// deleted at once, whatever their PodDisruptionBudgets).
+    InstanceStatus,
+    /// EC2's system status check has failed (forceful, as `InstanceStatus`).
+    SystemStatus,
+    /// EC2 lists a scheduled event (maintenance, retirement, reboot, stop)
+    /// for the instance: drained gracefully.
+    EventStatus,
 }
 
 impl RemovalReason {
@@ -53,6 +61,9 @@ impl RemovalReason {
             RemovalReason::Underutilized => "Underutilized",
             RemovalReason::Unhealthy => "Unhealthy",
             RemovalReason::ScaledDown => "ScaledDown",
+            RemovalReason::InstanceStatus => "InstanceStatus",
+            RemovalReason::SystemStatus => "SystemStatus",
+            RemovalReason::EventStatus => "EventStatus",
         }
     }
 

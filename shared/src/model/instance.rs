@@ -182,3 +182,48 @@ pub struct ResolvedClass {
     pub subnet_ids: Vec<String>,
     pub security_group_ids: Vec<String>,
 }
+
+/// A kind of EC2 status check (DescribeInstanceStatus).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum StatusCategory {
+    /// The instance's own checks (its OS, its network configuration).
+    InstanceStatus,
+    /// The host's checks (power, network, hardware under the instance).
+    SystemStatus,
+    /// A scheduled event (reboot, maintenance, retirement, stop).
+    EventStatus,
+    /// The attached EBS volumes' checks.
+    EbsStatus,
+}
+
+impl StatusCategory {
+    /// The name EC2 and Karpenter's `category` label give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusCategory::InstanceStatus => "InstanceStatus",
+            StatusCategory::SystemStatus => "SystemStatus",
+            StatusCategory::EventStatus => "EventStatus",
+            StatusCategory::EbsStatus => "EBSStatus",
+        }
+    }
+}
+
+/// One status check or scheduled event of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCheck {
+    pub category: StatusCategory,
+    /// EC2's name (`reachability`, or the event's code, `instance-retirement`).
+    pub name: String,
+    /// The check failed (a scheduled event always counts as failed).
+    pub failed: bool,
+    /// Since when it has failed, when EC2 says.
+    pub impaired_since: Option<Timestamp>,
+}
+
+/// What EC2 reports of one instance's health: its failing checks and its
+/// scheduled events (DescribeInstanceStatus).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceHealth {
+    pub instance_id: String,
+    pub checks: Vec<StatusCheck>,
+}

@@ -22,8 +22,8 @@ pub use batch::Batch;
 pub use claim::{Claim, Phase};
 pub use command::{Command, DISRUPTED_TAINT_KEY, Milestones, RemovalReason, RemovalSpec, Step};
 pub use instance::{
-    CloudCatalog, Instance, InstanceState, LaunchRequest, LaunchTemplate, Launched, PricedOffering,
-    ResolvedClass,
+    CloudCatalog, Instance, InstanceHealth, InstanceState, LaunchRequest, LaunchTemplate, Launched,
+    PricedOffering, ResolvedClass, StatusCategory, StatusCheck,
 };
 pub use keys::{OfferingKey, PodKey};
 

@@ -12,8 +12,8 @@ use super::pools::{self, PoolDepths, SpotPools};
 use crate::cloud::ownership;
 use crate::cloud::{CapacityReservation, ReservationType};
 use crate::model::{
-    CloudCatalog, Instance, InstanceState, LaunchRequest, LaunchTemplate, Launched, OfferingKey,
-    PricedOffering, SignedDuration, Timestamp,
+    CloudCatalog, Instance, InstanceHealth, InstanceState, LaunchRequest, LaunchTemplate, Launched,
+    OfferingKey, PricedOffering, SignedDuration, StatusCheck, Timestamp,
 };
 use crate::ports::{Clock, Cloud, CloudError};
 use crate::scheduling::labels::{CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT};
@@ -87,6 +87,9 @@ struct State {
     /// Capacity reservations by id; `available` is derived, as EC2 does:
     /// `total` minus the live instances running in it.
     reservations: BTreeMap<String, CapacityReservation>,
+    /// What EC2's status checks say of an instance (DescribeInstanceStatus):
+    /// its failed checks and scheduled events; none listed: healthy.
+    health: BTreeMap<String, Vec<StatusCheck>>,
 }
 
 /// One simulated launch template and its tags.
@@ -128,6 +131,7 @@ impl SimCloud {
                 foreign_template_deletes: Vec::new(),
                 next_template: 1,
                 reservations: BTreeMap::new(),
+                health: BTreeMap::new(),
             })),
             clock,
         }
@@ -448,6 +452,29 @@ impl SimCloud {
     }
 
     /// AWS Health schedules maintenance of instances at `start`, when they are taken back.
+    /// EC2 reports `check` for the instance from now on (a failed status
+    /// check, or a scheduled event), beside what it already reports; false
+    /// when the instance is unknown or gone.
+    pub fn impair(&self, instance_id: &str, check: StatusCheck) -> bool {
+        let mut s = self.lock();
+        let live = s
+            .instances
+            .get(instance_id)
+            .is_some_and(|i| !i.instance.state.is_gone_or_going());
+        if live {
+            s.health
+                .entry(instance_id.to_owned())
+                .or_default()
+                .push(check);
+        }
+        live
+    }
+
+    /// The instance's checks pass again and its events are over.
+    pub fn recover(&self, instance_id: &str) {
+        self.lock().health.remove(instance_id);
+    }
+
     pub fn schedule_change(&self, instance_ids: &[String], start: Timestamp) {
         let now = self.clock.now();
         let live: Vec<String> = {
@@ -955,6 +982,25 @@ impl Cloud for SimCloud {
     async fn capacity_reservations(&self) -> Result<Vec<CapacityReservation>, CloudError> {
         let now = self.clock.now();
         Ok(self.lock().list_reservations(now))
+    }
+
+    /// As DescribeInstanceStatus: every running instance of the account
+    /// (ours and the neighbours') with a failed check or an event.
+    async fn instance_health(&self) -> Result<Vec<InstanceHealth>, CloudError> {
+        let s = self.lock();
+        Ok(s.health
+            .iter()
+            .filter(|(id, checks)| {
+                !checks.is_empty()
+                    && s.instances
+                        .get(*id)
+                        .is_some_and(|i| i.instance.state == InstanceState::Running)
+            })
+            .map(|(id, checks)| InstanceHealth {
+                instance_id: id.clone(),
+                checks: checks.clone(),
+            })
+            .collect())
     }
 
     /// An instance whose reservation has ended runs on outside it, as EC2

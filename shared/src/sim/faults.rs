@@ -132,6 +132,10 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
     ) -> Result<Vec<crate::cloud::CapacityReservation>, CloudError> {
         self.inner.capacity_reservations().await
     }
+
+    async fn instance_health(&self) -> Result<Vec<crate::model::InstanceHealth>, CloudError> {
+        self.inner.instance_health().await
+    }
 }
 
 /// Writes of any kind that are to fail, as DynamoDB throttling or a lost

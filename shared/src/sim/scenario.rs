@@ -252,7 +252,7 @@ pub struct Action {
 }
 
 /// The verbs an action may have, as written.
-pub const ACTION_VERBS: [&str; 14] = [
+pub const ACTION_VERBS: [&str; 16] = [
     "scale",
     "apply",
     "removeCapacity",
@@ -261,6 +261,8 @@ pub const ACTION_VERBS: [&str; 14] = [
     "interrupt",
     "rebalance",
     "scheduledChange",
+    "impairInstance",
+    "recoverInstance",
     "enqueue",
     "kubernetesVersion",
     "nodeNotReady",
@@ -343,6 +345,11 @@ pub enum ActionKind {
     Rebalance(InstanceSelector),
     /// AWS Health schedules maintenance of the matching instances (`in` from now, default 10m).
     ScheduledChange(InstanceSelector),
+    /// EC2's status checks of the matching instances fail (or EC2
+    /// schedules an event for them), as DescribeInstanceStatus reports.
+    ImpairInstance(ImpairSpec),
+    /// The matching instances' checks pass again and their events are over.
+    RecoverInstance(InstanceSelector),
     /// A raw message on the interruption queue (a foreign or malformed event).
     Enqueue(serde_json::Value),
     /// The cluster moves to this Kubernetes version: NodeClasses resolve to
@@ -388,6 +395,69 @@ pub struct InstanceSelector {
     /// For `scheduledChange`: when the maintenance starts, from now.
     #[serde(default, rename = "in")]
     pub after: Option<String>,
+}
+
+/// Which instances an `impairInstance` action hits (as [`InstanceSelector`])
+/// and what EC2 reports of them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImpairSpec {
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub node: Option<String>,
+    /// `systemStatus` or `instanceStatus` (a failed reachability check), or
+    /// a scheduled event's code (`instance-retirement`, `system-maintenance`,
+    /// `system-reboot`, `instance-reboot`, `instance-stop`).
+    pub check: String,
+    /// How long ago the check began failing (default: now).
+    pub since: Option<String>,
+}
+
+impl ImpairSpec {
+    fn selector(&self) -> InstanceSelector {
+        InstanceSelector {
+            labels: self.labels.clone(),
+            instance_type: self.instance_type.clone(),
+            zone: self.zone.clone(),
+            node: self.node.clone(),
+            after: None,
+        }
+    }
+
+    /// The check EC2 reports, failing since `now - since`.
+    fn status_check(&self, now: Timestamp) -> Result<crate::model::StatusCheck, String> {
+        use crate::model::{StatusCategory, StatusCheck};
+        const EVENTS: [&str; 5] = [
+            "instance-retirement",
+            "system-maintenance",
+            "system-reboot",
+            "instance-reboot",
+            "instance-stop",
+        ];
+        let since = match &self.since {
+            Some(d) => now - parse_duration(d).map_err(|e| e.to_string())?,
+            None => now,
+        };
+        let (category, name, impaired_since) = match self.check.as_str() {
+            "systemStatus" => (StatusCategory::SystemStatus, "reachability", Some(since)),
+            "instanceStatus" => (StatusCategory::InstanceStatus, "reachability", Some(since)),
+            code if EVENTS.contains(&code) => (StatusCategory::EventStatus, code, None),
+            other => {
+                return Err(format!(
+                    "impairInstance: check {other:?} is not systemStatus, instanceStatus or an event code ({})",
+                    EVENTS.join(", ")
+                ));
+            }
+        };
+        Ok(StatusCheck {
+            category,
+            name: name.to_owned(),
+            failed: true,
+            impaired_since,
+        })
+    }
 }
 
 fn default_namespace() -> String {
@@ -1091,6 +1161,34 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                     let after = parse_duration(selector.after.as_deref().unwrap_or("10m"))?;
                     sim_cloud.schedule_change(&ids, sim.now() + after);
                 }
+            }
+            Ok(())
+        }
+        ActionKind::ImpairInstance(spec) => {
+            let sim_cloud = sim
+                .sim_cloud
+                .clone()
+                .ok_or_else(|| err("impairInstance needs the in-memory cloud".to_owned()))?;
+            let check = spec.status_check(sim.now()).map_err(err)?;
+            let selector = spec.selector();
+            let ids = select_instances(sim, &selector).await;
+            if ids.is_empty() {
+                return Err(err(format!("no instance matches {selector:?}")));
+            }
+            for id in &ids {
+                if !sim_cloud.impair(id, check.clone()) {
+                    return Err(err(format!("instance {id} is not live")));
+                }
+            }
+            Ok(())
+        }
+        ActionKind::RecoverInstance(selector) => {
+            let sim_cloud = sim
+                .sim_cloud
+                .clone()
+                .ok_or_else(|| err("recoverInstance needs the in-memory cloud".to_owned()))?;
+            for id in select_instances(sim, selector).await {
+                sim_cloud.recover(&id);
             }
             Ok(())
         }

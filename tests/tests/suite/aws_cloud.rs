@@ -1296,6 +1296,39 @@ async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves() {
     );
 }
 
+/// EC2 instance status checks on the emulator: DescribeInstanceStatus is
+/// asked as Karpenter asks it (three filtered listings: instance checks
+/// impaired, system checks impaired, a scheduled event), each answer read;
+/// a running instance whose checks pass is not reported. The emulator
+/// ignores the filters and reports every running instance with passing
+/// checks, so this proves the calls and the reading; what a failed check
+/// or an event leads to is held on the simulated EC2
+/// (`handlers::disruption::tests::instance_health`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_status_checks_that_pass_report_no_instance() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let ours = cloud(&f).await;
+    let launched = ours
+        .launch(&request(
+            "health",
+            vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+        ))
+        .await
+        .expect("launch");
+    let calls = ours.api_calls();
+    let unhealthy = ours
+        .instance_health()
+        .await
+        .expect("DescribeInstanceStatus");
+    assert!(
+        unhealthy
+            .iter()
+            .all(|h| h.instance_id != launched.instance.id),
+        "a running instance whose checks pass is healthy: {unhealthy:?}"
+    );
+    assert_eq!(ours.api_calls() - calls, 3, "one call per listing");
+}
+
 /// A capacity reservation id (`cr-` and 17 hex digits) no other test uses.
 fn reservation_id() -> String {
     use std::hash::{Hash, Hasher};

@@ -21,6 +21,7 @@
 //! tag is membership (managed node groups carry it too), never ownership.
 
 pub mod catalog;
+mod health;
 mod launch;
 mod reservations;
 
@@ -521,6 +522,10 @@ impl<P: PriceSource> Cloud for Ec2Cloud<P> {
         &self,
     ) -> Result<Vec<crate::cloud::CapacityReservation>, CloudError> {
         self.list_capacity_reservations().await
+    }
+
+    async fn instance_health(&self) -> Result<Vec<crate::model::InstanceHealth>, CloudError> {
+        self.list_instance_health().await
     }
 
     /// Prices come from the cached catalog (0 when this process has not loaded it yet).

@@ -625,3 +625,426 @@ fn a_countdown_in_a_reason_is_not_a_change() {
     assert_ne!(line("empty; NodePool a"), line("empty; NodePool b"));
     assert_ne!(line("fits on m5.large"), line("fits on m5.xlarge"));
 }
+
+/// Karpenter's instance-status cases: aws/karpenter-provider-aws
+/// `pkg/controllers/interruption/suite_test.go`, Describe
+/// "InterruptionHandling", Context "Processing Messages", each `It` named
+/// below. Karpenter's unit test drives its controller over a fake EC2; here
+/// the simulated EC2 reports the check (`SimCloud::impair`) and the
+/// disruption function polls it, once a minute. Karpenter's termination
+/// timestamp annotation (forceful: PDBs and volume detachment bypassed) is
+/// nodewright's command deadline set to the poll's time; a graceful
+/// deletion is a command without a deadline of its own. Where nodewright
+/// differs on purpose: the node is replaced before it is drained (it binds
+/// pods to the nodes it launched), so "the NodeClaim is not found" is read
+/// as "its removal ran to the end and its pods run elsewhere".
+mod instance_health {
+    use super::*;
+    use crate::handlers::metrics::{self, Capture};
+    use crate::model::{StatusCategory, StatusCheck};
+
+    fn failed(category: StatusCategory, since: Timestamp) -> StatusCheck {
+        StatusCheck {
+            category,
+            name: "reachability".to_owned(),
+            failed: true,
+            impaired_since: Some(since),
+        }
+    }
+
+    fn retirement() -> StatusCheck {
+        StatusCheck {
+            category: StatusCategory::EventStatus,
+            name: "instance-retirement".to_owned(),
+            failed: true,
+            impaired_since: None,
+        }
+    }
+
+    /// The world's instances, sorted by claim.
+    async fn instances<S: Store + Clone>(sim: &Sim<S>) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = sim
+            .store
+            .claims()
+            .await
+            .expect("claims")
+            .iter()
+            .map(|c| (c.id.clone(), c.instance_id().expect("launched").to_owned()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// EC2 reports `checks` for the instance; the checks failed an hour ago
+    /// (Karpenter steps its clock an hour past `impairedSince`).
+    fn impair<S: Store + Clone>(sim: &Sim<S>, instance: &str, checks: &[StatusCheck]) {
+        let cloud = sim.sim_cloud.as_ref().expect("in-memory cloud");
+        for c in checks {
+            assert!(cloud.impair(instance, c.clone()), "{instance} is live");
+        }
+    }
+
+    fn an_hour_ago<S: Store + Clone>(sim: &Sim<S>) -> Timestamp {
+        sim.now() - SignedDuration::from_hours(1)
+    }
+
+    /// How much a counter rose, over the documents with these labels.
+    fn counted(docs: &[serde_json::Value], name: &str, labels: &[(&str, &str)]) -> f64 {
+        docs.iter()
+            .filter(|d| labels.iter().all(|(k, v)| d[*k] == *v))
+            .filter_map(|d| d.get(name).and_then(serde_json::Value::as_f64))
+            .sum()
+    }
+
+    /// Runs the world (its disruption function on) for `mins` minutes and
+    /// returns the metrics published meanwhile.
+    async fn run<S: Store + Clone>(sim: &mut Sim<S>, mins: i64) -> Vec<serde_json::Value> {
+        let capture = Capture::start();
+        sim.run_for(SignedDuration::from_mins(mins)).await;
+        capture.finish()
+    }
+
+    /// The removal ran to the end: the claim is gone, for `reason`, and
+    /// every pod runs on a node again.
+    async fn removed_for<S: Store + Clone>(sim: &Sim<S>, claim: &str, reason: &str) {
+        assert_eq!(
+            sim.removal_reasons.get(claim).map(String::as_str),
+            Some(reason),
+            "{:#?}",
+            sim.removal_reasons
+        );
+        assert!(
+            sim.store
+                .claims()
+                .await
+                .expect("claims")
+                .iter()
+                .all(|c| c.id != claim),
+            "the claim is released"
+        );
+        assert!(sim.store.commands().await.expect("commands").is_empty());
+        let pods = sim.cluster.all_pods();
+        assert!(
+            !pods.is_empty()
+                && pods.iter().all(|p| p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some()),
+            "every pod runs on a node again"
+        );
+    }
+
+    #[test]
+    fn should_forcefully_terminate_the_nodeclaim_when_an_instance_is_unhealthy_due_to_ec2_system_status_checks()
+     {
+        rt().block_on(async {
+            let mut sim = world(MemStore::new(), 1, "10%", true).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            let since = an_hour_ago(&sim);
+            impair(
+                &sim,
+                &instance,
+                &[failed(StatusCategory::SystemStatus, since)],
+            );
+            let docs = run(&mut sim, 5).await;
+            removed_for(&sim, &claim, "SystemStatus").await;
+            assert_eq!(
+                counted(
+                    &docs,
+                    metrics::karpenter::NODECLAIMS_DISRUPTED,
+                    &[("reason", "system_status"), ("nodepool", "default")]
+                ),
+                1.0
+            );
+            assert_eq!(
+                counted(
+                    &docs,
+                    metrics::karpenter::INSTANCE_STATUS_UNHEALTHY,
+                    &[("category", "SystemStatus")]
+                ),
+                1.0
+            );
+        });
+    }
+
+    #[test]
+    fn should_forcefully_terminate_the_nodeclaim_when_an_instance_has_instancestatus_check_failure()
+    {
+        rt().block_on(async {
+            let mut sim = world(MemStore::new(), 1, "10%", true).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            let since = an_hour_ago(&sim);
+            impair(
+                &sim,
+                &instance,
+                &[failed(StatusCategory::InstanceStatus, since)],
+            );
+            let docs = run(&mut sim, 5).await;
+            removed_for(&sim, &claim, "InstanceStatus").await;
+            assert_eq!(
+                counted(
+                    &docs,
+                    metrics::karpenter::NODECLAIMS_DISRUPTED,
+                    &[("reason", "instance_status"), ("nodepool", "default")]
+                ),
+                1.0
+            );
+            assert_eq!(
+                counted(
+                    &docs,
+                    metrics::karpenter::INSTANCE_STATUS_UNHEALTHY,
+                    &[("category", "InstanceStatus")]
+                ),
+                1.0
+            );
+        });
+    }
+
+    /// One poll by hand (the world's disruption function off): the command
+    /// it started for the world's one node.
+    async fn poll_once<S: Store + Clone>(
+        sim: &Sim<S>,
+        d: &mut Disruption<crate::sim::simulation::SimPorts<SimCloud, S>>,
+        claim: &str,
+    ) -> crate::model::Command {
+        let report = d.tick().await.expect("tick");
+        let poll = report.health.expect("the first decision polls EC2");
+        assert!(poll.error.is_none(), "{poll:?}");
+        sim.store
+            .commands()
+            .await
+            .expect("commands")
+            .into_iter()
+            .find(|c| c.id == claim)
+            .expect("a removal of the impaired node")
+    }
+
+    /// What the first poll found unhealthy: the removed node's instance.
+    fn poll_seen(
+        first: &crate::model::Command,
+    ) -> std::collections::BTreeSet<crate::interruption::health::Unhealthy> {
+        [(
+            first.spec.instance_id.clone().expect("instance"),
+            StatusCategory::SystemStatus,
+        )]
+        .into()
+    }
+
+    async fn by_hand<S: Store + Clone>(
+        sim: &Sim<S>,
+    ) -> Disruption<crate::sim::simulation::SimPorts<SimCloud, S>> {
+        let mut d = handler(sim, "invocation");
+        assert!(
+            d.acquire_lease(sim.now() + SignedDuration::from_mins(10))
+                .await
+                .expect("lease")
+        );
+        d
+    }
+
+    #[test]
+    fn should_annotate_the_nodeclaim_with_a_termination_timestamp_for_forceful_termination() {
+        rt().block_on(async {
+            let sim = world(MemStore::new(), 1, "10%", false).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            impair(
+                &sim,
+                &instance,
+                &[failed(StatusCategory::SystemStatus, an_hour_ago(&sim))],
+            );
+            let mut d = by_hand(&sim).await;
+            let command = poll_once(&sim, &mut d, &claim).await;
+            assert_eq!(command.spec.reason, RemovalReason::SystemStatus);
+            assert_eq!(
+                command.spec.deadline,
+                Some(sim.now()),
+                "forceful: its pods go at once, whatever their PDBs"
+            );
+        });
+    }
+
+    #[test]
+    fn should_not_annotate_the_nodeclaim_with_a_termination_timestamp_for_scheduled_maintenance_events()
+     {
+        rt().block_on(async {
+            let sim = world(MemStore::new(), 1, "10%", false).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            impair(&sim, &instance, &[retirement()]);
+            let mut d = by_hand(&sim).await;
+            let command = poll_once(&sim, &mut d, &claim).await;
+            assert_eq!(command.spec.reason, RemovalReason::EventStatus);
+            assert_eq!(command.spec.deadline, None, "graceful: PDBs hold");
+        });
+    }
+
+    #[test]
+    fn should_forcefully_terminate_when_an_instance_has_both_system_status_failure_and_a_scheduled_event()
+     {
+        rt().block_on(async {
+            let sim = world(MemStore::new(), 1, "10%", false).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            impair(
+                &sim,
+                &instance,
+                &[
+                    failed(StatusCategory::SystemStatus, an_hour_ago(&sim)),
+                    retirement(),
+                ],
+            );
+            let mut d = by_hand(&sim).await;
+            let command = poll_once(&sim, &mut d, &claim).await;
+            assert_eq!(command.spec.reason, RemovalReason::SystemStatus);
+            assert_eq!(command.spec.deadline, Some(sim.now()), "forceful wins");
+        });
+    }
+
+    #[test]
+    fn should_not_re_annotate_the_nodeclaim_on_subsequent_reconciles() {
+        rt().block_on(async {
+            let sim = world(MemStore::new(), 1, "10%", false).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            impair(
+                &sim,
+                &instance,
+                &[failed(StatusCategory::SystemStatus, an_hour_ago(&sim))],
+            );
+            let mut d = by_hand(&sim).await;
+            let first = poll_once(&sim, &mut d, &claim).await;
+            let stamped = first.spec.deadline;
+            assert_eq!(stamped, Some(sim.now()));
+            // The next reconcile, a minute later, finds the instance still
+            // impaired: the removal is left as it is (no write at all).
+            sim.clock.set(sim.now() + SignedDuration::from_mins(1));
+            let poll =
+                crate::handlers::health::poll(d.ports(), &poll_seen(&first), false, sim.now())
+                    .await
+                    .expect("poll");
+            assert_eq!(poll.plan.removals.len(), 1, "still impaired: {poll:?}");
+            assert!(poll.plan.newly_unhealthy.is_empty(), "{poll:?}");
+            let after = sim
+                .store
+                .commands()
+                .await
+                .expect("commands")
+                .into_iter()
+                .find(|c| c.id == claim)
+                .expect("still removing");
+            assert_eq!(after.spec.deadline, stamped, "the first poll's deadline");
+            assert_eq!(after.version, first.version, "nothing written");
+        });
+    }
+
+    #[test]
+    fn should_delete_the_nodeclaim_when_an_instance_has_a_scheduled_maintenance_event() {
+        rt().block_on(async {
+            let mut sim = world(MemStore::new(), 1, "10%", true).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            impair(&sim, &instance, &[retirement()]);
+            let docs = run(&mut sim, 5).await;
+            removed_for(&sim, &claim, "EventStatus").await;
+            assert_eq!(
+                counted(
+                    &docs,
+                    metrics::karpenter::NODECLAIMS_DISRUPTED,
+                    &[("reason", "event_status"), ("nodepool", "default")]
+                ),
+                1.0
+            );
+            assert_eq!(
+                counted(
+                    &docs,
+                    metrics::karpenter::INSTANCE_STATUS_UNHEALTHY,
+                    &[("category", "EventStatus")]
+                ),
+                1.0
+            );
+        });
+    }
+
+    async fn dry_world(n: usize) -> Sim<MemStore> {
+        let mut sim = world(MemStore::new(), n, "10%", true).await;
+        sim.settings.disruption.instance_status_dry_run = true;
+        sim
+    }
+
+    fn unhealthy(docs: &[serde_json::Value]) -> f64 {
+        counted(
+            docs,
+            metrics::karpenter::INSTANCE_STATUS_UNHEALTHY,
+            &[("category", "InstanceStatus")],
+        )
+    }
+
+    #[test]
+    fn should_not_delete_the_nodeclaim_when_dry_run_is_enabled_but_should_still_emit_the_metric() {
+        rt().block_on(async {
+            let mut sim = dry_world(1).await;
+            let (claim, instance) = instances(&sim).await.remove(0);
+            impair(
+                &sim,
+                &instance,
+                &[failed(StatusCategory::InstanceStatus, an_hour_ago(&sim))],
+            );
+            let docs = run(&mut sim, 3).await;
+            assert_eq!(unhealthy(&docs), 1.0);
+            assert!(sim.store.commands().await.expect("commands").is_empty());
+            assert_eq!(instances(&sim).await[0].0, claim, "the node stays");
+        });
+    }
+
+    #[test]
+    fn should_only_emit_the_metric_once_across_multiple_reconciles_for_the_same_unhealthy_instance()
+    {
+        rt().block_on(async {
+            let mut sim = dry_world(1).await;
+            let (_, instance) = instances(&sim).await.remove(0);
+            impair(
+                &sim,
+                &instance,
+                &[failed(StatusCategory::InstanceStatus, an_hour_ago(&sim))],
+            );
+            // Five polls or more, a minute apart.
+            let docs = run(&mut sim, 6).await;
+            assert_eq!(unhealthy(&docs), 1.0);
+        });
+    }
+
+    #[test]
+    fn should_emit_the_metric_for_each_unique_unhealthy_instance() {
+        rt().block_on(async {
+            let mut sim = dry_world(2).await;
+            let all = instances(&sim).await;
+            assert_eq!(all.len(), 2);
+            for (_, instance) in &all {
+                impair(
+                    &sim,
+                    instance,
+                    &[failed(StatusCategory::InstanceStatus, an_hour_ago(&sim))],
+                );
+            }
+            let first = run(&mut sim, 1).await;
+            assert_eq!(unhealthy(&first), 2.0, "one per instance");
+            let later = run(&mut sim, 3).await;
+            assert_eq!(unhealthy(&later), 0.0, "no more while they stay so");
+        });
+    }
+
+    #[test]
+    fn should_re_emit_the_metric_when_an_instance_recovers_and_becomes_unhealthy_again() {
+        rt().block_on(async {
+            let mut sim = dry_world(1).await;
+            let (_, instance) = instances(&sim).await.remove(0);
+            let check = failed(StatusCategory::InstanceStatus, an_hour_ago(&sim));
+            impair(&sim, &instance, std::slice::from_ref(&check));
+            let first = run(&mut sim, 2).await;
+            assert_eq!(unhealthy(&first), 1.0);
+            sim.sim_cloud.as_ref().expect("cloud").recover(&instance);
+            let recovered = run(&mut sim, 2).await;
+            assert_eq!(unhealthy(&recovered), 0.0);
+            impair(&sim, &instance, &[check]);
+            let again = run(&mut sim, 2).await;
+            assert_eq!(unhealthy(&again), 1.0, "counted once more");
+        });
+    }
+}
