@@ -428,6 +428,7 @@ mod stored {
                 "interruptionQueue": s.interruption_queue,
                 "preferencePolicy": s.preference_policy.as_str(),
                 "minValuesPolicy": s.min_values_policy.as_str(),
+                "reservedENIs": s.reserved_enis,
                 "featureGates": {"spotToSpotConsolidation": s.spot_to_spot_consolidation, "nodeRepair": s.node_repair},
             });
             let doc = serde_json::json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "Settings", "metadata": {"name": "default"}, "spec": effective});

@@ -102,6 +102,9 @@ pub struct KubeletConfig {
     /// ENIs that hold no pod IPs, so fewer pods fit (as Karpenter counts).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub efa_only_enis: u32,
+    /// ENIs the settings keep out of the max-pods math (`reservedENIs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reserved_enis: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -174,7 +177,14 @@ impl InstanceTypeInfo {
     pub fn max_pods(&self, kubelet: &KubeletConfig) -> i64 {
         let mut max = match (self.max_enis, self.ipv4_per_eni) {
             (e, i) if e > 0 && i > 1 => {
-                i64::from(e.saturating_sub(kubelet.efa_only_enis)) * (i64::from(i) - 1) + 2
+                // No ENI left for pods is no pod at all (as Karpenter counts).
+                match e
+                    .saturating_sub(kubelet.efa_only_enis)
+                    .saturating_sub(kubelet.reserved_enis)
+                {
+                    0 => 0,
+                    usable => i64::from(usable) * (i64::from(i) - 1) + 2,
+                }
             }
             _ => DEFAULT_MAX_PODS,
         };
@@ -781,5 +791,40 @@ mod tests {
             }
         }
         assert!(counted > 500, "{counted} types with ENI facts");
+    }
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Context "Overhead" / DescribeTable "should reserve ENIs when
+    // aws.reservedENIs is set and use it in max-pods calculation", entries
+    // al2, al2023, bottlerocket (latest), and It "should reserve ENIs when
+    // aws.reservedENIs is set and not go below 0 ENIs in max-pods
+    // calculation". t3.large (3 ENIs × 12 IPv4): one reserved ENI leaves
+    // 2 × 11 + 2 = 24 pods; kube-reserved memory stays 11 × 35 + 255 =
+    // 640 MiB on AL2 and AL2023 and follows the 24 pods on Bottlerocket
+    // (519 MiB). A million reserved ENIs leave none for pods: 0 pods, not 2.
+    #[test]
+    fn reserved_enis_come_off_the_max_pods() {
+        let t3 = info("t3.large", 2, 8192, "amd64", 3, 12);
+        for (family, bottlerocket, kube_reserved_mib) in [
+            ("al2", false, 640),
+            ("al2023", false, 640),
+            ("bottlerocket", true, 519),
+        ] {
+            let kc = KubeletConfig {
+                reserved_enis: 1,
+                bottlerocket,
+                ..Default::default()
+            };
+            assert_eq!(t3.capacity(&kc).pods, 24, "{family}");
+            assert_eq!(
+                t3.overhead(&kc).memory_bytes,
+                (kube_reserved_mib + 100) * MIB,
+                "{family}"
+            );
+        }
+        let kc = KubeletConfig {
+            reserved_enis: 1_000_000,
+            ..Default::default()
+        };
+        assert_eq!(t3.capacity(&kc).pods, 0);
     }
 }

@@ -1216,6 +1216,7 @@ impl ConfigSet {
                                 ni.network_card_index == 0 && ni.interface_type == "efa-only"
                             })
                             .count() as u32;
+                        pool.kubelet.reserved_enis = r.set.settings.reserved_enis;
                         pool.resolved_class = Some(std::sync::Arc::new(c.clone()));
                         r.set.node_pools.push(pool);
                     }
@@ -1997,6 +1998,50 @@ mod undecodable_kubelet {
         assert_eq!(
             pool.launch_kubelet.cluster_dns,
             vec!["10.0.0.10".to_owned()]
+        );
+    }
+}
+
+/// Karpenter's RESERVED_ENIS as the `Settings` item's `reservedENIs`: it
+/// reaches every pool's allocatable math; a negative count is refused.
+#[cfg(test)]
+mod reserved_enis {
+    use super::*;
+
+    fn resolve(settings: &str) -> Resolved {
+        let text = format!(
+            "apiVersion: nodewright.io/v1alpha1\nkind: Settings\nmetadata: {{name: default}}\nspec: {settings}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms:\n  - alias: al2023@latest\n  role: KarpenterNodeRole\n  subnetSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  securityGroupSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n"
+        );
+        ConfigSet::resolve(&parse_documents(&text).expect("documents"))
+    }
+
+    #[test]
+    fn reserved_enis_reach_the_pools_and_a_negative_count_is_refused() {
+        let r = resolve("{reservedENIs: 1}");
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.set.settings.reserved_enis, 1);
+        assert_eq!(
+            r.set
+                .node_pool("default")
+                .expect("pool")
+                .kubelet
+                .reserved_enis,
+            1
+        );
+        let r = resolve("{}");
+        assert_eq!(
+            r.set
+                .node_pool("default")
+                .expect("pool")
+                .kubelet
+                .reserved_enis,
+            0
+        );
+        let r = resolve("{reservedENIs: -1}");
+        assert!(
+            r.errors.iter().any(|e| e.field == "spec.reservedENIs"),
+            "{:?}",
+            r.errors
         );
     }
 }

@@ -646,6 +646,7 @@ impl KubeletSpec {
             eviction_soft_memory: threshold(&self.eviction_soft),
             bottlerocket: false,
             efa_only_enis: 0,
+            reserved_enis: 0,
         }
     }
 

@@ -20,6 +20,7 @@ pub const SETTINGS_SPEC: Kind = Kind::Object(&[
     opt("interruptionQueue", Kind::Str),
     opt("preferencePolicy", Kind::Str),
     opt("minValuesPolicy", Kind::Str),
+    opt("reservedENIs", Kind::Int),
     // Each gate's name is checked when the spec is read.
     opt("featureGates", Kind::Map(&Kind::Bool)),
 ]);
@@ -99,6 +100,14 @@ pub struct SettingsSpec {
     /// Karpenter's MIN_VALUES_POLICY: `Strict` (the default) or `BestEffort`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_values_policy: Option<String>,
+    /// Karpenter's RESERVED_ENIS: ENIs per node kept out of the max-pods
+    /// math (for interfaces something else attaches); default 0.
+    #[serde(
+        default,
+        rename = "reservedENIs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reserved_enis: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feature_gates: Option<FeatureGatesSpec>,
 }
@@ -212,6 +221,8 @@ pub struct Settings {
     pub interruption_queue: Option<String>,
     pub preference_policy: PreferencePolicy,
     pub min_values_policy: MinValuesPolicy,
+    /// ENIs per node that hold no pod IPs (Karpenter's RESERVED_ENIS).
+    pub reserved_enis: u32,
     pub spot_to_spot_consolidation: bool,
     pub node_repair: bool,
 }
@@ -226,6 +237,7 @@ impl Default for Settings {
             interruption_queue: None,
             preference_policy: PreferencePolicy::Respect,
             min_values_policy: MinValuesPolicy::Strict,
+            reserved_enis: 0,
             spot_to_spot_consolidation: false,
             node_repair: false,
         }
@@ -309,6 +321,15 @@ impl Settings {
                 None => err(
                     "minValuesPolicy",
                     format!("unknown policy {p:?}: expected Strict or BestEffort"),
+                ),
+            }
+        }
+        if let Some(n) = spec.reserved_enis {
+            match u32::try_from(n) {
+                Ok(n) => s.reserved_enis = n,
+                Err(_) => err(
+                    "reservedENIs",
+                    format!("{n} is not a count of ENIs (0 or more)"),
                 ),
             }
         }
