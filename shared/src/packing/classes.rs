@@ -250,6 +250,10 @@ impl<'a> PodFields<'a> {
 pub(super) struct BatchPods {
     pub(super) group_of: Vec<u32>,
     pub(super) representatives: Vec<u32>,
+    /// Per group, its pods' relaxation without preferences (the first one
+    /// under `PreferencePolicy::Ignore`): read for every try of every pod,
+    /// worked out once per group (its pods' preferences are alike).
+    pub(super) without_preferences: Vec<Relaxation>,
     /// Karpenter's pod order: CPU, then memory, descending; then age, then name.
     pub(super) largest_first: Vec<usize>,
 }
@@ -258,16 +262,23 @@ impl BatchPods {
     pub(super) fn new(pods: &[SchedPod]) -> Self {
         let mut index: FxHashMap<PodFields, u32> = FxHashMap::default();
         let mut representatives = Vec::new();
-        let group_of = pods
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                *index.entry(PodFields::of(p)).or_insert_with(|| {
-                    representatives.push(i as u32);
-                    representatives.len() as u32 - 1
-                })
-            })
-            .collect();
+        let mut group_of: Vec<u32> = Vec::with_capacity(pods.len());
+        for (i, p) in pods.iter().enumerate() {
+            let fields = PodFields::of(p);
+            // A batch lists a workload's pods one after another: a pod
+            // equal to the one before joins its group without hashing.
+            if let Some(&g) = group_of.last()
+                && fields == PodFields::of(&pods[i - 1])
+            {
+                group_of.push(g);
+                continue;
+            }
+            let g = *index.entry(fields).or_insert_with(|| {
+                representatives.push(i as u32);
+                representatives.len() as u32 - 1
+            });
+            group_of.push(g);
+        }
         let mut largest_first: Vec<usize> = (0..pods.len()).collect();
         largest_first.sort_by(|&a, &b| {
             let (pa, pb) = (&pods[a], &pods[b]);
@@ -278,9 +289,14 @@ impl BatchPods {
                 .then_with(|| pa.created_millis.cmp(&pb.created_millis))
                 .then_with(|| pa.pod.cmp(&pb.pod))
         });
+        let without_preferences = representatives
+            .iter()
+            .map(|&i| pods[i as usize].without_preferences())
+            .collect();
         BatchPods {
             group_of,
             representatives,
+            without_preferences,
             largest_first,
         }
     }
@@ -360,7 +376,9 @@ impl<'a> Solver<'a> {
     pub(super) fn first_relaxation(&self, i: usize) -> Relaxation {
         match self.options.preferences {
             PreferencePolicy::Respect => Relaxation::default(),
-            PreferencePolicy::Ignore => self.pods[i].without_preferences(),
+            PreferencePolicy::Ignore => {
+                self.batch.without_preferences[self.batch.group_of[i] as usize]
+            }
         }
     }
 
