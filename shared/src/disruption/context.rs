@@ -153,6 +153,36 @@ impl<'s, 'a> Context<'s, 'a> {
         }
     }
 
+    /// Node `i` was launched as the replacement of a removal whose node
+    /// still holds pods (not DaemonSet or static ones): they are headed for
+    /// it. Karpenter calls such a node nominated and does not disrupt it
+    /// voluntarily; it is a candidate again once the old node is empty or
+    /// gone. (A claim's own planned pods end with its registration, so the
+    /// removal's list of replacements is what says it.)
+    pub fn nominated(&self, i: usize) -> Option<String> {
+        let claim = self.facts[i].claim?;
+        let removal = self
+            .s
+            .in_flight
+            .iter()
+            .find(|f| f.replacements.contains(&claim.id))?;
+        let old = self
+            .facts
+            .iter()
+            .find(|f| f.name == removal.node && f.name != self.facts[i].name)?;
+        let moving = old
+            .pods
+            .iter()
+            .filter(|p| !super::snapshot::is_node_bound(p))
+            .count();
+        (moving > 0).then(|| {
+            format!(
+                "launched for the pods of {} (being removed), {moving} of which have not moved yet",
+                old.name
+            )
+        })
+    }
+
     /// [`Self::open`], [`Self::blocked_for`] and the budget for `reason`;
     /// notes the reason when the node is shut out.
     pub fn eligible(&mut self, i: usize, reason: Reason) -> bool {
@@ -161,6 +191,12 @@ impl<'s, 'a> Context<'s, 'a> {
         }
         if !reason.is_forceful() {
             if let Some(why) = self.blocked_for(i, reason) {
+                self.note(i, why);
+                return false;
+            }
+            if reason != Reason::Unhealthy
+                && let Some(why) = self.nominated(i)
+            {
                 self.note(i, why);
                 return false;
             }

@@ -33,6 +33,10 @@ pub struct InFlight {
     /// its pods are still looking for room and are placed in every
     /// simulation, so no other move counts on the room they will take.
     pub replace: bool,
+    /// The claims launched (or to be launched) for its pods: while those
+    /// pods are still on the node, such a claim's node is where they are
+    /// headed (Karpenter's nominated node), not a candidate.
+    pub replacements: Vec<String>,
 }
 
 /// Knobs of the decision that are not user settings.

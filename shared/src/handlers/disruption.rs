@@ -263,6 +263,7 @@ pub async fn gather<P: PortSet>(
             claim_id: c.id.clone(),
             reason: reason_of(c.spec.reason),
             replace: c.spec.replace,
+            replacements: c.replacements.clone(),
         })
         .collect();
     let mut resolved = BTreeMap::new();
@@ -740,22 +741,30 @@ impl<P: PortSet> Disruption<P> {
                 Ok(()) => {
                     self.act(&command, report).await?;
                     acted.push(command.clone());
-                    gathered
-                        .in_flight
-                        .extend(command.targets.iter().map(|t| InFlight {
+                    gathered.in_flight.extend(command.targets.iter().map(|t| {
+                        InFlight {
                             node: t.node.clone(),
                             claim_id: t.claim_id.clone(),
                             reason: command.reason,
                             replace: command.replacement.is_some(),
-                        }));
+                            replacements: command
+                                .replacement
+                                .iter()
+                                .flat_map(|r| r.claims.iter().map(|c| c.id.clone()))
+                                .collect(),
+                        }
+                    }));
                 }
                 Err(why) => {
                     info!(command = %command.id, reason = command.reason.as_str(), %why, "disruption no longer holds after re-validation; not acting");
+                    // Once per node of the command, as Karpenter counts a
+                    // dropped consolidation (a multi-node one of two
+                    // nodes counts 2).
                     super::metrics::count(
                         now.as_millisecond(),
                         super::metrics::karpenter::DISRUPTION_FAILED_VALIDATIONS,
                         &[("consolidation_type", consolidation_type(&command))],
-                        1.0,
+                        command.targets.len() as f64,
                     );
                     report.rejected.push((command.id.clone(), why));
                 }
