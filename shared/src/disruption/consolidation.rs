@@ -263,7 +263,26 @@ fn narrow(
                     types.len()
                 ));
             }
+            if targets.len() == 1 {
+                // Launch with the cheapest 15 types only (or as many as
+                // the minValues need, if more), as Karpenter: the fleet
+                // then buys one of them, and the new node is not itself
+                // replaced by a cheaper one at once.
+                let order = types_by_price(&kept);
+                let need =
+                    types_for_min_values(cx, &claim.requirements, &order).unwrap_or(order.len());
+                let keep: BTreeSet<String> = order
+                    .into_iter()
+                    .take(need.max(SPOT_TO_SPOT_MIN_TYPES))
+                    .collect();
+                kept.retain(|o| keep.contains(&*o.instance_type));
+            }
         }
+    }
+    // Leaving out the dearer types (and the candidates' own) must keep
+    // every minValues of the requirements, as Karpenter checks.
+    if let Some(why) = min_values_unmet(cx, &claim.requirements, &kept) {
+        return Err(format!("the cheaper replacements {why}"));
     }
     // Spot: price-capacity-optimized may buy any option, count the dearest;
     // on-demand: the cheapest is bought.
@@ -275,6 +294,87 @@ fn narrow(
     let mut narrowed = claim.clone();
     narrowed.options = kept;
     Ok((narrowed, worst))
+}
+
+/// The distinct instance types of `options`, cheapest (by its cheapest
+/// option) first.
+fn types_by_price(options: &[crate::packing::LaunchOption]) -> Vec<String> {
+    let mut cheapest: Vec<(f64, &str)> = Vec::new();
+    for o in options {
+        match cheapest.iter_mut().find(|(_, t)| *t == &*o.instance_type) {
+            Some(c) => c.0 = c.0.min(o.price),
+            None => cheapest.push((o.price, &o.instance_type)),
+        }
+    }
+    cheapest.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    cheapest.into_iter().map(|(_, t)| t.to_owned()).collect()
+}
+
+/// The value of label `key` on instance type `name`, from the catalog.
+fn type_label(cx: &Context<'_, '_>, name: &str, key: &str) -> Option<String> {
+    if key == crate::scheduling::labels::INSTANCE_TYPE {
+        return Some(name.to_owned());
+    }
+    let t =
+        cx.s.catalog
+            .instance_types
+            .iter()
+            .find(|t| t.name == name)?;
+    t.requirements()
+        .get(key)
+        .and_then(|r| r.single_value())
+        .map(str::to_owned)
+}
+
+/// How many of `types` (in order) it takes to meet every `minValues` of
+/// `reqs` (0 when there is none); `None` when all of them do not.
+fn types_for_min_values(
+    cx: &Context<'_, '_>,
+    reqs: &crate::scheduling::requirements::Requirements,
+    types: &[String],
+) -> Option<usize> {
+    let mins: Vec<(&str, usize)> = reqs
+        .iter()
+        .filter_map(|(k, r)| r.min_values.map(|m| (k, m as usize)))
+        .collect();
+    if mins.is_empty() {
+        return Some(0);
+    }
+    let mut seen: Vec<BTreeSet<String>> = vec![BTreeSet::new(); mins.len()];
+    for (n, t) in types.iter().enumerate() {
+        for ((key, _), values) in mins.iter().zip(seen.iter_mut()) {
+            if let Some(v) = type_label(cx, t, key) {
+                values.insert(v);
+            }
+        }
+        if mins.iter().zip(&seen).all(|((_, min), v)| v.len() >= *min) {
+            return Some(n + 1);
+        }
+    }
+    None
+}
+
+/// Which `minValues` of `reqs` the instance types of `options` no longer
+/// meet, in words; `None` when they meet all.
+fn min_values_unmet(
+    cx: &Context<'_, '_>,
+    reqs: &crate::scheduling::requirements::Requirements,
+    options: &[crate::packing::LaunchOption],
+) -> Option<String> {
+    let types = types_by_price(options);
+    reqs.iter().find_map(|(key, r)| {
+        let min = r.min_values? as usize;
+        let values: BTreeSet<String> = types
+            .iter()
+            .filter_map(|t| type_label(cx, t, key))
+            .collect();
+        (values.len() < min).then(|| {
+            format!(
+                "offer {} value(s) of {key}, below its minValues {min}",
+                values.len()
+            )
+        })
+    })
 }
 
 /// A node as the `Balanced` score sees it (`None` outside our pools).
