@@ -882,6 +882,7 @@ fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
         claim_id: "default-a".into(),
         reason: Reason::Drifted,
         replace: true,
+        replacements: vec![],
     });
     assert!(
         validate(cmd, &w.snapshot())
@@ -1010,6 +1011,7 @@ fn budgets_count_nodes_already_disrupting() {
         claim_id: "default-n11".into(),
         reason: Reason::Drifted,
         replace: true,
+        replacements: vec![],
     });
     let plan = w.decide();
     assert_eq!(plan.commands.len(), 1);
@@ -1046,6 +1048,33 @@ fn nodes_of_a_deleted_pool_drift_but_an_invalid_pool_is_left_alone() {
     // A NodePool that failed validation (say, a bad cron) is not a deleted one.
     w.invalid_pools.push("default".into());
     check(&w.decide(), &[("a", None, "failed validation")]);
+}
+
+/// Karpenter `pkg/controllers/disruption/consolidation_test.go`,
+/// Consolidation / Delete / It("can delete nodes while an invalid node pool
+/// exists"): a pool whose instance types cannot be resolved does not stop
+/// the others' disruption. Here the pool `bad` failed validation (it names
+/// a missing EC2NodeClass, so it is left out of the configuration and
+/// listed as invalid); of two m5.xlarge of `default`, `b`'s pod fits on `a`
+/// and `b` is deleted with no replacement.
+#[test]
+fn can_delete_nodes_while_an_invalid_node_pool_exists() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 2, 500, 512);
+    w.node("b", "m5.xlarge").pods_on("b", 1, 500, 512);
+    w.invalid_pools.push("bad".into());
+    let plan = w.decide();
+    check(
+        &plan,
+        &[(
+            "b",
+            Some(Reason::Underutilized),
+            "its pods fit on other nodes",
+        )],
+    );
+    assert_eq!(disrupted(&plan), vec!["b"]);
+    assert!(plan.commands[0].replacement.is_none());
 }
 
 #[test]
@@ -1199,6 +1228,93 @@ fn pods_are_not_moved_onto_a_not_ready_node() {
         .as_ref()
         .expect("c is replaced, not deleted");
     assert_eq!(r.claims[0].pods.len(), 2);
+}
+
+/// Karpenter `pkg/controllers/disruption/consolidation_test.go`,
+/// Consolidation / Delete / It("should consider initialized nodes before
+/// uninitialized nodes"): among many nodes that have not come up, one
+/// initialized node has room; a small node's pod is moved there and the
+/// small node deleted (never planned onto an uninitialized one). Here five
+/// m5.xlarge whose Ready condition is still Unknown (not initialized) and
+/// one Ready m5.xlarge `z` each run a 2-CPU pod; the m5.large `small` runs a
+/// 1-CPU pod: `small` is deleted with no replacement, the only place its pod
+/// can go being `z`.
+#[test]
+fn should_consider_initialized_nodes_before_uninitialized_nodes() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge", "m5.large"]);
+    for k in 0..5 {
+        let name = format!("u{k}");
+        w.node(&name, "m5.xlarge").pods_on(&name, 1, 2000, 2048);
+        w.not_ready(&name, secs(0));
+    }
+    w.node("z", "m5.xlarge").pods_on("z", 1, 2000, 2048);
+    w.node("small", "m5.large").pods_on("small", 1, 1000, 1024);
+    let plan = w.decide();
+    check(
+        &plan,
+        &[(
+            "small",
+            Some(Reason::Underutilized),
+            "its pods fit on other nodes",
+        )],
+    );
+    assert_eq!(disrupted(&plan), ["small"]);
+    assert!(plan.commands[0].replacement.is_none());
+    // With `z` not initialized either, the pod has nowhere to go but a new
+    // node: `small` is not deleted.
+    w.not_ready("z", secs(0));
+    let plan = w.decide();
+    assert!(
+        plan.commands
+            .iter()
+            .all(|c| !c.nodes().any(|n| n == "small") || c.replacement.is_some()),
+        "{plan:#?}"
+    );
+}
+
+/// Karpenter `pkg/controllers/disruption/suite_test.go`, It("should not
+/// consider candidates that are nominated"): a node a pending pod is
+/// nominated to is no candidate. nodewright binds pods at once, so the
+/// nomination left is a replacement: empty `a` was launched for `b`'s pods
+/// while `b` drifts away; until they have left `b`, `a` is kept, and once
+/// they are gone it is empty like any other.
+#[test]
+fn should_not_consider_candidates_that_are_nominated() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.budgets(serde_json::json!([{"nodes": "100%"}]));
+    w.node("a", "m5.xlarge");
+    w.node("b", "m5.xlarge").pods_on("b", 2, 500, 512);
+    w.in_flight.push(InFlight {
+        node: "b".into(),
+        claim_id: "default-b".into(),
+        reason: Reason::Drifted,
+        replace: true,
+        replacements: vec!["default-a".into()],
+    });
+    check(&w.decide(), &[("a", None, "launched for the pods of b")]);
+    w.pods.clear();
+    check(&w.decide(), &[("a", Some(Reason::Empty), "empty")]);
+}
+
+/// Karpenter `pkg/controllers/node/termination/suite_test.go`,
+/// Termination / Reconciliation / It("should delete nodes with duplicate
+/// nodeclaims"): a Node two NodeClaims point at is still removed. Here the
+/// empty node `a` has a second claim of ours naming the same instance (a
+/// copy under another id, as a restored state could hold): `a` is removed
+/// as empty all the same, once.
+#[test]
+fn should_delete_nodes_with_duplicate_nodeclaims() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge");
+    let mut twin = w.claims[0].clone();
+    twin.id = "default-a-2".into();
+    w.claims.push(twin);
+    let plan = w.decide();
+    check(&plan, &[("a", Some(Reason::Empty), "empty")]);
+    assert_eq!(disrupted(&plan), ["a"]);
 }
 
 // ------------------------------------------------------------ output
@@ -2016,6 +2132,7 @@ mod karpenter {
             claim_id: "default-n00".into(),
             reason: Reason::Empty,
             replace: false,
+            replacements: vec![],
         });
         check(&w.decide(), &[("n00", None, "already being disrupted")]);
     }
@@ -2426,6 +2543,7 @@ mod karpenter {
             claim_id: "default-going".into(),
             reason: Reason::Expired,
             replace: false,
+            replacements: vec![],
         });
         let s = w.snapshot();
         let facts = snapshot::node_facts(&s);
@@ -2447,6 +2565,7 @@ mod karpenter {
                 claim_id: format!("default-n{k:02}"),
                 reason: Reason::Drifted,
                 replace: false,
+                replacements: vec![],
             });
         }
         let plan = w.decide();
@@ -2570,6 +2689,7 @@ fn a_handover_in_flight_holds_the_next_and_pods_that_fit_need_no_launch() {
         claim_id: handover::command_id("k1"),
         reason: Reason::Drifted,
         replace: true,
+        replacements: vec![],
     });
     let plan = w.decide();
     assert!(plan.commands.is_empty(), "{:#?}", plan.commands);
