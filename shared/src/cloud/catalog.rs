@@ -105,10 +105,40 @@ pub struct KubeletConfig {
     /// ENIs the settings keep out of the max-pods math (`reservedENIs`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reserved_enis: u32,
+    /// Where the node's ephemeral storage lives (from the NodeClass:
+    /// `config::nodeclass::ephemeral_storage`); `None`: not modelled, no
+    /// limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral_storage: Option<EphemeralStorage>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// A node's ephemeral storage (the kubelet's nodefs), as the AWS provider
+/// sizes it from the NodeClass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EphemeralStorage {
+    /// The EBS volume the kubelet uses (the root volume; Bottlerocket's
+    /// data volume), in bytes.
+    Volume(i64),
+    /// `instanceStorePolicy: RAID0`: the type's instance store (its total
+    /// size in GB) when it has one, else the volume (bytes).
+    InstanceStore(i64),
+}
+
+impl EphemeralStorage {
+    /// Capacity in bytes on a type with `local_nvme_gb` of instance store.
+    pub fn bytes(self, local_nvme_gb: u64) -> i64 {
+        match self {
+            EphemeralStorage::InstanceStore(_) if local_nvme_gb > 0 => i64::try_from(local_nvme_gb)
+                .unwrap_or(i64::MAX / 1_000_000_000)
+                .saturating_mul(1_000_000_000),
+            EphemeralStorage::Volume(b) | EphemeralStorage::InstanceStore(b) => b,
+        }
+    }
 }
 
 /// CPU and memory a kubelet setting reserves (`None`: not set).
@@ -221,6 +251,9 @@ impl InstanceTypeInfo {
         }
         r.set_extended("aws.amazon.com/neuroncore", i64::from(self.neuron_cores));
         r.set_extended("vpc.amazonaws.com/efa", i64::from(self.efa_interfaces));
+        if let Some(e) = kubelet.ephemeral_storage {
+            r.ephemeral_bytes = e.bytes(self.local_nvme_gb);
+        }
         r
     }
 
@@ -250,7 +283,14 @@ impl InstanceTypeInfo {
             .map_or(100 * MIB, |t| t.of(capacity_memory));
         let cpu = kube_cpu + kubelet.system_reserved.cpu_millis.unwrap_or(0);
         let memory = kube_memory + kubelet.system_reserved.memory_bytes.unwrap_or(0) + eviction;
-        Resources::new(cpu, memory, 0)
+        let mut r = Resources::new(cpu, memory, 0);
+        // Ephemeral storage: 1 GiB kube-reserved and the 10 % nodefs
+        // eviction threshold (the AWS provider's defaults).
+        if let Some(e) = kubelet.ephemeral_storage {
+            let capacity = e.bytes(self.local_nvme_gb);
+            r.ephemeral_bytes = (1 << 30) + (capacity + 9) / 10;
+        }
+        r
     }
 
     /// The requirements every node of this type satisfies (before offerings).
@@ -433,6 +473,37 @@ mod tests {
             network_bandwidth_mbps: None,
             ..Default::default()
         }
+    }
+
+    /// Ephemeral storage: the volume (or RAID0 instance store) less 1 GiB
+    /// kube-reserved and the 10 % nodefs eviction threshold; not modelled
+    /// (0, no limit) when no NodeClass says.
+    #[test]
+    fn ephemeral_storage_is_the_volume_less_reserve_and_eviction() {
+        let m5 = info("m5.large", 2, 8192, "amd64", 3, 10);
+        let kubelet = KubeletConfig {
+            ephemeral_storage: Some(EphemeralStorage::Volume(20 << 30)),
+            ..KubeletConfig::default()
+        };
+        let it = m5.to_instance_type(vec![], &kubelet);
+        assert_eq!(it.capacity.ephemeral_bytes, 20 << 30);
+        assert_eq!(
+            it.allocatable().ephemeral_bytes,
+            (20 << 30) - (1 << 30) - (2 << 30)
+        );
+        let nvme = InstanceTypeInfo {
+            local_nvme_gb: 7600,
+            ..info("m6idn.32xlarge", 128, 524_288, "amd64", 16, 50)
+        };
+        let raid = KubeletConfig {
+            ephemeral_storage: Some(EphemeralStorage::InstanceStore(20 << 30)),
+            ..KubeletConfig::default()
+        };
+        let it = nvme.to_instance_type(vec![], &raid);
+        assert_eq!(it.capacity.ephemeral_bytes, 7_600_000_000_000);
+        let unmodelled = m5.to_instance_type(vec![], &KubeletConfig::default());
+        assert_eq!(unmodelled.capacity.ephemeral_bytes, 0);
+        assert_eq!(unmodelled.allocatable().ephemeral_bytes, 0);
     }
 
     #[test]

@@ -6,6 +6,6 @@ pub mod instance_type;
 pub mod ownership;
 pub mod reservation;
 
-pub use catalog::{InstanceTypeInfo, KubeletConfig, Reserved, Threshold};
+pub use catalog::{EphemeralStorage, InstanceTypeInfo, KubeletConfig, Reserved, Threshold};
 pub use instance_type::{InstanceType, Offering, OfferingReservation};
 pub use reservation::{CapacityReservation, ReservationType};

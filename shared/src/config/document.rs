@@ -1217,6 +1217,8 @@ impl ConfigSet {
                             })
                             .count() as u32;
                         pool.kubelet.reserved_enis = r.set.settings.reserved_enis;
+                        pool.kubelet.ephemeral_storage =
+                            Some(super::nodeclass::ephemeral_storage(c));
                         pool.resolved_class = Some(std::sync::Arc::new(c.clone()));
                         r.set.node_pools.push(pool);
                     }

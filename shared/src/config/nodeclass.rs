@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::ConfigError;
 use super::schema::{Kind, opt, req};
 use super::syntax;
-use crate::cloud::{KubeletConfig, Reserved, Threshold};
+use crate::cloud::{EphemeralStorage, KubeletConfig, Reserved, Threshold};
 use crate::resources;
 
 /// Tag keys Karpenter sets itself; a NodeClass may not set them.
@@ -647,6 +647,7 @@ impl KubeletSpec {
             bottlerocket: false,
             efa_only_enis: 0,
             reserved_enis: 0,
+            ephemeral_storage: None,
         }
     }
 
@@ -1500,6 +1501,61 @@ fn block_device_problems(bdms: &[serde_json::Value], bad: &mut impl FnMut((Strin
     }
 }
 
+/// The EBS volume size of the AWS provider's default root volume.
+const DEFAULT_VOLUME_BYTES: i64 = 20 << 30;
+
+/// A node's ephemeral storage from its NodeClass, by the AWS provider's
+/// rule: with `instanceStorePolicy: RAID0`, the type's instance store;
+/// otherwise the `volumeSize` of the mapping marked `rootVolume`, else (a
+/// Custom family) of the last mapping, else of the family's ephemeral
+/// device (`/dev/xvda`; Bottlerocket's data volume `/dev/xvdb`), else the
+/// 20 GiB default.
+pub fn ephemeral_storage(class: &NodeClass) -> EphemeralStorage {
+    let size = |m: &serde_json::Value| {
+        m.get("ebs")
+            .and_then(|e| e.get("volumeSize"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(volume_size_bytes)
+    };
+    let bdms = &class.block_device_mappings;
+    let root = bdms
+        .iter()
+        .find(|m| m.get("rootVolume").and_then(serde_json::Value::as_bool) == Some(true))
+        .and_then(size);
+    let device = match class.ami_family {
+        AmiFamily::Bottlerocket => "/dev/xvdb",
+        _ => "/dev/xvda",
+    };
+    let bytes = root
+        .or_else(|| match class.ami_family {
+            AmiFamily::Custom => bdms.last().and_then(size),
+            _ => bdms
+                .iter()
+                .find(|m| m.get("deviceName").and_then(serde_json::Value::as_str) == Some(device))
+                .and_then(size),
+        })
+        .unwrap_or(DEFAULT_VOLUME_BYTES);
+    if class.instance_store_policy.as_deref() == Some("RAID0") {
+        EphemeralStorage::InstanceStore(bytes)
+    } else {
+        EphemeralStorage::Volume(bytes)
+    }
+}
+
+/// A valid `volumeSize` in bytes (`20Gi`, `100G`, `1Ti`, `1T`).
+fn volume_size_bytes(s: &str) -> Option<i64> {
+    volume_size_gib(s).ok()?;
+    let end = s.find(|c: char| !c.is_ascii_digit())?;
+    let n: i64 = s[..end].parse().ok()?;
+    match &s[end..] {
+        "Gi" => Some(n << 30),
+        "G" => Some(n * 1_000_000_000),
+        "Ti" => Some(n << 40),
+        "T" => Some(n * 1_000_000_000_000),
+        _ => None,
+    }
+}
+
 /// An EBS volume size as Karpenter's CRD allows it, in GiB: `1Gi`–`59000Gi`,
 /// `1G`–`64000G`, `1Ti`–`58Ti`, `1T`–`64T`.
 pub fn volume_size_gib(s: &str) -> Result<i64, String> {
@@ -1964,6 +2020,82 @@ mod tests {
             }
         }
         spec(v)
+    }
+
+    /// aws/karpenter-provider-aws `pkg/providers/instancetype/suite_test.go`,
+    /// Describe "InstanceTypeProvider" / Context "Ephemeral Storage": a
+    /// mapping of the family's ephemeral device with a snapshot and no
+    /// `volumeSize` leaves the 20 GiB default.
+    fn snapshot_only(alias: &str, device: &str) -> NodeClass {
+        NodeClass::from_spec(
+            "c",
+            &with(serde_json::json!({
+                "amiSelectorTerms": [{"alias": alias}],
+                "blockDeviceMappings": [{"deviceName": device, "ebs": {"snapshotID": "snap-xxxxxxxx", "volumeInitializationRate": 100}}]
+            })),
+        )
+        .expect("valid")
+    }
+
+    #[test]
+    fn should_default_to_ebs_defaults_when_volume_size_is_not_defined_in_block_device_mappings_for_al2_root_volume()
+     {
+        let c = snapshot_only("al2@latest", "/dev/xvda");
+        assert_eq!(c.ami_family, AmiFamily::AL2);
+        assert_eq!(ephemeral_storage(&c), EphemeralStorage::Volume(20 << 30));
+    }
+
+    #[test]
+    fn should_default_to_ebs_defaults_when_volume_size_is_not_defined_in_block_device_mappings_for_al2023_root_volume()
+     {
+        let c = snapshot_only("al2023@latest", "/dev/xvda");
+        assert_eq!(c.ami_family, AmiFamily::AL2023);
+        assert_eq!(ephemeral_storage(&c), EphemeralStorage::Volume(20 << 30));
+    }
+
+    #[test]
+    fn should_default_to_ebs_defaults_when_volume_size_is_not_defined_in_block_device_mappings_for_bottlerocket_root_volume()
+     {
+        let c = snapshot_only("bottlerocket@latest", "/dev/xvdb");
+        assert_eq!(c.ami_family, AmiFamily::Bottlerocket);
+        assert_eq!(ephemeral_storage(&c), EphemeralStorage::Volume(20 << 30));
+    }
+
+    /// The size written wins: the `rootVolume` mapping's, else the family's
+    /// ephemeral device's (Bottlerocket's data volume, not its OS volume);
+    /// `RAID0` takes the instance store of a type that has one.
+    #[test]
+    fn ephemeral_storage_follows_the_mapping_the_kubelet_uses() {
+        let class =
+            |patch: serde_json::Value| NodeClass::from_spec("c", &with(patch)).expect("valid");
+        let root = class(serde_json::json!({"blockDeviceMappings": [
+            {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "50Gi"}},
+            {"deviceName": "/dev/xvdc", "rootVolume": true, "ebs": {"volumeSize": "100G"}}
+        ]}));
+        assert_eq!(
+            ephemeral_storage(&root),
+            EphemeralStorage::Volume(100_000_000_000)
+        );
+        let bottlerocket = class(
+            serde_json::json!({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}], "blockDeviceMappings": [
+                {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "4Gi"}},
+                {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "1Ti"}}
+            ]}),
+        );
+        assert_eq!(
+            ephemeral_storage(&bottlerocket),
+            EphemeralStorage::Volume(1 << 40)
+        );
+        let raid = class(serde_json::json!({"instanceStorePolicy": "RAID0"}));
+        let store = ephemeral_storage(&raid);
+        assert_eq!(store, EphemeralStorage::InstanceStore(20 << 30));
+        assert_eq!(store.bytes(7600), 7_600_000_000_000);
+        assert_eq!(
+            store.bytes(0),
+            20 << 30,
+            "a type without instance store keeps the volume"
+        );
+        assert_eq!(EphemeralStorage::Volume(20 << 30).bytes(7600), 20 << 30);
     }
 
     /// Every mistake of a class at once, `metadataOptions` included.
