@@ -201,7 +201,10 @@ def compute(a: argparse.Namespace) -> dict:
                  "note": "the event source mapping's long polls dominate"})
     # The gauges (every series but the heartbeat) go out every 10 s while the
     # provisioner's loop runs: one EMF line each.
-    gauges = 0 if a.no_gauges else 1 + a.nodepools * (5 + a.pool_limits + 1)
+    # The provisioner's (queue depth; per pool five usages, each limit, the
+    # cost) and the disruption loop's eligible nodes (empty, drifted,
+    # underutilized), every decision.
+    gauges = 0 if a.no_gauges else 1 + a.nodepools * (5 + a.pool_limits + 1) + 3
     # Each invocation publishes them on its first tick, then every 10 s.
     gauge_lines = gauges * (6 * busy + quiet)
     log_gb = (inv * a.log_kb_per_invocation * 1024 + gauge_lines * a.emf_line_bytes) / 1024**3
@@ -210,7 +213,8 @@ def compute(a: argparse.Namespace) -> dict:
     # Published every 10 s by the provisioner's loop, so present every hour:
     # karpenter_scheduler_queue_depth, and per NodePool the usage of cpu,
     # memory, pods, ephemeral-storage and nodes, each limit and the cost;
-    # plus the ProvisionerTicks heartbeat (shared/src/handlers/provisioner.rs
+    # the disruption loop's karpenter_voluntary_disruption_eligible_nodes
+    # per reason; plus the ProvisionerTicks heartbeat (shared/src/handlers/provisioner.rs
     # publish_gauges, shared/src/runtime.rs).
     always = 1 + gauges
     series = always + a.event_metric_series * a.event_metric_hours

@@ -180,7 +180,7 @@ pub async fn scheduled_invocation<P: PortSet>(
             disruption: None,
         });
     }
-    let mut d = disruption_loop(&ports, holder, loops.end_when_quiet);
+    let mut d = disruption_loop(&ports, holder, loops);
     let (provisioner, disruption) =
         tokio::join!(p.run_until(until, sleep), d.run_until(until, sleep));
     let disruption = disruption
@@ -203,13 +203,10 @@ static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new
 
 /// The disruption loop with the container's reader and memory, whichever
 /// function runs it.
-fn disruption_loop<P: PortSet>(
-    ports: P,
-    holder: impl Into<String>,
-    end_when_quiet: bool,
-) -> Disruption<P> {
+fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>, loops: Loops) -> Disruption<P> {
     let settings = DisruptionSettings {
-        end_when_quiet,
+        end_when_quiet: loops.end_when_quiet,
+        gauges: loops.gauges,
         ..DisruptionSettings::default()
     };
     Disruption::new(ports, settings, holder)
@@ -224,13 +221,13 @@ fn disruption_loop<P: PortSet>(
 /// due, the reasons already logged) lives as long as the container.
 pub async fn disruption(
     ports: &LivePorts,
-    end_when_quiet: bool,
+    loops: Loops,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
     let deadline = deadline_of(&event);
     let until = deadline - DEADLINE_MARGIN;
     let remaining = deadline.duration_since(Timestamp::now());
-    let mut d = disruption_loop(ports, event.context.request_id.clone(), end_when_quiet);
+    let mut d = disruption_loop(ports, event.context.request_id.clone(), loops);
     let before = ports.store.requests();
     let ticks = d
         .run_until(until, |t| tokio::time::sleep(t.unsigned_abs()))

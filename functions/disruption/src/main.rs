@@ -10,9 +10,9 @@ async fn main() -> Result<(), Error> {
     runtime::init_tracing();
     let env = runtime::FunctionEnv::from_env()?;
     let ports = runtime::connect(&env, "disruption").await?;
-    let end_when_quiet = env.end_when_quiet;
+    let loops = runtime::Loops::of(&env);
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
-        runtime::disruption(&ports, end_when_quiet, event)
+        runtime::disruption(&ports, loops, event)
     }))
     .await
 }

@@ -137,7 +137,7 @@ variable "end_invocations_when_quiet" {
 }
 
 variable "publish_gauges" {
-  description = "Publish Karpenter's gauges (karpenter_scheduler_queue_depth and each NodePool's usage, limits and cost) as CloudWatch metrics. Each is a custom metric billed by the month (8 for one NodePool with one limit, $2.40); the launch and removal counters and the provisioner's heartbeat are published either way."
+  description = "Publish Karpenter's gauges (karpenter_scheduler_queue_depth, each NodePool's usage, limits and cost, and karpenter_voluntary_disruption_eligible_nodes per reason) as CloudWatch metrics. Each is a custom metric billed by the month (11 for one NodePool with one limit, $3.30); the launch and removal counters and the provisioner's heartbeat are published either way."
   type        = bool
   default     = true
 }

@@ -35,6 +35,9 @@ pub struct Context<'s, 'a> {
     /// Per node: why methods passed it over.
     pub notes: Vec<Vec<String>>,
     pub commands: Vec<Command>,
+    /// Per voluntary reason, the nodes its method found candidates before
+    /// the budgets (Karpenter's `eligible_nodes` gauge).
+    pub eligible: std::collections::BTreeMap<Reason, std::collections::BTreeSet<usize>>,
     rng: rand_chacha::ChaCha8Rng,
 }
 
@@ -76,6 +79,7 @@ impl<'s, 'a> Context<'s, 'a> {
             verdicts: vec![None; n],
             notes: vec![Vec::new(); n],
             commands: Vec::new(),
+            eligible: Default::default(),
             rng: rand_chacha::ChaCha8Rng::seed_from_u64(s.seed),
         }
     }
@@ -200,6 +204,8 @@ impl<'s, 'a> Context<'s, 'a> {
                 self.note(i, why);
                 return false;
             }
+            // A candidate, as Karpenter counts them: before the budgets.
+            self.eligible.entry(reason).or_default().insert(i);
             let pool = self.pool_name(i);
             if self.budgets.remaining(&pool, reason) == 0 {
                 let why = self.budgets.exhausted(&pool, reason);

@@ -189,6 +189,11 @@ pub struct Plan {
     /// Pools being handed over from Karpenter (`super::handover`): their
     /// commands are among `commands` (method `handover`).
     pub handovers: Vec<super::handover::Handover>,
+    /// Per voluntary reason whose method ran this decision, how many nodes
+    /// were its candidates before the budgets (Karpenter's
+    /// `karpenter_voluntary_disruption_eligible_nodes`). Consolidation's
+    /// reason is absent when its pass was skipped.
+    pub eligible: std::collections::BTreeMap<Reason, usize>,
 }
 
 impl Plan {

@@ -118,11 +118,23 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         })
         .collect();
     let claim_updates = observe::observe(&cx.facts, s.now);
+    // Every reason whose method ran is reported, 0 when nothing qualified.
+    let mut eligible: std::collections::BTreeMap<Reason, usize> = [Reason::Empty, Reason::Drifted]
+        .into_iter()
+        .chain(s.tuning.consolidation.then_some(Reason::Underutilized))
+        .map(|r| (r, 0))
+        .collect();
+    for (reason, nodes) in &cx.eligible {
+        if let Some(n) = eligible.get_mut(reason) {
+            *n = nodes.len();
+        }
+    }
     Plan {
         now: s.now,
         nodes,
         commands: cx.commands,
         claim_updates,
         handovers,
+        eligible,
     }
 }

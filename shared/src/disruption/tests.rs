@@ -3065,3 +3065,83 @@ mod static_drift {
         check(&plan, &[("n0", None, "do-not-disrupt")]);
     }
 }
+
+// ------------------------------------------------------------ eligible nodes
+//
+// Karpenter's `karpenter_voluntary_disruption_eligible_nodes{reason}`: the
+// candidates of each voluntary method at a decision, before the budgets.
+
+/// consolidation_test.go, Metrics: "should correctly report eligible nodes"
+/// — a node whose pod carries do-not-disrupt is no consolidation
+/// candidate (0); without the annotation it is (1).
+#[test]
+fn consolidation_metrics_should_correctly_report_eligible_nodes() {
+    let mut w = three_nodes();
+    for pod in ["a-p0", "b-p0", "c-p0"] {
+        w.annotate_pod(pod, snapshot::DO_NOT_DISRUPT, "true");
+    }
+    let plan = w.decide();
+    assert_eq!(plan.eligible.get(&Reason::Underutilized), Some(&0));
+    let mut w = three_nodes();
+    w.annotate_pod("a-p0", snapshot::DO_NOT_DISRUPT, "true");
+    w.annotate_pod("b-p0", snapshot::DO_NOT_DISRUPT, "true");
+    let plan = w.decide();
+    assert_eq!(plan.eligible.get(&Reason::Underutilized), Some(&1));
+}
+
+/// drift_test.go, Metrics: "should correctly report eligible drifted
+/// nodes" — a drifted node whose pod carries do-not-disrupt is no drift
+/// candidate (0); once the annotation is gone it is (1). A node that has
+/// not drifted is never one.
+#[test]
+fn drift_metrics_should_correctly_report_eligible_drifted_nodes() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    assert_eq!(w.decide().eligible.get(&Reason::Drifted), Some(&0));
+    w.pools[0].labels.insert("team".into(), "b".into());
+    w.annotate_pod("a-p0", snapshot::DO_NOT_DISRUPT, "true");
+    assert_eq!(w.decide().eligible.get(&Reason::Drifted), Some(&0));
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 3, 1000, 1024);
+    w.pools[0].labels.insert("team".into(), "b".into());
+    assert_eq!(w.decide().eligible.get(&Reason::Drifted), Some(&1));
+}
+
+/// emptiness_test.go, Metrics: "should correctly report eligible nodes"
+/// — a node with a pod is no emptiness candidate (0); once the pod is
+/// gone (and consolidateAfter has passed) it is (1).
+#[test]
+fn emptiness_metrics_should_correctly_report_eligible_nodes() {
+    let mut w = World::with_pool(when_empty_30s());
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 1, 500, 512)
+        .observed_at(secs(0));
+    assert_eq!(
+        w.at(secs(5)).decide().eligible.get(&Reason::Empty),
+        Some(&0)
+    );
+    w.pods.clear();
+    w.observed_at(secs(10));
+    assert_eq!(
+        w.at(secs(40)).decide().eligible.get(&Reason::Empty),
+        Some(&1)
+    );
+}
+
+/// The gauge counts candidates before the budgets: a budget of zero
+/// nodes stops the removal, not the count.
+#[test]
+fn eligible_nodes_are_counted_before_the_budgets() {
+    let mut w = World::with_pool(when_empty_30s());
+    w.budgets(serde_json::json!([{"nodes": "0"}]));
+    w.node("a", "m5.xlarge")
+        .pods_on("a", 1, 500, 512)
+        .observed_at(secs(0));
+    w.pods.clear();
+    w.observed_at(secs(10));
+    let plan = w.at(secs(40)).decide();
+    assert!(disrupted(&plan).is_empty(), "the budget allows nothing");
+    assert_eq!(plan.eligible.get(&Reason::Empty), Some(&1));
+}

@@ -60,6 +60,9 @@ pub struct DisruptionSettings {
     /// End the invocation at the first quiet tick ([`TickReport::quiet`]):
     /// the provisioner's setting of the same name, for the loop beside it.
     pub end_when_quiet: bool,
+    /// Publish Karpenter's `eligible_nodes` gauge (the provisioner's
+    /// setting of the same name: each gauge series is billed by the month).
+    pub gauges: bool,
     /// EC2 instance status checks are polled and counted, but no node is
     /// removed for them (Karpenter's `InstanceStatusDryRun`).
     pub instance_status_dry_run: bool,
@@ -73,6 +76,7 @@ impl Default for DisruptionSettings {
             launch: LaunchSettings::default(),
             tuning: Tuning::default(),
             end_when_quiet: false,
+            gauges: true,
             instance_status_dry_run: false,
         }
     }
@@ -599,6 +603,9 @@ impl<P: PortSet> Disruption<P> {
             .filter(|c| c.validate_at.is_none())
             .collect();
         publish_decisions(&acting, now);
+        if self.settings.gauges {
+            publish_eligible(&plan, now);
+        }
         self.write_claim_updates(&gathered, &plan).await;
         self.log_handovers(&plan);
         if !skip {
@@ -1217,6 +1224,30 @@ fn consolidation_type(c: &disruption::Command) -> &'static str {
 /// nodewright's emptiness makes one command per empty node, Karpenter's
 /// one for all the nodes a pass finds empty: emptiness commands starting
 /// together count as one decision, as Karpenter counts them.
+/// Karpenter's `eligible_nodes` gauge, per reason whose method ran.
+fn publish_eligible(plan: &Plan, now: Timestamp) {
+    for (reason, n) in &plan.eligible {
+        super::metrics::gauge(
+            now.as_millisecond(),
+            super::metrics::karpenter::DISRUPTION_ELIGIBLE_NODES,
+            &[("reason", reason_label(*reason))],
+            *n as f64,
+        );
+    }
+}
+
+/// A reason as Karpenter's metrics label it.
+fn reason_label(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Empty => "empty",
+        Reason::Expired => "expired",
+        Reason::Drifted => "drifted",
+        Reason::Underutilized => "underutilized",
+        Reason::Unhealthy => "unhealthy",
+        Reason::Interrupted => "interrupted",
+    }
+}
+
 fn publish_decisions(commands: &[&disruption::Command], now: Timestamp) {
     // (decision, reason, consolidation type) → the pools of its targets.
     type Labels = (&'static str, &'static str, &'static str);
@@ -1228,14 +1259,7 @@ fn publish_decisions(commands: &[&disruption::Command], now: Timestamp) {
             "delete"
         };
         let consolidation_type = consolidation_type(c);
-        let reason = match c.reason {
-            Reason::Empty => "empty",
-            Reason::Expired => "expired",
-            Reason::Drifted => "drifted",
-            Reason::Underutilized => "underutilized",
-            Reason::Unhealthy => "unhealthy",
-            Reason::Interrupted => "interrupted",
-        };
+        let reason = reason_label(c.reason);
         let key = (decision, reason, consolidation_type);
         let pools = c.targets.iter().map(|t| t.pool.as_str());
         match decisions

@@ -56,6 +56,9 @@ pub mod karpenter {
     /// held when re-validated, and was dropped.
     pub const DISRUPTION_FAILED_VALIDATIONS: &str =
         "karpenter_voluntary_disruption_failed_validations_total";
+    /// Gauge {reason}: the nodes a voluntary method found candidates at
+    /// the last decision, before the budgets.
+    pub const DISRUPTION_ELIGIBLE_NODES: &str = "karpenter_voluntary_disruption_eligible_nodes";
     /// Histogram {controller}: one solve, seconds.
     pub const SCHEDULING_DURATION: &str = "karpenter_scheduler_scheduling_duration_seconds";
     /// Gauge {controller}: pods waiting for capacity (marked Unschedulable, no node).
@@ -81,7 +84,7 @@ pub mod karpenter {
 
     /// Every name above (the dashboard is checked against it;
     /// `shared/docs/operations.md` lists each).
-    pub const ALL: [&str; 24] = [
+    pub const ALL: [&str; 25] = [
         NODECLAIMS_CREATED,
         NODECLAIMS_TERMINATED,
         NODECLAIMS_DISRUPTED,
@@ -97,6 +100,7 @@ pub mod karpenter {
         DISRUPTION_DECISIONS,
         DISRUPTION_DECISIONS_BY_NODEPOOL,
         DISRUPTION_FAILED_VALIDATIONS,
+        DISRUPTION_ELIGIBLE_NODES,
         SCHEDULING_DURATION,
         SCHEDULER_QUEUE_DEPTH,
         NODEPOOLS_USAGE,
