@@ -29,6 +29,18 @@ impl Reason {
         }
     }
 
+    /// As Karpenter's metrics label it (`reason`).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Reason::Empty => "empty",
+            Reason::Expired => "expired",
+            Reason::Drifted => "drifted",
+            Reason::Underutilized => "underutilized",
+            Reason::Unhealthy => "unhealthy",
+            Reason::Interrupted => "interrupted",
+        }
+    }
+
     /// The budget reason that caps it; `None` for the forceful ones
     /// (expiration, interruption), which budgets do not limit. Repair is
     /// voluntary since Karpenter 1.15 (reason `Unhealthy`).

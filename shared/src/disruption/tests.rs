@@ -371,6 +371,19 @@ impl World {
         self
     }
 
+    /// Node `node` (claim `default-<node>`) is being removed for `reason`:
+    /// a removal in flight, replaced first when `replace`.
+    fn removing(&mut self, node: &str, reason: Reason, replace: bool) -> &mut Self {
+        self.in_flight.push(InFlight {
+            node: node.into(),
+            claim_id: format!("default-{node}"),
+            reason,
+            replace,
+            replacements: vec![],
+        });
+        self
+    }
+
     fn budgets(&mut self, budgets: serde_json::Value) -> &mut Self {
         let mut d = crate::config::disruption::DisruptionSpec {
             consolidation_policy: Some(self.pools[0].disruption.policy.as_str().into()),
@@ -877,13 +890,7 @@ fn multi_node_replaces_two_nodes_with_one_cheaper_node() {
     assert!((cmd.savings - (0.384 - 0.096)).abs() < 1e-9);
     assert_eq!(validate(cmd, &w.snapshot()), Ok(()));
     // Once one of them is already being removed, the planned move no longer holds.
-    w.in_flight.push(InFlight {
-        node: "a".into(),
-        claim_id: "default-a".into(),
-        reason: Reason::Drifted,
-        replace: true,
-        replacements: vec![],
-    });
+    w.removing("a", Reason::Drifted, true);
     assert!(
         validate(cmd, &w.snapshot())
             .expect_err("disrupting")
@@ -1006,13 +1013,7 @@ fn budgets_zero_one_and_ten_percent() {
 #[test]
 fn budgets_count_nodes_already_disrupting() {
     let mut w = empties(12);
-    w.in_flight.push(InFlight {
-        node: "n11".into(),
-        claim_id: "default-n11".into(),
-        reason: Reason::Drifted,
-        replace: true,
-        replacements: vec![],
-    });
+    w.removing("n11", Reason::Drifted, true);
     let plan = w.decide();
     assert_eq!(plan.commands.len(), 1);
     check(&plan, &[("n11", None, "already being disrupted (Drifted)")]);
@@ -2127,13 +2128,7 @@ mod karpenter {
     #[test]
     fn a_node_with_a_removal_in_flight_is_not_a_candidate() {
         let mut w = empties(2);
-        w.in_flight.push(InFlight {
-            node: "n00".into(),
-            claim_id: "default-n00".into(),
-            reason: Reason::Empty,
-            replace: false,
-            replacements: vec![],
-        });
+        w.removing("n00", Reason::Empty, false);
         check(&w.decide(), &[("n00", None, "already being disrupted")]);
     }
 
@@ -2538,13 +2533,7 @@ mod karpenter {
         let mut w = empties(10);
         w.node("going", "m5.large");
         w.budgets(serde_json::json!([{"nodes": "100%"}]));
-        w.in_flight.push(InFlight {
-            node: "going".into(),
-            claim_id: "default-going".into(),
-            reason: Reason::Expired,
-            replace: false,
-            replacements: vec![],
-        });
+        w.removing("going", Reason::Expired, false);
         let s = w.snapshot();
         let facts = snapshot::node_facts(&s);
         let budgets = budget::Budgets::new(&facts, s.now);
@@ -2560,13 +2549,7 @@ mod karpenter {
         let mut w = empties(10);
         w.budgets(serde_json::json!([{"nodes": "10%"}]));
         for k in 0..9 {
-            w.in_flight.push(InFlight {
-                node: format!("n{k:02}"),
-                claim_id: format!("default-n{k:02}"),
-                reason: Reason::Drifted,
-                replace: false,
-                replacements: vec![],
-            });
+            w.removing(&format!("n{k:02}"), Reason::Drifted, false);
         }
         let plan = w.decide();
         assert!(plan.commands.is_empty());

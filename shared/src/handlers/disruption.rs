@@ -1230,21 +1230,9 @@ fn publish_eligible(plan: &Plan, now: Timestamp) {
         super::metrics::gauge(
             now.as_millisecond(),
             super::metrics::karpenter::DISRUPTION_ELIGIBLE_NODES,
-            &[("reason", reason_label(*reason))],
+            &[("reason", reason.metric_label())],
             *n as f64,
         );
-    }
-}
-
-/// A reason as Karpenter's metrics label it.
-fn reason_label(reason: Reason) -> &'static str {
-    match reason {
-        Reason::Empty => "empty",
-        Reason::Expired => "expired",
-        Reason::Drifted => "drifted",
-        Reason::Underutilized => "underutilized",
-        Reason::Unhealthy => "unhealthy",
-        Reason::Interrupted => "interrupted",
     }
 }
 
@@ -1259,7 +1247,7 @@ fn publish_decisions(commands: &[&disruption::Command], now: Timestamp) {
             "delete"
         };
         let consolidation_type = consolidation_type(c);
-        let reason = reason_label(c.reason);
+        let reason = c.reason.metric_label();
         let key = (decision, reason, consolidation_type);
         let pools = c.targets.iter().map(|t| t.pool.as_str());
         match decisions

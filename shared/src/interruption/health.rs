@@ -127,6 +127,33 @@ pub fn decide(
     plan
 }
 
+/// Status checks as EC2 reports them, for this module's tests and the
+/// disruption handler's.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::model::{StatusCategory, StatusCheck, Timestamp};
+
+    /// A failed reachability check of `category`, impaired since `since`.
+    pub(crate) fn check(category: StatusCategory, since: Option<Timestamp>) -> StatusCheck {
+        StatusCheck {
+            category,
+            name: "reachability".to_owned(),
+            failed: true,
+            impaired_since: since,
+        }
+    }
+
+    /// A scheduled `instance-retirement` event.
+    pub(crate) fn retirement() -> StatusCheck {
+        StatusCheck {
+            category: StatusCategory::EventStatus,
+            name: "instance-retirement".to_owned(),
+            failed: true,
+            impaired_since: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Karpenter's instance-status cases (aws/karpenter-provider-aws
@@ -134,6 +161,7 @@ mod tests {
     //! "InterruptionHandling", Context "Processing Messages") as decisions;
     //! what the handler does with them is held in
     //! `handlers::disruption::tests::instance_health`.
+    use super::fixtures::{check, retirement};
     use super::*;
     use crate::model::StatusCheck;
 
@@ -153,28 +181,10 @@ mod tests {
         serde_json::from_value(json).expect("claim")
     }
 
-    fn check(category: StatusCategory, since: Option<Timestamp>) -> StatusCheck {
-        StatusCheck {
-            category,
-            name: "reachability".to_owned(),
-            failed: true,
-            impaired_since: since,
-        }
-    }
-
     fn health(instance: &str, checks: Vec<StatusCheck>) -> InstanceHealth {
         InstanceHealth {
             instance_id: instance.to_owned(),
             checks,
-        }
-    }
-
-    fn retirement() -> StatusCheck {
-        StatusCheck {
-            category: StatusCategory::EventStatus,
-            name: "instance-retirement".to_owned(),
-            failed: true,
-            impaired_since: None,
         }
     }
 

@@ -641,25 +641,8 @@ fn a_countdown_in_a_reason_is_not_a_change() {
 mod instance_health {
     use super::*;
     use crate::handlers::metrics::{self, Capture};
+    use crate::interruption::health::fixtures::{check, retirement};
     use crate::model::{StatusCategory, StatusCheck};
-
-    fn failed(category: StatusCategory, since: Timestamp) -> StatusCheck {
-        StatusCheck {
-            category,
-            name: "reachability".to_owned(),
-            failed: true,
-            impaired_since: Some(since),
-        }
-    }
-
-    fn retirement() -> StatusCheck {
-        StatusCheck {
-            category: StatusCategory::EventStatus,
-            name: "instance-retirement".to_owned(),
-            failed: true,
-            impaired_since: None,
-        }
-    }
 
     /// The world's instances, sorted by claim.
     async fn instances<S: Store + Clone>(sim: &Sim<S>) -> Vec<(String, String)> {
@@ -745,7 +728,7 @@ mod instance_health {
             impair(
                 &sim,
                 &instance,
-                &[failed(StatusCategory::SystemStatus, since)],
+                &[check(StatusCategory::SystemStatus, Some(since))],
             );
             let docs = run(&mut sim, 5).await;
             removed_for(&sim, &claim, "SystemStatus").await;
@@ -778,7 +761,7 @@ mod instance_health {
             impair(
                 &sim,
                 &instance,
-                &[failed(StatusCategory::InstanceStatus, since)],
+                &[check(StatusCategory::InstanceStatus, Some(since))],
             );
             let docs = run(&mut sim, 5).await;
             removed_for(&sim, &claim, "InstanceStatus").await;
@@ -851,7 +834,7 @@ mod instance_health {
             impair(
                 &sim,
                 &instance,
-                &[failed(StatusCategory::SystemStatus, an_hour_ago(&sim))],
+                &[check(StatusCategory::SystemStatus, Some(an_hour_ago(&sim)))],
             );
             let mut d = by_hand(&sim).await;
             let command = poll_once(&sim, &mut d, &claim).await;
@@ -888,7 +871,7 @@ mod instance_health {
                 &sim,
                 &instance,
                 &[
-                    failed(StatusCategory::SystemStatus, an_hour_ago(&sim)),
+                    check(StatusCategory::SystemStatus, Some(an_hour_ago(&sim))),
                     retirement(),
                 ],
             );
@@ -907,7 +890,7 @@ mod instance_health {
             impair(
                 &sim,
                 &instance,
-                &[failed(StatusCategory::SystemStatus, an_hour_ago(&sim))],
+                &[check(StatusCategory::SystemStatus, Some(an_hour_ago(&sim)))],
             );
             let mut d = by_hand(&sim).await;
             let first = poll_once(&sim, &mut d, &claim).await;
@@ -984,7 +967,10 @@ mod instance_health {
             impair(
                 &sim,
                 &instance,
-                &[failed(StatusCategory::InstanceStatus, an_hour_ago(&sim))],
+                &[check(
+                    StatusCategory::InstanceStatus,
+                    Some(an_hour_ago(&sim)),
+                )],
             );
             let docs = run(&mut sim, 3).await;
             assert_eq!(unhealthy(&docs), 1.0);
@@ -1002,7 +988,10 @@ mod instance_health {
             impair(
                 &sim,
                 &instance,
-                &[failed(StatusCategory::InstanceStatus, an_hour_ago(&sim))],
+                &[check(
+                    StatusCategory::InstanceStatus,
+                    Some(an_hour_ago(&sim)),
+                )],
             );
             // Five polls or more, a minute apart.
             let docs = run(&mut sim, 6).await;
@@ -1020,7 +1009,10 @@ mod instance_health {
                 impair(
                     &sim,
                     instance,
-                    &[failed(StatusCategory::InstanceStatus, an_hour_ago(&sim))],
+                    &[check(
+                        StatusCategory::InstanceStatus,
+                        Some(an_hour_ago(&sim)),
+                    )],
                 );
             }
             let first = run(&mut sim, 1).await;
@@ -1035,14 +1027,14 @@ mod instance_health {
         rt().block_on(async {
             let mut sim = dry_world(1).await;
             let (_, instance) = instances(&sim).await.remove(0);
-            let check = failed(StatusCategory::InstanceStatus, an_hour_ago(&sim));
-            impair(&sim, &instance, std::slice::from_ref(&check));
+            let failing = check(StatusCategory::InstanceStatus, Some(an_hour_ago(&sim)));
+            impair(&sim, &instance, std::slice::from_ref(&failing));
             let first = run(&mut sim, 2).await;
             assert_eq!(unhealthy(&first), 1.0);
             sim.sim_cloud.as_ref().expect("cloud").recover(&instance);
             let recovered = run(&mut sim, 2).await;
             assert_eq!(unhealthy(&recovered), 0.0);
-            impair(&sim, &instance, &[check]);
+            impair(&sim, &instance, &[failing]);
             let again = run(&mut sim, 2).await;
             assert_eq!(unhealthy(&again), 1.0, "counted once more");
         });
