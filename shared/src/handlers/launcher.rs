@@ -8,7 +8,7 @@
 //! provisioner's lifecycle finishes or cleans up.
 
 use futures_util::{StreamExt, stream};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::config::LoadedConfig;
 use crate::config::{Limits, NodePool};
@@ -106,7 +106,14 @@ impl<'a, P: PortSet> Launcher<'a, P> {
         pool: Option<&NodePool>,
         catalog: &CloudCatalog,
     ) -> LaunchEnd {
-        match self.ports.store().create_claim(&claim, limits).await {
+        let span = info_span!("nodeclaim_create", nodeclaim = %claim.id, nodepool = %claim.pool);
+        let created = self
+            .ports
+            .store()
+            .create_claim(&claim, limits)
+            .instrument(span)
+            .await;
+        match created {
             Ok(()) => {}
             Err(StoreError::LimitExceeded { pool, resource }) => {
                 let reason = format!("NodePool {pool} limit {resource} reached");
@@ -122,7 +129,21 @@ impl<'a, P: PortSet> Launcher<'a, P> {
     }
 
     /// Launches a recorded claim. Idempotent: the client token is the claim's.
+    /// Everything it logs is inside a `nodeclaim_launch` span naming the claim.
     pub async fn launch(
+        &self,
+        claim: Claim,
+        limits: &Limits,
+        pool: Option<&NodePool>,
+        catalog: &CloudCatalog,
+    ) -> LaunchEnd {
+        let span = info_span!("nodeclaim_launch", nodeclaim = %claim.id, nodepool = %claim.pool);
+        self.launch_inner(claim, limits, pool, catalog)
+            .instrument(span)
+            .await
+    }
+
+    async fn launch_inner(
         &self,
         claim: Claim,
         limits: &Limits,

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::HandlerError;
 use super::config::{ConfigReader, LoadedConfig};
@@ -339,13 +339,22 @@ impl<P: PortSet> Provisioner<P> {
         F: Fn(SignedDuration) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        leased_loop::run(self, deadline, sleep).await
+        let span =
+            info_span!("provisioner_invocation", holder = %self.holder, deadline = %deadline);
+        leased_loop::run(self, deadline, sleep)
+            .instrument(span)
+            .await
     }
 
     /// One pass: lifecycle of existing claims, garbage collection when due,
     /// then the batch window and, when it closes, a solve and launches.
     pub async fn tick(&mut self) -> Result<TickReport, HandlerError> {
         self.ticks += 1;
+        let span = info_span!("provisioner_tick", holder = %self.holder, tick = self.ticks);
+        self.tick_inner().instrument(span).await
+    }
+
+    async fn tick_inner(&mut self) -> Result<TickReport, HandlerError> {
         let mut report = TickReport::default();
         let now = self.ports.clock().now();
         let store = self.ports.store();
