@@ -86,46 +86,46 @@ fn pct(x: f64) -> String {
 
 /// Nodes consolidation may look at, with the reason noted for the others.
 pub fn candidates(cx: &mut Context<'_, '_>) -> Vec<usize> {
-    let mut out = Vec::new();
-    for i in 0..cx.facts.len() {
-        if !cx.open(i) || cx.facts[i].reschedulable.is_empty() {
-            continue;
-        }
-        let Some(pool) = cx.facts[i].pool else {
-            continue;
-        };
-        if pool.disruption.policy == ConsolidationPolicy::WhenEmpty || pool.replicas.is_some() {
-            continue;
-        }
-        let Some(after) = pool.disruption.consolidate_after else {
-            continue;
-        };
-        if !cx.facts[i].ready {
-            cx.note(i, "not Ready: not consolidated");
-            continue;
-        }
-        let since = cx.states[i]
-            .as_ref()
-            .and_then(|s| s.last_pod_event_at)
-            .unwrap_or(cx.s.now);
-        let quiet = cx.s.now.duration_since(since);
-        if quiet < after {
-            cx.note(
-                i,
-                format!(
-                    "pods changed {} ago, consolidateAfter is {}",
-                    short(quiet),
-                    short(after)
-                ),
-            );
-            continue;
-        }
-        if !cx.eligible(i, Reason::Underutilized) {
-            continue;
-        }
-        out.push(i);
+    (0..cx.facts.len())
+        .filter(|&i| is_candidate(cx, i))
+        .collect()
+}
+
+/// Whether node `i` is a consolidation candidate (see [`candidates`]).
+fn is_candidate(cx: &mut Context<'_, '_>, i: usize) -> bool {
+    if !cx.open(i) || cx.facts[i].reschedulable.is_empty() {
+        return false;
     }
-    out
+    let Some(pool) = cx.facts[i].pool else {
+        return false;
+    };
+    if pool.disruption.policy == ConsolidationPolicy::WhenEmpty || pool.replicas.is_some() {
+        return false;
+    }
+    let Some(after) = pool.disruption.consolidate_after else {
+        return false;
+    };
+    if !cx.facts[i].ready {
+        cx.note(i, "not Ready: not consolidated");
+        return false;
+    }
+    let since = cx.states[i]
+        .as_ref()
+        .and_then(|s| s.last_pod_event_at)
+        .unwrap_or(cx.s.now);
+    let quiet = cx.s.now.duration_since(since);
+    if quiet < after {
+        cx.note(
+            i,
+            format!(
+                "pods changed {} ago, consolidateAfter is {}",
+                short(quiet),
+                short(after)
+            ),
+        );
+        return false;
+    }
+    cx.eligible(i, Reason::Underutilized)
 }
 
 /// The candidates by savings ratio (price over disruption cost), highest
@@ -499,11 +499,11 @@ impl Method for MultiNodeConsolidation {
         "multi-node-consolidation"
     }
 
-    fn run(&self, cx: &mut Context<'_, '_>) {
-        if !cx.s.tuning.consolidation {
-            return;
-        }
-        let cands = candidates(cx);
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool {
+        cx.s.tuning.consolidation && is_candidate(cx, i)
+    }
+
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, cands: Vec<usize>) {
         let cands = by_savings_ratio(cx, cands);
         // No more per pool than its budget allows.
         let mut per_pool: std::collections::BTreeMap<String, usize> =
@@ -548,11 +548,11 @@ impl Method for SingleNodeConsolidation {
         "single-node-consolidation"
     }
 
-    fn run(&self, cx: &mut Context<'_, '_>) {
-        if !cx.s.tuning.consolidation {
-            return;
-        }
-        let mut cands = candidates(cx);
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool {
+        cx.s.tuning.consolidation && is_candidate(cx, i)
+    }
+
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, mut cands: Vec<usize>) {
         if consolidating(cx) {
             for i in cands {
                 cx.note(i, "one consolidation at a time: looked at again next pass");

@@ -11,10 +11,28 @@ use super::drift;
 use crate::config::ConsolidationPolicy;
 use crate::model::{ResolvedClass, SignedDuration};
 
-/// One way to disrupt nodes.
+/// One way to disrupt nodes, as Karpenter's disruption `Method`: which
+/// nodes it considers, and the commands it makes of them. [`super::decide`]
+/// owns the loop: it asks `should_disrupt` of every node, in node order,
+/// then hands the candidates to `compute_commands`.
 pub trait Method {
     fn name(&self) -> &'static str;
-    fn run(&self, cx: &mut Context<'_, '_>);
+    /// Whether node `i` is a candidate of this method (Karpenter's
+    /// `ShouldDisrupt`). A node passed over for a reason the user should
+    /// read gets a note saying it.
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool;
+    /// Turns the candidates (in node order) into commands, within the
+    /// budgets, noting why a candidate was not taken (Karpenter's
+    /// `ComputeCommands`).
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, candidates: Vec<usize>);
+}
+
+/// Runs `method` over every node of `cx`: the loop each method shares.
+pub fn run(method: &dyn Method, cx: &mut Context<'_, '_>) {
+    let candidates: Vec<usize> = (0..cx.facts.len())
+        .filter(|&i| method.should_disrupt(cx, i))
+        .collect();
+    method.compute_commands(cx, candidates);
 }
 
 /// How long a node must be NotReady before repair (Karpenter's 30 minutes).
@@ -33,57 +51,61 @@ impl Method for Emptiness {
         "emptiness"
     }
 
-    fn run(&self, cx: &mut Context<'_, '_>) {
-        for i in 0..cx.facts.len() {
-            if !cx.open(i) || !cx.facts[i].reschedulable.is_empty() {
-                continue;
-            }
-            let Some(pool) = cx.facts[i].pool else {
-                continue;
-            };
-            if pool.replicas.is_some() {
-                cx.note(
-                    i,
-                    format!("empty; NodePool {} is static (replicas): kept", pool.name),
-                );
-                continue;
-            }
-            if let Some(why) = cx.holds_buffer(i) {
-                cx.note(i, why);
-                continue;
-            }
-            let Some(after) = pool.disruption.consolidate_after else {
-                cx.note(
-                    i,
-                    format!(
-                        "empty, but NodePool {} has consolidateAfter: Never",
-                        pool.name
-                    ),
-                );
-                continue;
-            };
-            let since = cx.states[i]
-                .as_ref()
-                .and_then(|s| s.empty_since)
-                .unwrap_or(cx.s.now);
-            let empty_for = cx.s.now.duration_since(since);
-            if empty_for < after {
-                cx.note(
-                    i,
-                    format!(
-                        "empty for {}, consolidateAfter is {}",
-                        short(empty_for),
-                        short(after)
-                    ),
-                );
-                continue;
-            }
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool {
+        if !cx.open(i) || !cx.facts[i].reschedulable.is_empty() {
+            return false;
+        }
+        let Some(pool) = cx.facts[i].pool else {
+            return false;
+        };
+        if pool.replicas.is_some() {
+            cx.note(
+                i,
+                format!("empty; NodePool {} is static (replicas): kept", pool.name),
+            );
+            return false;
+        }
+        if let Some(why) = cx.holds_buffer(i) {
+            cx.note(i, why);
+            return false;
+        }
+        let Some(after) = pool.disruption.consolidate_after else {
+            cx.note(
+                i,
+                format!(
+                    "empty, but NodePool {} has consolidateAfter: Never",
+                    pool.name
+                ),
+            );
+            return false;
+        };
+        let empty_for = empty_for(cx, i);
+        if empty_for < after {
+            cx.note(
+                i,
+                format!(
+                    "empty for {}, consolidateAfter is {}",
+                    short(empty_for),
+                    short(after)
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, candidates: Vec<usize>) {
+        for i in candidates {
             if !cx.eligible(i, Reason::Empty) {
                 continue;
             }
+            let after = cx.facts[i]
+                .pool
+                .and_then(|p| p.disruption.consolidate_after)
+                .unwrap_or_default();
             let summary = format!(
                 "empty for {} (consolidateAfter {})",
-                short(empty_for),
+                short(empty_for(cx, i)),
                 short(after)
             );
             let price = cx.facts[i].price;
@@ -101,6 +123,15 @@ impl Method for Emptiness {
     }
 }
 
+/// How long node `i` has been seen empty.
+fn empty_for(cx: &Context<'_, '_>, i: usize) -> SignedDuration {
+    let since = cx.states[i]
+        .as_ref()
+        .and_then(|s| s.empty_since)
+        .unwrap_or(cx.s.now);
+    cx.s.now.duration_since(since)
+}
+
 /// Nodes older than their pool's `expireAfter` (default 720 h). Forceful:
 /// not limited by budgets or blockers; a replacement is launched first when
 /// the pods need one.
@@ -112,21 +143,15 @@ impl Method for Expiration {
         "expiration"
     }
 
-    fn run(&self, cx: &mut Context<'_, '_>) {
-        for i in 0..cx.facts.len() {
-            if !cx.open(i) {
-                continue;
-            }
-            let Some(pool) = cx.facts[i].pool else {
-                continue;
-            };
-            let Some(expire_after) = pool.expire_after else {
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool {
+        cx.open(i) && expired(cx, i).is_some()
+    }
+
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, candidates: Vec<usize>) {
+        for i in candidates {
+            let Some((age, expire_after)) = expired(cx, i) else {
                 continue;
             };
-            let age = cx.s.now.duration_since(cx.facts[i].created_at);
-            if age < expire_after {
-                continue;
-            }
             let summary = format!(
                 "expired: {} old, expireAfter is {}",
                 short(age),
@@ -135,6 +160,13 @@ impl Method for Expiration {
             replace_and_commit(cx, i, Reason::Expired, self.name(), summary, true);
         }
     }
+}
+
+/// Node `i`'s age and its pool's `expireAfter`, when it is past it.
+fn expired(cx: &Context<'_, '_>, i: usize) -> Option<(SignedDuration, SignedDuration)> {
+    let expire_after = cx.facts[i].pool?.expire_after?;
+    let age = cx.s.now.duration_since(cx.facts[i].created_at);
+    (age >= expire_after).then_some((age, expire_after))
 }
 
 /// Launches what the node's pods need (if anything) and removes it. A
@@ -212,25 +244,19 @@ impl Method for Drift {
         "drift"
     }
 
-    fn run(&self, cx: &mut Context<'_, '_>) {
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool {
+        cx.verdicts[i].is_none() && cx.facts[i].disrupting.is_none() && drifted(cx, i).is_some()
+    }
+
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, mut candidates: Vec<usize>) {
         // Empty nodes first, as Karpenter: they take no replacement, and a
         // non-empty node's pods would otherwise land on them and move again.
-        let mut order: Vec<usize> = (0..cx.facts.len()).collect();
-        order.sort_by_key(|i| !cx.facts[*i].reschedulable.is_empty());
-        for i in order {
-            if cx.verdicts[i].is_some() || cx.facts[i].disrupting.is_some() {
-                continue;
-            }
-            let f = &cx.facts[i];
-            let Some(claim) = f
-                .claim
-                .filter(|c| c.phase() == crate::model::Phase::Registered)
-            else {
+        candidates.sort_by_key(|i| !cx.facts[*i].reschedulable.is_empty());
+        for i in candidates {
+            let Some((claim, why)) = drifted(cx, i) else {
                 continue;
             };
-            let why = drift_reason(cx, i, claim);
             let f = &cx.facts[i];
-            let Some(why) = why else { continue };
             if f.pool.is_none() {
                 if cx.s.invalid_pools.contains(&claim.pool) {
                     cx.note(i, format!("NodePool {} failed validation: its nodes are left alone until it is fixed", claim.pool));
@@ -294,6 +320,14 @@ impl Method for Drift {
             );
         }
     }
+}
+
+/// Node `i`'s registered claim and why it has drifted, if it has.
+fn drifted<'a>(cx: &Context<'a, '_>, i: usize) -> Option<(&'a crate::model::Claim, String)> {
+    let claim = cx.facts[i]
+        .claim
+        .filter(|c| c.phase() == crate::model::Phase::Registered)?;
+    drift_reason(cx, i, claim).map(|why| (claim, why))
 }
 
 /// Why node `i` (of `claim`) has drifted, if it has.
@@ -446,68 +480,71 @@ impl Method for Repair {
         "repair"
     }
 
-    fn run(&self, cx: &mut Context<'_, '_>) {
-        let unhealthy: Vec<Vec<(String, crate::model::Timestamp)>> = cx
-            .facts
-            .iter()
-            .map(|f| unhealthy_conditions(f.node))
-            .collect();
-        // The circuit breaker, per NodePool.
+    fn should_disrupt(&self, cx: &mut Context<'_, '_>, i: usize) -> bool {
+        let bad = unhealthy_conditions(cx.facts[i].node);
+        if bad.is_empty() || !cx.open(i) {
+            return false;
+        }
+        if !cx.s.settings.node_repair {
+            cx.note(
+                i,
+                format!(
+                    "{}, but node repair is off (NodeRepair feature gate)",
+                    bad[0].0
+                ),
+            );
+            return false;
+        }
+        let Some((condition, eligible_at)) = most_overdue(bad) else {
+            return false;
+        };
+        if eligible_at > cx.s.now {
+            cx.note(
+                i,
+                format!(
+                    "{condition}, repaired after {}",
+                    short(eligible_at.duration_since(cx.s.now))
+                ),
+            );
+            return false;
+        }
+        if let Some(claim) = cx.facts[i].claim
+            && let Some(retry_at) = claim.disruption.repair_retry_at
+            && retry_at > cx.s.now
+        {
+            cx.note(
+                i,
+                format!(
+                    "{condition}, {} repair(s) rolled back (replacement failed): retried after {}",
+                    claim.disruption.repair_failures,
+                    short(retry_at.duration_since(cx.s.now))
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn compute_commands(&self, cx: &mut Context<'_, '_>, candidates: Vec<usize>) {
+        // The circuit breaker, per NodePool: (unhealthy, all) nodes.
         let mut per_pool: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for (f, bad) in cx.facts.iter().zip(&unhealthy) {
+        for f in &cx.facts {
             if let Some(claim) = f.claim {
                 let e = per_pool.entry(claim.pool.clone()).or_default();
                 e.1 += 1;
-                if !bad.is_empty() {
+                if !unhealthy_conditions(f.node).is_empty() {
                     e.0 += 1;
                 }
             }
         }
-        let mut due: Vec<(crate::model::Timestamp, usize, String)> = Vec::new();
-        for (i, bad) in unhealthy.iter().enumerate() {
-            if bad.is_empty() || !cx.open(i) {
-                continue;
-            }
-            if !cx.s.settings.node_repair {
-                cx.note(
-                    i,
-                    format!(
-                        "{}, but node repair is off (NodeRepair feature gate)",
-                        bad[0].0
-                    ),
-                );
-                continue;
-            }
-            let Some((condition, eligible_at)) = bad.iter().min_by_key(|(_, at)| *at).cloned()
-            else {
-                continue;
-            };
-            if eligible_at > cx.s.now {
-                cx.note(
-                    i,
-                    format!(
-                        "{condition}, repaired after {}",
-                        short(eligible_at.duration_since(cx.s.now))
-                    ),
-                );
-                continue;
-            }
-            if let Some(claim) = cx.facts[i].claim
-                && let Some(retry_at) = claim.disruption.repair_retry_at
-                && retry_at > cx.s.now
-            {
-                cx.note(
-                    i,
-                    format!(
-                        "{condition}, {} repair(s) rolled back (replacement failed): retried after {}",
-                        claim.disruption.repair_failures,
-                        short(retry_at.duration_since(cx.s.now))
-                    ),
-                );
-                continue;
-            }
-            due.push((eligible_at, i, condition));
-        }
+        // The longest overdue first.
+        let mut due: Vec<(crate::model::Timestamp, usize, String)> = candidates
+            .into_iter()
+            .filter_map(|i| {
+                let (condition, at) = most_overdue(unhealthy_conditions(cx.facts[i].node))?;
+                Some((at, i, condition))
+            })
+            .collect();
         due.sort_by(|a, b| (a.0, &cx.facts[a.1].name).cmp(&(b.0, &cx.facts[b.1].name)));
         for (_, i, condition) in due {
             let vetoed = cx.facts[i]
@@ -568,6 +605,13 @@ impl Method for Repair {
             }
         }
     }
+}
+
+/// The unhealthy condition whose toleration ended first.
+fn most_overdue(
+    bad: Vec<(String, crate::model::Timestamp)>,
+) -> Option<(String, crate::model::Timestamp)> {
+    bad.into_iter().min_by_key(|(_, at)| *at)
 }
 
 /// Notes for nodes no method looked at closely, so every node has a reason.

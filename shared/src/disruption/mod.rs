@@ -62,7 +62,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         let _span = tracing::debug_span!("disruption_method", method = method.name()).entered();
         let consolidating = method.name().ends_with("consolidation");
         let before: Vec<usize> = cx.notes.iter().map(Vec::len).collect();
-        method.run(&mut cx);
+        methods::run(method, &mut cx);
         if consolidating {
             for (i, n) in before.into_iter().enumerate() {
                 let r = &mut consolidation_notes[i];
