@@ -1,8 +1,11 @@
-//! `Ec2Cloud` against the moto emulator: the catalog from moto's real
-//! instance-type data, subnet / security-group / AMI resolution, launch
-//! templates, CreateFleet's request and tags, idempotent retries,
-//! termination, listing by tag, price fallback, injected insufficient
-//! capacity, and bad input.
+//! `Ec2Cloud` against the moto emulator, what only EC2 has: the catalog
+//! from moto's real instance-type data, subnet / security-group / AMI
+//! selection, launch templates' content, CreateFleet's request and tags,
+//! price fallback, status checks, reservations and bad input. What the
+//! simulated cloud must answer the same way (client-token idempotency,
+//! insufficient capacity, listing and terminating only our instances,
+//! `resolved_class`, templates ours only) is the Cloud contract
+//! (`cloud_contract.rs`), run on both.
 //!
 //! Each test builds its own VPC, cluster and tags (`Ec2Fixture`), so tests
 //! run in parallel against one server.
@@ -11,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use nodewright::aws::ec2::{ClusterInfo, tags};
+use nodewright::aws::ec2::tags;
 use nodewright::aws::prices::{PriceOrigin, PriceSource, SeededPrices};
 use nodewright::aws::{AwsPrices, ClientOptions, Ec2Cloud, Ec2CloudSettings};
 use nodewright::cloud::KubeletConfig;
@@ -22,7 +25,6 @@ use nodewright::model::{InstanceState, LaunchRequest, OfferingKey, PricedOfferin
 use nodewright::ports::{Cloud, CloudError, FailureKind};
 use nodewright::resources::MIB;
 use nodewright::scheduling::taints::{Effect, Taint};
-use nodewright::sim::FaultyCloud;
 use nodewright_tests::aws::{Ec2Fixture, ami_alias, node_class, unique};
 
 fn offering(ty: &str, zone: &str, ct: &str, price: f64) -> PricedOffering {
@@ -616,28 +618,6 @@ async fn selector_terms_by_any_value_and_by_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_launch_adopts_the_first_instance() {
-    let f = Ec2Fixture::new("us-east-1", "1.32").await;
-    let cloud = cloud(&f).await;
-    let req = request(
-        "retry",
-        vec![offering("c5.large", &f.zones[1], "on-demand", 0.085)],
-    );
-    let first = cloud.launch(&req).await.expect("first launch");
-    // A second invocation (fresh caches) retries the same claim.
-    let other = Ec2Cloud::with_prices(&f.config, f.settings(), seeded(&f.zones)).expect("adapter");
-    let second = other.launch(&req).await.expect("retried launch");
-    assert_eq!(first.instance.id, second.instance.id);
-    assert_eq!(second.instance.zone, f.zones[1]);
-    assert_eq!(second.instance.price, 0.085);
-    assert_eq!(
-        f.instances_of_claim(&req.claim_id).await.len(),
-        1,
-        "no second instance"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spot_when_any_option_is_spot_and_mixed_architectures_get_a_template_each() {
     let f = Ec2Fixture::new("us-east-1", "1.32").await;
     let cloud = cloud(&f).await;
@@ -935,122 +915,6 @@ async fn every_nodeclass_launch_field_reaches_the_launch_template() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn terminate_and_list_only_our_instances() {
-    let f = Ec2Fixture::new("us-east-1", "1.32").await;
-    let ours = cloud(&f).await;
-    // A second cluster sharing the subnets: its instances are not ours.
-    let mut other_settings =
-        Ec2CloudSettings::new(unique("other-cluster")).with_node_class(f.node_class());
-    other_settings.cluster = Some(ClusterInfo {
-        endpoint: "https://other.example".into(),
-        ca_base64: "Q0E=".into(),
-        service_cidr: "172.20.0.0/16".into(),
-        version: "1.32".into(),
-    });
-    let other =
-        Ec2Cloud::with_prices(&f.config, other_settings, seeded(&f.zones)).expect("adapter");
-    let mine = ours
-        .launch(&request(
-            "gc",
-            vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
-        ))
-        .await
-        .expect("launch");
-    let mine2 = ours
-        .launch(&request(
-            "gc",
-            vec![offering("m5.large", &f.zones[1], "on-demand", 0.096)],
-        ))
-        .await
-        .expect("launch");
-    let theirs = other
-        .launch(&request(
-            "gc",
-            vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
-        ))
-        .await
-        .expect("their launch");
-    let listed: Vec<String> = ours
-        .instances()
-        .await
-        .expect("instances")
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
-    assert_eq!(listed.len(), 2);
-    assert!(listed.contains(&mine.instance.id) && listed.contains(&mine2.instance.id));
-
-    // Terminate one of ours, an unknown id and (if any) theirs: only ours goes.
-    let ids = vec![
-        mine.instance.id.clone(),
-        "i-0123456789abcdef0".to_owned(),
-        theirs.instance.id.clone(),
-    ];
-    ours.terminate(&ids).await.expect("terminate");
-    ours.terminate(&ids)
-        .await
-        .expect("terminating again is fine");
-    let listed = ours.instances().await.expect("instances");
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].id, mine2.instance.id);
-    let still = other.instances().await.expect("their instances");
-    assert!(
-        still
-            .iter()
-            .any(|i| i.id == theirs.instance.id && i.state == InstanceState::Running),
-        "not ours: left alone"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn insufficient_capacity_through_the_faulty_decorator() {
-    let f = Ec2Fixture::new("us-east-1", "1.32").await;
-    let cloud = FaultyCloud::new(cloud(&f).await);
-    let (za, zb) = (f.zones[0].clone(), f.zones[1].clone());
-    let key_a = OfferingKey {
-        capacity_type: "spot".into(),
-        instance_type: "m5.large".into(),
-        zone: za.clone(),
-    };
-    let key_b = OfferingKey {
-        capacity_type: "spot".into(),
-        instance_type: "m5.large".into(),
-        zone: zb.clone(),
-    };
-    cloud.remove_capacity(key_a.clone());
-    let req = request(
-        "ice",
-        vec![
-            offering("m5.large", &za, "spot", 0.03),
-            offering("m5.large", &zb, "spot", 0.031),
-        ],
-    );
-    let launched = cloud.launch(&req).await.expect("falls through to zone b");
-    assert_eq!(launched.instance.zone, zb);
-    assert_eq!(launched.unavailable, vec![key_a.clone()]);
-
-    cloud.remove_capacity(key_b.clone());
-    let req2 = request(
-        "ice",
-        vec![
-            offering("m5.large", &za, "spot", 0.03),
-            offering("m5.large", &zb, "spot", 0.031),
-        ],
-    );
-    match cloud.launch(&req2).await {
-        Err(CloudError::InsufficientCapacity { offerings, .. }) => {
-            assert_eq!(offerings, vec![key_a, key_b])
-        }
-        other => panic!("expected insufficient capacity, got {other:?}"),
-    }
-    assert!(
-        f.instances_of_claim(&req2.claim_id).await.is_empty(),
-        "nothing launched"
-    );
-    assert_eq!(cloud.launch_calls(), 2);
-}
-
 async fn assert_invalid_and_nothing_launched(
     f: &Ec2Fixture,
     settings: Ec2CloudSettings,
@@ -1196,104 +1060,6 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
         &["no-such-cluster", "does not exist"],
     )
     .await;
-}
-
-/// Drift on EC2: a launched instance reports the AMI, subnet and security
-/// groups it booted with; the NodeClass resolves to a set that contains
-/// them; after the cluster moves to a newer Kubernetes version (another
-/// EKS-optimized AMI) the same class no longer resolves to that AMI, and
-/// the drift check says so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves() {
-    let f = Ec2Fixture::new("us-east-1", "1.32").await;
-    let cloud = cloud(&f).await;
-    let req = request(
-        "drift",
-        vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
-    );
-    let launched = cloud.launch(&req).await.expect("launch").instance;
-    let found = f.instances_of_claim(&req.claim_id).await;
-    assert_eq!(
-        launched.image_id.as_deref(),
-        found[0].image_id(),
-        "the AMI the fleet launched"
-    );
-    assert_eq!(launched.subnet_id.as_deref(), found[0].subnet_id());
-    assert!(!launched.security_group_ids.is_empty());
-    // What the adapter lists later says the same.
-    let listed = cloud
-        .instances()
-        .await
-        .expect("instances")
-        .into_iter()
-        .find(|i| i.id == launched.id)
-        .expect("listed");
-    assert_eq!(
-        (&listed.image_id, &listed.subnet_id),
-        (&launched.image_id, &launched.subnet_id)
-    );
-    // (The emulator lists no groups for an instance its fleet launched from a template; EC2 does.)
-    assert!(
-        listed.security_group_ids.is_empty()
-            || listed.security_group_ids == launched.security_group_ids
-    );
-
-    let class = f.node_class();
-    let now = cloud.resolved_class(&class).await.expect("resolves");
-    assert!(
-        now.image_ids
-            .contains(launched.image_id.as_ref().expect("image")),
-        "{now:?}"
-    );
-    assert!(
-        now.image_ids.len() >= 2,
-        "amd64 and arm64 at least: {now:?}"
-    );
-    assert!(
-        now.subnet_ids
-            .contains(launched.subnet_id.as_ref().expect("subnet")),
-        "{now:?}"
-    );
-    assert_eq!(now.security_group_ids, launched.security_group_ids);
-
-    let mut upgraded = f.settings();
-    upgraded.kubernetes_version = Some("1.33".into());
-    let later = Ec2Cloud::with_prices(&f.config, upgraded, seeded(&f.zones)).expect("adapter");
-    let moved = later.resolved_class(&class).await.expect("resolves");
-    assert!(
-        !moved.image_ids.is_empty()
-            && !moved
-                .image_ids
-                .contains(launched.image_id.as_ref().expect("image")),
-        "{moved:?}"
-    );
-
-    let mut claim = nodewright_tests::claim_record(
-        &req.claim_id,
-        "drift",
-        launched.launched_at,
-        Default::default(),
-    );
-    claim.node_class = None;
-    claim.stamp.image_id.clone_from(&launched.image_id);
-    claim.stamp.subnet_id.clone_from(&launched.subnet_id);
-    claim
-        .stamp
-        .security_group_ids
-        .clone_from(&launched.security_group_ids);
-    let pool = nodewright::config::NodePool::open("drift");
-    let labels = BTreeMap::new();
-    assert_eq!(
-        nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&now), &labels),
-        None
-    );
-    let why =
-        nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&moved), &labels)
-            .expect("drifted");
-    assert!(
-        why.contains("AMI") && why.contains(launched.image_id.as_deref().expect("image")),
-        "{why}"
-    );
 }
 
 /// EC2 instance status checks on the emulator: DescribeInstanceStatus is

@@ -1,227 +1,44 @@
-//! The `Cloud` contract for launch templates: one test body per behaviour,
-//! run on the in-memory cloud (`SimCloud`) and on `Ec2Cloud` against the
-//! moto emulator (a VPC and cluster of its own per test), so the
-//! simulator's templates answer as EC2's do.
+//! The `Cloud` contract: one test body per behaviour, run on the simulated
+//! EC2 (`SimCloud`) and on `Ec2Cloud` against the moto emulator (a VPC and
+//! cluster of its own per test), so the simulator's cloud answers as EC2's
+//! does: launch templates, client-token idempotency, insufficient-capacity
+//! offerings, listing and terminating only our instances, and what a
+//! NodeClass resolves to.
 //!
-//! `contract!` turns each generic body into a `sim` and an `ec2` test:
+//! `contract!` (the harness, `tests/src/contract.rs`) turns each generic
+//! body into a `sim` and an `ec2` test; the fixtures are in
+//! `tests/src/contract/cloud.rs`:
 //! `cargo test -p nodewright-tests --test suite cloud_contract::` runs both.
+//! What only EC2 has (the catalog from the emulator's data, CreateFleet's
+//! request and tags, user data, bad input) is in `aws_cloud.rs`.
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::{RequestLaunchTemplateData, ResourceType};
-use nodewright::aws::Ec2Cloud;
-use nodewright::aws::prices::SeededPrices;
-use nodewright::cloud::{KubeletConfig, ownership};
-use nodewright::model::{LaunchRequest, LaunchTemplate, PricedOffering};
-use nodewright::ports::Cloud;
-use nodewright::sim::cloud::SIM_CLUSTER;
-use nodewright::sim::{SimClock, SimCloud, catalog};
-use nodewright_tests::aws::{Ec2Fixture, unique};
+use nodewright::cloud::ownership;
+use nodewright::model::OfferingKey;
+use nodewright::ports::{Cloud, CloudError};
+use nodewright_tests::aws::unique;
+use nodewright_tests::contract::cloud::ContractCloud;
 
-const REGION: &str = "us-east-1";
-
-/// One generic body, two tests: the in-memory cloud and EC2 on the emulator.
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sim() {
-                super::$name(&super::SimWorld::new()).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn ec2() {
-                super::$name(&super::Ec2World::new().await).await;
-            }
-        }
-    )*};
-}
-
-contract!(
+nodewright_tests::contract! {
+    [sim => nodewright_tests::contract::cloud::sim,
+     ec2 => nodewright_tests::contract::cloud::ec2]
     launch_templates_are_listed_and_deleted_only_when_ours,
     a_deleted_template_is_made_again_by_the_next_launch,
-);
-
-/// Set-up and observation for one contract test, on either cloud.
-trait CloudWorld {
-    type Port: Cloud;
-    fn port(&self) -> &Self::Port;
-    /// The cluster our ownership tag names.
-    fn cluster(&self) -> String;
-    /// A launch of one on-demand m5.large for a new claim of `pool`.
-    fn request(&self, pool: &str) -> LaunchRequest;
-    /// A template someone else made, with these tags (returned as a
-    /// listing would show it, so a delete can name it).
-    async fn add_foreign_template(&self, name: &str, tags: &[(&str, &str)]) -> LaunchTemplate;
-    /// Whether a template of this name exists, whoever's it is.
-    async fn template_exists(&self, name: &str) -> bool;
+    a_retried_launch_adopts_the_first_instance,
+    offerings_out_of_capacity_are_named_and_the_launch_takes_the_next,
+    instances_are_listed_and_terminated_only_when_ours,
+    the_class_resolves_to_what_an_instance_booted_until_the_ami_moves,
 }
 
-fn request_for(pool: &str, offering: PricedOffering) -> LaunchRequest {
-    let claim_id = unique(pool);
-    LaunchRequest {
-        client_token: format!("nodewright-{claim_id}"),
-        claim_id,
-        pool: pool.into(),
-        node_class: None,
-        node_class_spec: None,
-        options: vec![offering],
-        labels: [("karpenter.sh/nodepool".to_owned(), pool.to_owned())].into(),
-        taints: Vec::new(),
-        kubelet: KubeletConfig::default(),
-        reservations: Vec::new(),
-    }
-}
-
-// ---------------------------------------------------------------- in memory
-
-struct SimWorld {
-    cloud: SimCloud,
-}
-
-impl SimWorld {
-    fn new() -> SimWorld {
-        SimWorld {
-            cloud: SimCloud::new(
-                catalog::catalog(REGION).expect("region"),
-                SimClock::default(),
-            ),
-        }
-    }
-}
-
-impl CloudWorld for SimWorld {
-    type Port = SimCloud;
-    fn port(&self) -> &SimCloud {
-        &self.cloud
-    }
-    fn cluster(&self) -> String {
-        SIM_CLUSTER.to_owned()
-    }
-    fn request(&self, pool: &str) -> LaunchRequest {
-        let catalog = catalog::catalog(REGION).expect("region");
-        let o = catalog
-            .offerings
-            .iter()
-            .find(|o| o.instance_type == "m5.large" && o.capacity_type == "on-demand")
-            .expect("m5.large on demand")
-            .clone();
-        request_for(pool, o)
-    }
-    async fn add_foreign_template(&self, name: &str, tags: &[(&str, &str)]) -> LaunchTemplate {
-        let tags: BTreeMap<String, String> = tags
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        self.cloud.add_neighbour_template(name, tags);
-        self.cloud
-            .all_templates()
-            .into_iter()
-            .find(|t| t.template.name == name)
-            .expect("added")
-            .template
-    }
-    async fn template_exists(&self, name: &str) -> bool {
-        self.cloud
-            .all_templates()
-            .iter()
-            .any(|t| t.template.name == name)
-    }
-}
-
-// ---------------------------------------------------------------- EC2 on moto
-
-struct Ec2World {
-    fixture: Ec2Fixture,
-    cloud: Ec2Cloud<SeededPrices>,
-}
-
-impl Ec2World {
-    async fn new() -> Ec2World {
-        let fixture = Ec2Fixture::new(REGION, "1.32").await;
-        let mut prices = SeededPrices::default();
-        prices.on_demand.insert("m5.large".to_owned(), 0.096);
-        let cloud =
-            Ec2Cloud::with_prices(&fixture.config, fixture.settings(), prices).expect("adapter");
-        Ec2World { fixture, cloud }
-    }
-}
-
-impl CloudWorld for Ec2World {
-    type Port = Ec2Cloud<SeededPrices>;
-    fn port(&self) -> &Ec2Cloud<SeededPrices> {
-        &self.cloud
-    }
-    fn cluster(&self) -> String {
-        self.fixture.cluster.clone()
-    }
-    fn request(&self, pool: &str) -> LaunchRequest {
-        request_for(
-            pool,
-            PricedOffering {
-                reservation_ids: Vec::new(),
-                instance_type: "m5.large".into(),
-                zone: self.fixture.zones[0].clone(),
-                capacity_type: "on-demand".into(),
-                price: 0.096,
-            },
-        )
-    }
-    async fn add_foreign_template(&self, name: &str, tags: &[(&str, &str)]) -> LaunchTemplate {
-        let out = self
-            .fixture
-            .ec2()
-            .create_launch_template()
-            .launch_template_name(name)
-            .launch_template_data(
-                RequestLaunchTemplateData::builder()
-                    .image_id("ami-12c6146b")
-                    .build(),
-            )
-            .tag_specifications(nodewright_tests::aws::tags(
-                ResourceType::LaunchTemplate,
-                tags,
-            ))
-            .send()
-            .await
-            .expect("CreateLaunchTemplate");
-        let t = out.launch_template().expect("template");
-        LaunchTemplate {
-            id: t.launch_template_id().expect("id").to_owned(),
-            name: name.to_owned(),
-            created_at: nodewright::model::Timestamp::now(),
-            node_class: None,
-            pool: None,
-            image_id: None,
-        }
-    }
-    async fn template_exists(&self, name: &str) -> bool {
-        let out = self
-            .fixture
-            .ec2()
-            .describe_launch_templates()
-            .filters(
-                aws_sdk_ec2::types::Filter::builder()
-                    .name("launch-template-name")
-                    .values(name)
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("DescribeLaunchTemplates");
-        out.launch_templates()
-            .iter()
-            .any(|t| t.launch_template_name() == Some(name))
-    }
-}
-
-// ---------------------------------------------------------------- bodies
+// ---------------------------------------------------------------- templates
 
 /// A launch makes a template tagged as ours, naming its NodeClass, pool
 /// and AMI; the listing shows ours and never a node group's, a Karpenter's
 /// or another cluster's; a delete removes ours and refuses theirs.
-async fn launch_templates_are_listed_and_deleted_only_when_ours<W: CloudWorld>(w: &W) {
+async fn launch_templates_are_listed_and_deleted_only_when_ours<W: ContractCloud>(w: &W) {
     let cluster = w.cluster();
-    let launched = w.port().launch(&w.request("lt")).await.expect("launch");
+    let launched = w.port().launch(&w.m5_large("lt")).await.expect("launch");
     let other_cluster = unique("other");
     let node_group = unique("eks-nodegroup");
     let karpenter = unique("karpenter.k8s.aws");
@@ -290,8 +107,8 @@ async fn launch_templates_are_listed_and_deleted_only_when_ours<W: CloudWorld>(w
 
 /// A template deleted under a warm adapter (another invocation's
 /// clean-up) is made again by the next launch that needs it.
-async fn a_deleted_template_is_made_again_by_the_next_launch<W: CloudWorld>(w: &W) {
-    w.port().launch(&w.request("again")).await.expect("launch");
+async fn a_deleted_template_is_made_again_by_the_next_launch<W: ContractCloud>(w: &W) {
+    w.port().launch(&w.m5_large("again")).await.expect("launch");
     let first = w.port().launch_templates().await.expect("list");
     assert_eq!(first.len(), 1);
     assert!(
@@ -302,7 +119,7 @@ async fn a_deleted_template_is_made_again_by_the_next_launch<W: CloudWorld>(w: &
     );
     let second = w
         .port()
-        .launch(&w.request("again"))
+        .launch(&w.m5_large("again"))
         .await
         .expect("the next launch makes its template again");
     let listed = w.port().launch_templates().await.expect("list");
@@ -310,4 +127,210 @@ async fn a_deleted_template_is_made_again_by_the_next_launch<W: CloudWorld>(w: &
     assert_eq!(listed[0].name, first[0].name, "same content, same name");
     assert_ne!(listed[0].id, first[0].id, "a new template");
     assert_eq!(listed[0].image_id, second.instance.image_id);
+}
+
+// ---------------------------------------------------------------- launches
+
+/// A launch is idempotent per client token: a second invocation (fresh
+/// caches) retrying the same claim gets the instance the first launched,
+/// and the account holds one instance for the claim.
+async fn a_retried_launch_adopts_the_first_instance<W: ContractCloud>(w: &W) {
+    let [_, zone] = w.zones();
+    let req = w.request("retry", vec![w.offering("c5.large", &zone, "on-demand")]);
+    let first = w.port().launch(&req).await.expect("first launch");
+    let second = w
+        .another_invocation()
+        .launch(&req)
+        .await
+        .expect("retried launch");
+    assert_eq!(first.instance.id, second.instance.id);
+    assert_eq!(second.instance.zone, zone);
+    assert_eq!(second.instance.instance_type, "c5.large");
+    assert_eq!(second.instance.price, first.instance.price);
+    assert_eq!(
+        w.launched_for_claim(&req.claim_id).await,
+        1,
+        "no second instance"
+    );
+    // Another claim (another token) is another instance.
+    let other = w.request("retry", vec![w.offering("c5.large", &zone, "on-demand")]);
+    let third = w.port().launch(&other).await.expect("another claim");
+    assert_ne!(third.instance.id, first.instance.id);
+}
+
+/// An offering out of capacity is named in `unavailable` while the launch
+/// takes the next option; when every option is out, the launch fails with
+/// `InsufficientCapacity` naming them all, and nothing is launched.
+async fn offerings_out_of_capacity_are_named_and_the_launch_takes_the_next<W: ContractCloud>(
+    w: &W,
+) {
+    let [za, zb] = w.zones();
+    let key = |zone: &str| OfferingKey {
+        capacity_type: "spot".into(),
+        instance_type: "m5.large".into(),
+        zone: zone.into(),
+    };
+    let options = || {
+        vec![
+            w.offering("m5.large", &za, "spot"),
+            w.offering("m5.large", &zb, "spot"),
+        ]
+    };
+    w.remove_capacity(key(&za));
+    let launched = w
+        .port()
+        .launch(&w.request("ice", options()))
+        .await
+        .expect("falls through to the second zone");
+    assert_eq!(launched.instance.zone, zb);
+    assert_eq!(launched.instance.capacity_type, "spot");
+    assert_eq!(launched.unavailable, vec![key(&za)]);
+
+    w.remove_capacity(key(&zb));
+    let req = w.request("ice", options());
+    match w.port().launch(&req).await {
+        Err(CloudError::InsufficientCapacity { offerings, .. }) => {
+            let mut offerings = offerings;
+            offerings.sort();
+            assert_eq!(offerings, vec![key(&za), key(&zb)]);
+        }
+        other => panic!("expected insufficient capacity, got {other:?}"),
+    }
+    assert_eq!(
+        w.launched_for_claim(&req.claim_id).await,
+        0,
+        "nothing launched"
+    );
+}
+
+/// The listing holds our instances and never another cluster's in the same
+/// account; terminating ours, an unknown id and theirs ends only ours, and
+/// doing it again is no error.
+async fn instances_are_listed_and_terminated_only_when_ours<W: ContractCloud>(w: &W) {
+    let [za, zb] = w.zones();
+    let launch = |zone: &str| w.request("gc", vec![w.offering("m5.large", zone, "on-demand")]);
+    let mine = w.port().launch(&launch(&za)).await.expect("launch");
+    let mine2 = w.port().launch(&launch(&zb)).await.expect("launch");
+    let theirs = w.add_foreign_instance(&za).await;
+    let listed: Vec<String> = w
+        .port()
+        .instances()
+        .await
+        .expect("instances")
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.contains(&mine.instance.id) && listed.contains(&mine2.instance.id));
+    assert!(!listed.contains(&theirs), "not ours: not listed");
+
+    let ids = vec![
+        mine.instance.id.clone(),
+        "i-0123456789abcdef0".to_owned(),
+        theirs.clone(),
+    ];
+    w.port().terminate(&ids).await.expect("terminate");
+    w.port()
+        .terminate(&ids)
+        .await
+        .expect("terminating again is fine");
+    // Ours is gone or going (EC2 on the emulator ends it at once; the
+    // simulator lists it shutting down until its clock moves on).
+    let listed = w.port().instances().await.expect("instances");
+    let live: Vec<&str> = listed
+        .iter()
+        .filter(|i| !i.state.is_gone_or_going())
+        .map(|i| i.id.as_str())
+        .collect();
+    assert_eq!(live, [mine2.instance.id.as_str()], "{listed:?}");
+    assert!(listed.iter().all(|i| i.id != theirs), "{listed:?}");
+    assert!(!w.is_running(&mine.instance.id).await, "ours is terminated");
+    assert!(w.is_running(&theirs).await, "not ours: left alone");
+}
+
+// ---------------------------------------------------------------- drift
+
+/// An instance reports the AMI (and on EC2 the subnet and security groups)
+/// it booted with; the NodeClass resolves to a set that contains them;
+/// after the cluster moves to a newer Kubernetes version (another
+/// EKS-optimized AMI) the same class no longer resolves to that AMI, and
+/// the drift check says so.
+async fn the_class_resolves_to_what_an_instance_booted_until_the_ami_moves<W: ContractCloud>(
+    w: &W,
+) {
+    let req = w.m5_large("drift");
+    let launched = w.port().launch(&req).await.expect("launch").instance;
+    let image = launched.image_id.clone().expect("the AMI it booted");
+    // What the adapter lists later says the same.
+    let listed = w
+        .port()
+        .instances()
+        .await
+        .expect("instances")
+        .into_iter()
+        .find(|i| i.id == launched.id)
+        .expect("listed");
+    assert_eq!(
+        (&listed.image_id, &listed.subnet_id),
+        (&launched.image_id, &launched.subnet_id)
+    );
+    // (The emulator lists no groups for an instance its fleet launched from a template; EC2 does.)
+    assert!(
+        listed.security_group_ids.is_empty()
+            || listed.security_group_ids == launched.security_group_ids
+    );
+
+    let class = w.node_class();
+    let now = w.port().resolved_class(&class).await.expect("resolves");
+    assert!(now.image_ids.contains(&image), "{now:?}");
+    if w.resolves_network() {
+        assert!(
+            now.image_ids.len() >= 2,
+            "amd64 and arm64 at least: {now:?}"
+        );
+        let subnet = launched.subnet_id.as_ref().expect("subnet");
+        assert!(now.subnet_ids.contains(subnet), "{now:?}");
+        assert!(!launched.security_group_ids.is_empty());
+        assert_eq!(now.security_group_ids, launched.security_group_ids);
+    } else {
+        assert!(
+            now.subnet_ids.is_empty() && now.security_group_ids.is_empty(),
+            "not resolved, so not compared: {now:?}"
+        );
+    }
+
+    let moved = w
+        .after_upgrade()
+        .await
+        .resolved_class(&class)
+        .await
+        .expect("resolves");
+    assert!(
+        !moved.image_ids.is_empty() && !moved.image_ids.contains(&image),
+        "{moved:?}"
+    );
+
+    let mut claim = nodewright_tests::claim_record(
+        &req.claim_id,
+        "drift",
+        launched.launched_at,
+        Default::default(),
+    );
+    claim.node_class = None;
+    claim.stamp.image_id.clone_from(&launched.image_id);
+    claim.stamp.subnet_id.clone_from(&launched.subnet_id);
+    claim
+        .stamp
+        .security_group_ids
+        .clone_from(&launched.security_group_ids);
+    let pool = nodewright::config::NodePool::open("drift");
+    let labels = BTreeMap::new();
+    assert_eq!(
+        nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&now), &labels),
+        None
+    );
+    let why =
+        nodewright::disruption::drift::drifted(&claim, &pool, Some(&class), Some(&moved), &labels)
+            .expect("drifted");
+    assert!(why.contains("AMI") && why.contains(&image), "{why}");
 }

@@ -5,8 +5,9 @@
 //! taints, cordons, evictions, deletions, nodes, events and the workloads
 //! CapacityBuffers name, the server says too — so drain tests on the simulator see what a cluster would do.
 //!
-//! `contract!` turns each generic body into a `sim` and a `kube` test; the
-//! fixtures (`tests/src/contract.rs`) create the objects and play the
+//! `contract!` (the harness, `tests/src/contract.rs`) turns each generic
+//! body into a `sim` and a `kube` test; the fixtures
+//! (`tests/src/contract/cluster.rs`) create the objects and play the
 //! kubelets and the disruption controller. The server is found through
 //! `NODEWRIGHT_KUBE_ENV` (see `tests/src/kube_harness.rs`).
 
@@ -15,28 +16,13 @@ use nodewright::config::buffer::ScalableKind;
 use nodewright::model::PodKey;
 use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome};
 use nodewright::scheduling::taints::{Effect, Taint};
-use nodewright_tests::contract::{
+use nodewright_tests::contract::cluster::{
     ContractCluster, NewPod, Phase, csi_node_object, volume_attachment_object,
 };
 
-/// One generic body, two tests: the simulator and the real server.
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sim() {
-                super::$name(&nodewright_tests::contract::SimFixture::new(stringify!($name))).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn kube() {
-                let ns = stringify!($name).replace('_', "-");
-                super::$name(&nodewright_tests::contract::KubeFixture::new(&ns[..ns.len().min(40)]).await).await;
-            }
-        }
-    )*};
-}
-
-contract!(
+nodewright_tests::contract! {
+    [sim => nodewright_tests::contract::cluster::sim,
+     kube => nodewright_tests::contract::cluster::kube]
     taints_are_added_once_and_removed_by_key,
     cordon_marks_the_node_unschedulable,
     labelling_a_node_sets_the_keys_given_and_keeps_the_others,
@@ -56,7 +42,7 @@ contract!(
     a_nodes_volume_attachments_are_its_own,
     csi_nodes_carry_their_drivers_attach_limits,
     a_buffers_workload_is_read_with_its_template_and_replicas,
-);
+}
 
 const BUDGET_REFUSES: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
 

@@ -3,37 +3,25 @@
 //! own two tables per test), so the simulator's store answers exactly as
 //! DynamoDB's conditional writes do.
 //!
-//! `contract!` turns each generic body into a `mem` and a `dynamo` test:
-//! `cargo test -p nodewright-tests --test suite store_contract::commands_` runs
-//! both adapters' command tests.
+//! `contract!` (the harness, `tests/src/contract.rs`) turns each generic
+//! body into a `mem` and a `dynamo` test:
+//! `cargo test -p nodewright-tests --test suite store_contract::commands_`
+//! runs both adapters' command tests. What only DynamoDB has (paging, the
+//! state view's request counts) is in `aws_store.rs`.
 
 use futures_util::future::join_all;
 use nodewright::config::{ConfigItem, ConfigKind, ConfigWrite, Limits};
+use nodewright::model::batch::Window;
 use nodewright::model::claim::Claim;
 use nodewright::model::{
     Batch, Command, Lease, OfferingKey, RemovalReason, RemovalSpec, Step, Timestamp,
 };
 use nodewright::ports::{Store, StoreError};
+use nodewright_tests::contract::store::ByHand;
 
-const REGION: &str = "us-east-1";
-
-/// One generic body, two tests: the in-memory store and DynamoDB on the emulator.
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mem() {
-                super::$name(&nodewright::sim::MemStore::new()).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn dynamo() {
-                super::$name(&nodewright_tests::aws::dynamo_store(super::REGION).await).await;
-            }
-        }
-    )*};
-}
-
-contract!(
+nodewright_tests::contract! {
+    [mem => nodewright_tests::contract::store::mem,
+     dynamo => nodewright_tests::contract::store::dynamo]
     commands_are_created_once,
     commands_advance_only_from_the_stored_version,
     concurrent_writers_advance_a_command_one_at_a_time,
@@ -49,7 +37,8 @@ contract!(
     unavailable_offerings_expire,
     unreadable_items_are_quarantined,
     one_state_read_answers_as_the_listings,
-);
+    config_items_are_versioned_per_kind_and_name,
+}
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("valid time")
@@ -376,6 +365,40 @@ async fn claims_are_created_once_within_limits<S: Store>(store: &S) {
     store.delete_claim(&a).await.expect("delete again");
     assert_eq!(usage_of(store, "default", "cpu").await, 0);
     store.create_claim(&b, &lim).await.expect("fits now");
+
+    // Which limit is named: here the node count.
+    let c = claim("default-ccccc", "default", 0);
+    let d = claim("default-ddddd", "default", 0);
+    store.create_claim(&c, &lim).await.expect("second node");
+    assert_eq!(
+        store.create_claim(&d, &lim).await,
+        Err(StoreError::LimitExceeded {
+            pool: "default".into(),
+            resource: "nodes".into()
+        })
+    );
+    assert!(
+        store
+            .claims()
+            .await
+            .expect("claims")
+            .iter()
+            .all(|x| x.id != d.id),
+        "the refused claim is not written"
+    );
+
+    // Every claim of a pool gone: the pool has no usage left (DynamoDB
+    // drops the pool's counters, the in-memory store keeps them at zero;
+    // both read as nothing reserved).
+    store.delete_claim(&b).await.expect("delete");
+    store.delete_claim(&c).await.expect("delete");
+    let usage = store.pool_usage().await.expect("usage");
+    assert!(
+        usage
+            .get("default")
+            .is_none_or(|u| u.values().all(|v| *v == 0)),
+        "all released: {usage:?}"
+    );
 }
 
 async fn claim_updates_are_conditional_and_move_usage<S: Store>(store: &S) {
@@ -441,30 +464,39 @@ async fn claim_updates_must_move_one_version<S: Store>(store: &S) {
     assert_eq!(store.claims().await.expect("claims"), vec![a]);
 }
 
-/// Eight invocations reserve at once against a limit that fits three.
+/// Fifty invocations reserve at once against a limit that fits twenty.
 async fn concurrent_claims_never_pass_a_limit<S: Store>(store: &S) {
-    let lim = limits(&[("cpu", 3000)]);
-    let claims: Vec<Claim> = (0..8)
-        .map(|i| claim(&format!("default-{i:05}"), "default", 1000))
+    let lim = limits(&[("cpu", 20_000)]);
+    let claims: Vec<Claim> = (0..50)
+        .map(|i| claim(&format!("burst-{i:05}"), "burst", 1000))
         .collect();
     let results = join_all(claims.iter().map(|c| store.create_claim(c, &lim))).await;
     let created = results.iter().filter(|r| r.is_ok()).count();
-    assert_eq!(created, 3, "{results:?}");
+    assert_eq!(created, 20, "{results:?}");
     assert!(
-        results
-            .iter()
-            .all(|r| r.is_ok() || matches!(r, Err(StoreError::LimitExceeded { .. }))),
-        "the rest are refused for the limit: {results:?}"
+        results.iter().all(|r| match r {
+            Ok(()) => true,
+            Err(StoreError::LimitExceeded { pool, resource }) =>
+                (pool.as_str(), resource.as_str()) == ("burst", "cpu"),
+            Err(_) => false,
+        }),
+        "the rest are refused for the pool's cpu limit: {results:?}"
     );
-    assert_eq!(usage_of(store, "default", "cpu").await, 3000);
-    assert_eq!(store.claims().await.expect("claims").len(), 3);
+    assert_eq!(usage_of(store, "burst", "cpu").await, 20_000);
+    assert_eq!(store.claims().await.expect("claims").len(), 20);
 }
 
 // ------------------------------------------------------------ batch, leases, offerings
 
 async fn the_batch_is_conditional_on_its_version<S: Store>(store: &S) {
     assert_eq!(store.batch().await.expect("batch"), None);
+    // With an open window, so the record is read back whole.
     let b1 = Batch {
+        window: Some(Window {
+            opened_at: at(0),
+            last_seen_at: at(0),
+            seen: [nodewright::model::batch::uid_hash("uid-1")].into(),
+        }),
         version: 1,
         ..Batch::default()
     };
@@ -474,8 +506,12 @@ async fn the_batch_is_conditional_on_its_version<S: Store>(store: &S) {
         "create twice"
     );
     let stored1 = store.batch().await.expect("batch").expect("stored");
+    assert_eq!(stored1, b1, "read back whole");
     let mut b2 = stored1.clone();
     b2.version += 1;
+    b2.window
+        .as_mut()
+        .map(|w| w.seen.insert(nodewright::model::batch::uid_hash("uid-2")));
     store.put_batch(Some(&stored1), &b2).await.expect("advance");
     assert!(
         is_conflict(&store.put_batch(Some(&stored1), &b2).await),
@@ -554,6 +590,10 @@ async fn leases_have_one_holder<S: Store>(store: &S) {
             .expect("acquire"),
         "free again"
     );
+    store
+        .release_lease("nothing", "a")
+        .await
+        .expect("releasing an unknown lease is no error");
 
     // Racing for a free lease: exactly one wins.
     let other = |holder: String| Lease {
@@ -589,18 +629,72 @@ async fn unavailable_offerings_expire<S: Store>(store: &S) {
         .mark_unavailable(&o("m5.large"), at(100))
         .await
         .expect("mark again");
-    let mut now = store.unavailable_offerings(at(0)).await.expect("list");
-    now.sort();
-    assert_eq!(now, vec![o("c5.large"), o("m5.large")]);
     assert_eq!(
-        store.unavailable_offerings(at(120)).await.expect("list"),
+        store.unavailable_offerings(at(0)).await.expect("list"),
+        vec![o("c5.large"), o("m5.large")],
+        "in key order"
+    );
+    assert_eq!(
+        store.unavailable_offerings(at(60)).await.expect("list"),
+        vec![o("m5.large")]
+    );
+    assert_eq!(
+        store.unavailable_offerings(at(179)).await.expect("list"),
         vec![o("m5.large")]
     );
     assert_eq!(
         store.unavailable_offerings(at(180)).await.expect("list"),
         vec![],
-        "until is exclusive"
+        "until is exclusive, checked in code (DynamoDB's TTL never ran)"
     );
+}
+
+// ------------------------------------------------------------ configuration
+
+/// Configuration items are written at the next version of their kind and
+/// name (a lost update is refused), listed together and deleted idempotently.
+async fn config_items_are_versioned_per_kind_and_name<S: Store>(store: &S) {
+    let item = |name: &str, version: u64, spec: serde_json::Value| ConfigItem {
+        kind: ConfigKind::NodePool,
+        name: name.into(),
+        spec,
+        annotations: Default::default(),
+        version,
+        updated_at: at(version as i64),
+    };
+    let v1 = item("default", 1, serde_json::json!({"limits": {"cpu": 10}}));
+    store.put_config_item(&v1).await.expect("first write");
+    assert!(
+        is_conflict(&store.put_config_item(&v1).await),
+        "version 1 twice"
+    );
+    let v2 = item("default", 2, serde_json::json!({"limits": {"cpu": 20}}));
+    store.put_config_item(&v2).await.expect("v1 → v2");
+    let stale = item("default", 2, serde_json::json!({"limits": {"cpu": 30}}));
+    assert!(
+        is_conflict(&store.put_config_item(&stale).await),
+        "lost update refused"
+    );
+    let class = ConfigItem {
+        kind: ConfigKind::NodeClass,
+        ..item("default", 1, serde_json::json!({"amiFamily": "AL2023"}))
+    };
+    store
+        .put_config_item(&class)
+        .await
+        .expect("a nodeclass of the same name");
+    let mut items = store.config_items().await.expect("list");
+    items.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    assert_eq!(items, vec![v2, class]);
+    store
+        .delete_config_item(ConfigKind::NodePool, "default")
+        .await
+        .expect("delete");
+    store
+        .delete_config_item(ConfigKind::NodePool, "default")
+        .await
+        .expect("delete again");
+    assert_eq!(store.config_items().await.expect("list").len(), 1);
 }
 
 // ------------------------------------------------------------ state read
@@ -642,56 +736,7 @@ async fn one_state_read_answers_as_the_listings<S: Store>(store: &S) {
     }
 }
 
-/// In DynamoDB the state read costs one GetItem (the `state#version`
-/// marker) once the view is warm, where the four listings cost four: the
-/// running-cost model counts on the provisioner's tick asking once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_state_read_is_one_marker_read_in_dynamodb() {
-    let store = nodewright_tests::aws::dynamo_store(REGION).await;
-    store
-        .create_claim(&claim("default-aaaaa", "default", 2000), &limits(&[]))
-        .await
-        .expect("create");
-    store.state(at(0)).await.expect("warm the view");
-    let before = store.requests();
-    let state = store.state(at(0)).await.expect("state");
-    let used = store.requests() - before;
-    assert_eq!(state.claims.len(), 1);
-    assert_eq!((used.get_item, used.state_scans), (1, 0), "{used:?}");
-    let before = store.requests();
-    store.claims().await.expect("claims");
-    store.pool_usage().await.expect("usage");
-    let used = store.requests() - before;
-    assert_eq!(used.get_item, 2, "one marker read per listing: {used:?}");
-}
-
 // ------------------------------------------------------------ quarantine
-
-/// Items written and deleted by hand under their DynamoDB key, as an
-/// operator's edit or an older release might, readable or not.
-trait ByHand: Store {
-    async fn put_by_hand(&self, key: &str, body: &str, version: u64);
-    async fn delete_by_hand(&self, key: &str);
-}
-
-impl ByHand for nodewright::sim::MemStore {
-    async fn put_by_hand(&self, key: &str, body: &str, version: u64) {
-        self.put_raw(key, body, version)
-            .expect("a key of the store");
-    }
-    async fn delete_by_hand(&self, key: &str) {
-        self.delete_raw(key).expect("a key of the store");
-    }
-}
-
-impl ByHand for nodewright::aws::DynamoStore {
-    async fn put_by_hand(&self, key: &str, body: &str, version: u64) {
-        nodewright_tests::aws::put_raw_item(self, REGION, key, body, version).await;
-    }
-    async fn delete_by_hand(&self, key: &str) {
-        nodewright_tests::aws::delete_raw_item(self, REGION, key).await;
-    }
-}
 
 fn pool_item(name: &str, version: u64) -> ConfigItem {
     ConfigItem {
