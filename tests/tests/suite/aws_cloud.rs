@@ -249,7 +249,7 @@ async fn the_pricing_api_failure_is_detected_and_bounded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_endpoint_is_transient_within_the_deadline() {
+async fn an_unreachable_endpoint_is_a_retryable_unavailable_error() {
     let options = ClientOptions {
         max_attempts: 3,
         attempt_timeout: Duration::from_secs(2),

@@ -14,7 +14,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use nodewright::config::buffer::ScalableKind;
 use nodewright::model::PodKey;
-use nodewright::ports::{Cluster, ClusterError, ClusterEvent, EvictOutcome};
+use nodewright::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome};
 use nodewright::scheduling::taints::{Effect, Taint};
 use nodewright_tests::contract::cluster::{
     ContractCluster, NewPod, Phase, csi_node_object, volume_attachment_object,
@@ -42,6 +42,8 @@ nodewright_tests::contract! {
     a_nodes_volume_attachments_are_its_own,
     csi_nodes_carry_their_drivers_attach_limits,
     a_buffers_workload_is_read_with_its_template_and_replicas,
+    binding_reports_bound_already_bound_and_gone,
+    bound_pods_leave_the_pending_list_and_finished_ones_are_in_neither,
 }
 
 const BUDGET_REFUSES: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -331,6 +333,97 @@ async fn pods_on_a_node_are_its_unfinished_ones<F: ContractCluster>(f: &F) {
             .await
             .expect("list")
             .is_empty()
+    );
+}
+
+// ------------------------------------------------------------ binding
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+/// A first binding binds; a second one (the scheduler was first, or our own
+/// retry) is `AlreadyBound` and moves nothing; a missing pod, or another
+/// pod under the same name (the uid precondition), is `Gone`.
+async fn binding_reports_bound_already_bound_and_gone<F: ContractCluster>(f: &F) {
+    let node = f.create_node("n").await;
+    let other = f.create_node("other").await;
+    let p = f.create_pod(NewPod::pending("web-1", "web")).await;
+    assert_eq!(f.port().bind(&p, &node).await, Ok(BindOutcome::Bound));
+    let bound = f.pod("web-1").await.expect("pod");
+    assert_eq!(node_of(&bound), Some(node.as_str()));
+
+    assert_eq!(
+        f.port().bind(&p, &other).await,
+        Ok(BindOutcome::AlreadyBound)
+    );
+    let still = f.pod("web-1").await.expect("pod");
+    assert_eq!(node_of(&still), Some(node.as_str()), "not moved");
+
+    let missing = PodKey {
+        namespace: f.namespace().to_owned(),
+        name: "nobody".into(),
+        uid: String::new(),
+    };
+    assert_eq!(f.port().bind(&missing, &node).await, Ok(BindOutcome::Gone));
+
+    let q = f.create_pod(NewPod::pending("web-2", "web")).await;
+    let stale = PodKey {
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+        ..q.clone()
+    };
+    assert_eq!(f.port().bind(&stale, &node).await, Ok(BindOutcome::Gone));
+    assert_eq!(
+        node_of(&f.pod("web-2").await.expect("pod")),
+        None,
+        "the stale binding bound nothing"
+    );
+    assert_eq!(f.port().bind(&q, &node).await, Ok(BindOutcome::Bound));
+}
+
+/// `pending_pods` lists the unbound pods, `scheduled_pods` the bound ones
+/// not finished: a bind moves a pod from one to the other, and a finished
+/// pod is in neither.
+async fn bound_pods_leave_the_pending_list_and_finished_ones_are_in_neither<F: ContractCluster>(
+    f: &F,
+) {
+    let node = f.create_node("n").await;
+    let mut keys = Vec::new();
+    for i in 0..3 {
+        keys.push(
+            f.create_pod(NewPod::pending(&format!("p-{i}"), "web"))
+                .await,
+        );
+    }
+    f.create_pod(NewPod {
+        phase: Phase::Succeeded,
+        ..NewPod::running("done", "job", &node)
+    })
+    .await;
+    let names = |pods: Vec<Pod>| {
+        let mut names: Vec<String> = pods
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(f.namespace()))
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(f.port().pending_pods().await.expect("pending")),
+        ["p-0", "p-1", "p-2"]
+    );
+    assert!(names(f.port().scheduled_pods().await.expect("scheduled")).is_empty());
+
+    assert_eq!(f.port().bind(&keys[0], &node).await, Ok(BindOutcome::Bound));
+    assert_eq!(
+        names(f.port().pending_pods().await.expect("pending")),
+        ["p-1", "p-2"]
+    );
+    assert_eq!(
+        names(f.port().scheduled_pods().await.expect("scheduled")),
+        ["p-0"],
+        "bound, and the finished pod is not listed"
     );
 }
 
