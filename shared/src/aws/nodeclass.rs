@@ -16,8 +16,8 @@
 //! buy on-demand or spot), `cpuOptions.nestedVirtualization: enabled`
 //! (refused at launch: the EC2 API version this adapter speaks has no such
 //! field), a placement group's partition chosen from requirements, and AMI
-//! terms by name, owner or tags. The Windows and Custom families are
-//! rejected at launch.
+//! terms by name, owner or tags. The Custom family is rejected at launch;
+//! Windows2025 needs Kubernetes 1.35 or later (its EKS AMIs start there).
 
 use std::collections::BTreeMap;
 
@@ -29,8 +29,30 @@ use crate::config::nodeclass::{AmiSelector, NodeIdentity, volume_size_gib};
 use crate::config::{AmiFamily, ConfigError, ConfigItem, ConfigKind, NodeClass};
 
 /// The families the launch path can bootstrap.
-pub const LAUNCH_FAMILIES: [AmiFamily; 3] =
-    [AmiFamily::AL2023, AmiFamily::AL2, AmiFamily::Bottlerocket];
+pub const LAUNCH_FAMILIES: [AmiFamily; 6] = [
+    AmiFamily::AL2023,
+    AmiFamily::AL2,
+    AmiFamily::Bottlerocket,
+    AmiFamily::Windows2019,
+    AmiFamily::Windows2022,
+    AmiFamily::Windows2025,
+];
+
+/// Whether EKS publishes AMIs of `family` for Kubernetes `k8s` (`1.34`):
+/// Windows Server 2025's start at 1.35, as Karpenter checks.
+pub fn family_runs_kubernetes(family: AmiFamily, k8s: &str) -> Result<(), String> {
+    let minor = k8s
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    match (family, minor) {
+        (AmiFamily::Windows2025, Some(m)) if m < 35 => Err(format!(
+            "amiFamily Windows2025 needs Kubernetes 1.35 or later; the cluster runs {k8s}"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// The NodeClasses among stored configuration items (`nodeclass#<name>`),
 /// validated, keyed by name, for [`crate::aws::Ec2CloudSettings::node_classes`].
@@ -219,7 +241,7 @@ pub fn launch_settings(
 
 /// `blockDeviceMappings` as written, or Karpenter's defaults for the
 /// family: a 20 GiB root volume (Bottlerocket: a 4 GiB OS volume and a
-/// 20 GiB data volume).
+/// 20 GiB data volume; Windows: a 50 GiB `/dev/sda1`).
 fn block_devices(class: &NodeClass, family: AmiFamily) -> Result<Vec<BlockDevice>, String> {
     if class.block_device_mappings.is_empty() {
         return Ok(match family {
@@ -227,6 +249,7 @@ fn block_devices(class: &NodeClass, family: AmiFamily) -> Result<Vec<BlockDevice
                 BlockDevice::default_gp3("/dev/xvda", 4),
                 BlockDevice::default_gp3("/dev/xvdb", 20),
             ],
+            f if f.is_windows() => vec![BlockDevice::default_gp3("/dev/sda1", 50)],
             _ => vec![BlockDevice::default_gp3("/dev/xvda", 20)],
         });
     }
@@ -454,7 +477,26 @@ mod tests {
         );
         assert_eq!(launch_family(&c), Ok((AmiFamily::AL2023, None)));
         let c = class(serde_json::json!({"amiSelectorTerms": [{"alias": "windows2022@latest"}]}));
-        assert!(launch_family(&c).is_err_and(|e| e.contains("Windows2022")));
+        assert_eq!(launch_family(&c), Ok((AmiFamily::Windows2022, None)));
+        assert_eq!(
+            launch_settings(&c, AmiFamily::Windows2022, false)
+                .expect("settings")
+                .block_devices,
+            vec![BlockDevice::default_gp3("/dev/sda1", 50)],
+            "Windows boots from a 50 GiB /dev/sda1"
+        );
+        assert_eq!(
+            family_runs_kubernetes(AmiFamily::Windows2022, "1.30"),
+            Ok(())
+        );
+        assert_eq!(
+            family_runs_kubernetes(AmiFamily::Windows2025, "1.35"),
+            Ok(())
+        );
+        assert!(
+            family_runs_kubernetes(AmiFamily::Windows2025, "1.34")
+                .is_err_and(|e| e.contains("1.35") && e.contains("1.34"))
+        );
         let c = class(
             serde_json::json!({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-1"}]}),
         );

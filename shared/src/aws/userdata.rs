@@ -12,11 +12,17 @@
 //!   kubelet fields as flags; other fields are not passed on this family).
 //! - Bottlerocket: TOML `[settings.kubernetes]` (the typed kubelet fields
 //!   under Bottlerocket's names; RAID0 as a bootstrap command).
+//! - Windows (2019, 2022, 2025): a `<powershell>` block that runs the EKS
+//!   Windows AMI's `Start-EKSBootstrap.ps1` with its documented parameters
+//!   (`-EKSClusterName`, `-APIServerEndpoint`, `-Base64ClusterCA`,
+//!   `-DNSClusterIP`, `-KubeletExtraArgs`: labels, taints, max pods and the
+//!   typed kubelet fields as flags, as on AL2).
 //!
 //! User-supplied user data is merged as Karpenter does: for the AL families
 //! its MIME parts (or the whole text as one part) come first and ours last;
 //! for Bottlerocket its TOML is the base and our cluster settings, labels and
-//! taints are written over it.
+//! taints are written over it; on Windows its PowerShell runs first, in the
+//! same block (a `<powershell>` wrapper of its own is unwrapped).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -51,17 +57,15 @@ pub struct Bootstrap<'a> {
 }
 
 /// Renders the user data (plain text; the launch template wants it base64).
-/// Windows and Custom are not rendered (yet).
+/// Custom is not rendered (yet).
 pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
     match family {
         AmiFamily::AL2023 => al2023(b),
         AmiFamily::AL2 => Ok(al2(b)),
         AmiFamily::Bottlerocket => bottlerocket(b),
-        AmiFamily::Windows2019
-        | AmiFamily::Windows2022
-        | AmiFamily::Windows2025
-        | AmiFamily::Custom => Err(format!(
-            "no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket)"
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => Ok(windows(b)),
+        AmiFamily::Custom => Err(format!(
+            "no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket, Windows2019, Windows2022, Windows2025)"
         )),
     }
 }
@@ -254,6 +258,49 @@ fn kubelet_flags(k: &KubeletSpec) -> Vec<String> {
 /// Single-quotes a word for sh.
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+// ----------------------------------------------------------------- Windows
+
+/// The EKS Windows AMI's bootstrap script, run with its documented
+/// parameters; the kubelet's flags as on AL2.
+fn windows(b: &Bootstrap<'_>) -> String {
+    let mut extra = Vec::new();
+    if !b.labels.is_empty() {
+        extra.push(format!("--node-labels={}", label_list(b.labels)));
+    }
+    if !b.taints.is_empty() {
+        extra.push(format!("--register-with-taints={}", taint_list(b.taints)));
+    }
+    extra.push(format!("--max-pods={}", b.max_pods));
+    extra.extend(kubelet_flags(b.kubelet));
+    let mut script = String::from("<powershell>\n");
+    if let Some(user) = b.user_data.map(str::trim).filter(|u| !u.is_empty()) {
+        let inner = user
+            .strip_prefix("<powershell>")
+            .and_then(|u| u.strip_suffix("</powershell>"))
+            .unwrap_or(user);
+        script.push_str(inner.trim());
+        script.push('\n');
+    }
+    script.push_str("& \"$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1\"");
+    let mut arg = |name: &str, value: &str| {
+        script.push_str(&format!(" `\n  -{name} {}", ps_quote(value)));
+    };
+    arg("EKSClusterName", b.cluster_name);
+    arg("APIServerEndpoint", b.endpoint);
+    arg("Base64ClusterCA", b.ca_base64);
+    if let Some(dns) = dns_servers(b).first() {
+        arg("DNSClusterIP", dns);
+    }
+    arg("KubeletExtraArgs", &extra.join(" "));
+    script.push_str("\n</powershell>\n");
+    script
+}
+
+/// A PowerShell single-quoted string (a quote inside is doubled).
+pub fn ps_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
 }
 
 // ------------------------------------------------------------ Bottlerocket
@@ -714,6 +761,47 @@ mod tests {
         assert!(out.contains(
             r"--kubelet-extra-args '--node-labels=karpenter.sh/capacity-type=spot,team=a --register-with-taints=dedicated=it'\''s:NoSchedule --max-pods=29'"
         ));
+    }
+
+    /// Windows runs the EKS Windows AMI's bootstrap script with the
+    /// cluster, the DNS address and the kubelet's flags (labels, taints
+    /// quoted for PowerShell, max pods, the typed fields); the user's
+    /// PowerShell first, unwrapped into the one block; the same for every
+    /// Windows family.
+    #[test]
+    fn windows_runs_the_eks_bootstrap_script_after_the_users_powershell() {
+        let l = labels();
+        let t = [Taint::new("os", "it's", Effect::NoSchedule)];
+        let k = kubelet();
+        let mut b = input(
+            &l,
+            &t,
+            Some("<powershell>\nWrite-Output 'mine'\n</powershell>"),
+        );
+        b.kubelet = &k;
+        b.max_pods = 110;
+        for family in [
+            AmiFamily::Windows2019,
+            AmiFamily::Windows2022,
+            AmiFamily::Windows2025,
+        ] {
+            let out = render(family, &b).expect("renders");
+            assert!(out.starts_with("<powershell>\nWrite-Output 'mine'\n& \"$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1\""), "{out}");
+            assert!(out.trim_end().ends_with("</powershell>"), "{out}");
+            assert_eq!(out.matches("<powershell>").count(), 1, "{out}");
+            for arg in [
+                "-EKSClusterName 'demo'",
+                "-APIServerEndpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com'",
+                "-Base64ClusterCA 'Q0E='",
+                "-DNSClusterIP '10.100.0.10'",
+                "-KubeletExtraArgs '--node-labels=karpenter.sh/capacity-type=spot,team=a --register-with-taints=os=it''s:NoSchedule --max-pods=110 --pods-per-core=4 --system-reserved=cpu=100m,memory=100Mi",
+            ] {
+                assert!(out.contains(arg), "{arg} in {out}");
+            }
+        }
+        let bare = render(AmiFamily::Windows2022, &input(&l, &[], None)).expect("renders");
+        assert!(bare.starts_with("<powershell>\n& "), "{bare}");
+        assert!(bare.contains("-KubeletExtraArgs '--node-labels=karpenter.sh/capacity-type=spot,team=a --max-pods=29'"), "{bare}");
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! - kube-reserved CPU = 6 % of the first core, 1 % of the second, 0.5 % of
 //!   cores 3–4, 0.25 % of every core above 4
 //! - maxPods = ENIs × (IPv4 per ENI − 1) + 2 unless the kubelet config says otherwise
+//! - Windows nodes (the Windows AMI families): `kubernetes.io/os=windows` on
+//!   amd64 only, `node.kubernetes.io/windows-build`, 110 pods unless maxPods
+//!   (no ENI-limited density; reserved ENIs do not count), kube-reserved
+//!   memory from those pods, and `vpc.amazonaws.com/PrivateIPv4Address` =
+//!   IPv4 per ENI − 1 (what the VPC resource controller advertises)
 
 use serde::{Deserialize, Serialize};
 
@@ -98,6 +103,14 @@ pub struct KubeletConfig {
     /// ENI-limited count (as Karpenter computes both).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bottlerocket: bool,
+    /// The nodes run Windows Server (a Windows AMI family): its build
+    /// (`10.0.20348` for 2022), the `node.kubernetes.io/windows-build` of
+    /// every node. Windows has no ENI-limited pod density: 110 pods unless
+    /// `maxPods`, kube-reserved memory from them, `reservedENIs` ignored;
+    /// only amd64 types run it; the VPC resource controller gives each
+    /// node `vpc.amazonaws.com/PrivateIPv4Address` (as Karpenter computes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows_build: Option<String>,
     /// EFA-only interfaces the NodeClass puts on the default network card:
     /// ENIs that hold no pod IPs, so fewer pods fit (as Karpenter counts).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -181,6 +194,9 @@ impl Threshold {
     }
 }
 
+/// The extended resource of a Windows node's pod IPv4 addresses.
+pub const PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
+
 /// The EKS default when the ENI limit is unknown.
 pub const DEFAULT_MAX_PODS: i64 = 110;
 /// Share of memory the hypervisor keeps (Karpenter's VM_MEMORY_OVERHEAD_PERCENT).
@@ -206,6 +222,8 @@ impl InstanceTypeInfo {
     /// ENI-limited max pods, overridden by the kubelet config.
     pub fn max_pods(&self, kubelet: &KubeletConfig) -> i64 {
         let mut max = match (self.max_enis, self.ipv4_per_eni) {
+            // Windows nodes' pods do not take ENI addresses from the VPC CNI.
+            _ if kubelet.windows_build.is_some() => DEFAULT_MAX_PODS,
             (e, i) if e > 0 && i > 1 => {
                 // No ENI left for pods is no pod at all (as Karpenter counts).
                 match e
@@ -251,6 +269,15 @@ impl InstanceTypeInfo {
         }
         r.set_extended("aws.amazon.com/neuroncore", i64::from(self.neuron_cores));
         r.set_extended("vpc.amazonaws.com/efa", i64::from(self.efa_interfaces));
+        if self.runs_windows(kubelet) {
+            // The VPC resource controller's per-node IPv4 addresses for
+            // Windows pods: one ENI's addresses less the primary. A type
+            // whose ENI facts are unknown gets none (nothing advertises it).
+            r.set_extended(
+                PRIVATE_IPV4_ADDRESS,
+                i64::from(self.ipv4_per_eni.saturating_sub(1)),
+            );
+        }
         if let Some(e) = kubelet.ephemeral_storage {
             r.ephemeral_bytes = e.bytes(self.local_nvme_gb);
         }
@@ -268,7 +295,7 @@ impl InstanceTypeInfo {
         // The EKS AMIs size the default from the ENI-limited pod count,
         // whatever maxPods or podsPerCore say; Bottlerocket from the max
         // pods the node runs.
-        let sizing_pods = if kubelet.bottlerocket {
+        let sizing_pods = if kubelet.bottlerocket || kubelet.windows_build.is_some() {
             self.max_pods(kubelet)
         } else {
             self.max_pods(&KubeletConfig::default())
@@ -293,7 +320,34 @@ impl InstanceTypeInfo {
         r
     }
 
-    /// The requirements every node of this type satisfies (before offerings).
+    /// Whether nodes of this type run Windows with these settings: a
+    /// Windows family on amd64 (the only architecture Windows AMIs have).
+    pub fn runs_windows(&self, kubelet: &KubeletConfig) -> bool {
+        kubelet.windows_build.is_some() && self.arch == "amd64"
+    }
+
+    /// The requirements every node of this type satisfies with the
+    /// NodeClass's settings: [`InstanceTypeInfo::requirements`], and under
+    /// a Windows family `kubernetes.io/os=windows` and the build (an arm64
+    /// type gets no OS at all: nothing that asks for one runs there).
+    pub fn requirements_for(&self, kubelet: &KubeletConfig) -> Requirements {
+        let mut r = self.requirements();
+        if let Some(build) = &kubelet.windows_build {
+            let os = if self.runs_windows(kubelet) {
+                Requirement::single("windows")
+            } else {
+                Requirement::does_not_exist()
+            };
+            r.remove(labels::OS);
+            r.add(labels::OS, os);
+            r.remove(labels::WINDOWS_BUILD);
+            r.add(labels::WINDOWS_BUILD, Requirement::single(build.clone()));
+        }
+        r
+    }
+
+    /// The requirements every node of this type satisfies on the Linux
+    /// families (before offerings).
     pub fn requirements(&self) -> Requirements {
         let (category, family, generation, size) = self.name_parts();
         let flex = family.contains("-flex");
@@ -429,7 +483,7 @@ impl InstanceTypeInfo {
     ) -> InstanceType {
         InstanceType::new(
             &self.name,
-            self.requirements(),
+            self.requirements_for(kubelet),
             offerings,
             self.capacity(kubelet),
             self.overhead(kubelet),
@@ -722,8 +776,9 @@ mod tests {
     // (latest), on t3.large as Karpenter's (3 ENIs × 12 IPv4: 35 pods):
     // maxPods 10 gives 10 pods on each; kube-reserved memory stays
     // 11 × 35 + 255 = 640 MiB on AL2 and AL2023 and follows the 10 pods on
-    // Bottlerocket (11 × 10 + 255 = 365 MiB). The Windows and Custom
-    // entries are not implemented (Linux families only; Custom refused).
+    // Bottlerocket (11 × 10 + 255 = 365 MiB). The Windows entries:
+    // `windows_max_pods_is_the_users_or_110_and_sizes_kube_reserved`; the
+    // Custom one is not implemented (Custom is refused at launch).
     #[test]
     fn user_max_pods_sizes_kube_reserved_on_bottlerocket_only() {
         let t3 = info("t3.large", 2, 8192, "amd64", 3, 12);
@@ -841,8 +896,8 @@ mod tests {
     // Describe "InstanceTypeProvider" / It "should not set pods to 110 if
     // using ENI-based pod density": on the Linux AMI families every type
     // whose ENI facts are known gets its ENI-limited pods, never the 110
-    // default, over the simulator's whole catalog. (110 is what Karpenter
-    // gives Windows, which nodewright does not launch.)
+    // default, over the simulator's whole catalog. (110 is what Windows
+    // nodes get: `windows_gives_every_type_110_pods`.)
     #[test]
     fn eni_facts_give_eni_limited_pods_never_the_default() {
         let catalog = crate::sim::catalog::catalog("us-east-1").expect("us-east-1");
@@ -897,5 +952,131 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(t3.capacity(&kc).pods, 0);
+    }
+
+    fn windows(family: crate::config::AmiFamily) -> KubeletConfig {
+        KubeletConfig {
+            windows_build: family.windows_build().map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    const WINDOWS: [crate::config::AmiFamily; 3] = [
+        crate::config::AmiFamily::Windows2019,
+        crate::config::AmiFamily::Windows2022,
+        crate::config::AmiFamily::Windows2025,
+    ];
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Context "Overhead" / DescribeTable "should set max-pods to
+    // user-defined value if specified", entries windows2019, windows2022,
+    // windows2025 (latest), and DescribeTable "should reserve ENIs when
+    // aws.reservedENIs is set and use it in max-pods calculation", the same
+    // three entries, on t3.large (3 ENIs × 12 IPv4). Windows has no
+    // ENI-limited pod density: maxPods 10 gives 10 pods and kube-reserved
+    // memory 11 × 10 + 255 = 365 MiB; one reserved ENI changes nothing,
+    // 110 pods and 11 × 110 + 255 = 1465 MiB.
+    #[test]
+    fn windows_max_pods_is_the_users_or_110_and_sizes_kube_reserved() {
+        let t3 = info("t3.large", 2, 8192, "amd64", 3, 12);
+        for family in WINDOWS {
+            let kc = KubeletConfig {
+                max_pods: Some(10),
+                ..windows(family)
+            };
+            assert_eq!(t3.capacity(&kc).pods, 10, "{family}");
+            assert_eq!(
+                t3.overhead(&kc).memory_bytes,
+                (365 + 100) * MIB,
+                "{family}: kube-reserved memory and the 100Mi eviction threshold"
+            );
+            let kc = KubeletConfig {
+                reserved_enis: 1,
+                ..windows(family)
+            };
+            assert_eq!(t3.capacity(&kc).pods, 110, "{family}");
+            assert_eq!(
+                t3.overhead(&kc).memory_bytes,
+                (1465 + 100) * MIB,
+                "{family}"
+            );
+            // podsPerCore still applies on Windows (as Karpenter's flags say).
+            let kc = KubeletConfig {
+                pods_per_core: Some(4),
+                ..windows(family)
+            };
+            assert_eq!(t3.capacity(&kc).pods, 8, "{family}");
+        }
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Describe "InstanceTypeProvider" / It "should set pods to 110 if AMI
+    // Family doesn't support" (ENI-limited pod density): under Windows2022
+    // (Karpenter's Windows class) every amd64 type of the simulator's
+    // catalog gets 110 pods, whatever its ENIs; the same types on AL2023
+    // get their ENI-limited count.
+    #[test]
+    fn windows_gives_every_type_110_pods() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("us-east-1");
+        let kc = windows(crate::config::AmiFamily::Windows2022);
+        let mut counted = 0;
+        for info in catalog.instance_types.iter().filter(|i| i.arch == "amd64") {
+            counted += 1;
+            assert_eq!(info.capacity(&kc).pods, DEFAULT_MAX_PODS, "{}", info.name);
+        }
+        assert!(counted > 400, "{counted} amd64 types");
+        let m5 = catalog
+            .instance_types
+            .iter()
+            .find(|i| i.name == "m5.large")
+            .expect("m5.large");
+        assert_eq!(m5.capacity(&KubeletConfig::default()).pods, 29);
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Describe "InstanceTypeProvider" / It "should not launch instance type
+    // for vpc.amazonaws.com/PrivateIPv4Address if VPC resource controller
+    // doesn't advertise it". Karpenter reads the per-ENI IPv4 count from
+    // its VPC limits table and advertises none for a type missing there;
+    // nodewright reads the same fact from DescribeInstanceTypes, and a type
+    // whose ENI facts are unknown advertises none: a pod requesting one
+    // address does not fit it. A known type on Windows advertises its IPv4
+    // per ENI less one (t3.large: 11); no Linux node advertises any, nor an
+    // arm64 type under a Windows class (no Windows AMI runs there: no OS).
+    #[test]
+    fn windows_nodes_advertise_private_ipv4_addresses_from_the_eni_facts() {
+        let kc = windows(crate::config::AmiFamily::Windows2022);
+        let request = {
+            let mut r = Resources::new(0, 0, 1);
+            r.set_extended(PRIVATE_IPV4_ADDRESS, 1);
+            r
+        };
+        let t3 = info("t3.large", 2, 8192, "amd64", 3, 12).to_instance_type(vec![], &kc);
+        assert_eq!(t3.capacity.extended(PRIVATE_IPV4_ADDRESS), 11);
+        assert!(request.fits_in(&t3.allocatable()));
+        let unknown = info("test", 2, 8192, "amd64", 0, 0).to_instance_type(vec![], &kc);
+        assert_eq!(unknown.capacity.extended(PRIVATE_IPV4_ADDRESS), 0);
+        assert!(!request.fits_in(&unknown.allocatable()));
+        let linux = info("t3.large", 2, 8192, "amd64", 3, 12)
+            .to_instance_type(vec![], &KubeletConfig::default());
+        assert_eq!(linux.capacity.extended(PRIVATE_IPV4_ADDRESS), 0);
+        // The labels: windows and its build on amd64; no OS on arm64.
+        let r = t3.requirements;
+        assert_eq!(
+            r.get(labels::OS).and_then(Requirement::single_value),
+            Some("windows")
+        );
+        assert_eq!(
+            r.get(labels::WINDOWS_BUILD)
+                .and_then(Requirement::single_value),
+            Some("10.0.20348")
+        );
+        let graviton = info("m6g.large", 2, 8192, "arm64", 3, 10);
+        assert_eq!(graviton.capacity(&kc).extended(PRIVATE_IPV4_ADDRESS), 0);
+        let r = graviton.requirements_for(&kc);
+        assert!(r.allows(labels::OS, None) && !r.allows(labels::OS, Some("windows")));
+        let linux = info("m6g.large", 2, 8192, "arm64", 3, 10).requirements();
+        assert!(linux.allows(labels::OS, Some("linux")));
+        assert!(linux.allows(labels::WINDOWS_BUILD, None));
     }
 }

@@ -1209,6 +1209,8 @@ impl ConfigSet {
                         pool.kubelet = pool.launch_kubelet.to_kubelet_config();
                         pool.kubelet.bottlerocket =
                             c.ami_family == super::nodeclass::AmiFamily::Bottlerocket;
+                        pool.kubelet.windows_build =
+                            c.ami_family.windows_build().map(str::to_owned);
                         pool.kubelet.efa_only_enis = c
                             .network_interfaces
                             .iter()

@@ -645,6 +645,7 @@ impl KubeletSpec {
             eviction_hard_memory: threshold(&self.eviction_hard),
             eviction_soft_memory: threshold(&self.eviction_soft),
             bottlerocket: false,
+            windows_build: None,
             efa_only_enis: 0,
             reserved_enis: 0,
             ephemeral_storage: None,
@@ -956,6 +957,27 @@ impl AmiFamily {
             self,
             AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025
         )
+    }
+
+    /// The Windows Server build a Windows family's nodes run (their
+    /// `node.kubernetes.io/windows-build` label); none for the others.
+    pub fn windows_build(self) -> Option<&'static str> {
+        match self {
+            AmiFamily::Windows2019 => Some("10.0.17763"),
+            AmiFamily::Windows2022 => Some("10.0.20348"),
+            AmiFamily::Windows2025 => Some("10.0.26100"),
+            _ => None,
+        }
+    }
+
+    /// The Windows Server version of a Windows family (`2022`).
+    pub fn windows_version(self) -> Option<&'static str> {
+        match self {
+            AmiFamily::Windows2019 => Some("2019"),
+            AmiFamily::Windows2022 => Some("2022"),
+            AmiFamily::Windows2025 => Some("2025"),
+            _ => None,
+        }
     }
 
     fn from_alias_name(s: &str) -> Option<AmiFamily> {
@@ -1524,7 +1546,14 @@ pub fn ephemeral_storage(class: &NodeClass) -> EphemeralStorage {
         .and_then(size);
     let device = match class.ami_family {
         AmiFamily::Bottlerocket => "/dev/xvdb",
+        f if f.is_windows() => "/dev/sda1",
         _ => "/dev/xvda",
+    };
+    // Windows AMIs boot from a 50 GiB volume (Karpenter's default for them).
+    let default = if class.ami_family.is_windows() {
+        50 << 30
+    } else {
+        DEFAULT_VOLUME_BYTES
     };
     let bytes = root
         .or_else(|| match class.ami_family {
@@ -1534,7 +1563,7 @@ pub fn ephemeral_storage(class: &NodeClass) -> EphemeralStorage {
                 .find(|m| m.get("deviceName").and_then(serde_json::Value::as_str) == Some(device))
                 .and_then(size),
         })
-        .unwrap_or(DEFAULT_VOLUME_BYTES);
+        .unwrap_or(default);
     if class.instance_store_policy.as_deref() == Some("RAID0") {
         EphemeralStorage::InstanceStore(bytes)
     } else {

@@ -344,7 +344,7 @@ pub fn drift_reason(cx: &Context<'_, '_>, i: usize, claim: &crate::model::Claim)
             .instance_types
             .iter()
             .find(|t| t.name == f.instance_type)
-            .map(|t| t.requirements().single_valued_labels())
+            .map(|t| t.requirements_for(&claim.kubelet).single_valued_labels())
             .unwrap_or_default();
     // What the instance is, whether or not the node's labels say it.
     for (key, value) in [

@@ -97,7 +97,7 @@ pub fn node_metadata(
             .iter()
             .find(|t| t.name == instance.instance_type)
         {
-            labels.extend(info.requirements().single_valued_labels());
+            labels.extend(info.requirements_for(&claim.kubelet).single_valued_labels());
         }
         if let Some(id) = catalog.zone_ids.get(&instance.zone) {
             labels.insert(crate::scheduling::labels::ZONE_ID.to_owned(), id.clone());

@@ -132,7 +132,8 @@ pub fn instance_types(
 
 /// Whether a NodeClass can launch this type, as far as the catalog's facts
 /// tell (Karpenter's compatibility checks): AL2023 does not run on the
-/// first Graviton generation (a1), and the class's EFA-only interfaces need
+/// first Graviton generation (a1), the Windows families run on amd64 only,
+/// and the class's EFA-only interfaces need
 /// as many EFA interfaces. Network-card counts and devices per card are
 /// not in the catalog, so a class asking for more cards than a type has is
 /// not caught here (the launch fails instead).
@@ -141,6 +142,10 @@ pub fn compatible_with_class(info: &InstanceTypeInfo, class: Option<&NodeClass>)
         return true;
     };
     if class.ami_family == crate::config::AmiFamily::AL2023 && info.name.starts_with("a1.") {
+        return false;
+    }
+    // Windows AMIs are amd64 only.
+    if class.ami_family.is_windows() && info.arch != "amd64" {
         return false;
     }
     let efa_only = class
@@ -304,7 +309,7 @@ pub(crate) fn existing_nodes(s: &Snapshot<'_>) -> Vec<ExistingNode> {
         let allocatable = info
             .capacity(&kubelet)
             .saturating_sub(&info.overhead(&kubelet));
-        let mut node_labels = info.requirements().single_valued_labels();
+        let mut node_labels = info.requirements_for(&kubelet).single_valued_labels();
         node_labels.extend(c.labels.clone());
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), info.name.clone());
         if let Some(id) = s.catalog.zone_ids.get(&zone) {

@@ -574,7 +574,7 @@ pub fn check_launches(
                 ));
                 continue;
             };
-            let mut option_labels = info.requirements().single_valued_labels();
+            let mut option_labels = info.requirements_for(&r.kubelet).single_valued_labels();
             for (k, v) in [
                 (labels::INSTANCE_TYPE, &o.instance_type),
                 (labels::ZONE, &o.zone),

@@ -761,7 +761,16 @@ impl<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver> Simulation<C, S, K> {
             // other facts are nodewright's to add when it sees the node.
             let mut node_labels = claim.labels.clone();
             node_labels.insert(labels::ARCH.to_owned(), info.arch.clone());
-            node_labels.insert(labels::OS.to_owned(), "linux".to_owned());
+            // A Windows node's kubelet says so, and which build it runs.
+            match &claim.kubelet.windows_build {
+                Some(build) if info.runs_windows(&claim.kubelet) => {
+                    node_labels.insert(labels::OS.to_owned(), "windows".to_owned());
+                    node_labels.insert(labels::WINDOWS_BUILD.to_owned(), build.clone());
+                }
+                _ => {
+                    node_labels.insert(labels::OS.to_owned(), "linux".to_owned());
+                }
+            }
             for (k, v) in [
                 (labels::INSTANCE_TYPE, i.instance_type.as_str()),
                 (labels::ZONE, i.zone.as_str()),

@@ -35,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use super::super::ApiError;
 use super::super::nodeclass::{
-    LaunchSettings, instance_profile_name, launch_family, launch_settings,
+    LaunchSettings, family_runs_kubernetes, instance_profile_name, launch_family, launch_settings,
 };
 use super::super::prices::PriceSource;
 use super::super::userdata::{self, Bootstrap};
@@ -214,10 +214,17 @@ pub fn ami_parameter(
             );
             format!("/aws/service/bottlerocket/{flavour}/{ec2_arch}/{version}/image_id")
         }
-        AmiFamily::Windows2019
-        | AmiFamily::Windows2022
-        | AmiFamily::Windows2025
-        | AmiFamily::Custom => return None,
+        // Windows Server Core, amd64 only, one image per Kubernetes version.
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => {
+            let version = family.windows_version()?;
+            if ec2_arch != "x86_64" {
+                return None;
+            }
+            format!(
+                "/aws/service/ami-windows-latest/Windows_Server-{version}-English-Core-EKS_Optimized-{k8s}/image_id"
+            )
+        }
+        AmiFamily::Custom => return None,
     };
     Some(path)
 }
@@ -833,6 +840,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             })
             .collect();
         let id = if explicit.is_empty() && ssm_terms.is_empty() {
+            family_runs_kubernetes(key.family, &key.k8s).map_err(CloudError::Invalid)?;
             let path = ami_parameter(
                 key.family,
                 key.version.as_deref(),
@@ -842,8 +850,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
             )
             .ok_or_else(|| {
                 CloudError::Invalid(format!(
-                    "no EKS-optimized AMI parameter for amiFamily {}",
-                    key.family
+                    "no EKS-optimized AMI parameter for amiFamily {} on {}",
+                    key.family, key.arch
                 ))
             })?;
             self.ssm_value(&path).await.map_err(|e| {
@@ -1864,6 +1872,26 @@ mod tests {
             .as_deref(),
             Some("/aws/service/bottlerocket/aws-k8s-1.30/arm64/1.20.3/image_id")
         );
+        // Windows: Server Core, the same image whatever the accelerator;
+        // none on arm64.
+        for (family, version) in [
+            (AmiFamily::Windows2019, "2019"),
+            (AmiFamily::Windows2022, "2022"),
+            (AmiFamily::Windows2025, "2025"),
+        ] {
+            for acc in [Accelerator::None, Accelerator::Nvidia] {
+                assert_eq!(
+                    ami_parameter(family, None, "1.35", "amd64", acc),
+                    Some(format!(
+                        "/aws/service/ami-windows-latest/Windows_Server-{version}-English-Core-EKS_Optimized-1.35/image_id"
+                    ))
+                );
+            }
+            assert_eq!(
+                ami_parameter(family, None, "1.35", "arm64", Accelerator::None),
+                None
+            );
+        }
     }
 
     #[test]
