@@ -1053,10 +1053,10 @@ mod tests {
         };
         let t3 = info("t3.large", 2, 8192, "amd64", 3, 12).to_instance_type(vec![], &kc);
         assert_eq!(t3.capacity.extended(PRIVATE_IPV4_ADDRESS), 11);
-        assert!(request.fits_in(&t3.allocatable()));
+        assert!(request.fits_in(t3.allocatable()));
         let unknown = info("test", 2, 8192, "amd64", 0, 0).to_instance_type(vec![], &kc);
         assert_eq!(unknown.capacity.extended(PRIVATE_IPV4_ADDRESS), 0);
-        assert!(!request.fits_in(&unknown.allocatable()));
+        assert!(!request.fits_in(unknown.allocatable()));
         let linux = info("t3.large", 2, 8192, "amd64", 3, 12)
             .to_instance_type(vec![], &KubeletConfig::default());
         assert_eq!(linux.capacity.extended(PRIVATE_IPV4_ADDRESS), 0);

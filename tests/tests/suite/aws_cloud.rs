@@ -1030,7 +1030,8 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     )
     .await;
 
-    // An undefined NodeClass; an unsupported family.
+    // An undefined NodeClass; a family with no AMI for the cluster's
+    // Kubernetes (Windows Server 2025 starts at 1.35).
     let mut req = ok();
     req.node_class = Some("missing".into());
     assert_invalid_and_nothing_launched(
@@ -1041,14 +1042,14 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
     )
     .await;
     let class = EC2NodeClassSpec {
-        ami_selector_terms: vec![ami_alias("windows2022@latest")],
+        ami_selector_terms: vec![ami_alias("windows2025@latest")],
         ..f.node_class_spec()
     };
     assert_invalid_and_nothing_launched(
         &f,
         Ec2CloudSettings::new(&f.cluster).with_node_class(node_class("default", &class)),
         ok(),
-        &["Windows2022"],
+        &["Windows2025 needs Kubernetes 1.35", "1.33"],
     )
     .await;
 
