@@ -143,6 +143,9 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
         .iter()
         .map(|i| (i.name.as_str(), i))
         .collect();
+    if let Some(e) = plan::kubelet_resolution_error(&pool, &catalog) {
+        bail!("{e}");
+    }
     let mut rows = Vec::new();
     for it in plan::instance_types(&pool, &catalog, &[]) {
         let Some(info) = infos.get(it.name.as_str()) else {
@@ -177,7 +180,9 @@ async fn run_async(args: CatalogArgs) -> anyhow::Result<()> {
             memory_mib: info.memory_mib,
             alloc_cpu: alloc.cpu_millis,
             alloc_memory: alloc.memory_bytes,
-            max_pods: info.max_pods(&pool.kubelet),
+            max_pods: info
+                .resolve_kubelet(&pool.kubelet)
+                .map_or(0, |r| info.max_pods(&r.config)),
             arch: info.arch.clone(),
             zones,
             cheapest,

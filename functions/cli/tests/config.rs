@@ -291,8 +291,8 @@ async fn an_applied_change_reaches_the_next_tick() {
     );
     assert_eq!(
         pool.class_named(Some("default"))
-            .and_then(|c| c.kubelet.max_pods),
-        Some(7),
+            .and_then(|c| c.kubelet.max_pods.clone()),
+        Some(7.into()),
         "and what a launch carries"
     );
     assert_eq!(next.version, 2);

@@ -16,8 +16,11 @@
 //!   memory from those pods, and `vpc.amazonaws.com/PrivateIPv4Address` =
 //!   IPv4 per ENI − 1 (what the VPC resource controller advertises)
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
+use super::expression::{Expression, Vars};
 use super::instance_type::{InstanceType, Offering};
 use crate::resources::{MIB, Resources};
 use crate::scheduling::labels;
@@ -123,6 +126,41 @@ pub struct KubeletConfig {
     /// limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage: Option<EphemeralStorage>,
+    /// `maxPods`, `kubeReserved` and `systemReserved` written as
+    /// expressions of the instance type (the `nodeClassCEL` gate): resolved
+    /// per type by [`InstanceTypeInfo::resolve_kubelet`] before any other
+    /// use; empty when the gate is off.
+    #[serde(default, skip_serializing_if = "KubeletExpressions::is_empty")]
+    pub expressions: KubeletExpressions,
+}
+
+/// The kubelet fields given as expressions (`cloud::expression`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletExpressions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<Expression>,
+    /// Resource name (`cpu`, `memory`, `ephemeral-storage`, `pid`) → expression.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kube_reserved: BTreeMap<String, Expression>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub system_reserved: BTreeMap<String, Expression>,
+}
+
+impl KubeletExpressions {
+    pub fn is_empty(&self) -> bool {
+        self.max_pods.is_none() && self.kube_reserved.is_empty() && self.system_reserved.is_empty()
+    }
+}
+
+/// A kubelet configuration resolved for one instance type: what the
+/// allocatable math reads, and the reserved values the expressions gave,
+/// as the quantities the node's user data carries (`kube` and `system`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedKubelet {
+    pub config: KubeletConfig,
+    pub kube_reserved: BTreeMap<String, String>,
+    pub system_reserved: BTreeMap<String, String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -162,11 +200,13 @@ pub struct Reserved {
     pub cpu_millis: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral_bytes: Option<i64>,
 }
 
 impl Reserved {
     pub fn is_empty(&self) -> bool {
-        self.cpu_millis.is_none() && self.memory_bytes.is_none()
+        self.cpu_millis.is_none() && self.memory_bytes.is_none() && self.ephemeral_bytes.is_none()
     }
 }
 
@@ -311,11 +351,13 @@ impl InstanceTypeInfo {
         let cpu = kube_cpu + kubelet.system_reserved.cpu_millis.unwrap_or(0);
         let memory = kube_memory + kubelet.system_reserved.memory_bytes.unwrap_or(0) + eviction;
         let mut r = Resources::new(cpu, memory, 0);
-        // Ephemeral storage: 1 GiB kube-reserved and the 10 % nodefs
-        // eviction threshold (the AWS provider's defaults).
+        // Ephemeral storage: 1 GiB kube-reserved (or the kubelet's) and the
+        // 10 % nodefs eviction threshold (the AWS provider's defaults).
         if let Some(e) = kubelet.ephemeral_storage {
             let capacity = e.bytes(self.local_nvme_gb);
-            r.ephemeral_bytes = (1 << 30) + (capacity + 9) / 10;
+            r.ephemeral_bytes = kubelet.kube_reserved.ephemeral_bytes.unwrap_or(1 << 30)
+                + kubelet.system_reserved.ephemeral_bytes.unwrap_or(0)
+                + (capacity + 9) / 10;
         }
         r
     }
@@ -473,6 +515,89 @@ impl InstanceTypeInfo {
             optional(self.network_bandwidth_mbps.map(|b| b.to_string())),
         );
         r
+    }
+
+    /// The kubelet configuration for this type: its expressions evaluated
+    /// (as Karpenter's resolver does): `maxPods` first, then `kubeReserved`
+    /// and `systemReserved`, whose `max_pods` is the resolved count. A
+    /// `maxPods` expression that fails, or gives a count outside
+    /// 0..=2147483647, is an error (the type cannot be offered); a reserved
+    /// expression that fails or is negative is left out, so that resource
+    /// keeps its default. Results: cpu in millicores rounded up to 10m,
+    /// memory in MiB rounded up to 16 MiB, ephemeral-storage in GiB, pid a
+    /// count.
+    pub fn resolve_kubelet(&self, kubelet: &KubeletConfig) -> Result<ResolvedKubelet, String> {
+        let mut config = kubelet.clone();
+        let exprs = std::mem::take(&mut config.expressions);
+        let mut out = ResolvedKubelet::default();
+        if exprs.is_empty() {
+            out.config = config;
+            return Ok(out);
+        }
+        let mut vars = Vars {
+            vcpus: i64::from(self.vcpu),
+            memory_mib: i64::try_from(self.memory_mib).unwrap_or(i64::MAX),
+            default_enis: i64::from(self.max_enis),
+            ips_per_eni: i64::from(self.ipv4_per_eni),
+            max_pods: self.max_pods(&config),
+            instance_type: self.name.clone(),
+        };
+        if let Some(e) = &exprs.max_pods {
+            let why = |reason: String| {
+                format!(
+                    "resolving maxPods {:?} for instance type {}: {reason}",
+                    e.source(),
+                    self.name
+                )
+            };
+            let v = e.eval(&vars).map_err(why)?;
+            let count = u32::try_from(v)
+                .ok()
+                .filter(|c| i32::try_from(*c).is_ok())
+                .ok_or_else(|| why(format!("{v} is not between 0 and {}", i32::MAX)))?;
+            config.max_pods = Some(count);
+            vars.max_pods = self.max_pods(&config);
+        }
+        for (exprs, reserved, strings) in [
+            (
+                &exprs.kube_reserved,
+                &mut config.kube_reserved,
+                &mut out.kube_reserved,
+            ),
+            (
+                &exprs.system_reserved,
+                &mut config.system_reserved,
+                &mut out.system_reserved,
+            ),
+        ] {
+            for (key, e) in exprs {
+                let Some(v) = e.eval(&vars).ok().filter(|v| *v >= 0) else {
+                    continue;
+                };
+                let round_up =
+                    |v: i64, step: i64| (v / step + i64::from(v % step != 0)).saturating_mul(step);
+                let text = match key.as_str() {
+                    "cpu" => {
+                        let m = round_up(v, 10);
+                        reserved.cpu_millis = Some(m);
+                        format!("{m}m")
+                    }
+                    "memory" => {
+                        let mib = round_up(v, 16);
+                        reserved.memory_bytes = Some(mib.saturating_mul(MIB));
+                        format!("{mib}Mi")
+                    }
+                    "ephemeral-storage" => {
+                        reserved.ephemeral_bytes = Some(v.saturating_mul(1 << 30));
+                        format!("{v}Gi")
+                    }
+                    _ => v.to_string(),
+                };
+                strings.insert(key.clone(), text);
+            }
+        }
+        out.config = config;
+        Ok(out)
     }
 
     /// The packer's view of this type with the given offerings.
@@ -642,6 +767,7 @@ mod tests {
             system_reserved: Reserved {
                 cpu_millis: Some(300),
                 memory_bytes: Some(200 * MIB),
+                ephemeral_bytes: None,
             },
             ..Default::default()
         };
@@ -656,6 +782,7 @@ mod tests {
             kube_reserved: Reserved {
                 cpu_millis: Some(500),
                 memory_bytes: None,
+                ephemeral_bytes: None,
             },
             eviction_hard_memory: Some(Threshold::Basis(1000)),
             ..Default::default()
@@ -732,10 +859,12 @@ mod tests {
             system_reserved: Reserved {
                 cpu_millis: None,
                 memory_bytes: Some(20 << 30),
+                ephemeral_bytes: None,
             },
             kube_reserved: Reserved {
                 cpu_millis: None,
                 memory_bytes: Some(10 << 30),
+                ephemeral_bytes: None,
             },
             ..Default::default()
         };

@@ -1140,6 +1140,24 @@ impl ConfigSet {
                 ConfigDocument::NodePool { .. } => {}
             }
         }
+        // Kubelet expressions need the Settings gate (Karpenter's
+        // NodeClassCEL): without it the class is refused, every such field
+        // named, rather than launched with defaults the user did not ask for.
+        if !r.set.settings.node_class_cel {
+            let classes = std::mem::take(&mut r.set.node_classes);
+            for c in classes {
+                let fields = c.kubelet.expression_fields("spec.kubelet");
+                if fields.is_empty() {
+                    r.set.node_classes.push(c);
+                    continue;
+                }
+                r.errors.extend(fields.into_iter().map(|field| ConfigError {
+                    item: format!("nodeclass/{}", c.name),
+                    field,
+                    reason: "an expression, and the settings' featureGates.nodeClassCEL is off (Karpenter's KubeletExpressionsDisabled): set it to true, or write a value".into(),
+                }));
+            }
+        }
         let overlays: std::sync::Arc<[NodeOverlay]> = r.set.node_overlays.clone().into();
         let mut pool_names = BTreeSet::new();
         for doc in docs {
@@ -1206,6 +1224,11 @@ impl ConfigSet {
                 Some(class) => match r.set.node_classes.iter().find(|c| c.name == class) {
                     Some(c) => {
                         pool.launch_kubelet = pool.launch_kubelet.merged_over(&c.kubelet);
+                        let own = pool.launch_kubelet.expression_fields("spec.template.spec.kubelet");
+                        if !r.set.settings.node_class_cel && !own.is_empty() {
+                            r.errors.extend(own.into_iter().map(|field| err(&field, "an expression, and the settings' featureGates.nodeClassCEL is off (Karpenter's KubeletExpressionsDisabled): set it to true, or write a value".into())));
+                            continue;
+                        }
                         pool.kubelet = pool.launch_kubelet.to_kubelet_config();
                         pool.kubelet.bottlerocket =
                             c.ami_family == super::nodeclass::AmiFamily::Bottlerocket;

@@ -26,7 +26,7 @@ pub use document::{
     parse_stream, resolve_items,
 };
 pub use item::{ConfigItem, ConfigKind, ConfigWrite, MAX_CONFIG_WRITES};
-pub use nodeclass::{AmiFamily, EC2NodeClassSpec, KubeletSpec, NodeClass, NodeIdentity};
+pub use nodeclass::{AmiFamily, EC2NodeClassSpec, KubeletSpec, MaxPods, NodeClass, NodeIdentity};
 pub use nodepool::{Limits, NodePool, NodePoolSpec};
 pub use settings::{RebalancePolicy, Settings, SettingsSpec};
 

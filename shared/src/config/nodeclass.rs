@@ -10,7 +10,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::ConfigError;
 use super::schema::{Kind, opt, req};
 use super::syntax;
-use crate::cloud::{EphemeralStorage, KubeletConfig, Reserved, Threshold};
+use crate::cloud::expression::Expression;
+use crate::cloud::{EphemeralStorage, KubeletConfig, KubeletExpressions, Reserved, Threshold};
 use crate::resources;
 
 /// Tag keys Karpenter sets itself; a NodeClass may not set them.
@@ -338,8 +339,9 @@ pub struct SecurityGroupSelectorTermSpec {
 pub struct KubeletSpec {
     #[serde(default, rename = "clusterDNS", skip_serializing_if = "Vec::is_empty")]
     pub cluster_dns: Vec<String>,
+    /// A count, or an expression of the instance type (`nodeClassCEL`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_pods: Option<i64>,
+    pub max_pods: Option<MaxPods>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods_per_core: Option<i64>,
     #[serde(
@@ -395,6 +397,46 @@ pub struct KubeletSpec {
     /// Every other `KubeletConfiguration` field, as written.
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// `maxPods`: a number, or a string — an expression evaluated per instance
+/// type (`cloud::expression`; only with the Settings gate `nodeClassCEL`),
+/// as Karpenter's int-or-string field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MaxPods {
+    Count(i64),
+    Expression(String),
+}
+
+impl MaxPods {
+    /// The count when it is one.
+    pub fn count(&self) -> Option<i64> {
+        match self {
+            MaxPods::Count(n) => Some(*n),
+            MaxPods::Expression(_) => None,
+        }
+    }
+}
+
+impl From<i64> for MaxPods {
+    fn from(n: i64) -> Self {
+        MaxPods::Count(n)
+    }
+}
+
+/// A `kubeReserved` / `systemReserved` value that is no quantity: read as
+/// an expression (Karpenter's disambiguation).
+fn reserved_expression(key: &str, v: &str) -> Option<Expression> {
+    let quantity = if key == "cpu" {
+        resources::parse_milli(v)
+    } else {
+        resources::parse_whole(v)
+    };
+    match quantity {
+        Ok(_) => None,
+        Err(_) => Expression::parse(v).ok(),
+    }
 }
 
 /// The kubelet's fields the launch path sets itself: a value written here
@@ -498,7 +540,7 @@ pub const KUBELET: Kind = Kind::Object(&[
     opt("qosReserved", STR_MAP),
     opt("runtimeRequestTimeout", GO_DURATION),
     opt("hairpinMode", Kind::Str),
-    opt("maxPods", Kind::Int32),
+    opt("maxPods", Kind::IntOrString),
     opt("podCIDR", Kind::Str),
     opt("podPidsLimit", Kind::Int),
     opt("resolvConf", Kind::Str),
@@ -633,12 +675,24 @@ impl KubeletSpec {
             memory_bytes: map
                 .get("memory")
                 .and_then(|v| resources::parse_whole(v).ok()),
+            ephemeral_bytes: map
+                .get("ephemeral-storage")
+                .and_then(|v| resources::parse_whole(v).ok()),
+        };
+        let expressions = |map: &BTreeMap<String, String>| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), reserved_expression(k, v)?)))
+                .collect()
         };
         const SIGNAL: &str = "memory.available";
         let threshold =
             |map: &BTreeMap<String, String>| map.get(SIGNAL).and_then(|v| parse_threshold(v));
         KubeletConfig {
-            max_pods: self.max_pods.and_then(|v| u32::try_from(v).ok()),
+            max_pods: self
+                .max_pods
+                .as_ref()
+                .and_then(MaxPods::count)
+                .and_then(|v| u32::try_from(v).ok()),
             pods_per_core: self.pods_per_core.and_then(|v| u32::try_from(v).ok()),
             kube_reserved: reserved(&self.kube_reserved),
             system_reserved: reserved(&self.system_reserved),
@@ -649,7 +703,35 @@ impl KubeletSpec {
             efa_only_enis: 0,
             reserved_enis: 0,
             ephemeral_storage: None,
+            expressions: KubeletExpressions {
+                max_pods: match &self.max_pods {
+                    Some(MaxPods::Expression(e)) => Expression::parse(e).ok(),
+                    _ => None,
+                },
+                kube_reserved: expressions(&self.kube_reserved),
+                system_reserved: expressions(&self.system_reserved),
+            },
         }
+    }
+
+    /// The fields written as expressions (`spec.kubelet.…` under `prefix`),
+    /// which only the Settings gate `nodeClassCEL` lets through.
+    pub fn expression_fields(&self, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(MaxPods::Expression(_)) = self.max_pods {
+            out.push(format!("{prefix}.maxPods"));
+        }
+        for (name, map) in [
+            ("systemReserved", &self.system_reserved),
+            ("kubeReserved", &self.kube_reserved),
+        ] {
+            for (k, v) in map {
+                if reserved_expression(k, v).is_some() {
+                    out.push(format!("{prefix}.{name}[{k}]"));
+                }
+            }
+        }
+        out
     }
 
     /// Whether only `maxPods` and `podsPerCore` are set.
@@ -675,7 +757,7 @@ impl KubeletSpec {
             } else {
                 self.cluster_dns.clone()
             },
-            max_pods: self.max_pods.or(base.max_pods),
+            max_pods: self.max_pods.clone().or_else(|| base.max_pods.clone()),
             pods_per_core: self.pods_per_core.or(base.pods_per_core),
             system_reserved: map(&self.system_reserved, &base.system_reserved),
             kube_reserved: map(&self.kube_reserved, &base.kube_reserved),
@@ -724,8 +806,16 @@ impl KubeletSpec {
                 ));
             }
         }
+        if let Some(MaxPods::Expression(e)) = &self.max_pods
+            && let Err(why) = Expression::parse(e)
+        {
+            out.push((
+                format!("{prefix}.maxPods"),
+                format!("{e:?} is not an expression giving a number: {why}"),
+            ));
+        }
         for (name, v) in [
-            ("maxPods", self.max_pods),
+            ("maxPods", self.max_pods.as_ref().and_then(MaxPods::count)),
             ("podsPerCore", self.pods_per_core),
             (
                 "evictionMaxPodGracePeriod",
@@ -761,10 +851,14 @@ impl KubeletSpec {
                 match parsed {
                     Ok(q) if q >= 0 => {}
                     Ok(_) => out.push((field, "must not be negative".into())),
-                    Err(e) => out.push((
-                        field,
-                        format!("{e} (expressions evaluated per instance type are not supported)"),
-                    )),
+                    Err(e) => {
+                        if let Err(why) = Expression::parse(v) {
+                            out.push((
+                                field,
+                                format!("{e}, nor an expression giving a number: {why}"),
+                            ))
+                        }
+                    }
                 }
             }
         }
@@ -2216,7 +2310,8 @@ mod tests {
                 max_pods: Some(58),
                 kube_reserved: Reserved {
                     cpu_millis: Some(100),
-                    memory_bytes: Some(256 << 20)
+                    memory_bytes: Some(256 << 20),
+                    ephemeral_bytes: None,
                 },
                 eviction_soft_memory: Some(Threshold::Basis(500)),
                 ..Default::default()
@@ -2453,16 +2548,16 @@ mod tests {
     #[test]
     fn kubelet_merge_prefers_the_override() {
         let class = KubeletSpec {
-            max_pods: Some(110),
+            max_pods: Some(110.into()),
             cluster_dns: vec!["10.0.0.10".into()],
             ..KubeletSpec::default()
         };
         let pool = KubeletSpec {
-            max_pods: Some(20),
+            max_pods: Some(20.into()),
             ..KubeletSpec::default()
         };
         let merged = pool.merged_over(&class);
-        assert_eq!(merged.max_pods, Some(20));
+        assert_eq!(merged.max_pods, Some(MaxPods::Count(20)));
         assert_eq!(merged.cluster_dns, vec!["10.0.0.10".to_string()]);
         assert!(pool.is_allocatable_only());
         assert!(!merged.is_allocatable_only());

@@ -121,6 +121,15 @@ pub struct FeatureGatesSpec {
     /// Karpenter's NodeRepair (alpha, off by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_repair: Option<bool>,
+    /// Karpenter's NodeClassCEL (an AWS gate, alpha, off by default): a
+    /// NodeClass's `maxPods`, `kubeReserved` and `systemReserved` may be
+    /// expressions of the instance type.
+    #[serde(
+        default,
+        rename = "nodeClassCEL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_class_cel: Option<bool>,
 }
 
 /// What to do with a node that gets an EC2 rebalance recommendation.
@@ -225,6 +234,8 @@ pub struct Settings {
     pub reserved_enis: u32,
     pub spot_to_spot_consolidation: bool,
     pub node_repair: bool,
+    /// Kubelet expressions in NodeClasses (`featureGates.nodeClassCEL`).
+    pub node_class_cel: bool,
 }
 
 impl Default for Settings {
@@ -240,6 +251,7 @@ impl Default for Settings {
             reserved_enis: 0,
             spot_to_spot_consolidation: false,
             node_repair: false,
+            node_class_cel: false,
         }
     }
 }
@@ -336,6 +348,7 @@ impl Settings {
         if let Some(g) = &spec.feature_gates {
             s.spot_to_spot_consolidation = g.spot_to_spot_consolidation.unwrap_or(false);
             s.node_repair = g.node_repair.unwrap_or(false);
+            s.node_class_cel = g.node_class_cel.unwrap_or(false);
         }
         if errors.is_empty() {
             Ok(s)
@@ -376,10 +389,11 @@ mod tests {
             "batchIdleDuration": "2s", "batchMaxDuration": "20s", "rebalancePolicy": "Replace",
             "consolidationSavingsThreshold": "25%", "interruptionQueue": "q",
             "preferencePolicy": "Ignore", "minValuesPolicy": "BestEffort",
-            "featureGates": {"spotToSpotConsolidation": true, "nodeRepair": true}
+            "featureGates": {"spotToSpotConsolidation": true, "nodeRepair": true, "nodeClassCEL": true}
         }))
         .expect("spec");
         let s = Settings::from_spec(&spec).expect("valid");
+        assert!(s.node_class_cel);
         assert_eq!(s.batch_idle, SignedDuration::from_secs(2));
         assert_eq!(s.batch_max, SignedDuration::from_secs(20));
         assert_eq!(s.rebalance_policy, RebalancePolicy::Replace);

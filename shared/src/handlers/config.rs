@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(p.kubelet.max_pods, Some(3));
         assert_eq!(
             p.launch_kubelet.max_pods,
-            Some(3),
+            Some(3.into()),
             "what the node launches with"
         );
         let t = m5_large().to_instance_type(vec![], &p.kubelet);
@@ -340,7 +340,10 @@ mod tests {
         block_on(store.put_config_item(&changed)).expect("changed");
         let c = block_on(reader.read(&store, t0 + SignedDuration::from_secs(2))).expect("read");
         assert!(!Arc::ptr_eq(&b, &c));
-        assert_eq!(c.node_class("c").and_then(|c| c.kubelet.max_pods), Some(7));
+        assert_eq!(
+            c.node_class("c").and_then(|c| c.kubelet.max_pods.clone()),
+            Some(7.into())
+        );
         assert_eq!(c.pool("p").and_then(|p| p.kubelet.max_pods), Some(7));
         // And a full scan after MAX_STALENESS even if the version did not move.
         let d = block_on(reader.read(&store, t0 + SignedDuration::from_secs(2) + MAX_STALENESS))

@@ -110,6 +110,13 @@ pub fn instance_types(
         }
     }
     let class = pool.resolved_class.as_deref();
+    // Kubelet expressions resolved per type; one that cannot be resolved
+    // fails the pool's whole list, as Karpenter's resolver fails List (no
+    // partial list: `kubelet_resolution_error` says why).
+    if kubelet_resolution_error(pool, catalog).is_some() {
+        return Vec::new();
+    }
+    let expressions = !pool.kubelet.expressions.is_empty();
     let types = catalog
         .instance_types
         .iter()
@@ -121,13 +128,32 @@ pub fn instance_types(
                     o.available = false;
                 }
             }
-            let it = info.to_instance_type(offers, &pool.kubelet);
+            let it = if expressions {
+                let resolved = info.resolve_kubelet(&pool.kubelet).ok()?;
+                info.to_instance_type(offers, &resolved.config)
+            } else {
+                info.to_instance_type(offers, &pool.kubelet)
+            };
             // A type the pool's requirements rule out never helps; drop it early.
             pool.requirements.intersects(&it.requirements).then_some(it)
         })
         .collect();
     // The pool's NodeOverlays change prices and capacity before any solve.
     super::overlays::apply(pool, types)
+}
+
+/// Why the pool's kubelet expressions cannot be resolved for every type of
+/// the catalog (its first failing type), if they cannot: the pool then
+/// offers no instance type at all.
+pub fn kubelet_resolution_error(pool: &NodePool, catalog: &CloudCatalog) -> Option<String> {
+    if pool.kubelet.expressions.is_empty() {
+        return None;
+    }
+    catalog.instance_types.iter().find_map(|info| {
+        info.resolve_kubelet(&pool.kubelet)
+            .err()
+            .map(|e| format!("nodepool {}: {e}", pool.name))
+    })
 }
 
 /// Whether a NodeClass can launch this type, as far as the catalog's facts
@@ -568,11 +594,23 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
         .iter()
         .map(|(i, node)| (keys[*i].clone(), node.clone()))
         .collect();
-    decision.unschedulable.extend(
-        plan.unschedulable
-            .iter()
-            .map(|(i, reason)| (keys[*i].clone(), reason.clone())),
-    );
+    // A pool whose kubelet expressions cannot be resolved offers nothing:
+    // every pod left over says why.
+    let resolution: Vec<String> = s
+        .pools
+        .iter()
+        .filter_map(|pool| kubelet_resolution_error(pool, s.catalog))
+        .collect();
+    decision
+        .unschedulable
+        .extend(plan.unschedulable.iter().map(|(i, reason)| {
+            let reason = if resolution.is_empty() {
+                reason.clone()
+            } else {
+                format!("{reason} ({})", resolution.join("; "))
+            };
+            (keys[*i].clone(), reason)
+        }));
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.seed);
     for planned in &plan.claims {
         let Some(input) = pools.iter().find(|p| p.pool.name == planned.pool) else {
@@ -1113,5 +1151,234 @@ mod tests {
                 .offerings
                 .is_empty()
         );
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    /// Context "Resolution Failures": kubelet expressions (the NodeClassCEL
+    /// gate; nodewright's Settings `featureGates.nodeClassCEL`) resolved per
+    /// instance type of the simulator's us-east-1 catalog. Where Karpenter's
+    /// List fails, nodewright's pool offers no instance type and
+    /// `kubelet_resolution_error` says why (the pending pods carry it).
+    mod kubelet_expressions {
+        use super::*;
+        use crate::resources::MIB;
+
+        fn pool(gate: bool, kubelet: &str) -> Result<NodePool, Vec<crate::config::ConfigError>> {
+            let text = format!(
+                "apiVersion: nodewright.io/v1alpha1\nkind: Settings\nmetadata: {{name: default}}\nspec: {{featureGates: {{nodeClassCEL: {gate}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements: []\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms:\n  - alias: al2023@latest\n  role: KarpenterNodeRole\n  subnetSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  securityGroupSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  kubelet: {kubelet}\n"
+            );
+            let docs = crate::config::parse_documents(&text).expect("documents");
+            let set = crate::config::ConfigSet::from_documents(&docs)?;
+            Ok(set.node_pool("default").expect("pool").clone())
+        }
+
+        fn type_of(types: &[InstanceType], name: &str) -> InstanceType {
+            types
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap_or_else(|| panic!("{name} listed"))
+                .clone()
+        }
+
+        /// "should fail resolution when the maxPods expression can't be
+        /// resolved", its three entries: a negative result, a result above
+        /// math.MaxInt32, a runtime evaluation error. Each is a valid
+        /// expression (the configuration takes it), and fails for every type.
+        #[test]
+        fn should_fail_resolution_when_the_max_pods_expression_cant_be_resolved() {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            for (expression, why) in [
+                ("0 - 1", "-1 is not between 0 and 2147483647"),
+                (
+                    "2147483647 + 1",
+                    "2147483648 is not between 0 and 2147483647",
+                ),
+                ("1 / (vcpus - vcpus)", "division by zero"),
+            ] {
+                let pool = pool(true, &format!("{{maxPods: {expression:?}}}")).expect("valid");
+                let error = kubelet_resolution_error(&pool, &catalog).expect(expression);
+                assert!(error.contains("resolving maxPods"), "{error}");
+                assert!(error.contains(why), "{expression}: {error}");
+                assert!(
+                    instance_types(&pool, &catalog, &[]).is_empty(),
+                    "{expression}: no partial list"
+                );
+            }
+        }
+
+        /// "should resolve maxPods from an expression when it evaluates in
+        /// range": `min(110, vcpus * 8)` on m5.large (2 vCPUs) is 16, not
+        /// the ENI-limited 29; on m5.24xlarge (96 vCPUs) it is 110.
+        #[test]
+        fn should_resolve_max_pods_from_an_expression_when_it_evaluates_in_range() {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            let pool = pool(true, "{maxPods: \"min(110, vcpus * 8)\"}").expect("valid");
+            assert_eq!(kubelet_resolution_error(&pool, &catalog), None);
+            let types = instance_types(&pool, &catalog, &[]);
+            assert_eq!(type_of(&types, "m5.large").capacity.pods, 16);
+            assert_eq!(type_of(&types, "m5.24xlarge").capacity.pods, 110);
+        }
+
+        /// "should use the default maxPods (not the expression result) when
+        /// the gate is disabled": the resolution path never evaluates an
+        /// expression the settings did not enable (t3.large keeps its 35
+        /// ENI-limited pods), and the configuration refuses such a class,
+        /// naming the field (Karpenter's KubeletExpressionsDisabled).
+        #[test]
+        fn should_use_the_default_max_pods_not_the_expression_result_when_the_gate_is_disabled() {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            let errors = pool(
+                false,
+                "{maxPods: \"7\", kubeReserved: {cpu: \"vcpus * 30\", memory: 1Gi}}",
+            )
+            .expect_err("gate off");
+            let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+            assert_eq!(
+                fields,
+                ["spec.kubelet.maxPods", "spec.kubelet.kubeReserved[cpu]"]
+            );
+            assert!(
+                errors[0].reason.contains("featureGates.nodeClassCEL"),
+                "{}",
+                errors[0].reason
+            );
+            // The resolution path alone: the gate on, then its expressions
+            // dropped as the configuration does with the gate off.
+            let mut pool = pool(true, "{maxPods: \"7\"}").expect("valid");
+            assert_eq!(
+                type_of(&instance_types(&pool, &catalog, &[]), "t3.large")
+                    .capacity
+                    .pods,
+                7
+            );
+            pool.kubelet.expressions = Default::default();
+            assert_eq!(
+                type_of(&instance_types(&pool, &catalog, &[]), "t3.large")
+                    .capacity
+                    .pods,
+                35
+            );
+        }
+
+        /// "should resolve kubeReserved expressions into the instance type's
+        /// reserved overhead": m5.large (2 vCPUs, 8192 MiB): cpu `vcpus * 30`
+        /// is 60m, memory `memory_mib / 100` is 81, rounded up to 96Mi, and
+        /// a quantity beside them (ephemeral-storage 3Gi) stays as written.
+        #[test]
+        fn should_resolve_kube_reserved_expressions_into_the_instance_types_reserved_overhead() {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            let pool = pool(
+                true,
+                "{kubeReserved: {cpu: \"vcpus * 30\", memory: \"memory_mib / 100\", ephemeral-storage: 3Gi}}",
+            )
+            .expect("valid");
+            let info = catalog
+                .instance_types
+                .iter()
+                .find(|i| i.name == "m5.large")
+                .expect("m5.large");
+            let resolved = info.resolve_kubelet(&pool.kubelet).expect("resolves");
+            assert_eq!(resolved.config.kube_reserved.cpu_millis, Some(60));
+            assert_eq!(resolved.config.kube_reserved.memory_bytes, Some(96 * MIB));
+            assert_eq!(resolved.config.kube_reserved.ephemeral_bytes, Some(3 << 30));
+            assert_eq!(
+                resolved.kube_reserved,
+                [
+                    ("cpu".to_owned(), "60m".to_owned()),
+                    ("memory".to_owned(), "96Mi".to_owned())
+                ]
+                .into_iter()
+                .collect(),
+                "what the node's user data carries"
+            );
+            // And the overhead the plan packs against: 60m, 96Mi + the
+            // 100Mi eviction threshold, 3Gi + 10 % of the 20 GiB volume.
+            let m5 = type_of(&instance_types(&pool, &catalog, &[]), "m5.large");
+            assert_eq!(m5.overhead.cpu_millis, 60);
+            assert_eq!(m5.overhead.memory_bytes, (96 + 100) * MIB);
+            assert_eq!(
+                m5.overhead.ephemeral_bytes,
+                (3 << 30) + ((20 << 30) + 9) / 10
+            );
+        }
+
+        /// "should evaluate a max_pods reference in kubeReserved against the
+        /// resolved maxPods expression": maxPods `min(110, vcpus * 8)` is 16
+        /// on m5.large, so kubeReserved memory `max_pods * 11` is 176Mi (with
+        /// the ENI-limited 29 it would be 320Mi).
+        #[test]
+        fn should_evaluate_a_max_pods_reference_in_kube_reserved_against_the_resolved_max_pods_expression()
+         {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            let pool = pool(
+                true,
+                "{maxPods: \"min(110, vcpus * 8)\", kubeReserved: {memory: \"max_pods * 11\"}}",
+            )
+            .expect("valid");
+            let m5 = type_of(&instance_types(&pool, &catalog, &[]), "m5.large");
+            assert_eq!(m5.capacity.pods, 16);
+            assert_eq!(m5.overhead.memory_bytes, (176 + 100) * MIB);
+        }
+
+        /// "should resolve systemReserved expressions into the instance
+        /// type's reserved overhead": the same values land in
+        /// systemReserved, on top of the default kube-reserved (70m, 11 × 29
+        /// + 255 MiB on m5.large).
+        #[test]
+        fn should_resolve_system_reserved_expressions_into_the_instance_types_reserved_overhead() {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            let pool = pool(
+                true,
+                "{systemReserved: {cpu: \"vcpus * 30\", memory: \"memory_mib / 100\"}}",
+            )
+            .expect("valid");
+            let info = catalog
+                .instance_types
+                .iter()
+                .find(|i| i.name == "m5.large")
+                .expect("m5.large");
+            let resolved = info.resolve_kubelet(&pool.kubelet).expect("resolves");
+            assert_eq!(resolved.config.system_reserved.cpu_millis, Some(60));
+            assert_eq!(resolved.config.system_reserved.memory_bytes, Some(96 * MIB));
+            assert!(resolved.config.kube_reserved.is_empty());
+            let m5 = type_of(&instance_types(&pool, &catalog, &[]), "m5.large");
+            assert_eq!(m5.overhead.cpu_millis, 70 + 60);
+            assert_eq!(m5.overhead.memory_bytes, (11 * 29 + 255 + 96 + 100) * MIB);
+        }
+
+        /// A reserved expression that fails for a type is left out (that
+        /// resource keeps its default), as Karpenter drops it; an expression
+        /// that does not read is refused with the class, with its field.
+        #[test]
+        fn a_failing_reserved_expression_keeps_the_default_and_a_bad_one_is_refused() {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            let pool = pool(
+                true,
+                "{kubeReserved: {cpu: \"0 - vcpus\", memory: \"1 / (vcpus - vcpus)\"}}",
+            )
+            .expect("valid");
+            let m5 = type_of(&instance_types(&pool, &catalog, &[]), "m5.large");
+            assert_eq!(m5.overhead.cpu_millis, 70);
+            assert_eq!(m5.overhead.memory_bytes, (11 * 29 + 255 + 100) * MIB);
+            let errors = pool_errors(
+                true,
+                "{maxPods: \"vcpus *\", systemReserved: {memory: \"cores * 2\"}}",
+            );
+            let got: Vec<(&str, bool)> = errors
+                .iter()
+                .map(|e| (e.field.as_str(), e.reason.contains("expression")))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    ("spec.kubelet.maxPods", true),
+                    ("spec.kubelet.systemReserved[memory]", true)
+                ]
+            );
+        }
+
+        fn pool_errors(gate: bool, kubelet: &str) -> Vec<crate::config::ConfigError> {
+            pool(gate, kubelet).expect_err("invalid")
+        }
     }
 }

@@ -915,6 +915,69 @@ async fn every_nodeclass_launch_field_reaches_the_launch_template() {
     }
 }
 
+/// Kubelet expressions (the settings' `featureGates.nodeClassCEL`,
+/// Karpenter's NodeClassCEL) reach each type's user data resolved, as
+/// Karpenter passes computed values as static ones: m5.large (2 vCPUs) and
+/// m5.xlarge (4) differ, so each has its own launch template with its own
+/// maxPods and kubeReserved — the values the plan reserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_expressions_reach_each_types_user_data_resolved() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let mut spec = serde_json::to_value(f.node_class_spec()).expect("spec");
+    spec["kubelet"] = serde_json::json!({
+        "maxPods": "min(110, vcpus * 8)",
+        "kubeReserved": {"cpu": "vcpus * 30", "memory": "max_pods * 11", "ephemeral-storage": "2Gi"}
+    });
+    let spec: EC2NodeClassSpec = serde_json::from_value(spec).expect("class");
+    let class = node_class("expr", &spec);
+    let kubelet = class.kubelet.to_kubelet_config();
+    assert!(!kubelet.expressions.is_empty());
+    let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(class);
+    let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
+    let mut req = request(
+        "expr",
+        vec![
+            offering("m5.large", &f.zones[0], "on-demand", 0.096),
+            offering("m5.xlarge", &f.zones[0], "on-demand", 0.192),
+        ],
+    );
+    req.node_class = Some("expr".into());
+    req.kubelet = kubelet;
+    cloud.launch(&req).await.expect("launch");
+
+    let mut user_data = Vec::new();
+    for t in f.launch_templates().await {
+        let version = f
+            .ec2()
+            .describe_launch_template_versions()
+            .launch_template_name(t.launch_template_name().expect("name"))
+            .versions("$Latest")
+            .send()
+            .await
+            .expect("DescribeLaunchTemplateVersions");
+        let data = version.launch_template_versions()[0]
+            .launch_template_data()
+            .expect("data");
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(data.user_data().expect("user data"))
+            .expect("base64");
+        user_data.push(String::from_utf8(text).expect("utf8"));
+    }
+    assert_eq!(user_data.len(), 2, "one template per resolved kubelet");
+    user_data.sort_by_key(|u| u.contains("maxPods: 32"));
+    // m5.large: 16 pods, 60m, 16 × 11 = 176Mi; m5.xlarge: 32, 120m, 352Mi.
+    for (u, needles) in user_data.iter().zip([
+        ["maxPods: 16", "cpu: 60m", "memory: 176Mi"],
+        ["maxPods: 32", "cpu: 120m", "memory: 352Mi"],
+    ]) {
+        for needle in needles {
+            assert!(u.contains(needle), "{needle} in {u}");
+        }
+        assert!(u.contains("ephemeral-storage: 2Gi"), "{u}");
+        assert!(!u.contains("vcpus"), "no expression reaches the node: {u}");
+    }
+}
+
 async fn assert_invalid_and_nothing_launched(
     f: &Ec2Fixture,
     settings: Ec2CloudSettings,

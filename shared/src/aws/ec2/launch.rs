@@ -147,6 +147,9 @@ struct Group<'r> {
     arch: String,
     accelerator: Accelerator,
     max_pods: i64,
+    /// `kubeReserved` and `systemReserved` values its kubelet expressions
+    /// gave (empty without expressions).
+    reserved: (BTreeMap<String, String>, BTreeMap<String, String>),
     options: Vec<&'r PricedOffering>,
     template: Option<String>,
     /// The AMI of the group's template.
@@ -464,16 +467,29 @@ impl<P: PriceSource> Ec2Cloud<P> {
             for (o, info) in &chosen {
                 let arch = info.arch.clone();
                 let acc = Accelerator::of(info);
-                let max_pods = info.max_pods(&req.kubelet);
-                match groups
-                    .iter_mut()
-                    .find(|g| g.arch == arch && g.accelerator == acc && g.max_pods == max_pods)
-                {
+                // The kubelet expressions resolved for this type: its user
+                // data carries the values the plan reserved.
+                let resolved = match info.resolve_kubelet(&req.kubelet) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        rejected.push(e);
+                        continue;
+                    }
+                };
+                let max_pods = info.max_pods(&resolved.config);
+                let reserved = (resolved.kube_reserved, resolved.system_reserved);
+                match groups.iter_mut().find(|g| {
+                    g.arch == arch
+                        && g.accelerator == acc
+                        && g.max_pods == max_pods
+                        && g.reserved == reserved
+                }) {
                     Some(g) => g.options.push(o),
                     None => groups.push(Group {
                         arch,
                         accelerator: acc,
                         max_pods,
+                        reserved,
                         options: vec![o],
                         template: None,
                         image: None,
@@ -519,6 +535,12 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     }
                     Err(e) => return Err(e),
                 };
+                let mut kubelet = std::borrow::Cow::Borrowed(&class.kubelet);
+                if !g.reserved.0.is_empty() || !g.reserved.1.is_empty() {
+                    let k = kubelet.to_mut();
+                    k.kube_reserved.extend(g.reserved.0.clone());
+                    k.system_reserved.extend(g.reserved.1.clone());
+                }
                 let user_data = userdata::render(
                     family,
                     &Bootstrap {
@@ -527,7 +549,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                         ca_base64: &cluster.ca_base64,
                         service_cidr: &cluster.service_cidr,
                         cluster_dns: class.kubelet.cluster_dns.as_slice(),
-                        kubelet: &class.kubelet,
+                        kubelet: &kubelet,
                         raid0: class.instance_store_policy.as_deref() == Some("RAID0"),
                         max_pods: g.max_pods,
                         labels: &node_labels,
