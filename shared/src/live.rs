@@ -32,7 +32,39 @@ use crate::aws::dynamo::{DynamoStore, DynamoTables};
 use crate::aws::ec2::{Ec2Cloud, Ec2CloudSettings};
 use crate::aws::{ClientOptions, sdk_config};
 use crate::kube::{ClientSettings, EksClusterInfo, EksTokenSource, KubeCluster};
-use crate::ports::{Ports, SystemClock};
+use crate::ports::{CloudError, ClusterError, Ports, SystemClock};
+
+/// Why the real adapters could not be built: the setting or the call at
+/// fault, with what it said. Every one is fatal to the invocation (nothing
+/// was read or written yet).
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// An environment variable is missing or not what it must be.
+    #[error("{variable} {reason}")]
+    Env {
+        variable: &'static str,
+        reason: String,
+    },
+    /// The AWS SDK found no region.
+    #[error("no AWS region: set AWS_REGION")]
+    NoRegion,
+    /// The AWS SDK found no credentials to sign EKS tokens with.
+    #[error("no AWS credentials provider")]
+    NoCredentials,
+    /// The EC2 adapter refused its settings.
+    #[error("{0}")]
+    Cloud(#[source] CloudError),
+    /// The cluster could not be reached or described (kubeconfig, EKS
+    /// endpoint, certificate).
+    #[error("{0}")]
+    Cluster(#[source] ClusterError),
+    /// `eks:DescribeCluster` failed.
+    #[error("eks:DescribeCluster {cluster}: {detail}")]
+    DescribeCluster { cluster: String, detail: String },
+    /// `eks:DescribeCluster` answered without the cluster.
+    #[error("EKS cluster {0} not found")]
+    ClusterNotFound(String),
+}
 
 /// The adapters a deployed function runs on.
 pub type LivePorts = Ports<Ec2Cloud, KubeCluster, DynamoStore, SystemClock>;
@@ -55,10 +87,12 @@ pub struct FunctionEnv {
 }
 
 impl FunctionEnv {
-    pub fn from_env() -> Result<FunctionEnv, String> {
-        let cluster_name = std::env::var("NODEWRIGHT_CLUSTER_NAME").map_err(|_| {
-            "NODEWRIGHT_CLUSTER_NAME is not set: name the EKS cluster to manage".to_owned()
-        })?;
+    pub fn from_env() -> Result<FunctionEnv, LiveError> {
+        let cluster_name =
+            std::env::var("NODEWRIGHT_CLUSTER_NAME").map_err(|_| LiveError::Env {
+                variable: "NODEWRIGHT_CLUSTER_NAME",
+                reason: "is not set: name the EKS cluster to manage".to_owned(),
+            })?;
         let prefix =
             std::env::var("NODEWRIGHT_TABLE_PREFIX").unwrap_or_else(|_| "nodewright".to_owned());
         let kubeconfig = std::env::var_os("KUBECONFIG")
@@ -98,16 +132,19 @@ impl FunctionEnv {
 
 /// A boolean variable: `true` or `false` (unset or empty: false); anything
 /// else is refused rather than guessed at.
-fn flag(name: &str, value: Option<String>) -> Result<bool, String> {
+fn flag(name: &'static str, value: Option<String>) -> Result<bool, LiveError> {
     match value.as_deref().map(str::trim) {
         None | Some("") | Some("false") => Ok(false),
         Some("true") => Ok(true),
-        Some(other) => Err(format!("{name} must be true or false, not {other:?}")),
+        Some(other) => Err(LiveError::Env {
+            variable: name,
+            reason: format!("must be true or false, not {other:?}"),
+        }),
     }
 }
 
 /// Builds the real adapters. Must run inside a Tokio runtime.
-pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, String> {
+pub async fn connect(env: &FunctionEnv, function: &str) -> Result<LivePorts, LiveError> {
     connect_with(env, function, &ClientOptions::default()).await
 }
 
@@ -116,18 +153,18 @@ pub async fn connect_with(
     env: &FunctionEnv,
     function: &str,
     options: &ClientOptions,
-) -> Result<LivePorts, String> {
+) -> Result<LivePorts, LiveError> {
     let sdk = sdk_config(options).await;
     let region = sdk
         .region()
         .map(|r| r.to_string())
-        .ok_or("no AWS region: set AWS_REGION")?;
+        .ok_or(LiveError::NoRegion)?;
     let store = DynamoStore::new(&sdk, env.tables.clone());
     // NodeClasses are not read here: each launch carries the validated class
     // the provisioner read from the configuration that tick (live reload).
     let mut settings = Ec2CloudSettings::new(env.cluster_name.clone());
     settings.default_instance_profile = env.default_instance_profile.clone();
-    let cloud = Ec2Cloud::new(&sdk, settings).map_err(|e| e.to_string())?;
+    let cloud = Ec2Cloud::new(&sdk, settings).map_err(LiveError::Cloud)?;
     let client_settings = ClientSettings {
         reporting_instance: function.to_owned(),
         ..Default::default()
@@ -136,7 +173,7 @@ pub async fn connect_with(
         Some(path) => {
             KubeCluster::from_kubeconfig(Some(path), env.kube_context.as_deref(), client_settings)
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(LiveError::Cluster)?
         }
         None => {
             let eks = aws_sdk_eks::Client::new(&sdk);
@@ -145,30 +182,25 @@ pub async fn connect_with(
                 .name(&env.cluster_name)
                 .send()
                 .await
-                .map_err(|e| {
-                    format!(
-                        "eks:DescribeCluster {}: {}",
-                        env.cluster_name,
-                        aws_sdk_eks::error::DisplayErrorContext(e)
-                    )
+                .map_err(|e| LiveError::DescribeCluster {
+                    cluster: env.cluster_name.clone(),
+                    detail: aws_sdk_eks::error::DisplayErrorContext(e).to_string(),
                 })?;
             let c = described
                 .cluster()
-                .ok_or_else(|| format!("EKS cluster {} not found", env.cluster_name))?;
+                .ok_or_else(|| LiveError::ClusterNotFound(env.cluster_name.clone()))?;
             let info = EksClusterInfo::from_describe(
                 &env.cluster_name,
                 c.endpoint(),
                 c.certificate_authority().and_then(|ca| ca.data()),
                 c.version(),
             )
-            .map_err(|e| e.to_string())?;
-            let credentials = sdk
-                .credentials_provider()
-                .ok_or("no AWS credentials provider")?;
+            .map_err(LiveError::Cluster)?;
+            let credentials = sdk.credentials_provider().ok_or(LiveError::NoCredentials)?;
             let tokens =
                 EksTokenSource::new(&env.cluster_name, region.clone(), credentials, SystemClock);
             info.connect(tokens, client_settings)
-                .map_err(|e| e.to_string())?
+                .map_err(LiveError::Cluster)?
         }
     };
     info!(cluster = %env.cluster_name, %region, function, "adapters ready");
@@ -186,11 +218,13 @@ mod tests {
 
     #[test]
     fn a_flag_is_true_false_or_refused() {
-        assert_eq!(flag("X", None), Ok(false));
-        assert_eq!(flag("X", Some(String::new())), Ok(false));
-        assert_eq!(flag("X", Some("false".into())), Ok(false));
-        assert_eq!(flag("X", Some("true".into())), Ok(true));
-        let refused = flag("X", Some("yes".into())).expect_err("not a boolean");
+        assert!(matches!(flag("X", None), Ok(false)));
+        assert!(matches!(flag("X", Some(String::new())), Ok(false)));
+        assert!(matches!(flag("X", Some("false".into())), Ok(false)));
+        assert!(matches!(flag("X", Some("true".into())), Ok(true)));
+        let refused = flag("X", Some("yes".into()))
+            .expect_err("not a boolean")
+            .to_string();
         assert!(
             refused.contains("X must be true or false") && refused.contains("yes"),
             "{refused}"

@@ -97,16 +97,71 @@ impl std::fmt::Display for FailureKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ServiceError {
+    /// The retry class: what a caller branches on.
     pub kind: FailureKind,
+    /// The call that failed (`CreateFleet`, `TransactWriteItems`), when known.
+    pub operation: Option<String>,
+    /// The service's error code (`InsufficientInstanceCapacity`,
+    /// `ConditionalCheckFailed`), when it gave one.
+    pub code: Option<String>,
+    /// The whole account as logs read it: operation, code and what the
+    /// service said (with any context callers put in front).
     pub message: String,
 }
 
 impl ServiceError {
+    /// A failure known only by its kind and text.
     pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
         ServiceError {
             kind,
+            operation: None,
+            code: None,
             message: message.into(),
         }
+    }
+
+    /// A failure of one call: `message` is what the service said, read as
+    /// `<operation>: <code>: <message>` (the code left out when there is none).
+    pub fn of_call(
+        kind: FailureKind,
+        operation: impl Into<String>,
+        code: Option<String>,
+        message: &str,
+    ) -> Self {
+        let operation = operation.into();
+        let message = match &code {
+            Some(code) => format!("{operation}: {code}: {message}"),
+            None => format!("{operation}: {message}"),
+        };
+        ServiceError {
+            kind,
+            operation: Some(operation),
+            code,
+            message,
+        }
+    }
+
+    /// The same failure, naming the call that failed (its message as it was).
+    pub fn with_operation(self, operation: impl Into<String>) -> Self {
+        ServiceError {
+            operation: Some(operation.into()),
+            ..self
+        }
+    }
+
+    /// The same failure, naming the service's error code (its message as it was).
+    pub fn with_code(self, code: Option<String>) -> Self {
+        ServiceError { code, ..self }
+    }
+
+    /// The call that failed, when known.
+    pub fn operation(&self) -> Option<&str> {
+        self.operation.as_deref()
+    }
+
+    /// The service's error code, when it gave one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 }
 
@@ -153,10 +208,10 @@ impl CloudError {
         match self {
             CloudError::Transient(m) => CloudError::Transient(format!("{context}: {m}")),
             CloudError::Invalid(m) => CloudError::Invalid(format!("{context}: {m}")),
-            CloudError::Service(e) => CloudError::Service(ServiceError::new(
-                e.kind,
-                format!("{context}: {}", e.message),
-            )),
+            CloudError::Service(e) => CloudError::Service(ServiceError {
+                message: format!("{context}: {}", e.message),
+                ..e
+            }),
             other @ CloudError::InsufficientCapacity { .. } => other,
         }
     }

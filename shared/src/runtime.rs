@@ -15,7 +15,7 @@ use crate::handlers::state_change;
 use crate::model::{SignedDuration, Timestamp};
 use crate::ports::PortSet;
 
-pub use crate::live::{FunctionEnv, LivePorts, connect};
+pub use crate::live::{FunctionEnv, LiveError, LivePorts, connect};
 
 /// The provisioner stops this long before its Lambda deadline.
 pub const DEADLINE_MARGIN: SignedDuration = SignedDuration::from_secs(5);

@@ -259,7 +259,7 @@ impl std::fmt::Display for ApiError {
 
 impl From<ApiError> for ServiceError {
     fn from(e: ApiError) -> ServiceError {
-        ServiceError::new(e.kind, e.to_string())
+        ServiceError::of_call(e.kind, e.op, e.code, &e.message)
     }
 }
 
@@ -278,6 +278,45 @@ impl From<ApiError> for StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_call_keeps_its_operation_and_code_and_reads_as_before() {
+        let api = ApiError {
+            op: "CreateFleet",
+            code: Some("RequestLimitExceeded".to_owned()),
+            message: "slow down".to_owned(),
+            status: Some(503),
+            kind: FailureKind::Throttled,
+        };
+        let text = api.to_string();
+        let e = CloudError::from(api).context("launch default-abcde");
+        let CloudError::Service(s) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            (s.kind, s.operation(), s.code()),
+            (
+                FailureKind::Throttled,
+                Some("CreateFleet"),
+                Some("RequestLimitExceeded")
+            )
+        );
+        assert_eq!(s.message, format!("launch default-abcde: {text}"));
+        assert_eq!(
+            e.to_string(),
+            "throttled: launch default-abcde: CreateFleet: RequestLimitExceeded: slow down"
+        );
+        assert!(e.is_retryable());
+        let without_code = ServiceError::from(ApiError {
+            code: None,
+            ..ApiError::invalid_request("PutItem", "no key")
+        });
+        assert_eq!(
+            (without_code.operation(), without_code.code()),
+            (Some("PutItem"), None)
+        );
+        assert_eq!(without_code.to_string(), "invalid request: PutItem: no key");
+    }
 
     #[test]
     fn aws_errors_are_classified_by_what_they_are() {

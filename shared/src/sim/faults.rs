@@ -219,20 +219,28 @@ impl<S: Store> FaultyStore<S> {
         if w.deny > 0 {
             w.deny -= 1;
             w.denied += 1;
-            return Err(StoreError::Service(ServiceError::new(
-                FailureKind::AccessDenied,
-                format!(
-                    "injected: {what}: KMSAccessDeniedException: the table's key refuses the call"
-                ),
-            )));
+            return Err(StoreError::Service(
+                ServiceError::new(
+                    FailureKind::AccessDenied,
+                    format!(
+                        "injected: {what}: KMSAccessDeniedException: the table's key refuses the call"
+                    ),
+                )
+                .with_operation(what)
+                .with_code(Some("KMSAccessDeniedException".to_owned())),
+            ));
         }
         if w.throttle > 0 {
             w.throttle -= 1;
             w.throttled += 1;
-            return Err(StoreError::Service(ServiceError::new(
-                FailureKind::Throttled,
-                format!("injected: {what}: ProvisionedThroughputExceededException"),
-            )));
+            return Err(StoreError::Service(
+                ServiceError::new(
+                    FailureKind::Throttled,
+                    format!("injected: {what}: ProvisionedThroughputExceededException"),
+                )
+                .with_operation(what)
+                .with_code(Some("ProvisionedThroughputExceededException".to_owned())),
+            ));
         }
         if conditional && w.conflict > 0 {
             w.conflict -= 1;

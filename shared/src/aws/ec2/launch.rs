@@ -1634,10 +1634,11 @@ pub(crate) fn fleet_outcome(
                 .map(|(c, _)| super::super::classify(Some(c.as_str()), None))
         })
         .unwrap_or(crate::ports::FailureKind::InvalidRequest);
-    Err(CloudError::Service(crate::ports::ServiceError::new(
-        kind,
-        format!("CreateFleet: {text}"),
-    )))
+    // The code named is the first error's; the message lists them all.
+    Err(CloudError::Service(
+        crate::ports::ServiceError::of_call(kind, "CreateFleet", None, &text)
+            .with_code(other_errors.first().map(|(c, _)| c.clone())),
+    ))
 }
 
 #[cfg(test)]
