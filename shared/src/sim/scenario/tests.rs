@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Found by the `scenario` fuzz target: a 120-digit `at:` made the
