@@ -28,14 +28,16 @@ use crate::config::nodeclass::EC2NodeClassSpec;
 use crate::config::nodeclass::{AmiSelector, NodeIdentity, volume_size_gib};
 use crate::config::{AmiFamily, ConfigError, ConfigItem, ConfigKind, NodeClass};
 
-/// The families the launch path can bootstrap.
-pub const LAUNCH_FAMILIES: [AmiFamily; 6] = [
+/// The families the launch path can launch (Custom: the NodeClass's own
+/// AMI and user data, nothing rendered).
+pub const LAUNCH_FAMILIES: [AmiFamily; 7] = [
     AmiFamily::AL2023,
     AmiFamily::AL2,
     AmiFamily::Bottlerocket,
     AmiFamily::Windows2019,
     AmiFamily::Windows2022,
     AmiFamily::Windows2025,
+    AmiFamily::Custom,
 ];
 
 /// Whether EKS publishes AMIs of `family` for Kubernetes `k8s` (`1.34`):
@@ -241,10 +243,12 @@ pub fn launch_settings(
 
 /// `blockDeviceMappings` as written, or Karpenter's defaults for the
 /// family: a 20 GiB root volume (Bottlerocket: a 4 GiB OS volume and a
-/// 20 GiB data volume; Windows: a 50 GiB `/dev/sda1`).
+/// 20 GiB data volume; Windows: a 50 GiB `/dev/sda1`; Custom: none, so EC2
+/// uses the volumes the AMI defines).
 fn block_devices(class: &NodeClass, family: AmiFamily) -> Result<Vec<BlockDevice>, String> {
     if class.block_device_mappings.is_empty() {
         return Ok(match family {
+            AmiFamily::Custom => Vec::new(),
             AmiFamily::Bottlerocket => vec![
                 BlockDevice::default_gp3("/dev/xvda", 4),
                 BlockDevice::default_gp3("/dev/xvdb", 20),
@@ -500,7 +504,14 @@ mod tests {
         let c = class(
             serde_json::json!({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-1"}]}),
         );
-        assert!(launch_family(&c).is_err_and(|e| e.contains("Custom")));
+        assert_eq!(launch_family(&c), Ok((AmiFamily::Custom, None)));
+        assert_eq!(
+            launch_settings(&c, AmiFamily::Custom, false)
+                .expect("settings")
+                .block_devices,
+            vec![],
+            "Custom: the AMI's own volumes"
+        );
         let c = class(serde_json::json!({"role": null, "instanceProfile": "profile-a"}));
         assert_eq!(
             instance_profile_name(&c, Some("fallback")),
@@ -675,5 +686,92 @@ mod tests {
             launch_settings(&c, AmiFamily::AL2023, false)
                 .is_err_and(|e| e.contains("cpuOptions.nestedVirtualization"))
         );
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go:
+    /// the Custom AMI family's entries and case. The class launches (its
+    /// AMI, its user data verbatim: suite test
+    /// `aws_cloud::the_custom_family_launches_its_ami_with_its_user_data_verbatim`),
+    /// and its types are sized as Karpenter sizes a Custom class: ENI-limited
+    /// pods, the default kube-reserved memory from that count (as AL2023,
+    /// unlike Bottlerocket), a 20 GiB volume when no size is written.
+    /// Translated onto the simulator's us-east-1 catalog (t3.large: 3 ENIs ×
+    /// 12 IPv4 addresses, 35 pods).
+    mod custom_family {
+        use super::*;
+        use crate::config::NodePool;
+        use crate::resources::MIB;
+
+        const IMAGE: &str = "ami-0123456789abcdef0";
+
+        fn pool(settings: &str, class: &str) -> (NodePool, NodeClass) {
+            let text = format!(
+                "apiVersion: nodewright.io/v1alpha1\nkind: Settings\nmetadata: {{name: default}}\nspec: {{{settings}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements: []\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiFamily: Custom\n  amiSelectorTerms:\n  - id: {IMAGE}\n  role: KarpenterNodeRole\n  subnetSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  securityGroupSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n{class}"
+            );
+            let docs = crate::config::parse_documents(&text).expect("documents");
+            let set = crate::config::ConfigSet::from_documents(&docs).expect("valid");
+            let class = set.node_class("default").expect("class").clone();
+            assert_eq!(
+                launch_family(&class),
+                Ok((AmiFamily::Custom, None)),
+                "a Custom class launches"
+            );
+            (set.node_pool("default").expect("pool").clone(), class)
+        }
+
+        fn t3_large(pool: &NodePool) -> crate::cloud::InstanceType {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+            crate::provisioning::plan::instance_types(pool, &catalog, &[])
+                .into_iter()
+                .find(|t| t.name == "t3.large")
+                .expect("t3.large listed")
+        }
+
+        /// "should set max-pods to user-defined value if specified" [custom]:
+        /// 10 pods; kube-reserved memory still 11 × 35 + 255 = 640Mi (with
+        /// the 100Mi eviction threshold beside it).
+        #[test]
+        fn should_set_max_pods_to_user_defined_value_if_specified_custom() {
+            let (pool, _) = pool("", "  kubelet: {maxPods: 10}\n");
+            let t = t3_large(&pool);
+            assert_eq!(t.capacity.pods, 10);
+            assert_eq!(t.overhead.memory_bytes, (640 + 100) * MIB);
+        }
+
+        /// "should reserve ENIs when aws.reservedENIs is set and use it in
+        /// max-pods calculation" [custom]: one ENI reserved, (3 − 1) × 11 + 2
+        /// = 24 pods; kube-reserved memory from the unreserved 35 (640Mi).
+        #[test]
+        fn should_reserve_enis_when_reserved_enis_is_set_and_use_it_in_max_pods_calculation_custom()
+        {
+            let (pool, _) = pool("reservedENIs: 1", "");
+            let t = t3_large(&pool);
+            assert_eq!(t.capacity.pods, 24);
+            assert_eq!(t.overhead.memory_bytes, (640 + 100) * MIB);
+        }
+
+        /// "should default to EBS defaults when volumeSize is not defined in
+        /// blockDeviceMappings for custom AMIs": a mapping with a snapshot and
+        /// no size gives 20Gi of ephemeral storage, and reaches the launch
+        /// template as written (one /dev/xvda, its snapshot and rate).
+        #[test]
+        fn should_default_to_ebs_defaults_when_volume_size_is_not_defined_in_block_device_mappings_for_custom_amis()
+         {
+            let (pool, class) = pool(
+                "",
+                "  blockDeviceMappings:\n  - deviceName: /dev/xvda\n    ebs: {snapshotID: snap-0123456789abcdef0, volumeInitializationRate: 100}\n",
+            );
+            assert_eq!(t3_large(&pool).capacity.ephemeral_bytes, 20 << 30);
+            let devices = launch_settings(&class, AmiFamily::Custom, false)
+                .expect("settings")
+                .block_devices;
+            assert_eq!(devices.len(), 1, "{devices:?}");
+            assert_eq!(devices[0].device_name.as_deref(), Some("/dev/xvda"));
+            assert_eq!(
+                devices[0].snapshot_id.as_deref(),
+                Some("snap-0123456789abcdef0")
+            );
+            assert_eq!(devices[0].volume_initialization_rate, Some(100));
+        }
     }
 }

@@ -57,16 +57,17 @@ pub struct Bootstrap<'a> {
 }
 
 /// Renders the user data (plain text; the launch template wants it base64).
-/// Custom is not rendered (yet).
+/// Custom: the NodeClass's user data as written.
 pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
     match family {
         AmiFamily::AL2023 => al2023(b),
         AmiFamily::AL2 => Ok(al2(b)),
         AmiFamily::Bottlerocket => bottlerocket(b),
         AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => Ok(windows(b)),
-        AmiFamily::Custom => Err(format!(
-            "no user data for amiFamily {family} yet (AL2023, AL2, Bottlerocket, Windows2019, Windows2022, Windows2025)"
-        )),
+        // Custom: the NodeClass's user data as written, nothing rendered
+        // around it (as Karpenter's Custom family): joining the cluster is
+        // the AMI's and the user data's business.
+        AmiFamily::Custom => Ok(b.user_data.unwrap_or_default().to_owned()),
     }
 }
 

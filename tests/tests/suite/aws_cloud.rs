@@ -978,6 +978,58 @@ async fn kubelet_expressions_reach_each_types_user_data_resolved() {
     }
 }
 
+/// The Custom AMI family (Karpenter's `amiFamily: Custom`): the AMI the
+/// terms select and the NodeClass's user data verbatim — nothing rendered
+/// around it — and no default volumes (EC2 uses the AMI's own), as
+/// Karpenter's Custom family launches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_custom_family_launches_its_ami_with_its_user_data_verbatim() {
+    let f = Ec2Fixture::new("us-east-1", "1.32").await;
+    let manifest = seeded_parameters(&f).await;
+    let image = manifest
+        ["/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id"]
+        .as_str()
+        .expect("an image")
+        .to_owned();
+    let user_data = "#!/bin/bash\n/etc/eks/custom-join.sh --cluster demo\n";
+    let mut spec = serde_json::to_value(f.node_class_spec()).expect("spec");
+    spec["amiFamily"] = serde_json::json!("Custom");
+    spec["amiSelectorTerms"] = serde_json::json!([{"id": image}]);
+    spec["userData"] = serde_json::json!(user_data);
+    spec["kubelet"] = serde_json::json!({"maxPods": 10});
+    let spec: EC2NodeClassSpec = serde_json::from_value(spec).expect("class");
+    let class = node_class("custom", &spec);
+    let settings = Ec2CloudSettings::new(&f.cluster).with_node_class(class);
+    let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
+    let mut req = request(
+        "custom",
+        vec![offering("m5.large", &f.zones[0], "on-demand", 0.096)],
+    );
+    req.node_class = Some("custom".into());
+    cloud.launch(&req).await.expect("a Custom class launches");
+
+    let templates = f.launch_templates().await;
+    assert_eq!(templates.len(), 1);
+    let version = f
+        .ec2()
+        .describe_launch_template_versions()
+        .launch_template_name(templates[0].launch_template_name().expect("name"))
+        .versions("$Latest")
+        .send()
+        .await
+        .expect("DescribeLaunchTemplateVersions");
+    let data = version.launch_template_versions()[0]
+        .launch_template_data()
+        .expect("data");
+    assert_eq!(data.image_id(), Some(image.as_str()));
+    assert!(data.block_device_mappings().is_empty(), "{data:?}");
+    let rendered = base64::engine::general_purpose::STANDARD
+        .decode(data.user_data().expect("user data"))
+        .expect("base64");
+    assert_eq!(String::from_utf8(rendered).expect("utf8"), user_data);
+    assert_eq!(f.instances_of_claim(&req.claim_id).await.len(), 1);
+}
+
 async fn assert_invalid_and_nothing_launched(
     f: &Ec2Fixture,
     settings: Ec2CloudSettings,

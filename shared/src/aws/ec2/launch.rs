@@ -862,9 +862,21 @@ impl<P: PriceSource> Ec2Cloud<P> {
             })
             .collect();
         let id = if explicit.is_empty() && ssm_terms.is_empty() {
-            family_runs_kubernetes(key.family, &key.k8s).map_err(CloudError::Invalid)?;
+            // Custom with an alias: the alias's EKS AMI, with the class's
+            // own user data.
+            let family = match key.family {
+                AmiFamily::Custom => terms
+                    .iter()
+                    .find_map(|t| match t {
+                        AmiSelector::Alias { family, .. } => Some(*family),
+                        _ => None,
+                    })
+                    .unwrap_or(AmiFamily::Custom),
+                f => f,
+            };
+            family_runs_kubernetes(family, &key.k8s).map_err(CloudError::Invalid)?;
             let path = ami_parameter(
-                key.family,
+                family,
                 key.version.as_deref(),
                 &key.k8s,
                 &key.arch,
@@ -873,7 +885,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .ok_or_else(|| {
                 CloudError::Invalid(format!(
                     "no EKS-optimized AMI parameter for amiFamily {} on {}",
-                    key.family, key.arch
+                    family, key.arch
                 ))
             })?;
             self.ssm_value(&path).await.map_err(|e| {
