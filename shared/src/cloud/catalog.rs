@@ -10,6 +10,8 @@
 //! - kube-reserved CPU = 6 % of the first core, 1 % of the second, 0.5 % of
 //!   cores 3–4, 0.25 % of every core above 4
 //! - maxPods = ENIs × (IPv4 per ENI − 1) + 2 unless the kubelet config says otherwise
+//! - `vpc.amazonaws.com/pod-eni` = the type's branch ENIs when it can trunk
+//!   (`shared/data/trunk-branch-enis.csv`), else 0
 //! - Windows nodes (the Windows AMI families): `kubernetes.io/os=windows` on
 //!   amd64 only, `node.kubernetes.io/windows-build`, 110 pods unless maxPods
 //!   (no ENI-limited density; reserved ENIs do not count), kube-reserved
@@ -234,6 +236,35 @@ impl Threshold {
     }
 }
 
+/// The extended resource of a pod's own branch ENI (security groups for pods).
+pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+
+/// Branch ENIs per trunking-compatible type (what the VPC resource
+/// controller advertises as `vpc.amazonaws.com/pod-eni`); EC2's API does not
+/// report them, so both catalogs read this table.
+const TRUNK_BRANCH_ENIS: &str = include_str!("../../data/trunk-branch-enis.csv");
+
+/// The branch ENIs a node of `instance_type` offers pods; 0 for a type that
+/// cannot trunk (or that the table does not know).
+pub fn trunk_branch_enis(instance_type: &str) -> u32 {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<&'static str, u32>> =
+        std::sync::OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            TRUNK_BRANCH_ENIS
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.starts_with("instance_type,"))
+                .filter_map(|l| {
+                    let (name, n) = l.split_once(',')?;
+                    Some((name, n.trim().parse().ok()?))
+                })
+                .collect()
+        })
+        .get(instance_type)
+        .copied()
+        .unwrap_or(0)
+}
+
 /// The extended resource of a Windows node's pod IPv4 addresses.
 pub const PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
 
@@ -309,6 +340,7 @@ impl InstanceTypeInfo {
         }
         r.set_extended("aws.amazon.com/neuroncore", i64::from(self.neuron_cores));
         r.set_extended("vpc.amazonaws.com/efa", i64::from(self.efa_interfaces));
+        r.set_extended(POD_ENI, i64::from(trunk_branch_enis(&self.name)));
         if self.runs_windows(kubelet) {
             // The VPC resource controller's per-node IPv4 addresses for
             // Windows pods: one ENI's addresses less the primary. A type
@@ -1207,5 +1239,38 @@ mod tests {
         let linux = info("m6g.large", 2, 8192, "arm64", 3, 10).requirements();
         assert!(linux.allows(labels::OS, Some("linux")));
         assert!(linux.allows(labels::WINDOWS_BUILD, None));
+    }
+
+    // Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    // Describe "InstanceTypeProvider" / It "should launch
+    // vpc.amazonaws.com/pod-eni on a compatible instance type" and It
+    // "should not launch AWS Pod ENI on a t3" (the catalog side; the
+    // scenarios launch): a trunking-compatible type advertises its branch
+    // ENIs (m5.large 9, c5.4xlarge 54, as the VPC resource controller's
+    // limits say), a t3 none, and so does every type of the simulator's
+    // catalog that cannot trunk; the table is read, not empty.
+    #[test]
+    fn trunking_types_advertise_their_branch_enis_as_pod_eni() {
+        let kc = KubeletConfig::default();
+        let m5 = info("m5.large", 2, 8192, "amd64", 3, 10);
+        assert_eq!(m5.capacity(&kc).extended(POD_ENI), 9);
+        assert_eq!(trunk_branch_enis("c5.4xlarge"), 54);
+        let t3 = info("t3.large", 2, 8192, "amd64", 3, 12);
+        assert_eq!(t3.capacity(&kc).extended(POD_ENI), 0);
+        assert_eq!(trunk_branch_enis("no-such.type"), 0);
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("us-east-1");
+        let trunking = catalog
+            .instance_types
+            .iter()
+            .filter(|i| i.capacity(&kc).extended(POD_ENI) > 0)
+            .count();
+        assert!(trunking > 300, "{trunking} trunking types");
+        assert!(
+            catalog
+                .instance_types
+                .iter()
+                .filter(|i| i.name.starts_with("t3."))
+                .all(|i| i.capacity(&kc).extended(POD_ENI) == 0)
+        );
     }
 }
