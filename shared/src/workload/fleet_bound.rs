@@ -5,7 +5,9 @@
 //! limits.
 //!
 //! Columns are (pool, instance type, capacity type), each at its cheapest
-//! offering in any zone the pool allows. Pods of one size that admit the
+//! offering in any zone the pool allows; with [`FleetBound::with_zones`],
+//! (pool, instance type, capacity type, zone) at that zone's price, so a
+//! zone-pinned pod uses only its zone's offerings. Pods of one size that admit the
 //! same columns form one group; the LP splits each group over its columns
 //! (a share of its pods, so of each resource alike: pods of one size can
 //! only be split that way):
@@ -18,8 +20,9 @@
 //!
 //! Any fleet that runs the pods is a solution (x_c its nodes of that column,
 //! y_gc the share of group g on them), so none costs less. It stays a
-//! relaxation: a pod may be split over nodes, zones and spreads are not seen,
-//! a pending pod counts as if placed.
+//! relaxation: a pod may be split over nodes, topology spreads and pod
+//! (anti-)affinity are not seen (nor zones, but for `with_zones`' pins), a
+//! pending pod counts as if placed.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -64,7 +67,23 @@ pub struct FleetBound {
 type BoundKey = (Vec<(usize, Resources, i64)>, Vec<(usize, Resources)>);
 
 impl FleetBound {
+    /// Columns at their cheapest offering in any zone the pool allows: a
+    /// zone-pinned pod is bounded as if it could run in the cheapest zone.
     pub fn new(pools: &[NodePool], catalog: &CloudCatalog) -> Self {
+        Self::build(pools, catalog, false)
+    }
+
+    /// One column per zone as well (pool, type, capacity type, zone), at
+    /// that zone's price and labelled with it: a pod pinned to a zone (node
+    /// selector or required affinity on `topology.kubernetes.io/zone`) can
+    /// only use its zone's offerings. Tighter than [`FleetBound::new`] when
+    /// pods are pinned, equal when none is, and larger (a column per
+    /// offered zone) for the LP.
+    pub fn with_zones(pools: &[NodePool], catalog: &CloudCatalog) -> Self {
+        Self::build(pools, catalog, true)
+    }
+
+    fn build(pools: &[NodePool], catalog: &CloudCatalog, zonal: bool) -> Self {
         let mut columns = Vec::new();
         for (p, pool) in pools.iter().enumerate() {
             for info in &catalog.instance_types {
@@ -80,27 +99,34 @@ impl FleetBound {
                     {
                         continue;
                     }
-                    let price = catalog
-                        .offerings
-                        .iter()
-                        .filter(|o| {
-                            o.instance_type == info.name && o.capacity_type == capacity_type
-                        })
-                        .filter(|o| pool.requirements.allows(labels::ZONE, Some(&o.zone)))
-                        .map(|o| o.price)
-                        .min_by(f64::total_cmp);
-                    let Some(price) = price else { continue };
-                    let mut node = node.clone();
-                    node.add(labels::CAPACITY_TYPE, Requirement::single(capacity_type));
+                    // The cheapest offering per zone (one entry, zone-blind,
+                    // unless `zonal`).
+                    let mut prices: BTreeMap<Option<&str>, f64> = BTreeMap::new();
+                    for o in catalog.offerings.iter().filter(|o| {
+                        o.instance_type == info.name
+                            && o.capacity_type == capacity_type
+                            && pool.requirements.allows(labels::ZONE, Some(&o.zone))
+                    }) {
+                        let zone = zonal.then_some(o.zone.as_str());
+                        let price = prices.entry(zone).or_insert(o.price);
+                        *price = price.min(o.price);
+                    }
                     let capacity = info.capacity(&pool.kubelet);
                     let allocatable = capacity.saturating_sub(&info.overhead(&pool.kubelet));
-                    columns.push(Column {
-                        pool: p,
-                        node,
-                        price,
-                        capacity,
-                        allocatable,
-                    });
+                    for (zone, price) in prices {
+                        let mut node = node.clone();
+                        node.add(labels::CAPACITY_TYPE, Requirement::single(capacity_type));
+                        if let Some(zone) = zone {
+                            node.add(labels::ZONE, Requirement::single(zone));
+                        }
+                        columns.push(Column {
+                            pool: p,
+                            node,
+                            price,
+                            capacity: capacity.clone(),
+                            allocatable: allocatable.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -303,18 +329,29 @@ impl FleetBound {
                 groups.iter().any(|(a, _)| a[c]) && UNITS.iter().all(|u| u(&allocatable[c]) > 0.0)
             })
             .collect();
-        let signature = |c: usize| {
-            (
+        // Columns compete only with those of their pool admitted by the same
+        // groups: bucketed once, not compared pair by pair (with a column
+        // per zone there are thousands).
+        let mut buckets: HashMap<(usize, Vec<bool>), Vec<usize>> = HashMap::new();
+        for &c in &usable {
+            let signature = (
                 self.columns[c].pool,
                 groups.iter().map(|(a, _)| a[c]).collect::<Vec<_>>(),
-            )
-        };
+            );
+            buckets.entry(signature).or_default().push(c);
+        }
+        let mut bucket_of: HashMap<usize, &Vec<usize>> = HashMap::new();
+        for bucket in buckets.values() {
+            for &c in bucket {
+                bucket_of.insert(c, bucket);
+            }
+        }
         usable
             .iter()
             .copied()
             .filter(|&j| {
-                !usable.iter().any(|&i| {
-                    if i == j || signature(i) != signature(j) {
+                !bucket_of[&j].iter().any(|&i| {
+                    if i == j {
                         return false;
                     }
                     // λ copies of i cover one of j.
@@ -584,6 +621,57 @@ mod tests {
         let mut with_huge = big.clone();
         with_huge.push(pod("huge", "5000", "1Gi", json!({})));
         assert_eq!(fb.bound(&with_huge), Some(b_big));
+    }
+
+    #[test]
+    fn with_zones_a_pinned_pod_pays_its_zones_price() {
+        let catalog = catalog();
+        let pools = [pool(
+            "general",
+            json!({"template": {"spec": {"requirements": requirements(&["spot", "on-demand"])}}}),
+        )];
+        // Spot prices differ per zone: the pods pinned to the dearest zone
+        // (for the type the zone-blind bound buys) cost more once zones are seen.
+        let zones = crate::workload::w2::zones(&pools[0], &catalog);
+        let free = pods(40, "1", "2Gi", json!({}));
+        let (mut blind, mut zonal) = (
+            FleetBound::new(&pools, &catalog),
+            FleetBound::with_zones(&pools, &catalog),
+        );
+        let (b_free, z_free) = (
+            blind.bound(&free).expect("feasible"),
+            zonal.bound(&free).expect("feasible"),
+        );
+        // No pin: the cheapest zone either way.
+        assert!((b_free - z_free).abs() < 1e-6, "{b_free} vs {z_free}");
+        let mut dearest = (0.0, String::new());
+        for zone in &zones {
+            let pinned = pods(
+                40,
+                "1",
+                "2Gi",
+                json!({"nodeSelector": {"topology.kubernetes.io/zone": zone}}),
+            );
+            let (b, z) = (
+                blind.bound(&pinned).expect("feasible"),
+                zonal.bound(&pinned).expect("feasible"),
+            );
+            // Still a bound on the same fleets, never below the zone-blind one.
+            assert!((b - b_free).abs() < 1e-6, "{zone}: {b} vs {b_free}");
+            assert!(z >= b - 1e-9, "{zone}: {z} vs {b}");
+            if z > dearest.0 {
+                dearest = (z, zone.clone());
+            }
+        }
+        assert!(
+            dearest.0 > b_free * 1.01,
+            "some zone is dearer than the cheapest: {dearest:?} vs {b_free}"
+        );
+        // 40 × (1 cpu, 2 GiB) fit on 3 m5.4xlarge (16 cpu) on-demand in any zone.
+        assert!(
+            dearest.0 <= on_demand_plan(&catalog, "m5.4xlarge", 3),
+            "{dearest:?}"
+        );
     }
 
     impl FleetBound {

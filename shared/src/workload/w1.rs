@@ -94,30 +94,36 @@ pub fn instance_types(n: usize) -> Vec<InstanceType> {
 
 /// `n` pending pods of the mix, named `w1-<index>`, from a seeded RNG.
 pub fn pods(n: usize, mix: Mix, seed: u64) -> Vec<Pod> {
+    pods_lazily(n, mix, seed).collect()
+}
+
+/// The same pods as [`pods`], made one at a time as they are taken, so a
+/// reader may hold a page of them rather than the whole list (as the
+/// Kubernetes adapter reads a listing in pages).
+pub fn pods_lazily(n: usize, mix: Mix, seed: u64) -> impl Iterator<Item = Pod> {
     let mut g = Generator {
         rng: ChaCha8Rng::seed_from_u64(seed),
         next: 0,
     };
-    match mix {
-        Mix::Generic => (0..n).map(|_| g.generic()).collect(),
-        Mix::Preferences => {
-            let requests = g.requests();
-            (0..n).map(|_| g.preferences(requests)).collect()
-        }
-        Mix::Karpenter => {
-            let fifth = n / 5;
-            let mut out = Vec::with_capacity(n);
-            out.extend((0..fifth).map(|_| g.generic()));
-            out.extend((0..fifth).map(|_| g.spread(labels::ZONE)));
-            out.extend((0..fifth).map(|_| g.spread(labels::HOSTNAME)));
-            out.extend((0..fifth).map(|_| g.zone_affinity()));
-            out.extend((0..fifth).map(|_| g.anti_affinity()));
-            while out.len() < n {
-                out.push(g.generic());
-            }
-            out
-        }
-    }
+    // The preference pods share one draw, made before any pod.
+    let shared_requests = match mix {
+        Mix::Preferences => g.requests(),
+        Mix::Generic | Mix::Karpenter => (0, 0),
+    };
+    // Karpenter's mix: fifths of generic, zone spread, hostname spread,
+    // zone affinity and anti-affinity pods, in that order; the remainder generic.
+    let fifth = n / 5;
+    (0..n).map(move |i| match mix {
+        Mix::Generic => g.generic(),
+        Mix::Preferences => g.preferences(shared_requests),
+        Mix::Karpenter => match i.checked_div(fifth).unwrap_or(5) {
+            1 => g.spread(labels::ZONE),
+            2 => g.spread(labels::HOSTNAME),
+            3 => g.zone_affinity(),
+            4 => g.anti_affinity(),
+            _ => g.generic(),
+        },
+    })
 }
 
 struct Generator {

@@ -154,6 +154,17 @@ pub fn zones(pool: &NodePool, catalog: &CloudCatalog) -> Vec<String> {
 /// `n` pending pods of the mix, from a seeded RNG; zone-pinned pods draw
 /// from `zones` (see [`zones`]).
 pub fn pods(n: usize, mix: Mix, seed: u64, zones: &[String]) -> Vec<Pod> {
+    pods_lazily(n, mix, seed, zones).collect()
+}
+
+/// The same pods as [`pods`], made one at a time as they are taken, so a
+/// reader may hold a page of them rather than the whole list.
+pub fn pods_lazily(
+    n: usize,
+    mix: Mix,
+    seed: u64,
+    zones: &[String],
+) -> impl Iterator<Item = Pod> + use<> {
     let mut g = Generator {
         rng: ChaCha8Rng::seed_from_u64(seed),
         next: 0,
@@ -181,9 +192,7 @@ pub fn pods(n: usize, mix: Mix, seed: u64, zones: &[String]) -> Vec<Pod> {
             Part::HostSpread,
         ],
     };
-    (0..n)
-        .map(|i| g.pod(parts[i * parts.len() / n.max(1)], i))
-        .collect()
+    (0..n).map(move |i| g.pod(parts[i * parts.len() / n.max(1)], i))
 }
 
 #[derive(Debug, Clone, Copy)]
