@@ -23,6 +23,46 @@ impl std::fmt::Display for OfferingKey {
     }
 }
 
+impl OfferingKey {
+    /// A field that matches any value: `{spot, *, *}` marks a whole
+    /// capacity type, `{*, *, zone}` a whole zone (Karpenter's capacity-type
+    /// and subnet marks of its unavailable-offerings cache).
+    pub const ANY: &'static str = "*";
+
+    /// Every offering of one capacity type.
+    pub fn capacity_type(capacity_type: &str) -> OfferingKey {
+        OfferingKey {
+            capacity_type: capacity_type.to_owned(),
+            instance_type: Self::ANY.to_owned(),
+            zone: Self::ANY.to_owned(),
+        }
+    }
+
+    /// Every offering in one zone.
+    pub fn zone(zone: &str) -> OfferingKey {
+        OfferingKey {
+            capacity_type: Self::ANY.to_owned(),
+            instance_type: Self::ANY.to_owned(),
+            zone: zone.to_owned(),
+        }
+    }
+
+    /// Whether any field is [`OfferingKey::ANY`].
+    pub fn is_wildcard(&self) -> bool {
+        [&self.capacity_type, &self.instance_type, &self.zone]
+            .iter()
+            .any(|f| f.as_str() == Self::ANY)
+    }
+
+    /// Whether this key names the offering (a wildcard field matches any).
+    pub fn matches(&self, capacity_type: &str, instance_type: &str, zone: &str) -> bool {
+        let m = |k: &str, v: &str| k == Self::ANY || k == v;
+        m(&self.capacity_type, capacity_type)
+            && m(&self.instance_type, instance_type)
+            && m(&self.zone, zone)
+    }
+}
+
 /// `namespace/name` of a pod, with its uid so a re-created pod of the same
 /// name is not mistaken for the old one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

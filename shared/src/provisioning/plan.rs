@@ -71,6 +71,7 @@ pub fn instance_types(
     catalog: &CloudCatalog,
     unavailable: &[OfferingKey],
 ) -> Vec<InstanceType> {
+    let unavailable_keys = unavailable;
     let unavailable: HashSet<(&str, &str, &str)> = unavailable
         .iter()
         .map(|k| {
@@ -81,14 +82,22 @@ pub fn instance_types(
             )
         })
         .collect();
+    // A whole capacity type or zone marked unavailable (`OfferingKey::ANY`).
+    let wildcards: Vec<&OfferingKey> = unavailable_keys
+        .iter()
+        .filter(|k| k.is_wildcard())
+        .collect();
+    let unavailable_offering = |ct: &str, ty: &str, zone: &str| {
+        unavailable.contains(&(ct, ty, zone)) || wildcards.iter().any(|k| k.matches(ct, ty, zone))
+    };
     let mut offerings: HashMap<&str, Vec<Offering>> = HashMap::new();
     for o in &catalog.offerings {
         let mut offering = Offering::new(&o.zone, &o.capacity_type, o.price);
-        offering.available = !unavailable.contains(&(
+        offering.available = !unavailable_offering(
             o.capacity_type.as_str(),
             o.instance_type.as_str(),
             o.zone.as_str(),
-        ));
+        );
         offerings
             .entry(o.instance_type.as_str())
             .or_default()
@@ -100,11 +109,8 @@ pub fn instance_types(
         if let Some(list) = offerings.get_mut(ty.as_str()) {
             list.extend(offers.iter().map(|o| {
                 let mut o = o.clone();
-                o.available &= !unavailable.contains(&(
-                    o.capacity_type.as_str(),
-                    ty.as_str(),
-                    o.zone.as_str(),
-                ));
+                o.available &=
+                    !unavailable_offering(o.capacity_type.as_str(), ty.as_str(), o.zone.as_str());
                 o
             }));
         }
@@ -1151,6 +1157,63 @@ mod tests {
                 .offerings
                 .is_empty()
         );
+    }
+
+    /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,
+    /// Context "Insufficient Capacity Error Cache": "should not return a
+    /// capacity type when marking a capacity type as unavailable in the
+    /// Insufficient Capacity Error Cache". Spot marked as a whole
+    /// (`OfferingKey::capacity_type`): only on-demand offerings stay
+    /// available, of every type, in every zone.
+    #[test]
+    fn should_not_return_a_capacity_type_when_marking_a_capacity_type_as_unavailable() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+        let pool = pool_on_class("  amiSelectorTerms:\n  - alias: al2023@latest\n");
+        let kinds = |types: &[InstanceType]| -> std::collections::BTreeSet<String> {
+            types
+                .iter()
+                .flat_map(|t| t.offerings.iter().filter(|o| o.available))
+                .map(|o| o.capacity_type.clone())
+                .collect()
+        };
+        let before = kinds(&instance_types(&pool, &catalog, &[]));
+        assert_eq!(before.len(), 2, "{before:?}");
+        let marks = [OfferingKey::capacity_type("spot")];
+        let after = kinds(&instance_types(&pool, &catalog, &marks));
+        assert_eq!(
+            after,
+            std::collections::BTreeSet::from(["on-demand".to_owned()])
+        );
+    }
+
+    /// The same Context: "should not return a zone when marking a zone as
+    /// unavailable in the Insufficient Capacity Error Cache" (Karpenter marks
+    /// the zone's subnets; nodewright launches into one subnet per zone and
+    /// marks the zone, `OfferingKey::zone`): us-east-1a is gone from every
+    /// type's available offerings, the other zones stay.
+    #[test]
+    fn should_not_return_a_zone_when_marking_a_zone_as_unavailable() {
+        let catalog = crate::sim::catalog::catalog("us-east-1").expect("catalog");
+        let pool = pool_on_class("  amiSelectorTerms:\n  - alias: al2023@latest\n");
+        let zones = |types: &[InstanceType]| -> std::collections::BTreeSet<String> {
+            types
+                .iter()
+                .flat_map(|t| t.offerings.iter().filter(|o| o.available))
+                .map(|o| o.zone.clone())
+                .collect()
+        };
+        let mut before = zones(&instance_types(&pool, &catalog, &[]));
+        assert!(
+            before.contains("us-east-1a") && before.len() > 2,
+            "{before:?}"
+        );
+        let after = zones(&instance_types(
+            &pool,
+            &catalog,
+            &[OfferingKey::zone("us-east-1a")],
+        ));
+        before.remove("us-east-1a");
+        assert_eq!(after, before);
     }
 
     /// Karpenter's AWS provider, pkg/providers/instancetype/suite_test.go,

@@ -1561,6 +1561,17 @@ pub(crate) fn fleet_outcome(
                     unavailable.push(key);
                 }
             }
+            // A subnet out of addresses takes its zone out for every type
+            // and capacity type (Karpenter marks the subnet; the launch uses
+            // one subnet per zone).
+            if code == "InsufficientFreeAddressesInSubnet"
+                && let Some(zone) = zone_of(ov)
+            {
+                let key = OfferingKey::zone(&zone);
+                if !unavailable.contains(&key) {
+                    unavailable.push(key);
+                }
+            }
         } else {
             other_errors.push((code.to_owned(), message.to_owned()));
         }
