@@ -385,7 +385,9 @@ pub async fn advance_before<P: PortSet>(
             Move::Rollback { node, why } => {
                 return rollback(ports, &command, node.as_deref(), &why).await;
             }
-            Move::Drain(plan) => return drain(ports, command, seen.node.as_ref(), &plan).await,
+            Move::Drain(plan) => {
+                return drain(ports, command, seen.node.as_ref(), &seen.pods, &plan).await;
+            }
             Move::Terminate { instance_id } => {
                 // Fail closed: while a claim or command cannot be read, no
                 // instance is terminated (the removal waits, drained).
@@ -714,27 +716,109 @@ async fn launch_replacements<P: PortSet>(
     write(ports, command, next).await
 }
 
+/// One eviction's answer.
+type Evicted = (PodKey, Result<EvictOutcome, ClusterError>);
+
+/// An eviction sent alone, or a budget's chain (see [`evict_all`]).
+enum Sending {
+    One(PodKey),
+    Chain(drain::BudgetedEvictions),
+}
+
+/// Sends `evict`'s evictions in the order [`drain::eviction_order`] gives
+/// (the pods of a budget that allows disruptions one after the other, so
+/// the API server never sleeps on a conflict over that budget; everything
+/// else at once), at most [`EVICTION_CONCURRENCY`] in flight. Budgets that
+/// cannot be listed only cost the ordering: the API server enforces them
+/// either way.
+async fn evict_all<P: PortSet>(ports: &P, pods: &[Pod], evict: &[PodKey]) -> Vec<Evicted> {
+    if evict.is_empty() {
+        return Vec::new();
+    }
+    let cluster = ports.cluster();
+    let order = match cluster.pod_disruption_budgets().await {
+        Ok(budgets) => drain::eviction_order(evict, pods, &budgets),
+        Err(e) => {
+            warn!(error = %e, "could not list PodDisruptionBudgets; evicting every pod at once (the API server still enforces them)");
+            drain::EvictionOrder {
+                at_once: evict.to_vec(),
+                budgeted: Vec::new(),
+            }
+        }
+    };
+    // The budgets' chains first: they are the longest.
+    let sends = (order.budgeted.into_iter().map(Sending::Chain))
+        .chain(order.at_once.into_iter().map(Sending::One));
+    let first: Vec<(Vec<Evicted>, Vec<PodKey>)> = stream::iter(sends)
+        .map(|send| async move {
+            let group = match send {
+                Sending::One(pod) => {
+                    let outcome = cluster.evict(&pod).await;
+                    return (vec![(pod, outcome)], Vec::new());
+                }
+                Sending::Chain(group) => group,
+            };
+            let mut answered = Vec::new();
+            let mut pods = group.pods.into_iter();
+            let mut granted = 0usize;
+            while granted < group.allowed
+                && let Some(pod) = pods.next()
+            {
+                let outcome = cluster.evict(&pod).await;
+                let go_on = match &outcome {
+                    Ok(EvictOutcome::Evicted) => {
+                        granted += 1;
+                        true
+                    }
+                    // Gone already: the budget was not consumed.
+                    Ok(EvictOutcome::Gone) => true,
+                    // Refused (or failed): the rest are sent at once.
+                    Ok(EvictOutcome::Blocked(_)) | Err(_) => false,
+                };
+                answered.push((pod, outcome));
+                if !go_on {
+                    break;
+                }
+            }
+            debug!(budget = %group.budget, granted, "a budget's evictions sent one by one");
+            (answered, pods.collect())
+        })
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .collect()
+        .await;
+    let mut outcomes = Vec::with_capacity(evict.len());
+    let mut rest = Vec::new();
+    for (answered, left) in first {
+        outcomes.extend(answered);
+        rest.extend(left);
+    }
+    // What a budget has nothing left for: refused without a write.
+    let refused: Vec<Evicted> = stream::iter(rest)
+        .map(|pod| async move {
+            let outcome = cluster.evict(&pod).await;
+            (pod, outcome)
+        })
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .collect()
+        .await;
+    outcomes.extend(refused);
+    outcomes
+}
+
 /// One drain pass: evictions of the current tier (PDBs decide), deletions
 /// that need no PDB, events for what was blocked.
 async fn drain<P: PortSet>(
     ports: &P,
     command: Command,
     node: Option<&Node>,
+    pods: &[Pod],
     plan: &DrainPlan,
 ) -> Result<Progress, HandlerError> {
     let cluster = ports.cluster();
     let node_name = node
         .and_then(|n| n.metadata.name.clone())
         .unwrap_or_default();
-    let outcomes: Vec<(PodKey, Result<EvictOutcome, ClusterError>)> =
-        stream::iter(plan.evict.iter().cloned())
-            .map(|pod| async move {
-                let outcome = cluster.evict(&pod).await;
-                (pod, outcome)
-            })
-            .buffer_unordered(EVICTION_CONCURRENCY)
-            .collect()
-            .await;
+    let outcomes = evict_all(ports, pods, &plan.evict).await;
     // Pending pods with their own grace; pods at the deadline with the time
     // left to it (at least 1 s: never 0 while the instance still runs them).
     let deletions: Vec<(&PodKey, Option<i64>)> = plan

@@ -26,10 +26,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 use crate::config::disruption::parse_duration;
 use crate::model::{DISRUPTED_TAINT_KEY, PodKey, SignedDuration, Timestamp};
+use crate::scheduling::selector::LabelSelector;
 use crate::scheduling::taints::{Effect, Taint, Toleration};
 /// `"true"` or a duration from the pod's start (or the node's creation).
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
@@ -298,6 +300,108 @@ pub fn plan(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainP
     plan
 }
 
+/// How a drain pass sends its evictions so the API server never makes one
+/// wait. An eviction of a pod a PodDisruptionBudget selects, while that
+/// budget still allows disruptions, writes the budget's status; two such
+/// evictions at once conflict, and the API server retries the loser only
+/// after sleeping 500 ms (its `EvictionsRetry` backoff) — a 110-pod drain
+/// with a budget allowing 5 spent most of its second there. So the pods of
+/// one such budget go one after the other until it has allowed what it
+/// allows (or refuses one); every other eviction — pods no budget selects,
+/// pods of a budget that allows nothing now (refused without a write),
+/// pods selected by more than one budget (refused by the API) — goes at
+/// once, bounded only by the pass's concurrency.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictionOrder {
+    /// Sent concurrently.
+    pub at_once: Vec<PodKey>,
+    /// One entry per budget that allows disruptions now.
+    pub budgeted: Vec<BudgetedEvictions>,
+}
+
+/// The pods one budget selects, while it allows `allowed` more disruptions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetedEvictions {
+    /// `namespace/name` of the budget.
+    pub budget: String,
+    /// `status.disruptionsAllowed` as listed (at least 1 here).
+    pub allowed: usize,
+    /// In the plan's order: the first `allowed` are sent one after the
+    /// other (a refusal ends that early); the rest are refused without a
+    /// write, so they go at once.
+    pub pods: Vec<PodKey>,
+}
+
+/// Orders `evict` (a [`DrainPlan`]'s evictions; `pods` are the node's pods,
+/// for their labels) against the listed `budgets`. A pod missing from
+/// `pods` goes at once.
+pub fn eviction_order(
+    evict: &[PodKey],
+    pods: &[Pod],
+    budgets: &[PodDisruptionBudget],
+) -> EvictionOrder {
+    let selectors: Vec<(&PodDisruptionBudget, LabelSelector)> = budgets
+        .iter()
+        .filter_map(|b| {
+            // A budget without a selector (or one we cannot read) selects
+            // nothing, as in policy/v1.
+            let sel = b.spec.as_ref()?.selector.as_ref()?;
+            Some((b, LabelSelector::from_k8s(sel).ok()?))
+        })
+        .collect();
+    let empty = BTreeMap::new();
+    let mut order = EvictionOrder::default();
+    let mut groups: BTreeMap<String, BudgetedEvictions> = BTreeMap::new();
+    for key in evict {
+        let pod = pods.iter().find(|p| {
+            p.metadata.name.as_deref() == Some(key.name.as_str())
+                && p.metadata.namespace.as_deref().unwrap_or("default") == key.namespace
+        });
+        let matching: Vec<&PodDisruptionBudget> = pod
+            .map(|p| {
+                let labels = p.metadata.labels.as_ref().unwrap_or(&empty);
+                selectors
+                    .iter()
+                    .filter(|(b, _)| {
+                        b.metadata.namespace.as_deref().unwrap_or("default") == key.namespace
+                    })
+                    .filter(|(_, sel)| sel.matches(labels))
+                    .map(|(b, _)| *b)
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Only a pod exactly one budget selects can be evicted; the API
+        // refuses one selected by several without writing anything.
+        let single = match matching.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        };
+        let allowed = single
+            .and_then(|b| b.status.as_ref())
+            .map_or(0, |s| usize::try_from(s.disruptions_allowed).unwrap_or(0));
+        let Some(budget) = single.filter(|_| allowed > 0) else {
+            order.at_once.push(key.clone());
+            continue;
+        };
+        let budget = format!(
+            "{}/{}",
+            key.namespace,
+            budget.metadata.name.as_deref().unwrap_or_default()
+        );
+        groups
+            .entry(budget.clone())
+            .or_insert_with(|| BudgetedEvictions {
+                budget,
+                allowed,
+                pods: Vec::new(),
+            })
+            .pods
+            .push(key.clone());
+    }
+    order.budgeted = groups.into_values().collect();
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +449,84 @@ mod tests {
     }
 
     /// kubernetes-sigs/karpenter node/termination/suite_test.go: "should evict non-critical pods first"
+    fn labelled(mut p: Pod, app: &str) -> Pod {
+        p.metadata.labels = Some(BTreeMap::from([("app".to_owned(), app.to_owned())]));
+        p
+    }
+
+    fn budget(namespace: &str, name: &str, app: &str, allowed: Option<i32>) -> PodDisruptionBudget {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "minAvailable": 1},
+            "status": allowed.map(|a| serde_json::json!({
+                "disruptionsAllowed": a, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0
+            })),
+        }))
+        .expect("budget")
+    }
+
+    #[test]
+    fn evictions_under_a_budget_that_allows_some_go_one_by_one_and_the_rest_at_once() {
+        let pods = vec![
+            labelled(pod("free-a", "Running"), "free"),
+            labelled(pod("web-b", "Running"), "web"),
+            labelled(pod("web-a", "Running"), "web"),
+            labelled(pod("db-a", "Running"), "db"),
+            labelled(pod("both-a", "Running"), "both"),
+            labelled(pod("blocked-a", "Running"), "blocked"),
+            labelled(pod("fresh-a", "Running"), "fresh"),
+            labelled(pod("cache-a", "Running"), "cache"),
+        ];
+        let budgets = vec![
+            budget("default", "web", "web", Some(5)),
+            budget("default", "db", "db", Some(1)),
+            // Two budgets select `both`: the API refuses it without a write.
+            budget("default", "both-1", "both", Some(3)),
+            budget("default", "both-2", "both", Some(3)),
+            budget("default", "blocked", "blocked", Some(0)),
+            // No status yet: refused too.
+            budget("default", "fresh", "fresh", None),
+            // Another namespace's budget selects nothing here.
+            budget("other", "cache", "cache", Some(2)),
+        ];
+        let mut evict: Vec<PodKey> = pods.iter().map(PodKey::of).collect();
+        evict.sort();
+        // A pod the listing no longer holds goes at once too.
+        evict.push(PodKey {
+            namespace: "default".into(),
+            name: "gone".into(),
+            uid: "uid-gone".into(),
+        });
+        let order = eviction_order(&evict, &pods, &budgets);
+        assert_eq!(
+            names(&order.at_once),
+            [
+                "blocked-a",
+                "both-a",
+                "cache-a",
+                "free-a",
+                "fresh-a",
+                "gone"
+            ]
+        );
+        let groups: Vec<(&str, usize, Vec<&str>)> = order
+            .budgeted
+            .iter()
+            .map(|g| (g.budget.as_str(), g.allowed, names(&g.pods)))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("default/db", 1, vec!["db-a"]),
+                ("default/web", 5, vec!["web-a", "web-b"]),
+            ]
+        );
+        // Every eviction of the plan is sent exactly once.
+        let total =
+            order.at_once.len() + order.budgeted.iter().map(|g| g.pods.len()).sum::<usize>();
+        assert_eq!(total, evict.len());
+    }
+
     #[test]
     fn tiers_go_one_after_the_other() {
         let pods = vec![
