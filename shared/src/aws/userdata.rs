@@ -173,7 +173,10 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
 
 // --------------------------------------------------------------------- AL2
 
-fn al2(b: &Bootstrap<'_>) -> String {
+/// The kubelet's flags for the bootstrap scripts that take them as
+/// `--kubelet-extra-args` (AL2, Windows): labels, taints, max pods and
+/// the typed kubelet settings.
+fn kubelet_extra_args(b: &Bootstrap<'_>) -> Vec<String> {
     let mut extra = Vec::new();
     if !b.labels.is_empty() {
         extra.push(format!("--node-labels={}", label_list(b.labels)));
@@ -183,6 +186,11 @@ fn al2(b: &Bootstrap<'_>) -> String {
     }
     extra.push(format!("--max-pods={}", b.max_pods));
     extra.extend(kubelet_flags(b.kubelet));
+    extra
+}
+
+fn al2(b: &Bootstrap<'_>) -> String {
+    let extra = kubelet_extra_args(b);
     let mut script = String::from("#!/bin/bash -xe\n");
     script.push_str(
         "exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
@@ -266,15 +274,7 @@ pub fn sh_quote(s: &str) -> String {
 /// The EKS Windows AMI's bootstrap script, run with its documented
 /// parameters; the kubelet's flags as on AL2.
 fn windows(b: &Bootstrap<'_>) -> String {
-    let mut extra = Vec::new();
-    if !b.labels.is_empty() {
-        extra.push(format!("--node-labels={}", label_list(b.labels)));
-    }
-    if !b.taints.is_empty() {
-        extra.push(format!("--register-with-taints={}", taint_list(b.taints)));
-    }
-    extra.push(format!("--max-pods={}", b.max_pods));
-    extra.extend(kubelet_flags(b.kubelet));
+    let extra = kubelet_extra_args(b);
     let mut script = String::from("<powershell>\n");
     if let Some(user) = b.user_data.map(str::trim).filter(|u| !u.is_empty()) {
         let inner = user

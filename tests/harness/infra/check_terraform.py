@@ -446,18 +446,26 @@ def camel(op: str) -> str:
 def sdk_actions() -> dict[str, set[str]]:
     """IAM action -> the source files that call it."""
     out: dict[str, set[str]] = {}
-    for path in sorted(glob.glob(os.path.join(SDK_SOURCES, "**", "*.rs"), recursive=True)):
-        text = open(path, encoding="utf-8").read()
-        rel = os.path.relpath(path, ROOT)
+    sources = {os.path.relpath(path, ROOT): open(path, encoding="utf-8").read()
+               for path in sorted(glob.glob(os.path.join(SDK_SOURCES, "**", "*.rs"), recursive=True))}
+    transacts = False
+    for rel, text in sources.items():
         for client, op in SDK_CALL.findall(text):
             service = SDK_CLIENTS[client]
             if service == "dynamodb" and op == "transact_write_items":
-                # Authorised item by item, as the item's own action.
-                for kind, action in TRANSACT_ITEMS.items():
-                    if re.search(rf"\b{kind}::builder\(\)", text):
-                        out.setdefault(action, set()).add(rel)
+                transacts = True
                 continue
             out.setdefault(f"{service}:{camel(op)}", set()).add(rel)
+    if transacts:
+        # A transaction is authorised item by item, as each item's own
+        # action: the items built anywhere in the DynamoDB adapter (its
+        # files build them apart from the one that sends them).
+        for rel, text in sources.items():
+            if "aws_sdk_dynamodb" not in text and "dynamo" not in os.path.basename(os.path.dirname(rel)):
+                continue
+            for kind, action in TRANSACT_ITEMS.items():
+                if re.search(rf"\b{kind}::builder\(\)", text):
+                    out.setdefault(action, set()).add(rel)
     return out
 
 
