@@ -560,7 +560,7 @@ impl<'a> Solver<'a> {
             return true;
         }
         let ps = &self.pools[c.pool];
-        let max_room = ps.room_index.max_room(&c.types, &ps.room);
+        let max_room = ps.room_index.max_room(&c.types);
         let c = &mut self.claims[ci];
         c.max_room = max_room;
         c.room_stale = false;
@@ -605,7 +605,7 @@ impl<'a> Solver<'a> {
             return false;
         }
         let ps = &self.pools[p];
-        let max_room = ps.room_index.max_room(&types, &ps.room);
+        let max_room = ps.room_index.max_room(&types);
         // Only limits read what a claim reserves.
         let max_capacity = if ps.input.pool.limits.is_empty() {
             Resources::default()

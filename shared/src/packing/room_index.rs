@@ -57,6 +57,23 @@ impl Thresholds {
     }
 }
 
+/// Per extended resource name, the types with some of it, most room first.
+fn by_extended_room(room: &[Resources]) -> Vec<(String, Vec<(usize, i64)>)> {
+    let mut by_name: std::collections::BTreeMap<&str, Vec<(usize, i64)>> = Default::default();
+    for (t, r) in room.iter().enumerate() {
+        for (name, v) in &r.extended {
+            by_name.entry(name.as_str()).or_default().push((t, *v));
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut holders)| {
+            holders.sort_by_key(|&(t, v)| (std::cmp::Reverse(v), t));
+            (name.to_owned(), holders)
+        })
+        .collect()
+}
+
 /// A pool's types by their room (allocatable less DaemonSets).
 #[derive(Debug)]
 pub(super) struct RoomIndex {
@@ -64,8 +81,12 @@ pub(super) struct RoomIndex {
     memory: Thresholds,
     pods: Thresholds,
     ephemeral: Thresholds,
-    /// The types with extended resources (GPUs, accelerators): few.
+    /// The types with extended resources (GPUs, trunk ENIs, …).
     with_extended: FixedBitSet,
+    /// Per extended resource some type has: the types holding it by their
+    /// room, most first, and that room — so the most room is found from
+    /// the top, not by reading every type's named resources.
+    extended: Vec<(String, Vec<(usize, i64)>)>,
 }
 
 impl RoomIndex {
@@ -81,12 +102,13 @@ impl RoomIndex {
                 .filter(|(_, r)| !r.extended.is_empty())
                 .map(|(t, _)| t)
                 .collect(),
+            extended: by_extended_room(room),
         }
     }
 
     /// Per resource, the most room any of `types` has (what
     /// `Resources::max_each` over their rooms gives).
-    pub(super) fn max_room(&self, types: &FixedBitSet, room: &[Resources]) -> Resources {
+    pub(super) fn max_room(&self, types: &FixedBitSet) -> Resources {
         let mut max = Resources::new(
             self.cpu.max_in(types),
             self.memory.max_in(types),
@@ -94,11 +116,11 @@ impl RoomIndex {
         );
         max.ephemeral_bytes = self.ephemeral.max_in(types);
         if !self.with_extended.is_disjoint(types) {
-            for t in self.with_extended.intersection(types) {
-                for (name, v) in &room[t].extended {
-                    if *v > max.extended(name) {
-                        max.set_extended(name, *v);
-                    }
+            for (name, holders) in &self.extended {
+                if let Some(&(_, v)) = holders.iter().find(|(t, _)| types.contains(*t))
+                    && v > 0
+                {
+                    max.set_extended(name, v);
                 }
             }
         }
@@ -181,7 +203,7 @@ mod tests {
                 types.insert(t);
                 expected.max_each(&room[t]);
             }
-            prop_assert_eq!(index.max_room(&types, &room), expected);
+            prop_assert_eq!(index.max_room(&types), expected);
         }
     }
 }
