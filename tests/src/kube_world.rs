@@ -729,20 +729,26 @@ impl ClusterDriver for ApiServerCluster {
             if at < self.since {
                 continue;
             }
-            let regarding = e.regarding.clone().unwrap_or_default();
-            let event = ClusterEvent {
-                kind: regarding.kind.unwrap_or_default(),
-                namespace: regarding.namespace,
-                name: regarding.name.unwrap_or_default(),
-                type_: e.type_.clone().unwrap_or_default(),
-                reason: e.reason.clone().unwrap_or_default(),
-                message: e.note.clone().unwrap_or_default(),
-            };
-            // A repeat is counted on the first Event's series.
-            let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
-            out.extend(std::iter::repeat_n((at, event), times as usize));
+            let (event, times) = cluster_event(&e);
+            out.extend(std::iter::repeat_n((at, event), times));
         }
         out.sort_by_key(|(at, _)| *at);
         out
     }
+}
+
+/// An `events.k8s.io` Event as the port's [`ClusterEvent`], and how many
+/// times it happened (a repeat is counted on the first Event's series).
+pub fn cluster_event(e: &Event) -> (ClusterEvent, usize) {
+    let regarding = e.regarding.clone().unwrap_or_default();
+    let event = ClusterEvent {
+        kind: regarding.kind.unwrap_or_default(),
+        namespace: regarding.namespace,
+        name: regarding.name.unwrap_or_default(),
+        type_: e.type_.clone().unwrap_or_default(),
+        reason: e.reason.clone().unwrap_or_default(),
+        message: e.note.clone().unwrap_or_default(),
+    };
+    let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
+    (event, times as usize)
 }

@@ -24,7 +24,7 @@ use nodewright::sim::{SimClock, SimCluster};
 use serde_json::{Value, json};
 
 use crate::kube_harness::{KubeEnv, apply_rbac, create_namespace, unique};
-use crate::kube_world::{remove_pod, write_pdb_statuses};
+use crate::kube_world::{cluster_event, remove_pod, write_pdb_statuses};
 
 /// The in-memory cluster, in a namespace named after the test.
 pub async fn sim(test: &str) -> SimFixture {
@@ -529,18 +529,8 @@ impl ContractCluster for KubeFixture {
         events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
         let mut out = Vec::new();
         for e in events {
-            let regarding = e.regarding.clone().unwrap_or_default();
-            let event = ClusterEvent {
-                kind: regarding.kind.unwrap_or_default(),
-                namespace: regarding.namespace,
-                name: regarding.name.unwrap_or_default(),
-                type_: e.type_.clone().unwrap_or_default(),
-                reason: e.reason.clone().unwrap_or_default(),
-                message: e.note.clone().unwrap_or_default(),
-            };
-            // A repeat is counted on the first one's series.
-            let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
-            out.extend(std::iter::repeat_n(event, times as usize));
+            let (event, times) = cluster_event(&e);
+            out.extend(std::iter::repeat_n(event, times));
         }
         out
     }
