@@ -1226,6 +1226,15 @@ mod tests {
         use super::*;
         use crate::resources::MIB;
 
+        /// m5.large (2 vCPUs, 8192 MiB) of `catalog`.
+        fn m5_large(catalog: &crate::model::CloudCatalog) -> &crate::cloud::InstanceTypeInfo {
+            catalog
+                .instance_types
+                .iter()
+                .find(|i| i.name == "m5.large")
+                .expect("m5.large")
+        }
+
         fn pool(gate: bool, kubelet: &str) -> Result<NodePool, Vec<crate::config::ConfigError>> {
             let text = format!(
                 "apiVersion: nodewright.io/v1alpha1\nkind: Settings\nmetadata: {{name: default}}\nspec: {{featureGates: {{nodeClassCEL: {gate}}}}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements: []\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  amiSelectorTerms:\n  - alias: al2023@latest\n  role: KarpenterNodeRole\n  subnetSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  securityGroupSelectorTerms:\n  - tags: {{karpenter.sh/discovery: demo}}\n  kubelet: {kubelet}\n"
@@ -1335,11 +1344,7 @@ mod tests {
                 "{kubeReserved: {cpu: \"vcpus * 30\", memory: \"memory_mib / 100\", ephemeral-storage: 3Gi}}",
             )
             .expect("valid");
-            let info = catalog
-                .instance_types
-                .iter()
-                .find(|i| i.name == "m5.large")
-                .expect("m5.large");
+            let info = m5_large(&catalog);
             let resolved = info.resolve_kubelet(&pool.kubelet).expect("resolves");
             assert_eq!(resolved.config.kube_reserved.cpu_millis, Some(60));
             assert_eq!(resolved.config.kube_reserved.memory_bytes, Some(96 * MIB));
@@ -1395,11 +1400,7 @@ mod tests {
                 "{systemReserved: {cpu: \"vcpus * 30\", memory: \"memory_mib / 100\"}}",
             )
             .expect("valid");
-            let info = catalog
-                .instance_types
-                .iter()
-                .find(|i| i.name == "m5.large")
-                .expect("m5.large");
+            let info = m5_large(&catalog);
             let resolved = info.resolve_kubelet(&pool.kubelet).expect("resolves");
             assert_eq!(resolved.config.system_reserved.cpu_millis, Some(60));
             assert_eq!(resolved.config.system_reserved.memory_bytes, Some(96 * MIB));
