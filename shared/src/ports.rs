@@ -165,6 +165,9 @@ impl ServiceError {
     }
 }
 
+/// What the cloud port failed at. Each variant names what it was about
+/// (the operation, or the object found wrong) apart from why, so a caller
+/// can branch and a log can say which call on which object.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CloudError {
     /// Every option failed for lack of capacity; each is worth avoiding for a while.
@@ -175,23 +178,47 @@ pub enum CloudError {
     },
     /// Not ready yet for a reason of our own (a catalog still loading):
     /// worth retrying later.
-    #[error("transient cloud error: {0}")]
-    Transient(String),
+    #[error("transient cloud error: {op}: {reason}")]
+    Transient {
+        /// What we were doing (`catalog`, `DescribeCluster demo`).
+        op: String,
+        reason: String,
+    },
     /// Bad input or configuration found before any call (a selector
     /// matching nothing, an unknown type): retrying cannot help.
-    #[error("{0}")]
-    Invalid(String),
+    #[error("{object}: {reason}")]
+    Invalid {
+        /// What is wrong (`nodeclass default`, `SSM parameter /x`, `region`).
+        object: String,
+        reason: String,
+    },
     /// The cloud refused or failed a call, classified.
     #[error("{0}")]
     Service(ServiceError),
 }
 
 impl CloudError {
+    /// A [`CloudError::Transient`] of `op`.
+    pub fn transient(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        CloudError::Transient {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`CloudError::Invalid`] about `object`.
+    pub fn invalid(object: impl Into<String>, reason: impl Into<String>) -> Self {
+        CloudError::Invalid {
+            object: object.into(),
+            reason: reason.into(),
+        }
+    }
+
     pub fn is_retryable(&self) -> bool {
         match self {
-            CloudError::Transient(_) => true,
+            CloudError::Transient { .. } => true,
             CloudError::Service(e) => e.kind.is_transient(),
-            CloudError::InsufficientCapacity { .. } | CloudError::Invalid(_) => false,
+            CloudError::InsufficientCapacity { .. } | CloudError::Invalid { .. } => false,
         }
     }
 
@@ -203,11 +230,17 @@ impl CloudError {
         }
     }
 
-    /// The same error with `context` before its message (its kind kept).
+    /// The same error with `context` before what it is about (its kind kept).
     pub fn context(self, context: &str) -> CloudError {
         match self {
-            CloudError::Transient(m) => CloudError::Transient(format!("{context}: {m}")),
-            CloudError::Invalid(m) => CloudError::Invalid(format!("{context}: {m}")),
+            CloudError::Transient { op, reason } => CloudError::Transient {
+                op: format!("{context}: {op}"),
+                reason,
+            },
+            CloudError::Invalid { object, reason } => CloudError::Invalid {
+                object: format!("{context}: {object}"),
+                reason,
+            },
             CloudError::Service(e) => CloudError::Service(ServiceError {
                 message: format!("{context}: {}", e.message),
                 ..e
@@ -374,23 +407,133 @@ pub struct ClusterEvent {
     pub message: String,
 }
 
+/// What the cluster port failed at: every variant names the operation (the
+/// verb and the object it acted on, as logs read it: `list pods`,
+/// `patch node/a (add taint …)`) apart from what the API said, so a 403 in
+/// the logs says which verb on which resource the RBAC lacks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("forbidden: {0}")]
-    Forbidden(String),
-    #[error("transient Kubernetes API error: {0}")]
-    Transient(String),
-    #[error("{0}")]
-    Other(String),
+    /// The object the call names does not exist (404).
+    #[error("not found: {op}: {reason}")]
+    NotFound { op: String, reason: String },
+    /// The object changed under the call (409), or kept changing.
+    #[error("conflict: {op}: {reason}")]
+    Conflict { op: String, reason: String },
+    /// Not allowed: RBAC refused the verb (403), or the API did not accept
+    /// our credentials (401: `unauthorized`, a token to fetch again).
+    #[error(
+        "forbidden: {op}: {}{reason}",
+        if *unauthorized { "unauthorized (bad or expired credentials): " } else { "" }
+    )]
+    Forbidden {
+        op: String,
+        reason: String,
+        unauthorized: bool,
+    },
+    /// Worth retrying: 408, 429, 5xx, the wire, an attempt with no answer.
+    /// `gave_up` when our own retries ran out on it.
+    #[error(
+        "transient Kubernetes API error: {}{op}: {reason}",
+        gave_up.as_ref().map(|g| format!("{g}: ")).unwrap_or_default()
+    )]
+    Transient {
+        op: String,
+        reason: String,
+        gave_up: Option<GaveUp>,
+    },
+    /// Anything else (400, 422, a bad kubeconfig or endpoint): retrying
+    /// cannot help.
+    #[error("{op}: {reason}")]
+    Other { op: String, reason: String },
+}
+
+/// How long a retried call kept trying before it gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GaveUp {
+    pub attempts: u32,
+    pub elapsed_ms: u64,
+}
+
+impl std::fmt::Display for GaveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "gave up after {} attempt(s) in {} ms",
+            self.attempts, self.elapsed_ms
+        )
+    }
 }
 
 impl ClusterError {
+    /// A [`ClusterError::NotFound`] of `op`.
+    pub fn not_found(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        ClusterError::NotFound {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`ClusterError::Conflict`] of `op`.
+    pub fn conflict(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        ClusterError::Conflict {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`ClusterError::Forbidden`] of `op` (RBAC, not credentials).
+    pub fn forbidden(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        ClusterError::Forbidden {
+            op: op.into(),
+            reason: reason.into(),
+            unauthorized: false,
+        }
+    }
+
+    /// A [`ClusterError::Transient`] of `op`, on its first attempt.
+    pub fn transient(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        ClusterError::Transient {
+            op: op.into(),
+            reason: reason.into(),
+            gave_up: None,
+        }
+    }
+
+    /// A [`ClusterError::Other`] of `op`.
+    pub fn other(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        ClusterError::Other {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
+
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ClusterError::Transient(_) | ClusterError::Conflict(_))
+        matches!(
+            self,
+            ClusterError::Transient { .. } | ClusterError::Conflict { .. }
+        )
+    }
+
+    /// The operation that failed (`list pods`, `patch node/a (…)`).
+    pub fn op(&self) -> &str {
+        match self {
+            ClusterError::NotFound { op, .. }
+            | ClusterError::Conflict { op, .. }
+            | ClusterError::Forbidden { op, .. }
+            | ClusterError::Transient { op, .. }
+            | ClusterError::Other { op, .. } => op,
+        }
+    }
+
+    /// What the API (or the adapter) said.
+    pub fn reason(&self) -> &str {
+        match self {
+            ClusterError::NotFound { reason, .. }
+            | ClusterError::Conflict { reason, .. }
+            | ClusterError::Forbidden { reason, .. }
+            | ClusterError::Transient { reason, .. }
+            | ClusterError::Other { reason, .. } => reason,
+        }
     }
 }
 
@@ -510,34 +653,65 @@ impl std::fmt::Display for Unreadable {
     }
 }
 
+/// What the store port failed at. Each variant names the item (its key:
+/// `claim#<id>`, `command#<id>`, `nodepool#<name>`, `batch#provisioner`)
+/// or the operation apart from why, so a caller can tell which write lost.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// A conditional write lost: the item changed (or exists, or is gone).
-    #[error("conditional write failed: {0}")]
-    Conflict(String),
+    #[error("conditional write failed: {item}: {reason}")]
+    Conflict { item: String, reason: String },
     /// Reserving a claim would take its NodePool past a limit.
     #[error("nodepool {pool}: limit {resource} would be exceeded")]
     LimitExceeded { pool: String, resource: String },
     /// Our own retries ran out (transactions that kept losing to
     /// concurrent ones): worth retrying later.
-    #[error("transient store error: {0}")]
-    Transient(String),
+    #[error("transient store error: {op}: {reason}")]
+    Transient {
+        /// What we were doing (`creating nodeclaim default-x`).
+        op: String,
+        reason: String,
+    },
     /// An item that cannot be read back (corrupt or from an incompatible
     /// version), or a write that breaks the store's rules.
-    #[error("{0}")]
-    Invalid(String),
+    #[error("{item}: {reason}")]
+    Invalid { item: String, reason: String },
     /// The database refused or failed a call, classified.
     #[error("{0}")]
     Service(ServiceError),
 }
 
 impl StoreError {
+    /// A [`StoreError::Conflict`] on `item`.
+    pub fn conflict(item: impl Into<String>, reason: impl Into<String>) -> Self {
+        StoreError::Conflict {
+            item: item.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`StoreError::Transient`] of `op`.
+    pub fn transient(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        StoreError::Transient {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`StoreError::Invalid`] about `item`.
+    pub fn invalid(item: impl Into<String>, reason: impl Into<String>) -> Self {
+        StoreError::Invalid {
+            item: item.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// Worth retrying as it is: the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
         match self {
-            StoreError::Transient(_) | StoreError::Conflict(_) => true,
+            StoreError::Transient { .. } | StoreError::Conflict { .. } => true,
             StoreError::Service(e) => e.kind.is_transient(),
-            StoreError::LimitExceeded { .. } | StoreError::Invalid(_) => false,
+            StoreError::LimitExceeded { .. } | StoreError::Invalid { .. } => false,
         }
     }
 
@@ -698,10 +872,13 @@ pub trait Store: Send + Sync {
 pub fn check_command_write(previous: Option<&Command>, next: &Command) -> Result<(), StoreError> {
     let expected = previous.map_or(1, |p| p.version + 1);
     if previous.is_some_and(|p| p.id != next.id) || next.version != expected {
-        return Err(StoreError::Invalid(format!(
-            "write of command {} must keep its id and have version {expected}, not {}",
-            next.id, next.version
-        )));
+        return Err(StoreError::invalid(
+            format!("command#{}", next.id),
+            format!(
+                "a write must keep its id and have version {expected}, not {}",
+                next.version
+            ),
+        ));
     }
     Ok(())
 }

@@ -364,8 +364,7 @@ mod tests {
             "GetItem: AccessDeniedException: not allowed",
         )));
         assert!(state_change_outcome(Err(denied)).is_err());
-        let unreadable =
-            HandlerError::Store(StoreError::Invalid("claim#a: unreadable body".into()));
+        let unreadable = HandlerError::Store(StoreError::invalid("claim#a", "unreadable body"));
         assert!(state_change_outcome(Err(unreadable)).is_err());
         let throttled = HandlerError::Store(StoreError::Service(ServiceError::new(
             FailureKind::Throttled,

@@ -302,9 +302,9 @@ mod stored {
         match config_write::apply(&store, &changes, Timestamp::now()).await {
             Ok(0) => println!("nothing to change"),
             Ok(n) => println!("{n} item(s) written"),
-            Err(nodewright::ports::StoreError::Conflict(m)) => {
+            Err(nodewright::ports::StoreError::Conflict { item, reason }) => {
                 bail!(
-                    "{m}: nothing was changed; run `nodewright config diff -f {}` and apply again",
+                    "{item}: {reason}: nothing was changed; run `nodewright config diff -f {}` and apply again",
                     a.file
                 )
             }
@@ -371,8 +371,8 @@ mod stored {
         match config_write::apply(&store, &changes, Timestamp::now()).await {
             Ok(0) => println!("nothing to change"),
             Ok(n) => println!("{n} item(s) written"),
-            Err(nodewright::ports::StoreError::Conflict(m)) => {
-                bail!("{m}: nothing was changed; run the import again")
+            Err(nodewright::ports::StoreError::Conflict { item, reason }) => {
+                bail!("{item}: {reason}: nothing was changed; run the import again")
             }
             Err(e) => return Err(e.into()),
         }

@@ -181,7 +181,7 @@ async fn init_apply_get_diff_delete_and_a_conflict() {
         .await
         .expect_err("conflict");
     assert!(
-        matches!(&lost, StoreError::Conflict(m) if m.contains("nodepool#general")),
+        matches!(&lost, StoreError::Conflict { item, .. } if item == "nodepool#general"),
         "{lost:?}"
     );
     let general = s

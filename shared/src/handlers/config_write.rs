@@ -417,7 +417,7 @@ mod tests {
         block_on(apply(&store, &changes, now)).expect("first wins");
         let lost = block_on(apply(&store, &theirs, now)).expect_err("second loses");
         assert!(
-            matches!(&lost, StoreError::Conflict(m) if m.contains("nodepool#p")),
+            matches!(&lost, StoreError::Conflict { item, .. } if item == "nodepool#p"),
             "{lost:?}"
         );
         let stored = block_on(store.config_items()).expect("items");

@@ -878,7 +878,7 @@ impl<P: PortSet> Disruption<P> {
             let limits = gathered.config.limits(&claim.pool);
             match self.ports.store().update_claim(claim, &next, &limits).await {
                 Ok(()) => {}
-                Err(StoreError::Conflict(e)) => {
+                Err(e @ StoreError::Conflict { .. }) => {
                     debug!(nodeclaim = %claim.id, error = %e, "claim moved meanwhile; bookkeeping next time")
                 }
                 Err(e) => {

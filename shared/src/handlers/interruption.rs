@@ -202,7 +202,7 @@ pub async fn handle_message<P: PortSet>(
                         // for a retry: the message must not be lost.
                         match ports.cluster().cordon(node).await {
                             Ok(()) => {}
-                            Err(ClusterError::NotFound(_)) => {
+                            Err(ClusterError::NotFound { .. }) => {
                                 return Ok(MessageOutcome::Ignored(format!("node {node} is gone")));
                             }
                             Err(e) => return Err(e.into()),
@@ -354,19 +354,19 @@ pub fn failure_kind(e: &HandlerError) -> &'static str {
     match e {
         HandlerError::Store(s) => s.failure_kind().map_or(
             match s {
-                crate::ports::StoreError::Conflict(_) => "conflict",
-                crate::ports::StoreError::Invalid(_) => "unreadable item",
+                crate::ports::StoreError::Conflict { .. } => "conflict",
+                crate::ports::StoreError::Invalid { .. } => "unreadable item",
                 _ => "store",
             },
             |k| k.as_str(),
         ),
         HandlerError::Cloud(c) => c.failure_kind().map_or("cloud", |k| k.as_str()),
         HandlerError::Cluster(c) => match c {
-            ClusterError::Forbidden(_) => "access denied",
-            ClusterError::NotFound(_) => "not found",
-            ClusterError::Conflict(_) => "conflict",
-            ClusterError::Transient(_) => "unavailable",
-            ClusterError::Other(_) => "cluster",
+            ClusterError::Forbidden { .. } => "access denied",
+            ClusterError::NotFound { .. } => "not found",
+            ClusterError::Conflict { .. } => "conflict",
+            ClusterError::Transient { .. } => "unavailable",
+            ClusterError::Other { .. } => "cluster",
         },
         HandlerError::Invalid(_) => "invalid input",
     }

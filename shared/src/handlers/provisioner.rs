@@ -937,7 +937,7 @@ impl<P: PortSet> Provisioner<P> {
                     .await
             };
             match result {
-                Ok(()) | Err(crate::ports::ClusterError::NotFound(_)) => {}
+                Ok(()) | Err(crate::ports::ClusterError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -1301,7 +1301,7 @@ impl<P: PortSet> Provisioner<P> {
                 next.pods.clear();
                 let limits = config.limits(&claim.pool);
                 match store.update_claim(&claim, &next, &limits).await {
-                    Ok(()) | Err(StoreError::Conflict(_)) => {}
+                    Ok(()) | Err(StoreError::Conflict { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
                 info!(nodeclaim = %claim.id, node = %node, "registered nodeclaim");
@@ -1371,7 +1371,7 @@ impl<P: PortSet> Provisioner<P> {
                     Ok(()) => {
                         warn!(instance = %instance.id, nodeclaim = %claim.id, pool = %claim.pool, node = ?node, "adopted an instance of ours that no nodeclaim knew (state lost or restored from an older copy)")
                     }
-                    Err(StoreError::Conflict(_)) => {
+                    Err(StoreError::Conflict { .. }) => {
                         debug!(instance = %instance.id, nodeclaim = %claim.id, "nodeclaim appeared meanwhile; not adopted again")
                     }
                     Err(e) => return Err(e.into()),
@@ -1527,7 +1527,7 @@ impl<P: PortSet> Provisioner<P> {
     ) -> Result<bool, HandlerError> {
         match self.ports.store().put_batch(previous, next).await {
             Ok(()) => Ok(true),
-            Err(StoreError::Conflict(_)) => {
+            Err(StoreError::Conflict { .. }) => {
                 debug!("batch state changed under us; leaving this tick to the other writer");
                 Ok(false)
             }

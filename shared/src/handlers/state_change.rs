@@ -64,7 +64,7 @@ pub async fn handle<P: PortSet>(
                 .await
             {
                 // Someone else wrote the claim meanwhile; recording `running` is best effort.
-                Ok(()) | Err(StoreError::Conflict(_)) => {}
+                Ok(()) | Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
             info!(nodeclaim = %claim.id, instance = %instance_id, "instance running");
@@ -80,7 +80,7 @@ pub async fn handle<P: PortSet>(
             }
             match ports.store().delete_claim(&claim).await {
                 Ok(()) => {}
-                Err(StoreError::Conflict(e)) => {
+                Err(e @ StoreError::Conflict { .. }) => {
                     warn!(nodeclaim = %claim.id, error = %e, "claim changed while releasing it")
                 }
                 Err(e) => return Err(e.into()),

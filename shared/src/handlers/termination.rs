@@ -100,7 +100,7 @@ pub async fn start_replacing<P: PortSet>(
                     publish_disrupted(ports, &spec, now).await;
                     return Ok(Started::New(command.id));
                 }
-                Err(StoreError::Conflict(_)) => continue,
+                Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
         };
@@ -137,11 +137,15 @@ pub async fn start_replacing<P: PortSet>(
                     tightened: earlier,
                 });
             }
-            Err(StoreError::Conflict(_)) => continue,
+            Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
     }
-    Err(StoreError::Conflict(format!("command {} keeps changing under us", spec.claim_id)).into())
+    Err(StoreError::conflict(
+        format!("command#{}", spec.claim_id),
+        "keeps changing under us",
+    )
+    .into())
 }
 
 /// Advances every command once; returns the earliest time one is waiting for.
@@ -335,7 +339,7 @@ pub async fn advance_before<P: PortSet>(
             }
             Move::Taint { node } => {
                 match ports.cluster().add_taint(&node, &disrupted_taint()).await {
-                    Ok(()) | Err(ClusterError::NotFound(_)) => {}
+                    Ok(()) | Err(ClusterError::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
                 info!(node = %node, taint = %disrupted_taint(), "tainted node");
@@ -355,7 +359,7 @@ pub async fn advance_before<P: PortSet>(
                     .await
                 {
                     // A node gone meanwhile is seen as gone on the next look.
-                    Ok(()) | Err(ClusterError::NotFound(_)) => {}
+                    Ok(()) | Err(ClusterError::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
                 info!(node = %node, "excluded node from external load balancers");
@@ -425,7 +429,7 @@ pub async fn advance_before<P: PortSet>(
                 }
                 match ports.store().delete_command(&command).await {
                     Ok(()) => {}
-                    Err(StoreError::Conflict(_)) => return Ok(Progress::Contended),
+                    Err(StoreError::Conflict { .. }) => return Ok(Progress::Contended),
                     Err(e) => return Err(e.into()),
                 }
                 publish_metrics(&command, ports.clock().now());
@@ -480,13 +484,13 @@ async fn rollback<P: PortSet>(
             .remove_taint(node, crate::model::DISRUPTED_TAINT_KEY)
             .await
         {
-            Ok(()) | Err(ClusterError::NotFound(_)) => {}
+            Ok(()) | Err(ClusterError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }
     match ports.store().delete_command(command).await {
         Ok(()) => {}
-        Err(StoreError::Conflict(_)) => return Ok(Progress::Contended),
+        Err(StoreError::Conflict { .. }) => return Ok(Progress::Contended),
         Err(e) => return Err(e.into()),
     }
     warn!(node = ?node, reason = %command.spec.reason, %why, "rolled back disruption: node untainted, command removed");
@@ -537,7 +541,7 @@ async fn write<P: PortSet>(
 ) -> Result<Option<Command>, HandlerError> {
     match ports.store().put_command(Some(previous), &next).await {
         Ok(()) => Ok(Some(next)),
-        Err(StoreError::Conflict(e)) => {
+        Err(e @ StoreError::Conflict { .. }) => {
             debug!(error = %e, "removal moved by another invocation");
             Ok(None)
         }

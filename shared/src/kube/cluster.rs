@@ -203,8 +203,12 @@ impl KubeCluster {
                 }
             })
             .await;
-        if let (Err(ClusterError::Forbidden(m)), Some(auth)) = (&result, &self.auth)
-            && m.contains("unauthorized")
+        if let (
+            Err(ClusterError::Forbidden {
+                unauthorized: true, ..
+            }),
+            Some(auth),
+        ) = (&result, &self.auth)
         {
             auth.source.invalidate();
         }
@@ -353,9 +357,10 @@ impl KubeCluster {
                 "node changed since it was read; reading it again"
             );
         }
-        Err(ClusterError::Conflict(format!(
-            "{what}: node kept changing; gave up after {MAX_CONFLICTS} read-modify-write rounds"
-        )))
+        Err(ClusterError::conflict(
+            what,
+            format!("node kept changing; gave up after {MAX_CONFLICTS} read-modify-write rounds"),
+        ))
     }
 
     /// The uid of the object an event is about, so `kubectl describe` (which

@@ -115,9 +115,8 @@ pub(crate) struct SharedHeader(Arc<RwLock<Option<HeaderValue>>>);
 
 impl SharedHeader {
     pub(crate) fn set(&self, token: &str) -> Result<(), ClusterError> {
-        let mut v = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-            ClusterError::Other("bearer token is not a valid header value".to_owned())
-        })?;
+        let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| ClusterError::other("bearer token", "not a valid header value"))?;
         v.set_sensitive(true);
         let mut slot = self.0.write().unwrap_or_else(|e| e.into_inner());
         if slot.as_ref() != Some(&v) {
@@ -221,13 +220,15 @@ pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
 }
 
 fn config_for(endpoint: &Endpoint, settings: &ClientSettings) -> Result<Config, ClusterError> {
-    let uri: Uri = endpoint
-        .url
-        .parse()
-        .map_err(|e| ClusterError::Other(format!("API server URL {:?}: {e}", endpoint.url)))?;
+    let uri: Uri = endpoint.url.parse().map_err(|e: http::uri::InvalidUri| {
+        ClusterError::other(format!("API server URL {:?}", endpoint.url), e.to_string())
+    })?;
     let mut config = Config::new(uri);
     if !endpoint.ca_pem.is_empty() {
-        config.root_cert = Some(pem_certificates(&endpoint.ca_pem).map_err(ClusterError::Other)?);
+        config.root_cert = Some(
+            pem_certificates(&endpoint.ca_pem)
+                .map_err(|e| ClusterError::other("API server CA", e))?,
+        );
     }
     config.tls_server_name = endpoint.tls_server_name.clone();
     tune(&mut config, settings);
@@ -251,7 +252,7 @@ pub(crate) fn client_with_auth(
 ) -> Result<Client, ClusterError> {
     let config = config_for(endpoint, settings)?;
     let builder = ClientBuilder::try_from(config)
-        .map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
+        .map_err(|e| ClusterError::other("building the Kubernetes client", e.to_string()))?;
     Ok(builder
         .with_layer(&BearerLayer(auth.header.clone()))
         .build())
@@ -304,7 +305,10 @@ impl Connection {
         settings: ClientSettings,
     ) -> Result<Connection, ClusterError> {
         let ca_pem = std::fs::read(ca_file).map_err(|e| {
-            ClusterError::Other(format!("reading CA file {}: {e}", ca_file.display()))
+            ClusterError::other(
+                format!("reading CA file {}", ca_file.display()),
+                e.to_string(),
+            )
         })?;
         let endpoint = Endpoint {
             url: url.to_owned(),
@@ -340,16 +344,19 @@ impl Connection {
         let mut config = match path {
             Some(p) => {
                 let kubeconfig = Kubeconfig::read_from(p).map_err(|e| {
-                    ClusterError::Other(format!("reading kubeconfig {}: {e}", p.display()))
+                    ClusterError::other(
+                        format!("reading kubeconfig {}", p.display()),
+                        e.to_string(),
+                    )
                 })?;
                 Config::from_custom_kubeconfig(kubeconfig, &options).await
             }
             None => Config::from_kubeconfig(&options).await,
         }
-        .map_err(|e| ClusterError::Other(format!("loading kubeconfig: {e}")))?;
+        .map_err(|e| ClusterError::other("loading kubeconfig", e.to_string()))?;
         tune(&mut config, &settings);
         let client = Client::try_from(config)
-            .map_err(|e| ClusterError::Other(format!("building the Kubernetes client: {e}")))?;
+            .map_err(|e| ClusterError::other("building the Kubernetes client", e.to_string()))?;
         Ok(Connection {
             client,
             auth: None,

@@ -91,7 +91,7 @@ pub fn presign_token(
     now: Timestamp,
 ) -> Result<EksToken, ClusterError> {
     let fail =
-        |what: &str, e: &dyn fmt::Display| ClusterError::Other(format!("EKS token: {what}: {e}"));
+        |what: &str, e: &dyn fmt::Display| ClusterError::other("EKS token", format!("{what}: {e}"));
     let url = format!(
         "https://{}/?Action=GetCallerIdentity&Version=2011-06-15",
         sts_host(region)
@@ -189,11 +189,10 @@ impl<C: Clock> EksTokenSource<C> {
         if let Some(t) = cached.as_ref().filter(|t| t.is_fresh(now)) {
             return Ok(t.clone());
         }
-        let credentials = self
-            .credentials
-            .provide_credentials()
-            .await
-            .map_err(|e| ClusterError::Transient(format!("EKS token: AWS credentials: {e}")))?;
+        let credentials =
+            self.credentials.provide_credentials().await.map_err(|e| {
+                ClusterError::transient("EKS token", format!("AWS credentials: {e}"))
+            })?;
         let token = presign_token(&self.cluster, &self.region, &credentials, now)?;
         *cached = Some(token.clone());
         Ok(token)
@@ -224,8 +223,9 @@ pub fn credentials_from_env() -> Result<Credentials, ClusterError> {
             None,
             "environment",
         )),
-        _ => Err(ClusterError::Other(
-            "EKS token: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set".to_owned(),
+        _ => Err(ClusterError::other(
+            "EKS token",
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set",
         )),
     }
 }
@@ -264,30 +264,33 @@ impl EksClusterInfo {
         version: Option<&str>,
     ) -> Result<EksClusterInfo, ClusterError> {
         let endpoint = endpoint.filter(|e| !e.is_empty()).ok_or_else(|| {
-            ClusterError::Transient(format!("EKS cluster {name} has no endpoint yet"))
+            ClusterError::transient(format!("EKS cluster {name}"), "no endpoint yet")
         })?;
         if !endpoint.starts_with("https://") {
-            return Err(ClusterError::Other(format!(
-                "EKS cluster {name}: endpoint {endpoint:?} is not https"
-            )));
+            return Err(ClusterError::other(
+                format!("EKS cluster {name}"),
+                format!("endpoint {endpoint:?} is not https"),
+            ));
         }
         let data = certificate_authority_data
             .filter(|d| !d.is_empty())
             .ok_or_else(|| {
-                ClusterError::Transient(format!(
-                    "EKS cluster {name} has no certificate authority yet"
-                ))
+                ClusterError::transient(
+                    format!("EKS cluster {name}"),
+                    "no certificate authority yet",
+                )
             })?;
         let compact: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
         let ca_pem = base64::engine::general_purpose::STANDARD
             .decode(compact.as_bytes())
             .map_err(|e| {
-                ClusterError::Other(format!(
-                    "EKS cluster {name}: certificate authority is not base64: {e}"
-                ))
+                ClusterError::other(
+                    format!("EKS cluster {name}"),
+                    format!("certificate authority is not base64: {e}"),
+                )
             })?;
         pem_certificates(&ca_pem)
-            .map_err(|e| ClusterError::Other(format!("EKS cluster {name}: {e}")))?;
+            .map_err(|e| ClusterError::other(format!("EKS cluster {name}"), e))?;
         Ok(EksClusterInfo {
             name: name.to_owned(),
             endpoint: endpoint.trim_end_matches('/').to_owned(),
@@ -534,21 +537,24 @@ mod tests {
         let data = base64::engine::general_purpose::STANDARD.encode(TEST_CA);
         let creating = EksClusterInfo::from_describe("prod", None, None, None);
         assert!(
-            matches!(creating, Err(ClusterError::Transient(_))),
+            matches!(creating, Err(ClusterError::Transient { .. })),
             "{creating:?}"
         );
         let plain = EksClusterInfo::from_describe("prod", Some("http://x"), Some(&data), None);
-        assert!(matches!(plain, Err(ClusterError::Other(_))), "{plain:?}");
+        assert!(
+            matches!(plain, Err(ClusterError::Other { .. })),
+            "{plain:?}"
+        );
         let not_b64 = EksClusterInfo::from_describe("prod", Some("https://x"), Some("%%%"), None);
         assert!(
-            matches!(not_b64, Err(ClusterError::Other(_))),
+            matches!(not_b64, Err(ClusterError::Other { .. })),
             "{not_b64:?}"
         );
         let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
         let not_pem =
             EksClusterInfo::from_describe("prod", Some("https://x"), Some(&not_pem), None);
         assert!(
-            matches!(not_pem, Err(ClusterError::Other(_))),
+            matches!(not_pem, Err(ClusterError::Other { .. })),
             "{not_pem:?}"
         );
     }

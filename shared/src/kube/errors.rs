@@ -68,23 +68,25 @@ pub fn classify(what: &str, err: &KubeError) -> ClusterError {
     let msg = message(err);
     match err {
         KubeError::Api(status) => match status.code {
-            404 => ClusterError::NotFound(format!("{what}: {msg}")),
-            409 => ClusterError::Conflict(format!("{what}: {msg}")),
-            401 => ClusterError::Forbidden(format!(
-                "{what}: unauthorized (bad or expired credentials): {msg}"
-            )),
-            403 => ClusterError::Forbidden(format!("{what}: {msg}")),
+            404 => ClusterError::not_found(what, msg),
+            409 => ClusterError::conflict(what, msg),
+            401 => ClusterError::Forbidden {
+                op: what.to_owned(),
+                reason: msg,
+                unauthorized: true,
+            },
+            403 => ClusterError::forbidden(what, msg),
             408 | 429 | 500..=599 => {
-                ClusterError::Transient(format!("{what}: HTTP {}: {msg}", status.code))
+                ClusterError::transient(what, format!("HTTP {}: {msg}", status.code))
             }
-            code => ClusterError::Other(format!("{what}: HTTP {code}: {msg}")),
+            code => ClusterError::other(what, format!("HTTP {code}: {msg}")),
         },
         // The wire: refused or dropped connections, TLS handshakes cut short,
         // timeouts of the connector, bodies that stopped half way.
         KubeError::HyperError(_) | KubeError::Service(_) | KubeError::ReadEvents(_) => {
-            ClusterError::Transient(format!("{what}: {msg}"))
+            ClusterError::transient(what, msg)
         }
-        _ => ClusterError::Other(format!("{what}: {msg}")),
+        _ => ClusterError::other(what, msg),
     }
 }
 
@@ -111,24 +113,27 @@ mod tests {
     fn codes_map_to_cluster_errors() {
         assert!(matches!(
             classify("get pod", &api(404, "pods \"x\" not found")),
-            ClusterError::NotFound(_)
+            ClusterError::NotFound { .. }
         ));
         assert!(matches!(
             classify("patch node/a", &api(409, "changed")),
-            ClusterError::Conflict(_)
+            ClusterError::Conflict { .. }
         ));
         assert!(matches!(
             classify("list pods", &api(401, "Unauthorized")),
-            ClusterError::Forbidden(_)
+            ClusterError::Forbidden {
+                unauthorized: true,
+                ..
+            }
         ));
         for code in [408, 429, 500, 502, 503, 504] {
             let e = classify("list pods", &api(code, "busy"));
-            assert!(matches!(e, ClusterError::Transient(_)), "{code}: {e:?}");
+            assert!(matches!(e, ClusterError::Transient { .. }), "{code}: {e:?}");
             assert!(e.is_retryable());
         }
         assert!(matches!(
             classify("create pods/binding", &api(422, "invalid")),
-            ClusterError::Other(_)
+            ClusterError::Other { .. }
         ));
     }
 
@@ -144,6 +149,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("forbidden: list secrets: "), "{text}");
         assert!(text.contains("cannot list resource \"secrets\""), "{text}");
+        assert_eq!(e.op(), "list secrets");
         assert!(!e.is_retryable());
     }
 }

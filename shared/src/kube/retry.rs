@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::debug;
 
-use crate::ports::ClusterError;
+use crate::ports::{ClusterError, GaveUp};
 
 /// How hard to try one API call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,27 +86,35 @@ impl RetryPolicy {
                 .min(deadline.saturating_duration_since(now));
             let result = match tokio::time::timeout(budget, attempt()).await {
                 Ok(r) => r,
-                Err(_) => Err(ClusterError::Transient(format!(
-                    "{what}: no answer within {} ms",
-                    budget.as_millis()
-                ))),
+                Err(_) => Err(ClusterError::transient(
+                    what,
+                    format!("no answer within {} ms", budget.as_millis()),
+                )),
             };
             let err = match result {
                 Ok(v) => return Ok(v),
-                Err(e @ ClusterError::Transient(_)) => e,
+                Err(e @ ClusterError::Transient { .. }) => e,
                 Err(e) => return Err(e),
             };
             let wait = self.backoff(n);
             let spent = n >= max || Instant::now() + wait >= deadline;
             if spent {
-                let inner = match &err {
-                    ClusterError::Transient(m) => m.clone(),
-                    other => other.to_string(),
-                };
-                return Err(ClusterError::Transient(format!(
-                    "gave up after {n} attempt(s) in {} ms: {inner}",
-                    start.elapsed().as_millis()
-                )));
+                let gave_up = Some(GaveUp {
+                    attempts: n,
+                    elapsed_ms: start.elapsed().as_millis() as u64,
+                });
+                return Err(match err {
+                    ClusterError::Transient { op, reason, .. } => ClusterError::Transient {
+                        op,
+                        reason,
+                        gave_up,
+                    },
+                    other => ClusterError::Transient {
+                        op: what.to_owned(),
+                        reason: other.to_string(),
+                        gave_up,
+                    },
+                });
             }
             debug!(operation = what, attempt = n, wait_ms = wait.as_millis() as u64, error = %err, "retrying Kubernetes API call");
             tokio::time::sleep(wait).await;
@@ -148,7 +156,7 @@ mod tests {
         let r = fast()
             .run("list pods", || async {
                 if calls.fetch_add(1, Ordering::SeqCst) < 2 {
-                    Err(ClusterError::Transient("503".into()))
+                    Err(ClusterError::transient("list pods", "HTTP 503: busy"))
                 } else {
                     Ok(7)
                 }
@@ -164,24 +172,35 @@ mod tests {
         let r: Result<(), _> = fast()
             .run("list pods", || async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Err(ClusterError::Transient("list pods: HTTP 503: busy".into()))
+                Err(ClusterError::transient("list pods", "HTTP 503: busy"))
             })
             .await;
         assert_eq!(calls.load(Ordering::SeqCst), 3);
-        let Err(ClusterError::Transient(msg)) = r else {
+        let Err(
+            e @ ClusterError::Transient {
+                gave_up: Some(g), ..
+            },
+        ) = &r
+        else {
             panic!("{r:?}")
         };
-        assert!(msg.starts_with("gave up after 3 attempt(s)"), "{msg}");
+        assert_eq!(g.attempts, 3);
+        assert_eq!((e.op(), e.reason()), ("list pods", "HTTP 503: busy"));
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("transient Kubernetes API error: gave up after 3 attempt(s)"),
+            "{msg}"
+        );
         assert!(msg.ends_with("list pods: HTTP 503: busy"), "{msg}");
     }
 
     #[tokio::test]
     async fn other_errors_are_not_retried() {
         for e in [
-            ClusterError::Conflict("c".into()),
-            ClusterError::NotFound("n".into()),
-            ClusterError::Forbidden("f".into()),
-            ClusterError::Other("o".into()),
+            ClusterError::conflict("patch node/a", "c"),
+            ClusterError::not_found("get node/a", "n"),
+            ClusterError::forbidden("list pods", "f"),
+            ClusterError::other("create pods/binding", "o"),
         ] {
             let calls = AtomicU32::new(0);
             let r: Result<(), _> = fast()
@@ -215,9 +234,15 @@ mod tests {
         // 1 s + 0.1 + 1 s + 0.1 + 0.3 s (the rest of the deadline): the
         // deadline, not the ten attempts allowed, ended it at the third.
         assert_eq!(calls.load(Ordering::SeqCst), 3);
-        let Err(ClusterError::Transient(msg)) = r else {
+        let Err(
+            e @ ClusterError::Transient {
+                gave_up: Some(g), ..
+            },
+        ) = &r
+        else {
             panic!("{r:?}")
         };
-        assert!(msg.contains("no answer within"), "{msg}");
+        assert_eq!(g.attempts, 3);
+        assert!(e.reason().starts_with("no answer within"), "{e}");
     }
 }

@@ -661,10 +661,10 @@ impl State {
         request: &'r LaunchRequest,
     ) -> Result<Vec<&'r PricedOffering>, CloudError> {
         if request.options.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclaim {}: no launch options",
-                request.claim_id
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclaim {}", request.claim_id),
+                "no launch options",
+            ));
         }
         let spot = request
             .options
@@ -681,10 +681,13 @@ impl State {
             .iter()
             .find(|o| !self.sold.contains(&offering_key(o)))
         {
-            return Err(CloudError::Invalid(format!(
-                "InvalidParameterValue: {} is not offered as {} in {}",
-                o.instance_type, o.capacity_type, o.zone
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclaim {}", request.claim_id),
+                format!(
+                    "InvalidParameterValue: {} is not offered as {} in {}",
+                    o.instance_type, o.capacity_type, o.zone
+                ),
+            ));
         }
         Ok(options)
     }

@@ -794,10 +794,12 @@ impl Cluster for SimCluster {
     async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
         let mut s = self.lock();
         s.dirty = true;
-        let n = s
-            .nodes
-            .get_mut(node)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s.nodes.get_mut(node).ok_or_else(|| {
+            ClusterError::not_found(
+                format!("patch node/{node} (add taint {taint})"),
+                "no such node",
+            )
+        })?;
         let taints = n
             .spec
             .get_or_insert_with(Default::default)
@@ -820,10 +822,12 @@ impl Cluster for SimCluster {
     async fn remove_taint(&self, node: &str, key: &str) -> Result<(), ClusterError> {
         let mut s = self.lock();
         s.dirty = true;
-        let n = s
-            .nodes
-            .get_mut(node)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s.nodes.get_mut(node).ok_or_else(|| {
+            ClusterError::not_found(
+                format!("patch node/{node} (remove taint {key})"),
+                "no such node",
+            )
+        })?;
         if let Some(taints) = n.spec.as_mut().and_then(|sp| sp.taints.as_mut()) {
             taints.retain(|t| t.key != key);
         }
@@ -832,10 +836,9 @@ impl Cluster for SimCluster {
 
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         let mut s = self.lock();
-        let n = s
-            .nodes
-            .get_mut(node)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s.nodes.get_mut(node).ok_or_else(|| {
+            ClusterError::not_found(format!("patch node/{node} (cordon)"), "no such node")
+        })?;
         n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
         s.dirty = true;
         Ok(())
@@ -848,10 +851,9 @@ impl Cluster for SimCluster {
         annotations: &BTreeMap<String, String>,
     ) -> Result<(), ClusterError> {
         let mut s = self.lock();
-        let n = s
-            .nodes
-            .get_mut(node)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s.nodes.get_mut(node).ok_or_else(|| {
+            ClusterError::not_found(format!("patch node/{node} (labels)"), "no such node")
+        })?;
         n.metadata
             .labels
             .get_or_insert_with(BTreeMap::new)
@@ -868,10 +870,9 @@ impl Cluster for SimCluster {
 
     async fn unlabel_node(&self, node: &str, keys: &[&str]) -> Result<(), ClusterError> {
         let mut s = self.lock();
-        let n = s
-            .nodes
-            .get_mut(node)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {node}")))?;
+        let n = s.nodes.get_mut(node).ok_or_else(|| {
+            ClusterError::not_found(format!("patch node/{node} (remove labels)"), "no such node")
+        })?;
         if let Some(labels) = n.metadata.labels.as_mut() {
             for k in keys {
                 labels.remove(*k);
@@ -957,9 +958,10 @@ impl Cluster for SimCluster {
                     "The disruption budget {name} is still being processed by the server."
                 ))
             } else if status.disruptions_allowed < 0 {
-                return Err(ClusterError::Forbidden(format!(
-                    "poddisruptionbudget {name}: pdb disruptions allowed is negative"
-                )));
+                return Err(ClusterError::forbidden(
+                    format!("create pods/eviction {pod}"),
+                    format!("poddisruptionbudget {name}: pdb disruptions allowed is negative"),
+                ));
             } else if status.disruptions_allowed == 0 {
                 Some(if status.current_healthy <= status.desired_healthy {
                     format!(

@@ -133,9 +133,7 @@ impl<P: Cluster> FaultyClusterPort<P> {
         } else {
             "503 Service Unavailable"
         };
-        Err(ClusterError::Transient(format!(
-            "injected: {what}: {status}"
-        )))
+        Err(ClusterError::transient(what, format!("injected: {status}")))
     }
 
     async fn read<T>(
@@ -159,9 +157,10 @@ impl<P: Cluster> FaultyClusterPort<P> {
         if f.drop_responses > 0 {
             f.drop_responses -= 1;
             f.dropped += 1;
-            return Err(ClusterError::Transient(format!(
-                "injected: {what}: connection reset after the request was sent"
-            )));
+            return Err(ClusterError::transient(
+                what,
+                "injected: connection reset after the request was sent",
+            ));
         }
         Ok(outcome)
     }

@@ -73,8 +73,9 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
             f.launch_calls += 1;
             if f.fail_launches > 0 {
                 f.fail_launches -= 1;
-                return Err(CloudError::Transient(
-                    "injected: connection reset before CreateFleet answered".to_owned(),
+                return Err(CloudError::transient(
+                    "CreateFleet",
+                    "injected: connection reset before it answered",
                 ));
             }
             request.options.retain(|o| {
@@ -245,9 +246,10 @@ impl<S: Store> FaultyStore<S> {
         if conditional && w.conflict > 0 {
             w.conflict -= 1;
             w.conflicted += 1;
-            return Err(StoreError::Conflict(format!(
-                "injected: {what} changed since it was read"
-            )));
+            return Err(StoreError::conflict(
+                what,
+                "injected: changed since it was read",
+            ));
         }
         Ok(())
     }
@@ -317,8 +319,9 @@ impl<S: Store> Store for FaultyStore<S> {
             let mut n = self.fail_updates.lock().unwrap_or_else(|e| e.into_inner());
             if *n > 0 {
                 *n -= 1;
-                return Err(StoreError::Transient(
-                    "injected: the function stopped before the write".to_owned(),
+                return Err(StoreError::transient(
+                    format!("updating nodeclaim {}", next.id),
+                    "injected: the function stopped before the write",
                 ));
             }
         }
@@ -363,10 +366,10 @@ impl<S: Store> Store for FaultyStore<S> {
             match *crash {
                 Some(0) => {
                     *crash = None;
-                    return Err(StoreError::Transient(format!(
-                        "injected: crash before recording command {} step {:?}",
-                        next.id, next.step
-                    )));
+                    return Err(StoreError::transient(
+                        format!("recording command {} step {:?}", next.id, next.step),
+                        "injected: crash before the write",
+                    ));
                 }
                 Some(n) => *crash = Some(n - 1),
                 None => {}
@@ -468,7 +471,7 @@ mod tests {
                 .put_batch(None, &batch)
                 .await
                 .expect_err("lost its condition");
-            assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+            assert!(matches!(e, StoreError::Conflict { .. }), "{e}");
             assert!(
                 store.batch().await.expect("read").is_none(),
                 "nothing written"

@@ -238,10 +238,13 @@ impl Store for MemStore {
 
     async fn write_config(&self, writes: &[ConfigWrite]) -> Result<(), StoreError> {
         if writes.len() > MAX_CONFIG_WRITES {
-            return Err(StoreError::Invalid(format!(
-                "{} changes in one write; at most {MAX_CONFIG_WRITES}",
-                writes.len()
-            )));
+            return Err(StoreError::invalid(
+                "configuration write",
+                format!(
+                    "{} changes in one write; at most {MAX_CONFIG_WRITES}",
+                    writes.len()
+                ),
+            ));
         }
         let mut s = self.lock();
         // Check every condition first: all or nothing.
@@ -261,12 +264,14 @@ impl Store for MemStore {
                 ConfigWrite::Delete { version, .. } => Some(*version),
             };
             if stored != expected {
-                return Err(StoreError::Conflict(format!(
-                    "{}#{name}: stored version {}, expected {} (someone else changed it)",
-                    kind.as_str(),
-                    stored.map_or("none".to_owned(), |v| v.to_string()),
-                    expected.map_or("none".to_owned(), |v| v.to_string()),
-                )));
+                return Err(StoreError::conflict(
+                    format!("{}#{name}", kind.as_str()),
+                    format!(
+                        "stored version {}, expected {} (someone else changed it)",
+                        stored.map_or("none".to_owned(), |v| v.to_string()),
+                        expected.map_or("none".to_owned(), |v| v.to_string()),
+                    ),
+                ));
             }
         }
         for w in writes {
@@ -308,7 +313,10 @@ impl Store for MemStore {
         if s.claims.contains_key(&claim.id)
             || s.raw.contains_key(&format!("{CLAIM_PREFIX}{}", claim.id))
         {
-            return Err(StoreError::Conflict(format!("claim {} exists", claim.id)));
+            return Err(StoreError::conflict(
+                format!("claim#{}", claim.id),
+                "already exists",
+            ));
         }
         let used = s.usage.get(&claim.pool).cloned().unwrap_or_default();
         if let Some(resource) = exceeded_limit(limits, &used, &claim.reservation) {
@@ -335,25 +343,28 @@ impl Store for MemStore {
             || previous.pool != next.pool
             || next.version != previous.version + 1
         {
-            return Err(StoreError::Invalid(format!(
-                "update of nodeclaim {} must keep id and pool and bump the version by one ({} → {})",
-                previous.id, previous.version, next.version
-            )));
+            return Err(StoreError::invalid(
+                format!("claim#{}", previous.id),
+                format!(
+                    "an update must keep id and pool and bump the version by one ({} → {})",
+                    previous.version, next.version
+                ),
+            ));
         }
         let mut s = self.lock();
         match s.claims.get(&previous.id) {
             Some(c) if c.version == previous.version => {}
             Some(c) => {
-                return Err(StoreError::Conflict(format!(
-                    "claim {}: version {} is not {}",
-                    previous.id, c.version, previous.version
-                )));
+                return Err(StoreError::conflict(
+                    format!("claim#{}", previous.id),
+                    format!("version {} is not {}", c.version, previous.version),
+                ));
             }
             None => {
-                return Err(StoreError::Conflict(format!(
-                    "claim {} is gone",
-                    previous.id
-                )));
+                return Err(StoreError::conflict(
+                    format!("claim#{}", previous.id),
+                    "gone",
+                ));
             }
         }
         let mut delta = next.reservation.clone();
@@ -396,9 +407,10 @@ impl Store for MemStore {
         let mut s = self.lock();
         let stored = s.batch.as_ref().map(|b| b.version);
         if stored != previous.map(|b| b.version) {
-            return Err(StoreError::Conflict(format!(
-                "batch: stored version {stored:?}"
-            )));
+            return Err(StoreError::conflict(
+                "batch#provisioner",
+                format!("stored version {stored:?}"),
+            ));
         }
         s.batch = Some(next.clone());
         Ok(())
@@ -409,10 +421,10 @@ impl Store for MemStore {
         match &s.batch {
             Some(b) if b.version == batch.version => s.batch = None,
             Some(b) => {
-                return Err(StoreError::Conflict(format!(
-                    "batch: stored version {}",
-                    b.version
-                )));
+                return Err(StoreError::conflict(
+                    "batch#provisioner",
+                    format!("stored version {}", b.version),
+                ));
             }
             None => {}
         }
@@ -456,16 +468,14 @@ impl Store for MemStore {
         if stored != previous.map(|c| c.version)
             || s.raw.contains_key(&format!("{COMMAND_PREFIX}{}", next.id))
         {
-            return Err(StoreError::Conflict(match (previous, stored) {
-                (None, _) => format!("command {} exists", next.id),
-                (Some(p), None) => format!(
-                    "command {} is gone (expected version {})",
-                    next.id, p.version
-                ),
-                (Some(p), Some(v)) => {
-                    format!("command {}: version {v} is not {}", next.id, p.version)
-                }
-            }));
+            return Err(StoreError::conflict(
+                format!("{COMMAND_PREFIX}{}", next.id),
+                match (previous, stored) {
+                    (None, _) => "already exists".to_owned(),
+                    (Some(p), None) => format!("gone (expected version {})", p.version),
+                    (Some(p), Some(v)) => format!("version {v} is not {}", p.version),
+                },
+            ));
         }
         s.commands.insert(next.id.clone(), next.clone());
         Ok(())
@@ -479,10 +489,10 @@ impl Store for MemStore {
                 s.commands.remove(&command.id);
                 Ok(())
             }
-            Some(c) => Err(StoreError::Conflict(format!(
-                "command {}: version {} is not {}",
-                command.id, c.version, command.version
-            ))),
+            Some(c) => Err(StoreError::conflict(
+                format!("{COMMAND_PREFIX}{}", command.id),
+                format!("version {} is not {}", c.version, command.version),
+            )),
         }
     }
 

@@ -1038,7 +1038,8 @@ async fn assert_invalid_and_nothing_launched(
 ) {
     let cloud = Ec2Cloud::with_prices(&f.config, settings, seeded(&f.zones)).expect("adapter");
     match cloud.launch(&req).await {
-        Err(CloudError::Invalid(msg)) => {
+        Err(e @ CloudError::Invalid { .. }) => {
+            let msg = e.to_string();
             for e in expect {
                 assert!(msg.contains(e), "{msg:?} should mention {e:?}");
             }
@@ -1153,7 +1154,7 @@ async fn bad_input_is_a_clear_error_and_launches_nothing() {
         &f,
         f.settings(),
         req,
-        &["nodeclass \"missing\" is not defined"],
+        &["nodeclass \"missing\": not defined"],
     )
     .await;
     let class = EC2NodeClassSpec {

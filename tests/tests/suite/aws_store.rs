@@ -173,7 +173,7 @@ async fn the_state_view_is_read_again_exactly_when_a_store_wrote() {
     // A stale delete is refused even across stores; the right one goes through.
     assert!(matches!(
         a.delete_command(&cmd).await,
-        Err(StoreError::Conflict(_))
+        Err(StoreError::Conflict { .. })
     ));
     b.delete_command(&advanced).await.expect("delete");
     assert!(a.commands().await.expect("commands").is_empty());

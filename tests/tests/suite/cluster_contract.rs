@@ -154,7 +154,11 @@ async fn taints_are_added_once_and_removed_by_key<F: ContractCluster>(f: &F) {
             .await
             .expect_err("remove on a missing node"),
     ] {
-        assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+        assert!(matches!(e, ClusterError::NotFound { .. }), "{e}");
+        assert!(
+            e.op().contains(&format!("node/{missing}")),
+            "names the node: {e}"
+        );
     }
 }
 
@@ -181,7 +185,11 @@ async fn cordon_marks_the_node_unschedulable<F: ContractCluster>(f: &F) {
         .cordon(&format!("{}-missing", f.namespace()))
         .await
         .expect_err("missing node");
-    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+    assert!(matches!(e, ClusterError::NotFound { .. }), "{e}");
+    assert!(
+        e.op().contains(&format!("node/{}-missing", f.namespace())),
+        "names the node: {e}"
+    );
 }
 
 async fn labelling_a_node_sets_the_keys_given_and_keeps_the_others<F: ContractCluster>(f: &F) {
@@ -236,7 +244,11 @@ async fn labelling_a_node_sets_the_keys_given_and_keeps_the_others<F: ContractCl
         .label_node(&format!("{}-missing", f.namespace()), &labels, &annotations)
         .await
         .expect_err("missing node");
-    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+    assert!(matches!(e, ClusterError::NotFound { .. }), "{e}");
+    assert!(
+        e.op().contains(&format!("node/{}-missing", f.namespace())),
+        "names the node: {e}"
+    );
 }
 
 async fn unlabelling_a_node_removes_the_keys_given_and_keeps_the_others<F: ContractCluster>(f: &F) {
@@ -277,7 +289,11 @@ async fn unlabelling_a_node_removes_the_keys_given_and_keeps_the_others<F: Contr
         .unlabel_node(&format!("{}-missing", f.namespace()), &["team"])
         .await
         .expect_err("missing node");
-    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+    assert!(matches!(e, ClusterError::NotFound { .. }), "{e}");
+    assert!(
+        e.op().contains(&format!("node/{}-missing", f.namespace())),
+        "names the node: {e}"
+    );
 }
 
 async fn nodes_are_deleted_once<F: ContractCluster>(f: &F) {

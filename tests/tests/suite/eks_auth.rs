@@ -168,9 +168,13 @@ async fn tokens_the_cluster_refuses_end_in_a_clear_error() {
         )
         .expect("client");
     match stale.nodes().await {
-        Err(ClusterError::Forbidden(m)) => assert!(
-            m.contains("unauthorized") && m.contains("15-minute window"),
-            "{m}"
+        Err(ClusterError::Forbidden {
+            reason,
+            unauthorized,
+            ..
+        }) => assert!(
+            unauthorized && reason.contains("15-minute window"),
+            "{reason}"
         ),
         other => panic!("a stale token is refused: {other:?}"),
     }
@@ -183,7 +187,9 @@ async fn tokens_the_cluster_refuses_end_in_a_clear_error() {
         )
         .expect("client");
     match elsewhere.nodes().await {
-        Err(ClusterError::Forbidden(m)) => assert!(m.contains("not this region's STS"), "{m}"),
+        Err(ClusterError::Forbidden { reason, .. }) => {
+            assert!(reason.contains("not this region's STS"), "{reason}")
+        }
         other => panic!("a token for another region is refused: {other:?}"),
     }
     assert!(

@@ -217,7 +217,7 @@ async fn the_function_identity_has_least_privilege() {
     assert_eq!(nodewright::kube::errors::status_code(&e), Some(403), "{e}");
     let mapped = nodewright::kube::errors::classify("list secrets", &e);
     assert!(
-        matches!(&mapped, ClusterError::Forbidden(m) if m.contains("cannot list resource \"secrets\"")),
+        matches!(&mapped, ClusterError::Forbidden { op, reason, unauthorized: false } if op == "list secrets" && reason.contains("cannot list resource \"secrets\"")),
         "{mapped}"
     );
     let all_secrets: Api<Secret> = Api::all(client.clone());
@@ -271,7 +271,13 @@ async fn the_function_identity_has_least_privilege() {
     .expect("client");
     let e = stranger.nodes().await.expect_err("unknown token");
     assert!(
-        matches!(&e, ClusterError::Forbidden(m) if m.contains("unauthorized")),
+        matches!(
+            &e,
+            ClusterError::Forbidden {
+                unauthorized: true,
+                ..
+            }
+        ),
         "{e}"
     );
 
@@ -803,7 +809,7 @@ async fn taints_are_added_and_removed_without_losing_concurrent_writes() {
         .await
         .expect_err("keeps conflicting");
     assert!(
-        matches!(&e, ClusterError::Conflict(m) if m.contains("5 read-modify-write rounds")),
+        matches!(&e, ClusterError::Conflict { reason, .. } if reason.contains("5 read-modify-write rounds")),
         "{e}"
     );
     assert!(e.is_retryable());
@@ -824,12 +830,12 @@ async fn taints_are_added_and_removed_without_losing_concurrent_writes() {
         .add_taint("no-such-node", &ours)
         .await
         .expect_err("missing node");
-    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+    assert!(matches!(e, ClusterError::NotFound { .. }), "{e}");
     let e = function
         .cordon("no-such-node")
         .await
         .expect_err("missing node");
-    assert!(matches!(e, ClusterError::NotFound(_)), "{e}");
+    assert!(matches!(e, ClusterError::NotFound { .. }), "{e}");
 }
 
 // ------------------------------------------------------------ eviction
@@ -1232,10 +1238,17 @@ async fn persistent_faults_end_in_a_clear_transient_error() {
         let t = Instant::now();
         let e = cluster.nodes().await.expect_err("persistent fault");
         let took = t.elapsed();
-        let ClusterError::Transient(msg) = &e else {
+        let ClusterError::Transient {
+            gave_up: Some(_), ..
+        } = &e
+        else {
             panic!("{name}: {e:?}")
         };
-        assert!(msg.starts_with("gave up after"), "{name}: {msg}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("transient Kubernetes API error: gave up after"),
+            "{name}: {msg}"
+        );
         assert!(msg.contains(expect), "{name}: {msg}");
         assert!(e.is_retryable());
         let attempts = proxy.seen(&Method::GET, "/api/v1/nodes").len();
@@ -1265,7 +1278,7 @@ async fn persistent_faults_end_in_a_clear_transient_error() {
     );
     let e = cluster.nodes().await.expect_err("forbidden");
     assert!(
-        matches!(&e, ClusterError::Forbidden(m) if m.contains("list nodes") && m.contains("cannot list resource")),
+        matches!(&e, ClusterError::Forbidden { op, reason, .. } if op == "list nodes" && reason.contains("cannot list resource")),
         "{e}"
     );
     assert_eq!(proxy.seen(&Method::GET, "/api/v1/nodes").len(), 1);

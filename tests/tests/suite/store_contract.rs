@@ -65,7 +65,12 @@ fn command(id: &str, created: i64) -> Command {
 }
 
 fn is_conflict<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> bool {
-    matches!(r, Err(StoreError::Conflict(_)))
+    matches!(r, Err(StoreError::Conflict { .. }))
+}
+
+/// A conflict naming the item that lost by its key, the same on every adapter.
+fn is_conflict_on<T: std::fmt::Debug>(r: &Result<T, StoreError>, key: &str) -> bool {
+    matches!(r, Err(StoreError::Conflict { item, .. }) if item == key)
 }
 
 async fn stored<S: Store>(store: &S, id: &str) -> Option<Command> {
@@ -92,7 +97,10 @@ async fn commands_are_created_once<S: Store>(store: &S) {
     let mut second = command("default-aaaaa", 5);
     second.spec.reason = RemovalReason::Rebalance;
     assert!(
-        is_conflict(&store.put_command(None, &second).await),
+        is_conflict_on(
+            &store.put_command(None, &second).await,
+            "command#default-aaaaa"
+        ),
         "second create"
     );
     assert_eq!(
@@ -115,7 +123,10 @@ async fn commands_advance_only_from_the_stored_version<S: Store>(store: &S) {
     let mut stale = v1.next(at(2));
     stale.step = Step::Drain;
     assert!(
-        is_conflict(&store.put_command(Some(&v1), &stale).await),
+        is_conflict_on(
+            &store.put_command(Some(&v1), &stale).await,
+            &format!("command#{}", v1.id)
+        ),
         "stale previous"
     );
     assert_eq!(stored(store, &v1.id).await, Some(v2.clone()));
@@ -126,7 +137,10 @@ async fn commands_advance_only_from_the_stored_version<S: Store>(store: &S) {
     // An update of a command that is gone is a conflict, never a re-create.
     store.delete_command(&v3).await.expect("delete");
     assert!(
-        is_conflict(&store.put_command(Some(&v3), &v3.next(at(4))).await),
+        is_conflict_on(
+            &store.put_command(Some(&v3), &v3.next(at(4))).await,
+            &format!("command#{}", v3.id)
+        ),
         "gone"
     );
     assert_eq!(stored(store, &v1.id).await, None);
@@ -180,7 +194,10 @@ async fn commands_are_deleted_at_their_version<S: Store>(store: &S) {
 
     // Deleting with the version another writer already replaced is refused.
     assert!(
-        is_conflict(&store.delete_command(&v1).await),
+        is_conflict_on(
+            &store.delete_command(&v1).await,
+            &format!("command#{}", v1.id)
+        ),
         "stale delete"
     );
     assert_eq!(stored(store, &v1.id).await, Some(v2.clone()));
@@ -257,7 +274,7 @@ async fn command_writes_must_move_one_version<S: Store>(store: &S) {
     assert!(
         matches!(
             store.put_command(None, &born_late).await,
-            Err(StoreError::Invalid(_))
+            Err(StoreError::Invalid { .. })
         ),
         "created at version 2"
     );
@@ -267,7 +284,7 @@ async fn command_writes_must_move_one_version<S: Store>(store: &S) {
     assert!(
         matches!(
             store.put_command(Some(&v1), &skip).await,
-            Err(StoreError::Invalid(_))
+            Err(StoreError::Invalid { .. })
         ),
         "skipped a version"
     );
@@ -275,7 +292,7 @@ async fn command_writes_must_move_one_version<S: Store>(store: &S) {
     assert!(
         matches!(
             store.put_command(Some(&v1), &same).await,
-            Err(StoreError::Invalid(_))
+            Err(StoreError::Invalid { .. })
         ),
         "same version"
     );
@@ -284,7 +301,7 @@ async fn command_writes_must_move_one_version<S: Store>(store: &S) {
     assert!(
         matches!(
             store.put_command(Some(&v1), &other).await,
-            Err(StoreError::Invalid(_))
+            Err(StoreError::Invalid { .. })
         ),
         "another id"
     );
@@ -325,7 +342,10 @@ async fn claims_are_created_once_within_limits<S: Store>(store: &S) {
     let lim = limits(&[("cpu", 10_000), ("nodes", 2)]);
     let a = claim("default-aaaaa", "default", 6000);
     store.create_claim(&a, &lim).await.expect("create");
-    assert!(is_conflict(&store.create_claim(&a, &lim).await), "exists");
+    assert!(
+        is_conflict_on(&store.create_claim(&a, &lim).await, "claim#default-aaaaa"),
+        "exists"
+    );
     assert_eq!(
         (
             usage_of(store, "default", "cpu").await,
@@ -409,7 +429,10 @@ async fn claim_updates_are_conditional_and_move_usage<S: Store>(store: &S) {
     a2.reservation.insert("cpu".into(), 2000);
     store.update_claim(&a, &a2, &lim).await.expect("shrink");
     assert!(
-        is_conflict(&store.update_claim(&a, &a2, &lim).await),
+        is_conflict_on(
+            &store.update_claim(&a, &a2, &lim).await,
+            "claim#default-aaaaa"
+        ),
         "stale previous"
     );
     assert_eq!(usage_of(store, "default", "cpu").await, 2000);
@@ -434,7 +457,10 @@ async fn claim_updates_are_conditional_and_move_usage<S: Store>(store: &S) {
     store.delete_claim(&a).await.expect("delete");
     assert_eq!(usage_of(store, "default", "cpu").await, 0);
     assert!(
-        is_conflict(&store.update_claim(&a2, &a2.next(), &lim).await),
+        is_conflict_on(
+            &store.update_claim(&a2, &a2.next(), &lim).await,
+            "claim#default-aaaaa"
+        ),
         "gone"
     );
 }
@@ -448,7 +474,7 @@ async fn claim_updates_must_move_one_version<S: Store>(store: &S) {
     assert!(
         matches!(
             store.update_claim(&a, &skip, &lim).await,
-            Err(StoreError::Invalid(_))
+            Err(StoreError::Invalid { .. })
         ),
         "skipped a version"
     );
@@ -457,7 +483,7 @@ async fn claim_updates_must_move_one_version<S: Store>(store: &S) {
     assert!(
         matches!(
             store.update_claim(&a, &moved, &lim).await,
-            Err(StoreError::Invalid(_))
+            Err(StoreError::Invalid { .. })
         ),
         "another pool"
     );
@@ -502,7 +528,7 @@ async fn the_batch_is_conditional_on_its_version<S: Store>(store: &S) {
     };
     store.put_batch(None, &b1).await.expect("create");
     assert!(
-        is_conflict(&store.put_batch(None, &b1).await),
+        is_conflict_on(&store.put_batch(None, &b1).await, "batch#provisioner"),
         "create twice"
     );
     let stored1 = store.batch().await.expect("batch").expect("stored");
@@ -514,11 +540,14 @@ async fn the_batch_is_conditional_on_its_version<S: Store>(store: &S) {
         .map(|w| w.seen.insert(nodewright::model::batch::uid_hash("uid-2")));
     store.put_batch(Some(&stored1), &b2).await.expect("advance");
     assert!(
-        is_conflict(&store.put_batch(Some(&stored1), &b2).await),
+        is_conflict_on(
+            &store.put_batch(Some(&stored1), &b2).await,
+            "batch#provisioner"
+        ),
         "stale"
     );
     assert!(
-        is_conflict(&store.delete_batch(&stored1).await),
+        is_conflict_on(&store.delete_batch(&stored1).await, "batch#provisioner"),
         "stale delete"
     );
     assert_eq!(store.batch().await.expect("batch"), Some(b2.clone()));
@@ -665,14 +694,14 @@ async fn config_items_are_versioned_per_kind_and_name<S: Store>(store: &S) {
     let v1 = item("default", 1, serde_json::json!({"limits": {"cpu": 10}}));
     store.put_config_item(&v1).await.expect("first write");
     assert!(
-        is_conflict(&store.put_config_item(&v1).await),
+        is_conflict_on(&store.put_config_item(&v1).await, "nodepool#default"),
         "version 1 twice"
     );
     let v2 = item("default", 2, serde_json::json!({"limits": {"cpu": 20}}));
     store.put_config_item(&v2).await.expect("v1 → v2");
     let stale = item("default", 2, serde_json::json!({"limits": {"cpu": 30}}));
     assert!(
-        is_conflict(&store.put_config_item(&stale).await),
+        is_conflict_on(&store.put_config_item(&stale).await, "nodepool#default"),
         "lost update refused"
     );
     let class = ConfigItem {
@@ -823,19 +852,26 @@ async fn unreadable_items_are_quarantined<S: ByHand>(store: &S) {
 
     // A create never writes over an item it cannot read.
     assert!(
-        is_conflict(
+        is_conflict_on(
             &store
                 .create_claim(&claim("default-bbbbb", "default", 1), &lim)
-                .await
+                .await,
+            "claim#default-bbbbb"
         ),
         "claim key taken"
     );
     assert!(
-        is_conflict(&store.put_command(None, &command("default-ccccc", 1)).await),
+        is_conflict_on(
+            &store.put_command(None, &command("default-ccccc", 1)).await,
+            "command#default-ccccc"
+        ),
         "command key taken"
     );
     assert!(
-        is_conflict(&store.put_config_item(&pool_item("broken", 1)).await),
+        is_conflict_on(
+            &store.put_config_item(&pool_item("broken", 1)).await,
+            "nodepool#broken"
+        ),
         "config key taken"
     );
 

@@ -118,9 +118,10 @@ impl DynamoStore {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        Err(StoreError::Transient(format!(
-            "table {table} did not become active"
-        )))
+        Err(StoreError::transient(
+            format!("waiting for table {table}"),
+            "it did not become active",
+        ))
     }
 
     /// Every item of `table` whose key starts with `prefix` (all pages, consistent).
@@ -312,7 +313,7 @@ impl DynamoStore {
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!("{what}: {last}")))
+        Err(StoreError::transient(what, last))
     }
 
     /// The state view, read again only when `state#version` moved.
@@ -326,7 +327,7 @@ impl DynamoStore {
             None => 0,
             Some(v) => v
                 .parse::<u64>()
-                .map_err(|e| StoreError::Invalid(format!("{STATE_VERSION_KEY}: version: {e}")))?,
+                .map_err(|e| StoreError::invalid(STATE_VERSION_KEY, format!("version: {e}")))?,
         };
         let fresh =
             |v: &&Arc<StateView>| v.version == version && v.read_at.elapsed() < MAX_VIEW_AGE;

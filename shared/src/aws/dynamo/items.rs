@@ -75,9 +75,9 @@ pub(super) fn body_of<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError>
     let body = item
         .get(BODY)
         .and_then(|v| v.as_s().ok())
-        .ok_or_else(|| StoreError::Invalid(format!("item {key}: no body attribute")))?;
+        .ok_or_else(|| StoreError::invalid(format!("item {key}"), "no body attribute"))?;
     serde_json::from_str(body)
-        .map_err(|e| StoreError::Invalid(format!("item {key}: unreadable body: {e}")))
+        .map_err(|e| StoreError::invalid(format!("item {key}"), format!("unreadable body: {e}")))
 }
 
 /// A quarantined state item: its key and why.
@@ -105,7 +105,8 @@ pub(super) fn unreadable_config(item: &Item, e: &StoreError) -> Option<ConfigIte
 }
 
 pub(super) fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Invalid(format!("cannot serialise: {e}")))
+    serde_json::to_string(v)
+        .map_err(|e| StoreError::invalid("an item's body", format!("cannot serialise: {e}")))
 }
 
 pub(super) fn number(item: &Item, attr: &str) -> Option<i64> {
@@ -128,11 +129,11 @@ pub(super) fn bump_counter(table: &str, key: &str) -> Result<TransactWriteItem, 
 }
 
 pub(super) fn poisoned() -> StoreError {
-    StoreError::Invalid("the state view's lock was poisoned by a panic".into())
+    StoreError::invalid("the state view", "its lock was poisoned by a panic")
 }
 
 pub(super) fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::Invalid(format!("building a DynamoDB request: {e}"))
+    StoreError::invalid("a DynamoDB request", format!("cannot be built: {e}"))
 }
 
 pub(super) fn usage_from_item(item: &Item) -> Usage {

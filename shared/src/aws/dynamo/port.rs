@@ -38,9 +38,10 @@ impl Store for DynamoStore {
         match version {
             None => Ok(0),
             Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(StoreError::Invalid(format!(
-                "{CONFIG_VERSION_KEY}: version: {e}"
-            ))),
+            Some(Err(e)) => Err(StoreError::invalid(
+                CONFIG_VERSION_KEY,
+                format!("version: {e}"),
+            )),
         }
     }
 
@@ -69,17 +70,21 @@ impl Store for DynamoStore {
                 }
             }
         }
-        Err(StoreError::Transient(format!(
-            "{key}: delete kept losing to concurrent writes"
-        )))
+        Err(StoreError::transient(
+            format!("deleting {key}"),
+            "kept losing to concurrent writes",
+        ))
     }
 
     async fn write_config(&self, writes: &[ConfigWrite]) -> Result<(), StoreError> {
         if writes.len() > MAX_CONFIG_WRITES {
-            return Err(StoreError::Invalid(format!(
-                "{} changes in one write; at most {MAX_CONFIG_WRITES}",
-                writes.len()
-            )));
+            return Err(StoreError::invalid(
+                "configuration write",
+                format!(
+                    "{} changes in one write; at most {MAX_CONFIG_WRITES}",
+                    writes.len()
+                ),
+            ));
         }
         if writes.is_empty() {
             return Ok(());
@@ -142,8 +147,9 @@ impl Store for DynamoStore {
                 TxOutcome::Done => return Ok(()),
                 TxOutcome::ConditionFailed { index, old } => {
                     let Some(w) = writes.get(index) else {
-                        return Err(StoreError::Conflict(
-                            "the configuration version counter refused the write".into(),
+                        return Err(StoreError::conflict(
+                            CONFIG_VERSION_KEY,
+                            "the configuration version counter refused the write",
                         ));
                     };
                     let (kind, name) = w.key();
@@ -157,10 +163,12 @@ impl Store for DynamoStore {
                         ConfigWrite::Put(i) => (i.version - 1).to_string(),
                         ConfigWrite::Delete { version, .. } => version.to_string(),
                     };
-                    return Err(StoreError::Conflict(format!(
-                        "{}: stored version {stored}, expected {expected} (someone else changed it)",
-                        config_key(kind, name)
-                    )));
+                    return Err(StoreError::conflict(
+                        config_key(kind, name),
+                        format!(
+                            "stored version {stored}, expected {expected} (someone else changed it)"
+                        ),
+                    ));
                 }
                 TxOutcome::Retry(why) => {
                     debug!(%why, attempt, "configuration write lost a race; retrying");
@@ -168,8 +176,9 @@ impl Store for DynamoStore {
                 }
             }
         }
-        Err(StoreError::Transient(
-            "configuration write kept losing to concurrent writes".into(),
+        Err(StoreError::transient(
+            "configuration write",
+            "kept losing to concurrent writes",
         ))
     }
 
@@ -214,10 +223,7 @@ impl Store for DynamoStore {
             match self.transact(items).await? {
                 TxOutcome::Done => return Ok(()),
                 TxOutcome::ConditionFailed { index: 0, .. } => {
-                    return Err(StoreError::Conflict(format!(
-                        "nodeclaim {} already exists",
-                        claim.id
-                    )));
+                    return Err(StoreError::conflict(claim_key(&claim.id), "already exists"));
                 }
                 TxOutcome::ConditionFailed { old, .. } => {
                     match self
@@ -238,10 +244,10 @@ impl Store for DynamoStore {
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!(
-            "creating nodeclaim {}: {last}",
-            claim.id
-        )))
+        Err(StoreError::transient(
+            format!("creating nodeclaim {}", claim.id),
+            last,
+        ))
     }
 
     async fn update_claim(
@@ -254,10 +260,13 @@ impl Store for DynamoStore {
             || previous.pool != next.pool
             || next.version != previous.version + 1
         {
-            return Err(StoreError::Invalid(format!(
-                "update of nodeclaim {} must keep id and pool and bump the version by one ({} → {})",
-                previous.id, previous.version, next.version
-            )));
+            return Err(StoreError::invalid(
+                claim_key(&previous.id),
+                format!(
+                    "an update must keep id and pool and bump the version by one ({} → {})",
+                    previous.version, next.version
+                ),
+            ));
         }
         let delta = delta_of(&previous.reservation, &next.reservation);
         let condition_put = |item: Item| {
@@ -271,10 +280,10 @@ impl Store for DynamoStore {
                 .map_err(build_err)
         };
         let conflict = || {
-            StoreError::Conflict(format!(
-                "nodeclaim {} is no longer at version {}",
-                previous.id, previous.version
-            ))
+            StoreError::conflict(
+                claim_key(&previous.id),
+                format!("no longer at version {}", previous.version),
+            )
         };
         let Some(update) = usage_update(&self.tables.state, &next.pool, &delta, limits)? else {
             let put = TransactWriteItem::builder()
@@ -320,10 +329,10 @@ impl Store for DynamoStore {
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!(
-            "updating nodeclaim {}: {last}",
-            next.id
-        )))
+        Err(StoreError::transient(
+            format!("updating nodeclaim {}", next.id),
+            last,
+        ))
     }
 
     async fn delete_claim(&self, claim: &Claim) -> Result<(), StoreError> {
@@ -365,10 +374,10 @@ impl Store for DynamoStore {
             }
             Self::backoff(attempt).await;
         }
-        Err(StoreError::Transient(format!(
-            "deleting nodeclaim {}: {last}",
-            claim.id
-        )))
+        Err(StoreError::transient(
+            format!("deleting nodeclaim {}", claim.id),
+            last,
+        ))
     }
 
     async fn pool_usage(&self) -> Result<BTreeMap<String, Usage>, StoreError> {
@@ -416,10 +425,13 @@ impl Store for DynamoStore {
         if ok {
             Ok(())
         } else {
-            Err(StoreError::Conflict(match previous {
-                None => "the batch already exists".to_owned(),
-                Some(p) => format!("the batch is no longer at version {}", p.version),
-            }))
+            Err(StoreError::conflict(
+                BATCH_KEY,
+                match previous {
+                    None => "already exists".to_owned(),
+                    Some(p) => format!("no longer at version {}", p.version),
+                },
+            ))
         }
     }
 
@@ -435,10 +447,10 @@ impl Store for DynamoStore {
             .await?;
         match outcome {
             Ok(()) | Err(None) => Ok(()),
-            Err(Some(_)) => Err(StoreError::Conflict(format!(
-                "the batch is no longer at version {}",
-                batch.version
-            ))),
+            Err(Some(_)) => Err(StoreError::conflict(
+                BATCH_KEY,
+                format!("no longer at version {}", batch.version),
+            )),
         }
     }
 
@@ -480,10 +492,13 @@ impl Store for DynamoStore {
             .await?
         {
             Ok(()) => Ok(()),
-            Err(_) => Err(StoreError::Conflict(match previous {
-                None => format!("command {} exists", next.id),
-                Some(p) => format!("command {} is no longer at version {}", next.id, p.version),
-            })),
+            Err(_) => Err(StoreError::conflict(
+                command_key(&next.id),
+                match previous {
+                    None => "already exists".to_owned(),
+                    Some(p) => format!("no longer at version {}", p.version),
+                },
+            )),
         }
     }
 
@@ -504,10 +519,10 @@ impl Store for DynamoStore {
             )
             .await?;
         let conflict = || {
-            StoreError::Conflict(format!(
-                "command {} is no longer at version {}",
-                command.id, command.version
-            ))
+            StoreError::conflict(
+                command_key(&command.id),
+                format!("no longer at version {}", command.version),
+            )
         };
         match outcome {
             Ok(()) => Ok(()),

@@ -158,10 +158,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
     ) -> Result<Launched, CloudError> {
         let started = Instant::now();
         if req.options.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclaim {}: no launch options",
-                req.claim_id
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclaim {}", req.claim_id),
+                "no launch options",
+            ));
         }
         // The class the launcher read this tick; the adapter's own map is for
         // callers that pass none (tests, tools).
@@ -171,9 +171,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
         };
         // Configuration errors first: they need no API call.
         let (family, pinned) = launch_family(class)
-            .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+            .map_err(|e| CloudError::invalid(format!("nodeclass {class_name}"), e.to_string()))?;
         launch_settings(class, family, false)
-            .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+            .map_err(|e| CloudError::invalid(format!("nodeclass {class_name}"), e.to_string()))?;
         if let Some(instance) = self.adopt(req).await? {
             info!(nodeclaim = %req.claim_id, instance = %instance.id, "adopted the instance an earlier launch of this nodeclaim made");
             return Ok(Launched {
@@ -235,11 +235,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
             valid.push((o, info));
         }
         if valid.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclaim {}: no launch option can be bought: {}",
-                req.claim_id,
-                rejected.join("; ")
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclaim {}", req.claim_id),
+                format!("no launch option can be bought: {}", rejected.join("; ")),
+            ));
         }
         // Spot when any (valid) spot option is present, as Karpenter does.
         let capacity_type = if valid
@@ -360,11 +359,14 @@ impl<P: PriceSource> Ec2Cloud<P> {
                         user_data: class.user_data.as_deref(),
                     },
                 )
-                .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+                .map_err(|e| {
+                    CloudError::invalid(format!("nodeclass {class_name}"), e.to_string())
+                })?;
                 g.image = Some(image_id.clone());
                 let mut settings =
-                    launch_settings(class, family, cluster.service_cidr.contains(':'))
-                        .map_err(|e| CloudError::Invalid(format!("nodeclass {class_name}: {e}")))?;
+                    launch_settings(class, family, cluster.service_cidr.contains(':')).map_err(
+                        |e| CloudError::invalid(format!("nodeclass {class_name}"), e.to_string()),
+                    )?;
                 // The claim's tenancy (`provisioning::plan::tenancy`).
                 settings.dedicated = req.labels.get(labels::INSTANCE_TENANCY).map(String::as_str)
                     == Some(labels::TENANCY_DEDICATED);
@@ -381,11 +383,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
             }
             groups.retain(|g| g.template.is_some());
             if groups.is_empty() {
-                return Err(CloudError::Invalid(format!(
-                    "nodeclaim {}: no AMI for any launch option: {}",
-                    req.claim_id,
-                    rejected.join("; ")
-                )));
+                return Err(CloudError::invalid(
+                    format!("nodeclaim {}", req.claim_id),
+                    format!("no AMI for any launch option: {}", rejected.join("; ")),
+                ));
             }
             self.ensure_templates(&mut cache, specs).await?;
             (network, groups)

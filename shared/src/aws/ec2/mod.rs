@@ -149,7 +149,10 @@ fn region_of(config: &aws_config::SdkConfig) -> Result<String, CloudError> {
         .region()
         .map(|r| r.as_ref().to_owned())
         .ok_or_else(|| {
-            CloudError::Invalid("no AWS region configured (set AWS_REGION or pass a region)".into())
+            CloudError::invalid(
+                "AWS region",
+                "none configured (set AWS_REGION or pass a region)",
+            )
         })
 }
 
@@ -264,7 +267,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             let (Some((_, types)), Some((_, od)), Some((_, spot))) =
                 (&cache.types, &cache.on_demand, &cache.spot)
             else {
-                return Err(CloudError::Transient("catalog incomplete".into()));
+                return Err(CloudError::transient("catalog", "incomplete"));
             };
             let built = catalog::assemble(&self.region, types, &od.prices, spot);
             info!(
@@ -279,7 +282,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
         cache
             .built
             .clone()
-            .ok_or_else(|| CloudError::Transient("catalog unavailable".into()))
+            .ok_or_else(|| CloudError::transient("catalog", "unavailable"))
     }
 
     fn node_class(&self, name: Option<&str>) -> Result<(&str, &NodeClass), CloudError> {
@@ -288,7 +291,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
             .node_classes
             .get_key_value(name)
             .map(|(k, v)| (k.as_str(), v))
-            .ok_or_else(|| CloudError::Invalid(format!("nodeclass {name:?} is not defined")))
+            .ok_or_else(|| CloudError::invalid(format!("nodeclass {name:?}"), "not defined"))
     }
 
     /// Our live instances matching extra filters: those tagged

@@ -125,8 +125,9 @@ impl<P: PriceSource> Ec2Cloud<P> {
         }
         let terms = &class.ami_selector_terms;
         if terms.iter().any(|t| matches!(t, AmiSelector::Query { .. })) {
-            return Err(CloudError::Invalid(
-                "amiSelectorTerms by name or tags are not supported yet; use alias, id or ssmParameter".into(),
+            return Err(CloudError::invalid(
+                "amiSelectorTerms",
+                "by name or tags are not supported yet; use alias, id or ssmParameter",
             ));
         }
         let explicit: Vec<&str> = terms
@@ -156,7 +157,8 @@ impl<P: PriceSource> Ec2Cloud<P> {
                     .unwrap_or(AmiFamily::Custom),
                 f => f,
             };
-            family_runs_kubernetes(family, &key.k8s).map_err(CloudError::Invalid)?;
+            family_runs_kubernetes(family, &key.k8s)
+                .map_err(|e| CloudError::invalid(format!("amiFamily {family}"), e))?;
             let path = ami_parameter(
                 family,
                 key.version.as_deref(),
@@ -165,10 +167,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 key.accelerator,
             )
             .ok_or_else(|| {
-                CloudError::Invalid(format!(
-                    "no EKS-optimized AMI parameter for amiFamily {} on {}",
-                    family, key.arch
-                ))
+                CloudError::invalid(
+                    format!("amiFamily {family}"),
+                    format!("no EKS-optimized AMI parameter on {}", key.arch),
+                )
             })?;
             self.ssm_value(&path).await.map_err(|e| {
                 if e.is_retryable() {
@@ -207,9 +209,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 .and_then(|i| i.image_id())
                 .map(str::to_owned)
                 .ok_or_else(|| {
-                    CloudError::Invalid(format!(
-                        "amiSelectorTerms {candidates:?} have no {want} image"
-                    ))
+                    CloudError::invalid(
+                        format!("amiSelectorTerms {candidates:?}"),
+                        format!("no {want} image"),
+                    )
                 })?
         };
         cache.amis.insert(key.clone(), (Instant::now(), id.clone()));
@@ -223,13 +226,14 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 .parameter()
                 .and_then(|p| p.value())
                 .map(str::to_owned)
-                .ok_or_else(|| CloudError::Invalid(format!("SSM parameter {name} has no value"))),
+                .ok_or_else(|| CloudError::invalid(format!("SSM parameter {name}"), "no value")),
             Err(e) => {
                 let e = ApiError::from_sdk("GetParameter", e);
                 if e.is("ParameterNotFound") {
-                    Err(CloudError::Invalid(format!(
-                        "SSM parameter {name} does not exist"
-                    )))
+                    Err(CloudError::invalid(
+                        format!("SSM parameter {name}"),
+                        "does not exist",
+                    ))
                 } else {
                     Err(e.into())
                 }

@@ -41,22 +41,22 @@ impl<P: PriceSource> Ec2Cloud<P> {
             Err(e) => {
                 let e = ApiError::from_sdk("DescribeCluster", e);
                 if e.is("ResourceNotFoundException") {
-                    return Err(CloudError::Invalid(format!(
-                        "EKS cluster {name:?} does not exist in {}",
-                        self.region
-                    )));
+                    return Err(CloudError::invalid(
+                        format!("EKS cluster {name:?}"),
+                        format!("does not exist in {}", self.region),
+                    ));
                 }
                 return Err(e.into());
             }
         };
         let c = out.cluster().ok_or_else(|| {
-            CloudError::Invalid(format!("DescribeCluster {name}: no cluster in the reply"))
+            CloudError::invalid(format!("DescribeCluster {name}"), "no cluster in the reply")
         })?;
         let endpoint = c.endpoint().filter(|e| !e.is_empty()).ok_or_else(|| {
-            CloudError::Transient(format!(
-                "EKS cluster {name} has no endpoint yet (status {:?})",
-                c.status()
-            ))
+            CloudError::transient(
+                format!("DescribeCluster {name}"),
+                format!("the cluster has no endpoint yet (status {:?})", c.status()),
+            )
         })?;
         let net = c.kubernetes_network_config();
         let service_cidr = net

@@ -89,9 +89,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
         terms: &[SelectorTerm],
     ) -> Result<BTreeMap<String, String>, CloudError> {
         if terms.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclass {class_name}: subnetSelectorTerms is empty"
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclass {class_name}"),
+                "subnetSelectorTerms is empty",
+            ));
         }
         // zone → (free addresses, subnet id)
         let mut best: BTreeMap<String, (i32, String)> = BTreeMap::new();
@@ -125,10 +126,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
             }
         }
         if best.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclass {class_name}: subnetSelectorTerms {} match no subnet",
-                terms_text(terms)
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclass {class_name}"),
+                format!("subnetSelectorTerms {} match no subnet", terms_text(terms)),
+            ));
         }
         Ok(best.into_iter().map(|(zone, (_, id))| (zone, id)).collect())
     }
@@ -139,9 +140,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
         terms: &[SelectorTerm],
     ) -> Result<Vec<String>, CloudError> {
         if terms.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclass {class_name}: securityGroupSelectorTerms is empty"
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclass {class_name}"),
+                "securityGroupSelectorTerms is empty",
+            ));
         }
         let mut ids = BTreeSet::new();
         for term in terms {
@@ -168,10 +170,13 @@ impl<P: PriceSource> Ec2Cloud<P> {
             }
         }
         if ids.is_empty() {
-            return Err(CloudError::Invalid(format!(
-                "nodeclass {class_name}: securityGroupSelectorTerms {} match no security group",
-                terms_text(terms)
-            )));
+            return Err(CloudError::invalid(
+                format!("nodeclass {class_name}"),
+                format!(
+                    "securityGroupSelectorTerms {} match no security group",
+                    terms_text(terms)
+                ),
+            ));
         }
         Ok(ids.into_iter().collect())
     }
