@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::expression::{Expression, Vars};
+use super::expression::{Expression, ExpressionError, Vars};
 use super::instance_type::{InstanceType, Offering};
 use crate::resources::{MIB, Resources};
 use crate::scheduling::labels;
@@ -153,6 +153,17 @@ impl KubeletExpressions {
     pub fn is_empty(&self) -> bool {
         self.max_pods.is_none() && self.kube_reserved.is_empty() && self.system_reserved.is_empty()
     }
+}
+
+/// A kubelet expression that gives no usable value for one instance type:
+/// which field, the expression, the type, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resolving {field} {expression:?} for instance type {instance_type}: {source}")]
+pub struct KubeletError {
+    pub field: &'static str,
+    pub expression: String,
+    pub instance_type: String,
+    pub source: ExpressionError,
 }
 
 /// A kubelet configuration resolved for one instance type: what the
@@ -558,7 +569,10 @@ impl InstanceTypeInfo {
     /// keeps its default. Results: cpu in millicores rounded up to 10m,
     /// memory in MiB rounded up to 16 MiB, ephemeral-storage in GiB, pid a
     /// count.
-    pub fn resolve_kubelet(&self, kubelet: &KubeletConfig) -> Result<ResolvedKubelet, String> {
+    pub fn resolve_kubelet(
+        &self,
+        kubelet: &KubeletConfig,
+    ) -> Result<ResolvedKubelet, KubeletError> {
         let mut config = kubelet.clone();
         let exprs = std::mem::take(&mut config.expressions);
         let mut out = ResolvedKubelet::default();
@@ -575,18 +589,22 @@ impl InstanceTypeInfo {
             instance_type: self.name.clone(),
         };
         if let Some(e) = &exprs.max_pods {
-            let why = |reason: String| {
-                format!(
-                    "resolving maxPods {:?} for instance type {}: {reason}",
-                    e.source(),
-                    self.name
-                )
+            let why = |source: ExpressionError| KubeletError {
+                field: "maxPods",
+                expression: e.source().to_owned(),
+                instance_type: self.name.clone(),
+                source,
             };
             let v = e.eval(&vars).map_err(why)?;
             let count = u32::try_from(v)
                 .ok()
                 .filter(|c| i32::try_from(*c).is_ok())
-                .ok_or_else(|| why(format!("{v} is not between 0 and {}", i32::MAX)))?;
+                .ok_or_else(|| {
+                    why(ExpressionError::Eval(format!(
+                        "{v} is not between 0 and {}",
+                        i32::MAX
+                    )))
+                })?;
             config.max_pods = Some(count);
             vars.max_pods = self.max_pods(&config);
         }

@@ -156,22 +156,45 @@ const VARIABLES: [(&str, Type); 6] = [
 ];
 const FUNCTIONS: [&str; 4] = ["min", "max", "int", "double"];
 
+/// Why an expression is refused when the configuration is read, or gives no
+/// number for one instance type. The text is CEL's own wording where CEL has
+/// one (`no matching overload for …`, `division by zero`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpressionError {
+    /// Not a sentence of the language: a character, a token or an end out
+    /// of place, an unknown name.
+    #[error("{0}")]
+    Syntax(String),
+    /// Well formed, but its types do not fit (`vcpus * 1.5`, a bool where a
+    /// number goes, an expression that gives no number).
+    #[error("{0}")]
+    Type(String),
+    /// The values of one instance type make it fail: an overflow, a
+    /// division by zero, a result that is not a 64-bit integer.
+    #[error("{0}")]
+    Eval(String),
+}
+
 impl Expression {
-    /// Reads and type-checks `source`; the reason when it is not an
-    /// expression giving a number.
-    pub fn parse(source: &str) -> Result<Expression, String> {
+    /// Reads and type-checks `source`; why when it is not an expression
+    /// giving a number (a [`ExpressionError::Syntax`] or `Type` error).
+    pub fn parse(source: &str) -> Result<Expression, ExpressionError> {
         let tokens = lex(source)?;
         let mut p = Parser { tokens, at: 0 };
         let root = p.cond()?;
         if let Some(t) = p.tokens.get(p.at) {
-            return Err(format!("unexpected {t} after the expression"));
+            return Err(ExpressionError::Syntax(format!(
+                "unexpected {t} after the expression"
+            )));
         }
         match check(&root)? {
             Type::Int | Type::Double => Ok(Expression {
                 source: source.to_owned(),
                 root: Arc::new(root),
             }),
-            t => Err(format!("the expression gives a {t}, not a number")),
+            t => Err(ExpressionError::Type(format!(
+                "the expression gives a {t}, not a number"
+            ))),
         }
     }
 
@@ -182,19 +205,25 @@ impl Expression {
     /// The value for one instance type: an int, or a double truncated
     /// towards zero; an overflow, a division by zero or a result that is not
     /// finite is an error.
-    pub fn eval(&self, vars: &Vars) -> Result<i64, String> {
+    pub fn eval(&self, vars: &Vars) -> Result<i64, ExpressionError> {
         match eval(&self.root, vars)? {
             Value::Int(i) => Ok(i),
             Value::Double(d) if d.is_finite() => {
                 if d >= i64::MIN as f64 && d < i64::MAX as f64 {
                     Ok(d.trunc() as i64)
                 } else {
-                    Err(format!("{d} does not fit a 64-bit integer"))
+                    Err(ExpressionError::Eval(format!(
+                        "{d} does not fit a 64-bit integer"
+                    )))
                 }
             }
-            Value::Double(d) => Err(format!("the result is not a finite number ({d})")),
+            Value::Double(d) => Err(ExpressionError::Eval(format!(
+                "the result is not a finite number ({d})"
+            ))),
             // `parse` refused any other type.
-            other => Err(format!("the result {other:?} is not a number")),
+            other => Err(ExpressionError::Eval(format!(
+                "the result {other:?} is not a number"
+            ))),
         }
     }
 }
@@ -222,7 +251,7 @@ impl fmt::Display for Token {
     }
 }
 
-fn lex(src: &str) -> Result<Vec<Token>, String> {
+fn lex(src: &str) -> Result<Vec<Token>, ExpressionError> {
     const SYMBOLS: [&str; 21] = [
         "==", "!=", "<=", ">=", "&&", "||", "+", "-", "*", "/", "%", "<", ">", "!", "(", ")", ",",
         "?", ":", "[", "]",
@@ -259,18 +288,21 @@ fn lex(src: &str) -> Result<Vec<Token>, String> {
             }
             let text = &src[start..i];
             if i < bytes.len() && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') {
-                return Err(format!("{:?} is not a number", &src[start..=i]));
+                return Err(ExpressionError::Syntax(format!(
+                    "{:?} is not a number",
+                    &src[start..=i]
+                )));
             }
             out.push(if double {
                 Token::Double(
-                    text.parse()
-                        .map_err(|_| format!("{text:?} is not a number"))?,
+                    text.parse().map_err(|_| {
+                        ExpressionError::Syntax(format!("{text:?} is not a number"))
+                    })?,
                 )
             } else {
-                Token::Int(
-                    text.parse()
-                        .map_err(|_| format!("{text} does not fit a 64-bit integer"))?,
-                )
+                Token::Int(text.parse().map_err(|_| {
+                    ExpressionError::Syntax(format!("{text} does not fit a 64-bit integer"))
+                })?)
             });
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let start = i;
@@ -281,7 +313,7 @@ fn lex(src: &str) -> Result<Vec<Token>, String> {
         } else if c == b'"' || c == b'\'' {
             let end = src[i + 1..]
                 .find(c as char)
-                .ok_or_else(|| "a string is not closed".to_owned())?;
+                .ok_or_else(|| ExpressionError::Syntax("a string is not closed".to_owned()))?;
             out.push(Token::Str(src[i + 1..i + 1 + end].to_owned()));
             i += end + 2;
         } else if let Some(s) = SYMBOLS.iter().find(|s| src[i..].starts_with(**s)) {
@@ -289,11 +321,13 @@ fn lex(src: &str) -> Result<Vec<Token>, String> {
             i += s.len();
         } else {
             let ch = src[i..].chars().next().unwrap_or('?');
-            return Err(format!("unexpected character {ch:?}"));
+            return Err(ExpressionError::Syntax(format!(
+                "unexpected character {ch:?}"
+            )));
         }
     }
     if out.is_empty() {
-        return Err("the expression is empty".into());
+        return Err(ExpressionError::Syntax("the expression is empty".into()));
     }
     Ok(out)
 }
@@ -322,17 +356,17 @@ impl Parser {
         }
     }
 
-    fn expect(&mut self, sym: &str) -> Result<(), String> {
+    fn expect(&mut self, sym: &str) -> Result<(), ExpressionError> {
         if self.eat(sym) {
             return Ok(());
         }
         Err(match self.tokens.get(self.at) {
-            Some(t) => format!("expected {sym:?}, found {t}"),
-            None => format!("expected {sym:?} at the end"),
+            Some(t) => ExpressionError::Syntax(format!("expected {sym:?}, found {t}")),
+            None => ExpressionError::Syntax(format!("expected {sym:?} at the end")),
         })
     }
 
-    fn cond(&mut self) -> Result<Node, String> {
+    fn cond(&mut self) -> Result<Node, ExpressionError> {
         let c = self.or()?;
         if self.eat("?") {
             let a = self.cond()?;
@@ -346,9 +380,9 @@ impl Parser {
     fn binary(
         &mut self,
         ops: &[(&str, Op)],
-        next: fn(&mut Parser) -> Result<Node, String>,
+        next: fn(&mut Parser) -> Result<Node, ExpressionError>,
         chain: bool,
-    ) -> Result<Node, String> {
+    ) -> Result<Node, ExpressionError> {
         let mut left = next(self)?;
         loop {
             let Some(op) = ops
@@ -367,15 +401,15 @@ impl Parser {
         }
     }
 
-    fn or(&mut self) -> Result<Node, String> {
+    fn or(&mut self) -> Result<Node, ExpressionError> {
         self.binary(&[("||", Op::Or)], Parser::and, true)
     }
 
-    fn and(&mut self) -> Result<Node, String> {
+    fn and(&mut self) -> Result<Node, ExpressionError> {
         self.binary(&[("&&", Op::And)], Parser::rel, true)
     }
 
-    fn rel(&mut self) -> Result<Node, String> {
+    fn rel(&mut self) -> Result<Node, ExpressionError> {
         self.binary(
             &[
                 ("==", Op::Eq),
@@ -390,11 +424,11 @@ impl Parser {
         )
     }
 
-    fn add(&mut self) -> Result<Node, String> {
+    fn add(&mut self) -> Result<Node, ExpressionError> {
         self.binary(&[("+", Op::Add), ("-", Op::Sub)], Parser::mul, true)
     }
 
-    fn mul(&mut self) -> Result<Node, String> {
+    fn mul(&mut self) -> Result<Node, ExpressionError> {
         self.binary(
             &[("*", Op::Mul), ("/", Op::Div), ("%", Op::Rem)],
             Parser::unary,
@@ -402,7 +436,7 @@ impl Parser {
         )
     }
 
-    fn unary(&mut self) -> Result<Node, String> {
+    fn unary(&mut self) -> Result<Node, ExpressionError> {
         if self.eat("-") {
             return Ok(Node::Neg(Box::new(self.unary()?)));
         }
@@ -412,9 +446,11 @@ impl Parser {
         self.primary()
     }
 
-    fn primary(&mut self) -> Result<Node, String> {
+    fn primary(&mut self) -> Result<Node, ExpressionError> {
         let Some(t) = self.tokens.get(self.at).cloned() else {
-            return Err("the expression ends too early".into());
+            return Err(ExpressionError::Syntax(
+                "the expression ends too early".into(),
+            ));
         };
         self.at += 1;
         match t {
@@ -428,9 +464,9 @@ impl Parser {
             }
             Token::Ident(name) if self.eat("(") => {
                 let Some(f) = FUNCTIONS.iter().find(|f| **f == name) else {
-                    return Err(format!(
+                    return Err(ExpressionError::Syntax(format!(
                         "unknown function {name:?} (min, max, int, double)"
-                    ));
+                    )));
                 };
                 let mut args = Vec::new();
                 if !self.eat(")") {
@@ -460,19 +496,19 @@ impl Parser {
                     .find(|(v, _)| *v == name)
                     .map(|(v, _)| Node::Var(v))
                     .ok_or_else(|| {
-                        format!(
+                        ExpressionError::Syntax(format!(
                             "undeclared reference to {name:?} (vcpus, memory_mib, default_enis, ips_per_eni, max_pods, instance_type)"
-                        )
+                        ))
                     }),
             },
-            t => Err(format!("unexpected {t}")),
+            t => Err(ExpressionError::Syntax(format!("unexpected {t}"))),
         }
     }
 }
 
 // ------------------------------------------------------------------ types
 
-fn check(n: &Node) -> Result<Type, String> {
+fn check(n: &Node) -> Result<Type, ExpressionError> {
     Ok(match n {
         Node::Int(_) => Type::Int,
         Node::Double(_) => Type::Double,
@@ -483,19 +519,27 @@ fn check(n: &Node) -> Result<Type, String> {
             .map_or(Type::Int, |(_, t)| *t),
         Node::Neg(a) => match check(a)? {
             t @ (Type::Int | Type::Double) => t,
-            t => return Err(format!("no matching overload for '-' on {t}")),
+            t => {
+                return Err(ExpressionError::Type(format!(
+                    "no matching overload for '-' on {t}"
+                )));
+            }
         },
         Node::Not(a) => match check(a)? {
             Type::Bool => Type::Bool,
-            t => return Err(format!("no matching overload for '!' on {t}")),
+            t => {
+                return Err(ExpressionError::Type(format!(
+                    "no matching overload for '!' on {t}"
+                )));
+            }
         },
         Node::Binary(op, a, b) => {
             let (ta, tb) = (check(a)?, check(b)?);
             let mismatch = || {
-                format!(
+                ExpressionError::Type(format!(
                     "no matching overload for '{}' on {ta} and {tb}",
                     op.symbol()
-                )
+                ))
             };
             match op {
                 Op::Add | Op::Sub | Op::Mul | Op::Div => match (ta, tb) {
@@ -522,10 +566,14 @@ fn check(n: &Node) -> Result<Type, String> {
         Node::Cond(c, a, b) => {
             let (tc, ta, tb) = (check(c)?, check(a)?, check(b)?);
             if tc != Type::Bool {
-                return Err(format!("the condition of '?' is a {tc}, not a bool"));
+                return Err(ExpressionError::Type(format!(
+                    "the condition of '?' is a {tc}, not a bool"
+                )));
             }
             if ta != tb {
-                return Err(format!("the branches of '?' differ: {ta} and {tb}"));
+                return Err(ExpressionError::Type(format!(
+                    "the branches of '?' differ: {ta} and {tb}"
+                )));
             }
             ta
         }
@@ -544,7 +592,10 @@ fn check(n: &Node) -> Result<Type, String> {
                 ("double", [a]) if number(a) => Type::Double,
                 _ => {
                     let list: Vec<String> = types.iter().map(Type::to_string).collect();
-                    return Err(format!("no matching overload for {f}({})", list.join(", ")));
+                    return Err(ExpressionError::Type(format!(
+                        "no matching overload for {f}({})",
+                        list.join(", ")
+                    )));
                 }
             }
         }
@@ -553,11 +604,11 @@ fn check(n: &Node) -> Result<Type, String> {
 
 // ------------------------------------------------------------------ evaluation
 
-fn overflow(op: &str) -> String {
-    format!("integer overflow in '{op}'")
+fn overflow(op: &str) -> ExpressionError {
+    ExpressionError::Eval(format!("integer overflow in '{op}'"))
 }
 
-fn eval(n: &Node, v: &Vars) -> Result<Value, String> {
+fn eval(n: &Node, v: &Vars) -> Result<Value, ExpressionError> {
     Ok(match n {
         Node::Int(i) => Value::Int(*i),
         Node::Double(d) => Value::Double(*d),
@@ -573,11 +624,19 @@ fn eval(n: &Node, v: &Vars) -> Result<Value, String> {
         Node::Neg(a) => match eval(a, v)? {
             Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(|| overflow("-"))?),
             Value::Double(d) => Value::Double(-d),
-            other => return Err(format!("no matching overload for '-' on {other:?}")),
+            other => {
+                return Err(ExpressionError::Eval(format!(
+                    "no matching overload for '-' on {other:?}"
+                )));
+            }
         },
         Node::Not(a) => match eval(a, v)? {
             Value::Bool(b) => Value::Bool(!b),
-            other => return Err(format!("no matching overload for '!' on {other:?}")),
+            other => {
+                return Err(ExpressionError::Eval(format!(
+                    "no matching overload for '!' on {other:?}"
+                )));
+            }
         },
         Node::Binary(Op::And, a, b) => Value::Bool(truth(eval(a, v)?)? && truth(eval(b, v)?)?),
         Node::Binary(Op::Or, a, b) => Value::Bool(truth(eval(a, v)?)? || truth(eval(b, v)?)?),
@@ -599,14 +658,14 @@ fn eval(n: &Node, v: &Vars) -> Result<Value, String> {
     })
 }
 
-fn truth(v: Value) -> Result<bool, String> {
+fn truth(v: Value) -> Result<bool, ExpressionError> {
     match v {
         Value::Bool(b) => Ok(b),
-        other => Err(format!("{other:?} is not a bool")),
+        other => Err(ExpressionError::Eval(format!("{other:?} is not a bool"))),
     }
 }
 
-fn binary(op: Op, a: Value, b: Value) -> Result<Value, String> {
+fn binary(op: Op, a: Value, b: Value) -> Result<Value, ExpressionError> {
     use Value::{Bool, Double, Int, Str};
     let s = op.symbol();
     Ok(match (op, a, b) {
@@ -615,9 +674,9 @@ fn binary(op: Op, a: Value, b: Value) -> Result<Value, String> {
         (Op::Mul, Int(x), Int(y)) => Int(x.checked_mul(y).ok_or_else(|| overflow(s))?),
         (Op::Div | Op::Rem, Int(_), Int(0)) => {
             return Err(if op == Op::Div {
-                "division by zero".into()
+                ExpressionError::Eval("division by zero".into())
             } else {
-                "modulus by zero".into()
+                ExpressionError::Eval("modulus by zero".into())
             });
         }
         (Op::Div, Int(x), Int(y)) => Int(x.checked_div(y).ok_or_else(|| overflow(s))?),
@@ -633,7 +692,11 @@ fn binary(op: Op, a: Value, b: Value) -> Result<Value, String> {
         },
         (op, Str(x), Str(y)) => Bool(compare(op, x.cmp(&y))),
         (op @ (Op::Eq | Op::Ne), Bool(x), Bool(y)) => Bool((x == y) == (op == Op::Eq)),
-        (_, a, b) => return Err(format!("no matching overload for '{s}' on {a:?} and {b:?}")),
+        (_, a, b) => {
+            return Err(ExpressionError::Eval(format!(
+                "no matching overload for '{s}' on {a:?} and {b:?}"
+            )));
+        }
     })
 }
 
@@ -658,7 +721,7 @@ fn as_double(v: &Value) -> f64 {
     }
 }
 
-fn call(f: &str, args: Vec<Value>) -> Result<Value, String> {
+fn call(f: &str, args: Vec<Value>) -> Result<Value, ExpressionError> {
     use Value::{Double, Int};
     Ok(match (f, args.as_slice()) {
         ("min", [Int(a), Int(b)]) => Int(*a.min(b)),
@@ -670,11 +733,15 @@ fn call(f: &str, args: Vec<Value>) -> Result<Value, String> {
             if d.is_finite() && *d >= i64::MIN as f64 && *d < i64::MAX as f64 {
                 Int(d.trunc() as i64)
             } else {
-                return Err(format!("int({d}) is out of range"));
+                return Err(ExpressionError::Eval(format!("int({d}) is out of range")));
             }
         }
         ("double", [a]) => Double(as_double(a)),
-        _ => return Err(format!("no matching overload for {f}({args:?})")),
+        _ => {
+            return Err(ExpressionError::Eval(format!(
+                "no matching overload for {f}({args:?})"
+            )));
+        }
     })
 }
 
@@ -694,7 +761,9 @@ mod tests {
     }
 
     fn value(src: &str) -> Result<i64, String> {
-        Expression::parse(src)?.eval(&m5_large())
+        Expression::parse(src)
+            .and_then(|e| e.eval(&m5_large()))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -743,8 +812,24 @@ mod tests {
             ("1 2", "unexpected 2"),
         ] {
             let e = Expression::parse(src).expect_err(src);
-            assert!(e.contains(why), "{src:?}: {e}");
+            assert!(e.to_string().contains(why), "{src:?}: {e}");
         }
+    }
+
+    #[test]
+    fn errors_say_whether_the_text_its_types_or_a_types_values_failed() {
+        for (src, syntax) in [("2 $ 3", true), ("(vcpus", true), ("vcpus * 1.5", false)] {
+            match Expression::parse(src) {
+                Err(ExpressionError::Syntax(_)) => assert!(syntax, "{src:?}"),
+                Err(ExpressionError::Type(_)) => assert!(!syntax, "{src:?}"),
+                other => panic!("{src:?}: {other:?}"),
+            }
+        }
+        let e = Expression::parse("1 / (vcpus - vcpus)").expect("reads");
+        assert_eq!(
+            e.eval(&m5_large()),
+            Err(ExpressionError::Eval("division by zero".into()))
+        );
     }
 
     #[test]

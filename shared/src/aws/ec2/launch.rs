@@ -274,7 +274,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 let resolved = match info.resolve_kubelet(&req.kubelet) {
                     Ok(r) => r,
                     Err(e) => {
-                        rejected.push(e);
+                        rejected.push(e.to_string());
                         continue;
                     }
                 };
