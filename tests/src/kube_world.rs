@@ -44,8 +44,8 @@ use nodewright::kube::{ClientSettings, KubeCluster};
 use nodewright::model::{PodKey, Timestamp};
 use nodewright::ports::ClusterEvent;
 use nodewright::scheduling::volumes::VolumeIndex;
-use nodewright::sim::ClusterDriver;
 use nodewright::sim::controllers::{self, ClusterView, ControllerAction, PdbStatusUpdate};
+use nodewright::sim::{ClusterDriver, DriverError};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -584,14 +584,10 @@ async fn wipe_with_controllers(admin: &Client) -> Result<(), String> {
     }
 }
 
-impl ClusterDriver for ApiServerCluster {
-    type Port = KubeCluster;
-
-    fn port(&self) -> KubeCluster {
-        self.function.clone()
-    }
-
-    async fn apply(&self, object: &Value) -> Result<(), String> {
+/// The driver's steps, in the test harness's own words (strings); the
+/// trait below names each step in its [`DriverError`].
+impl ApiServerCluster {
+    async fn apply_object(&self, object: &Value) -> Result<(), String> {
         match object["kind"].as_str().unwrap_or_default() {
             "Deployment" => self.apply_namespaced::<Deployment>(object).await,
             "DaemonSet" => self.apply_namespaced::<DaemonSet>(object).await,
@@ -607,7 +603,12 @@ impl ClusterDriver for ApiServerCluster {
         }
     }
 
-    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
+    async fn scale_deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+    ) -> Result<(), String> {
         let api: Api<Deployment> = Api::namespaced(self.admin.clone(), namespace);
         let patch = json!({"spec": {"replicas": replicas}});
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -616,7 +617,7 @@ impl ClusterDriver for ApiServerCluster {
         Ok(())
     }
 
-    async fn register_node(&self, mut node: Node) -> Result<(), String> {
+    async fn register(&self, mut node: Node) -> Result<(), String> {
         let api: Api<Node> = Api::all(self.admin.clone());
         if self.controllers == Controllers::Real {
             // The kubelet (kwok) reports the conditions, not the registrar.
@@ -659,7 +660,7 @@ impl ClusterDriver for ApiServerCluster {
         Ok(())
     }
 
-    async fn reconcile(&self) -> Result<(), String> {
+    async fn reconcile_round(&self) -> Result<(), String> {
         if self.controllers == Controllers::Real {
             // kube-controller-manager, kube-scheduler and kwok are at work.
             return Ok(());
@@ -706,6 +707,40 @@ impl ClusterDriver for ApiServerCluster {
             ..ClusterView::default()
         };
         self.act_all(controllers::schedule(&view)).await
+    }
+}
+
+impl ClusterDriver for ApiServerCluster {
+    type Port = KubeCluster;
+
+    fn port(&self) -> KubeCluster {
+        self.function.clone()
+    }
+
+    async fn apply(&self, object: &Value) -> Result<(), DriverError> {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        self.apply_object(object)
+            .await
+            .map_err(|reason| DriverError::new(format!("apply {kind}"), reason))
+    }
+
+    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), DriverError> {
+        self.scale_deployment(namespace, name, replicas)
+            .await
+            .map_err(|reason| DriverError::new(format!("scale {namespace}/{name}"), reason))
+    }
+
+    async fn register_node(&self, node: Node) -> Result<(), DriverError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.register(node)
+            .await
+            .map_err(|reason| DriverError::new(format!("register node {name}"), reason))
+    }
+
+    async fn reconcile(&self) -> Result<(), DriverError> {
+        self.reconcile_round()
+            .await
+            .map_err(|reason| DriverError::new("reconcile", reason))
     }
 
     async fn all_pods(&self) -> Vec<Pod> {

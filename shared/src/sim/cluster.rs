@@ -34,7 +34,7 @@ use super::controllers::{
     self, ClusterView, ControllerAction, is_finished, is_pod_ready, is_terminating, name_suffix,
     node_of, pdb_selects, phase,
 };
-use super::driver::ClusterDriver;
+use super::driver::{ClusterDriver, DriverError};
 use crate::config::buffer::ScalableKind;
 use crate::model::{PodKey, ScalableWorkload, SignedDuration, Timestamp};
 use crate::ports::{BindOutcome, Clock, Cluster, ClusterError, ClusterEvent, EvictOutcome};
@@ -214,14 +214,14 @@ impl SimCluster {
     }
 
     /// Adds or replaces an object of a kind the simulator models.
-    pub fn apply(&self, object: &serde_json::Value) -> Result<(), String> {
+    pub fn apply(&self, object: &serde_json::Value) -> Result<(), DriverError> {
         let kind = object
             .get("kind")
             .and_then(|k| k.as_str())
             .unwrap_or_default();
         let mut s = self.lock();
         s.dirty = true;
-        let err = |e: serde_json::Error| format!("{kind}: {e}");
+        let err = |e: serde_json::Error| DriverError::new(kind, e.to_string());
         match kind {
             "Deployment" => {
                 let d: Deployment = serde_json::from_value(object.clone()).map_err(err)?;
@@ -377,8 +377,9 @@ impl SimCluster {
                     .insert(n.metadata.name.clone().unwrap_or_default(), n);
             }
             other => {
-                return Err(format!(
-                    "the simulated cluster does not model kind {other:?}"
+                return Err(DriverError::new(
+                    format!("apply {other:?}"),
+                    "the simulated cluster does not model this kind",
                 ));
             }
         }
@@ -386,12 +387,14 @@ impl SimCluster {
     }
 
     /// Sets a Deployment's replicas.
-    pub fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
+    pub fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), DriverError> {
         let mut s = self.lock();
         let d = s
             .deployments
             .get_mut(&(namespace.to_owned(), name.to_owned()))
-            .ok_or_else(|| format!("no deployment {namespace}/{name}"))?;
+            .ok_or_else(|| {
+                DriverError::new(format!("scale {namespace}/{name}"), "no such deployment")
+            })?;
         d.spec.get_or_insert_with(Default::default).replicas = Some(replicas);
         s.dirty = true;
         Ok(())
@@ -472,14 +475,14 @@ impl SimCluster {
 
     /// The node's kubelet reports `Ready` as `ready` from now on (its
     /// condition's transition time is now when the status changes).
-    pub fn set_node_ready(&self, name: &str, ready: bool) -> Result<(), String> {
+    pub fn set_node_ready(&self, name: &str, ready: bool) -> Result<(), DriverError> {
         let now = self.clock.now();
         let mut s = self.lock();
         s.dirty = true;
         let node = s
             .nodes
             .get_mut(name)
-            .ok_or_else(|| format!("no node {name}"))?;
+            .ok_or_else(|| DriverError::new(format!("set node {name} Ready"), "no such node"))?;
         let status = if ready { "True" } else { "False" };
         let conditions = node
             .status
@@ -1026,20 +1029,20 @@ impl ClusterDriver for SimCluster {
         self.clone()
     }
 
-    async fn apply(&self, object: &serde_json::Value) -> Result<(), String> {
+    async fn apply(&self, object: &serde_json::Value) -> Result<(), DriverError> {
         SimCluster::apply(self, object)
     }
 
-    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
+    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), DriverError> {
         SimCluster::scale(self, namespace, name, replicas)
     }
 
-    async fn register_node(&self, node: Node) -> Result<(), String> {
+    async fn register_node(&self, node: Node) -> Result<(), DriverError> {
         self.add_node(node);
         Ok(())
     }
 
-    async fn reconcile(&self) -> Result<(), String> {
+    async fn reconcile(&self) -> Result<(), DriverError> {
         SimCluster::reconcile(self);
         Ok(())
     }
@@ -1056,11 +1059,11 @@ impl ClusterDriver for SimCluster {
         SimCluster::events(self)
     }
 
-    async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), String> {
+    async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), DriverError> {
         SimCluster::set_node_ready(self, node, ready)
     }
 
-    async fn set_detach_time(&self, detach: SignedDuration) -> Result<(), String> {
+    async fn set_detach_time(&self, detach: SignedDuration) -> Result<(), DriverError> {
         SimCluster::set_detach_time(self, detach);
         Ok(())
     }

@@ -308,16 +308,21 @@ impl<K: ClusterDriver + 'static> ClusterDriver for FaultyCluster<K> {
             })),
         }
     }
-    async fn apply(&self, object: &serde_json::Value) -> Result<(), String> {
+    async fn apply(&self, object: &serde_json::Value) -> Result<(), crate::sim::DriverError> {
         self.inner.apply(object).await
     }
-    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), String> {
+    async fn scale(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+    ) -> Result<(), crate::sim::DriverError> {
         self.inner.scale(namespace, name, replicas).await
     }
-    async fn register_node(&self, node: Node) -> Result<(), String> {
+    async fn register_node(&self, node: Node) -> Result<(), crate::sim::DriverError> {
         self.inner.register_node(node).await
     }
-    async fn reconcile(&self) -> Result<(), String> {
+    async fn reconcile(&self) -> Result<(), crate::sim::DriverError> {
         self.inner.reconcile().await
     }
     async fn all_pods(&self) -> Vec<Pod> {
@@ -329,10 +334,13 @@ impl<K: ClusterDriver + 'static> ClusterDriver for FaultyCluster<K> {
     async fn events(&self) -> Vec<(Timestamp, ClusterEvent)> {
         self.inner.events().await
     }
-    async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), String> {
+    async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::sim::DriverError> {
         self.inner.set_node_ready(node, ready).await
     }
-    async fn set_detach_time(&self, detach: crate::model::SignedDuration) -> Result<(), String> {
+    async fn set_detach_time(
+        &self,
+        detach: crate::model::SignedDuration,
+    ) -> Result<(), crate::sim::DriverError> {
         self.inner.set_detach_time(detach).await
     }
 }

@@ -13,23 +13,44 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::model::{SignedDuration, Timestamp};
 use crate::ports::{Cluster, ClusterEvent};
 
+/// What a driver could not do: the step (`Deployment` for an object it
+/// could not read, `scale default/inflate`, `set node x Ready`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op}: {reason}")]
+pub struct DriverError {
+    pub op: String,
+    pub reason: String,
+}
+
+impl DriverError {
+    pub fn new(op: impl Into<String>, reason: impl Into<String>) -> Self {
+        DriverError {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 pub trait ClusterDriver: Clone + Send + Sync {
     /// What the handlers are given: the cluster as the functions see it.
     type Port: Cluster + Clone + std::fmt::Debug;
     fn port(&self) -> Self::Port;
     /// Adds or replaces a workload object (Deployment, DaemonSet, PDB, Pod).
-    fn apply(&self, object: &serde_json::Value) -> impl Future<Output = Result<(), String>> + Send;
+    fn apply(
+        &self,
+        object: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send;
     /// Sets a Deployment's replicas.
     fn scale(
         &self,
         namespace: &str,
         name: &str,
         replicas: i32,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), DriverError>> + Send;
     /// A booted instance's kubelet registers its Node (Ready).
-    fn register_node(&self, node: Node) -> impl Future<Output = Result<(), String>> + Send;
+    fn register_node(&self, node: Node) -> impl Future<Output = Result<(), DriverError>> + Send;
     /// One round of the controllers, the kubelets and kube-scheduler.
-    fn reconcile(&self) -> impl Future<Output = Result<(), String>> + Send;
+    fn reconcile(&self) -> impl Future<Output = Result<(), DriverError>> + Send;
     fn all_pods(&self) -> impl Future<Output = Vec<Pod>> + Send;
     fn all_nodes(&self) -> impl Future<Output = Vec<Node>> + Send;
     /// Every Kubernetes Event the handlers published, each repeat counted.
@@ -40,9 +61,14 @@ pub trait ClusterDriver: Clone + Send + Sync {
         &self,
         node: &str,
         ready: bool,
-    ) -> impl Future<Output = Result<(), String>> + Send {
-        let _ = (node, ready);
-        async { Err("this cluster cannot change a node's Ready condition".to_owned()) }
+    ) -> impl Future<Output = Result<(), DriverError>> + Send {
+        let _ = ready;
+        async move {
+            Err(DriverError::new(
+                format!("set node {node} Ready"),
+                "this cluster cannot change a node's Ready condition",
+            ))
+        }
     }
     /// How long a volume takes to detach from now on (the attach/detach
     /// controller and CSI attacher the cluster plays). Not every driver
@@ -50,8 +76,13 @@ pub trait ClusterDriver: Clone + Send + Sync {
     fn set_detach_time(
         &self,
         detach: SignedDuration,
-    ) -> impl Future<Output = Result<(), String>> + Send {
+    ) -> impl Future<Output = Result<(), DriverError>> + Send {
         let _ = detach;
-        async { Err("this cluster cannot set how long volumes take to detach".to_owned()) }
+        async {
+            Err(DriverError::new(
+                "set the detach time",
+                "this cluster cannot set how long volumes take to detach",
+            ))
+        }
     }
 }

@@ -26,7 +26,7 @@ pub use clock::SimClock;
 pub use cloud::SimCloud;
 pub use cluster::SimCluster;
 pub use cluster_faults::{FaultyCluster, FaultyClusterPort};
-pub use driver::ClusterDriver;
+pub use driver::{ClusterDriver, DriverError};
 pub use faults::{FaultyCloud, FaultyStore};
 pub use simulation::{SimSettings, Simulation};
 pub use store::MemStore;

@@ -51,7 +51,7 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             .cluster
             .scale(namespace, deployment, *replicas)
             .await
-            .map_err(err),
+            .map_err(|e| err(e.to_string())),
         ActionKind::Apply(objects) => {
             // Validated with what came before by `validate`: only read here.
             let (docs, workloads, errors) = read_objects(objects, "apply");
@@ -61,7 +61,10 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
             let items: Vec<ConfigItem> = docs.iter().map(|d| d.to_item(1, sim.now())).collect();
             put_config(&sim.store, items).await?;
             for w in workloads {
-                sim.cluster.apply(&w).await.map_err(err)?;
+                sim.cluster
+                    .apply(&w)
+                    .await
+                    .map_err(|e| err(e.to_string()))?;
             }
             Ok(())
         }
@@ -173,7 +176,7 @@ async fn apply_action<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
                 sim.cluster
                     .set_node_ready(&name, false)
                     .await
-                    .map_err(err)?;
+                    .map_err(|e| err(e.to_string()))?;
             }
             Ok(())
         }

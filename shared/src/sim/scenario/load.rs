@@ -80,12 +80,15 @@ pub async fn load<C: Cloud + Clone, S: Store + Clone, K: ClusterDriver>(
         sim.cluster
             .set_detach_time(parse_duration(d)?)
             .await
-            .map_err(ScenarioError::Parse)?;
+            .map_err(|e| ScenarioError::Parse(e.to_string()))?;
     }
     let (items, workloads) = split_objects(&scenario.objects, sim.now())?;
     put_config(&sim.store, items).await?;
     for w in workloads {
-        sim.cluster.apply(&w).await.map_err(ScenarioError::Parse)?;
+        sim.cluster
+            .apply(&w)
+            .await
+            .map_err(|e| ScenarioError::Parse(e.to_string()))?;
     }
     sim.track_pending |= scenario.expect.max_pending_seconds.is_some()
         || scenario

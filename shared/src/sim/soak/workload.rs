@@ -253,7 +253,7 @@ impl Workload {
                 sim.cluster
                     .inner()
                     .scale("default", &self.deployments[i].name, n)
-                    .map_err(SoakError::Setup)?;
+                    .map_err(|e| SoakError::Setup(e.to_string()))?;
             }
         }
         if minute % 5 == 0 && self.rng.chance(0.25) {
@@ -279,7 +279,7 @@ impl Workload {
                 sim.cluster
                     .inner()
                     .apply(&Self::job_pod(&p))
-                    .map_err(SoakError::Setup)?;
+                    .map_err(|e| SoakError::Setup(e.to_string()))?;
                 self.job_pods_created += 1;
                 self.jobs.push(p);
             }
@@ -332,7 +332,7 @@ impl Workload {
                     sim.cluster
                         .inner()
                         .apply(&Self::job_pod(&j))
-                        .map_err(SoakError::Setup)?;
+                        .map_err(|e| SoakError::Setup(e.to_string()))?;
                     self.job_pods_rerun += 1;
                     keep.push(j);
                 }
