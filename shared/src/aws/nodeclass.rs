@@ -40,17 +40,37 @@ pub const LAUNCH_FAMILIES: [AmiFamily; 7] = [
     AmiFamily::Custom,
 ];
 
+/// A NodeClass field the launch path cannot honour or render into user
+/// data: the field as the NodeClass spells it (`amiFamily`, `userData`,
+/// `blockDeviceMappings[0].ebs.volumeSize`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct LaunchFieldError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl LaunchFieldError {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        LaunchFieldError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// Whether EKS publishes AMIs of `family` for Kubernetes `k8s` (`1.34`):
 /// Windows Server 2025's start at 1.35, as Karpenter checks.
-pub fn family_runs_kubernetes(family: AmiFamily, k8s: &str) -> Result<(), String> {
+pub fn family_runs_kubernetes(family: AmiFamily, k8s: &str) -> Result<(), LaunchFieldError> {
     let minor = k8s
         .trim_start_matches('v')
         .split('.')
         .nth(1)
         .and_then(|m| m.parse::<u32>().ok());
     match (family, minor) {
-        (AmiFamily::Windows2025, Some(m)) if m < 35 => Err(format!(
-            "amiFamily Windows2025 needs Kubernetes 1.35 or later; the cluster runs {k8s}"
+        (AmiFamily::Windows2025, Some(m)) if m < 35 => Err(LaunchFieldError::new(
+            "amiFamily",
+            format!("Windows2025 needs Kubernetes 1.35 or later; the cluster runs {k8s}"),
         )),
         _ => Ok(()),
     }
@@ -82,13 +102,16 @@ pub fn node_classes_from_items(
 
 /// The family a launch bootstraps and looks AMIs up for, and the version an
 /// `alias` term pins (`None`: latest).
-pub fn launch_family(class: &NodeClass) -> Result<(AmiFamily, Option<String>), String> {
+pub fn launch_family(class: &NodeClass) -> Result<(AmiFamily, Option<String>), LaunchFieldError> {
     let family = class.ami_family;
     if !LAUNCH_FAMILIES.contains(&family) {
         let supported: Vec<&str> = LAUNCH_FAMILIES.iter().map(|f| f.as_str()).collect();
-        return Err(format!(
-            "amiFamily {family} is not supported by the launch path yet ({})",
-            supported.join(", ")
+        return Err(LaunchFieldError::new(
+            "amiFamily",
+            format!(
+                "{family} is not supported by the launch path yet ({})",
+                supported.join(", ")
+            ),
         ));
     }
     let pinned = class.ami_selector_terms.iter().find_map(|t| match t {
@@ -217,11 +240,14 @@ pub fn launch_settings(
     class: &NodeClass,
     family: AmiFamily,
     ipv6: bool,
-) -> Result<LaunchSettings, String> {
+) -> Result<LaunchSettings, LaunchFieldError> {
     if let Some(cpu) = &class.cpu_options
         && cpu.nested_virtualization.as_deref() == Some("enabled")
     {
-        return Err("cpuOptions.nestedVirtualization: enabled is not supported by the launch path yet (the EC2 API version it speaks has no such option)".into());
+        return Err(LaunchFieldError::new(
+            "cpuOptions.nestedVirtualization",
+            "enabled is not supported by the launch path yet (the EC2 API version it speaks has no such option)",
+        ));
     }
     Ok(LaunchSettings {
         block_devices: block_devices(class, family)?,
@@ -245,7 +271,10 @@ pub fn launch_settings(
 /// family: a 20 GiB root volume (Bottlerocket: a 4 GiB OS volume and a
 /// 20 GiB data volume; Windows: a 50 GiB `/dev/sda1`; Custom: none, so EC2
 /// uses the volumes the AMI defines).
-fn block_devices(class: &NodeClass, family: AmiFamily) -> Result<Vec<BlockDevice>, String> {
+fn block_devices(
+    class: &NodeClass,
+    family: AmiFamily,
+) -> Result<Vec<BlockDevice>, LaunchFieldError> {
     if class.block_device_mappings.is_empty() {
         return Ok(match family {
             AmiFamily::Custom => Vec::new(),
@@ -281,7 +310,10 @@ fn block_devices(class: &NodeClass, family: AmiFamily) -> Result<Vec<BlockDevice
                     .ok()
                     .and_then(|g| i32::try_from(g).ok())
                     .ok_or_else(|| {
-                        format!("blockDeviceMappings[{i}].ebs.volumeSize {s:?} is not a size")
+                        LaunchFieldError::new(
+                            format!("blockDeviceMappings[{i}].ebs.volumeSize"),
+                            format!("{s:?} is not a size"),
+                        )
                     })?,
             ),
         };
@@ -499,7 +531,9 @@ mod tests {
         );
         assert!(
             family_runs_kubernetes(AmiFamily::Windows2025, "1.34")
-                .is_err_and(|e| e.contains("1.35") && e.contains("1.34"))
+                .is_err_and(|e| e.field == "amiFamily"
+                    && e.reason.contains("1.35")
+                    && e.reason.contains("1.34"))
         );
         let c = class(
             serde_json::json!({"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-1"}]}),
@@ -684,7 +718,7 @@ mod tests {
         let c = spec_class(serde_json::json!({"cpuOptions": {"nestedVirtualization": "enabled"}}));
         assert!(
             launch_settings(&c, AmiFamily::AL2023, false)
-                .is_err_and(|e| e.contains("cpuOptions.nestedVirtualization"))
+                .is_err_and(|e| e.field == "cpuOptions.nestedVirtualization")
         );
     }
 

@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use crate::aws::nodeclass::LaunchFieldError;
 use crate::config::AmiFamily;
 use crate::config::nodeclass::KubeletSpec;
 use crate::scheduling::taints::Taint;
@@ -58,7 +59,7 @@ pub struct Bootstrap<'a> {
 
 /// Renders the user data (plain text; the launch template wants it base64).
 /// Custom: the NodeClass's user data as written.
-pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, String> {
+pub fn render(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, LaunchFieldError> {
     match family {
         AmiFamily::AL2023 => al2023(b),
         AmiFamily::AL2 => Ok(al2(b)),
@@ -109,12 +110,12 @@ fn taint_list(taints: &[Taint]) -> String {
 
 // ------------------------------------------------------------------ AL2023
 
-fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
+fn al2023(b: &Bootstrap<'_>) -> Result<String, LaunchFieldError> {
     // Every field of the class's kubelet block, as written; then ours.
     let mut config = match serde_json::to_value(b.kubelet) {
         Ok(serde_json::Value::Object(m)) => m,
         Ok(_) => serde_json::Map::new(),
-        Err(e) => return Err(format!("kubelet: {e}")),
+        Err(e) => return Err(LaunchFieldError::new("kubelet", e.to_string())),
     };
     config.insert("maxPods".into(), b.max_pods.into());
     let dns = dns_servers(b);
@@ -162,7 +163,8 @@ fn al2023(b: &Bootstrap<'_>) -> Result<String, String> {
         node_config["spec"]["instance"] =
             serde_json::json!({"localStorage": {"strategy": "RAID0"}});
     }
-    let yaml = serde_norway::to_string(&node_config).map_err(|e| format!("NodeConfig: {e}"))?;
+    let yaml = serde_norway::to_string(&node_config)
+        .map_err(|e| LaunchFieldError::new("NodeConfig", e.to_string()))?;
     let mut parts = user_parts(b.user_data)?;
     parts.push(MimePart {
         content_type: "application/node.eks.aws".into(),
@@ -306,11 +308,11 @@ pub fn ps_quote(s: &str) -> String {
 
 // ------------------------------------------------------------ Bottlerocket
 
-fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
+fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, LaunchFieldError> {
     let mut root: toml::Table = match b.user_data.map(str::trim).filter(|u| !u.is_empty()) {
-        Some(u) => u
-            .parse::<toml::Table>()
-            .map_err(|e| format!("userData is not valid Bottlerocket TOML: {e}"))?,
+        Some(u) => u.parse::<toml::Table>().map_err(|e| {
+            LaunchFieldError::new("userData", format!("not valid Bottlerocket TOML: {e}"))
+        })?,
         None => toml::Table::new(),
     };
     let settings = sub_table(&mut root, "settings")?;
@@ -420,14 +422,18 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, String> {
             toml::Value::Table(mount),
         );
     }
-    toml::to_string(&root).map_err(|e| format!("Bottlerocket settings: {e}"))
+    toml::to_string(&root)
+        .map_err(|e| LaunchFieldError::new("userData", format!("Bottlerocket settings: {e}")))
 }
 
-fn sub_table<'t>(t: &'t mut toml::Table, key: &str) -> Result<&'t mut toml::Table, String> {
+fn sub_table<'t>(
+    t: &'t mut toml::Table,
+    key: &str,
+) -> Result<&'t mut toml::Table, LaunchFieldError> {
     t.entry(key.to_owned())
         .or_insert_with(|| toml::Value::Table(toml::Table::new()))
         .as_table_mut()
-        .ok_or_else(|| format!("userData: `{key}` must be a table"))
+        .ok_or_else(|| LaunchFieldError::new("userData", format!("`{key}` must be a table")))
 }
 
 // -------------------------------------------------------------------- MIME
@@ -458,7 +464,7 @@ pub fn mime(parts: &[MimePart]) -> String {
 }
 
 /// The parts of the user's user data: its MIME parts, or the whole text as one part.
-pub fn user_parts(user_data: Option<&str>) -> Result<Vec<MimePart>, String> {
+pub fn user_parts(user_data: Option<&str>) -> Result<Vec<MimePart>, LaunchFieldError> {
     let Some(text) = user_data.filter(|u| !u.trim().is_empty()) else {
         return Ok(Vec::new());
     };
@@ -474,7 +480,8 @@ pub fn user_parts(user_data: Option<&str>) -> Result<Vec<MimePart>, String> {
             body: text,
         }]);
     }
-    let boundary = boundary_of(headers).ok_or("userData: MIME document without a boundary")?;
+    let boundary = boundary_of(headers)
+        .ok_or_else(|| LaunchFieldError::new("userData", "MIME document without a boundary"))?;
     let delimiter = format!("--{boundary}");
     let mut parts = Vec::new();
     for chunk in text.split(&delimiter).skip(1) {
@@ -498,7 +505,10 @@ pub fn user_parts(user_data: Option<&str>) -> Result<Vec<MimePart>, String> {
         });
     }
     if parts.is_empty() {
-        return Err("userData: MIME document without parts".into());
+        return Err(LaunchFieldError::new(
+            "userData",
+            "MIME document without parts",
+        ));
     }
     Ok(parts)
 }

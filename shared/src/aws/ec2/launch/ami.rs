@@ -158,7 +158,7 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 f => f,
             };
             family_runs_kubernetes(family, &key.k8s)
-                .map_err(|e| CloudError::invalid(format!("amiFamily {family}"), e))?;
+                .map_err(|e| CloudError::invalid(e.field, e.reason))?;
             let path = ami_parameter(
                 family,
                 key.version.as_deref(),
