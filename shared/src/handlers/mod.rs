@@ -13,6 +13,7 @@ pub mod interruption;
 pub mod launcher;
 pub mod leased_loop;
 pub mod metrics;
+mod plan_inputs;
 pub mod provisioner;
 pub mod state_change;
 pub mod termination;
@@ -45,11 +46,6 @@ impl HandlerError {
     }
 }
 
-/// The volume listings a plan needs, read only when some pod has
-/// PVC-backed volumes (zonal volumes pin pods; nodes' CSINodes limit how
-/// many attach): four LISTs otherwise saved.
-/// One place for the provisioner, the drain machine's replacements and the
-/// disruption decision.
 /// The catalog with the capacity reservations the NodeClasses select,
 /// listed now, when any NodeClass selects some (the cached catalog
 /// otherwise): the provisioner, the disruption decision and the
@@ -84,6 +80,11 @@ pub(crate) async fn catalog_with_reservations<P: crate::ports::PortSet>(
     }
 }
 
+/// The volume listings a plan needs, read only when some pod has
+/// PVC-backed volumes (zonal volumes pin pods; nodes' CSINodes limit how
+/// many attach): four LISTs otherwise saved.
+/// One place for the provisioner, the drain machine's replacements and the
+/// disruption decision.
 pub(crate) async fn volume_index<C: crate::ports::Cluster>(
     cluster: &C,
     pods: &[k8s_openapi::api::core::v1::Pod],

@@ -32,12 +32,13 @@ use super::HandlerError;
 use super::config::LoadedConfig;
 use super::launcher::{LaunchEnd, LaunchSettings, Launcher};
 use super::metrics::{self, Metric};
+use super::plan_inputs::PlanInputs;
 use crate::model::claim::{Claim, repair_backoff};
 use crate::model::{Command, PodKey, RemovalReason, RemovalSpec, SignedDuration, Step, Timestamp};
 use crate::ports::{
     Clock, Cloud, Cluster, ClusterError, ClusterEvent, EvictOutcome, PortSet, Store, StoreError,
 };
-use crate::provisioning::plan::{self, Snapshot};
+use crate::provisioning::plan;
 use crate::termination::disrupted_taint;
 use crate::termination::drain::{self, DrainPlan};
 use crate::termination::machine::{self, Move, View};

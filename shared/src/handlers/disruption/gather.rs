@@ -98,6 +98,15 @@ pub async fn gather<P: PortSet>(
     let now = ports.clock().now();
     let cluster = ports.cluster();
     let store = ports.store();
+    // The order matters: the nodes are listed before the state (the
+    // commands in flight) is read. A removal writes its command before its
+    // machine puts the `karpenter.sh/disrupted` taint on the node, so a
+    // taint in this listing belongs to a command the later read returns,
+    // unless that command has finished; `untaint_leftovers` lifts only
+    // taints no command owns, and read the other way round it would take a
+    // taint being put for a leftover and open a node being drained.
+    // (Not shared with the provisioning plans' reads, `handlers::plan_inputs`:
+    // this view and its order are the decision's own.)
     let nodes = cluster.nodes().await?;
     let pods = cluster.scheduled_pods().await?;
     // Claims, unavailable offerings and commands from one read of the state.

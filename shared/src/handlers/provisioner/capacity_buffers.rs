@@ -34,7 +34,6 @@ impl<P: PortSet> Provisioner<P> {
         let resolved = super::super::resolve_buffers(cluster, &config.buffers).await;
         let virtual_pods = buffers::virtual_pods(&resolved);
         let state = store.state(now).await?;
-        let (claims, unavailable, usage) = (state.claims, state.unavailable, state.usage);
         let (nodes, scheduled, pending, daemon_sets) = futures_util::future::try_join4(
             cluster.nodes(),
             cluster.scheduled_pods(),
@@ -42,26 +41,19 @@ impl<P: PortSet> Provisioner<P> {
             cluster.daemon_sets(),
         )
         .await?;
-        let nominated = plan::nominated_pods(pending, &claims);
-        let catalog: Arc<CloudCatalog> = self.catalog_now(config, now).await?;
-        let volumes = crate::scheduling::volumes::VolumeIndex::default();
-        let decision = plan::decide(&Snapshot {
-            now,
-            pending: &virtual_pods,
-            scheduled: &scheduled,
-            nominated: &nominated,
-            nodes: &nodes,
-            daemon_sets: &daemon_sets,
-            claims: &claims,
-            pools: &config.pools,
-            node_classes: &config.node_classes,
-            catalog: &catalog,
-            unavailable: &unavailable,
-            usage: &usage,
-            volumes: &volumes,
-            settings: &config.settings,
-            seed: seed_of(now, self.ticks, 11),
-        });
+        let inputs = PlanInputs {
+            nominated: plan::nominated_pods(pending, &state.claims),
+            claims: state.claims,
+            unavailable: state.unavailable,
+            usage: state.usage,
+            nodes,
+            scheduled,
+            daemon_sets,
+            catalog: self.catalog_now(config, now).await?,
+            // Virtual pods have no volumes.
+            volumes: crate::scheduling::volumes::VolumeIndex::default(),
+        };
+        let decision = inputs.decide(now, &virtual_pods, config, seed_of(now, self.ticks, 11));
         let placed: Vec<PodKey> = decision
             .fit_existing
             .iter()
@@ -106,7 +98,11 @@ impl<P: PortSet> Provisioner<P> {
             chunks = launching.len(),
             "launching node(s) to hold capacity buffer(s)"
         );
-        for (_, end) in self.launcher().launch_all(claims, config, &catalog).await {
+        for (_, end) in self
+            .launcher()
+            .launch_all(claims, config, &inputs.catalog)
+            .await
+        {
             if let LaunchEnd::Launched(id) = end {
                 report.launched.push(id);
             }

@@ -15,10 +15,19 @@ impl<P: PortSet> Provisioner<P> {
     ) -> Result<Vec<(PodKey, String)>, HandlerError> {
         let store = self.ports.store();
         let cluster = self.ports.cluster();
-        let catalog: Arc<CloudCatalog> = self.catalog_now(config, self.ports.clock().now()).await?;
-        let scheduled = cluster.scheduled_pods().await?;
-        let daemon_sets = cluster.daemon_sets().await?;
-        let volumes = super::super::volume_index(cluster, &pods).await?;
+        // Held across the rounds: the catalog, the scheduled pods, the
+        // DaemonSets and the volumes; each round reads the rest again.
+        let mut inputs = PlanInputs {
+            catalog: self.catalog_now(config, self.ports.clock().now()).await?,
+            scheduled: cluster.scheduled_pods().await?,
+            daemon_sets: cluster.daemon_sets().await?,
+            volumes: super::super::volume_index(cluster, &pods).await?,
+            nodes: Vec::new(),
+            nominated: Vec::new(),
+            claims: Vec::new(),
+            unavailable: Vec::new(),
+            usage: BTreeMap::new(),
+        };
         let mut unplaceable = Vec::new();
         const ROUNDS: usize = 3;
         for round in 0..ROUNDS {
@@ -28,8 +37,9 @@ impl<P: PortSet> Provisioner<P> {
             let now = self.ports.clock().now();
             // Claims, unavailable offerings and usage: one read of the state.
             let state = store.state(now).await?;
-            let (claims, unavailable, usage) = (state.claims, state.unavailable, state.usage);
-            let nodes = cluster.nodes().await?;
+            (inputs.claims, inputs.unavailable, inputs.usage) =
+                (state.claims, state.unavailable, state.usage);
+            inputs.nodes = cluster.nodes().await?;
             // The pods are listed again, and those that went away (bound by
             // kube-scheduler, deleted) since the window opened are left out.
             // Only their uids are kept meanwhile and the fresh listing's
@@ -38,7 +48,7 @@ impl<P: PortSet> Provisioner<P> {
                 pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
             drop(std::mem::take(&mut pods));
             let all_pending = cluster.pending_pods().await?;
-            let nominated_uids = plan::nominated_uids(&claims);
+            let nominated_uids = plan::nominated_uids(&inputs.claims);
             let mut nominated: Vec<Pod> = Vec::new();
             for p in all_pending {
                 let uid = p.metadata.uid.as_deref();
@@ -56,6 +66,7 @@ impl<P: PortSet> Provisioner<P> {
                 }
             }
             drop(wanted);
+            inputs.nominated = nominated;
             if round == 0 {
                 info!(
                     pods = pods.len(),
@@ -64,23 +75,7 @@ impl<P: PortSet> Provisioner<P> {
                 );
             }
             let solve_started = std::time::Instant::now();
-            let decision = plan::decide(&Snapshot {
-                now,
-                pending: &pods,
-                scheduled: &scheduled,
-                nominated: &nominated,
-                nodes: &nodes,
-                daemon_sets: &daemon_sets,
-                claims: &claims,
-                pools: &config.pools,
-                node_classes: &config.node_classes,
-                catalog: &catalog,
-                unavailable: &unavailable,
-                usage: &usage,
-                volumes: &volumes,
-                settings: &config.settings,
-                seed: seed_of(now, self.ticks, round),
-            });
+            let decision = inputs.decide(now, &pods, config, seed_of(now, self.ticks, round));
             super::super::metrics::seconds(
                 now.as_millisecond(),
                 super::super::metrics::karpenter::SCHEDULING_DURATION,
@@ -92,7 +87,8 @@ impl<P: PortSet> Provisioner<P> {
                     pods = decision.fit_existing.len(),
                     "pod(s) fit on existing or in-flight nodes"
                 );
-                self.nominate(&claims, &decision.fit_existing, config).await;
+                self.nominate(&inputs.claims, &decision.fit_existing, config)
+                    .await;
             }
             unplaceable.extend(with_config_reason(decision.unschedulable, config));
             if decision.new_claims.is_empty() {
@@ -106,7 +102,7 @@ impl<P: PortSet> Provisioner<P> {
             );
             let ends = self
                 .launcher()
-                .launch_all(decision.new_claims, config, &catalog)
+                .launch_all(decision.new_claims, config, &inputs.catalog)
                 .await;
             let mut replan: HashSet<String> = HashSet::new();
             for (_, end) in ends {

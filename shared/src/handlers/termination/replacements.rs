@@ -78,25 +78,23 @@ pub(super) async fn plan_replacements<P: PortSet>(
     let nominated = plan::nominated_pods(pending, &others);
     let mut unavailable = store.unavailable_offerings(now).await?;
     unavailable.extend(command.spec.avoid.iter().cloned());
-    let usage = store.pool_usage().await?;
-    let volumes = super::super::volume_index(cluster, &pods).await?;
-    let decision = plan::decide(&Snapshot {
+    let inputs = PlanInputs {
+        scheduled,
+        nominated,
+        nodes,
+        daemon_sets,
+        claims: others,
+        unavailable,
+        usage: store.pool_usage().await?,
+        catalog,
+        volumes: super::super::volume_index(cluster, &pods).await?,
+    };
+    let decision = inputs.decide(
         now,
-        pending: &pods,
-        scheduled: &scheduled,
-        nominated: &nominated,
-        nodes: &nodes,
-        daemon_sets: &daemon_sets,
-        claims: &others,
-        pools: &config.pools,
-        node_classes: &config.node_classes,
-        catalog: &catalog,
-        unavailable: &unavailable,
-        usage: &usage,
-        volumes: &volumes,
-        settings: &config.settings,
-        seed: seed_of(&command.id, command.replacement_rounds),
-    });
+        &pods,
+        config,
+        seed_of(&command.id, command.replacement_rounds),
+    );
     for (pod, reason) in &decision.unschedulable {
         warn!(pod = %pod, %reason, "no replacement capacity can hold pod; it will be drained anyway");
     }
