@@ -45,6 +45,16 @@ struct Field {
     names_start: u32,
 }
 
+impl Field {
+    /// This field refuses its text, for `reason`.
+    fn refuses(&self, reason: String) -> CronError {
+        CronError::Field {
+            field: self.name,
+            reason,
+        }
+    }
+}
+
 const MINUTE: Field = Field {
     name: "minute",
     min: 0,
@@ -81,9 +91,20 @@ const DAY_OF_WEEK: Field = Field {
     names_start: 0,
 };
 
+/// Why a schedule does not read: the whole expression, or one field of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CronError {
+    /// An unknown `@` shorthand, or not five fields.
+    #[error("{0}")]
+    Expression(String),
+    /// One field (`minute`, `day of week`, …) refused: which, and why.
+    #[error("{field}: {reason}")]
+    Field { field: &'static str, reason: String },
+}
+
 impl Schedule {
     /// Parses a five-field cron expression or an `@` shorthand.
-    pub fn parse(text: &str) -> Result<Schedule, String> {
+    pub fn parse(text: &str) -> Result<Schedule, CronError> {
         let trimmed = text.trim();
         let expanded = match trimmed.to_ascii_lowercase().as_str() {
             "@yearly" | "@annually" => "0 0 1 1 *",
@@ -92,18 +113,18 @@ impl Schedule {
             "@daily" | "@midnight" => "0 0 * * *",
             "@hourly" => "0 * * * *",
             other if other.starts_with('@') => {
-                return Err(format!(
+                return Err(CronError::Expression(format!(
                     "unknown shorthand {trimmed:?} (@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)"
-                ));
+                )));
             }
             _ => trimmed,
         };
         let fields: Vec<&str> = expanded.split_whitespace().collect();
         if fields.len() != 5 {
-            return Err(format!(
+            return Err(CronError::Expression(format!(
                 "expected 5 fields (minute hour day-of-month month day-of-week), got {} in {trimmed:?}",
                 fields.len()
-            ));
+            )));
         }
         let (minutes, _) = parse_field(fields[0], &MINUTE)?;
         let (hours, _) = parse_field(fields[1], &HOUR)?;
@@ -206,20 +227,17 @@ impl fmt::Display for Schedule {
 }
 
 /// One field: a bit set of the values it matches and whether it was `*`.
-fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
+fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), CronError> {
     let mut bits = 0u64;
     let mut any = false;
     for item in text.split(',') {
         let (range, step) = match item.split_once('/') {
             Some((range, step)) => {
                 let step: u32 = step.parse().map_err(|_| {
-                    format!("{}: step {step:?} in {item:?} is not a number", field.name)
+                    field.refuses(format!("step {step:?} in {item:?} is not a number"))
                 })?;
                 if step == 0 {
-                    return Err(format!(
-                        "{}: step in {item:?} must be at least 1",
-                        field.name
-                    ));
+                    return Err(field.refuses(format!("step in {item:?} must be at least 1")));
                 }
                 (range, Some(step))
             }
@@ -233,7 +251,7 @@ fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
         } else if let Some((a, b)) = range.split_once('-') {
             let (a, b) = (value(a, field, item)?, value(b, field, item)?);
             if a > b {
-                return Err(format!("{}: range {item:?} runs backwards", field.name));
+                return Err(field.refuses(format!("range {item:?} runs backwards")));
             }
             (a, b)
         } else {
@@ -255,7 +273,7 @@ fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
     Ok((bits, any))
 }
 
-fn value(text: &str, field: &Field, item: &str) -> Result<u32, String> {
+fn value(text: &str, field: &Field, item: &str) -> Result<u32, CronError> {
     let lower = text.to_ascii_lowercase();
     let v = match field.names.iter().position(|n| *n == lower) {
         Some(i) => i as u32 + field.names_start,
@@ -265,17 +283,14 @@ fn value(text: &str, field: &Field, item: &str) -> Result<u32, String> {
             } else {
                 format!(" or a name ({})", field.names.join(", "))
             };
-            format!(
-                "{}: {text:?} in {item:?} is not a number{names}",
-                field.name
-            )
+            field.refuses(format!("{text:?} in {item:?} is not a number{names}"))
         })?,
     };
     if v < field.min || v > field.max {
-        return Err(format!(
-            "{}: {v} in {item:?} is outside {}-{}",
-            field.name, field.min, field.max
-        ));
+        return Err(field.refuses(format!(
+            "{v} in {item:?} is outside {}-{}",
+            field.min, field.max
+        )));
     }
     Ok(v)
 }
@@ -334,7 +349,7 @@ mod tests {
             ("@every 5m", "unknown shorthand"),
         ] {
             let e = Schedule::parse(text).expect_err(text);
-            assert!(e.contains(reason), "{text}: {e}");
+            assert!(e.to_string().contains(reason), "{text}: {e}");
         }
     }
 

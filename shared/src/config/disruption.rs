@@ -339,7 +339,7 @@ impl Budget {
         let schedule = match spec.schedule.as_deref() {
             None => None,
             Some(s) => Schedule::parse(s)
-                .map_err(|r| problems.push((format!("{prefix}.schedule"), r)))
+                .map_err(|r| problems.push((format!("{prefix}.schedule"), r.to_string())))
                 .ok(),
         };
         let duration = match spec.duration.as_deref() {
