@@ -129,6 +129,7 @@ impl Classes {
                 .map(|_| Alike {
                     cursor: 0,
                     refused: FixedBitSet::new(),
+                    refused_at: FxHashMap::default(),
                 })
                 .collect(),
             alike_index: self.alike_index.clone(),
@@ -303,11 +304,19 @@ impl BatchPods {
 }
 
 /// Claims that refused the classes of one `AlikeKey` for good: all before
-/// `cursor`, and those in `refused`.
+/// `cursor`, and those in `refused`; and claims that refused one of them
+/// for price while their pods stay the same (`refused_at`, with the claim's
+/// pod count then).
 #[derive(Debug)]
 pub(super) struct Alike {
     pub(super) cursor: usize,
     pub(super) refused: FixedBitSet,
+    /// A stable refusal (the price, with no zone or capacity type added)
+    /// depends on the requests, node requirements and guidance the
+    /// `AlikeKey` holds and on the claim, not on topology: a class alike
+    /// would be refused the same there (a topology that pins a zone only
+    /// narrows the offerings, which only raises the price).
+    pub(super) refused_at: FxHashMap<u32, u32>,
 }
 
 /// What a claim's refusals before topology depend on. Pods of different
@@ -476,6 +485,7 @@ impl<'a> Solver<'a> {
             self.classes.alike.push(Alike {
                 cursor: 0,
                 refused: FixedBitSet::new(),
+                refused_at: FxHashMap::default(),
             });
         }
         self.classes[k].alike = id;

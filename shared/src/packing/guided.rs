@@ -42,6 +42,18 @@ impl<'a> Solver<'a> {
                 }
                 continue;
             }
+            // Pods in zone spreads may be left to the packer: the program
+            // prices a type at its cheapest zone, but a spread sends an
+            // app's pods to every zone, and guided to the program's type
+            // each pinned a node of it in a dear zone, which the pods after
+            // then filled (W2 `zonal` on the whole catalog: 4 % dearer than
+            // `standalone`). Placed free, after the guided pods, they take
+            // room already bought in each zone (the zone-pinned pods'
+            // nodes among them) or the zone's cheapest node that holds them.
+            if !self.spreads_guided && super::solve::in_zone_spread(&self.pods[i]) {
+                class_demand.insert(k, None);
+                continue;
+            }
             let Some(p) = self.pool_order.clone().into_iter().find(|&p| {
                 let cls = &self.classes[k];
                 cls.shape.tolerates[p]

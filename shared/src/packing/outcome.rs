@@ -13,8 +13,13 @@ use crate::scheduling::requirements::Requirements;
 /// The outcome that schedules more pods, then costs less, then has fewer
 /// claims; `a` on a tie.
 pub(super) fn better<'a>(a: Outcome<'a>, b: Outcome<'a>) -> Outcome<'a> {
+    if prefers(&b, &a) { b } else { a }
+}
+
+/// Whether plan `b` is better than `a` (see `better`; on a tie, no).
+pub(super) fn prefers(b: &Outcome, a: &Outcome) -> bool {
     let key = |o: &Outcome| (o.scheduled(), -o.cost, -(o.claims.len() as i64));
-    if key(&b) > key(&a) { b } else { a }
+    key(b) > key(a)
 }
 
 /// A solve's plan before its claims are turned into launch requests:

@@ -147,15 +147,31 @@ impl<'a> Solver<'a> {
     }
 
     pub(super) fn refused_for_now(&self, k: usize, ci: usize) -> bool {
-        self.classes[k].refused_at.get(&(ci as u32)) == Some(&(self.claims[ci].pods.len() as u32))
+        let pods = Some(&(self.claims[ci].pods.len() as u32));
+        let cls = &self.classes[k];
+        cls.refused_at.get(&(ci as u32)) == pods
+            || self
+                .classes
+                .alike
+                .get(cls.alike as usize)
+                .is_some_and(|a| a.refused_at.get(&(ci as u32)) == pods)
     }
 
     /// Remembers a transient refusal while the claim's pods stay the same:
     /// without topology any refusal depends only on the claim, and a stable
-    /// one does whatever the topology counts.
+    /// one does whatever the topology counts — for every class alike
+    /// (pods of many apps in zone spreads, each app's a class of its own,
+    /// would otherwise each judge every claim's price anew).
     pub(super) fn refuse_for_now(&mut self, k: usize, ci: usize, r: Refused) {
+        let pods = self.claims[ci].pods.len() as u32;
+        if r.stable {
+            let a = self.classes[k].alike as usize;
+            if let Some(alike) = self.classes.alike.get_mut(a) {
+                alike.refused_at.insert(ci as u32, pods);
+                return;
+            }
+        }
         if self.classes[k].shape.topo.is_empty() || r.stable {
-            let pods = self.claims[ci].pods.len() as u32;
             self.classes[k].refused_at.insert(ci as u32, pods);
         }
     }
