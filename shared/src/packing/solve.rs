@@ -38,6 +38,8 @@ pub enum Strategy {
     Guided,
     /// The guide's whole-pod program (`packing::patterns`) picks the
     /// nodes and the pods each holds; the fluid split where it has no plan.
+    /// Pods in zone spreads are left out of it and placed free after the
+    /// others (`Solver::spreads_guided`).
     Patterns,
     /// Pods largest first, each into the oldest claim whose price rises by
     /// no more than a node of its own would cost the pod: no claim costs
@@ -48,9 +50,13 @@ pub enum Strategy {
     /// pods, then costs less, then has fewer claims. It solves, in order:
     /// 1. `Patterns`, and `Guided` too unless the Patterns plan placed
     ///    every pod within `CLOSE_TO_BOUND` (0.5 %) of the whole-pod bound
-    ///    its program proved. When more than half of the batch's pods are
-    ///    in spreads or (anti-)affinity groups, `Guided` alone: those pods go
-    ///    where their groups let them, not where the program packs them.
+    ///    its program proved. `Patterns` leaves pods in zone spreads out of
+    ///    its program (they are placed free after the others); when the
+    ///    batch has such pods it is solved again with them in, and the
+    ///    cheaper of the two plans goes on. When more than half of the
+    ///    batch's pods are in spreads or (anti-)affinity groups, `Guided`
+    ///    alone: those pods go where their groups let them, not where the
+    ///    program packs them.
     /// 2. `Karpenter`, stopped as soon as its claims cost more than the
     ///    plan so far when that plan placed every pod (a claim's price only
     ///    rises as pods join it, so such a plan could not win). So `Best` is
