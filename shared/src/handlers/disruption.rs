@@ -48,8 +48,8 @@ use super::termination::{self, Started};
 use crate::disruption::{self, InFlight, Plan, Reason, Snapshot, Tuning, Verdict};
 use crate::model::claim::Claim;
 use crate::model::{
-    CloudCatalog, DISRUPTED_TAINT_KEY, Lease, OfferingKey, RemovalReason, ResolvedClass,
-    SignedDuration, Timestamp,
+    CloudCatalog, DISRUPTED_TAINT_KEY, OfferingKey, RemovalReason, ResolvedClass, SignedDuration,
+    Timestamp,
 };
 use crate::ports::{Clock, Cloud, Cluster, PortSet, Store, StoreError};
 use crate::scheduling::volumes::VolumeIndex;
@@ -300,24 +300,11 @@ impl<P: PortSet> Disruption<P> {
         let Some(until) = self.lease_until else {
             return Ok(false);
         };
-        let lease = Lease {
-            name: LEASE.to_owned(),
-            holder: self.holder.clone(),
-            expires_at: until,
-        };
-        Ok(self
-            .ports
-            .store()
-            .acquire_lease(&lease, self.ports.clock().now())
-            .await?)
+        leased_loop::take(&self.ports, LEASE, &self.holder, until).await
     }
 
     pub async fn release_lease(&self) -> Result<(), HandlerError> {
-        Ok(self
-            .ports
-            .store()
-            .release_lease(LEASE, &self.holder)
-            .await?)
+        leased_loop::give_back(&self.ports, LEASE, &self.holder).await
     }
 
     /// Ticks until `deadline` (or, with `end_when_quiet`, the first quiet

@@ -11,7 +11,8 @@ use tracing::{info, warn};
 
 use super::HandlerError;
 use super::metrics;
-use crate::model::{SignedDuration, Timestamp};
+use crate::model::{Lease, SignedDuration, Timestamp};
+use crate::ports::{Clock, PortSet, Store};
 
 /// What one tick tells the loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,6 +36,34 @@ pub(crate) trait LeasedLoop {
     fn take_lease(&mut self, until: Timestamp) -> impl Future<Output = Result<bool, HandlerError>>;
     fn give_back_lease(&self) -> impl Future<Output = Result<(), HandlerError>>;
     fn step(&mut self) -> impl Future<Output = Result<Step, HandlerError>>;
+}
+
+/// Takes (or renews) the lease `name` for `holder` until `until`, as of the
+/// ports' clock. False: another holder has it.
+pub(crate) async fn take<P: PortSet>(
+    ports: &P,
+    name: &str,
+    holder: &str,
+    until: Timestamp,
+) -> Result<bool, HandlerError> {
+    let lease = Lease {
+        name: name.to_owned(),
+        holder: holder.to_owned(),
+        expires_at: until,
+    };
+    Ok(ports
+        .store()
+        .acquire_lease(&lease, ports.clock().now())
+        .await?)
+}
+
+/// Gives the lease `name` back, if `holder` still holds it.
+pub(crate) async fn give_back<P: PortSet>(
+    ports: &P,
+    name: &str,
+    holder: &str,
+) -> Result<(), HandlerError> {
+    Ok(ports.store().release_lease(name, holder).await?)
 }
 
 /// How long to wait before trying to take a lease again after a failure

@@ -39,7 +39,7 @@ use super::plan_inputs::PlanInputs;
 use super::termination;
 use crate::model::batch::{MAX_PARKED_MORE, Parked, ParkedGroup, Solving, uid_hash};
 use crate::model::claim::{BINDING_TAINT_KEY, Claim, Phase, UNREGISTERED_TAINT_KEY};
-use crate::model::{Batch, CloudCatalog, Lease, OfferingKey, PodKey, SignedDuration, Timestamp};
+use crate::model::{Batch, CloudCatalog, OfferingKey, PodKey, SignedDuration, Timestamp};
 use crate::ports::{BindOutcome, Clock, Cloud, Cluster, ClusterEvent, PortSet, Store, StoreError};
 use crate::provisioning::admission::Admission;
 use crate::provisioning::batcher::{self, BatchStep, BatchWindow};
@@ -273,24 +273,11 @@ impl<P: PortSet> Provisioner<P> {
 
     /// Takes (or renews) the lease until `until`. False: another invocation is active.
     pub async fn acquire_lease(&self, until: Timestamp) -> Result<bool, HandlerError> {
-        let lease = Lease {
-            name: LEASE.to_owned(),
-            holder: self.holder.clone(),
-            expires_at: until,
-        };
-        Ok(self
-            .ports
-            .store()
-            .acquire_lease(&lease, self.ports.clock().now())
-            .await?)
+        leased_loop::take(&self.ports, LEASE, &self.holder, until).await
     }
 
     pub async fn release_lease(&self) -> Result<(), HandlerError> {
-        Ok(self
-            .ports
-            .store()
-            .release_lease(LEASE, &self.holder)
-            .await?)
+        leased_loop::give_back(&self.ports, LEASE, &self.holder).await
     }
 
     /// Runs ticks until `deadline` (or, with `end_when_quiet`, the first
