@@ -709,29 +709,50 @@ mod tests {
         assert!(of("4").node_labels.is_some() && of("4").taints.is_empty());
     }
 
+    /// W2's pool (spot and on-demand, with `requirements`) on the embedded
+    /// us-east-1 catalog, its DaemonSet pods, and its batches read as the
+    /// packer reads them.
+    struct W2Batch {
+        pools: Vec<PoolInput>,
+        daemons: Vec<SchedPod>,
+        zones: Vec<String>,
+    }
+
+    impl W2Batch {
+        fn new(requirements: PoolRequirements) -> Self {
+            let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
+            let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
+            let zones = w2::zones(&pool, &catalog);
+            let types = instance_types(&pool, &catalog, &[]);
+            let daemons = w2::daemon_pods()
+                .iter()
+                .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
+                .collect();
+            W2Batch {
+                pools: vec![PoolInput::new(pool, types)],
+                daemons,
+                zones,
+            }
+        }
+
+        fn pods(&self, n: usize, mix: Mix, seed: u64) -> Vec<SchedPod> {
+            w2::pods(n, mix, seed, &self.zones)
+                .iter()
+                .map(|p| SchedPod::from_pod(p).expect("w2 pod"))
+                .collect()
+        }
+    }
+
     /// Pools with more (zone, capacity type) pairs than a mask holds judge
     /// offerings by requirements: the same answers as masks give. Each
     /// strategy is solved twice on one batch, once with the pool's masks
     /// taken away, and the plans must be the same.
     #[test]
     fn offerings_are_judged_alike_with_and_without_masks() {
-        let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
-        let daemons: Vec<SchedPod> = w2::daemon_pods()
-            .iter()
-            .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
-            .collect();
         for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
-            let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
-            let zones = w2::zones(&pool, &catalog);
-            let pools = vec![PoolInput::new(
-                pool.clone(),
-                instance_types(&pool, &catalog, &[]),
-            )];
+            let w2 = W2Batch::new(requirements);
             for mix in [Mix::Zonal, Mix::Mixed] {
-                let pods: Vec<SchedPod> = w2::pods(400, mix, 3, &zones)
-                    .iter()
-                    .map(|p| SchedPod::from_pod(p).expect("w2 pod"))
-                    .collect();
+                let pods = w2.pods(400, mix, 3);
                 let options = SolveOptions::default();
                 let splits = guide::SplitMemo::default();
                 let batch = BatchPods::new(&pods);
@@ -739,8 +760,8 @@ mod tests {
                     &pods,
                     &batch,
                     &[],
-                    &pools,
-                    &daemons,
+                    &w2.pools,
+                    &w2.daemons,
                     &options,
                     Strategy::Best,
                     &splits,
@@ -778,24 +799,11 @@ mod tests {
     /// could win), and a budget under that cost does stop the solve.
     #[test]
     fn karpenters_running_cost_bounds_its_plan() {
-        let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
         for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
-            let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
-            let zones = w2::zones(&pool, &catalog);
-            let pools = vec![PoolInput::new(
-                pool.clone(),
-                instance_types(&pool, &catalog, &[]),
-            )];
-            let daemons: Vec<SchedPod> = w2::daemon_pods()
-                .iter()
-                .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
-                .collect();
+            let w2 = W2Batch::new(requirements);
             for mix in Mix::ALL {
                 for seed in 1..3 {
-                    let pods: Vec<SchedPod> = w2::pods(300, mix, seed, &zones)
-                        .iter()
-                        .map(|p| SchedPod::from_pod(p).expect("w2 pod"))
-                        .collect();
+                    let pods = w2.pods(300, mix, seed);
                     let options = SolveOptions::default();
                     let splits = guide::SplitMemo::default();
                     let batch = BatchPods::new(&pods);
@@ -804,8 +812,8 @@ mod tests {
                             &pods,
                             &batch,
                             &[],
-                            &pools,
-                            &daemons,
+                            &w2.pools,
+                            &w2.daemons,
                             &options,
                             Strategy::Karpenter,
                             &splits,
@@ -843,33 +851,20 @@ mod tests {
     /// every solve places every pod (none lost by leaving them out).
     #[test]
     fn best_keeps_the_cheaper_pattern_plan_with_or_without_zone_spreads() {
-        let catalog = crate::sim::catalog::catalog("us-east-1").expect("embedded region");
-        let daemons: Vec<SchedPod> = w2::daemon_pods()
-            .iter()
-            .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
-            .collect();
         for requirements in [PoolRequirements::Walkthrough, PoolRequirements::Open] {
-            let pool = w2::pool(Capacity::SpotAndOnDemand, requirements);
-            let zones = w2::zones(&pool, &catalog);
-            let pools = vec![PoolInput::new(
-                pool.clone(),
-                instance_types(&pool, &catalog, &[]),
-            )];
-            let pods: Vec<SchedPod> = w2::pods(400, Mix::Zonal, 5, &zones)
-                .iter()
-                .map(|p| SchedPod::from_pod(p).expect("w2 pod"))
-                .collect();
+            let w2 = W2Batch::new(requirements);
+            let pods = w2.pods(400, Mix::Zonal, 5);
             assert!(pods.iter().any(in_zone_spread));
             let options = SolveOptions::default();
-            let best = solve(&pods, &[], &pools, &daemons, &options);
+            let best = solve(&pods, &[], &w2.pools, &w2.daemons, &options);
             let splits = guide::SplitMemo::default();
             let batch = BatchPods::new(&pods);
             let mut prototype = Solver::new(
                 &pods,
                 &batch,
                 &[],
-                &pools,
-                &daemons,
+                &w2.pools,
+                &w2.daemons,
                 &options,
                 Strategy::Best,
                 &splits,
