@@ -96,33 +96,16 @@ impl<P: PriceSource> Ec2Cloud<P> {
         }
         // zone → (free addresses, subnet id)
         let mut best: BTreeMap<String, (i32, String)> = BTreeMap::new();
-        for term in terms {
-            let mut pages = self
-                .ec2
-                .describe_subnets()
-                .set_filters(Some(selector_filters(
-                    term,
-                    "subnet-id",
-                    &self.settings.cluster_name,
-                )))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                self.count();
-                let page =
-                    page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
-                for s in page.subnets() {
-                    let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else {
-                        continue;
-                    };
-                    let free = s.available_ip_address_count().unwrap_or(0);
-                    let better = best
-                        .get(zone)
-                        .is_none_or(|(f, cur)| free > *f || (free == *f && id < cur.as_str()));
-                    if better {
-                        best.insert(zone.to_owned(), (free, id.to_owned()));
-                    }
-                }
+        for s in self.describe_subnets(terms).await? {
+            let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else {
+                continue;
+            };
+            let free = s.available_ip_address_count().unwrap_or(0);
+            let better = best
+                .get(zone)
+                .is_none_or(|(f, cur)| free > *f || (free == *f && id < cur.as_str()));
+            if better {
+                best.insert(zone.to_owned(), (free, id.to_owned()));
             }
         }
         if best.is_empty() {
@@ -187,7 +170,22 @@ impl<P: PriceSource> Ec2Cloud<P> {
         class_name: &str,
         terms: &[SelectorTerm],
     ) -> Result<Vec<String>, CloudError> {
-        let mut ids = BTreeSet::new();
+        let ids: BTreeSet<String> = self
+            .describe_subnets(terms)
+            .await?
+            .iter()
+            .filter_map(|s| s.subnet_id().map(str::to_owned))
+            .collect();
+        debug!(nodeclass = %class_name, subnets = ids.len(), "resolved the class's subnets");
+        Ok(ids.into_iter().collect())
+    }
+    /// Every subnet any of `terms` selects, one paginated DescribeSubnets
+    /// per term (a subnet two terms select comes twice).
+    async fn describe_subnets(
+        &self,
+        terms: &[SelectorTerm],
+    ) -> Result<Vec<aws_sdk_ec2::types::Subnet>, CloudError> {
+        let mut subnets = Vec::new();
         for term in terms {
             let mut pages = self
                 .ec2
@@ -203,15 +201,10 @@ impl<P: PriceSource> Ec2Cloud<P> {
                 self.count();
                 let page =
                     page.map_err(|e| CloudError::from(ApiError::from_sdk("DescribeSubnets", e)))?;
-                ids.extend(
-                    page.subnets()
-                        .iter()
-                        .filter_map(|s| s.subnet_id().map(str::to_owned)),
-                );
+                subnets.extend(page.subnets().iter().cloned());
             }
         }
-        debug!(nodeclass = %class_name, subnets = ids.len(), "resolved the class's subnets");
-        Ok(ids.into_iter().collect())
+        Ok(subnets)
     }
 }
 
