@@ -22,6 +22,7 @@ use k8s_openapi::api::{
     apps::v1::DaemonSet, policy::v1::PodDisruptionBudget, storage::v1::StorageClass,
 };
 
+use super::Interleave;
 use super::driver::ClusterDriver;
 use crate::model::{PodKey, Timestamp};
 use crate::ports::{BindOutcome, Cluster, ClusterError, ClusterEvent, EvictOutcome};
@@ -59,6 +60,8 @@ impl std::fmt::Debug for WorldRound {
 pub struct FaultyCluster<K> {
     inner: K,
     faults: Arc<Mutex<Faults>>,
+    /// Told of every read of the handlers (see [`Interleave`]).
+    interleave: Interleave,
 }
 
 /// The port of a [`FaultyCluster`]: the inner port behind the faults.
@@ -67,6 +70,7 @@ pub struct FaultyClusterPort<P> {
     inner: P,
     faults: Arc<Mutex<Faults>>,
     world: WorldRound,
+    interleave: Interleave,
 }
 
 fn lock(faults: &Mutex<Faults>) -> MutexGuard<'_, Faults> {
@@ -78,7 +82,16 @@ impl<K: ClusterDriver> FaultyCluster<K> {
         FaultyCluster {
             inner,
             faults: Arc::default(),
+            interleave: Interleave::default(),
         }
+    }
+
+    /// Reports every read of the handlers to `interleave` (shared with the
+    /// store's decorator, another function's writes can run between any
+    /// two reads).
+    pub fn with_interleave(mut self, interleave: Interleave) -> Self {
+        self.interleave = interleave;
+        self
     }
 
     /// The cluster itself, without faults (what the world sees).
@@ -142,7 +155,9 @@ impl<P: Cluster> FaultyClusterPort<P> {
         call: impl Future<Output = Result<T, ClusterError>>,
     ) -> Result<T, ClusterError> {
         self.refuse(what)?;
-        call.await
+        let out = call.await;
+        self.interleave.read_done(what).await;
+        out
     }
 
     /// A write: refused, or carried out and then (maybe) its response lost.
@@ -299,6 +314,7 @@ impl<K: ClusterDriver + 'static> ClusterDriver for FaultyCluster<K> {
         FaultyClusterPort {
             inner: self.inner.port(),
             faults: Arc::clone(&self.faults),
+            interleave: self.interleave.clone(),
             world: WorldRound(Arc::new(move || {
                 let world = world.clone();
                 Box::pin(async move {

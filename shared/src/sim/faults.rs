@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::Interleave;
 use crate::config::{ConfigItem, ConfigKind, Limits};
 use crate::model::claim::Claim;
 use crate::model::{
@@ -166,6 +167,8 @@ pub struct FaultyStore<S> {
     /// Command writes left before one fails (a crash between two steps).
     command_crash: Arc<Mutex<Option<usize>>>,
     writes: Arc<Mutex<WriteFaults>>,
+    /// Told of every read (see [`Interleave`]).
+    interleave: Interleave,
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -175,7 +178,26 @@ impl<S: Store> FaultyStore<S> {
             fail_updates: Arc::default(),
             command_crash: Arc::default(),
             writes: Arc::default(),
+            interleave: Interleave::default(),
         }
+    }
+
+    /// Reports every read to `interleave` (shared with the cluster's
+    /// decorator, another function's writes can run between any two reads).
+    pub fn with_interleave(mut self, interleave: Interleave) -> Self {
+        self.interleave = interleave;
+        self
+    }
+
+    /// A read, reported once it has returned.
+    async fn read<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let out = call.await;
+        self.interleave.read_done(what).await;
+        out
     }
 
     /// The next `n` writes (configuration excepted) fail with a transient
@@ -281,10 +303,12 @@ impl<S: Store> FaultyStore<S> {
 
 impl<S: Store> Store for FaultyStore<S> {
     async fn config_items(&self) -> Result<Vec<ConfigItem>, StoreError> {
-        self.inner.config_items().await
+        self.read("store: config items", self.inner.config_items())
+            .await
     }
     async fn config_version(&self) -> Result<u64, StoreError> {
-        self.inner.config_version().await
+        self.read("store: config version", self.inner.config_version())
+            .await
     }
     async fn put_config_item(&self, item: &ConfigItem) -> Result<(), StoreError> {
         self.inner.put_config_item(item).await
@@ -296,13 +320,14 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.delete_config_item(kind, name).await
     }
     async fn claims(&self) -> Result<Vec<Claim>, StoreError> {
-        self.inner.claims().await
+        self.read("store: claims", self.inner.claims()).await
     }
     async fn state(&self, now: Timestamp) -> Result<crate::ports::StateRead, StoreError> {
-        self.inner.state(now).await
+        self.read("store: state", self.inner.state(now)).await
     }
     async fn unreadable_state(&self) -> Result<Vec<crate::ports::Unreadable>, StoreError> {
-        self.inner.unreadable_state().await
+        self.read("store: unreadable state", self.inner.unreadable_state())
+            .await
     }
     async fn create_claim(&self, claim: &Claim, limits: &Limits) -> Result<(), StoreError> {
         self.write_fault("claim create", true)?;
@@ -332,10 +357,11 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.delete_claim(claim).await
     }
     async fn pool_usage(&self) -> Result<std::collections::BTreeMap<String, Usage>, StoreError> {
-        self.inner.pool_usage().await
+        self.read("store: pool usage", self.inner.pool_usage())
+            .await
     }
     async fn batch(&self) -> Result<Option<Batch>, StoreError> {
-        self.inner.batch().await
+        self.read("store: batch", self.inner.batch()).await
     }
     async fn put_batch(&self, previous: Option<&Batch>, next: &Batch) -> Result<(), StoreError> {
         self.write_fault("batch", true)?;
@@ -353,7 +379,7 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.release_lease(name, holder).await
     }
     async fn commands(&self) -> Result<Vec<Command>, StoreError> {
-        self.inner.commands().await
+        self.read("store: commands", self.inner.commands()).await
     }
     async fn put_command(
         &self,
@@ -390,7 +416,11 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.mark_unavailable(offering, until).await
     }
     async fn unavailable_offerings(&self, now: Timestamp) -> Result<Vec<OfferingKey>, StoreError> {
-        self.inner.unavailable_offerings(now).await
+        self.read(
+            "store: unavailable offerings",
+            self.inner.unavailable_offerings(now),
+        )
+        .await
     }
 }
 
