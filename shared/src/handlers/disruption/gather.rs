@@ -98,19 +98,26 @@ pub async fn gather<P: PortSet>(
     let now = ports.clock().now();
     let cluster = ports.cluster();
     let store = ports.store();
-    // The order matters: the nodes are listed before the state (the
-    // commands in flight) is read. A removal writes its command before its
-    // machine puts the `karpenter.sh/disrupted` taint on the node, so a
-    // taint in this listing belongs to a command the later read returns,
-    // unless that command has finished; `untaint_leftovers` lifts only
-    // taints no command owns, and read the other way round it would take a
-    // taint being put for a leftover and open a node being drained.
+    // The order matters. Nodes, then the state (claims, commands in
+    // flight), then the pods:
+    // - nodes before commands: a removal writes its command before its
+    //   machine puts the `karpenter.sh/disrupted` taint on the node, so a
+    //   taint in this listing belongs to a command the later read returns,
+    //   unless that command has finished; `untaint_leftovers` lifts only
+    //   taints no command owns, and read the other way round it would take
+    //   a taint being put for a leftover and open a node being drained;
+    // - claims before pods: the provisioner binds a new node's pods before
+    //   it records the node on the claim, so a claim read here as
+    //   registered had its pods bound already and the listing after it
+    //   shows them. Pods listed first, a node registering in between would
+    //   look empty to this pass (and be decided Empty, only for its
+    //   re-validation to drop it 15 s later).
     // (Not shared with the provisioning plans' reads, `handlers::plan_inputs`:
     // this view and its order are the decision's own.)
     let nodes = cluster.nodes().await?;
-    let pods = cluster.scheduled_pods().await?;
     // Claims, unavailable offerings and commands from one read of the state.
     let state = store.state(now).await?;
+    let pods = cluster.scheduled_pods().await?;
     let claims = state.claims;
     // With the reservations the NodeClasses select, listed once per
     // decision: a node may be consolidated into a reservation.

@@ -223,6 +223,160 @@ fn a_voluntary_command_that_no_longer_holds_at_revalidation_is_dropped() {
     });
 }
 
+/// Karpenter `pkg/controllers/disruption/suite_test.go`, It("should not
+/// consider candidates that are nominated"): a node pods are headed for is
+/// no candidate. nodewright binds a new node's pods itself when the node
+/// registers — the pods first, then the registration on the claim — so
+/// the same intent here is that a pass never sees the claim registered
+/// and the node without the pods bound before it. The registration (the
+/// binding, then the claim's write) runs between every two reads of one
+/// gather, each interleaving in turn: no pass may call the node empty.
+/// (Karpenter's own guard is the nomination in its in-memory cluster
+/// state; ours is the order of the reads.)
+#[test]
+fn a_node_registering_while_the_decision_gathers_is_never_seen_empty() {
+    use crate::model::PodKey;
+    use crate::sim::interleave::Step as Write;
+    use crate::sim::{FaultyCluster, Interleave, SimCluster};
+    rt().block_on(async {
+        let interleave = Interleave::default();
+        let clock = SimClock::default();
+        let cloud = SimCloud::new(
+            catalog::catalog("us-east-1").expect("region"),
+            clock.clone(),
+        );
+        let store = FaultyStore::new(MemStore::new()).with_interleave(interleave.clone());
+        let cluster =
+            FaultyCluster::new(SimCluster::new(clock.clone())).with_interleave(interleave.clone());
+        let settings = SimSettings {
+            disruption_enabled: false,
+            ..Default::default()
+        };
+        let mut sim =
+            Simulation::with_cluster(clock, cloud.clone(), Some(cloud), store, cluster, settings);
+        // Empty nodes go at once (consolidateAfter: 0s).
+        let yaml = world_yaml(1, "100%").replace("consolidateAfter: Never", "consolidateAfter: 0s");
+        let s = scenario::parse(&yaml).expect("scenario");
+        scenario::load(&mut sim, &s).await.expect("loads");
+        scenario::run(&mut sim, &s).await.expect("runs");
+        let world = sim.cluster.inner().clone();
+        let memory = sim.store.inner().clone();
+        let node = world.all_nodes()[0].metadata.name.clone().expect("name");
+        let pod = world
+            .all_pods()
+            .into_iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+            .expect("the node's pod");
+        let key = PodKey::of(&pod);
+        let ports = sim.ports();
+        let config = crate::handlers::config::load(ports.store()).await.expect("config");
+        let limits = config.limits("default");
+        let tuning = DisruptionSettings::default().tuning;
+        let decide = |g: &Gathered| disruption::decide(&g.snapshot(tuning, 0));
+        let empty = |plan: &Plan| {
+            plan.commands
+                .iter()
+                .any(|c| c.reason == Reason::Empty && c.nodes().any(|n| n == node))
+        };
+        // As seen with the node registered and its pod bound: not empty.
+        let settled = gather(&ports, &config).await.expect("gather");
+        assert!(!empty(&decide(&settled)), "a node with its pod is not empty");
+        // Every read one gather makes (cluster and store).
+        interleave.start();
+        gather(&ports, &config).await.expect("gather");
+        let reads = interleave.reads();
+        interleave.stop();
+        assert!(
+            reads.iter().any(|r| r.contains("scheduled"))
+                && reads.iter().any(|r| r.starts_with("store: state")),
+            "the pod listing and the state read are both counted: {reads:?}"
+        );
+        let mut seen_empty = Vec::new();
+        // Interleavings whose pass saw the claim registered (the node a
+        // candidate at all), of all tried.
+        let (mut considered, mut tried) = (0, 0);
+        // Bind after read `b`, register after read `r` (b ≤ r; 0 = before any).
+        for b in 0..=reads.len() {
+            for r in b..=reads.len() {
+                // Back to launched: the claim without its node, the pod pending.
+                let claims = memory.claims().await.expect("claims");
+                let claim = claims
+                    .iter()
+                    .find(|c| c.node_name.as_deref() == Some(node.as_str()))
+                    .expect("registered claim")
+                    .clone();
+                let mut launched = claim.next();
+                launched.node_name = None;
+                launched.registered_at = None;
+                launched.pods = vec![key.clone()];
+                memory
+                    .update_claim(&claim, &launched, &limits)
+                    .await
+                    .expect("unregistered");
+                assert!(world.update_pod(&key.namespace, &key.name, |p| {
+                    p.spec.as_mut().expect("spec").node_name = None;
+                    p.status = None;
+                }));
+                // The provisioner's two writes, in its order.
+                let bind: Write = {
+                    let (world, key, node) = (world.clone(), key.clone(), node.clone());
+                    Box::new(move || {
+                        Box::pin(async move {
+                            let bound = world.bind(&key, &node).await.expect("bind");
+                            assert_eq!(bound, crate::ports::BindOutcome::Bound);
+                        })
+                    })
+                };
+                let register: Write = {
+                    let (memory, limits, node, id) =
+                        (memory.clone(), limits.clone(), node.clone(), launched.id.clone());
+                    let now = sim.now();
+                    Box::new(move || {
+                        Box::pin(async move {
+                            let claims = memory.claims().await.expect("claims");
+                            let claim = claims.iter().find(|c| c.id == id).expect("claim");
+                            let mut next = claim.next();
+                            next.node_name = Some(node);
+                            next.registered_at = Some(now);
+                            next.pods.clear();
+                            memory
+                                .update_claim(claim, &next, &limits)
+                                .await
+                                .expect("registered");
+                        })
+                    })
+                };
+                interleave.start();
+                let mut steps = vec![(b, bind), (r, register)];
+                while steps.first().is_some_and(|(at, _)| *at == 0) {
+                    let (_, step) = steps.remove(0);
+                    step().await;
+                }
+                for (at, step) in steps {
+                    interleave.after_read(at, step);
+                }
+                let g = gather(&ports, &config).await.expect("gather");
+                assert_eq!(interleave.pending(), 0, "both writes ran (bind {b}, register {r})");
+                interleave.stop();
+                tried += 1;
+                considered += usize::from(g.claims.iter().any(|c| c.node_name.is_some()));
+                if empty(&decide(&g)) {
+                    let after = |n: usize| if n == 0 { "start".to_owned() } else { reads[n - 1].clone() };
+                    seen_empty.push(format!("bind after {}, register after {}", after(b), after(r)));
+                }
+            }
+        }
+        assert!(
+            considered > 0 && considered < tried,
+            "some passes saw the node registered, some not: {considered} of {tried}"
+        );
+        assert!(
+            seen_empty.is_empty(),
+            "the node was called empty though its pod was bound before it registered: {seen_empty:#?}"
+        );
+    });
+}
+
 /// Karpenter (pkg/controllers/disruption/suite_test.go, Disruption Taints):
 /// It("should remove taints from NodeClaims that were left tainted from a
 /// previous disruption action"). A node of ours carries the
