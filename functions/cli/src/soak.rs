@@ -154,14 +154,21 @@ fn render(r: &SoakReport) -> String {
         f.longest_pending_seconds,
         r.bounds.pending.as_secs()
     );
+    // No trailing hour is judged before the warm-up and a whole window
+    // have passed: a short run has no worst hour (0 in the JSON), not one
+    // that cost nothing.
+    let worst = if f.worst_hour_cost_ratio > 0.0 {
+        format!("{:.2}×", f.worst_hour_cost_ratio)
+    } else {
+        format!(
+            "none judged: the first ends about {} min in",
+            (r.bounds.cost_warmup + r.bounds.cost_window).as_secs() / 60
+        )
+    };
     let _ = writeln!(
         out,
-        "  fleet $-hours / LP bound             {:>6.2} / {:.2} = {:.2}× (worst hour {:.2}×, factor {})",
-        f.fleet_dollar_hours,
-        f.lower_bound_dollar_hours,
-        f.cost_ratio,
-        f.worst_hour_cost_ratio,
-        r.bounds.cost_factor
+        "  fleet $-hours / LP bound             {:>6.2} / {:.2} = {:.2}× (worst hour {worst}, factor {})",
+        f.fleet_dollar_hours, f.lower_bound_dollar_hours, f.cost_ratio, r.bounds.cost_factor
     );
     let _ = writeln!(out, "\nnot modelled");
     for n in &r.not_modelled {
