@@ -50,7 +50,15 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     }
     // value = digits × 10^exp10 × 2^exp2
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    let digits = format!("{int_part}{frac_part}");
+    // Most quantities are whole ("500m", "2Gi"): their digits are read in
+    // place, not copied.
+    let joined;
+    let digits = if frac_part.is_empty() {
+        int_part
+    } else {
+        joined = format!("{int_part}{frac_part}");
+        joined.as_str()
+    };
     let digits = digits.trim_start_matches('0');
     if digits.len() > 30 {
         return Err(err("too many digits"));

@@ -16,6 +16,7 @@ use crate::resources::Resources;
 use crate::scheduling::labels;
 use crate::scheduling::pod::{Constraints, HostPort, Relaxation, SchedPod};
 use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::shared_list::SharedList;
 use crate::scheduling::taints::first_untolerated;
 use crate::scheduling::topology::PodTopology;
 
@@ -217,11 +218,13 @@ pub(super) struct PodFields<'a> {
     pub(super) namespace: &'a str,
     pub(super) labels: &'a BTreeMap<String, String>,
     pub(super) node_selector: &'a Requirements,
-    pub(super) required_terms: &'a [Requirements],
-    pub(super) preferred_terms: &'a [(i32, Requirements)],
+    pub(super) required_terms: &'a SharedList<Requirements>,
+    pub(super) preferred_terms: &'a SharedList<(i32, Requirements)>,
     pub(super) tolerations: &'a [crate::scheduling::taints::Toleration],
     pub(super) spreads: &'a [crate::scheduling::pod::Spread],
-    pub(super) affinity: &'a [crate::scheduling::pod::AffinityTerm],
+    /// Shared by pods read one after another with the same affinity
+    /// (`PodReader`): such pods compare equal here without reading the terms.
+    pub(super) affinity: &'a SharedList<crate::scheduling::pod::AffinityTerm>,
     pub(super) host_ports: &'a [HostPort],
     pub(super) volume: &'a Requirements,
 }

@@ -13,7 +13,7 @@ use super::interned::Interned;
 use super::outcome::{Outcome, better, prefers};
 use super::place::NodeState;
 use super::pools::PoolState;
-use super::{ExistingNode, Plan, PoolInput, SolveOptions, guide, labels, repair};
+use super::{ExistingNode, Plan, PoolInput, PreferencePolicy, SolveOptions, guide, labels, repair};
 use crate::scheduling::pod::{Constraints, SchedPod};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::taints::Effect;
@@ -280,9 +280,27 @@ impl<'a> Solver<'a> {
         let (universe, sources) = domain_universe(pools, nodes);
         let mut topology = Topology::new(universe).with_sources(sources);
         // Pods of one group carry the same constraints: one registers them.
+        // Under `PreferencePolicy::Ignore` no pod ever holds a preference
+        // (each starts without them and relaxing only drops more): groups of
+        // preferred terms and ScheduleAnyway spreads would count every pod
+        // they select for no owner, and make topology of pods that have none.
         for &i in &batch.representatives {
             let p = &pods[i as usize];
-            topology.register(&p.spreads, &p.affinity, &p.pod.namespace, &p.tolerations);
+            match options.preferences {
+                PreferencePolicy::Respect => {
+                    topology.register(&p.spreads, &p.affinity, &p.pod.namespace, &p.tolerations);
+                }
+                PreferencePolicy::Ignore => {
+                    let spreads: Vec<_> = p.spreads.iter().filter(|s| s.hard).cloned().collect();
+                    let affinity: Vec<_> = p
+                        .affinity
+                        .iter()
+                        .filter(|t| t.weight.is_none())
+                        .cloned()
+                        .collect();
+                    topology.register(&spreads, &affinity, &p.pod.namespace, &p.tolerations);
+                }
+            }
         }
         for n in nodes {
             for p in &n.pods {
@@ -596,7 +614,16 @@ pub(super) fn domain_universe(
         });
         let mut offer = |u: &mut BTreeMap<String, BTreeSet<String>>, k: &str, v: &str| {
             sources.offer(k, v, source);
-            u.entry(k.to_owned()).or_default().insert(v.to_owned());
+            // Most offers repeat a key and value already known (every type
+            // offers the same zones): copied only when new.
+            if !u.contains_key(k) {
+                u.insert(k.to_owned(), BTreeSet::new());
+            }
+            if let Some(values) = u.get_mut(k)
+                && !values.contains(v)
+            {
+                values.insert(v.to_owned());
+            }
         };
         for it in &p.instance_types {
             for o in &it.offerings {

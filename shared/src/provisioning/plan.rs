@@ -21,7 +21,7 @@ use crate::resources::{self, Resources};
 use crate::scheduling::labels;
 use crate::scheduling::taints::{Effect, Taint};
 use crate::scheduling::volumes::VolumeIndex;
-use crate::scheduling::{Requirements, SchedPod};
+use crate::scheduling::{PodReader, Requirements, SchedPod};
 
 /// Everything the decision looks at.
 #[derive(Debug, Clone, Copy)]
@@ -205,13 +205,18 @@ pub fn daemon_pods(daemon_sets: &[DaemonSet]) -> Vec<SchedPod> {
             let mut sp = SchedPod::from_pod(&pod).ok()?;
             // Where the DaemonSet controller puts a pod: its nodeSelector
             // and required node affinity; a preference keeps it off no node.
-            sp.preferred_terms.clear();
-            sp.affinity.retain(|t| t.weight.is_none());
+            sp.preferred_terms = Default::default();
+            sp.affinity = sp
+                .affinity
+                .iter()
+                .filter(|t| t.weight.is_none())
+                .cloned()
+                .collect();
             sp.spreads.retain(|s| s.hard);
             // Required terms are alternatives; ORed terms on one key are
             // that key's union (the packer reads one term).
             if let Some(union) = single_key_union(&sp.required_terms) {
-                sp.required_terms = vec![union];
+                sp.required_terms = vec![union].into();
             }
             Some(sp)
         })
@@ -512,11 +517,25 @@ pub fn zone_ids_as_zones(sp: &mut SchedPod, zone_ids: &std::collections::BTreeMa
         }
     };
     translate(&mut sp.node_selector);
-    for t in &mut sp.required_terms {
-        translate(t);
+    // The terms are shared with the pods read alongside: copied only when
+    // they name a zone ID.
+    if sp
+        .required_terms
+        .iter()
+        .any(|t| t.contains_key(labels::ZONE_ID))
+    {
+        for t in sp.required_terms.to_mut() {
+            translate(t);
+        }
     }
-    for (_, t) in &mut sp.preferred_terms {
-        translate(t);
+    if sp
+        .preferred_terms
+        .iter()
+        .any(|(_, t)| t.contains_key(labels::ZONE_ID))
+    {
+        for (_, t) in sp.preferred_terms.to_mut() {
+            translate(t);
+        }
     }
 }
 
@@ -557,8 +576,9 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
     let mut decision = Decision::default();
     let mut pods = Vec::with_capacity(s.pending.len());
     let mut keys = Vec::with_capacity(s.pending.len());
+    let mut reader = PodReader::new();
     for p in s.pending {
-        match SchedPod::from_pod_with_volumes(p, s.volumes) {
+        match reader.read_with_volumes(p, s.volumes) {
             Ok(mut sp) => {
                 zone_ids_as_zones(&mut sp, &s.catalog.zone_ids);
                 pods.push(sp);

@@ -6,9 +6,10 @@ pub mod labels;
 pub mod pod;
 pub mod requirements;
 pub mod selector;
+pub mod shared_list;
 pub mod taints;
 pub mod topology;
 pub mod volumes;
 
-pub use pod::{PodRef, SchedPod};
+pub use pod::{PodReader, PodRef, SchedPod};
 pub use requirements::{Operator, Requirement, Requirements};

@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{
-    Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements,
+    Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements,
 };
 
 use super::labels;
 use super::requirements::{Requirement, RequirementError, Requirements};
 use super::selector::LabelSelector;
+use super::shared_list::SharedList;
 use super::taints::Toleration;
 use super::volumes::{self, VolumeError, VolumeIndex};
 use crate::resources::{self, QuantityError, Resources};
@@ -160,12 +161,14 @@ pub struct SchedPod {
     pub requests: Resources,
     pub node_selector: Requirements,
     /// Required node affinity: any one of these terms (OR). Empty = none.
-    pub required_terms: Vec<Requirements>,
+    /// This and the two below come from the pod's `affinity`: pods read
+    /// one after another with the same affinity share them (`PodReader`).
+    pub required_terms: SharedList<Requirements>,
     /// Preferred node affinity terms with their weights.
-    pub preferred_terms: Vec<(i32, Requirements)>,
+    pub preferred_terms: SharedList<(i32, Requirements)>,
     pub tolerations: Vec<Toleration>,
     pub spreads: Vec<Spread>,
-    pub affinity: Vec<AffinityTerm>,
+    pub affinity: SharedList<AffinityTerm>,
     pub host_ports: Vec<HostPort>,
     /// Owned by a DaemonSet.
     pub daemon: bool,
@@ -207,10 +210,66 @@ pub struct Constraints {
     pub ignore_prefer_no_schedule: bool,
 }
 
+/// Reads the pods of a listing one after another, as
+/// [`SchedPod::from_pod`] reads each, errors included. A listing gives a
+/// workload's pods one after another, each with the same `affinity`: the
+/// reader converts it once and gives every pod after it in the same
+/// namespace with an equal `affinity` the same lists (`SharedList`)
+/// instead of converting it again (its node terms, label selectors and
+/// namespaces are most of a pod's reading).
+#[derive(Debug, Default)]
+pub struct PodReader {
+    last: Option<AffinityMemo>,
+}
+
+/// The last `affinity` converted, in its pod's namespace (a pod affinity
+/// term without namespaces counts the pod's own), and what it gave.
+#[derive(Debug)]
+struct AffinityMemo {
+    namespace: String,
+    source: Affinity,
+    converted: ConvertedAffinity,
+}
+
+/// What a pod's `affinity` gives.
+#[derive(Debug, Clone, Default)]
+struct ConvertedAffinity {
+    required_terms: SharedList<Requirements>,
+    preferred_terms: SharedList<(i32, Requirements)>,
+    affinity: SharedList<AffinityTerm>,
+}
+
+impl PodReader {
+    pub fn new() -> Self {
+        PodReader::default()
+    }
+
+    /// [`SchedPod::from_pod`].
+    pub fn read(&mut self, p: &Pod) -> Result<SchedPod, PodError> {
+        SchedPod::read(p, Some(&mut self.last))
+    }
+
+    /// [`SchedPod::from_pod_with_volumes`].
+    pub fn read_with_volumes(
+        &mut self,
+        p: &Pod,
+        index: &VolumeIndex,
+    ) -> Result<SchedPod, PodError> {
+        let sp = self.read(p)?;
+        sp.with_volumes(p, index)
+    }
+}
+
 impl SchedPod {
     /// Reads a pod. Malformed quantities, operators or selectors are errors
-    /// that name the pod and the field.
+    /// that name the pod and the field. (Many pods: [`PodReader`].)
     pub fn from_pod(p: &Pod) -> Result<SchedPod, PodError> {
+        SchedPod::read(p, None)
+    }
+
+    /// Reads a pod, reusing the conversion of the last `affinity` in
+    /// `memo` when this pod's is the same (and remembering this one's).
+    fn read(p: &Pod, memo: Option<&mut Option<AffinityMemo>>) -> Result<SchedPod, PodError> {
         let namespace = p
             .metadata
             .namespace
@@ -241,6 +300,17 @@ impl SchedPod {
             reason,
         };
 
+        // Without an affinity there is nothing to convert; with the same one
+        // as the last pod's, in the same namespace, its conversion is reused.
+        let source = spec.affinity.as_ref();
+        let reused = match (source, memo.as_deref()) {
+            (None, _) => Some(ConvertedAffinity::default()),
+            (Some(a), Some(Some(m))) if m.namespace == namespace && m.source == *a => {
+                Some(m.converted.clone())
+            }
+            _ => None,
+        };
+
         let requests = effective_requests(
             &spec.containers,
             spec.init_containers.as_deref().unwrap_or(&[]),
@@ -254,9 +324,8 @@ impl SchedPod {
         })?;
 
         let node_selector = Requirements::from_labels(spec.node_selector.iter().flatten());
-        let node_affinity = spec
-            .affinity
-            .as_ref()
+        let node_affinity = source
+            .filter(|_| reused.is_none())
             .and_then(|a| a.node_affinity.as_ref());
         let mut required_terms = Vec::new();
         if let Some(sel) = node_affinity.and_then(|n| {
@@ -371,7 +440,7 @@ impl SchedPod {
         }
 
         let mut affinity = Vec::new();
-        let aff = spec.affinity.as_ref();
+        let aff = source.filter(|_| reused.is_none());
         let mut push_terms = |anti: bool,
                               required: Option<&Vec<PodAffinityTerm>>,
                               preferred: Vec<(i32, &PodAffinityTerm)>,
@@ -477,6 +546,28 @@ impl SchedPod {
             .iter()
             .flatten()
             .any(|o| o.kind == "DaemonSet");
+        let ConvertedAffinity {
+            required_terms,
+            preferred_terms,
+            affinity,
+        } = match reused {
+            Some(converted) => converted,
+            None => {
+                let converted = ConvertedAffinity {
+                    required_terms: required_terms.into(),
+                    preferred_terms: preferred_terms.into(),
+                    affinity: affinity.into(),
+                };
+                if let (Some(memo), Some(source)) = (memo, source) {
+                    *memo = Some(AffinityMemo {
+                        namespace: namespace.clone(),
+                        source: source.clone(),
+                        converted: converted.clone(),
+                    });
+                }
+                converted
+            }
+        };
         Ok(SchedPod {
             pod: PodRef { namespace, name },
             uid: p.metadata.uid.clone().unwrap_or_default(),
@@ -505,7 +596,13 @@ impl SchedPod {
     /// PVC-backed volumes looked up in `index`; a volume no new node can
     /// hold is an error naming it.
     pub fn from_pod_with_volumes(p: &Pod, index: &VolumeIndex) -> Result<SchedPod, PodError> {
-        let mut sp = SchedPod::from_pod(p)?;
+        SchedPod::from_pod(p)?.with_volumes(p, index)
+    }
+
+    /// This pod (read from `p`) with its volumes' requirements and
+    /// attachments looked up in `index`.
+    fn with_volumes(self, p: &Pod, index: &VolumeIndex) -> Result<SchedPod, PodError> {
+        let mut sp = self;
         let alternatives =
             volumes::alternatives(p, index).map_err(|(volume, source)| PodError::Volume {
                 pod: sp.pod.to_string(),
@@ -570,7 +667,7 @@ impl SchedPod {
         let terms = if self.required_terms.is_empty() {
             vec![Requirements::new()]
         } else {
-            std::mem::take(&mut self.required_terms)
+            std::mem::take(&mut self.required_terms).to_vec()
         };
         let mut crossed = Vec::new();
         for t in &terms {
@@ -584,7 +681,7 @@ impl SchedPod {
         if crossed.is_empty() {
             crossed.push(terms[0].intersection(&rest[0]));
         }
-        self.required_terms = crossed;
+        self.required_terms = crossed.into();
         self.volume = common;
     }
 
@@ -956,6 +1053,79 @@ mod tests {
             SchedPod::from_pod(&p).expect("valid").requests.cpu_millis,
             1200
         );
+    }
+
+    #[test]
+    fn a_reader_reads_as_from_pod_and_shares_an_affinity_read_again() {
+        let affinity = |zone: &str| {
+            serde_json::json!({
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}
+                    ]},
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "preference": {"matchExpressions": [
+                            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
+                        ]}}
+                    ]
+                },
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "web"}}}}
+                ]}
+            })
+        };
+        let at = |name: &str, namespace: &str, affinity: serde_json::Value, tolerations| {
+            pod(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace, "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+                         "affinity": affinity, "tolerations": tolerations}
+            }))
+        };
+        let none = serde_json::json!([]);
+        let pods = [
+            at("a", "ns", affinity("z1"), none.clone()),
+            at("b", "ns", affinity("z1"), none.clone()),
+            // The same affinity in another namespace: its term counts that one.
+            at("c", "other", affinity("z1"), none.clone()),
+            at("d", "other", affinity("z2"), none.clone()),
+            // A pod that does not read: the same error, the next pod unharmed.
+            at(
+                "e",
+                "other",
+                affinity("z2"),
+                serde_json::json!([{"operator": "Sometimes"}]),
+            ),
+            at("f", "other", affinity("z2"), none.clone()),
+            at("g", "other", serde_json::Value::Null, none),
+        ];
+        let mut reader = PodReader::new();
+        let read: Vec<_> = pods.iter().map(|p| reader.read(p)).collect();
+        for (p, r) in pods.iter().zip(&read) {
+            assert_eq!(
+                format!("{r:?}"),
+                format!("{:?}", SchedPod::from_pod(p)),
+                "{:?}",
+                p.metadata.name
+            );
+        }
+        let ok = |i: usize| read[i].as_ref().expect("reads");
+        assert!(read[4].is_err());
+        let shared = |i: usize, j: usize| {
+            let (a, b) = (ok(i), ok(j));
+            a.affinity.shares_with(&b.affinity)
+                && a.required_terms.shares_with(&b.required_terms)
+                && a.preferred_terms.shares_with(&b.preferred_terms)
+        };
+        assert!(shared(0, 1));
+        assert!(!shared(1, 2));
+        assert_eq!(ok(2).affinity[0].namespaces.names, ["other"]);
+        assert!(!shared(2, 3));
+        assert!(shared(3, 5));
+        assert!(ok(6).affinity.is_empty() && ok(6).preferred_terms.is_empty());
+        assert_eq!(ok(0).affinity.len(), 1);
+        assert_eq!(ok(0).required_terms.len(), 1);
+        assert_eq!(ok(0).preferred_terms.len(), 1);
     }
 
     #[test]

@@ -218,7 +218,13 @@ impl DomainSources {
     /// Records that `source` offers `key=value`; `open` sources (untainted
     /// NodePools) make the value open to every pod.
     pub fn offer(&mut self, key: &str, value: &str, source: Option<u32>) {
-        let values = self.by_value.entry(key.to_owned()).or_default();
+        // The key is copied only the first time it is offered.
+        if !self.by_value.contains_key(key) {
+            self.by_value.insert(key.to_owned(), FxHashMap::default());
+        }
+        let Some(values) = self.by_value.get_mut(key) else {
+            return;
+        };
         match (values.get_mut(value), source) {
             // Already open: nothing narrows it.
             (Some(list), _) if list.is_empty() => {}

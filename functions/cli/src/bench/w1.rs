@@ -30,7 +30,7 @@ pub(super) fn run(args: &SchedulingArgs) -> anyhow::Result<()> {
     let mut result: Option<(Vec<SchedPod>, Plan)> = None;
     for _ in 0..args.runs {
         // Made a page at a time outside the clock; only their reading is
-        // timed, each Kubernetes pod dropped once read (`sched_pods`).
+        // timed, each page of Kubernetes pods dropped once read (`sched_pods`).
         drop(result.take()); // free the previous run before measuring the next
         let mut clock = std::time::Duration::ZERO;
         let pods = sched_pods(w1::pods_lazily(args.pods, mix, args.seed), &mut clock)?;
