@@ -38,6 +38,10 @@ pub struct Context<'s, 'a> {
     /// Per voluntary reason, the nodes its method found candidates before
     /// the budgets (Karpenter's `eligible_nodes` gauge).
     pub eligible: std::collections::BTreeMap<Reason, std::collections::BTreeSet<usize>>,
+    /// Per node: the pending pods the provisioner's solve would place on
+    /// it, on the cluster as the snapshot shows it (before any move of
+    /// this decision). Such a node is nominated for them.
+    pub pending_placed: std::collections::BTreeMap<String, Vec<crate::model::PodKey>>,
     rng: rand_chacha::ChaCha8Rng,
 }
 
@@ -68,7 +72,7 @@ impl<'s, 'a> Context<'s, 'a> {
             .collect();
         let budgets = Budgets::new(&facts, s.now);
         let n = facts.len();
-        Context {
+        let mut cx = Context {
             s,
             pdbs: Pdbs::new(s.pdbs),
             facts,
@@ -80,8 +84,63 @@ impl<'s, 'a> Context<'s, 'a> {
             notes: vec![Vec::new(); n],
             commands: Vec::new(),
             eligible: Default::default(),
+            pending_placed: Default::default(),
             rng: rand_chacha::ChaCha8Rng::seed_from_u64(s.seed),
+        };
+        cx.pending_placed = cx.place_pending();
+        cx
+    }
+
+    /// Where the pending pods would go now: the provisioner's solve on the
+    /// simulated cluster (the same check of a pod against a node's
+    /// requirements, taints and free room), nothing committed. A pod that
+    /// cannot be simulated (its spec unreadable) is left out: the
+    /// provisioner reports it.
+    fn place_pending(&mut self) -> std::collections::BTreeMap<String, Vec<crate::model::PodKey>> {
+        let mut placed: std::collections::BTreeMap<String, Vec<crate::model::PodKey>> =
+            Default::default();
+        let pending: Vec<&'a k8s_openapi::api::core::v1::Pod> = self
+            .s
+            .pending
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .is_none_or(|sp| sp.node_name.as_deref().unwrap_or("").is_empty())
+                    && p.metadata.deletion_timestamp.is_none()
+                    && !super::snapshot::is_node_bound(p)
+                    && !matches!(
+                        p.status.as_ref().and_then(|st| st.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    )
+            })
+            .collect();
+        if pending.is_empty() {
+            return placed;
         }
+        let outcome = match self.sim().simulate(&[], &pending) {
+            Ok(o) => o,
+            Err(_) => {
+                let volumes = self.s.volumes;
+                let readable: Vec<&k8s_openapi::api::core::v1::Pod> = pending
+                    .into_iter()
+                    .filter(|p| {
+                        crate::scheduling::SchedPod::from_pod_with_volumes(p, volumes).is_ok()
+                    })
+                    .collect();
+                match self.sim().simulate(&[], &readable) {
+                    Ok(o) => o,
+                    Err(_) => return placed,
+                }
+            }
+        };
+        for (k, node) in &outcome.bindings {
+            placed
+                .entry(node.clone())
+                .or_default()
+                .push(outcome.keys[*k].clone());
+        }
+        placed
     }
 
     pub fn note(&mut self, i: usize, text: impl Into<String>) {
@@ -164,6 +223,26 @@ impl<'s, 'a> Context<'s, 'a> {
     /// gone. (A claim's own planned pods end with its registration, so the
     /// removal's list of replacements is what says it.)
     pub fn nominated(&self, i: usize) -> Option<String> {
+        self.nominated_for_replaced(i)
+            .or_else(|| self.nominated_for_pending(i))
+    }
+
+    /// A pending pod would be placed on node `i` now (Karpenter nominates
+    /// the node its provisioner picks for a pod). Such a pod is typically
+    /// one a removal evicted, re-created and not yet bound to the
+    /// replacement. The node is a candidate again once the pod is bound
+    /// (it then holds it) or gone.
+    pub fn nominated_for_pending(&self, i: usize) -> Option<String> {
+        let pods = self.pending_placed.get(&self.facts[i].name)?;
+        let first = pods.first()?;
+        Some(match pods.len() {
+            1 => format!("nominated for pending pods: {first} would be placed on it"),
+            n => format!("nominated for pending pods: {n} ({first}, …) would be placed on it"),
+        })
+    }
+
+    /// Node `i` was launched for the pods of a removal that have not moved yet.
+    fn nominated_for_replaced(&self, i: usize) -> Option<String> {
         let claim = self.facts[i].claim?;
         let removal = self
             .s

@@ -77,6 +77,9 @@ pub struct Snapshot<'a> {
     pub nodes: &'a [Node],
     /// Pods bound to nodes (others are ignored).
     pub pods: &'a [Pod],
+    /// Pods with no node yet. A node one of them would be placed on is
+    /// nominated for it (Karpenter's nomination): no voluntary candidate.
+    pub pending: &'a [Pod],
     pub claims: &'a [Claim],
     pub pools: &'a [NodePool],
     /// Names of NodePools that exist but failed validation: their nodes are

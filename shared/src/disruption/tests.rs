@@ -109,6 +109,7 @@ struct World {
     now: Timestamp,
     nodes: Vec<Node>,
     pods: Vec<Pod>,
+    pending: Vec<Pod>,
     claims: Vec<Claim>,
     pools: Vec<NodePool>,
     invalid_pools: Vec<String>,
@@ -141,6 +142,7 @@ impl World {
             now: t0(),
             nodes: vec![],
             pods: vec![],
+            pending: vec![],
             claims: vec![],
             pools: vec![pool("default", spec)],
             invalid_pools: vec![],
@@ -265,6 +267,20 @@ impl World {
         self
     }
 
+    /// A pod with no node yet (re-created by its controller, say).
+    fn pending_pod(&mut self, name: &str, cpu_millis: i64, memory_mib: i64) -> &mut Self {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "inflate"},
+                         "creationTimestamp": t0().to_string()},
+            "spec": {"containers": [{"name": "c", "image": "pause",
+                     "resources": {"requests": {"cpu": format!("{cpu_millis}m"), "memory": format!("{memory_mib}Mi")}}}]},
+            "status": {"phase": "Pending"}
+        }))
+        .expect("pod");
+        self.pending.push(pod);
+        self
+    }
+
     fn pods_on(&mut self, node: &str, n: usize, cpu_millis: i64, memory_mib: i64) -> &mut Self {
         for k in 0..n {
             self.pod_on(node, &format!("{node}-p{k}"), cpu_millis, memory_mib);
@@ -295,6 +311,7 @@ impl World {
             now: self.now,
             nodes: &self.nodes,
             pods: &self.pods,
+            pending: &self.pending,
             claims: &self.claims,
             pools: &self.pools,
             invalid_pools: &self.invalid_pools,
@@ -1276,10 +1293,21 @@ fn should_consider_initialized_nodes_before_uninitialized_nodes() {
 
 /// Karpenter `pkg/controllers/disruption/suite_test.go`, It("should not
 /// consider candidates that are nominated"): a node a pending pod is
-/// nominated to is no candidate. nodewright binds pods at once, so the
-/// nomination left is a replacement: empty `a` was launched for `b`'s pods
-/// while `b` drifts away; until they have left `b`, `a` is kept, and once
-/// they are gone it is empty like any other.
+/// nominated to is no candidate. Two ways pods are headed for a node here:
+/// - a replacement: empty `a` was launched for `b`'s pods while `b` drifts
+///   away; until they have left `b`, `a` is kept;
+/// - a pending pod: once `b`'s command is done and `b` gone, its pods are
+///   re-created pending before they are bound to `a`; while one pends and
+///   would be placed on `a`, `a` is kept (with `consolidateAfter: 0s` it
+///   would otherwise be decided Empty at once).
+///
+/// Once the pod is bound (`a` holds it) or gone, `a` is a node like any
+/// other (empty: removed). Where we differ on purpose: Karpenter nominates
+/// the node its own scheduling simulation picked for a pod, for a window
+/// (`nominationWindow`, twice the batch's max duration, at least 10 s);
+/// we protect the node the provisioner's solve would place a pending pod
+/// on now, re-solved every decision, for as long as the pod pends (and
+/// we bind pods ourselves, so the window is short).
 #[test]
 fn should_not_consider_candidates_that_are_nominated() {
     let mut w = World::new();
@@ -1295,8 +1323,92 @@ fn should_not_consider_candidates_that_are_nominated() {
         replacements: vec!["default-a".into()],
     });
     check(&w.decide(), &[("a", None, "launched for the pods of b")]);
+    // `b`'s command has finished and `b` is gone; its pods pend, re-created.
+    w.in_flight.clear();
+    w.pods.clear();
+    w.nodes.retain(|n| n.metadata.name.as_deref() != Some("b"));
+    w.claims.retain(|c| c.id != "default-b");
+    w.pending_pod("b-p0", 500, 512)
+        .pending_pod("b-p1", 500, 512);
+    let plan = w.decide();
+    check(
+        &plan,
+        &[("a", None, "nominated for pending pods: 2 (default/b-p0, …)")],
+    );
+    assert!(plan.commands.is_empty(), "{plan:#?}");
+    // One bound, one still pending: `a` holds a pod and is still nominated.
+    let bound = w.pending.remove(0);
+    w.pod_on("a", bound.metadata.name.as_deref().expect("name"), 500, 512);
+    check(
+        &w.decide(),
+        &[(
+            "a",
+            None,
+            "nominated for pending pods: default/b-p1 would be",
+        )],
+    );
+    // Both bound: `a` is an ordinary node with pods (nowhere else to go).
+    w.pending.clear();
+    w.pod_on("a", "b-p1", 500, 512);
+    let plan = w.decide();
+    assert!(plan.commands.is_empty(), "{plan:#?}");
+    let d = plan.decision("a").expect("a");
+    assert!(!d.reason.contains("nominated"), "{}", d.reason);
+    // The pods gone: `a` is empty like any other.
     w.pods.clear();
     check(&w.decide(), &[("a", Some(Reason::Empty), "empty")]);
+}
+
+/// The negative of [`should_not_consider_candidates_that_are_nominated`]:
+/// a pending pod that would not be placed on `a` — too big for it, or not
+/// tolerating its taint — nominates nothing, and empty `a` is removed.
+#[test]
+fn a_pending_pod_that_does_not_fit_a_node_does_not_nominate_it() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge");
+    // m5.xlarge: 4 vCPU; this pod asks for 8.
+    w.pending_pod("big", 8000, 512);
+    check(&w.decide(), &[("a", Some(Reason::Empty), "empty")]);
+    // A pod small enough, but `a` carries a taint it does not tolerate.
+    w.pending.clear();
+    w.pending_pod("small", 500, 512);
+    check(
+        &w.decide(),
+        &[("a", None, "nominated for pending pods: default/small")],
+    );
+    let a = w
+        .nodes
+        .iter_mut()
+        .find(|n| n.metadata.name.as_deref() == Some("a"))
+        .expect("a");
+    a.spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new)
+        .push(k8s_openapi::api::core::v1::Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    check(&w.decide(), &[("a", Some(Reason::Empty), "empty")]);
+}
+
+/// Re-validation (15 s after the decision) drops an Empty command for a
+/// node that a pending pod has since been nominated to.
+#[test]
+fn an_empty_command_is_dropped_when_a_pending_pod_is_nominated_to_its_node() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge");
+    let plan = w.decide();
+    check(&plan, &[("a", Some(Reason::Empty), "empty")]);
+    let cmd = &plan.commands[0];
+    assert_eq!(validate(cmd, &w.snapshot()), Ok(()));
+    w.pending_pod("p", 500, 512);
+    let err = validate(cmd, &w.snapshot()).expect_err("nominated");
+    assert!(err.contains("nominated for pending pods"), "{err}");
 }
 
 /// Karpenter `pkg/controllers/node/termination/suite_test.go`,

@@ -1,7 +1,8 @@
 //! Re-validation before acting (Karpenter waits 15 s): a voluntary command
 //! decided on one snapshot is carried out only if it still holds on a fresh
 //! one. What is re-checked: every target still exists with the same claim,
-//! is not already disrupting, has the same pods, and is not blocked; the
+//! is not already disrupting, has the same pods, is not blocked and not
+//! nominated (pods headed for it, `Context::nominated`); the
 //! budgets still allow it; and the reason still holds (still empty, still
 //! drifted, still consolidatable with a replacement no dearer than planned).
 //!
@@ -46,6 +47,11 @@ pub fn validate(command: &Command, s: &Snapshot<'_>) -> Result<(), String> {
         }
         if let Some(why) = cx.blocked_for(i, command.reason) {
             return Err(why);
+        }
+        if command.reason != Reason::Unhealthy
+            && let Some(why) = cx.nominated(i)
+        {
+            return Err(format!("node {}: {why}", t.node));
         }
         indices.push(i);
     }

@@ -201,7 +201,8 @@ pub const CONSOLIDATED_FOR: SignedDuration = SignedDuration::from_mins(5);
 /// A fingerprint of what consolidation looks at: the configuration, each
 /// node (its claim, readiness, whether it is disrupting, its pods, whether
 /// its pods have been quiet for `consolidateAfter`, do-not-disrupt), the
-/// claims still launching, the removals in flight, the unavailable offerings.
+/// claims still launching, the pending pods, the removals in flight, the
+/// unavailable offerings.
 fn consolidation_fingerprint(g: &Gathered, s: &Snapshot<'_>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -232,6 +233,14 @@ fn consolidation_fingerprint(g: &Gathered, s: &Snapshot<'_>) -> u64 {
     for c in g.claims.iter().filter(|c| c.node_name.is_none()) {
         c.id.hash(&mut h);
     }
+    // A pending pod nominates the node it would be placed on.
+    let mut pending: Vec<&str> = g
+        .pending
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    pending.sort_unstable();
+    pending.hash(&mut h);
     for f in &g.in_flight {
         f.claim_id.hash(&mut h);
     }

@@ -9,6 +9,8 @@ pub struct Gathered {
     pub now: Timestamp,
     pub nodes: Vec<Node>,
     pub pods: Vec<Pod>,
+    /// Pods with no node yet (none of them also in `pods`).
+    pub pending: Vec<Pod>,
     pub claims: Vec<Claim>,
     pub config: LoadedConfig,
     pub invalid_pools: Vec<String>,
@@ -32,6 +34,7 @@ impl Gathered {
             now: self.now,
             nodes: &self.nodes,
             pods: &self.pods,
+            pending: &self.pending,
             claims: &self.claims,
             pools: &self.config.pools,
             invalid_pools: &self.invalid_pools,
@@ -111,13 +114,27 @@ pub async fn gather<P: PortSet>(
     //   registered had its pods bound already and the listing after it
     //   shows them. Pods listed first, a node registering in between would
     //   look empty to this pass (and be decided Empty, only for its
-    //   re-validation to drop it 15 s later).
+    //   re-validation to drop it 15 s later);
+    // - pending pods before the bound ones: a pod bound in between shows
+    //   in both listings (kept as bound) rather than in neither, so the
+    //   node it is headed for never looks empty and un-nominated (a
+    //   removal's pods are re-created pending, then bound to its
+    //   replacement).
     // (Not shared with the provisioning plans' reads, `handlers::plan_inputs`:
     // this view and its order are the decision's own.)
     let nodes = cluster.nodes().await?;
     // Claims, unavailable offerings and commands from one read of the state.
     let state = store.state(now).await?;
+    let pending = cluster.pending_pods().await?;
     let pods = cluster.scheduled_pods().await?;
+    let bound: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let pending: Vec<Pod> = pending
+        .into_iter()
+        .filter(|p| p.metadata.uid.as_deref().is_none_or(|u| !bound.contains(u)))
+        .collect();
     let claims = state.claims;
     // With the reservations the NodeClasses select, listed once per
     // decision: a node may be consolidated into a reservation.
@@ -159,6 +176,7 @@ pub async fn gather<P: PortSet>(
         now,
         nodes,
         pods,
+        pending,
         claims,
         invalid_pools: invalid_pools(config),
         config: config.clone(),
