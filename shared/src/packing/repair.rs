@@ -223,32 +223,26 @@ impl Solver<'_> {
             if best.as_ref().is_some_and(|b| p >= b.cost) {
                 continue;
             }
-            let room = &ps.room[t];
-            let mut nodes: Vec<(Vec<u32>, Resources)> = Vec::new();
-            let mut fits = true;
-            for (k, r) in requests.iter().enumerate() {
-                match nodes.iter_mut().find(|(_, used)| used.fits_with(r, room)) {
-                    Some((members, used)) => {
-                        members.push(k as u32);
-                        used.add(r);
-                    }
-                    None if r.fits_in(room) => nodes.push((vec![k as u32], r.clone())),
-                    None => {
-                        fits = false;
-                        break;
-                    }
-                }
-            }
-            if !fits {
+            let Some(nodes) = first_fit(requests, &ps.room[t]) else {
                 continue;
-            }
+            };
             // Each node right-sized: the cheapest type that holds its pods.
+            // Full nodes of pods alike use the same: priced once.
             let mut cost = 0.0;
+            let mut priced: Option<(&Resources, f64)> = None;
             for (_, used) in &nodes {
-                match types.iter().find(|(_, t)| used.fits_in(&ps.room[*t])) {
-                    Some((p, _)) => cost += p,
-                    None => cost = f64::INFINITY,
-                }
+                let p = match priced {
+                    Some((same, p)) if same == used => p,
+                    _ => {
+                        let p = types
+                            .iter()
+                            .find(|(_, t)| used.fits_in(&ps.room[*t]))
+                            .map_or(f64::INFINITY, |(p, _)| *p);
+                        priced = Some((used, p));
+                        p
+                    }
+                };
+                cost += p;
             }
             if cost < price - 1e-9 && best.as_ref().is_none_or(|b| cost < b.cost) {
                 best = Some(Repack { nodes, cost });
@@ -306,6 +300,121 @@ impl Solver<'_> {
         for mut c in claims {
             c.host = (self.nodes.len() + self.claims.len()) as HostId;
             self.claims.push(c);
+        }
+    }
+}
+
+/// First fit of `requests` (largest first) onto nodes of `room`: per node,
+/// the positions it holds and what they use; `None` when one fits no node.
+/// A run of equal requests is placed a node at a time: its first pod goes
+/// to the first node that holds it, and each node takes as many of the run
+/// as it holds before the next is tried (nodes passed refused the same
+/// request and have not changed), which is what placing them one by one
+/// gives, without a scan of every full node per pod.
+fn first_fit(requests: &[Resources], room: &Resources) -> Option<Vec<(Vec<u32>, Resources)>> {
+    let mut nodes: Vec<(Vec<u32>, Resources)> = Vec::new();
+    let mut k = 0;
+    while k < requests.len() {
+        let r = &requests[k];
+        let run = requests[k..].iter().take_while(|q| *q == r).count();
+        if !r.fits_in(room) {
+            return None;
+        }
+        let mut left = run;
+        let mut from = 0;
+        while left > 0 {
+            let at = match nodes[from..]
+                .iter()
+                .position(|(_, used)| used.fits_with(r, room))
+            {
+                Some(at) => from + at,
+                None => {
+                    nodes.push((Vec::new(), Resources::default()));
+                    nodes.len() - 1
+                }
+            };
+            let (members, used) = &mut nodes[at];
+            let n = take(used, r, room, left);
+            let first = (k + run - left) as u32;
+            members.extend(first..first + n as u32);
+            left -= n;
+            from = at + 1;
+        }
+        k += run;
+    }
+    Some(nodes)
+}
+
+/// Adds to `used` as many of `r` as the node holds (at least one: `r`
+/// fits there once, at most `most`); how many.
+fn take(used: &mut Resources, r: &Resources, room: &Resources, most: usize) -> usize {
+    used.add(r);
+    let mut n = 1;
+    while n < most && used.fits_with(r, room) {
+        used.add(r);
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// First fit one pod at a time, scanning every node from the first.
+    fn one_by_one(requests: &[Resources], room: &Resources) -> Option<Vec<(Vec<u32>, Resources)>> {
+        let mut nodes: Vec<(Vec<u32>, Resources)> = Vec::new();
+        for (k, r) in requests.iter().enumerate() {
+            match nodes.iter_mut().find(|(_, used)| used.fits_with(r, room)) {
+                Some((members, used)) => {
+                    members.push(k as u32);
+                    used.add(r);
+                }
+                None if r.fits_in(room) => nodes.push((vec![k as u32], r.clone())),
+                None => return None,
+            }
+        }
+        Some(nodes)
+    }
+
+    fn resources() -> impl Strategy<Value = Resources> {
+        (
+            0i64..4,
+            0i64..4,
+            0i64..2,
+            0i64..2,
+            proptest::option::of(0i64..3),
+        )
+            .prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
+                let mut r = Resources::new(cpu * 500, memory << 30, pods);
+                r.ephemeral_bytes = ephemeral << 30;
+                if let Some(gpu) = gpu.filter(|&g| g > 0) {
+                    r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
+                }
+                r
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn runs_of_pods_alike_fit_as_one_by_one(
+            // Few distinct requests, each repeated: the runs first_fit places a node at a time.
+            kinds in proptest::collection::vec((resources(), 1usize..40), 1..6),
+            room in (0i64..12, 0i64..12, 0i64..40, 0i64..4, 0i64..4),
+        ) {
+            let mut requests: Vec<Resources> = kinds
+                .iter()
+                .flat_map(|(r, n)| std::iter::repeat_n(r.clone(), *n))
+                .collect();
+            requests.sort_by(|a, b| b.cmp(a));
+            let (cpu, memory, pods, ephemeral, gpu) = room;
+            let mut room = Resources::new(cpu * 500, memory << 30, pods);
+            room.ephemeral_bytes = ephemeral << 30;
+            if gpu > 0 {
+                room.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
+            }
+            prop_assert_eq!(first_fit(&requests, &room), one_by_one(&requests, &room));
         }
     }
 }
