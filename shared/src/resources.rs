@@ -342,6 +342,40 @@ pub fn format_bytes(bytes: i64) -> String {
 pub const MIB: i64 = 1 << 20;
 pub const GIB: i64 = 1 << 30;
 
+/// Property-test strategies for `Resources`, shared by the packer's tests.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use super::Resources;
+    use proptest::prelude::*;
+
+    /// Requests or room in coarse steps — half CPUs, whole GiB of memory and
+    /// of ephemeral storage, pods, sometimes GPUs — each under its bound, so
+    /// that fits, ties and exact fills are common.
+    pub(crate) fn coarse(
+        half_cpus: i64,
+        memory_gib: i64,
+        pods: i64,
+        ephemeral_gib: i64,
+        gpus: i64,
+    ) -> impl Strategy<Value = Resources> {
+        (
+            0..half_cpus,
+            0..memory_gib,
+            0..pods,
+            0..ephemeral_gib,
+            proptest::option::of(0..gpus),
+        )
+            .prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
+                let mut r = Resources::new(cpu * 500, memory << 30, pods);
+                r.ephemeral_bytes = ephemeral << 30;
+                if let Some(gpu) = gpu.filter(|&g| g > 0) {
+                    r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
+                }
+                r
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -379,21 +379,7 @@ mod tests {
     }
 
     fn resources() -> impl Strategy<Value = Resources> {
-        (
-            0i64..4,
-            0i64..4,
-            0i64..2,
-            0i64..2,
-            proptest::option::of(0i64..3),
-        )
-            .prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
-                let mut r = Resources::new(cpu * 500, memory << 30, pods);
-                r.ephemeral_bytes = ephemeral << 30;
-                if let Some(gpu) = gpu.filter(|&g| g > 0) {
-                    r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
-                }
-                r
-            })
+        crate::resources::strategies::coarse(4, 4, 2, 2, 3)
     }
 
     proptest! {
@@ -401,19 +387,13 @@ mod tests {
         fn runs_of_pods_alike_fit_as_one_by_one(
             // Few distinct requests, each repeated: the runs first_fit places a node at a time.
             kinds in proptest::collection::vec((resources(), 1usize..40), 1..6),
-            room in (0i64..12, 0i64..12, 0i64..40, 0i64..4, 0i64..4),
+            room in crate::resources::strategies::coarse(12, 12, 40, 4, 4),
         ) {
             let mut requests: Vec<Resources> = kinds
                 .iter()
                 .flat_map(|(r, n)| std::iter::repeat_n(r.clone(), *n))
                 .collect();
             requests.sort_by(|a, b| b.cmp(a));
-            let (cpu, memory, pods, ephemeral, gpu) = room;
-            let mut room = Resources::new(cpu * 500, memory << 30, pods);
-            room.ephemeral_bytes = ephemeral << 30;
-            if gpu > 0 {
-                room.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
-            }
             prop_assert_eq!(first_fit(&requests, &room), one_by_one(&requests, &room));
         }
     }

@@ -154,21 +154,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn resources() -> impl Strategy<Value = Resources> {
-        (
-            0i64..8,
-            0i64..8,
-            0i64..4,
-            0i64..3,
-            proptest::option::of(0i64..3),
-        )
-            .prop_map(|(cpu, memory, pods, ephemeral, gpu)| {
-                let mut r = Resources::new(cpu * 500, memory << 30, pods);
-                r.ephemeral_bytes = ephemeral << 30;
-                if let Some(gpu) = gpu.filter(|&g| g > 0) {
-                    r.extended = vec![("nvidia.com/gpu".to_owned(), gpu)];
-                }
-                r
-            })
+        crate::resources::strategies::coarse(8, 8, 4, 3, 3)
     }
 
     proptest! {
