@@ -203,6 +203,7 @@ pub async fn sdk_config(region: &str) -> SdkConfig {
 /// SDK configuration for any endpoint, with the given retry and timeout settings.
 pub async fn sdk_config_at(endpoint: &str, region: &str, options: &ClientOptions) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
+        .http_client(nodewright::aws::https_client())
         .endpoint_url(endpoint)
         .region(Region::new(region.to_owned()))
         .credentials_provider(Credentials::new("test", "test", None, None, "moto"))

@@ -17,7 +17,10 @@
 //! SDK clients are built from one [`aws_config::SdkConfig`] made by
 //! [`sdk_config`]: standard retries with a bounded number of attempts and
 //! per-attempt and per-operation timeouts, so throttling and 5xx are retried
-//! a few times within a deadline and then surface as transient errors.
+//! a few times within a deadline and then surface as transient errors. Its
+//! HTTPS client ([`https_client`]) is rustls on ring, the crypto the
+//! Kubernetes client uses too: the SDK's own default (rustls on aws-lc) is
+//! not compiled in.
 
 pub mod dynamo;
 pub mod ec2;
@@ -30,7 +33,9 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_ec2::config::SharedHttpClient;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_http_client::tls;
 
 pub use dynamo::{DynamoStore, DynamoTables, Requests};
 pub use ec2::{Ec2Cloud, Ec2CloudSettings, Refresh};
@@ -85,10 +90,25 @@ impl ClientOptions {
     }
 }
 
+/// The HTTPS client of every SDK client and credential provider: rustls
+/// with ring, the platform's root certificates, HTTP/1.1 and HTTP/2, plain
+/// HTTP too (an emulator's endpoint). The SDK crates are built without
+/// their default client (rustls on aws-lc), so a config without this one
+/// fails each call with "no HTTP client"; every config is made here or in
+/// the tests' `sdk_config_at`, which calls this.
+pub fn https_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
 /// Loads the shared SDK configuration (credentials, region, endpoint) with
-/// our retry and timeout settings.
+/// our retry and timeout settings and [`https_client`].
 pub async fn sdk_config(options: &ClientOptions) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(https_client())
         .retry_config(options.retry_config())
         .timeout_config(options.timeout_config());
     if let Some(region) = &options.region {
