@@ -104,15 +104,10 @@ impl<'s, 'a> Context<'s, 'a> {
             .pending
             .iter()
             .filter(|p| {
-                p.spec
-                    .as_ref()
-                    .is_none_or(|sp| sp.node_name.as_deref().unwrap_or("").is_empty())
+                super::snapshot::node_of_pod(p).is_none()
                     && p.metadata.deletion_timestamp.is_none()
                     && !super::snapshot::is_node_bound(p)
-                    && !matches!(
-                        p.status.as_ref().and_then(|st| st.phase.as_deref()),
-                        Some("Succeeded" | "Failed")
-                    )
+                    && !super::snapshot::finished(p)
             })
             .collect();
         if pending.is_empty() {

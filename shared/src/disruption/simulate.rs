@@ -67,18 +67,8 @@ impl<'a> Simulator<'a> {
         let scheduled: Vec<Pod> = s
             .pods
             .iter()
-            .filter(|p| {
-                p.spec
-                    .as_ref()
-                    .and_then(|sp| sp.node_name.as_deref())
-                    .is_some_and(|n| !n.is_empty())
-            })
-            .filter(|p| {
-                !matches!(
-                    p.status.as_ref().and_then(|st| st.phase.as_deref()),
-                    Some("Succeeded" | "Failed")
-                )
-            })
+            .filter(|p| super::snapshot::node_of_pod(p).is_some())
+            .filter(|p| !super::snapshot::finished(p))
             .cloned()
             .collect();
         let usage = BTreeMap::new();

@@ -151,7 +151,8 @@ impl NodeFacts<'_> {
     }
 }
 
-fn node_of_pod(p: &Pod) -> Option<&str> {
+/// The node a pod is bound to, if any.
+pub(super) fn node_of_pod(p: &Pod) -> Option<&str> {
     p.spec
         .as_ref()?
         .node_name
@@ -159,7 +160,8 @@ fn node_of_pod(p: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-fn finished(p: &Pod) -> bool {
+/// Succeeded or Failed: holds no room.
+pub(super) fn finished(p: &Pod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
