@@ -93,9 +93,11 @@ impl<'s, 'a> Context<'s, 'a> {
 
     /// Where the pending pods would go now: the provisioner's solve on the
     /// simulated cluster (the same check of a pod against a node's
-    /// requirements, taints and free room), nothing committed. A pod that
-    /// cannot be simulated (its spec unreadable) is left out: the
-    /// provisioner reports it.
+    /// requirements, taints and free room). The room they take there is
+    /// held for the rest of the decision, so no move counts on it; pods
+    /// that need a new node hold nothing (the provisioner launches for
+    /// them). A pod that cannot be simulated (its spec unreadable) is left
+    /// out: the provisioner reports it.
     fn place_pending(&mut self) -> std::collections::BTreeMap<String, Vec<crate::model::PodKey>> {
         let mut placed: std::collections::BTreeMap<String, Vec<crate::model::PodKey>> =
             Default::default();
@@ -129,6 +131,7 @@ impl<'s, 'a> Context<'s, 'a> {
                 }
             }
         };
+        self.sim().hold(&outcome);
         for (k, node) in &outcome.bindings {
             placed
                 .entry(node.clone())

@@ -302,6 +302,15 @@ impl<'a> Simulator<'a> {
             .collect()
     }
 
+    /// Holds the room `outcome`'s pods take on the nodes it bound them to,
+    /// for every move after it, removing nothing: the pending pods the
+    /// provisioner will bind there (Karpenter simulates them beside the
+    /// candidates' pods). Pods the outcome puts on new claims hold nothing:
+    /// the provisioner launches for them.
+    pub fn hold(&mut self, outcome: &Outcome) {
+        self.apply_bindings(outcome);
+    }
+
     fn apply_bindings(&mut self, outcome: &Outcome) {
         for (i, node) in &outcome.bindings {
             if let Some(n) = self.nodes.iter_mut().find(|n| &n.name == node) {

@@ -1411,6 +1411,83 @@ fn an_empty_command_is_dropped_when_a_pending_pod_is_nominated_to_its_node() {
     assert!(err.contains("nominated for pending pods"), "{err}");
 }
 
+/// Karpenter `pkg/controllers/disruption/emptiness_test.go`, It("considers
+/// pending pods when consolidating"): a large node whose one small pod a
+/// cheaper node would hold is not replaced while a pending pod that only
+/// the large node can hold waits for it. Here an m5.2xlarge (8 vCPU) runs
+/// a 1-CPU pod, for which an m5.large (2 vCPU) would do, and a 6-CPU pod
+/// pends.
+#[test]
+fn considers_pending_pods_when_consolidating() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.large", "m5.2xlarge"]);
+    w.node("big", "m5.2xlarge").pods_on("big", 1, 1000, 512);
+    // Without the pending pod the node is replaced by the cheaper one.
+    let plan = w.decide();
+    check(&plan, &[("big", Some(Reason::Underutilized), "m5.large")]);
+    w.pending_pod("huge", 6000, 512);
+    let plan = w.decide();
+    check(
+        &plan,
+        &[("big", None, "nominated for pending pods: default/huge")],
+    );
+    assert!(plan.commands.is_empty(), "{plan:#?}");
+}
+
+/// Karpenter `pkg/controllers/disruption/consolidation_test.go`, Delete /
+/// It("can delete nodes with a permanently pending pod"): a pending pod no
+/// node can hold (its node selector matches no node and no NodePool)
+/// nominates nothing and blocks nothing: `b`'s pod moves beside `a`'s and
+/// `b` goes; the pod stays pending.
+#[test]
+fn can_delete_nodes_with_a_permanently_pending_pod() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 2, 500, 512);
+    w.node("b", "m5.xlarge").pods_on("b", 1, 500, 512);
+    w.pending_pod("pending", 500, 512);
+    w.pending[0].spec.as_mut().expect("spec").node_selector =
+        Some([("non-existent".to_owned(), "node-label".to_owned())].into());
+    let plan = w.decide();
+    check(
+        &plan,
+        &[("b", Some(Reason::Underutilized), "its pods fit on other nodes")],
+    );
+    assert_eq!(disrupted(&plan), ["b"]);
+    let a = plan.decision("a").expect("a");
+    assert!(!a.reason.contains("nominated"), "{}", a.reason);
+}
+
+/// A move does not count on the room a pending pod will take. Karpenter
+/// simulates the pending pods together with the candidates' pods
+/// (`SimulateScheduling`, `pkg/controllers/disruption/helpers.go`); we
+/// place the pending pods first and hold their room for the whole
+/// decision. Two 4-vCPU nodes run one pod each, 1 and 1.5 CPU: either pod
+/// fits beside the other, so one node goes. With a 2-CPU pod pending,
+/// whichever node it would be placed on keeps too little room for the
+/// other node's pod, and nothing moves.
+#[test]
+fn a_move_does_not_count_on_the_room_a_pending_pod_will_take() {
+    let mut w = World::new();
+    w.catalog = catalog(&["m5.xlarge"]);
+    w.node("a", "m5.xlarge").pods_on("a", 1, 1000, 512);
+    w.node("b", "m5.xlarge").pods_on("b", 1, 1500, 512);
+    assert_eq!(disrupted(&w.decide()).len(), 1);
+    w.pending_pod("p", 2000, 512);
+    let plan = w.decide();
+    assert!(plan.commands.is_empty(), "{plan:#?}");
+    let nominated: Vec<&str> = ["a", "b"]
+        .into_iter()
+        .filter(|n| {
+            plan.decision(n)
+                .expect("decision")
+                .reason
+                .contains("nominated for pending pods: default/p")
+        })
+        .collect();
+    assert_eq!(nominated.len(), 1, "{plan:#?}");
+}
+
 /// Karpenter `pkg/controllers/node/termination/suite_test.go`,
 /// Termination / Reconciliation / It("should delete nodes with duplicate
 /// nodeclaims"): a Node two NodeClaims point at is still removed. Here the
