@@ -1451,7 +1451,11 @@ fn can_delete_nodes_with_a_permanently_pending_pod() {
     let plan = w.decide();
     check(
         &plan,
-        &[("b", Some(Reason::Underutilized), "its pods fit on other nodes")],
+        &[(
+            "b",
+            Some(Reason::Underutilized),
+            "its pods fit on other nodes",
+        )],
     );
     assert_eq!(disrupted(&plan), ["b"]);
     let a = plan.decision("a").expect("a");
