@@ -1,7 +1,8 @@
 # nodewright for an existing EKS cluster: the module, an SNS topic for its
 # alarms, and the RBAC the functions' Kubernetes user needs.
 #
-#   cargo lambda build --release --arm64 --output-format zip   # from the repository root
+#   cargo lambda build --profile lambda --arm64 --output-format zip \
+#     -p provisioner -p state-change -p interruption -p disruption   # from the repository root
 #   cd infra/examples/complete
 #   terraform init && terraform apply -var region=eu-west-1 -var cluster_name=my-cluster
 

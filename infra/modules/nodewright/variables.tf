@@ -33,7 +33,7 @@ variable "architecture" {
 }
 
 variable "artifacts_dir" {
-  description = "Directory holding `<function>/bootstrap.zip` for each of the four functions, as `cargo lambda build --release --output-format zip` writes them (`target/lambda` in the repository)."
+  description = "Directory holding `<function>/bootstrap.zip` for each of the four functions, as `cargo lambda build --profile lambda --output-format zip` writes them (`target/lambda` in the repository)."
   type        = string
 
   validation {
