@@ -41,16 +41,29 @@ const SHAPES: [(&str, &str, &str, f64); 4] = [
     ("cache", "500m", "8Gi", 0.1),
 ];
 
-fn objects(pods: usize) -> Vec<serde_json::Value> {
-    let mut objects = crate::churn::pool_and_class();
+/// The replicas of `SHAPES[shape]` in a burst of `pods`: each its share,
+/// the last what is left.
+pub(crate) fn replicas(pods: usize, shape: usize) -> usize {
     let mut left = pods;
-    for (i, (name, cpu, memory, share)) in SHAPES.iter().enumerate() {
+    for (i, (_, _, _, share)) in SHAPES.iter().enumerate() {
         let replicas = if i + 1 == SHAPES.len() {
             left
         } else {
             ((pods as f64 * share).round() as usize).min(left)
         };
+        if i == shape {
+            return replicas;
+        }
         left -= replicas;
+    }
+    0
+}
+
+/// The burst's NodePool, EC2NodeClass and Deployments.
+pub(crate) fn objects(pods: usize) -> Vec<serde_json::Value> {
+    let mut objects = crate::churn::pool_and_class();
+    for (i, (name, cpu, memory, _)) in SHAPES.iter().enumerate() {
+        let replicas = replicas(pods, i);
         objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"}, "spec": {
             "replicas": replicas, "selector": {"matchLabels": {"app": name}},
             "template": {"metadata": {"labels": {"app": name}}, "spec": {

@@ -7,6 +7,7 @@
 use clap::Subcommand;
 
 mod common;
+mod disruption;
 mod w1;
 mod w2;
 
@@ -22,6 +23,9 @@ pub enum BenchCommand {
     /// One provisioner invocation facing a burst of pending pods: ticks, wall time, peak memory
     /// and store item sizes (the figures behind the function's memory size and timeout).
     Invocation(crate::invocation::InvocationArgs),
+    /// One disruption decision on a running cluster, with and without a backlog of pending pods
+    /// (the decision places them first).
+    Disruption(disruption::DisruptionArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -35,5 +39,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Churn(args) => crate::churn::run(&args),
         BenchCommand::Invocation(args) => crate::invocation::run(&args),
+        BenchCommand::Disruption(args) => disruption::run(&args),
     }
 }
