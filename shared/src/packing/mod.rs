@@ -74,6 +74,11 @@ pub use solve::{STANDALONE_UP_TO, Strategy, solve};
 pub const MAX_INSTANCE_TYPES: usize = 60;
 
 /// A NodePool with the instance types its NodeClass can launch.
+///
+/// `pool` and `instance_types` are read, never changed, once made: what is
+/// derived from them alone is computed once per input and kept
+/// ([`PoolInput::domain_offers`]), which a disruption decision's many
+/// simulations of the same pools share.
 #[derive(Debug, Clone)]
 pub struct PoolInput {
     pub pool: NodePool,
@@ -81,6 +86,7 @@ pub struct PoolInput {
     /// Capacity already launched by this pool (nodes and in-flight claims), for limits.
     pub in_use: Resources,
     pub nodes_in_use: i64,
+    domain_offers: std::sync::OnceLock<Arc<[(String, String)]>>,
 }
 
 impl PoolInput {
@@ -90,6 +96,61 @@ impl PoolInput {
             instance_types,
             in_use: Resources::default(),
             nodes_in_use: 0,
+            domain_offers: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Every topology domain (label key, value) a node of this pool can
+    /// have, each once, in the order first offered: the zones and capacity
+    /// types of the offerings its requirements allow, the types'
+    /// single-valued labels, and the finite values of its own
+    /// requirements (a zone or capacity type listed without an offering
+    /// only when it is the one value).
+    pub(crate) fn domain_offers(&self) -> &[(String, String)] {
+        self.domain_offers.get_or_init(|| {
+            let mut offers = Offers::default();
+            for it in &self.instance_types {
+                for o in &it.offerings {
+                    if o.allowed_by(&self.pool.requirements) {
+                        offers.offer(labels::ZONE, &o.zone);
+                        offers.offer(labels::CAPACITY_TYPE, &o.capacity_type);
+                    }
+                }
+                for (k, r) in it.requirements.iter() {
+                    if let Some(v) = r.single_value()
+                        && k != labels::ZONE
+                        && k != labels::CAPACITY_TYPE
+                    {
+                        offers.offer(k, v);
+                    }
+                }
+            }
+            for (k, r) in self.pool.requirements.iter() {
+                if (k == labels::ZONE || k == labels::CAPACITY_TYPE) && r.single_value().is_none() {
+                    // Zones and capacity types come from the offerings above: a
+                    // listed zone without one is no domain a node can reach.
+                    continue;
+                }
+                for v in r.finite_values().into_iter().flatten() {
+                    offers.offer(k, v);
+                }
+            }
+            offers.out.into()
+        })
+    }
+}
+
+/// (key, value) pairs, each kept once, in the order first offered.
+#[derive(Default)]
+struct Offers<'s> {
+    seen: rustc_hash::FxHashSet<(&'s str, &'s str)>,
+    out: Vec<(String, String)>,
+}
+
+impl<'s> Offers<'s> {
+    fn offer(&mut self, k: &'s str, v: &'s str) {
+        if self.seen.insert((k, v)) {
+            self.out.push((k.to_owned(), v.to_owned()));
         }
     }
 }

@@ -612,43 +612,17 @@ pub(super) fn domain_universe(
                 taints: p.pool.taints.clone(),
             })
         });
-        let mut offer = |u: &mut BTreeMap<String, BTreeSet<String>>, k: &str, v: &str| {
+        for (k, v) in p.domain_offers() {
             sources.offer(k, v, source);
-            // Most offers repeat a key and value already known (every type
-            // offers the same zones): copied only when new.
-            if !u.contains_key(k) {
-                u.insert(k.to_owned(), BTreeSet::new());
+            // Most pools offer keys and values already known (every pool
+            // the same zones): copied only when new.
+            if !u.contains_key(k.as_str()) {
+                u.insert(k.clone(), BTreeSet::new());
             }
-            if let Some(values) = u.get_mut(k)
-                && !values.contains(v)
+            if let Some(values) = u.get_mut(k.as_str())
+                && !values.contains(v.as_str())
             {
-                values.insert(v.to_owned());
-            }
-        };
-        for it in &p.instance_types {
-            for o in &it.offerings {
-                if o.allowed_by(&p.pool.requirements) {
-                    offer(&mut u, labels::ZONE, &o.zone);
-                    offer(&mut u, labels::CAPACITY_TYPE, &o.capacity_type);
-                }
-            }
-            for (k, r) in it.requirements.iter() {
-                if let Some(v) = r.single_value()
-                    && k != labels::ZONE
-                    && k != labels::CAPACITY_TYPE
-                {
-                    offer(&mut u, k, v);
-                }
-            }
-        }
-        for (k, r) in p.pool.requirements.iter() {
-            if (k == labels::ZONE || k == labels::CAPACITY_TYPE) && r.single_value().is_none() {
-                // Zones and capacity types come from the offerings above: a
-                // listed zone without one is no domain a node can reach.
-                continue;
-            }
-            for v in r.finite_values().into_iter().flatten() {
-                offer(&mut u, k, v);
+                values.insert(v.clone());
             }
         }
     }
