@@ -98,31 +98,25 @@ fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<
     (objects, workloads)
 }
 
-/// Replicas of `w` at `minute`: a daily sine (±60 %) with ±20 % noise.
-fn replicas(w: &Workload, minute: i64, rng: &mut Rng) -> i32 {
-    let day = minute as f64 / (24.0 * 60.0) * std::f64::consts::TAU;
-    let level = w.base * (1.0 + 0.6 * (day + w.phase).sin()) * (0.8 + 0.4 * rng.unit());
-    level.round().max(0.0) as i32
-}
-
-async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<Figures> {
-    let mut rng = Rng::new(seed);
-    let (objects, workloads) = objects(&mut rng, karpenter_like);
+/// A simulation of the embedded us-east-1 catalog on the in-memory
+/// adapters with `objects` loaded (a scenario without actions): where each
+/// bench starts. Returns the simulated EC2 beside it.
+pub(crate) async fn loaded_simulation(
+    name: &str,
+    objects: Vec<serde_json::Value>,
+    settings: SimSettings,
+) -> anyhow::Result<(Simulation<SimCloud, MemStore>, SimCloud)> {
     let clock = SimClock::default();
     let cloud = SimCloud::new(catalog::catalog("us-east-1")?, clock.clone());
-    let mut settings = SimSettings::default();
-    if karpenter_like {
-        settings.disruption.tuning.balanced = false;
-    }
     let mut sim = Simulation::new(
-        clock.clone(),
+        clock,
         cloud.clone(),
         Some(cloud.clone()),
         MemStore::new(),
         settings,
     );
     let s = scenario::Scenario {
-        name: "churn".into(),
+        name: name.into(),
         description: String::new(),
         region: "us-east-1".into(),
         objects,
@@ -135,7 +129,25 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
     };
     scenario::load(&mut sim, &s)
         .await
-        .context("loading the churn workload")?;
+        .with_context(|| format!("loading the {name} workload"))?;
+    Ok((sim, cloud))
+}
+
+/// Replicas of `w` at `minute`: a daily sine (±60 %) with ±20 % noise.
+fn replicas(w: &Workload, minute: i64, rng: &mut Rng) -> i32 {
+    let day = minute as f64 / (24.0 * 60.0) * std::f64::consts::TAU;
+    let level = w.base * (1.0 + 0.6 * (day + w.phase).sin()) * (0.8 + 0.4 * rng.unit());
+    level.round().max(0.0) as i32
+}
+
+async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<Figures> {
+    let mut rng = Rng::new(seed);
+    let (objects, workloads) = objects(&mut rng, karpenter_like);
+    let mut settings = SimSettings::default();
+    if karpenter_like {
+        settings.disruption.tuning.balanced = false;
+    }
+    let (mut sim, cloud) = loaded_simulation("churn", objects, settings).await?;
     // The workload is re-drawn every 15 minutes; the fleet's cost sampled every minute.
     let mut noise = Rng::new(seed ^ 0x5eed);
     let mut dollar_hours = 0.0;

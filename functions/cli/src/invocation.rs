@@ -20,7 +20,7 @@ use clap::Args;
 use nodewright::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use nodewright::model::SignedDuration;
 use nodewright::ports::{Clock, Cluster, Ports, Store};
-use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
+use nodewright::sim::SimSettings;
 use serde_json::json;
 
 #[derive(Args)]
@@ -101,30 +101,10 @@ pub fn run(args: &InvocationArgs) -> anyhow::Result<()> {
 }
 
 async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
-    let clock = SimClock::default();
-    let cloud = SimCloud::new(catalog::catalog("us-east-1")?, clock.clone());
-    let mut sim = Simulation::new(
-        clock.clone(),
-        cloud.clone(),
-        Some(cloud.clone()),
-        MemStore::new(),
-        SimSettings::default(),
-    );
-    let s = scenario::Scenario {
-        name: "invocation".into(),
-        description: String::new(),
-        region: "us-east-1".into(),
-        objects: objects(args.pods),
-        actions: Vec::new(),
-        run: "0s".into(),
-        simulator: scenario::Pace::default(),
-        spot_pools: scenario::SpotPoolsSpec::default(),
-        capacity_reservations: Vec::new(),
-        expect: scenario::Expect::default(),
-    };
-    scenario::load(&mut sim, &s)
-        .await
-        .context("loading the burst")?;
+    let (sim, cloud) =
+        crate::churn::loaded_simulation("burst", objects(args.pods), SimSettings::default())
+            .await?;
+    let clock = sim.clock.clone();
     sim.cluster.reconcile(); // the ReplicaSet controller creates the pods
     sim.cluster.reconcile(); // kube-scheduler finds no node for them
     // What one listing of the pending pods holds (the function lists them

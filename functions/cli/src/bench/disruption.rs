@@ -18,7 +18,7 @@ use nodewright::disruption::{Tuning, decide};
 use nodewright::handlers::disruption::gather;
 use nodewright::model::SignedDuration;
 use nodewright::ports::{Cluster, Ports};
-use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
+use nodewright::sim::SimSettings;
 use serde_json::json;
 
 #[derive(Args)]
@@ -52,30 +52,13 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
-    let clock = SimClock::default();
-    let cloud = SimCloud::new(catalog::catalog("us-east-1")?, clock.clone());
-    let mut sim = Simulation::new(
-        clock.clone(),
-        cloud.clone(),
-        Some(cloud.clone()),
-        MemStore::new(),
+    let (mut sim, cloud) = crate::churn::loaded_simulation(
+        "cluster",
+        crate::invocation::objects(args.pods),
         SimSettings::default(),
-    );
-    let s = scenario::Scenario {
-        name: "bench-disruption".into(),
-        description: String::new(),
-        region: "us-east-1".into(),
-        objects: crate::invocation::objects(args.pods),
-        actions: Vec::new(),
-        run: "0s".into(),
-        simulator: scenario::Pace::default(),
-        spot_pools: scenario::SpotPoolsSpec::default(),
-        capacity_reservations: Vec::new(),
-        expect: scenario::Expect::default(),
-    };
-    scenario::load(&mut sim, &s)
-        .await
-        .context("loading the cluster")?;
+    )
+    .await?;
+    let clock = sim.clock.clone();
     sim.run_for(SignedDuration::from_mins(10)).await;
     let web = crate::invocation::replicas(args.pods, 0);
     sim.cluster
