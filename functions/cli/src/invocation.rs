@@ -250,16 +250,10 @@ mod tests {
 
     #[test]
     fn a_small_burst_is_launched_for_in_one_invocation() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let args = InvocationArgs {
             pods: 60,
             json: true,
         };
-        runtime
-            .block_on(invocation(&args))
-            .expect("an invocation that launches");
+        run(&args).expect("an invocation that launches");
     }
 }

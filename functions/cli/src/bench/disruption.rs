@@ -58,7 +58,6 @@ async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
         SimSettings::default(),
     )
     .await?;
-    let clock = sim.clock.clone();
     sim.run_for(SignedDuration::from_mins(10)).await;
     let web = crate::invocation::replicas(args.pods, 0);
     sim.cluster
@@ -78,7 +77,7 @@ async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
         cloud: cloud.clone(),
         cluster: sim.cluster.clone(),
         store: sim.store.clone(),
-        clock: clock.clone(),
+        clock: sim.clock.clone(),
     };
     let config = nodewright::handlers::config::load(&ports.store)
         .await
@@ -141,18 +140,12 @@ mod tests {
 
     #[test]
     fn a_small_cluster_with_a_backlog_is_decided_on() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let args = DisruptionArgs {
             pods: 200,
             pending: 100,
             runs: 1,
             json: true,
         };
-        runtime
-            .block_on(bench(&args))
-            .expect("a decision on a cluster with pending pods");
+        run(&args).expect("a decision on a cluster with pending pods");
     }
 }
