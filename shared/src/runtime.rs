@@ -158,7 +158,9 @@ pub struct Ticks {
 /// when asked, on any adapters (the functions' real ones, or a test's).
 /// A failing disruption loop is logged and does not stop provisioning; a
 /// failing provisioner loop fails the invocation once both have ended
-/// (each releases its lease on its own way out).
+/// (each releases its lease on its own way out). The two loops share one
+/// task; the disruption decision's seconds of CPU run on a thread of their
+/// own (`handlers::off_the_loop`), so the provisioner goes on ticking.
 pub async fn scheduled_invocation<P: PortSet>(
     ports: P,
     holder: &str,

@@ -44,6 +44,7 @@ use super::HandlerError;
 use super::config::{ConfigReader, LoadedConfig};
 use super::launcher::LaunchSettings;
 use super::leased_loop::{self, LeasedLoop, Step};
+use super::off_the_loop;
 use super::termination::{self, Started};
 use crate::disruption::{self, InFlight, Plan, Reason, Snapshot, Tuning, Verdict};
 use crate::model::claim::Claim;
@@ -188,6 +189,9 @@ struct MemoryState {
     /// Pods that became Ready up to this time have had their startup time
     /// published (`karpenter_pods_startup_duration_seconds`).
     startups_until: Option<Timestamp>,
+    /// How long the last decision took, by the ports' clock (a simulated
+    /// clock does not move during one: always zero there).
+    last_decision_took: Option<SignedDuration>,
     /// When EC2's instance status checks were last asked for.
     health_polled_at: Option<Timestamp>,
     /// What that poll found unhealthy (each counts once in the metric).
@@ -352,7 +356,8 @@ impl<P: PortSet> Disruption<P> {
             .any(|c| c.validate_at.is_none_or(|t| t <= now));
         let decide = !due
             && self.pending.is_empty()
-            && self.memory.lock().next_decision.is_none_or(|t| now >= t);
+            && self.memory.lock().next_decision.is_none_or(|t| now >= t)
+            && self.decision_fits(now);
         // The lease is renewed (a conditional write) only by a tick that
         // decides or acts: the ticks between only advance removals, which
         // needs no lease, and a write every tick would cost more than them.
@@ -414,6 +419,27 @@ impl<P: PortSet> Disruption<P> {
         Ok(())
     }
 
+    /// Whether a decision started now ends well before the invocation
+    /// does: twice the last one's time must fit in what is left. A decision
+    /// cut by the Lambda timeout would fail the whole invocation — the
+    /// provisioner's too, when it runs beside it — and leave its leases to
+    /// expire; the next invocation decides at its start instead.
+    fn decision_fits(&self, now: Timestamp) -> bool {
+        let (Some(until), Some(took)) = (self.lease_until, self.memory.lock().last_decision_took)
+        else {
+            return true;
+        };
+        let fits = now + took * 2 <= until;
+        if !fits {
+            debug!(
+                last_took_s = took.as_secs_f64(),
+                left_s = until.duration_since(now).as_secs_f64(),
+                "not deciding this close to the end of the invocation; the next one decides"
+            );
+        }
+        fits
+    }
+
     fn seed(&self, now: Timestamp) -> u64 {
         let h = self.holder.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -448,7 +474,16 @@ impl<P: PortSet> Disruption<P> {
             );
             tuning.consolidation = false;
         }
-        let plan = disruption::decide(&gathered.snapshot(tuning, self.seed(now)));
+        let seed = self.seed(now);
+        let started = self.ports.clock().now();
+        let (gathered, plan) = off_the_loop::compute(move || {
+            let plan = disruption::decide(&gathered.snapshot(tuning, seed));
+            (gathered, plan)
+        })
+        .await;
+        let took = self.ports.clock().now().duration_since(started);
+        self.memory.lock().last_decision_took = Some(took);
+        debug!(took_s = took.as_secs_f64(), "disruption decided");
         report.logged = self.log_decisions(&plan, skip);
         // Forceful commands act now; voluntary ones count once re-validated.
         let acting: Vec<&disruption::Command> = plan
@@ -594,10 +629,13 @@ impl<P: PortSet> Disruption<P> {
         let mut gathered = gather(&self.ports, config).await?;
         let mut acted = Vec::new();
         for command in due {
-            let verdict = disruption::validate(
-                &command,
-                &gathered.snapshot(self.settings.tuning, self.seed(now)),
-            );
+            let (tuning, seed) = (self.settings.tuning, self.seed(now));
+            let (back, command, verdict) = off_the_loop::compute(move || {
+                let verdict = disruption::validate(&command, &gathered.snapshot(tuning, seed));
+                (gathered, command, verdict)
+            })
+            .await;
+            gathered = back;
             match verdict {
                 Ok(()) => {
                     self.act(&command, report).await?;

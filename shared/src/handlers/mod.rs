@@ -13,6 +13,7 @@ pub mod interruption;
 pub mod launcher;
 pub mod leased_loop;
 pub mod metrics;
+mod off_the_loop;
 mod plan_inputs;
 pub mod provisioner;
 pub mod state_change;

@@ -756,6 +756,50 @@ fn a_changed_verdict_is_logged_on_a_pass_that_skips_consolidation() {
     });
 }
 
+/// A decision is started only when twice the last one's time fits before
+/// the invocation ends: cut by the Lambda timeout, it would fail the whole
+/// invocation (the provisioner's too, beside it). The simulated clock does
+/// not move while deciding, so the last decision's time is set here.
+#[test]
+fn a_decision_is_not_started_when_the_last_one_would_not_fit_in_what_is_left() {
+    rt().block_on(async {
+        let sim = world(MemStore::new(), 3, "1", false).await;
+        change_class(&sim, "green").await;
+        let memory = Memory::default();
+        memory.lock().last_decision_took = Some(SignedDuration::from_secs(20));
+        let now = sim.now();
+        let mut late = handler(&sim, "late").with_memory(memory.clone());
+        assert!(
+            late.acquire_lease(now + SignedDuration::from_secs(30))
+                .await
+                .expect("lease")
+        );
+        let tick = late.tick().await.expect("tick");
+        assert!(tick.plan.is_none(), "40 s of decision do not fit in 30 s");
+        assert!(late.pending().is_empty());
+        late.release_lease().await.expect("release");
+
+        let mut early = handler(&sim, "early").with_memory(memory.clone());
+        assert!(
+            early
+                .acquire_lease(now + SignedDuration::from_secs(40))
+                .await
+                .expect("lease")
+        );
+        let plan = early.tick().await.expect("tick").plan.expect("decided");
+        assert!(
+            plan.commands.iter().any(|c| c.reason == Reason::Drifted),
+            "the drifted nodes: {:#?}",
+            plan.commands
+        );
+        assert_eq!(
+            memory.lock().last_decision_took,
+            Some(SignedDuration::ZERO),
+            "the simulated clock stood still"
+        );
+    });
+}
+
 /// A repair countdown ("repaired after 30m", then "29m30s", then "45s")
 /// is one line: the words are the same, only the time left moves. A new
 /// line comes when the words change ("repair paused"), or the node, pool
