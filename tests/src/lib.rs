@@ -170,7 +170,7 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
         );
         let pool = pools
             .iter()
-            .find(|p| p.pool.name == c.pool)
+            .find(|p| p.pool().name == c.pool)
             .expect("claim names a pool");
         let mut sum = Resources::default();
         for &i in &c.pods {
@@ -179,7 +179,7 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
         let mut max_capacity = Resources::default();
         for o in &c.options {
             let t = pool
-                .instance_types
+                .instance_types()
                 .iter()
                 .find(|t| *t.name == *o.instance_type)
                 .expect("known type");
@@ -196,14 +196,14 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
                 .find(|x| *x.zone == *o.zone && *x.capacity_type == *o.capacity_type)
                 .expect("offering exists");
             assert!(off.available);
-            assert!(pool.pool.requirements.allows(labels::ZONE, Some(&o.zone)));
+            assert!(pool.pool().requirements.allows(labels::ZONE, Some(&o.zone)));
             assert!(
-                pool.pool
+                pool.pool()
                     .requirements
                     .allows(labels::CAPACITY_TYPE, Some(&o.capacity_type))
             );
             assert!(
-                pool.pool
+                pool.pool()
                     .requirements
                     .allows(labels::INSTANCE_TYPE, Some(&o.instance_type))
             );
@@ -213,7 +213,7 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
                 node_labels.insert(labels::ZONE.into(), o.zone.to_string());
                 node_labels.insert(labels::CAPACITY_TYPE.into(), o.capacity_type.to_string());
                 node_labels.insert(labels::NODEPOOL.into(), c.pool.clone());
-                node_labels.extend(pool.pool.labels.clone());
+                node_labels.extend(pool.pool().labels.clone());
                 for (k, r) in p.node_selector.iter() {
                     assert!(
                         r.has(node_labels.get(k).map(String::as_str).unwrap_or("")),
@@ -231,7 +231,7 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
                     });
                     assert!(any, "{} required node affinity on {}", p.pod, t.name);
                 }
-                for taint in &pool.pool.taints {
+                for taint in &pool.pool().taints {
                     if taint.effect != nodewright::scheduling::taints::Effect::PreferNoSchedule {
                         assert!(
                             p.tolerations.iter().any(|tol| tol.tolerates(taint)),
@@ -283,16 +283,16 @@ pub fn check_plan(pods: &[SchedPod], pools: &[PoolInput], plan: &Plan) {
     }
     for p in pools {
         let used = limit_use
-            .get(p.pool.name.as_str())
+            .get(p.pool().name.as_str())
             .cloned()
             .unwrap_or_default();
-        let nodes = node_count.get(p.pool.name.as_str()).copied().unwrap_or(0);
-        for (res, limit) in &p.pool.limits.resources {
+        let nodes = node_count.get(p.pool().name.as_str()).copied().unwrap_or(0);
+        for (res, limit) in &p.pool().limits.resources {
             let v = if res == "nodes" { nodes } else { used.get(res) };
             assert!(
                 v <= *limit,
                 "pool {} limit {res}: {v} > {limit}",
-                p.pool.name
+                p.pool().name
             );
         }
     }

@@ -462,11 +462,11 @@ impl<'s, 'a> Context<'s, 'a> {
                     continue;
                 };
                 let class = input
-                    .pool
+                    .pool()
                     .node_class
                     .as_deref()
                     .and_then(|n| self.s.classes.iter().find(|c| c.name == n));
-                let id = format!("{}-{}", input.pool.name, random_suffix(&mut self.rng));
+                let id = format!("{}-{}", input.pool().name, random_suffix(&mut self.rng));
                 // A replacement's chunks of CapacityBuffers hold room; nothing is nominated for them.
                 let pods = planned
                     .pods

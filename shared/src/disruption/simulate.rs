@@ -162,10 +162,10 @@ impl<'a> Simulator<'a> {
             })
             .collect();
         pools.sort_by(|a, b| {
-            b.pool
+            b.pool()
                 .weight
-                .cmp(&a.pool.weight)
-                .then_with(|| a.pool.name.cmp(&b.pool.name))
+                .cmp(&a.pool().weight)
+                .then_with(|| a.pool().name.cmp(&b.pool().name))
         });
         let mut sim = Simulator {
             nodes,
@@ -225,7 +225,7 @@ impl<'a> Simulator<'a> {
     }
 
     pub fn pool(&self, name: &str) -> Option<&PoolInput> {
-        self.pools.iter().find(|p| p.pool.name == name)
+        self.pools.iter().find(|p| p.pool().name == name)
     }
 
     /// Places `pods` with the nodes of `remove` (and their claims' reservations) gone.
@@ -269,14 +269,14 @@ impl<'a> Simulator<'a> {
             .collect();
         let freed = self.freed(remove);
         for (pool, r) in &freed {
-            if let Some(p) = self.pools.iter_mut().find(|p| &p.pool.name == pool) {
+            if let Some(p) = self.pools.iter_mut().find(|p| &p.pool().name == pool) {
                 p.in_use = p.in_use.saturating_sub(r);
                 p.nodes_in_use -= 1;
             }
         }
         let plan = solve(&sched, &nodes, &self.pools, &self.daemons, &self.options);
         for (pool, r) in &freed {
-            if let Some(p) = self.pools.iter_mut().find(|p| &p.pool.name == pool) {
+            if let Some(p) = self.pools.iter_mut().find(|p| &p.pool().name == pool) {
                 p.in_use.add(r);
                 p.nodes_in_use += 1;
             }
@@ -337,7 +337,7 @@ impl<'a> Simulator<'a> {
         claims: &[(NewClaim, Claim)],
     ) {
         for (pool, r) in self.freed(remove) {
-            if let Some(p) = self.pools.iter_mut().find(|p| p.pool.name == pool) {
+            if let Some(p) = self.pools.iter_mut().find(|p| p.pool().name == pool) {
                 p.in_use = p.in_use.saturating_sub(&r);
                 p.nodes_in_use -= 1;
             }
@@ -349,7 +349,7 @@ impl<'a> Simulator<'a> {
         }
         self.apply_bindings(outcome);
         for (planned, claim) in claims {
-            let Some(input) = self.pools.iter_mut().find(|p| p.pool.name == claim.pool) else {
+            let Some(input) = self.pools.iter_mut().find(|p| p.pool().name == claim.pool) else {
                 continue;
             };
             input.in_use.add(&resources_of(&claim.reservation));
@@ -358,7 +358,7 @@ impl<'a> Simulator<'a> {
                 continue;
             };
             let Some(it) = input
-                .instance_types
+                .instance_types()
                 .iter()
                 .find(|t| *t.name == *option.instance_type)
             else {

@@ -75,14 +75,14 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 
 /// A NodePool with the instance types its NodeClass can launch.
 ///
-/// `pool` and `instance_types` are read, never changed, once made: what is
-/// derived from them alone is computed once per input and kept
-/// ([`PoolInput::domain_offers`]), which a disruption decision's many
-/// simulations of the same pools share.
+/// The pool and its types are private and only read once made (a
+/// different pool is a new input): what is derived from them alone is
+/// computed once per input and kept ([`PoolInput::domain_offers`]), which
+/// a disruption decision's many simulations of the same pools share.
 #[derive(Debug, Clone)]
 pub struct PoolInput {
-    pub pool: NodePool,
-    pub instance_types: Vec<InstanceType>,
+    pool: NodePool,
+    instance_types: Vec<InstanceType>,
     /// Capacity already launched by this pool (nodes and in-flight claims), for limits.
     pub in_use: Resources,
     pub nodes_in_use: i64,
@@ -98,6 +98,16 @@ impl PoolInput {
             nodes_in_use: 0,
             domain_offers: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The NodePool.
+    pub fn pool(&self) -> &NodePool {
+        &self.pool
+    }
+
+    /// The instance types its NodeClass can launch.
+    pub fn instance_types(&self) -> &[InstanceType] {
+        &self.instance_types
     }
 
     /// Every topology domain (label key, value) a node of this pool can

@@ -607,10 +607,10 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
         })
         .collect();
     pools.sort_by(|a, b| {
-        b.pool
+        b.pool()
             .weight
-            .cmp(&a.pool.weight)
-            .then_with(|| a.pool.name.cmp(&b.pool.name))
+            .cmp(&a.pool().weight)
+            .then_with(|| a.pool().name.cmp(&b.pool().name))
     });
     let daemons = daemon_pods(s.daemon_sets);
     let plan = solve(&pods, &nodes, &pools, &daemons, &solve_options(s.settings));
@@ -639,15 +639,15 @@ pub fn decide(s: &Snapshot<'_>) -> Decision {
         }));
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.seed);
     for planned in &plan.claims {
-        let Some(input) = pools.iter().find(|p| p.pool.name == planned.pool) else {
+        let Some(input) = pools.iter().find(|p| p.pool().name == planned.pool) else {
             continue;
         };
         let class = input
-            .pool
+            .pool()
             .node_class
             .as_deref()
             .and_then(|n| s.node_classes.iter().find(|c| c.name == n));
-        let id = format!("{}-{}", input.pool.name, random_suffix(&mut rng));
+        let id = format!("{}-{}", input.pool().name, random_suffix(&mut rng));
         let pods = planned.pods.iter().map(|i| keys[*i].clone()).collect();
         decision
             .new_claims
@@ -694,7 +694,7 @@ fn reservation_ids(
         return Vec::new();
     }
     input
-        .instance_types
+        .instance_types()
         .iter()
         .filter(|it| it.name == option.instance_type)
         .flat_map(|it| &it.offerings)
@@ -716,9 +716,9 @@ pub fn new_claim(
     now: Timestamp,
     class: Option<&NodeClass>,
 ) -> Claim {
-    let pool = &input.pool;
+    let pool = &input.pool();
     let capacity_of: HashMap<&str, &Resources> = input
-        .instance_types
+        .instance_types()
         .iter()
         .map(|it| (it.name.as_str(), &it.capacity))
         .collect();

@@ -107,9 +107,9 @@ pub fn plan(
 /// One node of the pool with no pods: every available offering its
 /// requirements allow, cheapest first (60 at most, as a launch sends).
 fn empty_node(input: &PoolInput) -> Option<NewClaim> {
-    let reqs = &input.pool.requirements;
+    let reqs = &input.pool().requirements;
     let mut options: Vec<LaunchOption> = input
-        .instance_types
+        .instance_types()
         .iter()
         .filter(|it| reqs.intersects(&it.requirements))
         .flat_map(|it| {
@@ -132,7 +132,7 @@ fn empty_node(input: &PoolInput) -> Option<NewClaim> {
     });
     options.truncate(60);
     (!options.is_empty()).then(|| NewClaim {
-        pool: input.pool.name.clone(),
+        pool: input.pool().name.clone(),
         requirements: Arc::new(reqs.clone()),
         options,
         pods: Vec::new(),

@@ -121,11 +121,11 @@ fn one_node_per_pod(pods: &[SchedPod], placed: &[usize], pool: &PoolInput) -> f6
         .iter()
         .map(|&i| {
             let p = &pods[i];
-            let mut reqs = pool.pool.requirements.intersection(&p.node_selector);
+            let mut reqs = pool.pool().requirements.intersection(&p.node_selector);
             if let Some(t) = p.required_terms.first() {
                 reqs.add_all(t);
             }
-            pool.instance_types
+            pool.instance_types()
                 .iter()
                 .filter(|t| t.requirements.intersects(&reqs) && p.requests.fits_in(t.allocatable()))
                 .filter_map(|t| t.cheapest_offering(&reqs).map(|o| o.price))
@@ -212,7 +212,7 @@ mod real_catalog {
                     PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))
                 })
                 .collect();
-            let zones = w2::zones(&pools[0].pool, &catalog);
+            let zones = w2::zones(&pools[0].pool(), &catalog);
             let daemons = w2::daemon_pods()
                 .iter()
                 .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
@@ -267,7 +267,7 @@ mod real_catalog {
             }
             for o in &c.options {
                 let t = pool
-                    .instance_types
+                    .instance_types()
                     .iter()
                     .find(|t| *t.name == *o.instance_type)
                     .expect("known type");
@@ -291,10 +291,14 @@ mod real_catalog {
             cpu_limit in prop::option::of(16u32..200),
         ) {
             let (pools, daemons, _) = fixture();
-            let mut pool = pools[usize::from(open)].clone();
+            let base = &pools[usize::from(open)];
+            let mut node_pool = base.pool().clone();
             if let Some(l) = cpu_limit {
-                pool.pool.limits.resources.insert("cpu".into(), i64::from(l) * 1000);
+                node_pool.limits.resources.insert("cpu".into(), i64::from(l) * 1000);
             }
+            let mut pool = PoolInput::new(node_pool, base.instance_types().to_vec());
+            pool.in_use = base.in_use.clone();
+            pool.nodes_in_use = base.nodes_in_use;
             let pools = vec![pool];
             let karpenter = solve(&pods, &[], &pools, daemons, &SolveOptions { strategy: Solving::Karpenter, ..SolveOptions::default() });
             let plan = solve(&pods, &[], &pools, daemons, &SolveOptions::default());

@@ -571,7 +571,7 @@ fn a_half_empty_node_is_split_onto_smaller_ones() {
     let (plan, inputs) = solve_simple(&pods, vec![pool]);
     let price = |name: &str| {
         let it = inputs[0]
-            .instance_types
+            .instance_types()
             .iter()
             .find(|t| t.name == name)
             .expect("type");

@@ -170,7 +170,7 @@ pub(crate) fn dump(
     )?;
     let res = |r: &Resources| json!({"cpu": nodewright::resources::format_cpu(r.cpu_millis), "memory": nodewright::resources::format_bytes(r.memory_bytes), "pods": r.pods.to_string()});
     let types: Vec<_> = pool
-        .instance_types
+        .instance_types()
         .iter()
         .map(|t| {
             json!({

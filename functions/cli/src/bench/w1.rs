@@ -49,7 +49,7 @@ pub(super) fn run(args: &SchedulingArgs) -> anyhow::Result<()> {
             total.add(&p.requests);
         }
         let candidates: Vec<Candidate> = pools[0]
-            .instance_types
+            .instance_types()
             .iter()
             .filter_map(|t| {
                 let price = t

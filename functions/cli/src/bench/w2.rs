@@ -106,7 +106,7 @@ pub(super) fn run(args: &SchedulingArgs, region: &str) -> anyhow::Result<()> {
         "topology": mix.has_topology(),
         "capacity": format!("{:?}", capacity),
         "requirements": format!("{:?}", requirements),
-        "instance_types": pools[0].instance_types.len(),
+        "instance_types": pools[0].instance_types().len(),
         "seed": args.seed,
         "runs": args.runs,
         "pods": pods.len(),
