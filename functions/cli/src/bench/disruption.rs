@@ -10,12 +10,16 @@
 //! binding those that fit (most do not, the cluster is packed): the rest
 //! pend, as while the provisioner's nodes boot. The decision is timed on the
 //! same gathered state with and without the backlog, the median of
-//! `--runs` each, alternated.
+//! `--runs` each, alternated. Last, what a loop beside the decision in the
+//! same task waits at worst (the provisioner's loop shares the disruption
+//! loop's task in the functions): the decision computed inside the task,
+//! then the disruption handler's own tick, which computes it on a thread
+//! of its own.
 
 use anyhow::Context;
 use clap::Args;
 use nodewright::disruption::{Tuning, decide};
-use nodewright::handlers::disruption::gather;
+use nodewright::handlers::disruption::{Disruption, DisruptionSettings, gather};
 use nodewright::model::SignedDuration;
 use nodewright::ports::{Cluster, Ports};
 use nodewright::sim::SimSettings;
@@ -109,6 +113,33 @@ async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
         with_s.push(started.elapsed().as_secs_f64());
     }
     let (with_m, without_m) = (median(with_s), median(without_s));
+
+    // What a loop beside the decision (the provisioner's, in the same
+    // invocation's task) waits: the decision computed inside the task, and
+    // the disruption handler's own tick, which computes it on a thread of
+    // its own.
+    let (_, inline_wait) =
+        longest_wait_beside(async { decide(&with_backlog.snapshot(Tuning::default(), seed)) })
+            .await;
+    let mut handler = Disruption::new(
+        ports.clone(),
+        DisruptionSettings::default(),
+        "bench-disruption",
+    );
+    // Past the simulation's own disruption invocation and its lease; the
+    // cluster does not change meanwhile (nothing runs).
+    sim.clock.set(sim.now() + SignedDuration::from_mins(2));
+    let until = sim.now() + SignedDuration::from_mins(10);
+    anyhow::ensure!(
+        handler.acquire_lease(until).await?,
+        "the simulation's disruption lease has expired"
+    );
+    let (tick, handler_wait) = longest_wait_beside(handler.tick()).await;
+    anyhow::ensure!(
+        tick?.plan.is_some(),
+        "the handler's tick decided (the wait beside it would mean nothing otherwise)"
+    );
+    let (inline_wait, handler_wait) = (inline_wait.as_secs_f64(), handler_wait.as_secs_f64());
     if args.json {
         println!(
             "{}",
@@ -116,6 +147,7 @@ async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
                 "pods": args.pods, "nodes": nodes, "bound_pods": bound, "pending_pods": pending, "runs": args.runs,
                 "decision_s": without_m, "decision_with_backlog_s": with_m,
                 "commands": commands_without, "commands_with_backlog": commands_with,
+                "wait_beside_inline_s": inline_wait, "wait_beside_handler_s": handler_wait,
             })
         );
         return Ok(());
@@ -131,7 +163,36 @@ async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
         "  with the backlog:    {with_m:.3} s (median of {}), {commands_with} commands",
         args.runs
     );
+    println!(
+        "  the longest a loop beside it waited: {inline_wait:.3} s computed in the task, {handler_wait:.3} s in the handler's tick (on its own thread)"
+    );
     Ok(())
+}
+
+/// Runs `work` with a loop beside it in the same task that wakes every
+/// 10 ms, as the provisioner's loop shares the disruption loop's task, and
+/// returns how late that loop woke at worst.
+async fn longest_wait_beside<F: std::future::Future>(work: F) -> (F::Output, std::time::Duration) {
+    use std::time::{Duration, Instant};
+    let period = Duration::from_millis(10);
+    let done = std::cell::Cell::new(false);
+    let beside = async {
+        let mut longest = Duration::ZERO;
+        while !done.get() {
+            let asleep = Instant::now();
+            tokio::time::sleep(period).await;
+            longest = longest.max(asleep.elapsed().saturating_sub(period));
+        }
+        longest
+    };
+    let work = async {
+        // The loop beside goes to sleep first, as it would be mid-wait.
+        tokio::task::yield_now().await;
+        let out = work.await;
+        done.set(true);
+        out
+    };
+    tokio::join!(work, beside)
 }
 
 #[cfg(test)]
