@@ -212,7 +212,7 @@ mod real_catalog {
                     PoolInput::new(pool.clone(), instance_types(&pool, &catalog, &[]))
                 })
                 .collect();
-            let zones = w2::zones(&pools[0].pool(), &catalog);
+            let zones = w2::zones(pools[0].pool(), &catalog);
             let daemons = w2::daemon_pods()
                 .iter()
                 .map(|p| SchedPod::from_pod(p).expect("daemon pod"))
