@@ -354,10 +354,11 @@ impl<P: PortSet> Disruption<P> {
             .pending
             .iter()
             .any(|c| c.validate_at.is_none_or(|t| t <= now));
+        let fits = self.decision_fits(now);
         let decide = !due
             && self.pending.is_empty()
             && self.memory.lock().next_decision.is_none_or(|t| now >= t)
-            && self.decision_fits(now);
+            && fits;
         // The lease is renewed (a conditional write) only by a tick that
         // decides or acts: the ticks between only advance removals, which
         // needs no lease, and a write every tick would cost more than them.
@@ -378,7 +379,9 @@ impl<P: PortSet> Disruption<P> {
         report.quiet = !report.removals && self.pending.is_empty();
         let mut candidates: Vec<Timestamp> = wake.into_iter().collect();
         candidates.extend(self.pending.iter().filter_map(|c| c.validate_at));
-        candidates.extend(self.memory.lock().next_decision);
+        // A decision left to the next invocation is no reason to wake:
+        // due already, it would bring the loop back at once, tick after tick.
+        candidates.extend(self.memory.lock().next_decision.filter(|_| fits));
         report.wake_at = candidates.into_iter().min();
         Ok(report)
     }

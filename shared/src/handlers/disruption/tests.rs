@@ -766,8 +766,9 @@ fn a_decision_is_not_started_when_the_last_one_would_not_fit_in_what_is_left() {
         let sim = world(MemStore::new(), 3, "1", false).await;
         change_class(&sim, "green").await;
         let memory = Memory::default();
-        memory.lock().last_decision_took = Some(SignedDuration::from_secs(20));
         let now = sim.now();
+        memory.lock().last_decision_took = Some(SignedDuration::from_secs(20));
+        memory.lock().next_decision = Some(now - SignedDuration::from_secs(1));
         let mut late = handler(&sim, "late").with_memory(memory.clone());
         assert!(
             late.acquire_lease(now + SignedDuration::from_secs(30))
@@ -776,6 +777,11 @@ fn a_decision_is_not_started_when_the_last_one_would_not_fit_in_what_is_left() {
         );
         let tick = late.tick().await.expect("tick");
         assert!(tick.plan.is_none(), "40 s of decision do not fit in 30 s");
+        assert!(
+            tick.wake_at.is_none_or(|t| t > now),
+            "the decision it leaves to the next invocation does not wake the loop at once: {:?}",
+            tick.wake_at
+        );
         assert!(late.pending().is_empty());
         late.release_lease().await.expect("release");
 
