@@ -11,11 +11,10 @@
 //! on-demand, c/m/r families, WhenEmptyOrUnderutilized, consolidateAfter
 //! 0s as Karpenter v1's default, default budget).
 
-use anyhow::Context;
 use clap::Args;
 use nodewright::model::{InstanceState, SignedDuration};
+use nodewright::sim::SimSettings;
 use nodewright::sim::rng::Rng;
-use nodewright::sim::{MemStore, SimClock, SimCloud, SimSettings, Simulation, catalog, scenario};
 use serde_json::json;
 
 #[derive(Args)]
@@ -98,41 +97,6 @@ fn objects(rng: &mut Rng, karpenter_like: bool) -> (Vec<serde_json::Value>, Vec<
     (objects, workloads)
 }
 
-/// A simulation of the embedded us-east-1 catalog on the in-memory
-/// adapters with `objects` loaded (a scenario without actions): where each
-/// bench starts. Returns the simulated EC2 beside it.
-pub(crate) async fn loaded_simulation(
-    name: &str,
-    objects: Vec<serde_json::Value>,
-    settings: SimSettings,
-) -> anyhow::Result<(Simulation<SimCloud, MemStore>, SimCloud)> {
-    let clock = SimClock::default();
-    let cloud = SimCloud::new(catalog::catalog("us-east-1")?, clock.clone());
-    let mut sim = Simulation::new(
-        clock,
-        cloud.clone(),
-        Some(cloud.clone()),
-        MemStore::new(),
-        settings,
-    );
-    let s = scenario::Scenario {
-        name: name.into(),
-        description: String::new(),
-        region: "us-east-1".into(),
-        objects,
-        actions: Vec::new(),
-        run: "0s".into(),
-        simulator: scenario::Pace::default(),
-        spot_pools: scenario::SpotPoolsSpec::default(),
-        capacity_reservations: Vec::new(),
-        expect: scenario::Expect::default(),
-    };
-    scenario::load(&mut sim, &s)
-        .await
-        .with_context(|| format!("loading the {name} workload"))?;
-    Ok((sim, cloud))
-}
-
 /// Replicas of `w` at `minute`: a daily sine (±60 %) with ±20 % noise.
 fn replicas(w: &Workload, minute: i64, rng: &mut Rng) -> i32 {
     let day = minute as f64 / (24.0 * 60.0) * std::f64::consts::TAU;
@@ -147,7 +111,7 @@ async fn run_one(seed: u64, hours: i64, karpenter_like: bool) -> anyhow::Result<
     if karpenter_like {
         settings.disruption.tuning.balanced = false;
     }
-    let (mut sim, cloud) = loaded_simulation("churn", objects, settings).await?;
+    let (mut sim, cloud) = crate::bench::loaded_simulation("churn", objects, settings).await?;
     // The workload is re-drawn every 15 minutes; the fleet's cost sampled every minute.
     let mut noise = Rng::new(seed ^ 0x5eed);
     let mut dollar_hours = 0.0;

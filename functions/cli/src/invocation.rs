@@ -102,7 +102,7 @@ pub fn run(args: &InvocationArgs) -> anyhow::Result<()> {
 
 async fn invocation(args: &InvocationArgs) -> anyhow::Result<()> {
     let (sim, cloud) =
-        crate::churn::loaded_simulation("burst", objects(args.pods), SimSettings::default())
+        crate::bench::loaded_simulation("burst", objects(args.pods), SimSettings::default())
             .await?;
     let clock = sim.clock.clone();
     sim.cluster.reconcile(); // the ReplicaSet controller creates the pods

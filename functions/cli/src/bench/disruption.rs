@@ -56,7 +56,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 async fn bench(args: &DisruptionArgs) -> anyhow::Result<()> {
-    let (mut sim, cloud) = crate::churn::loaded_simulation(
+    let (mut sim, cloud) = crate::bench::loaded_simulation(
         "cluster",
         crate::invocation::objects(args.pods),
         SimSettings::default(),

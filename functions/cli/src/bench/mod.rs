@@ -1,16 +1,19 @@
-//! `nodewright bench scheduling`: Karpenter's scheduling benchmark (W1),
-//! solved by the same solver the provisioner runs, with the figures
+//! `nodewright bench …`. `scheduling`: Karpenter's scheduling benchmark
+//! (W1), solved by the same solver the provisioner runs, with the figures
 //! Karpenter reports plus the plan's cost and, for the generic mix, its LP
 //! lower bound (`w1.rs`), or the W2 mixes on a region's real catalog
-//! (`w2.rs`).
+//! (`w2.rs`). `churn`, `invocation` (their own modules) and `disruption`
+//! run the handlers on a simulated cluster (`cluster.rs`).
 
 use clap::Subcommand;
 
+mod cluster;
 mod common;
 mod disruption;
 mod w1;
 mod w2;
 
+pub(crate) use cluster::loaded_simulation;
 pub use common::SchedulingArgs;
 
 #[derive(Subcommand)]
@@ -24,7 +27,7 @@ pub enum BenchCommand {
     /// and store item sizes (the figures behind the function's memory size and timeout).
     Invocation(crate::invocation::InvocationArgs),
     /// One disruption decision on a running cluster, with and without a backlog of pending pods
-    /// (the decision places them first).
+    /// (the decision places them first), and how late a loop beside it wakes.
     Disruption(disruption::DisruptionArgs),
 }
 
