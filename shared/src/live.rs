@@ -22,6 +22,10 @@
 //! - `NODEWRIGHT_GAUGES` (`true` or `false`, default `true`): publish
 //!   Karpenter's gauges as CloudWatch metrics (each a custom metric billed
 //!   by the month).
+//! - `NODEWRIGHT_WAKE_QUEUE_URL` (optional): the provisioner's wake queue.
+//!   An invocation that ends early (quiet) or at its deadline asks for the
+//!   next one there, `NODEWRIGHT_QUIET_WAKE_SECONDS` later (whole seconds,
+//!   1 to 900, default 10) — at most one such message waits at a time.
 //! - the AWS SDK's usual variables (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
 
 use std::path::PathBuf;
@@ -32,6 +36,7 @@ use crate::aws::dynamo::{DynamoStore, DynamoTables};
 use crate::aws::ec2::{Ec2Cloud, Ec2CloudSettings};
 use crate::aws::{ClientOptions, sdk_config};
 use crate::kube::{ClientSettings, EksClusterInfo, EksTokenSource, KubeCluster};
+use crate::model::SignedDuration;
 use crate::ports::{CloudError, ClusterError, Ports, SystemClock};
 
 /// Why the real adapters could not be built: the setting or the call at
@@ -84,7 +89,16 @@ pub struct FunctionEnv {
     pub end_when_quiet: bool,
     /// Karpenter's gauges are published.
     pub gauges: bool,
+    /// The provisioner's wake queue, when it has one.
+    pub wake_queue_url: Option<String>,
+    /// How long after an invocation's end its wake message invokes the
+    /// provisioner again.
+    pub quiet_wake: SignedDuration,
 }
+
+/// `NODEWRIGHT_QUIET_WAKE_SECONDS` when unset: Cluster Autoscaler's scan
+/// interval, and Karpenter's longest batch window.
+pub const DEFAULT_QUIET_WAKE: SignedDuration = SignedDuration::from_secs(10);
 
 impl FunctionEnv {
     pub fn from_env() -> Result<FunctionEnv, LiveError> {
@@ -117,6 +131,10 @@ impl FunctionEnv {
             Some(v) if !v.trim().is_empty() => flag("NODEWRIGHT_GAUGES", Some(v))?,
             _ => true,
         };
+        let wake_queue_url = std::env::var("NODEWRIGHT_WAKE_QUEUE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty());
+        let quiet_wake = wake_seconds(std::env::var("NODEWRIGHT_QUIET_WAKE_SECONDS").ok())?;
         Ok(FunctionEnv {
             cluster_name,
             tables: DynamoTables::with_prefix(&prefix),
@@ -126,7 +144,26 @@ impl FunctionEnv {
             provisioner_runs_disruption,
             end_when_quiet,
             gauges,
+            wake_queue_url,
+            quiet_wake,
         })
+    }
+}
+
+/// `NODEWRIGHT_QUIET_WAKE_SECONDS`: whole seconds from 1 to 900 (SQS's
+/// longest message delay); unset or empty, [`DEFAULT_QUIET_WAKE`].
+fn wake_seconds(value: Option<String>) -> Result<SignedDuration, LiveError> {
+    let refused = |reason: String| LiveError::Env {
+        variable: "NODEWRIGHT_QUIET_WAKE_SECONDS",
+        reason,
+    };
+    match value.as_deref().map(str::trim) {
+        None | Some("") => Ok(DEFAULT_QUIET_WAKE),
+        Some(v) => match v.parse::<i64>() {
+            Ok(s @ 1..=900) => Ok(SignedDuration::from_secs(s)),
+            Ok(s) => Err(refused(format!("must be from 1 to 900 seconds, not {s}"))),
+            Err(_) => Err(refused(format!("must be whole seconds, not {v:?}"))),
+        },
     }
 }
 
@@ -214,7 +251,26 @@ pub async fn connect_with(
 
 #[cfg(test)]
 mod tests {
-    use super::flag;
+    use super::{DEFAULT_QUIET_WAKE, SignedDuration, flag, wake_seconds};
+
+    #[test]
+    fn the_quiet_wake_is_whole_seconds_within_what_sqs_delays() {
+        assert_eq!(wake_seconds(None).unwrap(), DEFAULT_QUIET_WAKE);
+        assert_eq!(wake_seconds(Some(" ".into())).unwrap(), DEFAULT_QUIET_WAKE);
+        assert_eq!(
+            wake_seconds(Some("15".into())).unwrap(),
+            SignedDuration::from_secs(15)
+        );
+        for refused in ["0", "901", "-3", "1.5", "ten"] {
+            let e = wake_seconds(Some(refused.into()))
+                .expect_err(refused)
+                .to_string();
+            assert!(
+                e.starts_with("NODEWRIGHT_QUIET_WAKE_SECONDS must be") && e.contains(refused),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn a_flag_is_true_false_or_refused() {

@@ -13,7 +13,7 @@ use crate::handlers::interruption::{self as interruption_handler, InterruptionSe
 use crate::handlers::provisioner::{Provisioner, ProvisionerSettings};
 use crate::handlers::state_change;
 use crate::model::{SignedDuration, Timestamp};
-use crate::ports::PortSet;
+use crate::ports::{Clock, PortSet, Store};
 
 pub use crate::live::{FunctionEnv, LiveError, LivePorts, connect};
 
@@ -63,10 +63,13 @@ fn deadline_of<T>(event: &LambdaEvent<T>) -> Timestamp {
 /// `with_disruption` (`NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION=true`, the
 /// Terraform module's default) the disruption loop runs beside it in the
 /// same invocation, under its own lease: one always-on invocation a minute
-/// instead of two, half the Lambda bill.
+/// instead of two, half the Lambda bill. With a wake queue, however it
+/// ended (quiet, at its deadline, another invocation holding the lease, or
+/// failing), the invocation asks for the next one ([`wake_after`]).
 pub async fn provisioner(
     ports: &LivePorts,
     loops: Loops,
+    wake: Option<&Wake>,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
     let deadline = deadline_of(&event);
@@ -77,21 +80,28 @@ pub async fn provisioner(
             "the invocation has under 10 s left: give the provisioner a 60-s timeout"
         );
     }
+    // An event source mapping's batch has records; a schedule's event not.
+    let woken_by = if event.payload.get("Records").is_some() {
+        "wake queue"
+    } else {
+        "schedule"
+    };
+    let holder = &event.context.request_id;
     let before = ports.store.requests();
-    let ticks = scheduled_invocation(
-        ports,
-        &event.context.request_id,
-        deadline - DEADLINE_MARGIN,
-        loops,
-    )
-    .await
-    .map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
+    let ran = scheduled_invocation(ports, holder, deadline - DEADLINE_MARGIN, loops).await;
+    let next = match wake {
+        Some(wake) => Some(wake_after(ports, wake, holder).await),
+        None => None,
+    };
+    let ticks = ran.map_err(|e| lambda_runtime::Error::from(e.to_string()))?;
     // What the running cost counts: in a quiet minute, no Scan of the
     // state table and a few GetItems per tick (see aws::dynamo's state view).
     let dynamodb = ports.store.requests() - before;
     info!(
         ?ticks,
         ?dynamodb,
+        woken_by,
+        ?next,
         remaining_at_start_s = remaining.as_secs_f64(),
         "provisioner invocation done"
     );
@@ -106,8 +116,81 @@ pub async fn provisioner(
         )],
     );
     Ok(
-        serde_json::json!({ "ticks": ticks.provisioner, "disruption_ticks": ticks.disruption, "dynamodb": dynamodb }),
+        serde_json::json!({ "ticks": ticks.provisioner, "disruption_ticks": ticks.disruption, "dynamodb": dynamodb, "woken_by": woken_by }),
     )
+}
+
+/// The lease whose holder sends the next wake message. It is taken until
+/// just before that message arrives, so while one message waits no
+/// invocation sends another — however many invocations end meanwhile (the
+/// minute's schedule, one that found the provisioner lease held) — and
+/// the invocation the message wakes finds it free again. Never released
+/// once the message is sent: it expires.
+pub const WAKE_LEASE: &str = "wake";
+
+/// The provisioner's wake queue and delay (`NODEWRIGHT_WAKE_QUEUE_URL`,
+/// `NODEWRIGHT_QUIET_WAKE_SECONDS`).
+#[derive(Debug, Clone)]
+pub struct Wake {
+    pub queue: crate::aws::WakeQueue,
+    pub after: SignedDuration,
+}
+
+impl Wake {
+    /// The function's wake queue, if its environment names one.
+    pub async fn from_env(env: &FunctionEnv) -> Option<Wake> {
+        let url = env.wake_queue_url.as_ref()?;
+        let sdk = crate::aws::sdk_config(&crate::aws::ClientOptions::default()).await;
+        Some(Wake {
+            queue: crate::aws::WakeQueue::new(&sdk, url),
+            after: env.quiet_wake,
+        })
+    }
+}
+
+/// What the end of an invocation did about the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeOutcome {
+    /// A message invokes the provisioner the wake's delay from now.
+    Sent,
+    /// A message sent by another invocation is still waiting.
+    AlreadyWaiting,
+    /// The lease or the message failed (logged): the next scheduled
+    /// invocation, within a minute, asks again.
+    Failed(String),
+}
+
+/// Asks for the next provisioner invocation, `wake.after` from now,
+/// unless a message sent earlier is still waiting ([`WAKE_LEASE`]). Never
+/// fails the invocation: the schedule is the chain's backstop.
+pub async fn wake_after<P: PortSet>(ports: &P, wake: &Wake, holder: &str) -> WakeOutcome {
+    let now = ports.clock().now();
+    // A second of slack (half the delay when shorter) for the clocks of
+    // the sender, SQS and the woken invocation.
+    let slack = SignedDuration::from_secs(1).min(wake.after / 2);
+    let lease = crate::model::Lease {
+        name: WAKE_LEASE.to_owned(),
+        holder: holder.to_owned(),
+        expires_at: now + wake.after - slack,
+    };
+    match ports.store().acquire_lease(&lease, now).await {
+        Ok(false) => WakeOutcome::AlreadyWaiting,
+        Err(e) => {
+            warn!(error = %e, "could not take the wake lease; the schedule invokes the provisioner next");
+            WakeOutcome::Failed(e.to_string())
+        }
+        Ok(true) => match wake.queue.send(wake.after, holder).await {
+            Ok(()) => WakeOutcome::Sent,
+            Err(e) => {
+                warn!(error = %e, "could not send the wake message; the schedule invokes the provisioner next");
+                // Let the next invocation to end try again.
+                if let Err(e) = ports.store().release_lease(WAKE_LEASE, holder).await {
+                    warn!(error = %e, "could not give back the wake lease; it expires");
+                }
+                WakeOutcome::Failed(e.to_string())
+            }
+        },
+    }
 }
 
 /// What a scheduled invocation runs, from the function's environment

@@ -28,7 +28,7 @@ pub fn in_memory(region: &str, settings: SimSettings) -> MemSim {
 }
 
 /// The simulator's EC2 for `region`, on `clock`.
-fn sim_cloud(region: &str, clock: &SimClock) -> SimCloud {
+pub fn sim_cloud(region: &str, clock: &SimClock) -> SimCloud {
     SimCloud::new(
         catalog::catalog(region).expect("region in the simulator's catalog"),
         clock.clone(),

@@ -60,6 +60,8 @@ impl LiveArgs {
             provisioner_runs_disruption: false,
             end_when_quiet: false,
             gauges: false,
+            wake_queue_url: None,
+            quiet_wake: nodewright::live::DEFAULT_QUIET_WAKE,
         };
         let options = ClientOptions {
             region: self.target.region.clone(),

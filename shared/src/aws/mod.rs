@@ -13,6 +13,8 @@
 //! - [`userdata`]: AL2023 / AL2 / Bottlerocket user data (pure).
 //! - [`nodeclass`]: how the launch path reads a validated `config::NodeClass`.
 //! - [`dynamo`]: the Store, with transactions for limit accounting.
+//! - [`wake`]: the queue whose delayed messages invoke the provisioner again
+//!   after a quiet invocation ended.
 //!
 //! SDK clients are built from one [`aws_config::SdkConfig`] made by
 //! [`sdk_config`]: standard retries with a bounded number of attempts and
@@ -27,6 +29,7 @@ pub mod ec2;
 pub mod nodeclass;
 pub mod prices;
 pub mod userdata;
+pub mod wake;
 
 use std::time::Duration;
 
@@ -40,6 +43,7 @@ use aws_smithy_http_client::tls;
 pub use dynamo::{DynamoStore, DynamoTables, Requests};
 pub use ec2::{Ec2Cloud, Ec2CloudSettings, Refresh};
 pub use prices::{AwsPrices, PriceSource, StaticPrices};
+pub use wake::WakeQueue;
 
 use crate::ports::{CloudError, FailureKind, ServiceError, StoreError};
 

@@ -27,3 +27,4 @@ mod provisioning;
 mod scheduling;
 mod secrets_in_logs;
 mod store_contract;
+mod wake_queue;

@@ -1,0 +1,117 @@
+//! The provisioner's wake queue on the emulator's SQS and DynamoDB: an
+//! invocation that ends asks for the next one with a delayed message, and
+//! while one waits no other invocation sends a second (the wake lease), so
+//! the chain of invocations stays one chain however many end meanwhile —
+//! the minute's schedule, one that found the provisioner lease held. A
+//! message that could not be sent gives the lease back for the next
+//! invocation to try.
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use nodewright::model::SignedDuration;
+use nodewright::ports::{Ports, SystemClock};
+use nodewright::runtime::{Wake, WakeOutcome, wake_after};
+use nodewright::sim::SimClock;
+use nodewright_tests::aws::{dynamo_store, sdk_config, unique};
+use nodewright_tests::sim::sim_cloud;
+
+const REGION: &str = "us-east-1";
+
+async fn ports() -> Ports<nodewright::sim::SimCloud, nodewright::sim::SimCluster, nodewright::aws::DynamoStore, SystemClock> {
+    let clock = SimClock::default();
+    Ports {
+        cloud: sim_cloud(REGION, &clock),
+        cluster: nodewright::sim::SimCluster::new(clock),
+        store: dynamo_store(REGION).await,
+        clock: SystemClock,
+    }
+}
+
+/// Messages visible now, taken (the event source mapping's receive).
+async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, wait_s: i32) -> Vec<String> {
+    sqs.receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(wait_s)
+        .send()
+        .await
+        .expect("ReceiveMessage")
+        .messages()
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wake_message_waits_at_a_time() {
+    let sdk = sdk_config(REGION).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = sqs
+        .create_queue()
+        .queue_name(unique("nw-wake"))
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "60")
+        .send()
+        .await
+        .expect("CreateQueue")
+        .queue_url()
+        .expect("url")
+        .to_owned();
+    let wake = Wake {
+        queue: nodewright::aws::WakeQueue::new(&sdk, &url),
+        after: SignedDuration::from_secs(2),
+    };
+    let ports = ports().await;
+
+    assert_eq!(wake_after(&ports, &wake, "first").await, WakeOutcome::Sent);
+    // Ending while that message waits: no second one.
+    assert_eq!(
+        wake_after(&ports, &wake, "second").await,
+        WakeOutcome::AlreadyWaiting
+    );
+    assert!(
+        receive(&sqs, &url, 0).await.is_empty(),
+        "the message is delayed, not visible at once"
+    );
+    let woke = receive(&sqs, &url, 10).await;
+    assert_eq!(woke.len(), 1, "one message: {woke:?}");
+    assert!(woke[0].contains("\"sent_by\":\"first\""), "{woke:?}");
+    // The invocation that message wakes finds the lease free and asks again.
+    assert_eq!(wake_after(&ports, &wake, "woken").await, WakeOutcome::Sent);
+    let next = receive(&sqs, &url, 10).await;
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert!(next[0].contains("\"sent_by\":\"woken\""), "{next:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_that_could_not_be_sent_leaves_the_next_invocation_free_to_send() {
+    let sdk = sdk_config(REGION).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = sqs
+        .create_queue()
+        .queue_name(unique("nw-wake"))
+        .send()
+        .await
+        .expect("CreateQueue")
+        .queue_url()
+        .expect("url")
+        .to_owned();
+    let ports = ports().await;
+    let missing = Wake {
+        queue: nodewright::aws::WakeQueue::new(&sdk, format!("{url}-missing")),
+        after: SignedDuration::from_secs(10),
+    };
+    let WakeOutcome::Failed(why) = wake_after(&ports, &missing, "unlucky").await else {
+        panic!("a queue that does not exist takes no message");
+    };
+    assert!(why.contains("wake queue") && why.contains("SendMessage"), "{why}");
+    let wake = Wake {
+        queue: nodewright::aws::WakeQueue::new(&sdk, &url),
+        after: SignedDuration::from_secs(1),
+    };
+    assert_eq!(
+        wake_after(&ports, &wake, "next").await,
+        WakeOutcome::Sent,
+        "the failed sender gave the wake lease back"
+    );
+    let woke = receive(&sqs, &url, 10).await;
+    assert_eq!(woke.len(), 1, "{woke:?}");
+}
