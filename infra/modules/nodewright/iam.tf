@@ -252,6 +252,23 @@ data "aws_iam_policy_document" "functions" {
     resources = [aws_sqs_queue.interruption.arn]
   }
 
+  # The wake queue: the provisioner sends the next wake; its event source
+  # mapping receives and deletes with the function's role.
+  dynamic "statement" {
+    for_each = local.wake ? [aws_sqs_queue.wake[0].arn] : []
+    content {
+      sid    = "WakeQueue"
+      effect = "Allow"
+      actions = [
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage",
+        "sqs:SendMessage",
+      ]
+      resources = [statement.value]
+    }
+  }
+
   # Lambda's on-failure destination writes with the function's role.
   statement {
     sid       = "FailedInvocations"

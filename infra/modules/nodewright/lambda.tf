@@ -77,6 +77,20 @@ resource "aws_lambda_function_event_invoke_config" "this" {
 
 # The interruption queue drives the interruption function; a message the
 # function reports as failed (ReportBatchItemFailures) is received again.
+# The wake queue invokes the provisioner, one message per invocation.
+resource "aws_lambda_event_source_mapping" "wake" {
+  count = local.wake ? 1 : 0
+
+  event_source_arn = aws_sqs_queue.wake[0].arn
+  function_name    = aws_lambda_function.this["provisioner"].arn
+  batch_size       = 1
+
+  scaling_config {
+    # SQS mappings allow no fewer; the provisioner's reserved concurrency is 2.
+    maximum_concurrency = 2
+  }
+}
+
 resource "aws_lambda_event_source_mapping" "interruption" {
   event_source_arn        = aws_sqs_queue.interruption.arn
   function_name           = aws_lambda_function.this["interruption"].arn

@@ -13,14 +13,16 @@ locals {
   # The four functions. Keys are the function (and binary) names; each
   # zip is `<artifacts_dir>/<key>/bootstrap.zip`.
   functions = {
-    # EventBridge schedule, every minute: ticks about every second until
-    # its deadline minus 5 s, holding the provisioner lease. One at a time.
+    # EventBridge schedule, every minute, and the wake queue: ticks about
+    # every second until its deadline minus 5 s (or its first quiet tick),
+    # holding the provisioner lease. One ticks at a time; with the wake
+    # queue a second may start beside it, find the lease held and end.
     # With disruption_in_provisioner it runs the disruption loop too.
     provisioner = {
       description          = "Pending pods to batches, claims and launched, registered, bound nodes"
       memory_size          = var.memory_size.provisioner
       timeout              = 60
-      reserved_concurrency = 1
+      reserved_concurrency = local.wake ? 2 : 1
       asynchronous         = true
       # A missed minute is covered by the next schedule: never retry or queue old ones.
       maximum_retry_attempts       = 0
@@ -78,10 +80,17 @@ locals {
     # Read by the scheduled functions (shared/src/live.rs).
     NODEWRIGHT_END_WHEN_QUIET = tostring(var.end_invocations_when_quiet)
     NODEWRIGHT_GAUGES         = tostring(var.publish_gauges)
-    RUST_LOG                  = var.log_level
+    # Read by the provisioner only: where an invocation asks for the next.
+    NODEWRIGHT_WAKE_QUEUE_URL     = local.wake ? aws_sqs_queue.wake[0].url : ""
+    NODEWRIGHT_QUIET_WAKE_SECONDS = tostring(max(var.quiet_wake_seconds, 1))
+    RUST_LOG                      = var.log_level
   }
 
   in_vpc = length(var.subnet_ids) > 0
+
+  # The provisioner's wake queue (sqs.tf): with invocations that end when
+  # quiet, it invokes the next one quiet_wake_seconds after.
+  wake = var.end_invocations_when_quiet && var.quiet_wake_seconds > 0
 
   tags = merge(var.tags, { "app.kubernetes.io/name" = "nodewright", "nodewright/cluster" = var.cluster_name })
 }

@@ -39,6 +39,73 @@ resource "aws_sqs_queue" "interruption" {
   }
 }
 
+# The provisioner's wake queue: each provisioner invocation ends by sending
+# one message delayed quiet_wake_seconds, whose event source mapping
+# invokes the provisioner again (one waits at a time: the functions' wake
+# lease). A wake is worth nothing once the minute's schedule has come, so
+# nothing is kept: a message whose invocation failed expires instead of
+# coming back (the failed invocation sent the next one), and there is no
+# dead-letter queue to alarm on.
+resource "aws_sqs_queue" "wake" {
+  count = local.wake ? 1 : 0
+
+  name                      = "${var.name}-wake"
+  message_retention_seconds = 60
+  # An event source needs at least the function's timeout.
+  visibility_timeout_seconds = local.functions.provisioner.timeout
+  sqs_managed_sse_enabled    = local.sqs_managed_sse
+  kms_master_key_id          = var.kms_key_arn
+  tags                       = local.tags
+}
+
+# Only the functions' role sends to the wake queue; nothing without TLS.
+data "aws_iam_policy_document" "wake_queue" {
+  count = local.wake ? 1 : 0
+
+  statement {
+    sid       = "OnlyTheFunctions"
+    effect    = "Deny"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.wake[0].arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "ArnNotEquals"
+      variable = "aws:PrincipalArn"
+      values   = [aws_iam_role.functions.arn]
+    }
+  }
+
+  statement {
+    sid       = "DenyNonTLS"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [aws_sqs_queue.wake[0].arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "wake" {
+  count = local.wake ? 1 : 0
+
+  queue_url = aws_sqs_queue.wake[0].id
+  policy    = data.aws_iam_policy_document.wake_queue[0].json
+}
+
 resource "aws_sqs_queue" "interruption_dlq" {
   name                      = "${var.name}-interruption-dlq"
   message_retention_seconds = 1209600

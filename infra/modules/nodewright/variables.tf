@@ -131,9 +131,20 @@ variable "disruption_in_provisioner" {
 }
 
 variable "end_invocations_when_quiet" {
-  description = "End each scheduled invocation at its first quiet tick (nothing pending to launch, every node registered, no removal in progress) instead of ticking until its timeout. Lambda bills the seconds an invocation runs: about $0.70 a month of Lambda instead of $8 for 100 nodes (python3 infra/running-cost.py --end-when-quiet). The price: a pod that becomes pending while the cluster is quiet waits up to a minute for the next invocation instead of about a second, and a spot warning's drain starts at the next invocation (the interruption function taints the node at once; the evictions then come up to a minute into the two-minute notice); once something is in flight, the invocation ticks every second as usual."
+  description = "End each scheduled invocation at its first quiet tick (nothing pending to launch, every node registered, no removal in progress) instead of ticking until its timeout, and let the wake queue invoke the provisioner again quiet_wake_seconds later. Lambda bills the seconds an invocation runs: about $1 a month of Lambda instead of $8 for 100 nodes (python3 infra/running-cost.py). The price: a pod that becomes pending while the cluster is quiet waits up to quiet_wake_seconds (10 s: Cluster Autoscaler's scan interval) for the next invocation instead of about a second; once something is in flight, the invocation ticks every second as usual. Set false for an invocation listening all minute (sub-second reaction from quiet, about $8 more a month)."
   type        = bool
-  default     = false
+  default     = true
+}
+
+variable "quiet_wake_seconds" {
+  description = "With end_invocations_when_quiet: how long after an invocation ends its wake queue invokes the provisioner again (one SQS message delayed this long; at most one waits at a time). 0 makes no wake queue: the next invocation is the minute's schedule."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.quiet_wake_seconds == floor(var.quiet_wake_seconds) && var.quiet_wake_seconds >= 0 && var.quiet_wake_seconds <= 900
+    error_message = "quiet_wake_seconds must be whole seconds from 0 (no wake queue) to 900 (SQS's longest message delay)."
+  }
 }
 
 variable "publish_gauges" {

@@ -17,7 +17,7 @@ pub const MAX_DELAY: SignedDuration = SignedDuration::from_secs(900);
 /// The queue a wake message goes to.
 #[derive(Debug, Clone)]
 pub struct WakeQueue {
-    client: aws_sdk_sqs::Client,
+    sqs: aws_sdk_sqs::Client,
     url: String,
 }
 
@@ -33,7 +33,7 @@ pub struct WakeError {
 impl WakeQueue {
     pub fn new(sdk: &SdkConfig, url: impl Into<String>) -> WakeQueue {
         WakeQueue {
-            client: aws_sdk_sqs::Client::new(sdk),
+            sqs: aws_sdk_sqs::Client::new(sdk),
             url: url.into(),
         }
     }
@@ -48,7 +48,7 @@ impl WakeQueue {
     pub async fn send(&self, after: SignedDuration, sender: &str) -> Result<(), WakeError> {
         let delay = after.as_secs().clamp(0, MAX_DELAY.as_secs());
         let body = serde_json::json!({ "wake": { "after_s": delay, "sent_by": sender } });
-        self.client
+        self.sqs
             .send_message()
             .queue_url(&self.url)
             .message_body(body.to_string())

@@ -198,8 +198,11 @@ def four_functions_on_provided_al2023_with_the_architecture_input():
     assert expr(f["timeout"]) == "each.value.timeout" and expr(f["memory_size"]) == "each.value.memory_size"
     assert expr(f["reserved_concurrent_executions"]) == "each.value.reserved_concurrency"
     assert fns["provisioner"]["timeout"] == 60 and fns["disruption"]["timeout"] == 60, "scheduled functions run 60 s"
-    assert fns["provisioner"]["reserved_concurrency"] == 1 and fns["disruption"]["reserved_concurrency"] == 1, \
-        "one provisioner and one disruption invocation at a time"
+    # One provisioner invocation ticks at a time (its lease); with the wake
+    # queue a second may start beside it, find the lease held and end.
+    assert expr(fns["provisioner"]["reserved_concurrency"]) == "local.wake ? 2 : 1", \
+        f"provisioner reserved concurrency {fns['provisioner']['reserved_concurrency']}"
+    assert fns["disruption"]["reserved_concurrency"] == 1, "one disruption invocation at a time"
     assert expr(fns["interruption"]["timeout"]) == "var.interruption_timeout"
     for name, spec in fns.items():
         assert (spec["asynchronous"] is True) == (name in ASYNCHRONOUS), f"{name}: asynchronous should be {name in ASYNCHRONOUS}"
@@ -243,9 +246,10 @@ def every_function_has_its_trigger():
     inline = m.variables["disruption_in_provisioner"]
     assert expr(inline["type"]) == "bool" and inline["default"] is True, f"disruption_in_provisioner {inline}"
     assert expr(m.locals["environment"]["NODEWRIGHT_PROVISIONER_RUNS_DISRUPTION"]) == "tostring(var.disruption_in_provisioner)"
-    # Ending invocations when quiet trades reaction for cost: opt-in, as are
-    # the gauges' opt-out; both reach the functions' environment.
-    for var, env, default in [("end_invocations_when_quiet", "NODEWRIGHT_END_WHEN_QUIET", False),
+    # Invocations end when quiet by default (the wake queue brings the next
+    # within quiet_wake_seconds); the gauges are published by default; both
+    # reach the functions' environment.
+    for var, env, default in [("end_invocations_when_quiet", "NODEWRIGHT_END_WHEN_QUIET", True),
                               ("publish_gauges", "NODEWRIGHT_GAUGES", True)]:
         v = m.variables[var]
         assert expr(v["type"]) == "bool" and v["default"] is default, f"{var} {v}"
@@ -261,6 +265,23 @@ def every_function_has_its_trigger():
     assert expr(sc["arn"]) == 'aws_lambda_function.this["state-change"].arn', f"state-change target {sc['arn']}"
     perm = m.resource("aws_lambda_permission", "state_change")
     assert perm["principal"] == "events.amazonaws.com" and "aws_cloudwatch_event_rule.state_change.arn" in perm["source_arn"]
+
+    # The wake queue exists when invocations end when quiet, and invokes
+    # the provisioner one message at a time; the provisioner learns it and
+    # the delay from its environment, and may send to it.
+    assert expr(m.locals["wake"]) == "var.end_invocations_when_quiet && var.quiet_wake_seconds > 0", f"wake {m.locals['wake']}"
+    assert m.variables["quiet_wake_seconds"]["default"] == 10
+    wake_q = m.resource("aws_sqs_queue", "wake")
+    assert expr(wake_q["count"]) == "local.wake ? 1 : 0"
+    assert expr(wake_q["visibility_timeout_seconds"]) == "local.functions.provisioner.timeout"
+    wake_esm = m.resource("aws_lambda_event_source_mapping", "wake")
+    assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
+    assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
+    assert expr(wake_esm["event_source_arn"]) == "aws_sqs_queue.wake[0].arn" and wake_esm["batch_size"] == 1
+    assert "aws_sqs_queue.wake[0].url" in expr(m.locals["environment"]["NODEWRIGHT_WAKE_QUEUE_URL"])
+    assert "var.quiet_wake_seconds" in expr(m.locals["environment"]["NODEWRIGHT_QUIET_WAKE_SECONDS"])
+    assert "aws_sqs_queue.wake[0].arn" in json.dumps(m.data[("aws_iam_policy_document", "functions")]), \
+        "the functions' role may use the wake queue"
 
     esm = m.resource("aws_lambda_event_source_mapping", "interruption")
     assert expr(esm["function_name"]) == 'aws_lambda_function.this["interruption"].arn'
@@ -330,6 +351,23 @@ def the_interruption_queue():
     conds = [expr(p["condition"]) for p in pre]
     assert any("var.interruption_max_receive_count * local.interruption_visibility < local.interruption_retention" in c
                for c in conds), f"no maxReceiveCount x visibility < retention precondition: {conds}"
+    # The wake queue exists when invocations end when quiet, and invokes
+    # the provisioner one message at a time; the provisioner learns it and
+    # the delay from its environment, and may send to it.
+    assert expr(m.locals["wake"]) == "var.end_invocations_when_quiet && var.quiet_wake_seconds > 0", f"wake {m.locals['wake']}"
+    assert m.variables["quiet_wake_seconds"]["default"] == 10
+    wake_q = m.resource("aws_sqs_queue", "wake")
+    assert expr(wake_q["count"]) == "local.wake ? 1 : 0"
+    assert expr(wake_q["visibility_timeout_seconds"]) == "local.functions.provisioner.timeout"
+    wake_esm = m.resource("aws_lambda_event_source_mapping", "wake")
+    assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
+    assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
+    assert expr(wake_esm["event_source_arn"]) == "aws_sqs_queue.wake[0].arn" and wake_esm["batch_size"] == 1
+    assert "aws_sqs_queue.wake[0].url" in expr(m.locals["environment"]["NODEWRIGHT_WAKE_QUEUE_URL"])
+    assert "var.quiet_wake_seconds" in expr(m.locals["environment"]["NODEWRIGHT_QUIET_WAKE_SECONDS"])
+    assert "aws_sqs_queue.wake[0].arn" in json.dumps(m.data[("aws_iam_policy_document", "functions")]), \
+        "the functions' role may use the wake queue"
+
     esm = m.resource("aws_lambda_event_source_mapping", "interruption")
     assert esm["function_response_types"] == ["ReportBatchItemFailures"], "failed items must go back, not the batch"
     for name, queue in m.of_type("aws_sqs_queue").items():
@@ -369,7 +407,7 @@ def the_queue_policy_lets_only_eventbridge_and_the_functions_send_and_denies_non
     c = conditions(deny_send[0])
     assert c.get("aws:PrincipalServiceName") == ("StringNotEquals", ["events.amazonaws.com"]), f"deny conditions {c}"
     assert c.get("aws:PrincipalArn", ("", []))[0] == "ArnNotEquals" and "aws_iam_role.functions.arn" in str(c["aws:PrincipalArn"][1])
-    for policy in ["interruption_queue", "failed_invocations", "interruption_dlq"]:
+    for policy in ["interruption_queue", "failed_invocations", "interruption_dlq", "wake_queue"]:
         tls = [s for s in policy_statements(m, policy) if s.get("effect") == "Deny" and s["actions"] == ["sqs:*"]]
         assert tls and conditions(tls[0]).get("aws:SecureTransport") == ("Bool", ["false"]), f"{policy} does not deny non-TLS access"
 
@@ -400,7 +438,7 @@ EC2_READ = re.compile(r"^ec2:(Describe|Get)")
 # actions listed below with why.
 SDK_SOURCES = os.path.join(ROOT, "shared", "src", "aws")
 # Receiver field/variable name -> IAM service prefix.
-SDK_CLIENTS = {"ec2": "ec2", "client": "dynamodb", "pricing": "pricing", "ssm": "ssm", "eks": "eks"}
+SDK_CLIENTS = {"ec2": "ec2", "client": "dynamodb", "pricing": "pricing", "ssm": "ssm", "eks": "eks", "sqs": "sqs"}
 SDK_CALL = re.compile(
     r"\b(" + "|".join(SDK_CLIENTS) + r")\s*\.\s*((?:describe|create|delete|terminate|run|get|put|update|scan|query|"
     r"transact|batch|send|receive|change)[a-z_]*)\(\)"
@@ -424,7 +462,7 @@ PLATFORM = {
     "sqs:ReceiveMessage": "the interruption queue's event source mapping",
     "sqs:DeleteMessage": "the interruption queue's event source mapping",
     "sqs:GetQueueAttributes": "the interruption queue's event source mapping",
-    "sqs:SendMessage": "Lambda's on-failure destination (failed asynchronous invocations)",
+    "sqs:SendMessage": "Lambda's on-failure destination (failed asynchronous invocations); the code's wake messages too",
     "logs:CreateLogStream": "the functions' logs",
     "logs:PutLogEvents": "the functions' logs",
     "kms:Decrypt": "tables, queues and environment under a customer key (kms:ViaService)",
@@ -565,7 +603,13 @@ def each_iam_statement_is_scoped():
         if "eks:DescribeCluster" in actions:
             assert resources == ["${local.cluster_arn}"], f"{sid}: DescribeCluster on {resources}"
         if any(a.startswith("sqs:") for a in actions):
-            assert all(re.fullmatch(r"\$\{aws_sqs_queue\.\w+\.arn\}", r) for r in resources), f"{sid}: SQS on {resources}"
+            if sid == "WakeQueue":
+                # A dynamic statement: the queue exists only with local.wake.
+                iam = open(os.path.join(ROOT, "infra", "modules", "nodewright", "iam.tf"), encoding="utf-8").read()
+                assert resources == ["${statement.value}"] and \
+                    "for_each = local.wake ? [aws_sqs_queue.wake[0].arn] : []" in iam, f"{sid}: SQS on {resources}"
+            else:
+                assert all(re.fullmatch(r"\$\{aws_sqs_queue\.\w+\.arn\}", r) for r in resources), f"{sid}: SQS on {resources}"
         if any(a.startswith("dynamodb:") for a in actions):
             assert set(resources) <= {"${aws_dynamodb_table.config.arn}", "${aws_dynamodb_table.state.arn}"}, f"{sid}: DynamoDB on {resources}"
             if "${aws_dynamodb_table.config.arn}" in resources:
