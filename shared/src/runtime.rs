@@ -286,15 +286,23 @@ static DISRUPTION_CONFIG: std::sync::LazyLock<ConfigReader> =
     std::sync::LazyLock::new(ConfigReader::new);
 static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
 
-/// The disruption loop with the container's reader and memory, whichever
-/// function runs it.
-fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>, loops: Loops) -> Disruption<P> {
+/// The disruption loop's settings for what the invocation runs.
+fn disruption_settings(loops: Loops) -> DisruptionSettings {
     let settings = DisruptionSettings {
-        end_when_quiet: loops.end_when_quiet,
         gauges: loops.gauges,
         ..DisruptionSettings::default()
     };
-    Disruption::new(ports, settings, holder)
+    if loops.end_when_quiet {
+        settings.ending_when_quiet()
+    } else {
+        settings
+    }
+}
+
+/// The disruption loop with the container's reader and memory, whichever
+/// function runs it.
+fn disruption_loop<P: PortSet>(ports: P, holder: impl Into<String>, loops: Loops) -> Disruption<P> {
+    Disruption::new(ports, disruption_settings(loops), holder)
         .with_config_reader(DISRUPTION_CONFIG.clone())
         .with_memory(DISRUPTION_MEMORY.clone())
 }

@@ -96,6 +96,27 @@ impl Default for DisruptionSettings {
     }
 }
 
+/// How often decisions come when invocations end at their first quiet
+/// tick. A decision gathers every pod and node of the cluster; the
+/// provisioner's wake queue brings an invocation every few seconds, and
+/// deciding in each would be most of what a quiet cluster costs. Once a
+/// minute is what the scheduled invocations brought before the wake queue;
+/// invocations listening all minute decide every 10 s, as Karpenter's
+/// controller polls.
+pub const QUIET_DECIDE_EVERY: SignedDuration = SignedDuration::from_mins(1);
+
+impl DisruptionSettings {
+    /// These settings for invocations that end at their first quiet tick:
+    /// decisions once a minute ([`QUIET_DECIDE_EVERY`]).
+    pub fn ending_when_quiet(self) -> DisruptionSettings {
+        DisruptionSettings {
+            end_when_quiet: true,
+            decide_every: QUIET_DECIDE_EVERY,
+            ..self
+        }
+    }
+}
+
 /// What one tick did, for tests, the simulator and the log.
 #[derive(Debug, Clone, Default)]
 pub struct TickReport {

@@ -326,6 +326,28 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     assert_eq!(used.transact_write, 0, "{used:?}");
     assert!(lease_is_free(&ports.store, nodewright::handlers::provisioner::LEASE).await);
     assert!(lease_is_free(&ports.store, nodewright::handlers::disruption::LEASE).await);
+    // The invocation the wake queue brings a few seconds later: no decision
+    // is due (once a minute when ending when quiet), so it reads the
+    // version markers and takes and gives back the provisioner's lease —
+    // the running-cost model's figure for a wake.
+    let (before, started) = (ports.store.requests(), std::time::Instant::now());
+    let woken = scheduled_invocation(&ports, "woken-5", until(30), economy)
+        .await
+        .expect("the woken invocation");
+    let (used, seconds) = (
+        ports.store.requests() - before,
+        started.elapsed().as_secs_f64(),
+    );
+    assert_eq!(
+        woken,
+        Ticks {
+            provisioner: 1,
+            disruption: Some(1)
+        }
+    );
+    eprintln!("a woken invocation, no decision due: {used:?} in {seconds:.2} s");
+    assert_eq!(used.state_scans, 0, "nothing was written: {used:?}");
+    assert_eq!(used.transact_write, 0, "{used:?}");
 }
 
 /// Whether lease `name` is free, asked the only way the store allows: by

@@ -16,7 +16,12 @@ use nodewright_tests::sim::sim_cloud;
 
 const REGION: &str = "us-east-1";
 
-async fn ports() -> Ports<nodewright::sim::SimCloud, nodewright::sim::SimCluster, nodewright::aws::DynamoStore, SystemClock> {
+async fn ports() -> Ports<
+    nodewright::sim::SimCloud,
+    nodewright::sim::SimCluster,
+    nodewright::aws::DynamoStore,
+    SystemClock,
+> {
     let clock = SimClock::default();
     Ports {
         cloud: sim_cloud(REGION, &clock),
@@ -102,7 +107,10 @@ async fn a_wake_that_could_not_be_sent_leaves_the_next_invocation_free_to_send()
     let WakeOutcome::Failed(why) = wake_after(&ports, &missing, "unlucky").await else {
         panic!("a queue that does not exist takes no message");
     };
-    assert!(why.contains("wake queue") && why.contains("SendMessage"), "{why}");
+    assert!(
+        why.contains("wake queue") && why.contains("SendMessage"),
+        "{why}"
+    );
     let wake = Wake {
         queue: nodewright::aws::WakeQueue::new(&sdk, &url),
         after: SignedDuration::from_secs(1),

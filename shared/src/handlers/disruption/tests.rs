@@ -1244,3 +1244,38 @@ mod instance_health {
         });
     }
 }
+
+/// With invocations that end when quiet, the wake queue brings one every
+/// few seconds: a decision (every pod and node gathered) comes once a
+/// minute there, every 10 s in invocations listening all minute.
+#[test]
+fn invocations_that_end_when_quiet_decide_once_a_minute_not_at_every_wake() {
+    rt().block_on(async {
+        let sim = world(MemStore::new(), 1, "10%", false).await;
+        for (settings, decides_10_s_later) in [
+            (DisruptionSettings::default(), true),
+            (DisruptionSettings::default().ending_when_quiet(), false),
+        ] {
+            let mut d = Disruption::new(sim.ports(), settings, "invocation");
+            assert!(
+                d.acquire_lease(sim.now() + SignedDuration::from_mins(5))
+                    .await
+                    .expect("lease")
+            );
+            assert!(
+                d.tick().await.expect("tick").plan.is_some(),
+                "the first tick decides"
+            );
+            sim.clock.set(sim.now() + SignedDuration::from_secs(11));
+            assert_eq!(
+                d.tick().await.expect("tick").plan.is_some(),
+                decides_10_s_later
+            );
+            sim.clock.set(sim.now() + SignedDuration::from_secs(50));
+            assert!(
+                d.tick().await.expect("tick").plan.is_some(),
+                "a minute after the first decision"
+            );
+        }
+    });
+}
