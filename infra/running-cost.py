@@ -47,18 +47,30 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--separate-disruption", action="store_true",
                     help="the module's disruption_in_provisioner = false: disruption is its own always-on invocation "
                          "(by default its loop runs inside the provisioner's, at no extra Lambda time)")
-    ap.add_argument("--end-when-quiet", action="store_true",
-                    help="the module's end_invocations_when_quiet = true: an invocation ends at its first quiet tick; "
+    ap.add_argument("--always-on", action="store_true",
+                    help="the module's end_invocations_when_quiet = false: every minute's invocation ticks all minute "
+                         "(sub-second reaction from quiet); by default an invocation ends at its first quiet tick and "
                          "only the minutes with something in flight (a burst being launched and bound, a removal) "
                          "tick all minute")
+    ap.add_argument("--quiet-wake-s", type=float, default=10.0,
+                    help="the module's quiet_wake_seconds: after an invocation ends, its wake queue invokes the "
+                         "provisioner again this much later (0: no wake queue, the minute's schedule only)")
     ap.add_argument("--quiet-s", type=float, default=2.0,
-                    help="billed seconds of a quiet invocation that ends when quiet (one tick per loop: a pod and node "
-                         "listing, the instances every minute, one decision pass; 0.06 s on the local emulator, "
-                         "tests/tests/suite/aws_scenarios.rs; 2 s allows for the real API round trips and cold starts)")
+                    help="billed seconds of the quiet invocation that decides (once a minute: a pod and node "
+                         "listing, the instances, one decision pass; 0.05 s on the local emulator, "
+                         "tests/tests/suite/aws_scenarios.rs; 2 s allows for the real API round trips and a cold start)")
+    ap.add_argument("--wake-s", type=float, default=0.3,
+                    help="billed seconds of a woken invocation with no decision due (the provisioner's tick: "
+                         "pending pods, the version markers, its lease, the next wake message; 0.05 s on the local "
+                         "emulator, same test; 0.3 s allows for the real round trips to DynamoDB, SQS and the "
+                         "cluster's API server: an estimate, not measured in an AWS account)")
     ap.add_argument("--quiet-getitems", type=float, default=8.0,
-                    help="GetItems of a quiet invocation that ends when quiet (measured: 8, same test)")
+                    help="GetItems of a quiet invocation (measured: 8, same test, woken or deciding)")
+    ap.add_argument("--quiet-writes", type=float, default=4.0,
+                    help="writes of a quiet invocation: both leases taken and given back (measured: 2 PutItems + "
+                         "2 DeleteItems, same test); the wake lease is one more per wake message")
     ap.add_argument("--busy-minutes-per-change", type=float, default=4.0,
-                    help="with --end-when-quiet: minutes that tick all minute per node launched or removed (batch, "
+                    help="minutes that tick all minute per node launched or removed (not with --always-on) (batch, "
                          "launch and registration ~2; a removal's drain ~2)")
     ap.add_argument("--no-gauges", action="store_true",
                     help="the module's publish_gauges = false: Karpenter's gauges (queue depth, each pool's usage, "
@@ -141,25 +153,41 @@ def compute(a: argparse.Namespace) -> dict:
         return invocations
 
     changes = a.nodes * a.churn_per_day * 30.4  # nodes launched (and as many terminated) per month
-    # With --end-when-quiet only the busy minutes tick all minute.
-    busy = min(MINUTES, changes * a.busy_minutes_per_change) if a.end_when_quiet else MINUTES
+    # Ending when quiet, only the busy minutes tick all minute.
+    end_when_quiet = not a.always_on
+    busy = min(MINUTES, changes * a.busy_minutes_per_change) if end_when_quiet else MINUTES
     quiet = MINUTES - busy
+    # The wake queue: after each invocation another one, quiet_wake_s later.
+    # In a quiet minute those are short; in a busy one they find the
+    # provisioner's lease held and end at once. Where it is enabled the
+    # module makes it only when ending when quiet.
+    wake = a.quiet_wake_s > 0 and end_when_quiet
+    wakes_per_quiet_minute = 60 / (a.quiet_wake_s + a.wake_s) if wake else 0.0
+    woken_quiet = quiet * wakes_per_quiet_minute
+    woken_busy = busy * 60 / a.quiet_wake_s if wake else 0.0
     inv = 0.0
 
-    def scheduled(name: str, busy_s: float, mb: int, note: str):
+    def scheduled(name: str, busy_s: float, mb: int, note: str, deciding: bool):
         nonlocal inv
-        if a.end_when_quiet:
+        if end_when_quiet:
             inv += lam(f"{name}, busy minutes", busy, busy_s, mb, note + "; a minute with something in flight")
-            inv += lam(f"{name}, quiet minutes", quiet, a.quiet_s, mb, "ends at its first quiet tick")
+            if deciding:
+                inv += lam(f"{name}, quiet minutes", quiet, a.quiet_s, mb,
+                           "ends at its first quiet tick; the one a minute that decides")
         else:
             inv += lam(name, MINUTES, busy_s, mb, note)
 
     if a.separate_disruption:
-        scheduled("provisioner", a.provisioner_s, a.provisioner_mb, "every minute, ticking ~1 s")
-        scheduled("disruption", a.disruption_s, a.disruption_mb, "every minute")
+        scheduled("provisioner", a.provisioner_s, a.provisioner_mb, "every minute, ticking ~1 s", False)
+        scheduled("disruption", a.disruption_s, a.disruption_mb, "every minute", True)
     else:
         scheduled("provisioner", a.provisioner_s, a.provisioner_mb,
-                  "every minute, ticking ~1 s; the disruption loop runs beside it")
+                  "every minute, ticking ~1 s; the disruption loop runs beside it", True)
+    if wake:
+        inv += lam("provisioner, woken", woken_quiet, a.wake_s, a.provisioner_mb,
+                   f"the wake queue, {a.quiet_wake_s:g} s after each quiet invocation")
+        inv += lam("provisioner, woken while busy", woken_busy, 0.05, a.provisioner_mb,
+                   "finds the lease held and ends")
     # Containers that each keep their own state view.
     viewers = 2 if a.separate_disruption else 1
     sc = changes * a.states_per_instance * a.account_instances_factor
@@ -179,7 +207,8 @@ def compute(a: argparse.Namespace) -> dict:
                      "usd": reads * DDB_READ_UNIT,
                      "note": f"config + state Scan ({state_kb:,.0f} KB) + batch GetItem per tick"})
     else:
-        gets = a.getitems_per_second * busy * 60 + quiet * a.quiet_getitems * (2 if a.separate_disruption else 1)
+        quiet_invocations = quiet * (2 if a.separate_disruption else 1) + woken_quiet
+        gets = a.getitems_per_second * busy * 60 + quiet_invocations * a.quiet_getitems + woken_busy
         state_writes = changes * 6 + a.nodes * a.interruption_events_per_node_month * 6
         scans = viewers * HOURS * a.view_rescans_per_hour + state_writes * a.scans_per_state_write * viewers / 2
         reads = gets + scans * scan_units
@@ -190,27 +219,35 @@ def compute(a: argparse.Namespace) -> dict:
     # Writes: per launched node ~ claim create (transaction, 2 items × claim size) + 4 updates;
     # lease and batch writes per invocation.
     claim_w = units(a.claim_item_kb, 1)
-    writes = changes * (2 * (claim_w + 1) + 4 * claim_w + 2 * (claim_w + 1)) + 2 * MINUTES * 3
+    writes = changes * (2 * (claim_w + 1) + 4 * claim_w + 2 * (claim_w + 1)) + 2 * busy * 3
+    if end_when_quiet:
+        writes += (quiet + woken_quiet) * a.quiet_writes + (woken_quiet + woken_busy)  # + the wake lease
     rows.append({"item": "DynamoDB writes", "quantity": f"{writes / 1e6:,.2f} M WRU", "usd": writes * DDB_WRITE_UNIT,
                  "note": "claims (create, launch, register, delete in transactions), leases, batch window"})
     sqs = ie * 4  # send, receive, delete, + a continuation
     # The event source mapping long-polls with 5 pollers at least, 20-s waits:
     # 15 (billed) ReceiveMessage calls a minute even when the queue is empty.
     sqs += 5 * 3 * MINUTES
+    if wake:
+        # The wake queue's mapping polls the same way; each wake is a send,
+        # the receive that returns it and a delete.
+        sqs += 5 * 3 * MINUTES + 3 * (woken_quiet + woken_busy)
     rows.append({"item": "SQS requests", "quantity": f"{sqs / 1e6:,.2f} M", "usd": sqs * SQS_REQUEST,
-                 "note": "the event source mapping's long polls dominate"})
-    # The gauges (every series but the heartbeat) go out every 10 s while the
+                 "note": "the event source mappings' long polls" + (" and the wake messages" if wake else "")})
+    # The gauges (every series but the heartbeat) go out every 30 s while the
     # provisioner's loop runs: one EMF line each.
     # The provisioner's (queue depth; per pool five usages, each limit, the
     # cost) and the disruption loop's eligible nodes (empty, drifted,
     # underutilized), every decision.
     gauges = 0 if a.no_gauges else 1 + a.nodepools * (5 + a.pool_limits + 1) + 3
-    # Each invocation publishes them on its first tick, then every 10 s.
-    gauge_lines = gauges * (6 * busy + quiet)
+    # Every 30 s, across the invocations of a container (the provisioner's
+    # memory); quiet invocations of the economy deployment without a wake
+    # queue publish once each.
+    gauge_lines = gauges * (2 * busy + (2 * quiet if wake else quiet))
     log_gb = (inv * a.log_kb_per_invocation * 1024 + gauge_lines * a.emf_line_bytes) / 1024**3
     rows.append({"item": "CloudWatch Logs", "quantity": f"{log_gb:,.2f} GB", "usd": log_gb * LOGS_INGEST_GB,
                  "note": "ingestion: invocation lines and the gauges' EMF lines"})
-    # Published every 10 s by the provisioner's loop, so present every hour:
+    # Published every 30 s by the provisioner's loop, so present every hour:
     # karpenter_scheduler_queue_depth, and per NodePool the usage of cpu,
     # memory, pods, ephemeral-storage and nodes, each limit and the cost;
     # the disruption loop's karpenter_voluntary_disruption_eligible_nodes

@@ -256,8 +256,9 @@ pub async fn scheduled_invocation<P: PortSet>(
         gauges: loops.gauges,
         ..ProvisionerSettings::default()
     };
-    let mut p =
-        Provisioner::new(&ports, settings, holder).with_config_reader(PROVISIONER_CONFIG.clone());
+    let mut p = Provisioner::new(&ports, settings, holder)
+        .with_config_reader(PROVISIONER_CONFIG.clone())
+        .with_memory(PROVISIONER_MEMORY.clone());
     if !loops.disruption {
         let provisioner = p.run_until(until, sleep).await?;
         return Ok(Ticks {
@@ -279,12 +280,15 @@ pub async fn scheduled_invocation<P: PortSet>(
 
 // One reader and one memory per container, whichever function runs the
 // loop: a warm container re-reads only what changed and remembers when the
-// next disruption decision is due.
+// next disruption decision is due, when instances were last compared with
+// claims and when the gauges last went out.
 static PROVISIONER_CONFIG: std::sync::LazyLock<ConfigReader> =
     std::sync::LazyLock::new(ConfigReader::new);
 static DISRUPTION_CONFIG: std::sync::LazyLock<ConfigReader> =
     std::sync::LazyLock::new(ConfigReader::new);
 static DISRUPTION_MEMORY: std::sync::LazyLock<Memory> = std::sync::LazyLock::new(Memory::default);
+static PROVISIONER_MEMORY: std::sync::LazyLock<crate::handlers::provisioner::Memory> =
+    std::sync::LazyLock::new(Default::default);
 
 /// The disruption loop's settings for what the invocation runs.
 fn disruption_settings(loops: Loops) -> DisruptionSettings {

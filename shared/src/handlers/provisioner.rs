@@ -83,8 +83,9 @@ fn with_config_reason(
 
 /// How often the provisioner publishes its gauges (pending pods, each
 /// pool's usage, limits and cost): CloudWatch's standard resolution is a
-/// minute, and a gauge is a line of log each time.
-const GAUGES_EVERY: SignedDuration = SignedDuration::from_secs(10);
+/// minute, and a gauge is a line of log each time; twice a minute leaves
+/// no minute without a value.
+const GAUGES_EVERY: SignedDuration = SignedDuration::from_secs(30);
 /// How long a quiet provisioner trusts the empty batch record it last read.
 const QUIET_BATCH_REREAD: SignedDuration = SignedDuration::from_secs(30);
 
@@ -198,6 +199,39 @@ impl Default for ProvisionerSettings {
     }
 }
 
+/// What a process remembers between provisioner invocations (a warm
+/// Lambda container, the simulator): when it last compared instances with
+/// claims and last published the gauges. Invocations may come every few
+/// seconds (the wake queue); neither is done more often than its interval
+/// however many there are.
+#[derive(Debug, Clone, Default)]
+pub struct Memory(std::sync::Arc<std::sync::Mutex<MemoryState>>);
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    last_gc: Option<Timestamp>,
+    last_gauges: Option<Timestamp>,
+}
+
+impl Memory {
+    /// Whether what `field` remembers is `every` old (or never done); if so
+    /// it is remembered as done `now`.
+    fn due(
+        &self,
+        field: impl FnOnce(&mut MemoryState) -> &mut Option<Timestamp>,
+        every: SignedDuration,
+        now: Timestamp,
+    ) -> bool {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let last = field(&mut state);
+        let due = last.is_none_or(|t| now.duration_since(t) >= every);
+        if due {
+            *last = Some(now);
+        }
+        due
+    }
+}
+
 /// What one tick did, for tests and the simulator.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TickReport {
@@ -221,11 +255,11 @@ pub struct Provisioner<P: PortSet> {
     settings: ProvisionerSettings,
     /// Lease holder id (the invocation's request id).
     holder: String,
-    last_gc: Option<Timestamp>,
+    /// When the process last compared instances with claims and last
+    /// published the gauges.
+    memory: Memory,
     /// When this invocation advances removal commands next (the safety net).
     next_removals: Option<Timestamp>,
-    /// When this invocation last published its gauges.
-    last_gauges: Option<Timestamp>,
     /// When this invocation last read the batch record and found it empty
     /// (no window, nothing parked, nobody solving): while no pod is
     /// pending, ticks skip reading it again for [`QUIET_BATCH_REREAD`].
@@ -244,9 +278,8 @@ impl<P: PortSet> Provisioner<P> {
             ports,
             settings,
             holder: holder.into(),
-            last_gc: None,
+            memory: Memory::default(),
             next_removals: None,
-            last_gauges: None,
             batch_seen_empty_at: None,
             last_buffers: None,
             buffer_status: Vec::new(),
@@ -259,6 +292,12 @@ impl<P: PortSet> Provisioner<P> {
     /// so a warm container re-reads only what changed.
     pub fn with_config_reader(mut self, reader: ConfigReader) -> Self {
         self.config = reader;
+        self
+    }
+
+    /// Shares what the process remembers across invocations ([`Memory`]).
+    pub fn with_memory(mut self, memory: Memory) -> Self {
+        self.memory = memory;
         self
     }
 
@@ -322,12 +361,7 @@ impl<P: PortSet> Provisioner<P> {
         let pending = cluster.pending_pods().await?;
         let nodes = cluster.nodes().await?;
 
-        if self.settings.gauges
-            && self
-                .last_gauges
-                .is_none_or(|t| now.duration_since(t) >= GAUGES_EVERY)
-        {
-            self.last_gauges = Some(now);
+        if self.settings.gauges && self.memory.due(|m| &mut m.last_gauges, GAUGES_EVERY, now) {
             publish_gauges(&config, &claims, &usage, &pending, now);
         }
 
@@ -339,10 +373,9 @@ impl<P: PortSet> Provisioner<P> {
             self.carry_out(action, &config, &mut report).await?;
         }
         if self
-            .last_gc
-            .is_none_or(|t| now.duration_since(t) >= self.settings.gc_interval)
+            .memory
+            .due(|m| &mut m.last_gc, self.settings.gc_interval, now)
         {
-            self.last_gc = Some(now);
             if std::mem::take(&mut changed) {
                 let state = store.state(now).await?;
                 (claims, usage) = (state.claims, state.usage);

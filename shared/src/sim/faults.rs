@@ -19,6 +19,7 @@ struct CloudFaults {
     no_capacity: BTreeSet<OfferingKey>,
     fail_launches: usize,
     launch_calls: usize,
+    instances_calls: usize,
 }
 
 /// A `Cloud` whose launches can run out of capacity per offering, or fail
@@ -58,6 +59,11 @@ impl<C: Cloud> FaultyCloud<C> {
     /// Launch calls seen, failed ones included.
     pub fn launch_calls(&self) -> usize {
         self.lock().launch_calls
+    }
+
+    /// Instance listings seen (garbage collection's comparison).
+    pub fn instances_calls(&self) -> usize {
+        self.lock().instances_calls
     }
 }
 
@@ -108,6 +114,7 @@ impl<C: Cloud> Cloud for FaultyCloud<C> {
     }
 
     async fn instances(&self) -> Result<Vec<Instance>, CloudError> {
+        self.lock().instances_calls += 1;
         self.inner.instances().await
     }
 

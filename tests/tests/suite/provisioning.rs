@@ -974,3 +974,50 @@ async fn kube_scheduler_binding_beside_nodewright_never_overcommits_a_new_node()
     }
     assert_eq!(nodes.len(), 2, "a node for each lot");
 }
+
+/// The wake queue brings an invocation every few seconds: instances are
+/// compared with claims once a minute across them (the process's memory of
+/// it), not at the first tick of each.
+#[tokio::test]
+async fn invocations_a_few_seconds_apart_compare_instances_with_claims_once_a_minute() {
+    use nodewright::handlers::provisioner::Memory;
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    let clock = sim.clock.clone();
+    let advance = |d: SignedDuration| {
+        clock.advance(d);
+        async {}
+    };
+    let quiet = ProvisionerSettings {
+        end_when_quiet: true,
+        ..ProvisionerSettings::default()
+    };
+    let memory = Memory::default();
+    let listings = || sim.cloud.instances_calls();
+    let before = listings();
+    let start = sim.now();
+    // Six quiet invocations, 10 s apart, in one process.
+    for n in 0..6 {
+        let mut p = Provisioner::new(sim.ports(), quiet.clone(), format!("woken-{n}"))
+            .with_memory(memory.clone());
+        let deadline = sim.now() + SignedDuration::from_secs(55);
+        assert_eq!(p.run_until(deadline, advance).await.expect("runs"), 1);
+        clock.advance(SignedDuration::from_secs(10));
+    }
+    assert_eq!(listings() - before, 1, "one comparison in the first minute");
+    // A process of its own (another container) remembers nothing: it compares.
+    let mut fresh = Provisioner::new(sim.ports(), quiet.clone(), "other-container");
+    fresh
+        .run_until(sim.now() + SignedDuration::from_secs(55), advance)
+        .await
+        .expect("runs");
+    assert_eq!(listings() - before, 2);
+    // A minute after the first comparison, the next invocation compares again.
+    assert!(sim.now().duration_since(start) >= SignedDuration::from_mins(1));
+    let mut p = Provisioner::new(sim.ports(), quiet, "woken-6").with_memory(memory.clone());
+    p.run_until(sim.now() + SignedDuration::from_secs(55), advance)
+        .await
+        .expect("runs");
+    assert_eq!(listings() - before, 3);
+}
