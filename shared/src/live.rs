@@ -17,8 +17,8 @@
 //! - `NODEWRIGHT_END_WHEN_QUIET` (`true` or `false`, default `false`): the
 //!   scheduled invocations end at their first quiet tick instead of ticking
 //!   until their deadline (a fraction of the Lambda bill; pods that become
-//!   pending while the cluster is quiet wait up to a minute for the next
-//!   invocation).
+//!   pending while the cluster is quiet wait for the next invocation: the
+//!   wake queue's, below, or the minute's schedule).
 //! - `NODEWRIGHT_GAUGES` (`true` or `false`, default `true`): publish
 //!   Karpenter's gauges as CloudWatch metrics (each a custom metric billed
 //!   by the month).

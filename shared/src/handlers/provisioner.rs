@@ -173,10 +173,11 @@ pub struct ProvisionerSettings {
     /// own pace once seen).
     pub removals_interval: SignedDuration,
     /// End the invocation at the first quiet tick ([`TickReport::quiet`])
-    /// instead of ticking until the deadline: the next scheduled invocation
-    /// (a minute later) sees what became pending meanwhile. Lambda bills the
-    /// seconds an invocation runs, and ticking all minute is most of the
-    /// running cost; the price is up to a minute's reaction from quiet.
+    /// instead of ticking until the deadline: the next invocation (the wake
+    /// queue's, seconds later, or the minute's schedule) sees what became
+    /// pending meanwhile. Lambda bills the seconds an invocation runs, and
+    /// ticking all minute is most of the running cost; the price is that
+    /// wait's reaction from quiet.
     pub end_when_quiet: bool,
     /// Publish Karpenter's gauges (queue depth, each pool's usage, limits
     /// and cost). Each is a CloudWatch custom metric billed by the month.
