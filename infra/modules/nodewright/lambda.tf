@@ -86,7 +86,8 @@ resource "aws_lambda_event_source_mapping" "wake" {
   batch_size       = 1
 
   scaling_config {
-    # SQS mappings allow no fewer; the provisioner's reserved concurrency is 2.
+    # SQS mappings allow no fewer; the provisioner's reserved concurrency
+    # (3) leaves room for these two and the schedule's invocation.
     maximum_concurrency = 2
   }
 }

@@ -16,13 +16,15 @@ locals {
     # EventBridge schedule, every minute, and the wake queue: ticks about
     # every second until its deadline minus 5 s (or its first quiet tick),
     # holding the provisioner lease. One ticks at a time; with the wake
-    # queue a second may start beside it, find the lease held and end.
+    # queue others may start beside it, find the lease held and end: room
+    # for the schedule's one and the wake mapping's two, so none is
+    # throttled (and the throttles alarm stays for real exhaustion).
     # With disruption_in_provisioner it runs the disruption loop too.
     provisioner = {
       description          = "Pending pods to batches, claims and launched, registered, bound nodes"
       memory_size          = var.memory_size.provisioner
       timeout              = 60
-      reserved_concurrency = local.wake ? 2 : 1
+      reserved_concurrency = local.wake ? 3 : 1
       asynchronous         = true
       # A missed minute is covered by the next schedule: never retry or queue old ones.
       maximum_retry_attempts       = 0

@@ -199,8 +199,9 @@ def four_functions_on_provided_al2023_with_the_architecture_input():
     assert expr(f["reserved_concurrent_executions"]) == "each.value.reserved_concurrency"
     assert fns["provisioner"]["timeout"] == 60 and fns["disruption"]["timeout"] == 60, "scheduled functions run 60 s"
     # One provisioner invocation ticks at a time (its lease); with the wake
-    # queue a second may start beside it, find the lease held and end.
-    assert expr(fns["provisioner"]["reserved_concurrency"]) == "local.wake ? 2 : 1", \
+    # queue others may start beside it (the schedule's one, the mapping's
+    # two), find the lease held and end.
+    assert expr(fns["provisioner"]["reserved_concurrency"]) == "local.wake ? 3 : 1", \
         f"provisioner reserved concurrency {fns['provisioner']['reserved_concurrency']}"
     assert fns["disruption"]["reserved_concurrency"] == 1, "one disruption invocation at a time"
     assert expr(fns["interruption"]["timeout"]) == "var.interruption_timeout"
@@ -278,6 +279,7 @@ def every_function_has_its_trigger():
     assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
     assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
     assert expr(wake_esm["event_source_arn"]) == "aws_sqs_queue.wake[0].arn" and wake_esm["batch_size"] == 1
+    assert block(wake_esm, "scaling_config")["maximum_concurrency"] == 2, "room for the mapping in the reserved 3"
     assert "aws_sqs_queue.wake[0].url" in expr(m.locals["environment"]["NODEWRIGHT_WAKE_QUEUE_URL"])
     assert "var.quiet_wake_seconds" in expr(m.locals["environment"]["NODEWRIGHT_QUIET_WAKE_SECONDS"])
     assert "aws_sqs_queue.wake[0].arn" in json.dumps(m.data[("aws_iam_policy_document", "functions")]), \
@@ -363,6 +365,7 @@ def the_interruption_queue():
     assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
     assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
     assert expr(wake_esm["event_source_arn"]) == "aws_sqs_queue.wake[0].arn" and wake_esm["batch_size"] == 1
+    assert block(wake_esm, "scaling_config")["maximum_concurrency"] == 2, "room for the mapping in the reserved 3"
     assert "aws_sqs_queue.wake[0].url" in expr(m.locals["environment"]["NODEWRIGHT_WAKE_QUEUE_URL"])
     assert "var.quiet_wake_seconds" in expr(m.locals["environment"]["NODEWRIGHT_QUIET_WAKE_SECONDS"])
     assert "aws_sqs_queue.wake[0].arn" in json.dumps(m.data[("aws_iam_policy_document", "functions")]), \
