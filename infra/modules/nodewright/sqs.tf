@@ -43,14 +43,16 @@ resource "aws_sqs_queue" "interruption" {
 # one message delayed quiet_wake_seconds, whose event source mapping
 # invokes the provisioner again (one waits at a time: the functions' wake
 # lease). A wake is worth nothing once the minute's schedule has come, so
-# nothing is kept: a message whose invocation failed expires instead of
-# coming back (the failed invocation sent the next one), and there is no
-# dead-letter queue to alarm on.
+# little is kept: a message whose invocation failed expires before its
+# visibility timeout brings it back (the failed invocation sent the next
+# one), and there is no dead-letter queue to alarm on.
 resource "aws_sqs_queue" "wake" {
   count = local.wake ? 1 : 0
 
-  name                      = "${var.name}-wake"
-  message_retention_seconds = 60
+  name = "${var.name}-wake"
+  # Kept for its delay and a minute more: a longer quiet_wake_seconds must
+  # not expire the message before it is delivered.
+  message_retention_seconds = var.quiet_wake_seconds + 60
   # An event source needs at least the function's timeout.
   visibility_timeout_seconds = local.functions.provisioner.timeout
   sqs_managed_sse_enabled    = local.sqs_managed_sse

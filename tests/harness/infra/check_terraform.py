@@ -275,6 +275,8 @@ def every_function_has_its_trigger():
     wake_q = m.resource("aws_sqs_queue", "wake")
     assert expr(wake_q["count"]) == "local.wake ? 1 : 0"
     assert expr(wake_q["visibility_timeout_seconds"]) == "local.functions.provisioner.timeout"
+    # Retention outlasts the longest delay the variable allows.
+    assert expr(wake_q["message_retention_seconds"]) == "var.quiet_wake_seconds + 60", wake_q["message_retention_seconds"]
     wake_esm = m.resource("aws_lambda_event_source_mapping", "wake")
     assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
     assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
@@ -361,6 +363,8 @@ def the_interruption_queue():
     wake_q = m.resource("aws_sqs_queue", "wake")
     assert expr(wake_q["count"]) == "local.wake ? 1 : 0"
     assert expr(wake_q["visibility_timeout_seconds"]) == "local.functions.provisioner.timeout"
+    # Retention outlasts the longest delay the variable allows.
+    assert expr(wake_q["message_retention_seconds"]) == "var.quiet_wake_seconds + 60", wake_q["message_retention_seconds"]
     wake_esm = m.resource("aws_lambda_event_source_mapping", "wake")
     assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
     assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
