@@ -193,6 +193,36 @@ pub async fn wake_after<P: PortSet>(ports: &P, wake: &Wake, holder: &str) -> Wak
     }
 }
 
+/// When an interruption batch started a removal (or brought one's
+/// deadline forward), invokes the provisioner at once through its wake
+/// queue: on a quiet cluster no invocation is running to drain the node,
+/// and the next wake may be seconds away of a two-minute notice. The kick
+/// takes no wake lease — it adds one invocation, which then asks for the
+/// next only if no wake waits, so the chain stays one. True: sent.
+pub async fn kick_for_removals(
+    wake: &Wake,
+    report: &interruption_handler::BatchReport,
+    sender: &str,
+) -> bool {
+    use crate::handlers::interruption::MessageOutcome;
+    use crate::handlers::termination::Started;
+    let acted = report.outcomes.iter().any(|(_, outcome)| {
+        matches!(outcome, MessageOutcome::Removing(started) if started.iter().any(|s| {
+            matches!(s, Started::New(_) | Started::Existing { tightened: true, .. })
+        }))
+    });
+    if !acted {
+        return false;
+    }
+    match wake.queue.send(SignedDuration::ZERO, sender).await {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(error = %e, "could not invoke the provisioner at once; the next wake or schedule drains");
+            false
+        }
+    }
+}
+
 /// What a scheduled invocation runs, from the function's environment
 /// ([`FunctionEnv`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -390,6 +420,7 @@ pub const INTERRUPTION_MARGIN: SignedDuration = SignedDuration::from_secs(1);
 /// by the scheduled loops, so the invocation returns in about a second.
 pub async fn interruption(
     ports: &LivePorts,
+    wake: Option<&Wake>,
     event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>,
 ) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, lambda_runtime::Error> {
     let now = Timestamp::now();
@@ -436,9 +467,14 @@ pub async fn interruption(
     for id in &report.failures {
         response.add_failure(id.clone());
     }
+    let kicked = match wake {
+        Some(wake) => kick_for_removals(wake, &report, &event.context.request_id).await,
+        None => false,
+    };
     info!(
         messages = records.len(),
         failures = report.failures.len(),
+        kicked,
         remaining_s = deadline.duration_since(Timestamp::now()).as_secs_f64(),
         "interruption invocation done"
     );

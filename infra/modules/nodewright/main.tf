@@ -82,7 +82,8 @@ locals {
     # Read by the scheduled functions (shared/src/live.rs).
     NODEWRIGHT_END_WHEN_QUIET = tostring(var.end_invocations_when_quiet)
     NODEWRIGHT_GAUGES         = tostring(var.publish_gauges)
-    # Read by the provisioner only: where an invocation asks for the next.
+    # Read by the provisioner (where an invocation asks for the next) and
+    # the interruption function (a removal started: invoke it at once).
     NODEWRIGHT_WAKE_QUEUE_URL     = local.wake ? aws_sqs_queue.wake[0].url : ""
     NODEWRIGHT_QUIET_WAKE_SECONDS = tostring(max(var.quiet_wake_seconds, 1))
     RUST_LOG                      = var.log_level

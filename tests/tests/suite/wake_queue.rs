@@ -4,12 +4,15 @@
 //! the chain of invocations stays one chain however many end meanwhile —
 //! the minute's schedule, one that found the provisioner lease held. A
 //! message that could not be sent gives the lease back for the next
-//! invocation to try.
+//! invocation to try. An interruption batch that starts a removal invokes
+//! the provisioner at once, without touching the chain.
 
 use aws_sdk_sqs::types::QueueAttributeName;
+use nodewright::handlers::interruption::{BatchReport, MessageOutcome};
+use nodewright::handlers::termination::Started;
 use nodewright::model::SignedDuration;
 use nodewright::ports::{Ports, SystemClock};
-use nodewright::runtime::{Wake, WakeOutcome, wake_after};
+use nodewright::runtime::{Wake, WakeOutcome, kick_for_removals, wake_after};
 use nodewright::sim::SimClock;
 use nodewright_tests::aws::{dynamo_store, sdk_config, unique};
 use nodewright_tests::sim::sim_cloud;
@@ -46,20 +49,25 @@ async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, wait_s: i32) -> Vec<Strin
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_wake_message_waits_at_a_time() {
-    let sdk = sdk_config(REGION).await;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let url = sqs
-        .create_queue()
+/// A wake queue as the module makes it (its retention: the delay and a
+/// minute).
+async fn queue(sqs: &aws_sdk_sqs::Client) -> String {
+    sqs.create_queue()
         .queue_name(unique("nw-wake"))
-        .attributes(QueueAttributeName::MessageRetentionPeriod, "60")
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "70")
         .send()
         .await
         .expect("CreateQueue")
         .queue_url()
         .expect("url")
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wake_message_waits_at_a_time() {
+    let sdk = sdk_config(REGION).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = queue(&sqs).await;
     let wake = Wake {
         queue: nodewright::aws::WakeQueue::new(&sdk, &url),
         after: SignedDuration::from_secs(2),
@@ -90,15 +98,7 @@ async fn one_wake_message_waits_at_a_time() {
 async fn a_wake_that_could_not_be_sent_leaves_the_next_invocation_free_to_send() {
     let sdk = sdk_config(REGION).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let url = sqs
-        .create_queue()
-        .queue_name(unique("nw-wake"))
-        .send()
-        .await
-        .expect("CreateQueue")
-        .queue_url()
-        .expect("url")
-        .to_owned();
+    let url = queue(&sqs).await;
     let ports = ports().await;
     let missing = Wake {
         queue: nodewright::aws::WakeQueue::new(&sdk, format!("{url}-missing")),
@@ -122,4 +122,41 @@ async fn a_wake_that_could_not_be_sent_leaves_the_next_invocation_free_to_send()
     );
     let woke = receive(&sqs, &url, 10).await;
     assert_eq!(woke.len(), 1, "{woke:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interruption_that_starts_a_removal_invokes_the_provisioner_at_once() {
+    let sdk = sdk_config(REGION).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = queue(&sqs).await;
+    let wake = Wake {
+        queue: nodewright::aws::WakeQueue::new(&sdk, &url),
+        after: SignedDuration::from_secs(10),
+    };
+    let batch = |outcome: MessageOutcome| BatchReport {
+        failures: Vec::new(),
+        outcomes: vec![("message".to_owned(), outcome)],
+    };
+    // Nothing started, or a removal already as early: no kick.
+    let ignored = batch(MessageOutcome::Ignored("not one of ours".to_owned()));
+    assert!(!kick_for_removals(&wake, &ignored, "interruption-1").await);
+    let unchanged = batch(MessageOutcome::Removing(vec![Started::Existing {
+        id: "claim-a".to_owned(),
+        tightened: false,
+    }]));
+    assert!(!kick_for_removals(&wake, &unchanged, "interruption-2").await);
+    let started = batch(MessageOutcome::Removing(vec![Started::New(
+        "claim-b".to_owned(),
+    )]));
+    assert!(kick_for_removals(&wake, &started, "interruption-3").await);
+    // Visible at once, not after the wake's 10 s: a 2-s poll gets it.
+    let kicked = receive(&sqs, &url, 2).await;
+    assert_eq!(kicked.len(), 1, "{kicked:?}");
+    assert!(
+        kicked[0].contains("\"sent_by\":\"interruption-3\""),
+        "{kicked:?}"
+    );
+    // The kick took no wake lease: the kicked invocation asks for the next.
+    let ports = ports().await;
+    assert_eq!(wake_after(&ports, &wake, "kicked").await, WakeOutcome::Sent);
 }
