@@ -38,10 +38,6 @@ impl WakeQueue {
         }
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// Sends one message that becomes visible, and so invokes the
     /// provisioner, `after` from now (whole seconds, at most [`MAX_DELAY`]).
     /// The body names what sent it, for the log of the invocation it wakes.

@@ -299,8 +299,8 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     assert!(used.state_scans <= 1, "{used:?}");
     assert_eq!(used.transact_write, 0, "{used:?}");
     // The same quiet minute with `NODEWRIGHT_END_WHEN_QUIET`: one tick per
-    // loop, then both leases are released; its requests are the economy
-    // deployment's figure per invocation for the running-cost model.
+    // loop, then both leases are released; its requests are the module's
+    // default deployment's figure per invocation for the running-cost model.
     let (before, started) = (ports.store.requests(), std::time::Instant::now());
     let economy = Loops {
         end_when_quiet: true,
