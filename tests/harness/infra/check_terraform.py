@@ -355,26 +355,6 @@ def the_interruption_queue():
     conds = [expr(p["condition"]) for p in pre]
     assert any("var.interruption_max_receive_count * local.interruption_visibility < local.interruption_retention" in c
                for c in conds), f"no maxReceiveCount x visibility < retention precondition: {conds}"
-    # The wake queue exists when invocations end when quiet, and invokes
-    # the provisioner one message at a time; the provisioner learns it and
-    # the delay from its environment, and may send to it.
-    assert expr(m.locals["wake"]) == "var.end_invocations_when_quiet && var.quiet_wake_seconds > 0", f"wake {m.locals['wake']}"
-    assert m.variables["quiet_wake_seconds"]["default"] == 10
-    wake_q = m.resource("aws_sqs_queue", "wake")
-    assert expr(wake_q["count"]) == "local.wake ? 1 : 0"
-    assert expr(wake_q["visibility_timeout_seconds"]) == "local.functions.provisioner.timeout"
-    # Retention outlasts the longest delay the variable allows.
-    assert expr(wake_q["message_retention_seconds"]) == "var.quiet_wake_seconds + 60", wake_q["message_retention_seconds"]
-    wake_esm = m.resource("aws_lambda_event_source_mapping", "wake")
-    assert expr(wake_esm["count"]) == "local.wake ? 1 : 0"
-    assert expr(wake_esm["function_name"]) == 'aws_lambda_function.this["provisioner"].arn'
-    assert expr(wake_esm["event_source_arn"]) == "aws_sqs_queue.wake[0].arn" and wake_esm["batch_size"] == 1
-    assert block(wake_esm, "scaling_config")["maximum_concurrency"] == 2, "room for the mapping in the reserved 3"
-    assert "aws_sqs_queue.wake[0].url" in expr(m.locals["environment"]["NODEWRIGHT_WAKE_QUEUE_URL"])
-    assert "var.quiet_wake_seconds" in expr(m.locals["environment"]["NODEWRIGHT_QUIET_WAKE_SECONDS"])
-    assert "aws_sqs_queue.wake[0].arn" in json.dumps(m.data[("aws_iam_policy_document", "functions")]), \
-        "the functions' role may use the wake queue"
-
     esm = m.resource("aws_lambda_event_source_mapping", "interruption")
     assert esm["function_response_types"] == ["ReportBatchItemFailures"], "failed items must go back, not the batch"
     for name, queue in m.of_type("aws_sqs_queue").items():

@@ -280,14 +280,12 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     // an empty cluster it writes nothing and reads the state table's view
     // at most once; its GetItems per second are the deployed shape's figure
     // for the running-cost model.
-    let (before, started) = (ports.store.requests(), std::time::Instant::now());
-    let next = scheduled_invocation(&ports, "scheduled-3", until(8), Loops::BOTH)
-        .await
-        .expect("the next invocation");
-    let (used, seconds) = (
-        ports.store.requests() - before,
-        started.elapsed().as_secs_f64(),
-    );
+    let (next, used, seconds) = measured(&ports.store, async {
+        scheduled_invocation(&ports, "scheduled-3", until(8), Loops::BOTH)
+            .await
+            .expect("the next invocation")
+    })
+    .await;
     assert!(
         next.provisioner >= 1 && next.disruption.is_some_and(|t| t >= 1),
         "{next:?}"
@@ -301,19 +299,17 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     // The same quiet minute with `NODEWRIGHT_END_WHEN_QUIET`: one tick per
     // loop, then both leases are released; its requests are the module's
     // default deployment's figure per invocation for the running-cost model.
-    let (before, started) = (ports.store.requests(), std::time::Instant::now());
     let economy = Loops {
         end_when_quiet: true,
         gauges: false,
         ..Loops::BOTH
     };
-    let quiet = scheduled_invocation(&ports, "scheduled-4", until(30), economy)
-        .await
-        .expect("the quiet invocation");
-    let (used, seconds) = (
-        ports.store.requests() - before,
-        started.elapsed().as_secs_f64(),
-    );
+    let (quiet, used, seconds) = measured(&ports.store, async {
+        scheduled_invocation(&ports, "scheduled-4", until(30), economy)
+            .await
+            .expect("the quiet invocation")
+    })
+    .await;
     assert_eq!(
         quiet,
         Ticks {
@@ -328,16 +324,14 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     assert!(lease_is_free(&ports.store, nodewright::handlers::disruption::LEASE).await);
     // The invocation the wake queue brings a few seconds later: no decision
     // is due (once a minute when ending when quiet), so it reads the
-    // version markers and takes and gives back the provisioner's lease —
-    // the running-cost model's figure for a wake.
-    let (before, started) = (ports.store.requests(), std::time::Instant::now());
-    let woken = scheduled_invocation(&ports, "woken-5", until(30), economy)
-        .await
-        .expect("the woken invocation");
-    let (used, seconds) = (
-        ports.store.requests() - before,
-        started.elapsed().as_secs_f64(),
-    );
+    // version markers and takes and gives back both loops' leases — the
+    // running-cost model's figure for a wake.
+    let (woken, used, seconds) = measured(&ports.store, async {
+        scheduled_invocation(&ports, "woken-5", until(30), economy)
+            .await
+            .expect("the woken invocation")
+    })
+    .await;
     assert_eq!(
         woken,
         Ticks {
@@ -348,6 +342,21 @@ async fn the_provisioner_invocation_runs_the_disruption_loop_under_its_own_lease
     eprintln!("a woken invocation, no decision due: {used:?} in {seconds:.2} s");
     assert_eq!(used.state_scans, 0, "nothing was written: {used:?}");
     assert_eq!(used.transact_write, 0, "{used:?}");
+}
+
+/// What `invocation` returns, the store requests it made and its wall
+/// seconds (printed for the running-cost model, never asserted on).
+async fn measured<T>(
+    store: &nodewright::aws::DynamoStore,
+    invocation: impl std::future::Future<Output = T>,
+) -> (T, nodewright::aws::Requests, f64) {
+    let (before, started) = (store.requests(), std::time::Instant::now());
+    let out = invocation.await;
+    (
+        out,
+        store.requests() - before,
+        started.elapsed().as_secs_f64(),
+    )
 }
 
 /// Whether lease `name` is free, asked the only way the store allows: by

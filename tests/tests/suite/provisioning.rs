@@ -780,6 +780,19 @@ async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
     );
 }
 
+/// The first walkthrough loaded on the in-memory adapters (nothing run
+/// yet), and provisioner settings whose invocations end when quiet.
+async fn quiet_walkthrough() -> (nodewright_tests::sim::MemSim, ProvisionerSettings) {
+    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
+    let mut sim = in_memory(&s.region, SimSettings::default());
+    scenario::load(&mut sim, &s).await.expect("loads");
+    let quiet = ProvisionerSettings {
+        end_when_quiet: true,
+        ..ProvisionerSettings::default()
+    };
+    (sim, quiet)
+}
+
 /// `NODEWRIGHT_END_WHEN_QUIET`: on a quiet cluster each loop ends after its
 /// first tick (the Lambda bills seconds, not ticks); with pods pending, the
 /// provisioner follows the burst — batch, launch, and the claim until its
@@ -787,17 +800,11 @@ async fn the_provisioner_loop_holds_its_lease_for_the_invocation() {
 #[tokio::test]
 async fn an_invocation_that_ends_when_quiet_stops_at_its_first_quiet_tick_but_never_mid_burst() {
     use nodewright::handlers::disruption::{Disruption, DisruptionSettings};
-    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
-    let mut sim = in_memory(&s.region, SimSettings::default());
-    scenario::load(&mut sim, &s).await.expect("loads");
+    let (mut sim, quiet) = quiet_walkthrough().await;
     let clock = sim.clock.clone();
     let advance = |d: SignedDuration| {
         clock.advance(d);
         async {}
-    };
-    let quiet = ProvisionerSettings {
-        end_when_quiet: true,
-        ..ProvisionerSettings::default()
     };
     let deadline = sim.now() + SignedDuration::from_secs(55);
     let mut p = Provisioner::new(sim.ports(), quiet.clone(), "quiet-1");
@@ -981,17 +988,11 @@ async fn kube_scheduler_binding_beside_nodewright_never_overcommits_a_new_node()
 #[tokio::test]
 async fn invocations_a_few_seconds_apart_compare_instances_with_claims_once_a_minute() {
     use nodewright::handlers::provisioner::Memory;
-    let s = scenario::parse(WALKTHROUGH_1).expect("parses");
-    let mut sim = in_memory(&s.region, SimSettings::default());
-    scenario::load(&mut sim, &s).await.expect("loads");
+    let (sim, quiet) = quiet_walkthrough().await;
     let clock = sim.clock.clone();
     let advance = |d: SignedDuration| {
         clock.advance(d);
         async {}
-    };
-    let quiet = ProvisionerSettings {
-        end_when_quiet: true,
-        ..ProvisionerSettings::default()
     };
     let memory = Memory::default();
     let listings = || sim.cloud.instances_calls();

@@ -34,6 +34,14 @@ async fn ports() -> Ports<
     }
 }
 
+/// The wake of `url`, `after_s` seconds after an invocation ends.
+fn wake(sdk: &aws_config::SdkConfig, url: &str, after_s: i64) -> Wake {
+    Wake {
+        queue: nodewright::aws::WakeQueue::new(sdk, url),
+        after: SignedDuration::from_secs(after_s),
+    }
+}
+
 /// Messages visible now, taken (the event source mapping's receive).
 async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, wait_s: i32) -> Vec<String> {
     sqs.receive_message()
@@ -68,10 +76,7 @@ async fn one_wake_message_waits_at_a_time() {
     let sdk = sdk_config(REGION).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sqs).await;
-    let wake = Wake {
-        queue: nodewright::aws::WakeQueue::new(&sdk, &url),
-        after: SignedDuration::from_secs(2),
-    };
+    let wake = wake(&sdk, &url, 2);
     let ports = ports().await;
 
     assert_eq!(wake_after(&ports, &wake, "first").await, WakeOutcome::Sent);
@@ -100,10 +105,7 @@ async fn a_wake_that_could_not_be_sent_leaves_the_next_invocation_free_to_send()
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sqs).await;
     let ports = ports().await;
-    let missing = Wake {
-        queue: nodewright::aws::WakeQueue::new(&sdk, format!("{url}-missing")),
-        after: SignedDuration::from_secs(10),
-    };
+    let missing = wake(&sdk, &format!("{url}-missing"), 10);
     let WakeOutcome::Failed(why) = wake_after(&ports, &missing, "unlucky").await else {
         panic!("a queue that does not exist takes no message");
     };
@@ -111,10 +113,7 @@ async fn a_wake_that_could_not_be_sent_leaves_the_next_invocation_free_to_send()
         why.contains("wake queue") && why.contains("SendMessage"),
         "{why}"
     );
-    let wake = Wake {
-        queue: nodewright::aws::WakeQueue::new(&sdk, &url),
-        after: SignedDuration::from_secs(1),
-    };
+    let wake = wake(&sdk, &url, 1);
     assert_eq!(
         wake_after(&ports, &wake, "next").await,
         WakeOutcome::Sent,
@@ -129,10 +128,7 @@ async fn an_interruption_that_starts_a_removal_invokes_the_provisioner_at_once()
     let sdk = sdk_config(REGION).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sqs).await;
-    let wake = Wake {
-        queue: nodewright::aws::WakeQueue::new(&sdk, &url),
-        after: SignedDuration::from_secs(10),
-    };
+    let wake = wake(&sdk, &url, 10);
     let batch = |outcome: MessageOutcome| BatchReport {
         failures: Vec::new(),
         outcomes: vec![("message".to_owned(), outcome)],
